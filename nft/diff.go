@@ -1,0 +1,225 @@
+package nft
+
+// txWriter receives the operations of one transaction, in the order the
+// kernel must see them. *batch encodes them for the kernel; scriptWriter
+// prints them as an nft script (for tests and debugging).
+type txWriter interface {
+	addTable(f Family, name, comment string)
+	addMap(f Family, table string, m *Map, id uint32)
+	flushMap(f Family, table, m string)
+	addChain(f Family, table string, c *Chain)
+	flushChain(f Family, table, chain string)
+	delChain(f Family, table, name string)
+	addRule(f Family, table, chain string, r Rule)
+	elements(add bool, f Family, table string, m *Map, elems []Element)
+}
+
+// tx collects one table's changes and writes them in a safe order: objects
+// are created before anything refers to them, and references are dropped
+// (elements deleted, chains flushed) before the chains they point to are
+// deleted.
+type tx struct {
+	f          Family
+	table      *Table
+	newTable   bool
+	flushTable bool
+	newMaps    []*Map
+	flushMaps  []string
+	newChains  []*Chain
+	delElems   map[string][]Element
+	flush      []string
+	delChains  []string
+	rules      []*Chain // chains whose rules are (re)written
+	addElems   map[string][]Element
+}
+
+func newTx(t *Table) *tx {
+	return &tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
+}
+
+func (x *tx) empty() bool {
+	return !x.newTable && !x.flushTable && len(x.newMaps) == 0 && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.delChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
+}
+
+func (x *tx) write(w txWriter, setID *uint32) {
+	t := x.table
+	if x.newTable {
+		w.addTable(x.f, t.Name, t.Comment)
+	}
+	for _, m := range x.newMaps {
+		*setID++
+		w.addMap(x.f, t.Name, m, *setID)
+	}
+	for _, c := range x.newChains {
+		w.addChain(x.f, t.Name, c)
+	}
+	if x.flushTable {
+		w.flushChain(x.f, t.Name, "")
+	}
+	for _, m := range x.flushMaps {
+		w.flushMap(x.f, t.Name, m)
+	}
+	for _, m := range t.Maps {
+		if e := x.delElems[m.Name]; len(e) > 0 {
+			w.elements(false, x.f, t.Name, m, e)
+		}
+	}
+	for _, c := range x.flush {
+		w.flushChain(x.f, t.Name, c)
+	}
+	for _, c := range x.delChains {
+		w.delChain(x.f, t.Name, c)
+	}
+	for _, c := range x.rules {
+		for _, r := range c.Rules {
+			w.addRule(x.f, t.Name, c.Name, r)
+		}
+	}
+	for _, m := range t.Maps {
+		if e := x.addElems[m.Name]; len(e) > 0 {
+			w.elements(true, x.f, t.Name, m, e)
+		}
+	}
+}
+
+// kernelTable is what a full sync found of our table in the kernel.
+type kernelTable struct {
+	exists bool
+	chains map[string]bool
+	maps   map[string]bool
+}
+
+// fullTx rewrites the whole table in one transaction: every rule and element
+// is replaced, chains we no longer want are flushed and returned as stale
+// (to be deleted by the next transaction, once nothing refers to them).
+func fullTx(want *Table, have kernelTable) (x *tx, stale []string) {
+	x = newTx(want)
+	x.newTable = true
+	x.flushTable = have.exists
+	for _, m := range want.Maps {
+		if have.maps[m.Name] {
+			x.flushMaps = append(x.flushMaps, m.Name)
+		} else {
+			x.newMaps = append(x.newMaps, m)
+		}
+		x.addElems[m.Name] = want.Elements(m.Name)
+	}
+	wanted := map[string]bool{}
+	for _, c := range want.AllChains() {
+		wanted[c.Name] = true
+		if !have.chains[c.Name] {
+			x.newChains = append(x.newChains, c)
+		}
+		x.rules = append(x.rules, c)
+	}
+	for name := range have.chains {
+		if !wanted[name] {
+			stale = append(stale, name)
+		}
+	}
+	return x, stale
+}
+
+// diffTx turns the last applied table into the wanted one. pending are
+// chains flushed by the previous transaction, now safe to delete. It returns
+// the chains this transaction flushes and leaves for the next one to delete.
+func diffTx(have, want *Table, pending []string) (x *tx, stale []string) {
+	x = newTx(want)
+	for _, m := range want.Maps {
+		if have.Map(m.Name) == nil {
+			x.newMaps = append(x.newMaps, m)
+		}
+	}
+	x.diffChains(have.Chains, want.Chains, &stale)
+	x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
+	for name, fr := range want.Services {
+		old := have.Services[name]
+		if old == fr {
+			continue // same fragment: unchanged service
+		}
+		var oldChains []*Chain
+		var oldElems []MapElement
+		if old != nil {
+			oldChains, oldElems = old.Chains, old.Elements
+		}
+		x.diffChains(oldChains, fr.Chains, &stale)
+		x.diffElements(oldElems, fr.Elements)
+	}
+	for name, old := range have.Services {
+		if _, ok := want.Services[name]; !ok {
+			x.diffChains(old.Chains, nil, &stale)
+			x.diffElements(old.Elements, nil)
+		}
+	}
+	for _, name := range pending {
+		if want.Chain(name) == nil {
+			x.delChains = append(x.delChains, name)
+		}
+	}
+	return x, stale
+}
+
+func mapElements(maps []*Map) []MapElement {
+	var out []MapElement
+	for _, m := range maps {
+		for _, e := range m.Elements {
+			out = append(out, MapElement{Map: m.Name, Element: e})
+		}
+	}
+	return out
+}
+
+func (x *tx) diffChains(have, want []*Chain, stale *[]string) {
+	old := make(map[string]*Chain, len(have))
+	for _, c := range have {
+		old[c.Name] = c
+	}
+	for _, c := range want {
+		o, ok := old[c.Name]
+		delete(old, c.Name)
+		switch {
+		case !ok:
+			x.newChains = append(x.newChains, c)
+			x.rules = append(x.rules, c)
+		case !equalChains(o, c):
+			x.flush = append(x.flush, c.Name)
+			x.rules = append(x.rules, c)
+		}
+	}
+	for _, c := range have {
+		if _, gone := old[c.Name]; gone {
+			x.flush = append(x.flush, c.Name)
+			*stale = append(*stale, c.Name)
+		}
+	}
+}
+
+type elemKey struct {
+	m string
+	k Key
+}
+
+func (x *tx) diffElements(have, want []MapElement) {
+	old := make(map[elemKey]Element, len(have))
+	for _, e := range have {
+		old[elemKey{e.Map, e.Key}] = e.Element
+	}
+	for _, e := range want {
+		k := elemKey{e.Map, e.Key}
+		o, ok := old[k]
+		delete(old, k)
+		if ok && o == e.Element {
+			continue
+		}
+		if ok {
+			x.delElems[e.Map] = append(x.delElems[e.Map], o)
+		}
+		x.addElems[e.Map] = append(x.addElems[e.Map], e.Element)
+	}
+	for _, e := range have {
+		if o, gone := old[elemKey{e.Map, e.Key}]; gone {
+			x.delElems[e.Map] = append(x.delElems[e.Map], o)
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package nft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel is our only door to the kernel's nftables: it sends transactions
+// and reads back what a full sync needs to know. Everything else in this
+// package works on values.
+type Kernel struct {
+	fd    int
+	netns string // "" for the current network namespace
+	seq   uint32
+}
+
+// OpenKernel opens a netfilter netlink socket in the current network
+// namespace, or in the one at netnsPath (e.g. /run/netns/NAME) when not empty.
+func OpenKernel(netnsPath string) (*Kernel, error) {
+	fd, err := socketIn(netnsPath)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{fd: fd, netns: netnsPath, seq: uint32(os.Getpid()) << 16}
+	// A full sync of 10^5 objects is tens of MiB in one sendmsg: the send
+	// buffer must hold it whole. The *FORCE options pass the sysctl caps
+	// (we run with CAP_NET_ADMIN); fall back to the capped ones.
+	const bufSize = 1 << 30
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
+	// Extended acks carry the kernel's own error text; capped acks do not
+	// echo our (possibly huge) message back with an error.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	return k, nil
+}
+
+// socketIn creates the socket inside another network namespace when asked:
+// a socket stays in the namespace it was created in.
+func socketIn(netnsPath string) (int, error) {
+	open := func() (int, error) {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return -1, fmt.Errorf("opening netfilter netlink socket: %w", err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("binding netfilter netlink socket: %w", err)
+		}
+		return fd, nil
+	}
+	if netnsPath == "" {
+		return open()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return -1, fmt.Errorf("reading current network namespace: %w", err)
+	}
+	defer orig.Close()
+	target, err := os.Open(netnsPath)
+	if err != nil {
+		return -1, fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return -1, fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
+	}
+	fd, openErr := open()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// This thread is in the wrong namespace: never give it back to the runtime.
+		runtime.Goexit()
+	}
+	return fd, openErr
+}
+
+// Close releases the socket.
+func (k *Kernel) Close() error { return unix.Close(k.fd) }
+
+// TxError is a transaction the kernel refused; nothing of it was applied.
+type TxError struct {
+	Op    string // what the refused message did
+	Errno syscall.Errno
+	Msg   string // the kernel's extended ack text, if any
+}
+
+func (e *TxError) Error() string {
+	s := fmt.Sprintf("nftables transaction refused at %q: %v", e.Op, e.Errno)
+	if e.Msg != "" {
+		s += " (" + e.Msg + ")"
+	}
+	return s
+}
+
+func (e *TxError) Unwrap() error { return e.Errno }
+
+// Apply sends a batch as one transaction and waits for the kernel's verdict.
+func (k *Kernel) Apply(b *batch) error {
+	buf, lastSeq, err := b.finish()
+	if err != nil {
+		return fmt.Errorf("encoding transaction: %w", err)
+	}
+	if err := unix.Sendto(k.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending transaction of %d bytes: %w", len(buf), err)
+	}
+	// The kernel handles the whole batch inside sendmsg and then queues its
+	// answers: errors for refused messages and the ack of the last one.
+	var first *TxError
+	rbuf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(k.fd, rbuf, 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("reading transaction result: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(rbuf[:n])
+		if err != nil {
+			return fmt.Errorf("parsing transaction result: %w", err)
+		}
+		done := false
+		for _, m := range msgs {
+			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4+nlmsgHdrLen {
+				continue
+			}
+			errno := -int32(binary.NativeEndian.Uint32(m.Data[0:4]))
+			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
+			if errno != 0 && first == nil {
+				first = &TxError{Op: b.describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+			}
+			if seq == lastSeq {
+				done = true
+			}
+		}
+		if done || (first != nil && !k.pending()) {
+			break
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return nil
+}
+
+// pending reports whether more answers are queued on the socket.
+func (k *Kernel) pending() bool {
+	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// extAckMsg returns the NLMSGERR_ATTR_MSG text of an extended ack.
+func extAckMsg(m syscall.NetlinkMessage) string {
+	if m.Header.Flags&unix.NLM_F_ACK_TLVS == 0 {
+		return ""
+	}
+	// With NETLINK_CAP_ACK the error carries only the request's header.
+	attrs := m.Data[4+nlmsgHdrLen:]
+	for len(attrs) >= 4 {
+		l := int(binary.NativeEndian.Uint16(attrs[0:]))
+		typ := binary.NativeEndian.Uint16(attrs[2:])
+		if l < 4 || l > len(attrs) {
+			break
+		}
+		if typ == unix.NLMSGERR_ATTR_MSG {
+			s := attrs[4:l]
+			for len(s) > 0 && s[len(s)-1] == 0 {
+				s = s[:len(s)-1]
+			}
+			return string(s)
+		}
+		attrs = attrs[(l+3)&^3:]
+	}
+	return ""
+}
+
+// nextSeq hands out the sequence numbers of a new batch.
+func (k *Kernel) newBatch() *batch {
+	b := newBatch(k.seq)
+	return b
+}
+
+// finished advances the sequence past a batch.
+func (k *Kernel) finished(b *batch) { k.seq = b.seq }
+
+// existing lists the chains and maps of our table in the kernel; ok is false
+// when there is no such table.
+func (k *Kernel) existing(f Family, table string) (chains, maps map[string]bool, ok bool, err error) {
+	conn, err := k.readConn()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	defer conn.CloseLasting()
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamily(f))
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("listing %s tables: %w", f, err)
+	}
+	var t *nftables.Table
+	for _, tt := range tables {
+		if tt.Name == table {
+			t = tt
+		}
+	}
+	if t == nil {
+		return nil, nil, false, nil
+	}
+	cs, err := conn.ListChainsOfTableFamily(nftables.TableFamily(f))
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("listing chains of %s %s: %w", f, table, err)
+	}
+	chains = map[string]bool{}
+	for _, c := range cs {
+		if c.Table.Name == table {
+			chains[c.Name] = true
+		}
+	}
+	sets, err := conn.GetSets(t)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("listing maps of %s %s: %w", f, table, err)
+	}
+	maps = map[string]bool{}
+	for _, s := range sets {
+		maps[s.Name] = true
+	}
+	return chains, maps, true, nil
+}
+
+// readConn is a google/nftables connection in our namespace, used to parse
+// listings (dumps), which it does well; transactions go through our socket.
+func (k *Kernel) readConn() (*nftables.Conn, error) {
+	if k.netns == "" {
+		return nftables.New(nftables.AsLasting())
+	}
+	ns, err := os.Open(k.netns)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer ns.Close()
+	return nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns.Fd())))
+}

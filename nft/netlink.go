@@ -1,0 +1,346 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// batch encodes one nftables transaction: netlink messages between
+// NFNL_MSG_BATCH_BEGIN and NFNL_MSG_BATCH_END, in one buffer, sent with one
+// sendmsg. The kernel applies all of it or none of it.
+//
+// We encode the messages ourselves (google/nftables' Conn asks for an ack
+// and an echo of every message, hundreds of thousands of replies for a full
+// sync) and use google/nftables only for the expressions.
+type batch struct {
+	buf   []byte
+	seq   uint32
+	start int      // offset of the message being written
+	nests []int    // offsets of open nested attributes
+	ops   []op // what each message does, by seq-first, for error reports
+	first uint32
+	err   error
+}
+
+// Netlink attribute numbers golang.org/x/sys/unix does not define.
+const (
+	nftaTableUserdata = 6
+	nftaChainUserdata = 12
+	nfAccept          = 1
+)
+
+const (
+	nlmsgHdrLen = 16
+	nfgenLen    = 4
+)
+
+func newBatch(seq uint32) *batch {
+	b := &batch{seq: seq, first: seq}
+	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0, op{"batch begin", ""})
+	b.buf[b.start+nlmsgHdrLen+2] = 0
+	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.end()
+	return b
+}
+
+// begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
+// subsystem is added here).
+func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
+	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
+		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
+	}
+	b.start = len(b.buf)
+	var hdr [nlmsgHdrLen + nfgenLen]byte
+	binary.NativeEndian.PutUint16(hdr[4:], typ)
+	binary.NativeEndian.PutUint16(hdr[6:], unix.NLM_F_REQUEST|flags)
+	binary.NativeEndian.PutUint32(hdr[8:], b.seq)
+	hdr[16] = byte(family)
+	hdr[17] = unix.NFNETLINK_V0
+	b.buf = append(b.buf, hdr[:]...)
+	b.ops = append(b.ops, what)
+	b.seq++
+}
+
+func (b *batch) end() {
+	binary.NativeEndian.PutUint32(b.buf[b.start:], uint32(len(b.buf)-b.start))
+}
+
+func (b *batch) attr(typ uint16, data []byte) {
+	l := 4 + len(data)
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(l))
+	binary.NativeEndian.PutUint16(h[2:], typ)
+	b.buf = append(b.buf, h[:]...)
+	b.buf = append(b.buf, data...)
+	b.pad()
+}
+
+func (b *batch) pad() {
+	for len(b.buf)%4 != 0 {
+		b.buf = append(b.buf, 0)
+	}
+}
+
+func (b *batch) str(typ uint16, s string) {
+	l := 4 + len(s) + 1
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(l))
+	binary.NativeEndian.PutUint16(h[2:], typ)
+	b.buf = append(b.buf, h[:]...)
+	b.buf = append(b.buf, s...)
+	b.buf = append(b.buf, 0)
+	b.pad()
+}
+
+func (b *batch) u32(typ uint16, v uint32) { b.attr(typ, binary.BigEndian.AppendUint32(nil, v)) }
+
+func (b *batch) nest(typ uint16) {
+	b.nests = append(b.nests, len(b.buf))
+	b.buf = append(b.buf, 0, 0, 0, 0)
+	binary.NativeEndian.PutUint16(b.buf[len(b.buf)-2:], typ|unix.NLA_F_NESTED)
+}
+
+func (b *batch) unnest() {
+	off := b.nests[len(b.nests)-1]
+	b.nests = b.nests[:len(b.nests)-1]
+	l := len(b.buf) - off
+	if l > 0xffff && b.err == nil {
+		b.err = fmt.Errorf("netlink attribute of %d bytes is over the 64 KiB limit", l)
+	}
+	binary.NativeEndian.PutUint16(b.buf[off:], uint16(l))
+}
+
+// userdata encodes a comment as libnftnl does: one TLV (type 0 is the
+// comment for rules, chains, tables and set elements), NUL-terminated.
+func userdataComment(typ byte, c string) []byte {
+	out := []byte{typ, byte(len(c) + 1)}
+	out = append(out, c...)
+	return append(out, 0)
+}
+
+const maxComment = 128 // the kernel's NFT_USERDATA_MAXLEN is 256; nft limits comments to 128
+
+func clampComment(c string) string {
+	if len(c) >= maxComment {
+		return c[:maxComment-1]
+	}
+	return c
+}
+
+func (b *batch) addTable(f Family, name, comment string) {
+	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f, op{"add table", name})
+	b.str(unix.NFTA_TABLE_NAME, name)
+	b.u32(unix.NFTA_TABLE_FLAGS, 0)
+	if comment != "" {
+		b.attr(nftaTableUserdata, userdataComment(0, clampComment(comment)))
+	}
+	b.end()
+}
+
+func (b *batch) delTable(f Family, name string) {
+	b.begin(unix.NFT_MSG_DELTABLE, 0, f, op{"delete table", name})
+	b.str(unix.NFTA_TABLE_NAME, name)
+	b.end()
+}
+
+var hookNumbers = map[string]uint32{
+	"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN, "forward": unix.NF_INET_FORWARD,
+	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
+}
+
+func (b *batch) addChain(f Family, table string, c *Chain) {
+	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f, op{"add chain", c.Name})
+	b.str(unix.NFTA_CHAIN_TABLE, table)
+	b.str(unix.NFTA_CHAIN_NAME, c.Name)
+	if h := c.Hook; h != nil {
+		b.nest(unix.NFTA_CHAIN_HOOK)
+		b.u32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
+		b.u32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
+		b.unnest()
+		b.u32(unix.NFTA_CHAIN_POLICY, nfAccept)
+		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
+	}
+	if c.Comment != "" {
+		b.attr(nftaChainUserdata, userdataComment(0, clampComment(c.Comment)))
+	}
+	b.end()
+}
+
+func (b *batch) delChain(f Family, table, name string) {
+	b.begin(unix.NFT_MSG_DELCHAIN, 0, f, op{"delete chain", name})
+	b.str(unix.NFTA_CHAIN_TABLE, table)
+	b.str(unix.NFTA_CHAIN_NAME, name)
+	b.end()
+}
+
+// flushChain deletes every rule of a chain; with chain == "" of the whole table.
+func (b *batch) flushChain(f Family, table, chain string) {
+	b.begin(unix.NFT_MSG_DELRULE, 0, f, op{"flush chain", chain})
+	b.str(unix.NFTA_RULE_TABLE, table)
+	if chain != "" {
+		b.str(unix.NFTA_RULE_CHAIN, chain)
+	}
+	b.end()
+}
+
+func (b *batch) addRule(f Family, table, chain string, r Rule) {
+	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f, op{"add rule to", chain})
+	b.str(unix.NFTA_RULE_TABLE, table)
+	b.str(unix.NFTA_RULE_CHAIN, chain)
+	b.nest(unix.NFTA_RULE_EXPRESSIONS)
+	for _, t := range r.Terms {
+		for _, e := range t.exprs(f) {
+			data, err := expr.Marshal(byte(f), e)
+			if err != nil && b.err == nil {
+				b.err = fmt.Errorf("encoding %q: %w", r.text(f), err)
+			}
+			b.attr(unix.NFTA_LIST_ELEM|unix.NLA_F_NESTED, data)
+		}
+	}
+	b.unnest()
+	if r.Comment != "" {
+		b.attr(unix.NFTA_RULE_USERDATA, userdataComment(0, clampComment(r.Comment)))
+	}
+	b.end()
+}
+
+// concatType is nft's id for a concatenation of datatypes (6 bits each).
+func concatType(f Family, key []Field) uint32 {
+	var t uint32
+	for _, fl := range key {
+		_, id := fl.datatype(f)
+		t = t<<6 | id
+	}
+	return t
+}
+
+func keyLen(f Family, key []Field) uint32 {
+	var n uint32
+	for _, fl := range key {
+		n += (fl.size(f) + 3) &^ 3
+	}
+	return n
+}
+
+func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f, op{"add map", m.Name})
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, m.Name)
+	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_LEN, keyLen(f, m.Key))
+	b.u32(unix.NFTA_SET_DATA_TYPE, 0xffffff00) // verdict
+	b.u32(unix.NFTA_SET_DATA_LEN, 0)
+	b.u32(unix.NFTA_SET_ID, id)
+	if m.Comment != "" {
+		const setCommentType = 7 // NFTNL_UDATA_SET_COMMENT
+		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(m.Comment)))
+	}
+	b.end()
+}
+
+// flushMap deletes every element of a map.
+func (b *batch) flushMap(f Family, table, m string) {
+	b.begin(unix.NFT_MSG_DELSETELEM, 0, f, op{"flush map", m})
+	b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	b.str(unix.NFTA_SET_ELEM_LIST_SET, m)
+	b.end()
+}
+
+// elemChunk keeps each message's element list well under the 64 KiB
+// attribute limit.
+const elemChunk = 256
+
+func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Element) {
+	for len(elems) > 0 {
+		n := min(len(elems), elemChunk)
+		typ, flags, verb := uint16(unix.NFT_MSG_DELSETELEM), uint16(0), "delete elements from"
+		if add {
+			typ, flags, verb = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements to"
+		}
+		b.begin(typ, flags, f, op{verb, m.Name})
+		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		b.str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
+		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		for _, e := range elems[:n] {
+			b.nest(unix.NFTA_LIST_ELEM)
+			b.nest(unix.NFTA_SET_ELEM_KEY)
+			b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
+			b.unnest()
+			if add {
+				b.nest(unix.NFTA_SET_ELEM_DATA)
+				b.nest(unix.NFTA_DATA_VERDICT)
+				v := e.Verdict.expr()
+				b.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+				if v.Chain != "" {
+					b.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+				}
+				b.unnest()
+				b.unnest()
+				if e.Comment != "" {
+					b.attr(unix.NFTA_SET_ELEM_USERDATA, userdataComment(0, clampComment(e.Comment)))
+				}
+			}
+			b.unnest()
+		}
+		b.unnest()
+		b.end()
+		elems = elems[n:]
+	}
+}
+
+// encodeKey lays out a key as nft does: each field in network byte order,
+// padded to a multiple of 4 bytes.
+func encodeKey(f Family, key []Field, k Key) []byte {
+	out := make([]byte, 0, 24)
+	for _, fl := range key {
+		start := len(out)
+		switch fl {
+		case FieldSaddr, FieldDaddr:
+			out = append(out, k.Addr.AsSlice()...)
+		case FieldL4Proto:
+			out = append(out, k.Proto)
+		case FieldDport:
+			out = binary.BigEndian.AppendUint16(out, k.Port)
+		}
+		for (len(out)-start)%4 != 0 {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
+
+// finish closes the batch, asking for an ack on the last real message only:
+// errors are reported whatever the flags, and the kernel processes the whole
+// batch before it answers, so that one ack tells us the batch is done.
+func (b *batch) finish() (buf []byte, lastSeq uint32, err error) {
+	if b.err != nil {
+		return nil, 0, b.err
+	}
+	last := b.start
+	flags := binary.NativeEndian.Uint16(b.buf[last+6:])
+	binary.NativeEndian.PutUint16(b.buf[last+6:], flags|unix.NLM_F_ACK)
+	lastSeq = binary.NativeEndian.Uint32(b.buf[last+8:])
+	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0, op{"batch end", ""})
+	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.end()
+	return b.buf, lastSeq, nil
+}
+
+// messages is how many object messages (not counting begin/end) the batch holds.
+func (b *batch) messages() int { return len(b.ops) - 1 }
+
+// op says what one message does, for error reports.
+type op struct{ verb, name string }
+
+// describe says what the message with that sequence number did.
+func (b *batch) describe(seq uint32) string {
+	if i := int(seq - b.first); i >= 0 && i < len(b.ops) {
+		return strings.TrimSpace(b.ops[i].verb + " " + b.ops[i].name)
+	}
+	return fmt.Sprintf("message %d", seq)
+}

@@ -1,0 +1,135 @@
+package nft
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Render writes the ruleset in nft syntax, laid out as `nft list ruleset`
+// prints it, so that `nft -f` loads it and a listing of the kernel can be
+// compared with it line by line.
+func (rs *Ruleset) Render(w io.Writer) error {
+	var b strings.Builder
+	for _, t := range rs.Tables {
+		t.render(&b)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// String is the rendered ruleset.
+func (rs *Ruleset) String() string {
+	var b strings.Builder
+	_ = rs.Render(&b)
+	return b.String()
+}
+
+func (t *Table) render(b *strings.Builder) {
+	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
+	if t.Comment != "" {
+		fmt.Fprintf(b, "\tcomment %s\n", strconv.Quote(t.Comment))
+	}
+	first := true
+	sep := func() {
+		if !first {
+			b.WriteString("\n")
+		}
+		first = false
+	}
+	for _, m := range t.Maps {
+		sep()
+		t.renderMap(b, m)
+	}
+	for _, c := range t.AllChains() {
+		sep()
+		c.render(b, t.Family)
+	}
+	b.WriteString("}\n")
+}
+
+func (t *Table) renderMap(b *strings.Builder, m *Map) {
+	fmt.Fprintf(b, "\tmap %s {\n", m.Name)
+	var types []string
+	for _, fl := range m.Key {
+		name, _ := fl.datatype(t.Family)
+		types = append(types, name)
+	}
+	fmt.Fprintf(b, "\t\ttype %s : verdict\n", strings.Join(types, " . "))
+	if m.Comment != "" {
+		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(m.Comment))
+	}
+	elems := t.Elements(m.Name)
+	for i, e := range elems {
+		if i == 0 {
+			b.WriteString("\t\telements = { ")
+		} else {
+			b.WriteString(",\n\t\t\t     ")
+		}
+		b.WriteString(e.text(t.Family, m.Key))
+	}
+	if len(elems) > 0 {
+		b.WriteString(" }\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func (c *Chain) render(b *strings.Builder, f Family) {
+	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
+	if c.Comment != "" {
+		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(c.Comment))
+	}
+	if h := c.Hook; h != nil {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", h.Type, h.Hook, priorityText(h))
+	}
+	for _, r := range c.Rules {
+		b.WriteString("\t\t")
+		b.WriteString(r.text(f))
+		b.WriteString("\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func (r Rule) text(f Family) string {
+	parts := make([]string, 0, len(r.Terms)+1)
+	for _, t := range r.Terms {
+		parts = append(parts, t.text(f))
+	}
+	if r.Comment != "" {
+		parts = append(parts, "comment "+strconv.Quote(r.Comment))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (e Element) text(f Family, key []Field) string {
+	parts := make([]string, 0, len(key))
+	for _, fl := range key {
+		switch fl {
+		case FieldSaddr, FieldDaddr:
+			parts = append(parts, e.Key.Addr.String())
+		case FieldL4Proto:
+			parts = append(parts, protoName(e.Key.Proto))
+		case FieldDport:
+			parts = append(parts, strconv.Itoa(int(e.Key.Port)))
+		}
+	}
+	s := strings.Join(parts, " . ")
+	if e.Comment != "" {
+		s += " comment " + strconv.Quote(e.Comment)
+	}
+	return s + " : " + e.Verdict.text(f)
+}
+
+// priorityText names the standard priorities the way nft prints them.
+func priorityText(h *Hook) string {
+	switch {
+	case h.Type == "nat" && h.Hook == "prerouting" && h.Priority == -100:
+		return "dstnat"
+	case h.Type == "nat" && h.Hook == "postrouting" && h.Priority == 100:
+		return "srcnat"
+	case h.Type == "filter" && h.Priority == 0:
+		return "filter"
+	}
+	return strconv.Itoa(int(h.Priority))
+}

@@ -1,0 +1,232 @@
+package nft
+
+import (
+	"net/netip"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// Family is a table's address family.
+type Family uint8
+
+// Our two table families (one table each, like upstream: no inet table).
+const (
+	IPv4 Family = unix.NFPROTO_IPV4
+	IPv6 Family = unix.NFPROTO_IPV6
+)
+
+// String is the family as nft spells it ("ip", "ip6").
+func (f Family) String() string {
+	if f == IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func (f Family) addrLen() int {
+	if f == IPv6 {
+		return 16
+	}
+	return 4
+}
+
+// addrOffset is the source or destination address offset in the network header.
+func (f Family) addrOffset(src bool) uint32 {
+	switch {
+	case f == IPv6 && src:
+		return 8
+	case f == IPv6:
+		return 24
+	case src:
+		return 12
+	}
+	return 16
+}
+
+// has reports whether addr belongs to this family.
+func (f Family) has(addr netip.Addr) bool { return addr.Is4() == (f == IPv4) }
+
+// Ruleset is everything we program: one Table per family. It is a plain
+// value: build it, print it, diff it, trace packets through it.
+type Ruleset struct {
+	Tables []*Table
+}
+
+// Table is one nftables table and all of its objects.
+type Table struct {
+	Family  Family
+	Name    string
+	Comment string
+	Maps    []*Map
+	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
+	Chains []*Chain
+	// Services hold each service port's chains and map elements, kept apart
+	// so that a sync rebuilds and diffs only the service ports that changed.
+	Services map[proxier.ServicePortName]*Fragment
+}
+
+// Fragment is what one service port contributes to a table.
+type Fragment struct {
+	Chains   []*Chain
+	Elements []MapElement
+}
+
+// MapElement is an element destined for a named map of the table.
+type MapElement struct {
+	Map string
+	Element
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     string // "nat" or "filter"
+	Hook     string // "prerouting", "output", "postrouting", "input", "forward"
+	Priority int32
+}
+
+// Chain is a chain and its rules.
+type Chain struct {
+	Name    string
+	Comment string
+	Hook    *Hook
+	Rules   []Rule
+}
+
+// Rule is a list of terms and an optional comment.
+type Rule struct {
+	Terms   []Term
+	Comment string
+}
+
+// R builds a rule from terms.
+func R(terms ...Term) Rule { return Rule{Terms: terms} }
+
+// WithComment returns the rule with a comment.
+func (r Rule) WithComment(c string) Rule { r.Comment = c; return r }
+
+// Map is a named verdict map.
+type Map struct {
+	Name    string
+	Key     []Field
+	Comment string
+	// Elements are the map's fixed elements; service fragments add theirs.
+	Elements []Element
+}
+
+// Element is one map element: a key and the verdict it maps to.
+type Element struct {
+	Key     Key
+	Verdict Verdict
+	Comment string
+}
+
+// Key is a map key; which parts count depends on the map's key fields.
+type Key struct {
+	Addr  netip.Addr
+	Proto uint8
+	Port  uint16
+}
+
+// Chain returns the fixed or per-service chain of that name, or nil.
+func (t *Table) Chain(name string) *Chain {
+	for _, c := range t.Chains {
+		if c.Name == name {
+			return c
+		}
+	}
+	for _, fr := range t.Services {
+		for _, c := range fr.Chains {
+			if c.Name == name {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// Map returns the named map, or nil.
+func (t *Table) Map(name string) *Map {
+	for _, m := range t.Maps {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// AllChains lists fixed chains first, then service chains by service name.
+func (t *Table) AllChains() []*Chain {
+	out := append([]*Chain(nil), t.Chains...)
+	for _, n := range t.serviceNames() {
+		out = append(out, t.Services[n].Chains...)
+	}
+	return out
+}
+
+// Elements lists every element of the named map, fixed ones first, then by service.
+func (t *Table) Elements(m string) []Element {
+	var out []Element
+	if mp := t.Map(m); mp != nil {
+		out = append(out, mp.Elements...)
+	}
+	for _, n := range t.serviceNames() {
+		for _, e := range t.Services[n].Elements {
+			if e.Map == m {
+				out = append(out, e.Element)
+			}
+		}
+	}
+	return out
+}
+
+func (t *Table) serviceNames() []proxier.ServicePortName {
+	names := make([]proxier.ServicePortName, 0, len(t.Services))
+	for n := range t.Services {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
+	return names
+}
+
+// Table returns the ruleset's table of that family, or nil.
+func (rs *Ruleset) Table(f Family) *Table {
+	for _, t := range rs.Tables {
+		if t.Family == f {
+			return t
+		}
+	}
+	return nil
+}
+
+func equalChains(a, b *Chain) bool {
+	if a == b {
+		return true
+	}
+	if a.Name != b.Name || a.Comment != b.Comment || len(a.Rules) != len(b.Rules) {
+		return false
+	}
+	if (a.Hook == nil) != (b.Hook == nil) || (a.Hook != nil && *a.Hook != *b.Hook) {
+		return false
+	}
+	for i := range a.Rules {
+		if !equalRules(a.Rules[i], b.Rules[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalRules(a, b Rule) bool {
+	if a.Comment != b.Comment || len(a.Terms) != len(b.Terms) {
+		return false
+	}
+	for i := range a.Terms {
+		if a.Terms[i] != b.Terms[i] {
+			return false
+		}
+	}
+	return true
+}

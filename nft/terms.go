@@ -1,0 +1,346 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// A Term is one piece of a rule: a match, a statement or a verdict. Each term
+// knows its nft text (exactly as `nft list ruleset` prints it) and the
+// netlink expressions `nft` itself would emit for that text, so that what we
+// render, what the tracer evaluates and what the kernel runs are one object.
+//
+// Terms are plain comparable values: two rules are equal when their terms
+// are, which is how the diff decides what changed.
+type Term interface {
+	text(f Family) string
+	exprs(f Family) []expr.Any
+}
+
+// Field is a packet field a rule or a map key reads.
+type Field uint8
+
+// The fields our rules read.
+const (
+	FieldSaddr   Field = iota // ip/ip6 saddr
+	FieldDaddr                // ip/ip6 daddr
+	FieldL4Proto              // meta l4proto
+	FieldDport                // th dport (TCP, UDP and SCTP keep it at offset 2)
+)
+
+func (fl Field) text(f Family) string {
+	switch fl {
+	case FieldSaddr:
+		return f.String() + " saddr"
+	case FieldDaddr:
+		return f.String() + " daddr"
+	case FieldL4Proto:
+		return "meta l4proto"
+	case FieldDport:
+		return "th dport"
+	}
+	return "?"
+}
+
+// size is the field's length in bytes in a key.
+func (fl Field) size(f Family) uint32 {
+	switch fl {
+	case FieldSaddr, FieldDaddr:
+		return uint32(f.addrLen())
+	case FieldL4Proto:
+		return 1
+	case FieldDport:
+		return 2
+	}
+	return 0
+}
+
+// load emits the expression that loads the field into register reg.
+func (fl Field) load(f Family, reg uint32) expr.Any {
+	switch fl {
+	case FieldSaddr, FieldDaddr:
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.addrOffset(fl == FieldSaddr), Len: uint32(f.addrLen())}
+	case FieldL4Proto:
+		return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}
+	default:
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	}
+}
+
+// datatype is the nft type name and id of the field as a set key.
+func (fl Field) datatype(f Family) (string, uint32) {
+	switch fl {
+	case FieldSaddr, FieldDaddr:
+		if f == IPv6 {
+			return "ipv6_addr", 8
+		}
+		return "ipv4_addr", 7
+	case FieldL4Proto:
+		return "inet_proto", 12
+	}
+	return "inet_service", 13
+}
+
+// AddrMatch matches the source or destination address against a prefix
+// (a single address is a full-length prefix).
+type AddrMatch struct {
+	Field  Field // FieldSaddr or FieldDaddr
+	Negate bool
+	Prefix netip.Prefix
+}
+
+func (m AddrMatch) text(f Family) string {
+	op := ""
+	if m.Negate {
+		op = "!= "
+	}
+	v := m.Prefix.String()
+	if m.Prefix.IsSingleIP() {
+		v = m.Prefix.Addr().String()
+	}
+	return fmt.Sprintf("%s %s%s", m.Field.text(f), op, v)
+}
+
+func (m AddrMatch) exprs(f Family) []expr.Any {
+	addr := m.Prefix.Addr().AsSlice()
+	bits := m.Prefix.Bits()
+	op := expr.CmpOpEq
+	if m.Negate {
+		op = expr.CmpOpNeq
+	}
+	off := f.addrOffset(m.Field == FieldSaddr)
+	if bits%8 == 0 {
+		// nft loads only the prefix's whole bytes and compares them.
+		n := uint32(bits / 8)
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Cmp{Op: op, Register: 1, Data: addr[:n]},
+		}
+	}
+	mask := make([]byte, len(addr))
+	for i := range mask {
+		switch {
+		case bits >= 8*(i+1):
+			mask[i] = 0xff
+		case bits > 8*i:
+			mask[i] = byte(0xff << (8 - (bits - 8*i)))
+		}
+	}
+	masked := make([]byte, len(addr))
+	for i := range addr {
+		masked[i] = addr[i] & mask[i]
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(addr))},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))},
+		&expr.Cmp{Op: op, Register: 1, Data: masked},
+	}
+}
+
+// ProtoMatch is `meta l4proto tcp`.
+type ProtoMatch struct{ Proto uint8 }
+
+func (m ProtoMatch) text(Family) string { return "meta l4proto " + protoName(m.Proto) }
+
+func (m ProtoMatch) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{m.Proto}},
+	}
+}
+
+// FibLocal is `fib daddr type local`: the destination is one of the node's addresses.
+type FibLocal struct{}
+
+func (FibLocal) text(Family) string { return "fib daddr type local" }
+
+func (FibLocal) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)},
+	}
+}
+
+// VmapLookup is `<key fields> vmap @map`: the map's verdict for the packet's key.
+type VmapLookup struct {
+	Key [4]Field // up to 4 fields, NumKey used
+	N   int
+	Map string
+}
+
+// Vmap builds a VmapLookup over the given key fields.
+func Vmap(m string, key ...Field) VmapLookup {
+	v := VmapLookup{Map: m, N: len(key)}
+	copy(v.Key[:], key)
+	return v
+}
+
+func (v VmapLookup) fields() []Field { return v.Key[:v.N] }
+
+func (v VmapLookup) text(f Family) string {
+	s := ""
+	for i, fl := range v.fields() {
+		if i > 0 {
+			s += " . "
+		}
+		s += fl.text(f)
+	}
+	return s + " vmap @" + v.Map
+}
+
+func (v VmapLookup) exprs(f Family) []expr.Any {
+	var out []expr.Any
+	if v.N == 1 {
+		out = append(out, v.Key[0].load(f, 1))
+	} else {
+		// Concatenations use the 32-bit registers (8 = NFT_REG32_00),
+		// each field starting on a fresh one.
+		reg := uint32(unix.NFT_REG32_00)
+		for _, fl := range v.fields() {
+			out = append(out, fl.load(f, reg))
+			reg += (fl.size(f) + 3) / 4
+		}
+	}
+	return append(out, &expr.Lookup{SourceRegister: 1, SetName: v.Map, IsDestRegSet: true, DestRegister: 0})
+}
+
+// NumgenZero is `numgen random mod N 0`: true with probability 1/N.
+type NumgenZero struct{ Mod uint32 }
+
+func (n NumgenZero) text(Family) string { return fmt.Sprintf("numgen random mod %d 0", n.Mod) }
+
+func (n NumgenZero) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Numgen{Register: 1, Modulus: n.Mod, Type: unix.NFT_NG_RANDOM},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// MarkZero is `meta mark & BIT == 0x00000000`.
+type MarkZero struct{ Bit uint32 }
+
+func (m MarkZero) text(Family) string {
+	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.Bit)
+}
+
+func (m MarkZero) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bit), Xor: le32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: le32(0)},
+	}
+}
+
+// MarkSet sets (`meta mark set meta mark | BIT`) or toggles
+// (`meta mark set meta mark ^ BIT`) the masquerade bit.
+type MarkSet struct {
+	Bit    uint32
+	Toggle bool
+}
+
+func (m MarkSet) text(Family) string {
+	op := "|"
+	if m.Toggle {
+		op = "^"
+	}
+	return fmt.Sprintf("meta mark set meta mark %s 0x%08x", op, m.Bit)
+}
+
+func (m MarkSet) exprs(Family) []expr.Any {
+	mask, xor := ^m.Bit, m.Bit // x | b == (x & ^b) ^ b
+	if m.Toggle {
+		mask = 0xffffffff
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(mask), Xor: le32(xor)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+// DNAT is `dnat to ADDR:PORT`; nft requires a protocol match before it.
+type DNAT struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+func (d DNAT) text(Family) string { return "dnat to " + netip.AddrPortFrom(d.Addr, d.Port).String() }
+
+func (d DNAT) exprs(f Family) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: d.Addr.AsSlice()},
+		&expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, d.Port)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f), RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}
+}
+
+// Masquerade is `masquerade fully-random`, as kube-proxy does by default.
+type Masquerade struct{}
+
+func (Masquerade) text(Family) string { return "masquerade fully-random" }
+
+func (Masquerade) exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+
+// VerdictKind is what a verdict does.
+type VerdictKind uint8
+
+// The verdicts our rules use.
+const (
+	Accept VerdictKind = iota
+	Drop
+	Return
+	Jump
+	Goto
+)
+
+// Verdict ends a rule (jump/goto CHAIN, return, accept, drop).
+type Verdict struct {
+	Kind  VerdictKind
+	Chain string
+}
+
+// JumpTo and GotoChain are shorthands for the common verdicts.
+func JumpTo(chain string) Verdict    { return Verdict{Kind: Jump, Chain: chain} }
+func GotoChain(chain string) Verdict { return Verdict{Kind: Goto, Chain: chain} }
+
+func (v Verdict) text(Family) string {
+	switch v.Kind {
+	case Accept:
+		return "accept"
+	case Drop:
+		return "drop"
+	case Return:
+		return "return"
+	case Jump:
+		return "jump " + v.Chain
+	}
+	return "goto " + v.Chain
+}
+
+func (v Verdict) expr() *expr.Verdict {
+	kinds := map[VerdictKind]expr.VerdictKind{
+		Accept: expr.VerdictAccept, Drop: expr.VerdictDrop, Return: expr.VerdictReturn,
+		Jump: expr.VerdictJump, Goto: expr.VerdictGoto,
+	}
+	return &expr.Verdict{Kind: kinds[v.Kind], Chain: v.Chain}
+}
+
+func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
+
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return fmt.Sprint(p)
+}
+
+func le32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }

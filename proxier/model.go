@@ -1,0 +1,183 @@
+// Package proxier holds the service model, endpoint categorisation and the
+// sync loop. It knows nothing of the kernel: backends implement Backend.
+package proxier
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Protocol is a Service port's L4 protocol as Kubernetes spells it.
+type Protocol string
+
+// The protocols kube-proxy programs.
+const (
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
+)
+
+// ParseProtocol accepts the Kubernetes spelling; empty means TCP, as the API defaults it.
+func ParseProtocol(s string) (Protocol, error) {
+	switch Protocol(s) {
+	case "":
+		return TCP, nil
+	case TCP, UDP, SCTP:
+		return Protocol(s), nil
+	}
+	return "", fmt.Errorf("unknown protocol %q (want TCP, UDP or SCTP)", s)
+}
+
+// Lower is the protocol as the chain-name hashes and nft spell it.
+func (p Protocol) Lower() string { return strings.ToLower(string(p)) }
+
+// ServicePortName names one port of one Service, as kube-proxy does.
+type ServicePortName struct {
+	Namespace, Name, Port string
+}
+
+// String is "namespace/name:port" (":port" left out for an unnamed port),
+// the text iptables mode puts in its comments and hashes into chain names.
+func (n ServicePortName) String() string {
+	if n.Port == "" {
+		return n.Namespace + "/" + n.Name
+	}
+	return n.Namespace + "/" + n.Name + ":" + n.Port
+}
+
+// ServicePort is everything the backends need to know about one Service port.
+// Addresses of both families live here; a backend picks its family's.
+type ServicePort struct {
+	Name     ServicePortName
+	Protocol Protocol
+	Port     uint16 // the Service's port
+	NodePort uint16 // 0: none
+
+	ClusterIPs      []netip.Addr
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []netip.Addr
+	// LoadBalancerSourceRanges restricts who may reach the LoadBalancer IPs.
+	LoadBalancerSourceRanges []netip.Prefix
+
+	// AffinityTimeout > 0 means sessionAffinity: ClientIP with that timeout.
+	AffinityTimeout time.Duration
+
+	ExternalPolicyLocal bool // externalTrafficPolicy: Local
+	InternalPolicyLocal bool // internalTrafficPolicy: Local
+	HealthCheckNodePort uint16
+	// TrafficDistribution is spec.trafficDistribution ("" or "PreferClose", ...).
+	TrafficDistribution string
+}
+
+// Endpoint is one address:port serving a ServicePort.
+type Endpoint struct {
+	Addr     netip.Addr
+	Port     uint16
+	NodeName string
+	Zone     string
+
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	// ZoneHints is hints.forZones; nil when the slice carries no hints.
+	ZoneHints []string
+}
+
+// String is "ip:port" with brackets for IPv6, the form hashed into KUBE-SEP names.
+func (e Endpoint) String() string {
+	return netip.AddrPortFrom(e.Addr, e.Port).String()
+}
+
+// IsLocal reports whether the endpoint runs on the named node.
+func (e Endpoint) IsLocal(node string) bool { return node != "" && e.NodeName == node }
+
+// Node is what the proxy knows about the node it runs on.
+type Node struct {
+	Name     string
+	Zone     string
+	PodCIDRs []netip.Prefix
+	// IPs are the node's addresses (from the Node object); may be empty.
+	IPs []netip.Addr
+}
+
+// State is one immutable snapshot handed to a backend: every Service port and
+// its endpoints. Backends must not modify it.
+type State struct {
+	Node     Node
+	Services map[ServicePortName]*ServicePort
+	// Endpoints holds every endpoint of a service port, whatever its
+	// conditions, deduplicated and in a stable order.
+	Endpoints map[ServicePortName][]Endpoint
+}
+
+// NewState returns an empty State.
+func NewState() *State {
+	return &State{
+		Services:  map[ServicePortName]*ServicePort{},
+		Endpoints: map[ServicePortName][]Endpoint{},
+	}
+}
+
+// SortedNames lists the service ports in a stable order, so everything built
+// from a State is deterministic.
+func (s *State) SortedNames() []ServicePortName {
+	names := make([]ServicePortName, 0, len(s.Services))
+	for n := range s.Services {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
+	return names
+}
+
+// Equal reports whether two service ports program the same rules.
+func (s *ServicePort) Equal(o *ServicePort) bool {
+	if s == o {
+		return true
+	}
+	if s == nil || o == nil {
+		return false
+	}
+	return s.Name == o.Name && s.Protocol == o.Protocol && s.Port == o.Port && s.NodePort == o.NodePort &&
+		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
+		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) &&
+		slices.Equal(s.LoadBalancerSourceRanges, o.LoadBalancerSourceRanges) &&
+		s.AffinityTimeout == o.AffinityTimeout && s.ExternalPolicyLocal == o.ExternalPolicyLocal &&
+		s.InternalPolicyLocal == o.InternalPolicyLocal && s.HealthCheckNodePort == o.HealthCheckNodePort &&
+		s.TrafficDistribution == o.TrafficDistribution
+}
+
+// EndpointsEqual reports whether two endpoint lists are the same, in order.
+func EndpointsEqual(a, b []Endpoint) bool {
+	return slices.EqualFunc(a, b, func(x, y Endpoint) bool {
+		return x.Addr == y.Addr && x.Port == y.Port && x.NodeName == y.NodeName && x.Zone == y.Zone &&
+			x.Ready == y.Ready && x.Serving == y.Serving && x.Terminating == y.Terminating &&
+			slices.Equal(x.ZoneHints, y.ZoneHints)
+	})
+}
+
+// Equal reports whether two node descriptions are the same.
+func (n Node) Equal(o Node) bool {
+	return n.Name == o.Name && n.Zone == o.Zone && slices.Equal(n.PodCIDRs, o.PodCIDRs) && slices.Equal(n.IPs, o.IPs)
+}
+
+// Backend programs a State into the kernel. Sync is called from one
+// goroutine at a time; an error means nothing of that State was applied.
+type Backend interface {
+	Sync(ctx context.Context, st *State) (SyncResult, error)
+	// Cleanup removes everything the backend ever created; removed is false
+	// when there was nothing to remove.
+	Cleanup(ctx context.Context) (removed bool, err error)
+}
+
+// SyncResult describes one applied sync.
+type SyncResult struct {
+	Full     bool // the whole ruleset was rewritten
+	Changed  bool // anything was sent to the kernel
+	Messages int  // netlink messages in the transaction
+	Bytes    int  // size of the transaction
+}
