@@ -19,9 +19,9 @@ import (
 type batch struct {
 	buf   []byte
 	seq   uint32
-	start int      // offset of the message being written
-	nests []int    // offsets of open nested attributes
-	ops   []op // what each message does, by seq-first, for error reports
+	start int   // offset of the message being written
+	nests []int // offsets of open nested attributes
+	ops   []op  // what each message does, by seq-first, for error reports
 	first uint32
 	err   error
 }

@@ -103,6 +103,14 @@ func (r Rule) text(f Family) string {
 }
 
 func (e Element) text(f Family, key []Field) string {
+	s := e.keyText(key)
+	if e.Comment != "" {
+		s += " comment " + strconv.Quote(e.Comment)
+	}
+	return s + " : " + e.Verdict.text(f)
+}
+
+func (e Element) keyText(key []Field) string {
 	parts := make([]string, 0, len(key))
 	for _, fl := range key {
 		switch fl {
@@ -114,11 +122,7 @@ func (e Element) text(f Family, key []Field) string {
 			parts = append(parts, strconv.Itoa(int(e.Key.Port)))
 		}
 	}
-	s := strings.Join(parts, " . ")
-	if e.Comment != "" {
-		s += " comment " + strconv.Quote(e.Comment)
-	}
-	return s + " : " + e.Verdict.text(f)
+	return strings.Join(parts, " . ")
 }
 
 // priorityText names the standard priorities the way nft prints them.

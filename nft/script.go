@@ -55,7 +55,7 @@ func (s *scriptWriter) elements(add bool, f Family, table string, m *Map, elems 
 		if add {
 			s.line("add element %s %s %s { %s }", f, table, m.Name, e.text(f, m.Key))
 		} else {
-			s.line("delete element %s %s %s { %s }", f, table, m.Name, strings.SplitN(e.text(f, m.Key), " : ", 2)[0])
+			s.line("delete element %s %s %s { %s }", f, table, m.Name, e.keyText(m.Key))
 		}
 	}
 }

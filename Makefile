@@ -1,0 +1,44 @@
+# kube-nftproxy: build, test, benchmark and demo.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: all build test unit e2e lint bench demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy
+
+# Everything CI runs: lint, unit tests, and the kernel tests (root) in
+# network namespaces the tests create and delete.
+test: build lint
+	$(GO) build -o $(BIN)/ ./e2e/agent
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+unit:
+	$(GO) test -count=1 -short $(PKGS)
+
+e2e: build
+	$(GO) build -o $(BIN)/ ./e2e/agent
+	$(GO) test -count=1 -timeout 30m -v ./e2e/...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@if ! command -v staticcheck >/dev/null 2>&1 && [ ! -x "$$($(GO) env GOPATH)/bin/staticcheck" ]; then \
+		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); fi
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck $(PKGS)
+
+# Benchmarks: ruleset building (no root) and kernel syncs in a namespace (root).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/
+
+demo:
+	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/agent ./e2e/demo
+	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kube-nftproxy/kube-nftproxy/informers"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// options are the flags shared by the proxy and `render`, with kube-proxy's
+// names and defaults.
+type options struct {
+	statePath        string
+	hostnameOverride string
+	clusterCIDR      string
+	masqueradeAll    bool
+	masqueradeBit    int
+	minSyncPeriod    time.Duration
+	syncPeriod       time.Duration
+	cleanup          bool
+	verbosity        int
+	logFormat        string
+}
+
+func (o *options) addRuleFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.statePath, "state", "", "read Services, EndpointSlices and Nodes from this YAML file or directory (standalone mode)")
+	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "the name of this node (default: the hostname)")
+	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "the pod CIDR(s) of the cluster, comma-separated, one per family; traffic from outside them to a ClusterIP is masqueraded")
+	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent via Service cluster IPs")
+	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", 14, "the bit of the fwmark space that marks packets to SNAT, 0-31")
+}
+
+func (o *options) nodeName() (string, error) {
+	if o.hostnameOverride != "" {
+		return strings.ToLower(strings.TrimSpace(o.hostnameOverride)), nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no --hostname-override and no hostname: %w", err)
+	}
+	return strings.ToLower(h), nil
+}
+
+func (o *options) nftConfig() (nft.Config, error) {
+	cfg := nft.DefaultConfig()
+	cfg.MasqueradeAll = o.masqueradeAll
+	if o.masqueradeBit < 0 || o.masqueradeBit > 31 {
+		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
+	}
+	cfg.MasqueradeBit = uint(o.masqueradeBit)
+	seen := map[bool]bool{}
+	for _, s := range strings.Split(o.clusterCIDR, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return cfg, fmt.Errorf("--cluster-cidr %q: %w", s, err)
+		}
+		if seen[p.Addr().Is4()] {
+			return cfg, fmt.Errorf("--cluster-cidr %q: at most one CIDR per IP family", o.clusterCIDR)
+		}
+		seen[p.Addr().Is4()] = true
+		cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, p.Masked())
+	}
+	return cfg, cfg.Validate()
+}
+
+func (o *options) logger(w io.Writer) *slog.Logger {
+	// kube-proxy's --v: 0-1 info and above, 2+ debug.
+	level := slog.LevelInfo
+	if o.verbosity >= 2 {
+		level = slog.LevelDebug
+	}
+	h := &slog.HandlerOptions{Level: level}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, h))
+	}
+	return slog.New(slog.NewTextHandler(w, h))
+}
+
+func newRootCommand() *cobra.Command {
+	o := &options{}
+	root := &cobra.Command{
+		Use:   "kube-nftproxy",
+		Short: "Kubernetes service proxy programming nftables over netlink (a kube-proxy drop-in)",
+		Long: `kube-nftproxy programs Kubernetes Services into nftables, with kube-proxy's
+flags and iptables mode's chain names, applying each generation atomically.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := o.logger(cmd.ErrOrStderr())
+			if o.cleanup {
+				return runCleanup(cmd.Context(), cmd.OutOrStdout(), log)
+			}
+			return runProxy(cmd.Context(), o, log)
+		},
+	}
+	fs := root.Flags()
+	o.addRuleFlags(fs)
+	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
+	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
+	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
+	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (0-1 info, 2+ debug)")
+	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
+	root.AddCommand(newRenderCommand(), newVersionCommand())
+	return root
+}
+
+func newRenderCommand() *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "render --state PATH",
+		Short: "print the nftables ruleset for a state, in nft syntax, touching nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.statePath == "" {
+				return errors.New("render needs --state")
+			}
+			st, err := loadState(o, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			if err != nil {
+				return err
+			}
+			cfg, err := o.nftConfig()
+			if err != nil {
+				return err
+			}
+			return nft.Build(st, cfg).Render(cmd.OutOrStdout())
+		},
+	}
+	o.addRuleFlags(cmd.Flags())
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			v := "(devel)"
+			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+				v = bi.Main.Version
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "kube-nftproxy", v)
+		},
+	}
+}
+
+// loadState reads the state files, logging (not failing on) bad objects:
+// they are skipped and everything else is programmed.
+func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
+	node, err := o.nodeName()
+	if err != nil {
+		return nil, err
+	}
+	st, problems := informers.LoadState(o.statePath, node)
+	for _, p := range problems {
+		log.Warn("skipping bad input", "err", p)
+	}
+	if st == nil {
+		return nil, fmt.Errorf("reading state from %s failed", o.statePath)
+	}
+	return st, nil
+}
+
+func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
+	if o.statePath == "" {
+		return errors.New("no source: pass --state PATH (the API server source comes with --kubeconfig/--master)")
+	}
+	cfg, err := o.nftConfig()
+	if err != nil {
+		return err
+	}
+	k, err := nft.OpenKernel("")
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	backend, err := nft.NewBackend(cfg, k, log)
+	if err != nil {
+		return err
+	}
+	loop := proxier.NewLoop(backend, log)
+	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
+
+	reload := func() {
+		st, err := loadState(o, log)
+		if err != nil {
+			log.Error("keeping the previous state", "err", err)
+			return
+		}
+		loop.SetState(st)
+	}
+	reload()
+	go informers.Watch(ctx, o.statePath, reload)
+	log.Info("kube-nftproxy running", "state", o.statePath, "cluster-cidr", o.clusterCIDR)
+	return loop.Run(ctx)
+}
+
+func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {
+	k, err := nft.OpenKernel("")
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	b, err := nft.NewBackend(nft.DefaultConfig(), k, log)
+	if err != nil {
+		return err
+	}
+	removed, err := b.Cleanup(ctx)
+	if err != nil {
+		return err
+	}
+	if removed {
+		fmt.Fprintln(out, "removed the kube-nftproxy tables")
+	} else {
+		fmt.Fprintln(out, "nothing to clean up")
+	}
+	return nil
+}

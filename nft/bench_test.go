@@ -1,0 +1,111 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// scaleState is n ClusterIP+NodePort services with m endpoints each.
+func scaleState(n, m int) *proxier.State {
+	st := proxier.NewState()
+	st.Node = proxier.Node{Name: "node-1"}
+	for i := 0; i < n; i++ {
+		name := proxier.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
+		ip := netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})
+		svc := &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip}}
+		if i < 2000 { // the NodePort range holds 2768
+			svc.NodePort = uint16(30000 + i)
+		}
+		st.Services[name] = svc
+		eps := make([]proxier.Endpoint, m)
+		for j := range eps {
+			eps[j] = proxier.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 128 + byte(i>>14), byte(i >> 6), byte(i&63)<<2 | byte(j&3)}),
+				Port: uint16(8000 + j), NodeName: "node-1", Ready: true, Serving: true}
+		}
+		st.Endpoints[name] = eps
+	}
+	return st
+}
+
+// withOneEndpointChanged returns a copy of st sharing every service and
+// endpoint list but one, whose first endpoint moved.
+func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
+	out := proxier.NewState()
+	out.Node = st.Node
+	for k, v := range st.Services {
+		out.Services[k] = v
+	}
+	for k, v := range st.Endpoints {
+		out.Endpoints[k] = v
+	}
+	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
+	eps := append([]proxier.Endpoint(nil), st.Endpoints[name]...)
+	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})
+	out.Endpoints[name] = eps
+	return out
+}
+
+func BenchmarkBuild(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		st := scaleState(n, 10)
+		b.Run(fmt.Sprintf("services=%d/endpoints=10", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Build(st, demoConfig())
+			}
+		})
+	}
+}
+
+// BenchmarkKernelFullSync times a first (full) sync of n services x 10
+// endpoints into an empty network namespace, transaction included.
+func BenchmarkKernelFullSync(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		st := scaleState(n, 10)
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				ns := testNetns(b)
+				be := openTestBackend(b, ns, demoConfig())
+				b.StartTimer()
+				res, err := be.Sync(context.Background(), st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(res.Messages), "msgs")
+				b.ReportMetric(float64(res.Bytes)/(1<<20), "MiB")
+			}
+		})
+	}
+}
+
+// BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
+// one service while n services are programmed.
+func BenchmarkKernelOneEndpointChange(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			st := scaleState(n, 10)
+			ns := testNetns(b)
+			be := openTestBackend(b, ns, demoConfig())
+			if _, err := be.Sync(context.Background(), st); err != nil {
+				b.Fatal(err)
+			}
+			gen := 0
+			for b.Loop() {
+				gen++
+				res, err := be.Sync(context.Background(), withOneEndpointChanged(st, gen))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Full {
+					b.Fatal("one-endpoint change made a full sync")
+				}
+				b.ReportMetric(float64(res.Messages), "msgs")
+			}
+		})
+	}
+}
