@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -97,12 +96,10 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	}
 	res := proxier.SyncResult{Full: full, Changed: changed, Messages: bt.messages()}
 	if changed {
-		res.Bytes = len(bt.buf)
-		t0 := time.Now()
+		res.Bytes = bt.size()
+		start := time.Now()
 		err := b.k.Apply(bt)
-		if os.Getenv("KNP_DEBUG_TIMING") != "" {
-			fmt.Fprintf(os.Stderr, "apply %d msgs %d bytes: %v\n", bt.messages(), len(bt.buf), time.Since(t0))
-		}
+		res.Kernel = time.Since(start)
 		b.k.finished(bt)
 		if err != nil {
 			b.needFull = true

@@ -78,6 +78,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 				}
 				b.ReportMetric(float64(res.Messages), "msgs")
 				b.ReportMetric(float64(res.Bytes)/(1<<20), "MiB")
+				b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
 			}
 		})
 	}
@@ -105,6 +106,7 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 					b.Fatal("one-endpoint change made a full sync")
 				}
 				b.ReportMetric(float64(res.Messages), "msgs")
+				b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
 			}
 		})
 	}

@@ -108,12 +108,13 @@ func (e *TxError) Unwrap() error { return e.Errno }
 
 // Apply sends a batch as one transaction and waits for the kernel's verdict.
 func (k *Kernel) Apply(b *batch) error {
-	buf, lastSeq, err := b.finish()
+	chunks, lastSeq, err := b.finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
 	}
-	if err := unix.Sendto(k.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("sending transaction of %d bytes: %w", len(buf), err)
+	// One sendmsg: the kernel gathers the chunks into one batch.
+	if _, err := unix.SendmsgBuffers(k.fd, chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+		return fmt.Errorf("sending transaction of %d bytes: %w", b.size(), err)
 	}
 	// The kernel handles the whole batch inside sendmsg and then queues its
 	// answers: errors for refused messages and the ack of the last one.

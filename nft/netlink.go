@@ -17,13 +17,17 @@ import (
 // and an echo of every message, hundreds of thousands of replies for a full
 // sync) and use google/nftables only for the expressions.
 type batch struct {
-	buf   []byte
-	seq   uint32
-	start int   // offset of the message being written
-	nests []int // offsets of open nested attributes
-	ops   []op  // what each message does, by seq-first, for error reports
-	first uint32
-	err   error
+	// buf is the message being written; completed messages are copied into
+	// chunks, so a batch of many MiB is never copied again as it grows.
+	buf    []byte
+	chunks [][]byte
+	total  int
+	seq    uint32
+	start  int   // offset of the message being written (0: buf holds one message)
+	nests  []int // offsets of open nested attributes
+	ops    []op  // what each message does, by seq-first, for error reports
+	first  uint32
+	err    error
 }
 
 // Netlink attribute numbers golang.org/x/sys/unix does not define.
@@ -53,6 +57,7 @@ func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
 		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
 	}
+	b.flushMessage()
 	b.start = len(b.buf)
 	var hdr [nlmsgHdrLen + nfgenLen]byte
 	binary.NativeEndian.PutUint16(hdr[4:], typ)
@@ -64,6 +69,25 @@ func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
 	b.ops = append(b.ops, what)
 	b.seq++
 }
+
+// flushMessage moves the completed message into the chunk list.
+func (b *batch) flushMessage() {
+	if len(b.buf) == 0 {
+		return
+	}
+	const chunkSize = 4 << 20
+	n := len(b.chunks)
+	if n == 0 || len(b.chunks[n-1])+len(b.buf) > cap(b.chunks[n-1]) {
+		b.chunks = append(b.chunks, make([]byte, 0, max(chunkSize, len(b.buf))))
+		n++
+	}
+	b.chunks[n-1] = append(b.chunks[n-1], b.buf...)
+	b.total += len(b.buf)
+	b.buf = b.buf[:0]
+}
+
+// size is the batch's length in bytes so far.
+func (b *batch) size() int { return b.total + len(b.buf) }
 
 func (b *batch) end() {
 	binary.NativeEndian.PutUint32(b.buf[b.start:], uint32(len(b.buf)-b.start))
@@ -317,7 +341,7 @@ func encodeKey(f Family, key []Field, k Key) []byte {
 // finish closes the batch, asking for an ack on the last real message only:
 // errors are reported whatever the flags, and the kernel processes the whole
 // batch before it answers, so that one ack tells us the batch is done.
-func (b *batch) finish() (buf []byte, lastSeq uint32, err error) {
+func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 	if b.err != nil {
 		return nil, 0, b.err
 	}
@@ -328,7 +352,8 @@ func (b *batch) finish() (buf []byte, lastSeq uint32, err error) {
 	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0, op{"batch end", ""})
 	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
 	b.end()
-	return b.buf, lastSeq, nil
+	b.flushMessage()
+	return b.chunks, lastSeq, nil
 }
 
 // messages is how many object messages (not counting begin/end) the batch holds.
