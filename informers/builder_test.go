@@ -1,0 +1,196 @@
+package informers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+const builderWeb = `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: http, port: 80}]`
+
+func sliceYAML(name, service, addr string) string {
+	return `
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: ` + name + `
+  namespace: default
+  labels: {kubernetes.io/service-name: ` + service + `}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [` + addr + `], nodeName: node-1}]`
+}
+
+// TestBuilder walks one Builder through a sequence of changes and checks
+// the snapshot after each, as a watch source would drive it.
+func TestBuilder(t *testing.T) {
+	b := NewBuilder("node-1")
+	web := decodeService(t, builderWeb)
+	sliceA := decodeSlices(t, sliceYAML("web-a", "web", "10.0.0.1"))[0]
+	sliceB := decodeSlices(t, sliceYAML("web-b", "web", "10.0.0.2"))[0]
+	http := spn("http")
+
+	type want struct {
+		services  []proxier.ServicePortName
+		endpoints map[proxier.ServicePortName][]proxier.Endpoint
+		node      proxier.Node
+		errs      []string
+	}
+	none := map[proxier.ServicePortName][]proxier.Endpoint{}
+	steps := []struct {
+		name string
+		do   func() error
+		want want
+	}{{
+		name: "empty",
+		do:   func() error { return nil },
+		want: want{endpoints: none, node: proxier.Node{Name: "node-1"}},
+	}, {
+		name: "a slice before its Service is kept but not shown",
+		do:   func() error { return b.UpsertEndpointSlice(sliceA) },
+		want: want{endpoints: none, node: proxier.Node{Name: "node-1"}},
+	}, {
+		name: "the Service arrives",
+		do:   func() error { return b.UpsertService(web) },
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
+			node:      proxier.Node{Name: "node-1"}},
+	}, {
+		name: "a second slice",
+		do:   func() error { return b.UpsertEndpointSlice(sliceB) },
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080), ep("10.0.0.2", 8080)}},
+			node:      proxier.Node{Name: "node-1"}},
+	}, {
+		name: "a slice moves to another Service",
+		do: func() error {
+			return b.UpsertEndpointSlice(decodeSlices(t, sliceYAML("web-b", "other", "10.0.0.2"))[0])
+		},
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
+			node:      proxier.Node{Name: "node-1"}},
+	}, {
+		name: "another node's Node is ignored, ours is used",
+		do: func() error {
+			if err := b.UpsertNode(&corev1.Node{ObjectMeta: metaName("node-2")}); err != nil {
+				return err
+			}
+			n := &corev1.Node{ObjectMeta: metaName("node-1")}
+			n.Labels = map[string]string{corev1.LabelTopologyZone: "zone-a"}
+			return b.UpsertNode(n)
+		},
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
+			node:      proxier.Node{Name: "node-1", Zone: "zone-a"}},
+	}, {
+		name: "an invalid update removes the Service and is reported",
+		do: func() error {
+			bad := web.DeepCopy()
+			bad.Spec.ClusterIP = "nope"
+			return b.UpsertService(bad)
+		},
+		want: want{endpoints: none, node: proxier.Node{Name: "node-1", Zone: "zone-a"},
+			errs: []string{`service default/web: spec.clusterIPs[0]: invalid IP address "nope", service skipped`}},
+	}, {
+		name: "fixing it clears the error",
+		do:   func() error { return b.UpsertService(web) },
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
+			node:      proxier.Node{Name: "node-1", Zone: "zone-a"}},
+	}, {
+		name: "a label handing the Service to another proxy removes it",
+		do: func() error {
+			other := web.DeepCopy()
+			other.Labels = map[string]string{LabelServiceProxyName: "x"}
+			return b.UpsertService(other)
+		},
+		want: want{endpoints: none, node: proxier.Node{Name: "node-1", Zone: "zone-a"}},
+	}, {
+		name: "back again, then its last slice goes",
+		do: func() error {
+			b.DeleteEndpointSlice("default", "web-a")
+			return b.UpsertService(web)
+		},
+		want: want{services: []proxier.ServicePortName{http}, endpoints: none,
+			node: proxier.Node{Name: "node-1", Zone: "zone-a"}},
+	}, {
+		name: "deletes",
+		do: func() error {
+			b.DeleteService("default", "web")
+			b.DeleteNode("node-1")
+			return nil
+		},
+		want: want{endpoints: none, node: proxier.Node{Name: "node-1"}},
+	}}
+	for _, s := range steps {
+		err := s.do()
+		checkErrors(t, SplitErrors(err), s.want.errs...)
+		checkErrors(t, b.Errors(), s.want.errs...)
+		st := b.State()
+		mustEqual(t, s.name+": services", st.SortedNames(), orEmpty(s.want.services))
+		mustEqual(t, s.name+": endpoints", st.Endpoints, s.want.endpoints)
+		mustEqual(t, s.name+": node", st.Node, s.want.node)
+		for _, n := range st.SortedNames() {
+			if st.Services[n].Name != n {
+				t.Errorf("%s: service %v filed under %v", s.name, st.Services[n].Name, n)
+			}
+		}
+	}
+}
+
+func orEmpty(n []proxier.ServicePortName) []proxier.ServicePortName {
+	if n == nil {
+		return []proxier.ServicePortName{}
+	}
+	return n
+}
+
+// TestBuilderSnapshotsAreIndependent: a State handed to a backend must not
+// change when the Builder moves on.
+func TestBuilderSnapshotsAreIndependent(t *testing.T) {
+	b := NewBuilder("node-1")
+	if err := b.UpsertService(decodeService(t, builderWeb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UpsertEndpointSlice(decodeSlices(t, sliceYAML("web-a", "web", "10.0.0.1"))[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := b.State()
+	if err := b.UpsertEndpointSlice(decodeSlices(t, sliceYAML("web-a", "web", "10.0.0.7"))[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.DeleteService("default", "web")
+	mustEqual(t, "old snapshot endpoints", before.Endpoints,
+		map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080)}})
+	if len(before.Services) != 1 {
+		t.Errorf("old snapshot lost its service: %v", before.Services)
+	}
+}
+
+// TestBuilderNilObjects: handlers may see nil from a tombstone; no panic.
+func TestBuilderNilObjects(t *testing.T) {
+	b := NewBuilder("node-1")
+	var svc *corev1.Service
+	var es *discoveryv1.EndpointSlice
+	if err := b.UpsertService(svc); err != nil {
+		t.Error(err)
+	}
+	if err := b.UpsertEndpointSlice(es); err != nil {
+		t.Error(err)
+	}
+	if err := b.UpsertNode(nil); err != nil {
+		t.Error(err)
+	}
+}
+
+func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }

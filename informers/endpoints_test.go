@@ -1,0 +1,240 @@
+package informers
+
+import (
+	"net/netip"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+func spn(port string) proxier.ServicePortName {
+	return proxier.ServicePortName{Namespace: "default", Name: "web", Port: port}
+}
+
+// ep is a ready, serving endpoint on node-1.
+func ep(addr string, port uint16) proxier.Endpoint {
+	return proxier.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, NodeName: "node-1", Ready: true, Serving: true}
+}
+
+func epWith(e proxier.Endpoint, f func(*proxier.Endpoint)) proxier.Endpoint {
+	f(&e)
+	return e
+}
+
+// webPorts are the ports of Service default/web used by the endpoint tests.
+func webPorts() []*proxier.ServicePort {
+	return []*proxier.ServicePort{
+		sp("web", "http", proxier.TCP, 80, "10.96.0.10", "fd00:10:96::10"),
+		sp("web", "dns", proxier.UDP, 53, "10.96.0.10", "fd00:10:96::10"),
+	}
+}
+
+const sliceHeader = `
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+`
+
+func TestEndpointsForService(t *testing.T) {
+	tests := []struct {
+		name     string
+		yaml     string
+		want     map[proxier.ServicePortName][]proxier.Endpoint
+		wantErrs []string
+	}{{
+		name: "conditions: nil ready is true, nil serving follows ready, nil terminating is false",
+		yaml: sliceHeader + `  name: web-a
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node-1}
+- {addresses: [10.0.0.2], nodeName: node-1, conditions: {ready: false}}
+- {addresses: [10.0.0.3], nodeName: node-1, conditions: {ready: false, serving: true, terminating: true}}
+- {addresses: [10.0.0.4], nodeName: node-1, conditions: {ready: true, serving: false, terminating: false}}
+- addresses: [10.0.0.5]
+  nodeName: node-2
+  zone: zone-b
+  hints: {forZones: [{name: zone-b}, {name: zone-a}]}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {
+			ep("10.0.0.1", 8080),
+			epWith(ep("10.0.0.2", 8080), func(e *proxier.Endpoint) { e.Ready, e.Serving = false, false }),
+			epWith(ep("10.0.0.3", 8080), func(e *proxier.Endpoint) { e.Ready, e.Terminating = false, true }),
+			epWith(ep("10.0.0.4", 8080), func(e *proxier.Endpoint) { e.Serving = false }),
+			epWith(ep("10.0.0.5", 8080), func(e *proxier.Endpoint) {
+				e.NodeName, e.Zone, e.ZoneHints = "node-2", "zone-b", []string{"zone-a", "zone-b"}
+			}),
+		}},
+	}, {
+		name: "ports match by name and protocol; unnamed slice port matches no named port",
+		yaml: sliceHeader + `  name: web-a
+addressType: IPv4
+ports:
+- {name: http, protocol: TCP, port: 8080}
+- {name: dns, protocol: UDP, port: 5353}
+- {name: dns, protocol: TCP, port: 5354}
+- {name: metrics, port: 9090}
+- {port: 1}
+- {name: all}
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node-1}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{
+			spn("http"): {ep("10.0.0.1", 8080)},
+			spn("dns"):  {ep("10.0.0.1", 5353)},
+		},
+	}, {
+		name: "several slices merge; duplicates keep the local copy, else the first slice by name; sorted",
+		yaml: sliceHeader + `  name: web-c
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.9], nodeName: node-1}
+- {addresses: [10.0.0.1], nodeName: node-2, zone: from-c}
+- {addresses: [10.0.0.2], nodeName: node-1, zone: from-c}
+---` + sliceHeader + `  name: web-a
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.10], nodeName: node-1}
+- {addresses: [10.0.0.1], nodeName: node-3, zone: from-a}
+- {addresses: [10.0.0.2], nodeName: node-2, zone: from-a}
+---` + sliceHeader + `  name: web-b
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node-2, zone: from-b}
+- {addresses: [10.0.0.9], nodeName: node-1, conditions: {ready: false}}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {
+			epWith(ep("10.0.0.1", 8080), func(e *proxier.Endpoint) { e.NodeName, e.Zone = "node-3", "from-a" }),
+			epWith(ep("10.0.0.2", 8080), func(e *proxier.Endpoint) { e.Zone = "from-c" }),
+			epWith(ep("10.0.0.9", 8080), func(e *proxier.Endpoint) { e.Ready, e.Serving = false, false }),
+			ep("10.0.0.10", 8080),
+		}},
+	}, {
+		name: "the same address on two ports of one slice stays twice",
+		yaml: sliceHeader + `  name: web-a
+addressType: IPv4
+ports: [{name: http, port: 8081}, {name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1], nodeName: node-1}]
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080), ep("10.0.0.1", 8081)}},
+	}, {
+		name: "dual-stack: one slice per family",
+		yaml: sliceHeader + `  name: web-v6
+addressType: IPv6
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: ["fd00::1"], nodeName: node-1}]
+---` + sliceHeader + `  name: web-v4
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1, 10.0.0.99], nodeName: node-1}]
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080), ep("fd00::1", 8080)}},
+	}, {
+		name: "FQDN and headless slices are ignored",
+		yaml: sliceHeader + `  name: web-fqdn
+addressType: FQDN
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [example.com]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-headless
+  namespace: default
+  labels: {kubernetes.io/service-name: web, service.kubernetes.io/headless: ""}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1]}]
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{},
+	}, {
+		name: "bad endpoints and ports are dropped, the rest stays",
+		yaml: sliceHeader + `  name: web-bad
+addressType: IPv4
+ports:
+- {name: http, port: 8080}
+- {name: dns, protocol: UDP, port: 0}
+- {name: dns, protocol: ICMP, port: 53}
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node-1}
+- {addresses: [10.0.0.300]}
+- {addresses: ["fd00::1"]}
+- {addresses: []}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080)}},
+		wantErrs: []string{
+			`endpointslice default/web-bad: ports[1]: port 0 out of range 1-65535, port skipped`,
+			`endpointslice default/web-bad: ports[2]: unknown protocol "ICMP"`,
+			`endpointslice default/web-bad: endpoints[1]: invalid IP address "10.0.0.300", endpoint skipped`,
+			`endpointslice default/web-bad: endpoints[2]: address fd00::1 does not match addressType IPv4, endpoint skipped`,
+			`endpointslice default/web-bad: endpoints[3]: no addresses, endpoint skipped`,
+		},
+	}, {
+		name: "slices without the service label, of another Service or with an unknown address type are skipped",
+		yaml: `
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: orphan, namespace: default}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.1]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: other-a, namespace: default, labels: {kubernetes.io/service-name: other}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1]}]
+---` + sliceHeader + `  name: web-x
+addressType: IPv5
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1]}]
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{},
+		wantErrs: []string{
+			`endpointslice default/orphan: no kubernetes.io/service-name label, slice skipped`,
+			`endpointslice default/other-a: belongs to service default/other, not default/web; skipped`,
+			`endpointslice default/web-x: unknown addressType "IPv5", slice skipped`,
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := EndpointsForService(webPorts(), decodeSlices(t, tt.yaml), "node-1")
+			mustEqual(t, "endpoints", got, tt.want)
+			checkErrors(t, SplitErrors(err), tt.wantErrs...)
+		})
+	}
+}
+
+// TestMergePrefersLocal checks the duplicate rule in both slice orders: the
+// copy on this node wins wherever it sits.
+func TestMergePrefersLocal(t *testing.T) {
+	slices := decodeSlices(t, sliceHeader+`  name: web-a
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1], nodeName: node-2}]
+---`+sliceHeader+`  name: web-b
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1], nodeName: node-1}]
+`)
+	want := map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080)}}
+	for _, order := range [][]*discoveryv1.EndpointSlice{{slices[0], slices[1]}, {slices[1], slices[0]}} {
+		got, err := EndpointsForService(webPorts(), order, "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, "endpoints", got, want)
+	}
+	// Seen from node-3 neither copy is local: the first slice by name wins.
+	got, _ := EndpointsForService(webPorts(), []*discoveryv1.EndpointSlice{slices[1], slices[0]}, "node-3")
+	mustEqual(t, "endpoints from node-3", got, map[proxier.ServicePortName][]proxier.Endpoint{
+		spn("http"): {epWith(ep("10.0.0.1", 8080), func(e *proxier.Endpoint) { e.NodeName = "node-2" })},
+	})
+}
