@@ -3,28 +3,51 @@ package nft
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// Backend is the nftables backend: it turns each State into a Ruleset and
-// makes the kernel match it with one transaction per sync.
+// Backend is the nftables backend: it turns each State into tables and makes
+// the kernel match them with one transaction per sync.
+//
+// Each family has a main table and a delta table (see deltaSuffix). A full
+// sync puts every service port in the main table. Afterwards a changed
+// service port moves to the delta table, so that only the small delta table
+// needs the kernel's validation walk; a fold moves the delta back into the
+// main table when the delta has grown or when a sync has nothing else to do.
 type Backend struct {
 	cfg Config
 	k   *Kernel
 	log *slog.Logger
 
+	// Trace, when set, receives each transaction as nft commands.
+	Trace io.Writer
+
+	// FoldAt is how many service ports the delta may hold before a sync
+	// folds it, whatever else it does; 0 means max(64, services/16).
+	FoldAt int
+
 	// applied is what the kernel holds since the last successful sync.
-	applied map[Family]*Table
+	applied map[tableID]*Table
+	// inDelta holds the service ports that live in the delta tables (only
+	// those: its size is the delta's).
+	inDelta map[proxier.ServicePortName]bool
 	// inputs are what each applied fragment was built from, so that an
 	// unchanged service port reuses its fragment and the diff skips it.
 	inputs map[proxier.ServicePortName]fragmentInput
 	node   proxier.Node
 	// pending are chains flushed by the last transaction, to delete in the next.
-	pending  map[Family][]string
+	pending  map[tableID][]string
 	needFull bool
+}
+
+type tableID struct {
+	f     Family
+	delta bool
 }
 
 type fragmentInput struct {
@@ -42,60 +65,117 @@ func NewBackend(cfg Config, k *Kernel, log *slog.Logger) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cfg: cfg, k: k, log: log, needFull: true, pending: map[Family][]string{}}, nil
+	return &Backend{cfg: cfg, k: k, log: log, needFull: true}, nil
 }
 
 // ForceFull makes the next sync rewrite everything (e.g. after a drift check).
 func (b *Backend) ForceFull() { b.needFull = true }
 
-// Sync programs st. The first sync and the one after a failure rewrite the
-// whole table; the others send only what changed.
+func tableIDs() []tableID {
+	return []tableID{{IPv4, false}, {IPv4, true}, {IPv6, false}, {IPv6, true}}
+}
+
+// Sync programs st. The first sync and the one after a failure rewrite
+// everything; the others send only what changed, and cost time in
+// proportion to what changed (plus a pointer comparison per service port:
+// sources hand over States that share unchanged ServicePorts and endpoint
+// slices).
 func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
-	full := b.needFull || b.applied == nil
-	reuse := !full && b.node.Equal(st.Node)
-	want := map[Family]*Table{}
-	for _, f := range []Family{IPv4, IPv6} {
-		t := BuildTable(f, b.cfg)
+	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node)
+	want, have := map[tableID]*Table{}, map[tableID]*Table{}
+	var names []proxier.ServicePortName // the service ports the diff must look at
+	inDelta := b.inDelta
+	if full {
+		inDelta = map[proxier.ServicePortName]bool{}
+		for _, id := range tableIDs() {
+			want[id] = BuildTable(id.f, b.cfg, id.delta)
+		}
+		for name, svc := range st.Services {
+			b.place(want, name, false, st.Node, svc, st.Endpoints[name])
+		}
+	} else {
+		// The applied tables are updated in place (cloning maps of every
+		// service port would cost more than the rest of a small sync);
+		// have keeps what was replaced, for the diff and to undo a failure.
+		for _, id := range tableIDs() {
+			t := *b.applied[id]
+			t.Services = map[proxier.ServicePortName]*Fragment{}
+			have[id] = &t
+			want[id] = b.applied[id]
+		}
+		inDelta = maps.Clone(inDelta)
+		added := 0
 		for name, svc := range st.Services {
 			eps := st.Endpoints[name]
-			if in, ok := b.inputs[name]; reuse && ok && in.svc.Equal(svc) && proxier.EndpointsEqual(in.eps, eps) {
-				if fr := b.applied[f].Services[name]; fr != nil {
-					t.Services[name] = fr
-				}
+			in, ok := b.inputs[name]
+			if ok && sameInput(in, svc, eps) {
 				continue
 			}
-			if fr := BuildFragment(f, b.cfg, st.Node, svc, eps); fr != nil {
-				t.Services[name] = fr
+			if !ok {
+				added++
+			}
+			names = append(names, name)
+			b.remember(have, want, name)
+			b.unplace(want, name, inDelta[name])
+			inDelta[name] = true
+			b.place(want, name, true, st.Node, svc, eps)
+		}
+		if len(b.inputs)+added != len(st.Services) {
+			for name := range b.inputs {
+				if _, ok := st.Services[name]; !ok {
+					names = append(names, name)
+					b.remember(have, want, name)
+					b.unplace(want, name, inDelta[name])
+					delete(inDelta, name)
+				}
 			}
 		}
-		want[f] = t
+		if b.shouldFold(len(names), inDelta, len(st.Services)) {
+			for name := range inDelta {
+				names = append(names, name)
+				b.remember(have, want, name)
+				for _, f := range families {
+					if fr := want[tableID{f, true}].Services[name]; fr != nil {
+						want[tableID{f, false}].Services[name] = fr
+						delete(want[tableID{f, true}].Services, name)
+					}
+				}
+			}
+			inDelta = map[proxier.ServicePortName]bool{}
+		}
 	}
 
 	bt := b.k.newBatch()
-	stale := map[Family][]string{}
+	stale := map[tableID][]string{}
 	var setID uint32
-	changed := false
-	for _, f := range []Family{IPv4, IPv6} {
+	anything := false
+	for _, id := range tableIDs() {
 		var x *tx
 		if full {
-			have, err := b.kernelTable(f)
+			have, err := b.kernelTable(want[id])
 			if err != nil {
 				return proxier.SyncResult{}, err
 			}
-			x, stale[f] = fullTx(want[f], have)
+			x, stale[id] = fullTx(want[id], have)
 		} else {
-			x, stale[f] = diffTx(b.applied[f], want[f], b.pending[f])
+			x, stale[id] = diffTx(have[id], want[id], names, b.pending[id])
 		}
 		if !x.empty() {
-			changed = true
+			anything = true
+			id0 := setID
 			x.write(bt, &setID)
+			if b.Trace != nil {
+				var sw scriptWriter
+				x.write(&sw, &id0)
+				io.WriteString(b.Trace, sw.b.String())
+			}
 		}
 	}
-	res := proxier.SyncResult{Full: full, Changed: changed, Messages: bt.messages()}
-	if changed {
+	res := proxier.SyncResult{Full: full, Changed: anything, Messages: bt.messages()}
+	if anything {
 		res.Bytes = bt.size()
 		start := time.Now()
 		err := b.k.Apply(bt)
@@ -103,6 +183,9 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		b.k.finished(bt)
 		if err != nil {
 			b.needFull = true
+			if !full {
+				b.undo(have)
+			}
 			return res, fmt.Errorf("applying nftables generation: %w", err)
 		}
 	}
@@ -110,34 +193,113 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	b.pending = stale
 	b.needFull = false
 	b.node = st.Node
-	b.inputs = make(map[proxier.ServicePortName]fragmentInput, len(st.Services))
-	for name, svc := range st.Services {
-		b.inputs[name] = fragmentInput{svc: svc, eps: st.Endpoints[name]}
+	b.inDelta = inDelta
+	if full {
+		b.inputs = make(map[proxier.ServicePortName]fragmentInput, len(st.Services))
+		for name, svc := range st.Services {
+			b.inputs[name] = fragmentInput{svc: svc, eps: st.Endpoints[name]}
+		}
+	} else {
+		for _, name := range names {
+			if svc, ok := st.Services[name]; ok {
+				b.inputs[name] = fragmentInput{svc: svc, eps: st.Endpoints[name]}
+			} else {
+				delete(b.inputs, name)
+			}
+		}
 	}
 	return res, nil
 }
 
-func (b *Backend) kernelTable(f Family) (kernelTable, error) {
-	chains, maps, ok, err := b.k.existing(f, b.cfg.TableName)
+// sameInput reports whether a service port is what its fragment was built
+// from: by pointer first (the cheap, common case), else by value.
+func sameInput(in fragmentInput, svc *proxier.ServicePort, eps []proxier.Endpoint) bool {
+	if in.svc != svc && !in.svc.Equal(svc) {
+		return false
+	}
+	if len(in.eps) == len(eps) && (len(eps) == 0 || &in.eps[0] == &eps[0]) {
+		return true
+	}
+	return proxier.EndpointsEqual(in.eps, eps)
+}
+
+// remember saves, once per sync, what the applied tables hold for a service
+// port before it is changed: have[id].Services gets the old fragment, or nil
+// when there was none.
+func (b *Backend) remember(have, want map[tableID]*Table, name proxier.ServicePortName) {
+	for _, id := range tableIDs() {
+		if _, done := have[id].Services[name]; !done {
+			have[id].Services[name] = want[id].Services[name]
+		}
+	}
+}
+
+// undo puts back what remember saved, after a failed transaction.
+func (b *Backend) undo(have map[tableID]*Table) {
+	for id, t := range have {
+		for name, fr := range t.Services {
+			if fr == nil {
+				delete(b.applied[id].Services, name)
+			} else {
+				b.applied[id].Services[name] = fr
+			}
+		}
+	}
+}
+
+// place builds a service port's fragments into the main or delta tables.
+func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, delta bool, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	for _, f := range families {
+		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
+			want[tableID{f, delta}].Services[name] = fr
+		}
+	}
+}
+
+// unplace removes a service port's fragments from the tables it was in.
+func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName, delta bool) {
+	for _, f := range families {
+		delete(want[tableID{f, delta}].Services, name)
+	}
+}
+
+// shouldFold folds the delta into the main table when a sync has no change
+// of its own to make (a periodic sync), or when the delta has grown so that
+// validating it costs more than a fold is worth.
+func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, total int) bool {
+	n := len(inDelta)
+	if n == 0 {
+		return false
+	}
+	limit := b.FoldAt
+	if limit == 0 {
+		limit = max(64, total/16)
+	}
+	return changed == 0 || n > limit
+}
+
+func (b *Backend) kernelTable(t *Table) (kernelTable, error) {
+	chains, maps, ok, err := b.k.existing(t.Family, t.Name)
 	if err != nil {
 		return kernelTable{}, err
 	}
 	return kernelTable{exists: ok, chains: chains, maps: maps}, nil
 }
 
-// Cleanup deletes our tables, both families, in one transaction.
+// Cleanup deletes all our tables in one transaction.
 func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	bt := b.k.newBatch()
-	for _, f := range []Family{IPv4, IPv6} {
-		have, err := b.kernelTable(f)
+	for _, id := range tableIDs() {
+		t := BuildTable(id.f, b.cfg, id.delta)
+		have, err := b.kernelTable(t)
 		if err != nil {
 			return false, err
 		}
 		if have.exists {
-			bt.delTable(f, b.cfg.TableName)
+			bt.delTable(t.Family, t.Name)
 		}
 	}
 	if bt.messages() == 0 {
@@ -148,6 +310,6 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}
-	b.applied, b.inputs, b.needFull = nil, nil, true
+	b.applied, b.inputs, b.inDelta, b.needFull = nil, nil, nil, true
 	return true, nil
 }

@@ -98,7 +98,10 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 			gen := 0
 			for b.Loop() {
 				gen++
-				res, err := be.Sync(context.Background(), withOneEndpointChanged(st, gen))
+				b.StopTimer()
+				next := withOneEndpointChanged(st, gen)
+				b.StartTimer()
+				res, err := be.Sync(context.Background(), next)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -30,3 +30,9 @@ func demoConfig() Config {
 	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
 	return cfg
 }
+
+func proxierName(ns, name, port string) proxier.ServicePortName {
+	return proxier.ServicePortName{Namespace: ns, Name: name, Port: port}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -1,5 +1,7 @@
 package nft
 
+import "github.com/kube-nftproxy/kube-nftproxy/proxier"
+
 // txWriter receives the operations of one transaction, in the order the
 // kernel must see them. *batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
@@ -121,43 +123,71 @@ func fullTx(want *Table, have kernelTable) (x *tx, stale []string) {
 	return x, stale
 }
 
-// diffTx turns the last applied table into the wanted one. pending are
+// diffTx turns the last applied table into the wanted one, looking only at
+// the fixed objects and the named service ports: the others are known to be
+// the same fragments in both (see allNames). pending are
 // chains flushed by the previous transaction, now safe to delete. It returns
 // the chains this transaction flushes and leaves for the next one to delete.
-func diffTx(have, want *Table, pending []string) (x *tx, stale []string) {
+func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string) (x *tx, stale []string) {
 	x = newTx(want)
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)
 		}
 	}
-	x.diffChains(have.Chains, want.Chains, &stale)
-	x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
-	for name, fr := range want.Services {
-		old := have.Services[name]
+	if have != want {
+		x.diffChains(have.Chains, want.Chains, &stale)
+		x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
+	}
+	wanted := map[string]bool{}
+	for _, name := range names {
+		old, fr := have.Services[name], want.Services[name]
 		if old == fr {
-			continue // same fragment: unchanged service
+			continue // same fragment (or absent from both): nothing to do
 		}
-		var oldChains []*Chain
-		var oldElems []MapElement
-		if old != nil {
-			oldChains, oldElems = old.Chains, old.Elements
-		}
-		x.diffChains(oldChains, fr.Chains, &stale)
-		x.diffElements(oldElems, fr.Elements)
-	}
-	for name, old := range have.Services {
-		if _, ok := want.Services[name]; !ok {
-			x.diffChains(old.Chains, nil, &stale)
-			x.diffElements(old.Elements, nil)
+		x.diffChains(old.chains(), fr.chains(), &stale)
+		x.diffElements(old.elements(), fr.elements())
+		for _, c := range fr.chains() {
+			wanted[c.Name] = true
 		}
 	}
+	// A chain flushed last time is deleted now, unless this transaction
+	// wants it again: then it belongs to a service port that changed (and
+	// is among names), or it is a fixed chain.
 	for _, name := range pending {
-		if want.Chain(name) == nil {
+		if !wanted[name] && want.fixedChain(name) == nil {
 			x.delChains = append(x.delChains, name)
 		}
 	}
 	return x, stale
+}
+
+// allNames lists the service ports of either table.
+func allNames(have, want *Table) []proxier.ServicePortName {
+	var names []proxier.ServicePortName
+	for name := range want.Services {
+		names = append(names, name)
+	}
+	for name := range have.Services {
+		if _, ok := want.Services[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func (fr *Fragment) chains() []*Chain {
+	if fr == nil {
+		return nil
+	}
+	return fr.Chains
+}
+
+func (fr *Fragment) elements() []MapElement {
+	if fr == nil {
+		return nil
+	}
+	return fr.Elements
 }
 
 func mapElements(maps []*Map) []MapElement {

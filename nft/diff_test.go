@@ -12,7 +12,7 @@ import (
 // script runs one diff of a table and returns its commands, sorted within
 // each kind so the comparison does not depend on map iteration order.
 func script(have, want *Table, pending []string) (string, []string) {
-	x, stale := diffTx(have, want, pending)
+	x, stale := diffTx(have, want, allNames(have, want), pending)
 	var w scriptWriter
 	var id uint32
 	x.write(&w, &id)

@@ -93,3 +93,48 @@ func TestKernelListingMatchesRender(t *testing.T) {
 		t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
 	}
 }
+
+// A changed service moves to the delta table; a sync with nothing to change
+// folds it back, and the next one deletes the chains left over, after which
+// the kernel again holds exactly the full-sync ruleset.
+func TestKernelDeltaAndFold(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	ctx := context.Background()
+	st := demoState()
+	if _, err := b.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	web := demoState()
+	name := proxierName("default", "web", "http")
+	web.Endpoints[name][1].Addr = mustAddr("10.244.0.12")
+	res, err := b.Sync(ctx, web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Full || !res.Changed {
+		t.Fatalf("endpoint change: full=%v changed=%v, want a partial sync", res.Full, res.Changed)
+	}
+	delta := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy-delta")
+	main := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy")
+	for _, want := range []string{"dnat to 10.244.0.12:8080", "10.96.0.10 . tcp . 80 comment \"default/web:http cluster IP\" : goto KUBE-SVC-CDGGSHYLG3RE2FKL"} {
+		if !strings.Contains(delta, want) {
+			t.Errorf("delta table lacks %q:\n%s", want, delta)
+		}
+		if strings.Contains(main, want) {
+			t.Errorf("main table still has %q:\n%s", want, main)
+		}
+	}
+	for i := 0; i < 2; i++ { // fold, then delete what the fold flushed
+		if _, err := b.Sync(ctx, web); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := b.Sync(ctx, web); err != nil || res.Changed {
+		t.Errorf("a sync with nothing to do sent a transaction (changed=%v, err=%v)", res.Changed, err)
+	}
+	got := nftIn(t, ns, "list", "ruleset")
+	if normalize(got) != normalize(Build(web, demoConfig()).String()) {
+		t.Errorf("after the fold the kernel differs from a full sync:\n%s\n--- want:\n%s", got, Build(web, demoConfig()).String())
+	}
+}

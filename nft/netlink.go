@@ -75,10 +75,12 @@ func (b *batch) flushMessage() {
 	if len(b.buf) == 0 {
 		return
 	}
-	const chunkSize = 4 << 20
 	n := len(b.chunks)
 	if n == 0 || len(b.chunks[n-1])+len(b.buf) > cap(b.chunks[n-1]) {
-		b.chunks = append(b.chunks, make([]byte, 0, max(chunkSize, len(b.buf))))
+		// Chunks grow with the batch: small syncs stay small, big ones
+		// take few chunks.
+		size := min(max(b.total/2, 16<<10), 8<<20)
+		b.chunks = append(b.chunks, make([]byte, 0, max(size, len(b.buf))))
 		n++
 	}
 	b.chunks[n-1] = append(b.chunks[n-1], b.buf...)

@@ -130,6 +130,8 @@ func priorityText(h *Hook) string {
 	switch {
 	case h.Type == "nat" && h.Hook == "prerouting" && h.Priority == -100:
 		return "dstnat"
+	case h.Type == "nat" && h.Hook == "prerouting" && h.Priority == -101:
+		return "dstnat - 1"
 	case h.Type == "nat" && h.Hook == "postrouting" && h.Priority == 100:
 		return "srcnat"
 	case h.Type == "filter" && h.Priority == 0:

@@ -60,7 +60,9 @@ type Table struct {
 	Family  Family
 	Name    string
 	Comment string
-	Maps    []*Map
+	// Delta marks the table of recently changed service ports (see deltaSuffix).
+	Delta bool
+	Maps  []*Map
 	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
 	Chains []*Chain
 	// Services hold each service port's chains and map elements, kept apart
@@ -147,6 +149,15 @@ func (t *Table) Chain(name string) *Chain {
 	return nil
 }
 
+func (t *Table) fixedChain(name string) *Chain {
+	for _, c := range t.Chains {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
 // Map returns the named map, or nil.
 func (t *Table) Map(name string) *Map {
 	for _, m := range t.Maps {
@@ -191,10 +202,10 @@ func (t *Table) serviceNames() []proxier.ServicePortName {
 	return names
 }
 
-// Table returns the ruleset's table of that family, or nil.
+// Table returns the ruleset's main table of that family, or nil.
 func (rs *Ruleset) Table(f Family) *Table {
 	for _, t := range rs.Tables {
-		if t.Family == f {
+		if t.Family == f && !t.Delta {
 			return t
 		}
 	}

@@ -180,4 +180,6 @@ type SyncResult struct {
 	Changed  bool // anything was sent to the kernel
 	Messages int  // netlink messages in the transaction
 	Bytes    int  // size of the transaction
+	// Kernel is how long the kernel took to apply the transaction.
+	Kernel time.Duration
 }
