@@ -14,14 +14,12 @@ build:
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
 # network namespaces the tests create and delete.
 test: build lint
-	$(GO) build -o $(BIN)/ ./e2e/agent
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 
 unit:
 	$(GO) test -count=1 -short $(PKGS)
 
 e2e: build
-	$(GO) build -o $(BIN)/ ./e2e/agent
 	$(GO) test -count=1 -timeout 30m -v ./e2e/...
 
 lint:
@@ -37,7 +35,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/
 
 demo:
-	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/agent ./e2e/demo
+	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
+	$(GO) build -o $(BIN)/e2e-agent ./e2e/agent
 	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo
 
 clean:

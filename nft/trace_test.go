@@ -1,0 +1,88 @@
+package nft
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestTrace(t *testing.T) {
+	rs := Build(demoState(), demoConfig())
+	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1"), mustAddr("127.0.0.1")}
+	pod, podB, outside := mustAddr("10.244.0.20"), mustAddr("10.244.0.10"), mustAddr("10.99.0.2")
+	tests := []struct {
+		name string
+		pkt  Packet
+		want []string // outcomes without the chain path
+	}{
+		{
+			name: "pod to ClusterIP: both endpoints, no masquerade",
+			pkt:  Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			want: []string{"0.500 dnat 10.244.0.10:8080", "0.500 dnat 10.244.0.11:8080"},
+		},
+		{
+			name: "off-cluster source to ClusterIP is masqueraded",
+			pkt:  Packet{Src: outside, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080 masquerade"},
+		},
+		{
+			name: "hairpin: a pod reaching itself is masqueraded",
+			pkt:  Packet{Src: podB, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080"},
+		},
+		{
+			name: "the node itself to a ClusterIP (output hook)",
+			pkt:  Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("10.96.0.53"), Proto: unix.IPPROTO_UDP, Dport: 53, Output: true, Local: node},
+			want: []string{"1.000 dnat 10.244.0.10:5353 masquerade"},
+		},
+		{
+			name: "NodePort on a node address: external, masqueraded",
+			pkt:  Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node},
+			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080 masquerade"},
+		},
+		{
+			name: "no NodePort on loopback",
+			pkt:  Packet{Src: mustAddr("127.0.0.1"), Dst: mustAddr("127.0.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Output: true, Local: node},
+			want: []string{"1.000 no dnat"},
+		},
+		{
+			name: "wrong protocol does not match",
+			pkt:  Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_UDP, Dport: 80, Local: node},
+			want: []string{"1.000 no dnat"},
+		},
+		{
+			name: "IPv6 ClusterIP has the IPv6 endpoint only",
+			pkt:  Packet{Src: mustAddr("fd00:10:244::20"), Dst: mustAddr("fd00:10:96::10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			want: []string{"1.000 dnat [fd00:10:244::10]:8080"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, o := range rs.Trace(tt.pkt) {
+				got = append(got, strings.SplitN(o.String(), " via ", 2)[0])
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), rs.Trace(tt.pkt))
+			}
+		})
+	}
+}
+
+// The chain path shows the iptables-mode topology a NodePort packet takes.
+func TestTracePath(t *testing.T) {
+	rs := Build(demoState(), demoConfig())
+	out := rs.Trace(Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: []netip.Addr{mustAddr("10.99.0.1")}})
+	if len(out) != 2 {
+		t.Fatalf("outcomes: %v", out)
+	}
+	// The delta table's base chain comes first and finds nothing.
+	want := "nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS," +
+		"nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS,KUBE-EXT-CDGGSHYLG3RE2FKL,KUBE-MARK-MASQ,KUBE-SVC-CDGGSHYLG3RE2FKL,KUBE-MARK-MASQ,KUBE-SEP-3MRQQDVYO2GBIBDV," +
+		"nat-postrouting,KUBE-POSTROUTING"
+	if !strings.Contains(strings.Join(out[0].Chains, ","), want) {
+		t.Errorf("path %v, want it to contain %s", out[0].Chains, want)
+	}
+}
