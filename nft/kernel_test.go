@@ -3,12 +3,18 @@ package nft
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"net/netip"
 	"encoding/hex"
 	"os"
 	"os/exec"
 	"sort"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // testNetns creates a network namespace for one test and deletes it after.
@@ -136,5 +142,51 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	got := nftIn(t, ns, "list", "ruleset")
 	if normalize(got) != normalize(Build(web, demoConfig()).String()) {
 		t.Errorf("after the fold the kernel differs from a full sync:\n%s\n--- want:\n%s", got, Build(web, demoConfig()).String())
+	}
+}
+
+// A transaction the kernel refuses changes nothing, says what was refused,
+// and makes the next sync a full one that repairs the tables.
+func TestKernelFailedSyncIsAtomic(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	ctx := context.Background()
+	if _, err := b.Sync(ctx, demoState()); err != nil {
+		t.Fatal(err)
+	}
+	before := nftIn(t, ns, "list", "ruleset")
+
+	// Someone else put an element where our next sync adds one.
+	nftIn(t, ns, "add", "element", "ip", "kube-nftproxy-delta", "service-ips",
+		"{ 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }")
+	next := demoState()
+	extra := proxierName("default", "extra", "http")
+	next.Services[extra] = &proxier.ServicePort{Name: extra, Protocol: proxier.TCP, Port: 80,
+		ClusterIPs: []netip.Addr{mustAddr("10.96.0.99")}}
+	next.Endpoints[extra] = []proxier.Endpoint{{Addr: mustAddr("10.244.0.30"), Port: 80, Ready: true, Serving: true}}
+	web := proxierName("default", "web", "http")
+	next.Endpoints[web] = next.Endpoints[web][:1] // a second change in the same sync
+
+	_, err := b.Sync(ctx, next)
+	var txErr *TxError
+	if !errors.As(err, &txErr) || !strings.Contains(txErr.Op, "service-ips") || txErr.Errno != unix.EEXIST {
+		t.Fatalf("sync error = %v, want a refused transaction at the service-ips elements with EEXIST", err)
+	}
+	after := nftIn(t, ns, "list", "ruleset")
+	after = strings.Replace(after, "elements = { 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }\n\t", "", 1)
+	if normalize(after) != normalize(before) {
+		t.Errorf("a refused transaction changed the kernel:\n%s", after)
+	}
+
+	res, err := b.Sync(ctx, next)
+	if err != nil || !res.Full {
+		t.Fatalf("sync after a failure: full=%v err=%v, want a successful full sync", res.Full, err)
+	}
+	// The chains the full sync no longer wanted are flushed; the next sync deletes them.
+	if _, err := b.Sync(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
+		t.Errorf("full sync after a failure did not restore the wanted ruleset:\n%s--- want:\n%s", got, Build(next, demoConfig()).String())
 	}
 }

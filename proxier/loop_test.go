@@ -1,0 +1,99 @@
+package proxier
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeBackend records syncs and fails the ones it is told to.
+type fakeBackend struct {
+	mu     sync.Mutex
+	synced []*State
+	fail   int // fail this many syncs first
+}
+
+func (f *fakeBackend) Sync(_ context.Context, st *State) (SyncResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.synced = append(f.synced, st)
+	if f.fail > 0 {
+		f.fail--
+		return SyncResult{}, errors.New("refused")
+	}
+	return SyncResult{Changed: true}, nil
+}
+
+func (f *fakeBackend) Cleanup(context.Context) (bool, error) { return false, nil }
+
+func (f *fakeBackend) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.synced)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func runLoop(t *testing.T, b Backend, minSync time.Duration, onSync func(SyncResult, time.Duration, error)) *Loop {
+	t.Helper()
+	l := NewLoop(b, nil)
+	l.MinSyncPeriod, l.SyncPeriod, l.OnSync = minSync, time.Hour, onSync
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// Changes that arrive while the loop waits out MinSyncPeriod are folded
+// into one sync of the latest state.
+func TestLoopBatchesChanges(t *testing.T) {
+	b := &fakeBackend{}
+	l := runLoop(t, b, 200*time.Millisecond, nil)
+	first := NewState()
+	l.SetState(first)
+	waitFor(t, "the first sync", func() bool { return b.count() == 1 })
+	var last *State
+	for i := 0; i < 10; i++ {
+		last = NewState()
+		l.SetState(last)
+	}
+	waitFor(t, "the batched sync", func() bool { return b.count() >= 2 })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.synced) != 2 || b.synced[1] != last {
+		t.Errorf("got %d syncs (last is latest state: %v), want 2 with the latest state", len(b.synced), b.synced[len(b.synced)-1] == last)
+	}
+}
+
+// A failed sync is retried without a new change.
+func TestLoopRetriesFailedSync(t *testing.T) {
+	b := &fakeBackend{fail: 2}
+	var mu sync.Mutex
+	var errs int
+	l := runLoop(t, b, 10*time.Millisecond, func(_ SyncResult, _ time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs++
+		}
+	})
+	l.SetState(NewState())
+	waitFor(t, "a successful retry", func() bool { return b.count() == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if errs != 2 {
+		t.Errorf("OnSync saw %d errors, want 2", errs)
+	}
+}
