@@ -83,20 +83,23 @@ func normalize(listing string) string {
 // bytecode of every term is what nft would emit for its text, since nft
 // decompiles it back to the same text.
 func TestKernelListingMatchesRender(t *testing.T) {
-	ns := testNetns(t)
-	b := openTestBackend(t, ns, demoConfig())
-	st := demoState()
-	res, err := b.Sync(context.Background(), st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Full {
-		t.Errorf("first sync was not full")
-	}
-	want := Build(st, demoConfig()).String()
-	got := nftIn(t, ns, "list", "ruleset")
-	if normalize(got) != normalize(want) {
-		t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
+	for _, tc := range goldenCases() {
+		t.Run(tc.file, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, tc.cfg)
+			res, err := b.Sync(context.Background(), tc.st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Full {
+				t.Errorf("first sync was not full")
+			}
+			want := Build(tc.st, tc.cfg).String()
+			got := nftIn(t, ns, "list", "ruleset")
+			if normalize(got) != normalize(want) {
+				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
+			}
+		})
 	}
 }
 

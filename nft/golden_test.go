@@ -1,0 +1,78 @@
+package nft
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+type goldenCase struct {
+	file string
+	st   *proxier.State
+	cfg  Config
+}
+
+// goldenCases are representative states: every term and chain kind appears.
+func goldenCases() []goldenCase {
+	sctp := func() *proxier.State {
+		st := proxier.NewState()
+		n := proxierName("telco", "sig", "sctp")
+		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.SCTP, Port: 3868, NodePort: 31868,
+			ClusterIPs:  []netip.Addr{mustAddr("10.96.5.5")},
+			ExternalIPs: []netip.Addr{mustAddr("192.0.2.10")}, LoadBalancerIPs: []netip.Addr{mustAddr("198.51.100.7")}}
+		st.Endpoints[n] = []proxier.Endpoint{
+			{Addr: mustAddr("10.244.1.5"), Port: 3868, Ready: true, Serving: true},
+			{Addr: mustAddr("10.244.1.6"), Port: 3868, Ready: false, Serving: true, Terminating: true},
+		}
+		return st
+	}
+	ipv6only := func() *proxier.State {
+		st := proxier.NewState()
+		n := proxierName("default", "v6", "")
+		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.UDP, Port: 53, ClusterIPs: []netip.Addr{mustAddr("fd00:10:96::53")}}
+		st.Endpoints[n] = []proxier.Endpoint{
+			{Addr: mustAddr("fd00:10:244::1"), Port: 53, Ready: true, Serving: true},
+			{Addr: mustAddr("fd00:10:244::2"), Port: 53, Ready: true, Serving: true},
+			{Addr: mustAddr("fd00:10:244::3"), Port: 53, Ready: true, Serving: true},
+		}
+		return st
+	}
+	masqAll := demoConfig()
+	masqAll.MasqueradeAll = true
+	masqAll.MasqueradeBit = 10
+	return []goldenCase{
+		{"demo.nft", demoState(), demoConfig()},
+		{"masquerade-all.nft", demoState(), masqAll},
+		{"sctp-external-terminating.nft", sctp(), demoConfig()},
+		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},
+	}
+}
+
+// Golden nft text for representative states: a change to what we program
+// shows up in review as a diff of these files (go test ./nft -update).
+func TestGolden(t *testing.T) {
+	for _, tt := range goldenCases() {
+		t.Run(tt.file, func(t *testing.T) {
+			got := Build(tt.st, tt.cfg).String()
+			path := filepath.Join("testdata", tt.file)
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./nft -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("render differs from %s (go test ./nft -update rewrites it):\n%s", path, got)
+			}
+		})
+	}
+}
