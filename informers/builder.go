@@ -16,19 +16,36 @@ import (
 // object, already converted, and hands out State snapshots. Sources call the
 // Upsert/Delete methods as objects come and go; the methods are safe for
 // concurrent use (client-go runs one handler goroutine per informer).
+//
+// Work is done per change, not per snapshot: a change settles the keys the
+// Service shares with others (see conflicts.go) and marks what it touched,
+// and State only refreshes the marked Services before copying two maps.
 type Builder struct {
 	mu       sync.Mutex
 	nodeName string
 
-	services map[serviceKey][]*proxier.ServicePort
+	services map[serviceKey]*serviceEntry
 	slices   map[serviceKey]*sliceInfo            // keyed by the slice's own namespace/name
 	bySvc    map[serviceKey]map[string]*sliceInfo // service -> slice name -> slice
 	node     *proxier.Node
-	// endpoints caches each Service's merged endpoints until one of its
-	// slices or its ports change, so a snapshot costs O(services), not
-	// O(endpoints), after a small change.
-	endpoints map[serviceKey]map[proxier.ServicePortName][]proxier.Endpoint
-	errs      map[objectRef]error
+	errs     map[objectRef]error
+
+	// owner holds, for every key some Service asks for, the Service that
+	// keeps it; rivals lists the others asking, only for contested keys.
+	owner     map[claim]*serviceEntry
+	rivals    map[claim][]*serviceEntry
+	conflicts map[objectRef][]error // per losing Service
+	pending   []*serviceEntry       // entries to resolve before the lock is released
+
+	// liveServices and liveEndpoints are the state as of the last snapshot
+	// plus the refreshed Services; published lists the port names each
+	// Service has in them; dirty are the Services to refresh.
+	liveServices  map[proxier.ServicePortName]*proxier.ServicePort
+	liveEndpoints map[proxier.ServicePortName][]proxier.Endpoint
+	published     map[serviceKey][]proxier.ServicePortName
+	dirty         map[serviceKey]struct{}
+	// snap is the last snapshot handed out, nil once anything changed.
+	snap *proxier.State
 }
 
 // objectRef names any object the Builder tracks, for per-object errors.
@@ -39,12 +56,18 @@ type objectRef struct{ kind, namespace, name string }
 // are local.
 func NewBuilder(nodeName string) *Builder {
 	return &Builder{
-		nodeName:  nodeName,
-		services:  map[serviceKey][]*proxier.ServicePort{},
-		slices:    map[serviceKey]*sliceInfo{},
-		bySvc:     map[serviceKey]map[string]*sliceInfo{},
-		endpoints: map[serviceKey]map[proxier.ServicePortName][]proxier.Endpoint{},
-		errs:      map[objectRef]error{},
+		nodeName:      nodeName,
+		services:      map[serviceKey]*serviceEntry{},
+		slices:        map[serviceKey]*sliceInfo{},
+		bySvc:         map[serviceKey]map[string]*sliceInfo{},
+		errs:          map[objectRef]error{},
+		owner:         map[claim]*serviceEntry{},
+		rivals:        map[claim][]*serviceEntry{},
+		conflicts:     map[objectRef][]error{},
+		liveServices:  map[proxier.ServicePortName]*proxier.ServicePort{},
+		liveEndpoints: map[proxier.ServicePortName][]proxier.Endpoint{},
+		published:     map[serviceKey][]proxier.ServicePortName{},
+		dirty:         map[serviceKey]struct{}{},
 	}
 }
 
@@ -54,6 +77,8 @@ func (b *Builder) NodeName() string { return b.nodeName }
 // UpsertService adds or replaces a Service. The returned error lists what
 // was wrong with it (also kept for Errors); a Service that cannot be
 // programmed, or that kube-proxy ignores, is removed from the state.
+// Conflicts with other Services are settled here and reported by Errors,
+// not in the returned error: they come and go with the other Services.
 func (b *Builder) UpsertService(svc *corev1.Service) error {
 	if svc == nil {
 		return nil
@@ -67,8 +92,20 @@ func (b *Builder) UpsertService(svc *corev1.Service) error {
 		b.deleteServiceLocked(key)
 		return err
 	}
-	b.services[key] = ports
-	delete(b.endpoints, key)
+	e := newServiceEntry(key, svc.CreationTimestamp.Time, ports)
+	if old := b.services[key]; old != nil {
+		if old.created.Equal(e.created) && slices.EqualFunc(old.ports, ports, (*proxier.ServicePort).Equal) {
+			return err // a resync, or a change the proxy does not use
+		}
+		b.removeClaims(old)
+		if sameEndpointPorts(old.ports, ports) {
+			e.endpoints = old.endpoints // the merge only looks at port names and protocols
+		}
+	}
+	b.services[key] = e
+	b.addClaims(e)
+	b.resolvePending()
+	b.markDirty(key)
 	return err
 }
 
@@ -82,8 +119,37 @@ func (b *Builder) DeleteService(namespace, name string) {
 }
 
 func (b *Builder) deleteServiceLocked(key serviceKey) {
+	old := b.services[key]
+	if old == nil {
+		return
+	}
 	delete(b.services, key)
-	delete(b.endpoints, key)
+	delete(b.conflicts, objectRef{"service", key.namespace, key.name})
+	b.removeClaims(old)
+	b.resolvePending()
+	b.markDirty(key)
+}
+
+func sameEndpointPorts(a, b []*proxier.ServicePort) bool {
+	return slices.EqualFunc(a, b, func(x, y *proxier.ServicePort) bool {
+		return x.Name == y.Name && x.Protocol == y.Protocol
+	})
+}
+
+// markDirty queues a Service (its ports or endpoints changed, or it is
+// gone) for the next State.
+func (b *Builder) markDirty(key serviceKey) {
+	b.dirty[key] = struct{}{}
+	b.snap = nil
+}
+
+// invalidateEndpoints drops a Service's merged endpoints after one of its
+// slices changed.
+func (b *Builder) invalidateEndpoints(key serviceKey) {
+	if e := b.services[key]; e != nil {
+		e.endpoints = nil
+		b.markDirty(key)
+	}
 }
 
 // UpsertEndpointSlice adds or replaces an EndpointSlice. An ignored or
@@ -106,7 +172,7 @@ func (b *Builder) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) error {
 		b.bySvc[info.service] = map[string]*sliceInfo{}
 	}
 	b.bySvc[info.service][info.name] = info
-	delete(b.endpoints, info.service)
+	b.invalidateEndpoints(info.service)
 	return err
 }
 
@@ -131,7 +197,7 @@ func (b *Builder) deleteSliceLocked(key serviceKey) {
 	if len(b.bySvc[old.service]) == 0 {
 		delete(b.bySvc, old.service)
 	}
-	delete(b.endpoints, old.service)
+	b.invalidateEndpoints(old.service)
 }
 
 // UpsertNode records this node's Node object; other nodes are ignored.
@@ -144,6 +210,7 @@ func (b *Builder) UpsertNode(node *corev1.Node) error {
 	defer b.mu.Unlock()
 	b.setErr(objectRef{"node", "", node.Name}, err)
 	b.node = &n
+	b.snap = nil
 	return err
 }
 
@@ -156,6 +223,7 @@ func (b *Builder) DeleteNode(name string) {
 	defer b.mu.Unlock()
 	delete(b.errs, objectRef{"node", "", name})
 	b.node = nil
+	b.snap = nil
 }
 
 func (b *Builder) setErr(ref objectRef, err error) {
@@ -167,48 +235,98 @@ func (b *Builder) setErr(ref objectRef, err error) {
 }
 
 // Errors lists the problems of the objects currently held, one entry per
-// problem, in a stable order.
+// problem, in a stable order: each object's own problems, then the values
+// it lost to other Services (as *ConflictError inside an *ObjectError).
 func (b *Builder) Errors() []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	refs := slices.SortedFunc(maps.Keys(b.errs), func(x, y objectRef) int {
-		switch {
-		case x.kind != y.kind:
-			return cmp.Compare(x.kind, y.kind)
-		case x.namespace != y.namespace:
-			return cmp.Compare(x.namespace, y.namespace)
+	refs := slices.Collect(maps.Keys(b.errs))
+	for r := range b.conflicts {
+		if _, ok := b.errs[r]; !ok {
+			refs = append(refs, r)
 		}
-		return cmp.Compare(x.name, y.name)
-	})
+	}
+	slices.SortFunc(refs, compareRefs)
 	var out []error
 	for _, r := range refs {
 		out = append(out, SplitErrors(b.errs[r])...)
+		out = append(out, b.conflicts[r]...)
 	}
 	return out
 }
 
-// State returns a fresh snapshot. The snapshot shares ServicePort and
-// endpoint values with the Builder, which never modifies them after
-// creation, so it stays valid whatever happens to the Builder later.
+// conflictErrors lists the values Services lost to each other, in the
+// order Errors uses.
+func (b *Builder) conflictErrors() []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []error
+	for _, r := range slices.SortedFunc(maps.Keys(b.conflicts), compareRefs) {
+		out = append(out, b.conflicts[r]...)
+	}
+	return out
+}
+
+func compareRefs(x, y objectRef) int {
+	switch {
+	case x.kind != y.kind:
+		return cmp.Compare(x.kind, y.kind)
+	case x.namespace != y.namespace:
+		return cmp.Compare(x.namespace, y.namespace)
+	}
+	return cmp.Compare(x.name, y.name)
+}
+
+// State returns a snapshot. The snapshot shares ServicePort and endpoint
+// values with the Builder, which never modifies them after creation, so it
+// stays valid whatever happens to the Builder later. Its maps are the
+// snapshot's own; with nothing changed since the last call, the same
+// snapshot is returned again.
+//
+// The cost is refreshing the Services changed since the last call plus
+// copying the two maps of the state.
 func (b *Builder) State() *proxier.State {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: b.nodeName}
+	for key := range b.dirty {
+		b.refreshLocked(key)
+	}
+	clear(b.dirty)
+	if b.snap != nil {
+		return b.snap
+	}
+	st := &proxier.State{
+		Node:      proxier.Node{Name: b.nodeName},
+		Services:  maps.Clone(b.liveServices),
+		Endpoints: maps.Clone(b.liveEndpoints),
+	}
 	if b.node != nil {
 		st.Node = *b.node
 	}
-	for key, ports := range b.services {
-		for _, sp := range ports {
-			st.Services[sp.Name] = sp
-		}
-		eps, ok := b.endpoints[key]
-		if !ok {
-			infos := slices.Collect(maps.Values(b.bySvc[key]))
-			eps = mergeEndpoints(ports, infos, b.nodeName)
-			b.endpoints[key] = eps
-		}
-		maps.Copy(st.Endpoints, eps)
-	}
+	b.snap = st
 	return st
+}
+
+// refreshLocked replaces a Service's entries in the live maps.
+func (b *Builder) refreshLocked(key serviceKey) {
+	for _, n := range b.published[key] {
+		delete(b.liveServices, n)
+		delete(b.liveEndpoints, n)
+	}
+	e := b.services[key]
+	if e == nil {
+		delete(b.published, key)
+		return
+	}
+	if e.endpoints == nil {
+		infos := slices.Collect(maps.Values(b.bySvc[key]))
+		e.endpoints = mergeEndpoints(e.ports, infos, b.nodeName)
+	}
+	names := make([]proxier.ServicePortName, 0, len(e.effective))
+	for _, sp := range e.effective {
+		b.liveServices[sp.Name] = sp
+		names = append(names, sp.Name)
+	}
+	maps.Copy(b.liveEndpoints, e.endpoints)
+	b.published[key] = names
 }

@@ -80,6 +80,22 @@ func TestBuilder(t *testing.T) {
 			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
 			node:      proxier.Node{Name: "node-1"}},
 	}, {
+		name: "renumbering the Service's port keeps its endpoints",
+		do: func() error {
+			renumbered := web.DeepCopy()
+			renumbered.Spec.Ports[0].Port = 81
+			if err := b.UpsertService(renumbered); err != nil {
+				return err
+			}
+			if p := b.State().Services[http].Port; p != 81 {
+				t.Errorf("port = %d after renumbering, want 81", p)
+			}
+			return b.UpsertService(web)
+		},
+		want: want{services: []proxier.ServicePortName{http},
+			endpoints: map[proxier.ServicePortName][]proxier.Endpoint{http: {ep("10.0.0.1", 8080)}},
+			node:      proxier.Node{Name: "node-1"}},
+	}, {
 		name: "another node's Node is ignored, ours is used",
 		do: func() error {
 			if err := b.UpsertNode(&corev1.Node{ObjectMeta: metaName("node-2")}); err != nil {
@@ -166,6 +182,9 @@ func TestBuilderSnapshotsAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := b.State()
+	if again := b.State(); again != before {
+		t.Error("nothing changed, yet State built a new snapshot")
+	}
 	if err := b.UpsertEndpointSlice(decodeSlices(t, sliceYAML("web-a", "web", "10.0.0.7"))[0]); err != nil {
 		t.Fatal(err)
 	}

@@ -122,16 +122,15 @@ func ignoredSlice(es *discoveryv1.EndpointSlice) bool {
 }
 
 func convertEndpoint(addr netip.Addr, e *discoveryv1.Endpoint) proxier.Endpoint {
+	// Unset conditions read as upstream kube-proxy reads them: ready and
+	// serving true, terminating false. Serving does not follow ready: an
+	// endpoint marked not ready with serving unset still counts as serving.
 	c := e.Conditions
 	out := proxier.Endpoint{
 		Addr:        addr,
 		Ready:       c.Ready == nil || *c.Ready,
+		Serving:     c.Serving == nil || *c.Serving,
 		Terminating: c.Terminating != nil && *c.Terminating,
-	}
-	// An unknown serving condition is taken to follow readiness.
-	out.Serving = out.Ready
-	if c.Serving != nil {
-		out.Serving = *c.Serving
 	}
 	if e.NodeName != nil {
 		out.NodeName = *e.NodeName

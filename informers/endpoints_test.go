@@ -46,7 +46,7 @@ func TestEndpointsForService(t *testing.T) {
 		want     map[proxier.ServicePortName][]proxier.Endpoint
 		wantErrs []string
 	}{{
-		name: "conditions: nil ready is true, nil serving follows ready, nil terminating is false",
+		name: "conditions: nil ready and nil serving are true, nil terminating is false",
 		yaml: sliceHeader + `  name: web-a
 addressType: IPv4
 ports: [{name: http, protocol: TCP, port: 8080}]
@@ -62,7 +62,7 @@ endpoints:
 `,
 		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {
 			ep("10.0.0.1", 8080),
-			epWith(ep("10.0.0.2", 8080), func(e *proxier.Endpoint) { e.Ready, e.Serving = false, false }),
+			epWith(ep("10.0.0.2", 8080), func(e *proxier.Endpoint) { e.Ready = false }),
 			epWith(ep("10.0.0.3", 8080), func(e *proxier.Endpoint) { e.Ready, e.Terminating = false, true }),
 			epWith(ep("10.0.0.4", 8080), func(e *proxier.Endpoint) { e.Serving = false }),
 			epWith(ep("10.0.0.5", 8080), func(e *proxier.Endpoint) {
@@ -113,7 +113,7 @@ endpoints:
 		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {
 			epWith(ep("10.0.0.1", 8080), func(e *proxier.Endpoint) { e.NodeName, e.Zone = "node-3", "from-a" }),
 			epWith(ep("10.0.0.2", 8080), func(e *proxier.Endpoint) { e.Zone = "from-c" }),
-			epWith(ep("10.0.0.9", 8080), func(e *proxier.Endpoint) { e.Ready, e.Serving = false, false }),
+			epWith(ep("10.0.0.9", 8080), func(e *proxier.Endpoint) { e.Ready = false }),
 			ep("10.0.0.10", 8080),
 		}},
 	}, {
@@ -237,4 +237,38 @@ endpoints: [{addresses: [10.0.0.1], nodeName: node-1}]
 	mustEqual(t, "endpoints from node-3", got, map[proxier.ServicePortName][]proxier.Endpoint{
 		spn("http"): {epWith(ep("10.0.0.1", 8080), func(e *proxier.Endpoint) { e.NodeName = "node-2" })},
 	})
+}
+
+// TestEndpointConditions pins how unset conditions read: as upstream
+// kube-proxy's EndpointSlice cache reads them, ready and serving default to
+// true and terminating to false, each on its own.
+func TestEndpointConditions(t *testing.T) {
+	tests := []struct {
+		name                        string
+		ready, serving, terminating *bool
+		want                        [3]bool // ready, serving, terminating
+	}{
+		{name: "all unset", want: [3]bool{true, true, false}},
+		{name: "not ready, serving unset: still serving", ready: new(false), want: [3]bool{false, true, false}},
+		{name: "ready, serving unset", ready: new(true), want: [3]bool{true, true, false}},
+		{name: "not serving, ready unset", serving: new(false), want: [3]bool{true, false, false}},
+		{name: "terminating, serving unset", ready: new(false), terminating: new(true), want: [3]bool{false, true, true}},
+		{name: "terminating and serving", ready: new(false), serving: new(true), terminating: new(true), want: [3]bool{false, true, true}},
+		{name: "terminating, not serving", ready: new(false), serving: new(false), terminating: new(true), want: [3]bool{false, false, true}},
+		{name: "all set, ready", ready: new(true), serving: new(true), terminating: new(false), want: [3]bool{true, true, false}},
+		{name: "ready but not serving", ready: new(true), serving: new(false), want: [3]bool{true, false, false}},
+	}
+	addr := netip.MustParseAddr("10.0.0.1")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := discoveryv1.Endpoint{
+				Addresses:  []string{addr.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: tt.ready, Serving: tt.serving, Terminating: tt.terminating},
+			}
+			got := convertEndpoint(addr, &e)
+			if have := [3]bool{got.Ready, got.Serving, got.Terminating}; have != tt.want {
+				t.Errorf("ready, serving, terminating = %v, want %v", have, tt.want)
+			}
+		})
+	}
 }

@@ -14,16 +14,17 @@ import (
 
 // LoadState reads the objects under path (a file, or a directory's *.yaml,
 // *.yml and *.json files, not recursively) and builds the state for node
-// nodeName. problems lists every bad file, document, object and value; what
-// is fine still loads. The state is nil only when path itself cannot be
-// read, so a caller reloading on change can keep its last good state then.
+// nodeName. problems lists every bad file, document, object and value,
+// then the values Services lost to each other (see ConflictError); what is
+// fine still loads. The state is nil only when path itself cannot be read,
+// so a caller reloading on change can keep its last good state then.
 func LoadState(path, nodeName string) (*proxier.State, []error) {
 	b := NewBuilder(nodeName)
 	problems, err := LoadInto(b, path)
 	if err != nil {
 		return nil, append([]error{err}, problems...)
 	}
-	return b.State(), problems
+	return b.State(), append(problems, b.conflictErrors()...)
 }
 
 // LoadInto reads the objects under path (see LoadState) into b. err is set

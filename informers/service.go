@@ -47,10 +47,19 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 		return nil, p.err()
 	}
 
+	// An address listed under two roles would become two map elements with
+	// one key, which the kernel refuses: the cluster IP keeps it, then the
+	// external IP.
+	externalIPs := parseIPList(svc.Spec.ExternalIPs, "spec.externalIPs", p)
+	externalIPs = withoutAddrs(externalIPs, clusterIPs, "spec.externalIPs", "cluster IP", p)
+	lbIPs := loadBalancerIPs(svc, p)
+	lbIPs = withoutAddrs(lbIPs, clusterIPs, lbIngressField, "cluster IP", p)
+	lbIPs = withoutAddrs(lbIPs, externalIPs, lbIngressField, "external IP", p)
+
 	tmpl := proxier.ServicePort{
 		ClusterIPs:          clusterIPs,
-		ExternalIPs:         parseIPList(svc.Spec.ExternalIPs, "spec.externalIPs", p),
-		LoadBalancerIPs:     loadBalancerIPs(svc, p),
+		ExternalIPs:         externalIPs,
+		LoadBalancerIPs:     lbIPs,
 		AffinityTimeout:     affinityTimeout(svc, p),
 		InternalPolicyLocal: internalPolicyLocal(svc, p),
 	}
@@ -82,6 +91,7 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 		port  uint16
 	}
 	seenPorts := map[protoPort]bool{}
+	nodePortUsers := map[protoPort]string{} // node port -> label of the port using it
 	for i := range svc.Spec.Ports {
 		sp := &svc.Spec.Ports[i]
 		label := portLabel(sp.Name, i)
@@ -106,6 +116,14 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 		nodePort, ok := servicePortNodePort(svc, sp, label, p)
 		if !ok {
 			continue
+		}
+		if nodePort != 0 {
+			if other, dup := nodePortUsers[protoPort{proto, nodePort}]; dup {
+				p.add("%s: nodePort %d/%s is already used by %s, ignored", label, nodePort, proto, other)
+				nodePort = 0
+			} else {
+				nodePortUsers[protoPort{proto, nodePort}] = label
+			}
 		}
 		seenNames[sp.Name] = true
 		seenPorts[protoPort{proto, port}] = true
@@ -199,6 +217,25 @@ func parseIPList(raw []string, field string, p *problems) []netip.Addr {
 	return ips
 }
 
+// withoutAddrs drops (and reports) the addresses of ips the Service already
+// has as its role (in used). ips comes back unchanged when nothing is dropped.
+func withoutAddrs(ips, used []netip.Addr, field, role string, p *problems) []netip.Addr {
+	if !slices.ContainsFunc(ips, func(a netip.Addr) bool { return slices.Contains(used, a) }) {
+		return ips
+	}
+	var out []netip.Addr
+	for _, ip := range ips {
+		if slices.Contains(used, ip) {
+			p.add("%s: %s is also the Service's %s, dropped", field, ip, role)
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out
+}
+
+const lbIngressField = "status.loadBalancer.ingress ip"
+
 // loadBalancerIPs takes the ingress IPs traffic arrives at unchanged (VIP
 // mode, the default). Proxy-mode load balancers rewrite the destination to a
 // node or pod, so the proxy has nothing to do for their IPs.
@@ -213,7 +250,7 @@ func loadBalancerIPs(svc *corev1.Service, p *problems) []netip.Addr {
 		}
 		raw = append(raw, ing.IP)
 	}
-	return parseIPList(raw, "status.loadBalancer.ingress ip", p)
+	return parseIPList(raw, lbIngressField, p)
 }
 
 // sourceRanges reads spec.loadBalancerSourceRanges, or else the older

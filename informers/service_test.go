@@ -478,6 +478,48 @@ spec:
 			`service default/odd: unknown internalTrafficPolicy "Nearby", treated as Cluster`,
 		},
 	}, {
+		name: "an address under two roles is kept once: cluster IP, then external IP, then load balancer IP",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: default}
+spec:
+  type: LoadBalancer
+  clusterIPs: [10.96.0.20, "fd00::20"]
+  externalIPs: [192.0.2.1, 10.96.0.20, "fd00::20"]
+  ports: [{name: https, port: 443}]
+status:
+  loadBalancer: {ingress: [{ip: 192.0.2.1}, {ip: 10.96.0.20}, {ip: 203.0.113.1}]}`,
+		want: []*proxier.ServicePort{with(sp("lb", "https", proxier.TCP, 443, "10.96.0.20", "fd00::20"), func(p *proxier.ServicePort) {
+			p.ExternalIPs = addrs("192.0.2.1")
+			p.LoadBalancerIPs = addrs("203.0.113.1")
+		})},
+		wantErrs: []string{
+			`service default/lb: spec.externalIPs: 10.96.0.20 is also the Service's cluster IP, dropped`,
+			`service default/lb: spec.externalIPs: fd00::20 is also the Service's cluster IP, dropped`,
+			`service default/lb: status.loadBalancer.ingress ip: 10.96.0.20 is also the Service's cluster IP, dropped`,
+			`service default/lb: status.loadBalancer.ingress ip: 192.0.2.1 is also the Service's external IP, dropped`,
+		},
+	}, {
+		name: "two ports with one nodePort and protocol: the later port goes without; other protocols may share it",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: np, namespace: default}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.30
+  ports:
+  - {name: a, port: 80, nodePort: 30080}
+  - {name: b, port: 81, nodePort: 30080}
+  - {name: c, protocol: UDP, port: 80, nodePort: 30080}`,
+		want: []*proxier.ServicePort{
+			with(sp("np", "a", proxier.TCP, 80, "10.96.0.30"), func(p *proxier.ServicePort) { p.NodePort = 30080 }),
+			sp("np", "b", proxier.TCP, 81, "10.96.0.30"),
+			with(sp("np", "c", proxier.UDP, 80, "10.96.0.30"), func(p *proxier.ServicePort) { p.NodePort = 30080 }),
+		},
+		wantErrs: []string{`service default/np: port "b": nodePort 30080/TCP is already used by port "a", ignored`},
+	}, {
 		name: "unknown type is treated as ClusterIP",
 		yaml: `
 apiVersion: v1

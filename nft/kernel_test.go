@@ -3,9 +3,9 @@ package nft
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/netip"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"sort"
