@@ -31,6 +31,11 @@ type Backend struct {
 	// folds it, whatever else it does; 0 means max(64, services/16).
 	FoldAt int
 
+	// CheckEvery is how often a sync first checks that our tables are still
+	// in the kernel (0: never); the check lists all our chains.
+	CheckEvery time.Duration
+	lastCheck  time.Time
+
 	// applied is what the kernel holds since the last successful sync.
 	applied map[tableID]*Table
 	// inDelta holds the service ports that live in the delta tables (only
@@ -84,7 +89,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
-	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node)
+	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node) || b.drifted()
 	want, have := map[tableID]*Table{}, map[tableID]*Table{}
 	var names []proxier.ServicePortName // the service ports the diff must look at
 	inDelta := b.inDelta
@@ -209,6 +214,28 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	return res, nil
+}
+
+// drifted reports whether someone removed our tables behind our back (e.g.
+// `nft flush ruleset`), which only a full sync repairs. It is checked
+// at most every CheckEvery: a listing of the tables and their object
+// counts, which a deleted table or chain changes.
+func (b *Backend) drifted() bool {
+	if b.applied == nil || b.CheckEvery == 0 || time.Since(b.lastCheck) < b.CheckEvery {
+		return false
+	}
+	b.lastCheck = time.Now()
+	for _, id := range tableIDs() {
+		t := b.applied[id]
+		exists, use, err := b.k.tableUse(t.Family, t.Name)
+		want := uint32(len(t.AllChains()) + len(t.Maps))
+		if err != nil || !exists || use < want {
+			b.log.Warn("our nftables table changed behind our back; rewriting everything",
+				"table", t.Family.String()+" "+t.Name, "objects", use, "want", want, "err", err)
+			return true
+		}
+	}
+	return false
 }
 
 // sameInput reports whether a service port is what its fragment was built

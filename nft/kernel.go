@@ -239,6 +239,26 @@ func (k *Kernel) existing(f Family, table string) (chains, maps map[string]bool,
 	return chains, maps, true, nil
 }
 
+// tableUse reports whether our table exists and how many objects (chains,
+// sets) the kernel counts in it: a cheap drift check, one small dump.
+func (k *Kernel) tableUse(f Family, table string) (exists bool, use uint32, err error) {
+	conn, err := k.readConn()
+	if err != nil {
+		return false, 0, err
+	}
+	defer conn.CloseLasting()
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamily(f))
+	if err != nil {
+		return false, 0, fmt.Errorf("listing %s tables: %w", f, err)
+	}
+	for _, t := range tables {
+		if t.Name == table {
+			return true, t.Use, nil
+		}
+	}
+	return false, 0, nil
+}
+
 // readConn is a google/nftables connection in our namespace, used to parse
 // listings (dumps), which it does well; transactions go through our socket.
 func (k *Kernel) readConn() (*nftables.Conn, error) {

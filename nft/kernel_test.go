@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -191,5 +192,29 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	}
 	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
 		t.Errorf("full sync after a failure did not restore the wanted ruleset:\n%s--- want:\n%s", got, Build(next, demoConfig()).String())
+	}
+}
+
+// Tables deleted behind our back (nft flush ruleset) are noticed by the
+// periodic check and rewritten.
+func TestKernelDriftRepaired(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	ctx := context.Background()
+	st := demoState()
+	if _, err := b.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Sync(ctx, st); err != nil || res.Full {
+		t.Fatalf("check without drift: full=%v err=%v, want no full sync", res.Full, err)
+	}
+	nftIn(t, ns, "flush", "ruleset")
+	res, err := b.Sync(ctx, st)
+	if err != nil || !res.Full {
+		t.Fatalf("after nft flush ruleset: full=%v err=%v, want a full sync", res.Full, err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(st, demoConfig()).String()) {
+		t.Errorf("drift not repaired:\n%s", got)
 	}
 }

@@ -195,6 +195,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	backend.CheckEvery = o.syncPeriod
 	loop := proxier.NewLoop(backend, log)
 	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
 
