@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -220,11 +219,7 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	b.nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
 		for _, e := range t.exprs(f) {
-			data, err := expr.Marshal(byte(f), e)
-			if err != nil && b.err == nil {
-				b.err = fmt.Errorf("encoding %q: %w", r.text(f), err)
-			}
-			b.attr(unix.NFTA_LIST_ELEM|unix.NLA_F_NESTED, data)
+			b.expr(f, e)
 		}
 	}
 	b.unnest()
