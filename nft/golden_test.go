@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -43,6 +44,15 @@ func goldenCases() []goldenCase {
 		}
 		return st
 	}
+	long := func() *proxier.State {
+		// Kubernetes allows 63-character namespaces and names: comments
+		// longer than nft's 128 characters are cut, the same in both views.
+		st := proxier.NewState()
+		n := proxierName(strings.Repeat("n", 63), strings.Repeat("s", 63), "a-fifteen-chars")
+		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 443, ClusterIPs: []netip.Addr{mustAddr("fd00:10:96::443")}}
+		st.Endpoints[n] = []proxier.Endpoint{{Addr: mustAddr("fd00:10:244:ffff:ffff:ffff:ffff:ffff"), Port: 8443, Ready: true, Serving: true}}
+		return st
+	}
 	masqAll := demoConfig()
 	masqAll.MasqueradeAll = true
 	masqAll.MasqueradeBit = 10
@@ -51,6 +61,7 @@ func goldenCases() []goldenCase {
 		{"masquerade-all.nft", demoState(), masqAll},
 		{"sctp-external-terminating.nft", sctp(), demoConfig()},
 		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},
+		{"long-names.nft", long(), demoConfig()},
 	}
 }
 

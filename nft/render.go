@@ -29,7 +29,7 @@ func (rs *Ruleset) String() string {
 func (t *Table) render(b *strings.Builder) {
 	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
 	if t.Comment != "" {
-		fmt.Fprintf(b, "\tcomment %s\n", strconv.Quote(t.Comment))
+		fmt.Fprintf(b, "\tcomment %s\n", strconv.Quote(clampComment(t.Comment)))
 	}
 	first := true
 	sep := func() {
@@ -58,7 +58,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	}
 	fmt.Fprintf(b, "\t\ttype %s : verdict\n", strings.Join(types, " . "))
 	if m.Comment != "" {
-		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(m.Comment))
+		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(clampComment(m.Comment)))
 	}
 	elems := t.Elements(m.Name)
 	for i, e := range elems {
@@ -78,7 +78,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 func (c *Chain) render(b *strings.Builder, f Family) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 	if c.Comment != "" {
-		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(c.Comment))
+		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(clampComment(c.Comment)))
 	}
 	if h := c.Hook; h != nil {
 		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", h.Type, h.Hook, priorityText(h))
@@ -97,7 +97,7 @@ func (r Rule) text(f Family) string {
 		parts = append(parts, t.text(f))
 	}
 	if r.Comment != "" {
-		parts = append(parts, "comment "+strconv.Quote(r.Comment))
+		parts = append(parts, "comment "+strconv.Quote(clampComment(r.Comment)))
 	}
 	return strings.Join(parts, " ")
 }
@@ -105,7 +105,7 @@ func (r Rule) text(f Family) string {
 func (e Element) text(f Family, key []Field) string {
 	s := e.keyText(key)
 	if e.Comment != "" {
-		s += " comment " + strconv.Quote(e.Comment)
+		s += " comment " + strconv.Quote(clampComment(e.Comment))
 	}
 	return s + " : " + e.Verdict.text(f)
 }
