@@ -92,11 +92,13 @@ func (b *Builder) UpsertService(svc *corev1.Service) error {
 		b.deleteServiceLocked(key)
 		return err
 	}
-	e := newServiceEntry(key, svc.CreationTimestamp.Time, ports)
-	if old := b.services[key]; old != nil {
-		if old.created.Equal(e.created) && slices.EqualFunc(old.ports, ports, (*proxier.ServicePort).Equal) {
-			return err // a resync, or a change the proxy does not use
-		}
+	created := svc.CreationTimestamp.Time
+	old := b.services[key]
+	if old != nil && old.created.Equal(created) && slices.EqualFunc(old.ports, ports, (*proxier.ServicePort).Equal) {
+		return err // a resync, or a change the proxy does not use
+	}
+	e := newServiceEntry(key, created, ports)
+	if old != nil {
 		b.removeClaims(old)
 		if sameEndpointPorts(old.ports, ports) {
 			e.endpoints = old.endpoints // the merge only looks at port names and protocols

@@ -1,6 +1,8 @@
 package informers
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -213,3 +215,42 @@ func TestBuilderNilObjects(t *testing.T) {
 }
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
+
+// TestBuilderConcurrent runs handlers and snapshot takers at once, for the
+// race detector: State and Errors update the Builder's caches too.
+func TestBuilderConcurrent(t *testing.T) {
+	b := NewBuilder("node-1")
+	// Decoded here: decodeSlices may call t.Fatal, which only this goroutine may.
+	sliceObjs := make([]*discoveryv1.EndpointSlice, 10)
+	for i := range sliceObjs {
+		name := fmt.Sprintf("s%d", i)
+		sliceObjs[i] = decodeSlices(t, sliceYAML(name+"-a", name, fmt.Sprintf("10.0.0.%d", i+1)))[0]
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				n := (w*7 + i) % 10
+				name := fmt.Sprintf("s%d", n)
+				if i%5 == 4 {
+					b.DeleteService("default", name)
+				} else {
+					_ = b.UpsertService(csvc(name, i%3, fmt.Sprintf("10.96.0.%d", 10+i%10), nodePort(int32(30080+i%2))))
+				}
+				if i%3 == 2 {
+					b.DeleteEndpointSlice("default", name+"-a")
+				} else {
+					_ = b.UpsertEndpointSlice(sliceObjs[n])
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			checkUniqueKeys(t, "concurrent", b.State())
+			_ = b.Errors()
+		}
+	})
+	wg.Wait()
+	checkUniqueKeys(t, "concurrent, at the end", b.State())
+}

@@ -217,8 +217,9 @@ func parseIPList(raw []string, field string, p *problems) []netip.Addr {
 	return ips
 }
 
-// withoutAddrs drops (and reports) the addresses of ips the Service already
-// has as its role (in used). ips comes back unchanged when nothing is dropped.
+// withoutAddrs drops from ips, and reports, every address that is also in
+// used, the Service's addresses of the given role. ips comes back unchanged
+// when nothing is dropped.
 func withoutAddrs(ips, used []netip.Addr, field, role string, p *problems) []netip.Addr {
 	if !slices.ContainsFunc(ips, func(a netip.Addr) bool { return slices.Contains(used, a) }) {
 		return ips

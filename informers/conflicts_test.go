@@ -1,0 +1,567 @@
+package informers
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+var conflictEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// csvc is LoadBalancer Service default/<name> created <created> seconds
+// after conflictEpoch, with one port http TCP/80 unless opts say otherwise.
+func csvc(name string, created int, clusterIP string, opts ...func(*corev1.Service)) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: name,
+			CreationTimestamp: metav1.NewTime(conflictEpoch.Add(time.Duration(created) * time.Second)),
+		},
+		Spec: corev1.ServiceSpec{
+			Type:       corev1.ServiceTypeLoadBalancer,
+			ClusterIPs: strings.Split(clusterIP, ","),
+			Ports:      []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		},
+	}
+	for _, o := range opts {
+		o(svc)
+	}
+	return svc
+}
+
+func inNamespace(ns string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Namespace = ns }
+}
+
+// nodePort sets the node port of the first port.
+func nodePort(np int32) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.Ports[0].NodePort = np }
+}
+
+func withPorts(ports ...corev1.ServicePort) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.Ports = ports }
+}
+
+func externalIPs(ips ...string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.ExternalIPs = ips }
+}
+
+func lbIPs(ips ...string) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		for _, ip := range ips {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+	}
+}
+
+// summarize prints a state's service ports one a line, with the values
+// conflicts can take away.
+func summarize(st *proxier.State) []string {
+	out := []string{}
+	for _, n := range st.SortedNames() {
+		sp := st.Services[n]
+		s := fmt.Sprintf("%s %s/%d", n, sp.Protocol, sp.Port)
+		for _, f := range []struct {
+			name string
+			ips  []netip.Addr
+		}{{"cluster", sp.ClusterIPs}, {"ext", sp.ExternalIPs}, {"lb", sp.LoadBalancerIPs}} {
+			if len(f.ips) > 0 {
+				s += " " + f.name + "=" + joinAddrs(f.ips)
+			}
+		}
+		if sp.NodePort != 0 {
+			s += fmt.Sprintf(" np=%d", sp.NodePort)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func joinAddrs(ips []netip.Addr) string {
+	ss := make([]string, len(ips))
+	for i, ip := range ips {
+		ss[i] = ip.String()
+	}
+	return strings.Join(ss, ",")
+}
+
+// checkUniqueKeys fails if a state holds a kernel map key twice.
+func checkUniqueKeys(t *testing.T, what string, st *proxier.State) {
+	t.Helper()
+	seen := map[claim]proxier.ServicePortName{}
+	for _, n := range st.SortedNames() {
+		sp := st.Services[n]
+		var keys []claim
+		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
+			for _, ip := range ips {
+				keys = append(keys, claim{ip, sp.Protocol, sp.Port})
+			}
+		}
+		if sp.NodePort != 0 {
+			keys = append(keys, claim{proto: sp.Protocol, port: sp.NodePort})
+		}
+		for _, k := range keys {
+			if other, dup := seen[k]; dup {
+				t.Errorf("%s: key %s is in both %s and %s", what, k, other, n)
+			}
+			seen[k] = n
+		}
+	}
+}
+
+// conflictStep upserts a Service or, with del set, deletes default/<del>.
+type conflictStep struct {
+	upsert *corev1.Service
+	del    string
+	want   []string // summarize of the state after the step
+	errs   []string // what Errors reports after the step
+}
+
+func TestBuilderConflicts(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []conflictStep
+	}{{
+		name: "same NodePort: the older Service keeps it, and the other gets it back when it goes",
+		steps: []conflictStep{{
+			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
+			want:   []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
+		}, {
+			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+			},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
+		}, {
+			del:  "b",
+			want: []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
+		}},
+	}, {
+		name: "one NodePort on two protocols is no conflict",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30053)),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", withPorts(corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053})),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 np=30053",
+				"default/b:dns UDP/53 cluster=10.96.0.2 np=30053",
+			},
+		}},
+	}, {
+		name: "same creation time: namespace, then name, decide",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", inNamespace("team-b"), externalIPs("192.0.2.1")),
+		}, {
+			upsert: csvc("z", 1, "10.96.0.2", inNamespace("team-a"), externalIPs("192.0.2.1")),
+			errs:   []string{`service team-b/a: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/z port "http"`},
+		}, {
+			upsert: csvc("y", 1, "10.96.0.3", inNamespace("team-a"), externalIPs("192.0.2.1")),
+			want: []string{
+				"team-a/y:http TCP/80 cluster=10.96.0.3 ext=192.0.2.1",
+				"team-a/z:http TCP/80 cluster=10.96.0.2",
+				"team-b/a:http TCP/80 cluster=10.96.0.1",
+			},
+			errs: []string{
+				`service team-a/z: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/y port "http", which keeps it; dropped`,
+				`service team-b/a: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/y port "http", which keeps it; dropped`,
+			},
+		}},
+	}, {
+		name: "address kinds mix: an external IP on another Service's cluster IP and port",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1"),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", externalIPs("10.96.0.1", "192.0.2.1")),
+			errs:   []string{`service default/b: port "http": external IP 10.96.0.1:80/TCP conflicts with the cluster IP of service default/a`},
+		}, {
+			// The same address on another port is no conflict.
+			upsert: csvc("c", 3, "10.96.0.3", externalIPs("10.96.0.1"), withPorts(corev1.ServicePort{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443})),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1",
+				"default/c:https TCP/443 cluster=10.96.0.3 ext=10.96.0.1",
+			},
+			errs: []string{`service default/b: port "http": external IP 10.96.0.1:80/TCP conflicts with the cluster IP of service default/a port "http", which keeps it; dropped`},
+		}},
+	}, {
+		name: "a cluster IP is never taken by an older Service's external IP",
+		steps: []conflictStep{{
+			upsert: csvc("new", 2, "10.96.0.9,fd00::9"),
+		}, {
+			upsert: csvc("old", 1, "10.96.0.1", externalIPs("10.96.0.9")),
+			want: []string{
+				"default/new:http TCP/80 cluster=10.96.0.9,fd00::9",
+				"default/old:http TCP/80 cluster=10.96.0.1",
+			},
+			errs: []string{`service default/old: port "http": external IP 10.96.0.9:80/TCP conflicts with the cluster IP of service default/new port "http", which keeps it; dropped`},
+		}},
+	}, {
+		name: "three Services on one load balancer IP: the next in rank takes over",
+		steps: []conflictStep{{
+			upsert: csvc("c", 3, "10.96.0.3", lbIPs("203.0.113.1")),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", externalIPs("203.0.113.1")),
+			errs:   []string{`service default/c: port "http": load balancer IP 203.0.113.1:80/TCP conflicts with the external IP of service default/b`},
+		}, {
+			upsert: csvc("a", 1, "10.96.0.1", lbIPs("203.0.113.1")),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 lb=203.0.113.1",
+				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/c:http TCP/80 cluster=10.96.0.3",
+			},
+			errs: []string{
+				`service default/b: port "http": external IP 203.0.113.1:80/TCP conflicts with the load balancer IP of service default/a port "http", which keeps it; dropped`,
+				`service default/c: port "http": load balancer IP 203.0.113.1:80/TCP conflicts with the load balancer IP of service default/a port "http", which keeps it; dropped`,
+			},
+		}, {
+			del: "a",
+			want: []string{
+				"default/b:http TCP/80 cluster=10.96.0.2 ext=203.0.113.1",
+				"default/c:http TCP/80 cluster=10.96.0.3",
+			},
+			errs: []string{`service default/c: port "http": load balancer IP 203.0.113.1:80/TCP conflicts with the external IP of service default/b port "http", which keeps it; dropped`},
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2"),
+			want: []string{
+				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/c:http TCP/80 cluster=10.96.0.3 lb=203.0.113.1",
+			},
+		}},
+	}, {
+		name: "the holder changing its value hands the old one over",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", nodePort(30080)),
+			errs:   []string{`service default/b: port "http": NodePort 30080/TCP conflicts`},
+		}, {
+			// A change elsewhere in the holder keeps its hold.
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080), externalIPs("192.0.2.1")),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 ext=192.0.2.1 np=30080",
+				"default/b:http TCP/80 cluster=10.96.0.2",
+			},
+			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts`},
+		}, {
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30081)),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 np=30081",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+			},
+		}},
+	}, {
+		name: "a Service deleted and created again is the newer one",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", nodePort(30080)),
+			errs:   []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a`},
+		}, {
+			// A missed delete: the new object arrives as an update.
+			upsert: csvc("a", 3, "10.96.0.1", nodePort(30080)),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+			},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http"`},
+		}},
+	}, {
+		name: "a loser that moves off the value is clean; one going away no longer counts",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", externalIPs("192.0.2.1")),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", externalIPs("192.0.2.1")),
+			errs:   []string{`service default/b: port "http": external IP 192.0.2.1:80/TCP conflicts`},
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", externalIPs("192.0.2.2")),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 ext=192.0.2.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 ext=192.0.2.2",
+			},
+		}, {
+			upsert: csvc("c", 3, "10.96.0.3", externalIPs("192.0.2.2")),
+			errs:   []string{`service default/c: port "http": external IP 192.0.2.2:80/TCP conflicts with the external IP of service default/b`},
+		}, {
+			del: "c",
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 ext=192.0.2.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 ext=192.0.2.2",
+			},
+		}},
+	}, {
+		name: "an ignored or invalid update lets go of the values",
+		steps: []conflictStep{{
+			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
+		}, {
+			upsert: csvc("b", 2, "10.96.0.2", nodePort(30080)),
+			errs:   []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a`},
+		}, {
+			upsert: csvc("a", 1, "None"),
+			want:   []string{"default/b:http TCP/80 cluster=10.96.0.2 np=30080"},
+		}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBuilder("node-1")
+			for i, s := range tt.steps {
+				what := fmt.Sprintf("step %d", i)
+				if s.del != "" {
+					b.DeleteService("default", s.del)
+				} else if err := b.UpsertService(s.upsert); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				st := b.State()
+				if s.want != nil {
+					mustEqual(t, what+": services", summarize(st), s.want)
+				}
+				checkErrors(t, b.Errors(), s.errs...)
+				checkUniqueKeys(t, what, st)
+				for _, err := range b.Errors() {
+					var ce *ConflictError
+					if !errors.As(err, &ce) {
+						t.Errorf("%s: %v is not a ConflictError", what, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBuilderConflictsOrderFree feeds the same Services in every order: the
+// state and the reports must not depend on it, as a restart must agree
+// with a proxy that saw the objects arrive one by one.
+func TestBuilderConflictsOrderFree(t *testing.T) {
+	svcs := []*corev1.Service{
+		csvc("a", 1, "10.96.0.1", nodePort(30080), externalIPs("192.0.2.1")),
+		csvc("b", 1, "10.96.0.2", nodePort(30080), lbIPs("192.0.2.1")),
+		csvc("c", 0, "10.96.0.3", externalIPs("10.96.0.1")),
+		csvc("d", 2, "10.96.0.4", nodePort(30081), lbIPs("192.0.2.1", "10.96.0.3")),
+	}
+	wantState := []string{
+		"default/a:http TCP/80 cluster=10.96.0.1 ext=192.0.2.1 np=30080",
+		"default/b:http TCP/80 cluster=10.96.0.2",
+		"default/c:http TCP/80 cluster=10.96.0.3",
+		"default/d:http TCP/80 cluster=10.96.0.4 np=30081",
+	}
+	wantErrs := []string{
+		`service default/c: port "http": external IP 10.96.0.1:80/TCP conflicts with the cluster IP of service default/a port "http"`,
+		`service default/b: port "http": load balancer IP 192.0.2.1:80/TCP conflicts with the external IP of service default/a port "http"`,
+		`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http"`,
+		`service default/d: port "http": load balancer IP 192.0.2.1:80/TCP conflicts with the external IP of service default/a port "http"`,
+		`service default/d: port "http": load balancer IP 10.96.0.3:80/TCP conflicts with the cluster IP of service default/c port "http"`,
+	}
+	var first []string
+	for order := range permutations(len(svcs)) {
+		b := NewBuilder("node-1")
+		for _, i := range order {
+			if err := b.UpsertService(svcs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		what := fmt.Sprintf("order %v", order)
+		mustEqual(t, what, summarize(b.State()), wantState)
+		checkErrors(t, b.Errors(), wantErrs...)
+		msgs := errorStrings(b.Errors())
+		if first == nil {
+			first = msgs
+		}
+		mustEqual(t, what+": errors in the same order", msgs, first)
+	}
+}
+
+// permutations yields every order of 0..n-1 (Heap's algorithm).
+func permutations(n int) func(func([]int) bool) {
+	return func(yield func([]int) bool) {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = i
+		}
+		c := make([]int, n)
+		if !yield(slices.Clone(p)) {
+			return
+		}
+		for i := 0; i < n; {
+			if c[i] < i {
+				if i%2 == 0 {
+					p[0], p[i] = p[i], p[0]
+				} else {
+					p[c[i]], p[i] = p[i], p[c[i]]
+				}
+				if !yield(slices.Clone(p)) {
+					return
+				}
+				c[i]++
+				i = 0
+			} else {
+				c[i] = 0
+				i++
+			}
+		}
+	}
+}
+
+func errorStrings(errs []error) []string {
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+// TestBuilderConflictsIncremental drives one Builder through random
+// upserts and deletes of Services that fight over a few values, and after
+// every step compares it with a Builder given only the surviving objects:
+// the incremental bookkeeping must reach what a fresh start computes, and
+// no key may ever be in the state twice.
+func TestBuilderConflictsIncremental(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+	random := func(i int) *corev1.Service {
+		var opts []func(*corev1.Service)
+		if rng.IntN(2) == 0 {
+			opts = append(opts, nodePort(int32(30080+rng.IntN(3))))
+		}
+		if rng.IntN(2) == 0 {
+			opts = append(opts, externalIPs(pick("192.0.2.1", "192.0.2.2", "10.96.0.1")))
+		}
+		if rng.IntN(2) == 0 {
+			opts = append(opts, lbIPs(pick("192.0.2.1", "192.0.2.3", "10.96.0.2")))
+		}
+		if rng.IntN(3) == 0 {
+			opts = append(opts, withPorts(
+				corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: int32(30080 + rng.IntN(3))},
+				corev1.ServicePort{Name: "alt", Protocol: corev1.ProtocolTCP, Port: int32(80 + rng.IntN(2)*363)},
+			))
+		}
+		ip := pick(fmt.Sprintf("10.96.0.%d", 10+i), "10.96.0.1", "10.96.0.2")
+		return csvc(fmt.Sprintf("s%d", i), rng.IntN(3), ip, opts...)
+	}
+
+	b := NewBuilder("node-1")
+	live := map[string]*corev1.Service{}
+	compared, conflicted := 0, 0
+	for step := range 2000 {
+		i := rng.IntN(8)
+		name := fmt.Sprintf("s%d", i)
+		if rng.IntN(4) == 0 {
+			b.DeleteService("default", name)
+			delete(live, name)
+		} else {
+			svc := random(i)
+			_ = b.UpsertService(svc) // a duplicate address in one Service is reported; fine here
+			live[name] = svc
+		}
+		if rng.IntN(3) > 0 {
+			continue // several changes between snapshots, too
+		}
+		fresh := NewBuilder("node-1")
+		for _, svc := range live {
+			_ = fresh.UpsertService(svc)
+		}
+		what := fmt.Sprintf("step %d", step)
+		got := b.State()
+		mustEqual(t, what+": state", summarize(got), summarize(fresh.State()))
+		mustEqual(t, what+": errors", errorStrings(b.Errors()), errorStrings(fresh.Errors()))
+		checkUniqueKeys(t, what, got)
+		if t.Failed() {
+			t.FailNow()
+		}
+		compared++
+		if len(b.Errors()) > 0 {
+			conflicted++
+		}
+	}
+	// Guard the test's own worth: most snapshots should hold conflicts.
+	if conflicted < compared/2 {
+		t.Errorf("only %d of %d snapshots had conflicts", conflicted, compared)
+	}
+}
+
+// TestLoadStateNodePortConflict: two manifests asking for one NodePort load
+// with the older Service keeping it, whatever the file order, and the
+// conflict among the problems.
+func TestLoadStateNodePortConflict(t *testing.T) {
+	svc := func(name, created, ip string) string {
+		return `
+apiVersion: v1
+kind: Service
+metadata: {name: ` + name + `, namespace: default, creationTimestamp: "` + created + `"}
+spec:
+  type: NodePort
+  clusterIP: ` + ip + `
+  ports: [{name: http, port: 80, nodePort: 30080}]
+`
+	}
+	older := svc("web-old", "2025-01-01T00:00:00Z", "10.96.0.1")
+	newer := svc("web-new", "2025-06-01T00:00:00Z", "10.96.0.2")
+	tests := []struct {
+		name  string
+		files map[string]string
+	}{
+		{"older file first", map[string]string{"a.yaml": older, "b.yaml": newer}},
+		{"newer file first", map[string]string{"a.yaml": newer, "b.yaml": older}},
+		{"one file", map[string]string{"all.yaml": newer + "---" + older}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeFiles(t, tt.files)
+			st, problems := LoadState(dir, "node-1")
+			if st == nil {
+				t.Fatalf("no state: %v", problems)
+			}
+			mustEqual(t, "services", summarize(st), []string{
+				"default/web-new:http TCP/80 cluster=10.96.0.2",
+				"default/web-old:http TCP/80 cluster=10.96.0.1 np=30080",
+			})
+			checkErrors(t, problems, `service default/web-new: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/web-old port "http", which keeps it; dropped`)
+		})
+	}
+}
+
+// An older Service listing another's cluster IP as its external IP does not
+// take the cluster IP over.
+func TestClusterIPKeepsItsAddress(t *testing.T) {
+	b := NewBuilder("node-1")
+	older := svcWithExternalIP(t, "old", "10.96.0.10", time.Unix(100, 0))
+	newer := svcWithClusterIP(t, "new", "10.96.0.10", time.Unix(200, 0))
+	for _, s := range []*corev1.Service{older, newer} {
+		if err := b.UpsertService(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := b.State()
+	n := proxier.ServicePortName{Namespace: "default", Name: "new", Port: "http"}
+	if sp := st.Services[n]; sp == nil || len(sp.ClusterIPs) != 1 {
+		t.Fatalf("the newer Service lost its cluster IP: %+v", sp)
+	}
+	o := proxier.ServicePortName{Namespace: "default", Name: "old", Port: "http"}
+	if sp := st.Services[o]; sp == nil || len(sp.ExternalIPs) != 0 {
+		t.Errorf("the older Service kept the external IP that is another's cluster IP: %+v", sp)
+	}
+}
+
+func svcWithClusterIP(t *testing.T, name, ip string, created time.Time) *corev1.Service {
+	t.Helper()
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.NewTime(created)},
+		Spec: corev1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+}
+
+func svcWithExternalIP(t *testing.T, name, extIP string, created time.Time) *corev1.Service {
+	t.Helper()
+	s := svcWithClusterIP(t, name, "10.96.0.99", created)
+	s.Spec.ExternalIPs = []string{extIP}
+	return s
+}
