@@ -1,21 +1,212 @@
 package proxier
 
-// ClusterEndpoints picks the endpoints that serve cluster traffic of a
-// service port: the ready ones; when there are none, the serving terminating
-// ones (as kube-proxy does since graceful termination went GA); never
-// endpoints that are not serving.
-func ClusterEndpoints(eps []Endpoint) []Endpoint {
-	var ready, terminating []Endpoint
+import (
+	"net/netip"
+	"slices"
+)
+
+// CategorizeEndpoints returns the endpoints for cluster-wide traffic, for node-local traffic,
+// and whether the service port has any usable endpoint at all.
+//
+// It follows upstream kube-proxy's CategorizeEndpoints (pkg/proxy/topology.go,
+// v1.33 and later) rule for rule:
+//
+//   - cluster is nil when the port never uses "Cluster" traffic policy, that
+//     is when internalTrafficPolicy is Local and the port is not reachable
+//     from outside (no NodePort, external IP or load balancer IP of the
+//     endpoints' family). Otherwise it is never nil: the Ready endpoints
+//     available for this node's topology or, when there are none, every
+//     serving and terminating endpoint, topology ignored; possibly empty.
+//   - local is nil when the port never uses "Local" traffic policy
+//     (internalTrafficPolicy Local, or externalTrafficPolicy Local on a port
+//     reachable from outside). Otherwise it is the Ready endpoints on this
+//     node or, when there are none, this node's serving and terminating ones;
+//     nil when there are neither. Topology never applies to it.
+//   - allReachable is the union of the two: cluster itself when local is not
+//     used, local itself when cluster is not used, cluster again when it is
+//     known to hold every endpoint of local, else a merged list.
+//   - hasAny reports whether a Ready or serving-terminating endpoint exists
+//     anywhere in the cluster; it may be true while allReachable is empty.
+//
+// Endpoints that are neither Ready nor serving-and-terminating are never
+// returned. Topology comes from zone hints alone: svc.TrafficDistribution is
+// not consulted, as upstream kube-proxy reads only the hints that the
+// EndpointSlice controller writes (for PreferClose, PreferSameZone,
+// PreferSameNode or the topology-mode annotation alike). Same-node hints
+// (hints.forNodes) are not in the model, so PreferSameNode services get the
+// same-zone behaviour, as they do on an upstream kube-proxy without that
+// feature.
+//
+// eps should be one IP family's endpoints, as a backend programs them:
+// upstream's ServicePort is per family, so only external and load balancer
+// IPs of the endpoints' family make the port reachable from outside (with
+// mixed families, those of either family count). Unlike upstream, the order of every result is deterministic: cluster and local
+// keep the order of eps, and a merged allReachable is cluster followed by
+// the endpoints of local not already in it.
+func CategorizeEndpoints(svc *ServicePort, eps []Endpoint, node Node) (cluster, local []Endpoint, allReachable []Endpoint, hasAny bool) {
+	if len(eps) == 0 {
+		return nil, nil, nil, false
+	}
+	if svc == nil {
+		svc = &ServicePort{}
+	}
+	usesCluster, usesLocal := usesClusterEndpoints(svc, eps), usesLocalEndpoints(svc, eps)
+
+	useZones := false
+	if usesCluster {
+		useZones = useZoneHints(eps, node.Zone)
+		cluster = selectEndpoints(eps, func(ep Endpoint) bool {
+			return ep.Ready && (!useZones || hintedForZone(ep, node.Zone))
+		})
+		if len(cluster) == 0 {
+			// Zone hints were already ignored if no Ready endpoint suited this
+			// zone, so nothing is Ready anywhere: keep connections alive on
+			// the serving terminating endpoints, wherever they are.
+			cluster = selectEndpoints(eps, servingTerminating)
+		}
+		hasAny = len(cluster) > 0
+	}
+	if !usesLocal {
+		return cluster, nil, cluster, hasAny
+	}
+
+	var localReady, localTerminating bool
 	for _, ep := range eps {
 		switch {
 		case ep.Ready:
-			ready = append(ready, ep)
-		case ep.Serving && ep.Terminating:
-			terminating = append(terminating, ep)
+			hasAny = true
+			localReady = localReady || ep.IsLocal(node.Name)
+		case servingTerminating(ep):
+			hasAny = true
+			localTerminating = localTerminating || ep.IsLocal(node.Name)
 		}
 	}
+	localUsesTerminating := false
+	switch {
+	case localReady:
+		local = selectEndpoints(eps, func(ep Endpoint) bool { return ep.Ready && ep.IsLocal(node.Name) })
+	case localTerminating:
+		localUsesTerminating = true
+		local = selectEndpoints(eps, func(ep Endpoint) bool { return servingTerminating(ep) && ep.IsLocal(node.Name) })
+	}
+
+	if !usesCluster {
+		return nil, local, local, hasAny
+	}
+	if !useZones && !localUsesTerminating {
+		// cluster holds every Ready endpoint and local only Ready ones, so
+		// cluster already contains local.
+		return cluster, local, cluster, hasAny
+	}
+	return cluster, local, unionEndpoints(cluster, local), hasAny
+}
+
+// ClusterEndpoints picks the endpoints that serve cluster traffic of a
+// service port, without topology: the ready ones; when there are none, the
+// serving terminating ones; never endpoints that are not serving.
+//
+// Deprecated: use CategorizeEndpoints, which also applies traffic policies
+// and zone hints.
+func ClusterEndpoints(eps []Endpoint) []Endpoint {
+	ready := selectEndpoints(eps, func(ep Endpoint) bool { return ep.Ready })
 	if len(ready) > 0 {
 		return ready
 	}
-	return terminating
+	if terminating := selectEndpoints(eps, servingTerminating); len(terminating) > 0 {
+		return terminating
+	}
+	return nil
+}
+
+// servingTerminating is upstream's fallback condition: IsServing() && IsTerminating().
+func servingTerminating(ep Endpoint) bool { return ep.Serving && ep.Terminating }
+
+// externallyAccessible mirrors upstream ServicePort.ExternallyAccessible: a
+// NodePort, or an external or load balancer IP. Upstream's ServicePort is per
+// IP family, so only addresses of a family present in eps count.
+func externallyAccessible(svc *ServicePort, eps []Endpoint) bool {
+	if svc.NodePort != 0 {
+		return true
+	}
+	var v4, v6 bool
+	for _, ep := range eps {
+		if ep.Addr.Unmap().Is4() {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	ofFamily := func(a []netip.Addr) bool {
+		return slices.ContainsFunc(a, func(ip netip.Addr) bool {
+			if ip.Unmap().Is4() {
+				return v4
+			}
+			return v6
+		})
+	}
+	return ofFamily(svc.ExternalIPs) || ofFamily(svc.LoadBalancerIPs)
+}
+
+// usesClusterEndpoints mirrors upstream ServicePort.UsesClusterEndpoints:
+// internal traffic policy Cluster, or any external traffic at all (even with
+// externalTrafficPolicy Local, short-circuited traffic from the node itself
+// uses the cluster endpoints).
+func usesClusterEndpoints(svc *ServicePort, eps []Endpoint) bool {
+	return !svc.InternalPolicyLocal || externallyAccessible(svc, eps)
+}
+
+// usesLocalEndpoints mirrors upstream ServicePort.UsesLocalEndpoints.
+func usesLocalEndpoints(svc *ServicePort, eps []Endpoint) bool {
+	return svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && externallyAccessible(svc, eps))
+}
+
+// useZoneHints is the same-zone half of upstream's topologyModeFromHints:
+// zone hints are used only when every Ready endpoint has at least one and at
+// least one Ready endpoint is hinted for this node's zone (which also needs
+// the node to have a zone). Endpoints that are not Ready do not count.
+func useZoneHints(eps []Endpoint, zone string) bool {
+	forZone := false
+	for _, ep := range eps {
+		if !ep.Ready {
+			continue
+		}
+		if len(ep.ZoneHints) == 0 {
+			return false
+		}
+		forZone = forZone || hintedForZone(ep, zone)
+	}
+	return forZone
+}
+
+// hintedForZone is upstream's availableForTopology in PreferSameZone mode.
+func hintedForZone(ep Endpoint, zone string) bool {
+	return slices.Contains(ep.ZoneHints, zone)
+}
+
+// selectEndpoints is upstream's filterEndpoints: a new slice, never nil, of
+// the endpoints keep accepts, in order.
+func selectEndpoints(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
+	out := make([]Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if keep(ep) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// unionEndpoints merges two endpoint lists by "ip:port", as upstream does
+// through a map, but in a stable order: a, then what b adds.
+func unionEndpoints(a, b []Endpoint) []Endpoint {
+	out := make([]Endpoint, 0, len(a)+len(b))
+	seen := make(map[string]bool, len(a)+len(b))
+	for _, list := range [][]Endpoint{a, b} {
+		for _, ep := range list {
+			if k := ep.String(); !seen[k] {
+				seen[k] = true
+				out = append(out, ep)
+			}
+		}
+	}
+	return out
 }
