@@ -134,10 +134,8 @@ type Key struct {
 
 // Chain returns the fixed or per-service chain of that name, or nil.
 func (t *Table) Chain(name string) *Chain {
-	for _, c := range t.Chains {
-		if c.Name == name {
-			return c
-		}
+	if c := t.fixedChain(name); c != nil {
+		return c
 	}
 	for _, fr := range t.Services {
 		for _, c := range fr.Chains {
