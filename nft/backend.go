@@ -139,8 +139,14 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 			}
 		}
 		if b.shouldFold(len(names), inDelta, len(st.Services)) {
+			changed := make(map[proxier.ServicePortName]bool, len(names))
+			for _, name := range names {
+				changed[name] = true
+			}
 			for name := range inDelta {
-				names = append(names, name)
+				if !changed[name] { // a port is diffed once, wherever it goes
+					names = append(names, name)
+				}
 				b.remember(have, want, name)
 				for _, f := range families {
 					if fr := want[tableID{f, true}].Services[name]; fr != nil {

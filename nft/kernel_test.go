@@ -218,3 +218,29 @@ func TestKernelDriftRepaired(t *testing.T) {
 		t.Errorf("drift not repaired:\n%s", got)
 	}
 }
+
+// A sync that changes service ports and folds the delta in the same
+// transaction handles each port once (found by the e2e load test: rules
+// were added twice and stale chains deleted twice).
+func TestKernelFoldWithChanges(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.FoldAt = 1
+	ctx := context.Background()
+	st := demoState()
+	if _, err := b.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	web, dns := proxierName("default", "web", "http"), proxierName("default", "dns-like", "dns")
+	next := demoState()
+	next.Endpoints[web][0].Port = 9090
+	next.Endpoints[dns][0].Port = 9053
+	for i := 0; i < 3; i++ { // change (and fold), delete leftovers, nothing
+		if _, err := b.Sync(ctx, next); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
+		t.Errorf("kernel differs from a full sync after a folding change:\n%s", got)
+	}
+}

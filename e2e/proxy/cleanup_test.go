@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+)
+
+// TestCleanup checks that --cleanup removes the proxy's tables, and only
+// them, and that a second --cleanup succeeds with nothing to do.
+func TestCleanup(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, []sandbox.Pod{})
+	state := t.TempDir()
+	copyDir(t, exampleState, state)
+
+	p := startProxy(t, sb, state)
+	// Like kube-proxy, the proxy leaves its rules in place when it
+	// stops, so that Services keep working across a restart.
+	if err := p.proc.Stop(5 * time.Second); err != nil {
+		t.Fatalf("proxy on SIGTERM: %v (want exit status 0)", err)
+	}
+	tables := nftTables(t, sb)
+	for _, want := range []string{"table ip kube-nftproxy", "table ip6 kube-nftproxy"} {
+		if !slices.Contains(tables, want) {
+			t.Fatalf("after the proxy stopped: no %q in %q", want, tables)
+		}
+	}
+
+	// Someone else's table, which --cleanup must leave alone.
+	const foreign = "table ip kube-nftproxy-not"
+	if _, err := sb.Exec(t.Context(), sandbox.Node, "nft", "add", foreign); err != nil {
+		t.Fatal(err)
+	}
+
+	out := cleanup(t, sb)
+	if !strings.Contains(out, "removed") {
+		t.Errorf("first --cleanup printed %q, want it to say it removed the tables", out)
+	}
+	if got := nftTables(t, sb); !slices.Equal(got, []string{foreign}) {
+		t.Errorf("after --cleanup the node has tables %q, want only %q", got, foreign)
+	}
+
+	out = cleanup(t, sb)
+	if !strings.Contains(out, "nothing to clean up") {
+		t.Errorf("second --cleanup printed %q, want it to say there was nothing to clean up", out)
+	}
+	if got := nftTables(t, sb); !slices.Equal(got, []string{foreign}) {
+		t.Errorf("after the second --cleanup the node has tables %q, want only %q", got, foreign)
+	}
+}
+
+// cleanup runs `kube-nftproxy --cleanup` in the node namespace, fails the
+// test unless it exits 0, and returns its standard output.
+func cleanup(t *testing.T, sb *sandbox.Sandbox) string {
+	t.Helper()
+	out, err := sb.Exec(t.Context(), sandbox.Node, proxyBin, "--cleanup")
+	if err != nil {
+		t.Fatalf("%v (want exit status 0)\nstdout: %s", err, out)
+	}
+	t.Logf("kube-nftproxy --cleanup: %s", out)
+	return string(out)
+}
+
+// nftTables lists the node's tables ("table ip kube-nftproxy", ...).
+func nftTables(t *testing.T, sb *sandbox.Sandbox) []string {
+	t.Helper()
+	out, err := sb.Exec(t.Context(), sandbox.Node, "nft", "list", "tables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for line := range strings.Lines(string(out)) {
+		if line = strings.TrimSpace(line); line != "" {
+			tables = append(tables, line)
+		}
+	}
+	slices.Sort(tables)
+	return tables
+}
