@@ -163,7 +163,13 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			familyEps = append(familyEps, ep)
 		}
 	}
-	clusterEps := proxier.ClusterEndpoints(familyEps)
+	// Traffic policies get their own chains (KUBE-SVL) in a later
+	// milestone; until then a Local policy uses the local endpoints here.
+	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, familyEps, node)
+	clusterEps := cluster
+	if cluster == nil {
+		clusterEps = local
+	}
 
 	svcRules := []Rule{}
 	if cfg.MasqueradeAll {

@@ -101,23 +101,6 @@ func CategorizeEndpoints(svc *ServicePort, eps []Endpoint, node Node) (cluster, 
 	return cluster, local, unionEndpoints(cluster, local), hasAny
 }
 
-// ClusterEndpoints picks the endpoints that serve cluster traffic of a
-// service port, without topology: the ready ones; when there are none, the
-// serving terminating ones; never endpoints that are not serving.
-//
-// Deprecated: use CategorizeEndpoints, which also applies traffic policies
-// and zone hints.
-func ClusterEndpoints(eps []Endpoint) []Endpoint {
-	ready := selectEndpoints(eps, func(ep Endpoint) bool { return ep.Ready })
-	if len(ready) > 0 {
-		return ready
-	}
-	if terminating := selectEndpoints(eps, servingTerminating); len(terminating) > 0 {
-		return terminating
-	}
-	return nil
-}
-
 // servingTerminating is upstream's fallback condition: IsServing() && IsTerminating().
 func servingTerminating(ep Endpoint) bool { return ep.Serving && ep.Terminating }
 

@@ -471,26 +471,3 @@ func TestCategorizeEndpointsStableMerge(t *testing.T) {
 		}
 	}
 }
-
-func TestClusterEndpoints(t *testing.T) {
-	tests := []struct {
-		name string
-		eps  []Endpoint
-		want []int
-	}{
-		{"ready only", []Endpoint{ep4(1, otherNode, ready), ep4(2, otherNode, notReady)}, ints(1)},
-		{"ready wins over terminating", []Endpoint{ep4(1, otherNode, ready), ep4(2, otherNode, servingTerm)}, ints(1)},
-		{"serving terminating when none ready", []Endpoint{ep4(2, otherNode, servingTerm), ep4(3, otherNode, term)}, ints(2)},
-		{"never not serving", []Endpoint{ep4(3, otherNode, term), ep4(4, otherNode, notReady)}, nil},
-		{"none", nil, nil},
-		// The wrapper ignores zone hints and policies, as it always did.
-		{"hints ignored", []Endpoint{ep4(1, otherNode, ready, thisZone), ep4(2, otherNode, ready, otherZone)}, ints(1, 2)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := lasts(ClusterEndpoints(tt.eps)); !sameList(got, tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
