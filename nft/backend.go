@@ -44,7 +44,11 @@ type Backend struct {
 	// inputs are what each applied fragment was built from, so that an
 	// unchanged service port reuses its fragment and the diff skips it.
 	inputs map[proxier.ServicePortName]fragmentInput
-	node   proxier.Node
+	// known maps each applied ServicePort object to its endpoints: sources
+	// hand over the same objects for unchanged ports, found here without
+	// hashing names.
+	known map[*proxier.ServicePort][]proxier.Endpoint
+	node  proxier.Node
 	// pending are chains flushed by the last transaction, to delete in the next.
 	pending  map[tableID][]string
 	needFull bool
@@ -115,6 +119,9 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		added := 0
 		for name, svc := range st.Services {
 			eps := st.Endpoints[name]
+			if known, ok := b.known[svc]; ok && sameEndpoints(known, eps) {
+				continue // the very ServicePort we applied: no lookup by name
+			}
 			in, ok := b.inputs[name]
 			if ok && sameInput(in, svc, eps) {
 				continue
@@ -207,13 +214,17 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	b.inDelta = inDelta
 	if full {
 		b.inputs = make(map[proxier.ServicePortName]fragmentInput, len(st.Services))
+		b.known = make(map[*proxier.ServicePort][]proxier.Endpoint, len(st.Services))
 		for name, svc := range st.Services {
 			b.inputs[name] = fragmentInput{svc: svc, eps: st.Endpoints[name]}
+			b.known[svc] = st.Endpoints[name]
 		}
 	} else {
 		for _, name := range names {
+			delete(b.known, b.inputs[name].svc)
 			if svc, ok := st.Services[name]; ok {
 				b.inputs[name] = fragmentInput{svc: svc, eps: st.Endpoints[name]}
+				b.known[svc] = st.Endpoints[name]
 			} else {
 				delete(b.inputs, name)
 			}
@@ -250,10 +261,14 @@ func sameInput(in fragmentInput, svc *proxier.ServicePort, eps []proxier.Endpoin
 	if in.svc != svc && !in.svc.Equal(svc) {
 		return false
 	}
-	if len(in.eps) == len(eps) && (len(eps) == 0 || &in.eps[0] == &eps[0]) {
+	return sameEndpoints(in.eps, eps)
+}
+
+func sameEndpoints(a, b []proxier.Endpoint) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
 		return true
 	}
-	return proxier.EndpointsEqual(in.eps, eps)
+	return proxier.EndpointsEqual(a, b)
 }
 
 // remember saves, once per sync, what the applied tables hold for a service
@@ -343,6 +358,6 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}
-	b.applied, b.inputs, b.inDelta, b.needFull = nil, nil, nil, true
+	b.applied, b.inputs, b.known, b.inDelta, b.needFull = nil, nil, nil, nil, true
 	return true, nil
 }
