@@ -29,8 +29,18 @@ const (
 	chainMarkMasq    = "KUBE-MARK-MASQ"
 	chainPostrouting = "KUBE-POSTROUTING"
 
-	mapServiceIPs   = "service-ips"
-	mapServicePorts = "service-nodeports"
+	chainExternalServices = "KUBE-EXTERNAL-SERVICES"
+	chainForward          = "KUBE-FORWARD"
+	chainFirewall         = "KUBE-PROXY-FIREWALL"
+	chainReject           = "KUBE-REJECT"
+
+	mapServiceIPs      = "service-ips"
+	mapServicePorts    = "service-nodeports"
+	mapNoEndpointIPs   = "no-endpoint-services"
+	mapNoEndpointPorts = "no-endpoint-nodeports"
+	mapFirewallIPs     = "firewall-ips"
+	priorityFirewall   = -110 // before DNAT (dstnat - 10), to see the LB IP
+	priorityFilter     = 0
 )
 
 // Config is what shapes the ruleset besides the State: kube-proxy's flags.
@@ -43,6 +53,9 @@ type Config struct {
 	MasqueradeAll bool
 	// MasqueradeBit is the fwmark bit that asks for SNAT (--iptables-masquerade-bit, default 14).
 	MasqueradeBit uint
+	// ConntrackTCPBeLiberal leaves out-of-window TCP packets alone
+	// (--conntrack-tcp-be-liberal): no `ct state invalid drop`.
+	ConntrackTCPBeLiberal bool
 }
 
 // DefaultConfig is kube-proxy's defaults.
@@ -96,6 +109,9 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 		Maps: []*Map{
 			{Name: mapServiceIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
 			{Name: mapServicePorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "NodePort traffic"},
+			{Name: mapNoEndpointIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to service IPs without usable endpoints"},
+			{Name: mapNoEndpointPorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
+			{Name: mapFirewallIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
 		},
 		Chains: []*Chain{
 			{Name: "nat-prerouting", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100},
@@ -117,6 +133,26 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 				R(MarkSet{Bit: mark, Toggle: true}),
 				R(Masquerade{}),
 			}},
+			// Filtering: loadBalancerSourceRanges before DNAT; services
+			// without usable endpoints after it (their packets are not
+			// DNATed, so they still carry the service address).
+			{Name: "filter-prerouting", Hook: &Hook{Type: "filter", Hook: "prerouting", Priority: priorityFirewall},
+				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
+			{Name: "filter-output-pre-dnat", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFirewall},
+				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
+			{Name: "filter-input", Hook: &Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+			{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+				Rules: []Rule{R(JumpTo(chainForward)), R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+			{Name: "filter-output", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFilter},
+				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+			{Name: chainFirewall, Rules: []Rule{R(Vmap(mapFirewallIPs, FieldDaddr, FieldL4Proto, FieldDport))}},
+			{Name: chainExternalServices, Rules: []Rule{
+				R(Vmap(mapNoEndpointIPs, FieldDaddr, FieldL4Proto, FieldDport)),
+				R(FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}, Vmap(mapNoEndpointPorts, FieldL4Proto, FieldDport)),
+			}},
+			{Name: chainForward, Rules: forwardRules(cfg, mark)},
+			{Name: chainReject, Rules: []Rule{R(Reject{})}},
 		},
 		Services: map[proxier.ServicePortName]*Fragment{},
 	}
@@ -129,8 +165,10 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 		var chains []*Chain
 		for _, c := range t.Chains {
 			switch c.Name {
-			case "nat-postrouting", chainPostrouting:
+			case "nat-postrouting", chainPostrouting, chainForward:
 				continue
+			case "filter-forward":
+				c = &Chain{Name: c.Name, Hook: c.Hook, Rules: c.Rules[1:]}
 			}
 			if c.Hook != nil {
 				h := *c.Hook
@@ -144,8 +182,25 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 	return t
 }
 
+// forwardRules are KUBE-FORWARD's: drop packets conntrack finds invalid
+// (unless --conntrack-tcp-be-liberal), accept what we marked for masquerade
+// and the rest of connections already accepted, as iptables mode does.
+func forwardRules(cfg Config, mark uint32) []Rule {
+	var rules []Rule
+	if !cfg.ConntrackTCPBeLiberal {
+		rules = append(rules, R(CtState{Bits: CtInvalid}, Verdict{Kind: Drop}))
+	}
+	return append(rules,
+		R(MarkIsSet{Bit: mark}, Verdict{Kind: Accept}).WithComment("kubernetes forwarding rules"),
+		R(CtState{Bits: CtEstablished | CtRelated}, Verdict{Kind: Accept}).WithComment("kubernetes forwarding conntrack rule"),
+	)
+}
+
 // BuildFragment returns one service port's chains and map elements in family
-// f, or nil when the service has no ClusterIP of that family.
+// f, or nil when the service has no ClusterIP of that family. The chains
+// and their rules follow iptables mode (pkg/proxy/iptables in upstream
+// kube-proxy): KUBE-SVC (cluster policy), KUBE-SVL (local policy), KUBE-EXT
+// (external destinations), KUBE-FW (source ranges), KUBE-SEP (endpoints).
 func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) *Fragment {
 	clusterIP, ok := firstOfFamily(f, svc.ClusterIPs)
 	if !ok {
@@ -154,8 +209,13 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	name := svc.Name.String()
 	proto := protoNumber(svc.Protocol)
 	svcChain := ServiceChain(svc.Name, svc.Protocol)
+	svlChain := LocalServiceChain(svc.Name, svc.Protocol)
 	extChain := ExternalChain(svc.Name, svc.Protocol)
+	fwChain := FirewallChain(svc.Name, svc.Protocol)
 	fr := &Fragment{}
+	elem := func(m string, k Key, v Verdict, comment string) {
+		fr.Elements = append(fr.Elements, MapElement{Map: m, Element: Element{Key: k, Verdict: v, Comment: comment}})
+	}
 
 	var familyEps []proxier.Endpoint
 	for _, ep := range eps {
@@ -163,70 +223,198 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			familyEps = append(familyEps, ep)
 		}
 	}
-	// Traffic policies get their own chains (KUBE-SVL) in a later
-	// milestone; until then a Local policy uses the local endpoints here.
-	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, familyEps, node)
-	clusterEps := cluster
-	if cluster == nil {
-		clusterEps = local
-	}
+	cluster, local, allReachable, hasAny := proxier.CategorizeEndpoints(svc, familyEps, node)
 
-	svcRules := []Rule{}
-	if cfg.MasqueradeAll {
-		svcRules = append(svcRules, R(JumpTo(chainMarkMasq)).WithComment(name+" cluster IP"))
-	} else {
-		for _, cidr := range cfg.ClusterCIDRs {
-			if f.has(cidr.Addr()) {
-				svcRules = append(svcRules, R(AddrMatch{Field: FieldSaddr, Negate: true, Prefix: cidr}, JumpTo(chainMarkMasq)).WithComment(name+" cluster IP"))
-				break // one CIDR per family, as kube-proxy's ClusterCIDR mode
-			}
-		}
+	// Which chain each kind of traffic goes to, and whether it has
+	// endpoints there (upstream's internal/external policy chains).
+	// KUBE-SVC exists when it has endpoints, KUBE-SVL likewise.
+	hasCluster, hasLocal := len(cluster) > 0, len(local) > 0
+	internalChain, hasInternal := svcChain, hasCluster
+	if svc.InternalPolicyLocal {
+		internalChain, hasInternal = svlChain, hasLocal
 	}
-	// Random choice without a set per service: endpoint i is taken with
-	// probability 1/(n-i), so each of the n is equally likely. Sets per
-	// service make the kernel's commit time quadratic (see the design).
-	for i, ep := range clusterEps {
-		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
-		if left := len(clusterEps) - i; left > 1 {
-			svcRules = append(svcRules, R(NumgenZero{Mod: uint32(left)}, GotoChain(sep)).WithComment(name+" -> "+ep.String()))
-		} else {
-			svcRules = append(svcRules, R(GotoChain(sep)).WithComment(name+" -> "+ep.String()))
-		}
-		fr.Chains = append(fr.Chains, &Chain{Name: sep, Comment: name, Rules: []Rule{
-			R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq)),
-			R(ProtoMatch{Proto: proto}, DNAT{Addr: ep.Addr, Port: ep.Port}),
-		}})
+	externalPolicyChain, hasExternal := svcChain, hasCluster
+	if svc.ExternalPolicyLocal {
+		externalPolicyChain, hasExternal = svlChain, hasLocal
 	}
-	fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: svcRules})
-	fr.Elements = append(fr.Elements, MapElement{Map: mapServiceIPs, Element: Element{
-		Key: Key{Addr: clusterIP, Proto: proto, Port: svc.Port}, Verdict: GotoChain(svcChain), Comment: name + " cluster IP"}})
-
-	external := svc.NodePort != 0
+	var externalIPs, lbIPs []netip.Addr
 	for _, ip := range svc.ExternalIPs {
 		if f.has(ip) {
-			external = true
-			fr.Elements = append(fr.Elements, MapElement{Map: mapServiceIPs, Element: Element{
-				Key: Key{Addr: ip, Proto: proto, Port: svc.Port}, Verdict: GotoChain(extChain), Comment: name + " external IP"}})
+			externalIPs = append(externalIPs, ip)
 		}
 	}
 	for _, ip := range svc.LoadBalancerIPs {
 		if f.has(ip) {
-			external = true
-			fr.Elements = append(fr.Elements, MapElement{Map: mapServiceIPs, Element: Element{
-				Key: Key{Addr: ip, Proto: proto, Port: svc.Port}, Verdict: GotoChain(extChain), Comment: name + " loadbalancer IP"}})
+			lbIPs = append(lbIPs, ip)
+		}
+	}
+	externallyAccessible := svc.NodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0
+	usesExternalChain := hasAny && externallyAccessible
+
+	// What the filter does with traffic that finds no endpoint: reject
+	// when the service has none at all; drop when only the Local policy
+	// leaves none (external traffic from outside, or ClusterIP traffic).
+	internalFilter, externalFilter := Verdict{}, Verdict{}
+	internalNote, externalNote := "", ""
+	if !hasAny {
+		internalFilter, externalFilter = GotoChain(chainReject), GotoChain(chainReject)
+		internalNote, externalNote = name+" has no endpoints", name+" has no endpoints"
+	} else {
+		if !hasInternal {
+			internalFilter, internalNote = Verdict{Kind: Drop}, name+" has no local endpoints"
+		}
+		if !hasExternal {
+			externalFilter, externalNote = Verdict{Kind: Drop}, name+" has no local endpoints"
+		}
+	}
+
+	// ClusterIP.
+	if hasInternal {
+		elem(mapServiceIPs, Key{Addr: clusterIP, Proto: proto, Port: svc.Port}, GotoChain(internalChain), name+" cluster IP")
+	} else {
+		elem(mapNoEndpointIPs, Key{Addr: clusterIP, Proto: proto, Port: svc.Port}, internalFilter, internalNote)
+	}
+	// External IPs, LoadBalancer IPs (through KUBE-FW with source ranges) and the NodePort.
+	fwRanges := familyPrefixes(f, svc.LoadBalancerSourceRanges)
+	for _, ip := range externalIPs {
+		if usesExternalChain {
+			elem(mapServiceIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(extChain), name+" external IP")
+		}
+		if !hasExternal {
+			elem(mapNoEndpointIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, externalFilter, externalNote)
+		}
+	}
+	for _, ip := range lbIPs {
+		if usesExternalChain {
+			elem(mapServiceIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(extChain), name+" loadbalancer IP")
+		}
+		if !hasExternal {
+			elem(mapNoEndpointIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, externalFilter, externalNote)
+		}
+		if len(fwRanges) > 0 {
+			elem(mapFirewallIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(fwChain), name+" loadbalancer IP")
 		}
 	}
 	if svc.NodePort != 0 {
-		fr.Elements = append(fr.Elements, MapElement{Map: mapServicePorts, Element: Element{
-			Key: Key{Proto: proto, Port: svc.NodePort}, Verdict: GotoChain(extChain), Comment: name}})
+		if usesExternalChain {
+			elem(mapServicePorts, Key{Proto: proto, Port: svc.NodePort}, GotoChain(extChain), name)
+		}
+		if !hasExternal {
+			elem(mapNoEndpointPorts, Key{Proto: proto, Port: svc.NodePort}, externalFilter, externalNote)
+		}
 	}
-	if external {
-		fr.Chains = append(fr.Chains, &Chain{Name: extChain, Comment: name, Rules: []Rule{
-			R(JumpTo(chainMarkMasq)).WithComment("masquerade traffic for " + name + " external destinations"),
-			R(GotoChain(svcChain)),
+	if len(fwRanges) > 0 && len(lbIPs) > 0 {
+		// Sources in a range go on; the node's own traffic passes when a
+		// range holds its address, since that is its source.
+		var rules []Rule
+		for _, p := range fwRanges {
+			rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: p}, Verdict{Kind: Return}))
+		}
+		rules = append(rules, R(Verdict{Kind: Drop}).WithComment(name+" traffic not accepted by "+fwChain))
+		fr.Chains = append(fr.Chains, &Chain{Name: fwChain, Comment: name, Rules: rules})
+	}
+
+	// Endpoint chains, for every endpoint some policy can reach.
+	for _, ep := range allReachable {
+		fr.Chains = append(fr.Chains, &Chain{Name: EndpointChain(svc.Name, svc.Protocol, ep.String()), Comment: name, Rules: []Rule{
+			R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq)),
+			R(ProtoMatch{Proto: proto}, DNAT{Addr: ep.Addr, Port: ep.Port}),
 		}})
 	}
+	// The masquerade rule for ClusterIP traffic lives in the internal
+	// chain and matches the ClusterIP, so that external traffic passing
+	// through the same chain keeps its source.
+	masq := clusterMasquerade(f, cfg, clusterIP, svc.Port, name)
+	if hasCluster {
+		var rules []Rule
+		if internalChain == svcChain && masq != nil {
+			rules = append(rules, *masq)
+		}
+		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: append(rules, pickEndpoint(svc, cluster, name)...)})
+	}
+	if hasLocal {
+		var rules []Rule
+		if internalChain == svlChain && masq != nil {
+			rules = append(rules, *masq)
+		}
+		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: append(rules, pickEndpoint(svc, local, name)...)})
+	}
+	if usesExternalChain {
+		var rules []Rule
+		if !svc.ExternalPolicyLocal {
+			rules = append(rules, R(JumpTo(chainMarkMasq)).WithComment("masquerade traffic for "+name+" external destinations"))
+		} else {
+			// Pods and the node itself reach external destinations
+			// cluster-wide, as if going out to a load balancer and back;
+			// the node's traffic is masqueraded (its source is the LB IP
+			// or node address itself). Others keep their source and go to
+			// local endpoints only.
+			if cidr, ok := localCIDR(f, cfg); ok && hasCluster {
+				rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: cidr}, GotoChain(svcChain)).WithComment("pod traffic for "+name+" external destinations"))
+			}
+			rules = append(rules, R(FibLocal{Saddr: true}, JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
+			if hasCluster {
+				rules = append(rules, R(FibLocal{Saddr: true}, GotoChain(svcChain)).WithComment("route LOCAL traffic for "+name+" external destinations"))
+			}
+		}
+		if hasExternal {
+			rules = append(rules, R(GotoChain(externalPolicyChain)))
+		}
+		fr.Chains = append(fr.Chains, &Chain{Name: extChain, Comment: name, Rules: rules})
+	}
 	return fr
+}
+
+// pickEndpoint chooses among endpoints at random without a set per service:
+// endpoint i is taken with probability 1/(n-i), so each of the n is equally
+// likely. Sets per service make the kernel's commit time quadratic.
+func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, name string) []Rule {
+	var rules []Rule
+	for i, ep := range eps {
+		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
+		if left := len(eps) - i; left > 1 {
+			rules = append(rules, R(NumgenZero{Mod: uint32(left)}, GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+		} else {
+			rules = append(rules, R(GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+		}
+	}
+	return rules
+}
+
+// clusterMasquerade is the rule that marks ClusterIP traffic for SNAT:
+// all of it with --masquerade-all, else what comes from outside the
+// cluster CIDR; nil when neither is configured.
+func clusterMasquerade(f Family, cfg Config, clusterIP netip.Addr, port uint16, name string) *Rule {
+	match := []Term{AddrMatch{Field: FieldDaddr, Prefix: netip.PrefixFrom(clusterIP, clusterIP.BitLen())}, PortMatch{Port: port}}
+	if cfg.MasqueradeAll {
+		r := R(append(match, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
+		return &r
+	}
+	if cidr, ok := localCIDR(f, cfg); ok {
+		r := R(append(match, AddrMatch{Field: FieldSaddr, Negate: true, Prefix: cidr}, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
+		return &r
+	}
+	return nil
+}
+
+// localCIDR is the cluster CIDR of the family (detect-local mode ClusterCIDR).
+func localCIDR(f Family, cfg Config) (netip.Prefix, bool) {
+	for _, cidr := range cfg.ClusterCIDRs {
+		if f.has(cidr.Addr()) {
+			return cidr, true // one CIDR per family, as kube-proxy's ClusterCIDR mode
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func familyPrefixes(f Family, ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if f.has(p.Addr()) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func firstOfFamily(f Family, addrs []netip.Addr) (netip.Addr, bool) {

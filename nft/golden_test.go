@@ -62,6 +62,7 @@ func goldenCases() []goldenCase {
 		{"sctp-external-terminating.nft", sctp(), demoConfig()},
 		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},
 		{"long-names.nft", long(), demoConfig()},
+		{"features.nft", featureState(), demoConfig()},
 	}
 }
 

@@ -125,17 +125,30 @@ func (e Element) keyText(key []Field) string {
 	return strings.Join(parts, " . ")
 }
 
-// priorityText names the standard priorities the way nft prints them.
+// priorityText names priorities the way nft prints them: a standard
+// priority valid for the hook, plus or minus an offset of up to 10; any
+// other value as a number.
 func priorityText(h *Hook) string {
-	switch {
-	case h.Type == "nat" && h.Hook == "prerouting" && h.Priority == -100:
-		return "dstnat"
-	case h.Type == "nat" && h.Hook == "prerouting" && h.Priority == -101:
-		return "dstnat - 1"
-	case h.Type == "nat" && h.Hook == "postrouting" && h.Priority == 100:
-		return "srcnat"
-	case h.Type == "filter" && h.Priority == 0:
-		return "filter"
+	std := []struct {
+		name string
+		prio int32
+		hook string // "" for every hook
+	}{
+		{"raw", -300, ""}, {"mangle", -150, ""}, {"dstnat", -100, "prerouting"},
+		{"filter", 0, ""}, {"security", 50, ""}, {"srcnat", 100, "postrouting"},
+	}
+	for _, p := range std {
+		if p.hook != "" && p.hook != h.Hook {
+			continue
+		}
+		switch off := h.Priority - p.prio; {
+		case off == 0:
+			return p.name
+		case off > 0 && off <= 10:
+			return fmt.Sprintf("%s + %d", p.name, off)
+		case off < 0 && off >= -10:
+			return fmt.Sprintf("%s - %d", p.name, -off)
+		}
 	}
 	return strconv.Itoa(int(h.Priority))
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -153,16 +155,142 @@ func (m ProtoMatch) exprs(Family) []expr.Any {
 	}
 }
 
-// FibLocal is `fib daddr type local`: the destination is one of the node's addresses.
-type FibLocal struct{}
+// FibLocal is `fib daddr type local` (the destination is one of the node's
+// addresses) or, with Saddr, `fib saddr type local` (the node sent it).
+type FibLocal struct{ Saddr bool }
 
-func (FibLocal) text(Family) string { return "fib daddr type local" }
+func (m FibLocal) text(Family) string {
+	if m.Saddr {
+		return "fib saddr type local"
+	}
+	return "fib daddr type local"
+}
 
-func (FibLocal) exprs(Family) []expr.Any {
+func (m FibLocal) exprs(Family) []expr.Any {
 	return []expr.Any{
-		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Fib{Register: 1, FlagDADDR: !m.Saddr, FlagSADDR: m.Saddr, ResultADDRTYPE: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)},
 	}
+}
+
+// PortMatch is `th dport PORT`.
+type PortMatch struct{ Port uint16 }
+
+func (m PortMatch) text(Family) string { return fmt.Sprintf("th dport %d", m.Port) }
+
+func (m PortMatch) exprs(f Family) []expr.Any {
+	return []expr.Any{
+		FieldDport.load(f, 1),
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, m.Port)},
+	}
+}
+
+// Conntrack states, as the kernel numbers their bits.
+const (
+	CtInvalid     uint32 = 1
+	CtEstablished uint32 = 2
+	CtRelated     uint32 = 4
+	CtNew         uint32 = 8
+)
+
+// CtState is `ct state S[,S...]`: the connection is in one of the states.
+type CtState struct{ Bits uint32 }
+
+func (m CtState) text(Family) string {
+	var names []string
+	for _, st := range []struct {
+		bit  uint32
+		name string
+	}{{CtInvalid, "invalid"}, {CtEstablished, "established"}, {CtRelated, "related"}, {CtNew, "new"}} {
+		if m.Bits&st.bit != 0 {
+			names = append(names, st.name)
+		}
+	}
+	return "ct state " + strings.Join(names, ",")
+}
+
+func (m CtState) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bits), Xor: le32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: le32(0)},
+	}
+}
+
+// MarkIsSet is `meta mark & BIT == BIT`.
+type MarkIsSet struct{ Bit uint32 }
+
+func (m MarkIsSet) text(Family) string {
+	return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", m.Bit, m.Bit)
+}
+
+func (m MarkIsSet) exprs(Family) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bit), Xor: le32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: le32(m.Bit)},
+	}
+}
+
+// IfName is `iifname "NAME"`, or with Prefix `iifname "NAME*"` (any
+// interface whose name starts with NAME); Negate makes it `!=`.
+type IfName struct {
+	Name   string
+	Prefix bool
+	Negate bool
+}
+
+func (m IfName) text(Family) string {
+	op, name := "", m.Name
+	if m.Negate {
+		op = "!= "
+	}
+	if m.Prefix {
+		name += "*"
+	}
+	return fmt.Sprintf("iifname %s%s", op, strconv.Quote(name))
+}
+
+func (m IfName) exprs(Family) []expr.Any {
+	data := []byte(m.Name)
+	if !m.Prefix {
+		data = make([]byte, unix.IFNAMSIZ)
+		copy(data, m.Name)
+	}
+	op := expr.CmpOpEq
+	if m.Negate {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: data},
+	}
+}
+
+// SetMatch is `ip daddr @SET`: the address is in a named set of the table.
+type SetMatch struct {
+	Field Field
+	Set   string
+}
+
+func (m SetMatch) text(f Family) string { return m.Field.text(f) + " @" + m.Set }
+
+func (m SetMatch) exprs(f Family) []expr.Any {
+	return []expr.Any{m.Field.load(f, 1), &expr.Lookup{SourceRegister: 1, SetName: m.Set}}
+}
+
+// Reject is `reject`: an ICMP port unreachable, which a TCP or UDP client
+// sees as "connection refused" at once.
+type Reject struct{}
+
+func (Reject) text(Family) string { return "reject" }
+
+func (Reject) exprs(f Family) []expr.Any {
+	code := uint8(3) // ICMP_PORT_UNREACH
+	if f == IPv6 {
+		code = 4 // ICMPV6_PORT_UNREACH
+	}
+	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code}}
 }
 
 // VmapLookup is `<key fields> vmap @map`: the map's verdict for the packet's key.

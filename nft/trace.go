@@ -17,6 +17,8 @@ type Packet struct {
 	Output bool
 	// Local are the node's addresses, for `fib daddr type local`.
 	Local []netip.Addr
+	// Iif is the interface the packet came in on (prerouting).
+	Iif string
 }
 
 // Outcome is one way a packet can go, with its probability (random load
@@ -26,6 +28,7 @@ type Outcome struct {
 	DNAT       netip.AddrPort // zero when the packet was not DNATed
 	Masquerade bool           // SNAT to the node in postrouting
 	Dropped    bool
+	Rejected   bool
 	// Chains are the chains the packet went through, in order.
 	Chains []string
 }
@@ -33,6 +36,8 @@ type Outcome struct {
 func (o Outcome) String() string {
 	s := fmt.Sprintf("%.3f ", o.Prob)
 	switch {
+	case o.Rejected:
+		s += "reject"
 	case o.Dropped:
 		s += "drop"
 	case o.DNAT.IsValid():
@@ -46,51 +51,98 @@ func (o Outcome) String() string {
 	return s + " via " + strings.Join(o.Chains, ",")
 }
 
-// Trace evaluates the ruleset for a packet the way the kernel would at the
-// NAT hooks (dstnat, then srcnat), exploring every random choice, and returns
-// the possible outcomes. It is how unit tests check what a rule set does
-// without a kernel.
+// Trace evaluates the ruleset for the first packet of a connection the way
+// the kernel would: filter before DNAT, DNAT, filter after DNAT (input for
+// the node's own addresses, forward otherwise, output for the node's
+// packets), then SNAT; every random choice is explored. It is how unit
+// tests check what a rule set does without a kernel.
 func (rs *Ruleset) Trace(p Packet) []Outcome {
 	f := IPv4
 	if p.Dst.Is6() {
 		f = IPv6
 	}
-	hook := "prerouting"
+	pre, post := "prerouting", "forward"
 	if p.Output {
-		hook = "output"
+		pre, post = "output", "output"
 	}
-	start := []*state{{prob: 1, pkt: p}}
-	// dstnat: base chains of every table in priority order; the first one
-	// that NATs the connection ends NAT at this hook, as in the kernel.
-	for _, bc := range rs.baseChains(f, "nat", hook) {
-		var next []*state
-		for _, s := range start {
-			if s.dnat.IsValid() || s.dropped {
-				next = append(next, s)
-				continue
-			}
-			next = append(next, s.run(bc.table, bc.chain)...)
+	states := []*state{{prob: 1, pkt: p}}
+	// Hook entries in priority order; at a nat hook the first chain that
+	// NATs the connection ends NAT there, as in the kernel.
+	hooks := rs.hookChains(f, pre)
+	var after []baseChain
+	for _, bc := range hooks {
+		if bc.chain.Hook.Type == "filter" && bc.chain.Hook.Priority > -100 {
+			after = append(after, bc)
+			continue
 		}
-		start = next
+		states = runAll(states, bc)
 	}
-	var out []Outcome
-	for _, s := range start {
-		if !s.dropped {
-			dst := s.pkt.Dst
-			if s.dnat.IsValid() {
-				s.pkt.Dst = s.dnat.Addr()
+	for _, s := range states {
+		if s.dnat.IsValid() {
+			s.pkt.Dst = s.dnat.Addr()
+		}
+	}
+	for i, s := range states {
+		if post == "forward" && isLocal(s.pkt.Dst, p.Local) {
+			states[i].hook = "input"
+		} else {
+			states[i].hook = post
+		}
+	}
+	var next []*state
+	for _, s := range states {
+		var chains []baseChain
+		if p.Output {
+			chains = after
+		} else {
+			chains = rs.hookChains(f, s.hook)
+		}
+		branch := []*state{s}
+		for _, bc := range chains {
+			if bc.chain.Hook.Type == "filter" {
+				branch = runAll(branch, bc)
 			}
-			for _, bc := range rs.baseChains(f, "nat", "postrouting") {
-				for _, s2 := range s.run(bc.table, bc.chain) {
-					s = s2 // postrouting has no random choices
+		}
+		next = append(next, branch...)
+	}
+	states = next
+	var out []Outcome
+	for _, s := range states {
+		if !s.dropped && s.hook != "input" {
+			for _, bc := range rs.hookChains(f, "postrouting") {
+				if bc.chain.Hook.Type == "nat" {
+					for _, s2 := range s.run(bc.table, bc.chain) {
+						s = s2 // postrouting has no random choices
+					}
 				}
 			}
-			s.pkt.Dst = dst
 		}
-		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped, Chains: s.path})
+		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Chains: s.path})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
 	return out
+}
+
+// runAll runs one base chain on every live branch.
+func runAll(states []*state, bc baseChain) []*state {
+	var next []*state
+	for _, s := range states {
+		if s.dropped || (bc.chain.Hook.Type == "nat" && s.dnat.IsValid()) {
+			next = append(next, s)
+			continue
+		}
+		next = append(next, s.run(bc.table, bc.chain)...)
+	}
+	return next
+}
+
+func isLocal(a netip.Addr, local []netip.Addr) bool {
+	for _, l := range local {
+		if l == a {
+			return true
+		}
+	}
+	return false
 }
 
 type baseChain struct {
@@ -98,14 +150,15 @@ type baseChain struct {
 	chain *Chain
 }
 
-func (rs *Ruleset) baseChains(f Family, typ, hook string) []baseChain {
+// hookChains lists the base chains at a hook, in priority order.
+func (rs *Ruleset) hookChains(f Family, hook string) []baseChain {
 	var out []baseChain
 	for _, t := range rs.Tables {
 		if t.Family != f {
 			continue
 		}
 		for _, c := range t.Chains {
-			if c.Hook != nil && c.Hook.Type == typ && c.Hook.Hook == hook {
+			if c.Hook != nil && c.Hook.Hook == hook {
 				out = append(out, baseChain{t, c})
 			}
 		}
@@ -116,13 +169,15 @@ func (rs *Ruleset) baseChains(f Family, typ, hook string) []baseChain {
 
 // state is one branch of the evaluation.
 type state struct {
-	prob    float64
-	pkt     Packet
-	mark    uint32
-	dnat    netip.AddrPort
-	masq    bool
-	dropped bool
-	path    []string
+	prob     float64
+	pkt      Packet
+	hook     string // after DNAT: input, forward or output
+	mark     uint32
+	dnat     netip.AddrPort
+	masq     bool
+	dropped  bool
+	rejected bool
+	path     []string
 }
 
 func (s *state) fork(p float64) *state {
@@ -220,15 +275,33 @@ func (s *state) term(t *Table, term Term, depth int) []result {
 			return miss
 		}
 	case FibLocal:
-		found := false
-		for _, l := range p.Local {
-			if l == p.Dst {
-				found = true
-			}
+		a := p.Dst
+		if m.Saddr {
+			a = p.Src
 		}
-		if !found {
+		if !isLocal(a, p.Local) {
 			return miss
 		}
+	case PortMatch:
+		if p.Dport != m.Port {
+			return miss
+		}
+	case CtState:
+		if m.Bits&CtNew == 0 { // Trace follows the first packet of a connection
+			return miss
+		}
+	case MarkIsSet:
+		if s.mark&m.Bit == 0 {
+			return miss
+		}
+	case IfName:
+		match := p.Iif == m.Name || (m.Prefix && strings.HasPrefix(p.Iif, m.Name))
+		if match == m.Negate {
+			return miss
+		}
+	case Reject:
+		s.dropped, s.rejected = true, true
+		return []result{{s, final}}
 	case MarkZero:
 		if s.mark&m.Bit != 0 {
 			return miss

@@ -28,6 +28,7 @@ type options struct {
 	clusterCIDR      string
 	masqueradeAll    bool
 	masqueradeBit    int
+	tcpBeLiberal     bool
 	minSyncPeriod    time.Duration
 	syncPeriod       time.Duration
 	cleanup          bool
@@ -41,6 +42,7 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "the pod CIDR(s) of the cluster, comma-separated, one per family; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent via Service cluster IPs")
 	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", 14, "the bit of the fwmark space that marks packets to SNAT, 0-31")
+	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "let conntrack accept out-of-window TCP packets, and do not drop packets conntrack finds invalid")
 }
 
 func (o *options) nodeName() (string, error) {
@@ -57,6 +59,7 @@ func (o *options) nodeName() (string, error) {
 func (o *options) nftConfig() (nft.Config, error) {
 	cfg := nft.DefaultConfig()
 	cfg.MasqueradeAll = o.masqueradeAll
+	cfg.ConntrackTCPBeLiberal = o.tcpBeLiberal
 	if o.masqueradeBit < 0 || o.masqueradeBit > 31 {
 		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
 	}
