@@ -100,7 +100,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if full {
 		inDelta = map[proxier.ServicePortName]bool{}
 		for _, id := range tableIDs() {
-			want[id] = BuildTable(id.f, b.cfg, id.delta)
+			want[id] = BuildTable(id.f, b.cfg, st.Node, id.delta)
 		}
 		for name, svc := range st.Services {
 			b.place(want, name, false, st.Node, svc, st.Endpoints[name])
@@ -341,7 +341,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	}
 	bt := b.k.newBatch()
 	for _, id := range tableIDs() {
-		t := BuildTable(id.f, b.cfg, id.delta)
+		t := BuildTable(id.f, b.cfg, proxier.Node{}, id.delta)
 		have, err := b.kernelTable(t)
 		if err != nil {
 			return false, err

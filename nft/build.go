@@ -53,6 +53,15 @@ type Config struct {
 	MasqueradeAll bool
 	// MasqueradeBit is the fwmark bit that asks for SNAT (--iptables-masquerade-bit, default 14).
 	MasqueradeBit uint
+	// DetectLocal says how to tell pod traffic from other traffic
+	// (--detect-local-mode and its companions).
+	DetectLocal LocalDetector
+	// NodePortAddresses restricts NodePorts to node addresses within
+	// these prefixes (--nodeport-addresses); empty: every node address.
+	// NodePortPrimary takes the node's primary addresses (the value
+	// "primary"): those of the Node object.
+	NodePortAddresses []netip.Prefix
+	NodePortPrimary   bool
 	// ConntrackTCPBeLiberal leaves out-of-window TCP packets alone
 	// (--conntrack-tcp-be-liberal): no `ct state invalid drop`.
 	ConntrackTCPBeLiberal bool
@@ -76,18 +85,58 @@ func (c Config) Validate() error {
 
 func (c Config) markBit() uint32 { return 1 << c.MasqueradeBit }
 
+// The --detect-local-mode values.
+const (
+	DetectClusterCIDR         = "ClusterCIDR"
+	DetectNodeCIDR            = "NodeCIDR"
+	DetectBridgeInterface     = "BridgeInterface"
+	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
+)
+
+// LocalDetector is kube-proxy's detect-local configuration.
+type LocalDetector struct {
+	Mode            string // one of the Detect* modes; "" is ClusterCIDR
+	BridgeInterface string // --pod-bridge-interface
+	InterfacePrefix string // --pod-interface-name-prefix
+}
+
+// localMatch is the term that matches pod traffic (negate: other traffic)
+// for the family, or false when the mode cannot tell (e.g. no CIDR of
+// that family), in which case, like kube-proxy, nothing is treated as local.
+func localMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, bool) {
+	switch cfg.DetectLocal.Mode {
+	case DetectBridgeInterface:
+		return IfName{Name: cfg.DetectLocal.BridgeInterface, Negate: negate}, cfg.DetectLocal.BridgeInterface != ""
+	case DetectInterfaceNamePrefix:
+		return IfName{Name: cfg.DetectLocal.InterfacePrefix, Prefix: true, Negate: negate}, cfg.DetectLocal.InterfacePrefix != ""
+	case DetectNodeCIDR:
+		for _, p := range node.PodCIDRs {
+			if f.has(p.Addr()) {
+				return AddrMatch{Field: FieldSaddr, Negate: negate, Prefix: p.Masked()}, true
+			}
+		}
+		return nil, false
+	}
+	for _, cidr := range cfg.ClusterCIDRs {
+		if f.has(cidr.Addr()) {
+			return AddrMatch{Field: FieldSaddr, Negate: negate, Prefix: cidr}, true // one CIDR per family
+		}
+	}
+	return nil, false
+}
+
 // Build returns the whole Ruleset for a State as a full sync programs it:
 // per family, a main table holding every service port and an empty delta table.
 func Build(st *proxier.State, cfg Config) *Ruleset {
 	rs := &Ruleset{}
 	for _, f := range families {
-		t := BuildTable(f, cfg, false)
+		t := BuildTable(f, cfg, st.Node, false)
 		for name, svc := range st.Services {
 			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
 				t.Services[name] = fr
 			}
 		}
-		rs.Tables = append(rs.Tables, t, BuildTable(f, cfg, true))
+		rs.Tables = append(rs.Tables, t, BuildTable(f, cfg, st.Node, true))
 	}
 	return rs
 }
@@ -96,7 +145,7 @@ var families = []Family{IPv4, IPv6}
 
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
-func BuildTable(f Family, cfg Config, delta bool) *Table {
+func BuildTable(f Family, cfg Config, node proxier.Node, delta bool) *Table {
 	mark := cfg.markBit()
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
 	if f == IPv6 {
@@ -122,9 +171,6 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 				Rules: []Rule{R(JumpTo(chainPostrouting))}},
 			{Name: chainServices, Rules: []Rule{
 				R(Vmap(mapServiceIPs, FieldDaddr, FieldL4Proto, FieldDport)),
-				// NodePorts answer on the node's own addresses, never on
-				// loopback (no route_localnet), as upstream's nftables mode.
-				R(FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}, JumpTo(chainNodePorts)),
 			}},
 			{Name: chainNodePorts, Rules: []Rule{R(Vmap(mapServicePorts, FieldL4Proto, FieldDport))}},
 			{Name: chainMarkMasq, Rules: []Rule{R(MarkSet{Bit: mark})}},
@@ -156,6 +202,13 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 		},
 		Services: map[proxier.ServicePortName]*Fragment{},
 	}
+	// NodePorts answer on the node's own addresses, never on loopback (no
+	// route_localnet, as upstream's nftables mode), optionally only those
+	// within --nodeport-addresses.
+	services := t.fixedChain(chainServices)
+	for _, m := range nodePortMatches(f, cfg, node, loopback) {
+		services.Rules = append(services.Rules, R(append(m, JumpTo(chainNodePorts))...))
+	}
 	if delta {
 		// The same topology, one priority earlier, without postrouting:
 		// the main table's KUBE-POSTROUTING masquerades what either marks.
@@ -180,6 +233,33 @@ func BuildTable(f Family, cfg Config, delta bool) *Table {
 		t.Chains = chains
 	}
 	return t
+}
+
+// nodePortMatches are the matches that send a packet to KUBE-NODEPORTS:
+// a local destination, not loopback, and within --nodeport-addresses.
+func nodePortMatches(f Family, cfg Config, node proxier.Node, loopback netip.Prefix) [][]Term {
+	base := []Term{FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}}
+	var within []netip.Prefix
+	if cfg.NodePortPrimary {
+		for _, ip := range node.IPs {
+			if f.has(ip) {
+				within = append(within, netip.PrefixFrom(ip, ip.BitLen()))
+				break
+			}
+		}
+	}
+	within = append(within, familyPrefixes(f, cfg.NodePortAddresses)...)
+	if len(within) == 0 {
+		if cfg.NodePortPrimary || len(cfg.NodePortAddresses) > 0 {
+			return nil // restricted, and nothing of this family qualifies
+		}
+		return [][]Term{base}
+	}
+	var out [][]Term
+	for _, p := range within {
+		out = append(out, append([]Term{FibLocal{}, AddrMatch{Field: FieldDaddr, Prefix: p}}, base[1:]...))
+	}
+	return out
 }
 
 // forwardRules are KUBE-FORWARD's: drop packets conntrack finds invalid
@@ -324,7 +404,7 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	// The masquerade rule for ClusterIP traffic lives in the internal
 	// chain and matches the ClusterIP, so that external traffic passing
 	// through the same chain keeps its source.
-	masq := clusterMasquerade(f, cfg, clusterIP, svc.Port, name)
+	masq := clusterMasquerade(f, cfg, node, clusterIP, svc.Port, name)
 	if hasCluster {
 		var rules []Rule
 		if internalChain == svcChain && masq != nil {
@@ -349,8 +429,8 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			// the node's traffic is masqueraded (its source is the LB IP
 			// or node address itself). Others keep their source and go to
 			// local endpoints only.
-			if cidr, ok := localCIDR(f, cfg); ok && hasCluster {
-				rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: cidr}, GotoChain(svcChain)).WithComment("pod traffic for "+name+" external destinations"))
+			if isPod, ok := localMatch(f, cfg, node, false); ok && hasCluster {
+				rules = append(rules, R(isPod, GotoChain(svcChain)).WithComment("pod traffic for "+name+" external destinations"))
 			}
 			rules = append(rules, R(FibLocal{Saddr: true}, JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
 			if hasCluster {
@@ -382,29 +462,19 @@ func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, name string)
 }
 
 // clusterMasquerade is the rule that marks ClusterIP traffic for SNAT:
-// all of it with --masquerade-all, else what comes from outside the
-// cluster CIDR; nil when neither is configured.
-func clusterMasquerade(f Family, cfg Config, clusterIP netip.Addr, port uint16, name string) *Rule {
+// all of it with --masquerade-all, else what does not come from a pod;
+// nil when neither is configured.
+func clusterMasquerade(f Family, cfg Config, node proxier.Node, clusterIP netip.Addr, port uint16, name string) *Rule {
 	match := []Term{AddrMatch{Field: FieldDaddr, Prefix: netip.PrefixFrom(clusterIP, clusterIP.BitLen())}, PortMatch{Port: port}}
 	if cfg.MasqueradeAll {
 		r := R(append(match, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
 		return &r
 	}
-	if cidr, ok := localCIDR(f, cfg); ok {
-		r := R(append(match, AddrMatch{Field: FieldSaddr, Negate: true, Prefix: cidr}, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
+	if notPod, ok := localMatch(f, cfg, node, true); ok {
+		r := R(append(match, notPod, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
 		return &r
 	}
 	return nil
-}
-
-// localCIDR is the cluster CIDR of the family (detect-local mode ClusterCIDR).
-func localCIDR(f Family, cfg Config) (netip.Prefix, bool) {
-	for _, cidr := range cfg.ClusterCIDRs {
-		if f.has(cidr.Addr()) {
-			return cidr, true // one CIDR per family, as kube-proxy's ClusterCIDR mode
-		}
-	}
-	return netip.Prefix{}, false
 }
 
 func familyPrefixes(f Family, ps []netip.Prefix) []netip.Prefix {

@@ -106,3 +106,51 @@ func TestTraceFeatures(t *testing.T) {
 		})
 	}
 }
+
+// --detect-local-mode and --nodeport-addresses change which traffic counts
+// as pod traffic and which node addresses serve NodePorts.
+func TestTraceFlags(t *testing.T) {
+	st := demoState()
+	st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+	st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1")}
+	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("10.98.0.1"), mustAddr("127.0.0.1")}
+	web := func(src, iif string) Packet {
+		return Packet{Src: mustAddr(src), Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Iif: iif}
+	}
+	nodePort := func(dst string) Packet {
+		return Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node}
+	}
+	cfg := func(change func(*Config)) Config {
+		c := demoConfig()
+		change(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		pkt  Packet
+		masq bool // whether the ClusterIP packet is masqueraded
+		dnat bool
+	}{
+		{"NodeCIDR: a source in the node's pod CIDR is a pod", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.0.20", ""), false, true},
+		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
+		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.1.2.3", "kbr0"), false, true},
+		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.244.0.20", "eth0"), true, true},
+		{"InterfaceNamePrefix: veth* is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"} }), web("10.1.2.3", "veth12ab"), false, true},
+		{"InterfaceNamePrefix: eth0 is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"} }), web("10.1.2.3", "eth0"), true, true},
+		{"nodeport-addresses: inside the CIDR", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.99.0.1"), true, true},
+		{"nodeport-addresses: another node address", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.98.0.1"), false, false},
+		{"nodeport-addresses primary", cfg(func(c *Config) { c.NodePortPrimary = true }), nodePort("10.99.0.1"), true, true},
+		{"nodeport-addresses primary: not another address", cfg(func(c *Config) { c.NodePortPrimary = true }), nodePort("10.98.0.1"), false, false},
+		{"default: every node address", demoConfig(), nodePort("10.98.0.1"), true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, o := range Build(st, tt.cfg).Trace(tt.pkt) {
+				if o.DNAT.IsValid() != tt.dnat || o.Masquerade != tt.masq {
+					t.Errorf("%v: want dnat=%v masquerade=%v", o, tt.dnat, tt.masq)
+				}
+			}
+		})
+	}
+}

@@ -53,6 +53,21 @@ func goldenCases() []goldenCase {
 		st.Endpoints[n] = []proxier.Endpoint{{Addr: mustAddr("fd00:10:244:ffff:ffff:ffff:ffff:ffff"), Port: 8443, Ready: true, Serving: true}}
 		return st
 	}
+	withNode := func() *proxier.State {
+		st := demoState()
+		st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24"), netip.MustParsePrefix("fd00:10:244::/64")}
+		st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
+		return st
+	}
+	prefixCfg := demoConfig()
+	prefixCfg.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+	prefixCfg.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd00:99::/64")}
+	prefixCfg.ConntrackTCPBeLiberal = true
+	bridgeCfg := demoConfig()
+	bridgeCfg.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"}
+	bridgeCfg.NodePortPrimary = true
+	nodeCIDRCfg := demoConfig()
+	nodeCIDRCfg.DetectLocal = LocalDetector{Mode: DetectNodeCIDR}
 	masqAll := demoConfig()
 	masqAll.MasqueradeAll = true
 	masqAll.MasqueradeBit = 10
@@ -63,6 +78,9 @@ func goldenCases() []goldenCase {
 		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},
 		{"long-names.nft", long(), demoConfig()},
 		{"features.nft", featureState(), demoConfig()},
+		{"flags-interface-prefix-nodeport-cidrs-liberal.nft", withNode(), prefixCfg},
+		{"flags-bridge-nodeport-primary.nft", withNode(), bridgeCfg},
+		{"flags-node-cidr.nft", withNode(), nodeCIDRCfg},
 	}
 }
 

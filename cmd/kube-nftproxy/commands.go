@@ -29,6 +29,10 @@ type options struct {
 	masqueradeAll    bool
 	masqueradeBit    int
 	tcpBeLiberal     bool
+	detectLocalMode  string
+	bridgeInterface  string
+	ifacePrefix      string
+	nodePortAddrs    []string
 	minSyncPeriod    time.Duration
 	syncPeriod       time.Duration
 	cleanup          bool
@@ -42,6 +46,10 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "the pod CIDR(s) of the cluster, comma-separated, one per family; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent via Service cluster IPs")
 	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", 14, "the bit of the fwmark space that marks packets to SNAT, 0-31")
+	fs.StringVar(&o.detectLocalMode, "detect-local-mode", nft.DetectClusterCIDR, "how to tell pod traffic from other traffic: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
+	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
+	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
+	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
 	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "let conntrack accept out-of-window TCP packets, and do not drop packets conntrack finds invalid")
 }
 
@@ -60,6 +68,31 @@ func (o *options) nftConfig() (nft.Config, error) {
 	cfg := nft.DefaultConfig()
 	cfg.MasqueradeAll = o.masqueradeAll
 	cfg.ConntrackTCPBeLiberal = o.tcpBeLiberal
+	cfg.DetectLocal = nft.LocalDetector{Mode: o.detectLocalMode, BridgeInterface: o.bridgeInterface, InterfacePrefix: o.ifacePrefix}
+	switch o.detectLocalMode {
+	case nft.DetectClusterCIDR, nft.DetectNodeCIDR:
+	case nft.DetectBridgeInterface:
+		if o.bridgeInterface == "" {
+			return cfg, errors.New("--detect-local-mode=BridgeInterface needs --pod-bridge-interface")
+		}
+	case nft.DetectInterfaceNamePrefix:
+		if o.ifacePrefix == "" {
+			return cfg, errors.New("--detect-local-mode=InterfaceNamePrefix needs --pod-interface-name-prefix")
+		}
+	default:
+		return cfg, fmt.Errorf("--detect-local-mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", o.detectLocalMode)
+	}
+	for _, a := range o.nodePortAddrs {
+		if a = strings.TrimSpace(a); a == "primary" {
+			cfg.NodePortPrimary = true
+			continue
+		}
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, fmt.Errorf("--nodeport-addresses %q: want CIDRs or \"primary\": %w", a, err)
+		}
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, p.Masked())
+	}
 	if o.masqueradeBit < 0 || o.masqueradeBit > 31 {
 		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
 	}
