@@ -136,8 +136,12 @@ func TestTraceFlags(t *testing.T) {
 		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
 		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.1.2.3", "kbr0"), false, true},
 		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.244.0.20", "eth0"), true, true},
-		{"InterfaceNamePrefix: veth* is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"} }), web("10.1.2.3", "veth12ab"), false, true},
-		{"InterfaceNamePrefix: eth0 is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"} }), web("10.1.2.3", "eth0"), true, true},
+		{"InterfaceNamePrefix: veth* is a pod", cfg(func(c *Config) {
+			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+		}), web("10.1.2.3", "veth12ab"), false, true},
+		{"InterfaceNamePrefix: eth0 is not", cfg(func(c *Config) {
+			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+		}), web("10.1.2.3", "eth0"), true, true},
 		{"nodeport-addresses: inside the CIDR", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.99.0.1"), true, true},
 		{"nodeport-addresses: another node address", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.98.0.1"), false, false},
 		{"nodeport-addresses primary", cfg(func(c *Config) { c.NodePortPrimary = true }), nodePort("10.99.0.1"), true, true},
