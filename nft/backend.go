@@ -245,7 +245,7 @@ func (b *Backend) drifted() bool {
 	for _, id := range tableIDs() {
 		t := b.applied[id]
 		exists, use, err := b.k.tableUse(t.Family, t.Name)
-		want := uint32(len(t.AllChains()) + len(t.Maps))
+		want := uint32(t.chainCount() + len(t.Maps))
 		if err != nil || !exists || use < want {
 			b.log.Warn("our nftables table changed behind our back; rewriting everything",
 				"table", t.Family.String()+" "+t.Name, "objects", use, "want", want, "err", err)

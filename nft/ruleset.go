@@ -175,6 +175,15 @@ func (t *Table) AllChains() []*Chain {
 	return out
 }
 
+// chainCount is len(AllChains()) without building the list.
+func (t *Table) chainCount() int {
+	n := len(t.Chains)
+	for _, fr := range t.Services {
+		n += len(fr.Chains)
+	}
+	return n
+}
+
 // Elements lists every element of the named map, fixed ones first, then by service.
 func (t *Table) Elements(m string) []Element {
 	var out []Element
