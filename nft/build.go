@@ -387,8 +387,20 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		// Sources in a range go on; the node's own traffic passes when a
 		// range holds its address, since that is its source.
 		var rules []Rule
+		allowNode := false
 		for _, p := range fwRanges {
 			rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: p}, Verdict{Kind: Return}))
+			for _, ip := range node.IPs {
+				allowNode = allowNode || p.Contains(ip)
+			}
+		}
+		// When a range holds the node's address, the node may use the
+		// service; where the LB IP is also a local address, the node's
+		// requests to it come from the LB IP itself (as upstream allows).
+		if allowNode {
+			for _, ip := range lbIPs {
+				rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, Verdict{Kind: Return}).WithComment(name+" node traffic from its own LB IP"))
+			}
 		}
 		rules = append(rules, R(Verdict{Kind: Drop}).WithComment(name+" traffic not accepted by "+fwChain))
 		fr.Chains = append(fr.Chains, &Chain{Name: fwChain, Comment: name, Rules: rules})

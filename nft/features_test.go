@@ -54,8 +54,10 @@ func featureState() *proxier.State {
 // Each case pins upstream iptables-mode behaviour (pkg/proxy/iptables,
 // syncProxyRules), named in the case.
 func TestTraceFeatures(t *testing.T) {
-	rs := Build(featureState(), demoConfig())
-	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("127.0.0.1")}
+	st := featureState()
+	st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1")}
+	rs := Build(st, demoConfig())
+	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("127.0.0.1"), mustAddr("203.0.113.6")}
 	pod, outside := mustAddr("10.244.0.20"), mustAddr("192.0.2.7")
 	tcp := func(src, dst string, port uint16) Packet {
 		return Packet{Src: mustAddr(src), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: port, Local: node}
@@ -91,6 +93,10 @@ func TestTraceFeatures(t *testing.T) {
 		{"source ranges, allowed", tcp(outside.String(), "203.0.113.6", 80), []string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 		{"source ranges, refused", tcp("198.51.100.9", "203.0.113.6", 80), []string{"1.000 drop"}},
 		{"source ranges, node address in a range", Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
+			[]string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
+		// "For VIP-like LBs, the VIP is often added as a local address":
+		// the node's requests then come from the LB IP itself.
+		{"source ranges, node traffic from its own LB IP", Packet{Src: mustAddr("203.0.113.6"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
 			[]string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 		{"source ranges do not apply to the ClusterIP", tcp("10.99.0.2", "10.96.1.6", 80), []string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 	}

@@ -50,7 +50,7 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
 	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
-	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "let conntrack accept out-of-window TCP packets, and do not drop packets conntrack finds invalid")
+	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "do not drop forwarded packets conntrack finds invalid (setting the nf_conntrack_tcp_be_liberal sysctl itself comes with the conntrack tuning)")
 }
 
 func (o *options) nodeName() (string, error) {

@@ -66,6 +66,8 @@ type envOptions struct {
 	pods []sandbox.Pod // the sandbox's pods; agents serve in pod-a and pod-b
 	// extra files to add to the state directory, by name.
 	extra map[string]string
+	// proxyArgs are more flags for the proxy.
+	proxyArgs []string
 }
 
 // newEnv builds an env that the end of the test takes down: the proxy is
@@ -86,7 +88,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 			e.startServer(t, p)
 		}
 	}
-	e.proxy = startProxy(t, e.sb, e.state)
+	e.proxy = startProxy(t, e.sb, e.state, opts.proxyArgs...)
 	return e
 }
 
@@ -255,9 +257,10 @@ type proxy struct {
 	log  *lineLog
 }
 
-// startProxy runs the proxy on state in the node namespace and waits for its
-// first sync. The end of the test stops it with SIGTERM, and it must exit 0.
-func startProxy(t *testing.T, sb *sandbox.Sandbox, state string) *proxy {
+// startProxy runs the proxy on state in the node namespace, with the extra
+// flags given, and waits for its first sync. The end of the test stops it
+// with SIGTERM, and it must exit 0.
+func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string) *proxy {
 	t.Helper()
 	args := []string{proxyBin,
 		"--state", state,
@@ -265,6 +268,7 @@ func startProxy(t *testing.T, sb *sandbox.Sandbox, state string) *proxy {
 		"--cluster-cidr", clusterCIDRs(),
 		"--iptables-min-sync-period", "100ms",
 	}
+	args = append(args, extra...)
 	// Not the test's context: its cancellation would signal the proxy
 	// before the cleanup below, which wants to see how it exits.
 	cmd := sb.Command(context.Background(), sandbox.Node, args...)
