@@ -2,7 +2,6 @@ package nft
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -101,15 +100,7 @@ func TestTraceFeatures(t *testing.T) {
 		{"source ranges do not apply to the ClusterIP", tcp("10.99.0.2", "10.96.1.6", 80), []string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got []string
-			for _, o := range rs.Trace(tt.pkt) {
-				got = append(got, strings.SplitN(o.String(), " via ", 2)[0])
-			}
-			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-				t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), rs.Trace(tt.pkt))
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkTrace(t, rs, tt.pkt, tt.want) })
 	}
 }
 

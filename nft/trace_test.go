@@ -59,15 +59,7 @@ func TestTrace(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got []string
-			for _, o := range rs.Trace(tt.pkt) {
-				got = append(got, strings.SplitN(o.String(), " via ", 2)[0])
-			}
-			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-				t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), rs.Trace(tt.pkt))
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkTrace(t, rs, tt.pkt, tt.want) })
 	}
 }
 
@@ -88,5 +80,17 @@ func TestTracePath(t *testing.T) {
 		"nat-postrouting,KUBE-POSTROUTING"
 	if !strings.Contains(strings.Join(out[0].Chains, ","), want) {
 		t.Errorf("path %v, want it to contain %s", out[0].Chains, want)
+	}
+}
+
+// checkTrace compares a packet's outcomes (without their chain paths) with want.
+func checkTrace(t *testing.T, rs *Ruleset, pkt Packet, want []string) {
+	t.Helper()
+	var got []string
+	for _, o := range rs.Trace(pkt) {
+		got = append(got, strings.SplitN(o.String(), " via ", 2)[0])
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(want, "\n"), rs.Trace(pkt))
 	}
 }
