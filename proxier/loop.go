@@ -24,6 +24,7 @@ type Loop struct {
 
 	mu      sync.Mutex
 	state   *State
+	source  func() *State
 	changed chan struct{}
 }
 
@@ -41,6 +42,20 @@ func (l *Loop) SetState(st *State) {
 	l.mu.Lock()
 	l.state = st
 	l.mu.Unlock()
+	l.Changed()
+}
+
+// SetSource makes the loop take a snapshot from source when it syncs,
+// instead of one handed over with SetState: sources with frequent events
+// (the API server) then build a snapshot per sync, not per event.
+func (l *Loop) SetSource(source func() *State) {
+	l.mu.Lock()
+	l.source = source
+	l.mu.Unlock()
+}
+
+// Changed asks for a sync.
+func (l *Loop) Changed() {
 	select {
 	case l.changed <- struct{}{}:
 	default:
@@ -50,6 +65,9 @@ func (l *Loop) SetState(st *State) {
 func (l *Loop) current() *State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.source != nil {
+		return l.source()
+	}
 	return l.state
 }
 

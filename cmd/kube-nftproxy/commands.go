@@ -14,6 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -38,6 +41,11 @@ type options struct {
 	cleanup          bool
 	verbosity        int
 	logFormat        string
+	kubeconfig       string
+	master           string
+	apiQPS           float32
+	apiBurst         int
+	apiContentType   string
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -149,6 +157,11 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs := root.Flags()
 	o.addRuleFlags(fs)
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")
+	fs.StringVar(&o.master, "master", "", "the address of the Kubernetes API server (overrides the kubeconfig's)")
+	fs.Float32Var(&o.apiQPS, "kube-api-qps", 5, "QPS to use while talking with the API server")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", 10, "burst to use while talking with the API server")
+	fs.StringVar(&o.apiContentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of requests sent to the API server")
 	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (0-1 info, 2+ debug)")
@@ -215,12 +228,19 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 }
 
 func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
-	if o.statePath == "" {
-		return errors.New("no source: pass --state PATH (the API server source comes with --kubeconfig/--master)")
-	}
 	cfg, err := o.nftConfig()
 	if err != nil {
 		return err
+	}
+	node, err := o.nodeName()
+	if err != nil {
+		return err
+	}
+	var client kubernetes.Interface
+	if o.statePath == "" {
+		if client, err = o.apiClient(); err != nil {
+			return err
+		}
 	}
 	k, err := nft.OpenKernel("")
 	if err != nil {
@@ -235,6 +255,19 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	loop := proxier.NewLoop(backend, log)
 	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
 
+	if client != nil {
+		b := informers.NewBuilder(node)
+		loop.SetSource(b.State)
+		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed}
+		go func() {
+			if err := src.Run(ctx); err != nil {
+				log.Error("API source stopped", "err", err)
+			}
+		}()
+		log.Info("kube-nftproxy running", "source", "API server", "node", node)
+		return loop.Run(ctx)
+	}
+
 	reload := func() {
 		st, err := loadState(o, log)
 		if err != nil {
@@ -244,9 +277,35 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		loop.SetState(st)
 	}
 	reload()
-	go informers.Watch(ctx, o.statePath, reload)
-	log.Info("kube-nftproxy running", "state", o.statePath, "cluster-cidr", o.clusterCIDR)
+	go func() {
+		if err := informers.Watch(ctx, o.statePath, reload); err != nil {
+			log.Error("watching the state stopped; changes are no longer followed", "err", err)
+		}
+	}()
+	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
 	return loop.Run(ctx)
+}
+
+// apiClient connects as kube-proxy does: --kubeconfig and --master, else
+// the in-cluster service account.
+func (o *options) apiClient() (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if o.kubeconfig == "" && o.master == "" {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --state, --kubeconfig or --master, and not in a cluster: %w", err)
+		}
+	} else if rc, err = clientcmd.BuildConfigFromFlags(o.master, o.kubeconfig); err != nil {
+		return nil, fmt.Errorf("reading the API server configuration: %w", err)
+	}
+	rc.QPS, rc.Burst, rc.ContentType = o.apiQPS, o.apiBurst, o.apiContentType
+	rc.UserAgent = "kube-nftproxy"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	return client, nil
 }
 
 func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {

@@ -27,7 +27,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "one CIDR per IP family"},
 		{[]string{"render", "--state", "../../examples/demo", "--iptables-masquerade-bit", "32"}, "within 0-31"},
 		{[]string{"render", "--state", "/nonexistent"}, "/nonexistent"},
-		{[]string{}, "no source"},
+		{[]string{}, "no --state, --kubeconfig or --master"},
+		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -1,0 +1,156 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// APISource feeds a Builder from the API server with client-go informers:
+// Services and EndpointSlices (without those kube-proxy ignores) and this
+// node's Node object. While the API server is away the informers keep their
+// caches, so the programmed rules stay; they relist when it returns and the
+// Builder sees what changed meanwhile.
+type APISource struct {
+	Client       kubernetes.Interface
+	Builder      *Builder
+	ResyncPeriod time.Duration // 0: no periodic resync of the caches
+	Log          *slog.Logger
+	// OnChange is called once the caches have filled, then after every
+	// event the Builder took (debouncing is the sync loop's job).
+	OnChange func()
+}
+
+// ignoredSelector is kube-proxy's: objects of Services handed to another
+// proxy, and headless Services' slices, are not ours.
+func ignoredSelector() (labels.Selector, error) {
+	noProxyName, err := labels.NewRequirement(LabelServiceProxyName, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, err
+	}
+	noHeadless, err := labels.NewRequirement(LabelHeadless, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, err
+	}
+	return labels.NewSelector().Add(*noProxyName, *noHeadless), nil
+}
+
+// Run starts the informers, waits for their first listing, and runs until
+// ctx is done. It returns an error only if the caches never fill.
+func (s *APISource) Run(ctx context.Context) error {
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sel, err := ignoredSelector()
+	if err != nil {
+		return fmt.Errorf("building label selector: %w", err)
+	}
+	objects := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
+	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Builder.NodeName()).String()
+		}))
+
+	// No sync before every cache has filled: a proxy restarting on a node
+	// must not program a partial view over the rules it left there.
+	var synced atomic.Bool
+	changed := func() {
+		if s.OnChange != nil && synced.Load() {
+			s.OnChange()
+		}
+	}
+	warn := func(err error) {
+		if err != nil {
+			log.Warn("skipping bad input", "err", err)
+		}
+	}
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		upsert   func(any)
+		remove   func(any)
+	}{
+		{objects.Core().V1().Services().Informer(),
+			func(o any) {
+				if svc, ok := o.(*corev1.Service); ok {
+					warn(s.Builder.UpsertService(svc))
+				}
+			},
+			func(o any) {
+				if svc, ok := unwrap(o).(*corev1.Service); ok {
+					s.Builder.DeleteService(svc.Namespace, svc.Name)
+				}
+			}},
+		{objects.Discovery().V1().EndpointSlices().Informer(),
+			func(o any) {
+				if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+					warn(s.Builder.UpsertEndpointSlice(es))
+				}
+			},
+			func(o any) {
+				if es, ok := unwrap(o).(*discoveryv1.EndpointSlice); ok {
+					s.Builder.DeleteEndpointSlice(es.Namespace, es.Name)
+				}
+			}},
+		{nodes.Core().V1().Nodes().Informer(),
+			func(o any) {
+				if n, ok := o.(*corev1.Node); ok {
+					warn(s.Builder.UpsertNode(n))
+				}
+			},
+			func(o any) {
+				if n, ok := unwrap(o).(*corev1.Node); ok {
+					s.Builder.DeleteNode(n.Name)
+				}
+			}},
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { h.upsert(o); changed() },
+			UpdateFunc: func(_, o any) { h.upsert(o); changed() },
+			DeleteFunc: func(o any) { h.remove(o); changed() },
+		}); err != nil {
+			return fmt.Errorf("adding event handler: %w", err)
+		}
+	}
+	objects.Start(ctx.Done())
+	nodes.Start(ctx.Done())
+	defer objects.Shutdown()
+	defer nodes.Shutdown()
+	for typ, ok := range objects.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("listing %v from the API server did not complete", typ)
+		}
+	}
+	for typ, ok := range nodes.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("listing %v from the API server did not complete", typ)
+		}
+	}
+	log.Info("API server caches filled")
+	synced.Store(true)
+	changed()
+	<-ctx.Done()
+	return nil
+}
+
+// unwrap returns the last known object of a deletion seen only on relist.
+func unwrap(o any) any {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
+}
