@@ -21,6 +21,8 @@ type Loop struct {
 	SyncPeriod    time.Duration
 	// OnSync, when set, is called after every sync attempt (metrics, healthz, tests).
 	OnSync func(SyncResult, time.Duration, error)
+	// OnQueued, when set, is called when a change asks for a sync.
+	OnQueued func()
 
 	mu      sync.Mutex
 	state   *State
@@ -56,6 +58,9 @@ func (l *Loop) SetSource(source func() *State) {
 
 // Changed asks for a sync.
 func (l *Loop) Changed() {
+	if l.OnQueued != nil {
+		l.OnQueued()
+	}
 	select {
 	case l.changed <- struct{}{}:
 	default:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"runtime/debug"
@@ -46,6 +48,8 @@ type options struct {
 	apiQPS           float32
 	apiBurst         int
 	apiContentType   string
+	healthzAddress   string
+	metricsAddress   string
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -157,6 +161,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs := root.Flags()
 	o.addRuleFlags(fs)
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
+	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
+	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")
 	fs.StringVar(&o.master, "master", "", "the address of the Kubernetes API server (overrides the kubeconfig's)")
 	fs.Float32Var(&o.apiQPS, "kube-api-qps", 5, "QPS to use while talking with the API server")
@@ -254,6 +260,24 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	backend.CheckEvery = o.syncPeriod
 	loop := proxier.NewLoop(backend, log)
 	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
+	health := proxier.NewHealth(2 * o.syncPeriod) // kube-proxy's healthz timeout
+	metrics := proxier.NewMetrics()
+	loop.OnQueued = func() {
+		health.Queued()
+		metrics.LastQueued.SetToCurrentTime()
+	}
+	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
+		metrics.Observe(res, took, err)
+		if err == nil {
+			health.Updated()
+		}
+	}
+	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
+		return err
+	}
+	if err := serve(ctx, log, "metrics", o.metricsAddress, metrics.Handler("nftables")); err != nil {
+		return err
+	}
 
 	if client != nil {
 		b := informers.NewBuilder(node)
@@ -284,6 +308,30 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}()
 	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
 	return loop.Run(ctx)
+}
+
+// serve runs an HTTP server until ctx ends; an empty address disables it.
+// It fails at once when the address cannot be bound.
+func serve(ctx context.Context, log *slog.Logger, what, addr string, h http.Handler) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s server on %s: %w", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what+" server stopped", "err", err)
+		}
+	}()
+	log.Info(what+" server listening", "address", ln.Addr().String())
+	return nil
 }
 
 // apiClient connects as kube-proxy does: --kubeconfig and --master, else

@@ -1,0 +1,87 @@
+package proxier
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHealth(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHealth(time.Minute)
+	h.now = func() time.Time { return now }
+	get := func(path string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: body %q: %v", path, rec.Body.String(), err)
+		}
+		return rec.Code, body
+	}
+	steps := []struct {
+		name           string
+		do             func()
+		healthz, livez int
+	}{
+		{"nothing queued yet", func() {}, 200, 200},
+		{"queued, within the timeout", func() { h.Queued(); now = now.Add(30 * time.Second) }, 200, 200},
+		{"queued, past the timeout", func() { now = now.Add(31 * time.Second) }, 503, 503},
+		{"synced", func() { h.Updated() }, 200, 200},
+		{"queued again later: the clock starts anew", func() { now = now.Add(time.Hour); h.Queued() }, 200, 200},
+		{"node being removed: /healthz only", func() { h.SetNodeEligible(false) }, 503, 200},
+	}
+	for _, s := range steps {
+		s.do()
+		if code, body := get("/healthz"); code != s.healthz || body["nodeEligible"] == nil || body["lastUpdated"] == nil {
+			t.Errorf("%s: /healthz %d %v, want %d with lastUpdated and nodeEligible", s.name, code, body, s.healthz)
+		}
+		if code, body := get("/livez"); code != s.livez || body["currentTime"] == nil {
+			t.Errorf("%s: /livez %d %v, want %d", s.name, code, body, s.livez)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	m := NewMetrics()
+	m.Observe(SyncResult{Full: true}, 2*time.Second, nil)
+	m.Observe(SyncResult{}, time.Millisecond, nil)
+	m.Observe(SyncResult{}, 0, errTest)
+	srv := httptest.NewServer(m.Handler("nftables"))
+	defer srv.Close()
+	body := fetch(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		"kubeproxy_sync_proxy_rules_duration_seconds_count 2",
+		"kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
+		"kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
+		"kubeproxy_sync_proxy_rules_nftables_sync_failures_total 1",
+		"kubeproxy_sync_proxy_rules_last_timestamp_seconds ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if mode := fetch(t, srv.URL+"/proxyMode"); mode != "nftables" {
+		t.Errorf("/proxyMode = %q", mode)
+	}
+}
+
+var errTest = io.ErrUnexpectedEOF
+
+func fetch(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
