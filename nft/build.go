@@ -250,9 +250,8 @@ func nodePortMatches(f Family, cfg Config, node proxier.Node, loopback netip.Pre
 	}
 	within = append(within, familyPrefixes(f, cfg.NodePortAddresses)...)
 	if len(within) == 0 {
-		if cfg.NodePortPrimary || len(cfg.NodePortAddresses) > 0 {
-			return nil // restricted, and nothing of this family qualifies
-		}
+		// Nothing given for this family: all its node addresses, as
+		// upstream's NodePortAddresses does per family.
 		return [][]Term{base}
 	}
 	var out [][]Term

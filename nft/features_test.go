@@ -144,6 +144,9 @@ func TestTraceFlags(t *testing.T) {
 		{"nodeport-addresses primary", cfg(func(c *Config) { c.NodePortPrimary = true }), nodePort("10.99.0.1"), true, true},
 		{"nodeport-addresses primary: not another address", cfg(func(c *Config) { c.NodePortPrimary = true }), nodePort("10.98.0.1"), false, false},
 		{"default: every node address", demoConfig(), nodePort("10.98.0.1"), true, true},
+		// Upstream's NodePortAddresses works per family: a family without a
+		// CIDR keeps NodePorts on all of its addresses.
+		{"nodeport-addresses of the other family only", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("fd00:99::/64")} }), nodePort("10.98.0.1"), true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

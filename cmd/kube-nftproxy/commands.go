@@ -105,6 +105,9 @@ func (o *options) nftConfig() (nft.Config, error) {
 		}
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, p.Masked())
 	}
+	if cfg.NodePortPrimary && len(cfg.NodePortAddresses) > 0 {
+		return cfg, errors.New(`--nodeport-addresses: "primary" cannot be combined with CIDRs`)
+	}
 	if o.masqueradeBit < 0 || o.masqueradeBit > 31 {
 		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
 	}
