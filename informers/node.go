@@ -8,6 +8,23 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
+// toBeDeletedTaint is the cluster autoscaler's mark on a node it is removing.
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// nodeLeaving reports a node that is being deleted or drained for removal:
+// kube-proxy's /healthz then fails so load balancers stop sending to it.
+func nodeLeaving(node *corev1.Node) bool {
+	if node.DeletionTimestamp != nil {
+		return true
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == toBeDeletedTaint {
+			return true
+		}
+	}
+	return false
+}
+
 // NodeInfo converts a Node object. Bad pod CIDRs or addresses are dropped
 // and reported; the rest of the Node is still returned.
 func NodeInfo(node *corev1.Node) (proxier.Node, error) {
@@ -15,7 +32,7 @@ func NodeInfo(node *corev1.Node) (proxier.Node, error) {
 		return proxier.Node{}, nil
 	}
 	p := &problems{kind: "node", name: node.Name}
-	out := proxier.Node{Name: node.Name, Zone: node.Labels[corev1.LabelTopologyZone]}
+	out := proxier.Node{Name: node.Name, Zone: node.Labels[corev1.LabelTopologyZone], Leaving: nodeLeaving(node)}
 	if node.Name == "" {
 		p.add("metadata.name is empty")
 	}

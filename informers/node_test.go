@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -122,6 +123,28 @@ func TestParseIP(t *testing.T) {
 			t.Errorf("parseIP(%q) = %v, want an error", tt.in, got)
 		case tt.want != "" && (err != nil || got.String() != tt.want):
 			t.Errorf("parseIP(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestNodeLeaving(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name string
+		node *corev1.Node
+		want bool
+	}{
+		{"ordinary", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, false},
+		{"being deleted", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", DeletionTimestamp: &now}}, true},
+		{"tainted by the cluster autoscaler", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Effect: corev1.TaintEffectNoSchedule}}}}, true},
+		{"another taint", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule}}}}, false},
+	}
+	for _, tt := range tests {
+		got, err := NodeInfo(tt.node)
+		if err != nil || got.Leaving != tt.want {
+			t.Errorf("%s: Leaving = %v (err %v), want %v", tt.name, got.Leaving, err, tt.want)
 		}
 	}
 }

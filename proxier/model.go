@@ -103,6 +103,9 @@ type Node struct {
 	PodCIDRs []netip.Prefix
 	// IPs are the node's addresses (from the Node object); may be empty.
 	IPs []netip.Addr
+	// Leaving is true while the node is being deleted or tainted for
+	// removal: /healthz reports it so load balancers drain the node.
+	Leaving bool
 }
 
 // State is one immutable snapshot handed to a backend: every Service port and
@@ -160,7 +163,8 @@ func EndpointsEqual(a, b []Endpoint) bool {
 	})
 }
 
-// Equal reports whether two node descriptions are the same.
+// Equal reports whether two node descriptions program the same rules
+// (Leaving changes no rule).
 func (n Node) Equal(o Node) bool {
 	return n.Name == o.Name && n.Zone == o.Zone && slices.Equal(n.PodCIDRs, o.PodCIDRs) && slices.Equal(n.IPs, o.IPs)
 }

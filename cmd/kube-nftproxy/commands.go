@@ -284,7 +284,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 
 	if client != nil {
 		b := informers.NewBuilder(node)
-		loop.SetSource(b.State)
+		loop.SetSource(func() *proxier.State {
+			st := b.State()
+			health.SetNodeEligible(!st.Node.Leaving)
+			return st
+		})
 		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed}
 		go func() {
 			if err := src.Run(ctx); err != nil {
