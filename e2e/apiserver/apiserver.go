@@ -66,6 +66,12 @@ type Options struct {
 	// ReadyTimeout bounds each wait for /readyz (at start and restart),
 	// unless the context's deadline is sooner; default 3 minutes.
 	ReadyTimeout time.Duration
+	// NetNS, if set, is a named network namespace (/run/netns/NetNS) to run
+	// etcd and kube-apiserver in (via `ip netns exec`): they listen on
+	// 127.0.0.1 of that namespace, and HTTPClient, Do and the harness's own
+	// checks dial inside it. Its loopback must be up. Empty: the test's
+	// own namespace.
+	NetNS string
 }
 
 // Server is a running etcd + kube-apiserver pair.
@@ -240,6 +246,7 @@ func (s *Server) start(ctx context.Context) error {
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			Proxy:               nil, // 127.0.0.1 only, whatever HTTPS_PROXY says
+			DialContext:         s.dialContext(),
 			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 			TLSHandshakeTimeout: 10 * time.Second,
 			MaxIdleConnsPerHost: 8,
@@ -252,7 +259,7 @@ func (s *Server) start(ctx context.Context) error {
 
 	// Ports can be taken between picking and binding: retry with new ones.
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := s.freePort()
 		if err != nil {
 			return err
 		}
@@ -304,11 +311,11 @@ func (s *Server) start(ctx context.Context) error {
 func (s *Server) startEtcd(ctx context.Context) error {
 	dataDir := filepath.Join(s.Dir, "etcd-data")
 	for attempt := 1; ; attempt++ {
-		cport, err := freePort()
+		cport, err := s.freePort()
 		if err != nil {
 			return err
 		}
-		pport, err := freePort()
+		pport, err := s.freePort()
 		if err != nil {
 			return err
 		}
@@ -328,7 +335,7 @@ func (s *Server) startEtcd(ctx context.Context) error {
 			"--log-outputs=stderr",
 		}
 		s.mu.Lock()
-		s.etcd, err = startProc("etcd", s.etcdLog, s.etcdArgv)
+		s.etcd, err = startProc("etcd", s.etcdLog, s.inNetNS(s.etcdArgv))
 		s.mu.Unlock()
 		if err != nil {
 			return err
@@ -348,7 +355,7 @@ func (s *Server) startEtcd(ctx context.Context) error {
 func (s *Server) waitEtcd(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: s.dialContext()}}
 	var last string
 	for {
 		if s.etcd.exited() {
@@ -386,7 +393,7 @@ func (s *Server) startAPI(ctx context.Context) error {
 		s.mu.Unlock()
 		return errors.New("apiserver: kube-apiserver is already running")
 	}
-	api, err := startProc("kube-apiserver", s.apiLog, s.apiArgv)
+	api, err := startProc("kube-apiserver", s.apiLog, s.inNetNS(s.apiArgv))
 	s.api = api
 	s.mu.Unlock()
 	if err != nil {

@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/informers"
+)
+
+// Names and addresses of the API tests' Services.
+const (
+	apiWebName    = "api-web"
+	apiWebIP      = "10.96.1.10"
+	apiOtherName  = "api-other" // service-proxy-name: other
+	apiOtherIP    = "10.96.1.20"
+	apiHeadless   = "api-headless"
+	apiCanaryName = "api-canary"
+	apiCanaryIP   = "10.96.1.30"
+)
+
+// TestAPI runs the proxy against a real kube-apiserver in the sandbox's
+// node namespace: Services and EndpointSlices created and changed through
+// the API reach the kernel quickly, the rules survive the API server's
+// death, the proxy reconnects when it returns, and Services that are not
+// kube-proxy's are left alone. The steps build on each other, so the
+// first failure ends the test.
+func TestAPI(t *testing.T) {
+	a := newAPIEnv(t)
+	web := hostPort(apiWebIP, webPort)
+
+	steps := []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"CreateReachesBothPods", func(t *testing.T) {
+			t0 := time.Now()
+			a.do(t, "POST", servicesPath, apiService(apiWebName, apiWebIP, nil), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiWebName, nil, podA, podB), nil)
+			first, all := a.waitTraffic(t, t0, 2*time.Second, web, podA.Name, podB.Name)
+			t.Logf("MEASURED create -> first answer via ClusterIP: %v; -> both pods answering: %v",
+				first.Round(time.Millisecond), all.Round(time.Millisecond))
+		}},
+		{"UpdateFollows", func(t *testing.T) {
+			t0 := time.Now()
+			a.setSliceEndpoints(t, apiWebName, podB)
+			_, all := a.waitTraffic(t, t0, 2*time.Second, web, podB.Name)
+			t.Logf("MEASURED update -> pod-b only: %v", all.Round(time.Millisecond))
+		}},
+		{"IgnoredServicesNotProgrammed", func(t *testing.T) {
+			other := map[string]string{informers.LabelServiceProxyName: "other"}
+			a.do(t, "POST", servicesPath, apiService(apiOtherName, apiOtherIP, other), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiOtherName, other, podA), nil)
+			a.do(t, "POST", servicesPath, apiService(apiHeadless, "None", nil), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiHeadless, map[string]string{informers.LabelHeadless: ""}, podA), nil)
+			// A Service of ours created after them: once it is programmed,
+			// the proxy has seen the ignored ones too (one watch stream,
+			// in order).
+			a.do(t, "POST", servicesPath, apiService(apiCanaryName, apiCanaryIP, nil), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiCanaryName, nil, podA), nil)
+			a.waitTraffic(t, time.Now(), 5*time.Second, hostPort(apiCanaryIP, webPort), podA.Name)
+			rs := a.nftRuleset(t)
+			// The checks below must be able to fail: what they look for
+			// does appear for Services that are programmed.
+			for _, s := range []string{apiWebIP, apiCanaryIP, svcChain("default/"+apiWebName+":http", "tcp"), svcChain("default/"+apiCanaryName+":http", "tcp")} {
+				if !strings.Contains(rs, s) {
+					t.Fatalf("nft list ruleset lacks %s of a programmed Service; the absence checks would prove nothing:\n%s", s, rs)
+				}
+			}
+			for _, s := range []string{apiOtherIP, svcChain("default/"+apiOtherName+":http", "tcp"), svcChain("default/"+apiHeadless+":http", "tcp"), apiOtherName, apiHeadless} {
+				if strings.Contains(rs, s) {
+					t.Errorf("nft list ruleset contains %q of a Service that is not ours", s)
+				}
+			}
+			if t.Failed() {
+				t.Logf("nft list ruleset:\n%s", rs)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if sum, _ := a.client(ctx, podC.Name, "tcp", hostPort(apiOtherIP, webPort), 1, "--timeout", "300ms"); sum != nil && sum.OK > 0 {
+				t.Errorf("the service-proxy-name: other Service's ClusterIP answered (by %v)", sortedKeys(sum.Backend))
+			}
+		}},
+		{"SurvivesAPIServerKill", func(t *testing.T) {
+			if err := a.srv.KillAPIServer(); err != nil {
+				t.Fatal(err)
+			}
+			if a.srv.APIServerRunning() {
+				t.Fatal("kube-apiserver still running after KillAPIServer")
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			sum, err := a.client(ctx, podC.Name, "tcp", web, 20, "--interval", "150ms", "--timeout", "1s", "--results", "failed")
+			if sum == nil {
+				t.Fatal(err)
+			}
+			if sum.Failed > 0 || sum.OK != 20 {
+				t.Errorf("with the API server dead: %d of 20 requests answered, %d failed: %s", sum.OK, sum.Failed, firstError(sum))
+			}
+			expectBackends(t, "with the API server dead", sum, podB.Name)
+			a.proxy.checkRunning(t)
+		}},
+		{"ReconnectsAfterRestart", func(t *testing.T) {
+			t0 := time.Now()
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			if err := a.srv.StartAPIServer(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ready := time.Now()
+			t.Logf("kube-apiserver ready again after %v", ready.Sub(t0).Round(time.Millisecond))
+			a.setSliceEndpoints(t, apiWebName, podA, podB)
+			_, all := a.waitTraffic(t, ready, 30*time.Second, web, podA.Name, podB.Name)
+			t.Logf("MEASURED reconnect: API server ready -> change applied: %v; StartAPIServer called -> applied: %v",
+				all.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			a.proxy.checkRunning(t)
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) {
+			t.Fatalf("step %s failed; later steps depend on it", s.name)
+		}
+	}
+}
