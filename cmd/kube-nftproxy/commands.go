@@ -50,6 +50,11 @@ type options struct {
 	apiContentType   string
 	healthzAddress   string
 	metricsAddress   string
+	configFile       string
+	writeConfigTo    string
+	proxyMode        string
+	bindAddress      string
+	featureGates     string
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -154,7 +159,25 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.configFile != "" {
+				if err := o.loadConfig(o.configFile, cmd.Flags()); err != nil {
+					return err
+				}
+			}
+			if err := checkMode(o.proxyMode); err != nil {
+				return fmt.Errorf("--proxy-mode: %w", err)
+			}
+			gates, err := parseFeatureGates(o.featureGates)
+			if err != nil {
+				return err
+			}
 			log := o.logger(cmd.ErrOrStderr())
+			if len(gates) > 0 {
+				log.Info("feature gates accepted; none changes kube-nftproxy yet", "gates", gates)
+			}
+			if o.writeConfigTo != "" {
+				return o.writeConfig(o.writeConfigTo)
+			}
 			if o.cleanup {
 				return runCleanup(cmd.Context(), cmd.OutOrStdout(), log)
 			}
@@ -164,6 +187,11 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs := root.Flags()
 	o.addRuleFlags(fs)
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
+	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
+	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
+	fs.StringVar(&o.proxyMode, "proxy-mode", "nftables", "the proxy mode: nftables (ipvs is planned)")
+	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); accepted for compatibility")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -64,5 +67,59 @@ func TestVersion(t *testing.T) {
 	out, err := run("version")
 	if err != nil || !strings.HasPrefix(out, "kube-nftproxy ") {
 		t.Errorf("version: %q, %v", out, err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clusterCIDR: 10.244.0.0/16
+hostnameOverride: node-7
+nftables:
+  masqueradeAll: true
+  masqueradeBit: 12
+  minSyncPeriod: 2s
+detectLocalMode: ClusterCIDR
+`)
+	out := filepath.Join(dir, "effective.yaml")
+	if _, err := run("--config", good, "--hostname-override", "node-9", "--write-config-to", out); err != nil {
+		t.Fatal(err)
+	}
+	eff, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"clusterCIDR: 10.244.0.0/16", "hostnameOverride: node-9", "masqueradeAll: true", "masqueradeBit: 12", "minSyncPeriod: 2s", "mode: nftables"} {
+		if !strings.Contains(string(eff), want) {
+			t.Errorf("effective config lacks %q (the flag wins over the file for the hostname):\n%s", want, eff)
+		}
+	}
+	bad := []struct {
+		body, want string
+	}{
+		{"apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n", "not supported"},
+		{"apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDRs: x\n", "unknown field"},
+		{"apiVersion: v1\nkind: ConfigMap\n", "want apiVersion"},
+	}
+	for i, b := range bad {
+		p := write(fmt.Sprintf("bad%d.yaml", i), b.body)
+		if _, err := run("--config", p, "--write-config-to", out); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("config %q: err %v, want it to mention %q", b.body, err, b.want)
+		}
+	}
+	if _, err := run("--proxy-mode", "iptables", "--write-config-to", out); err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Errorf("--proxy-mode iptables: %v", err)
+	}
+	if _, err := run("--feature-gates", "Foo", "--write-config-to", out); err == nil {
+		t.Errorf("--feature-gates Foo accepted")
 	}
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	configAPIVersion = "kubeproxy.config.k8s.io/v1alpha1"
+	configKind       = "KubeProxyConfiguration"
+)
+
+// loadConfig reads a KubeProxyConfiguration (strictly: unknown fields are
+// errors) and takes the settings we support from it, except those given as
+// flags, which win. Settings we do not support are refused, not ignored.
+func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var c proxyconfig.KubeProxyConfiguration
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	if c.APIVersion != configAPIVersion || c.Kind != configKind {
+		return fmt.Errorf("--config %s: want apiVersion %s, kind %s; got %q, %q", path, configAPIVersion, configKind, c.APIVersion, c.Kind)
+	}
+	if err := checkMode(string(c.Mode)); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	set := func(flag string, apply func()) {
+		if !fs.Changed(flag) {
+			apply()
+		}
+	}
+	str := func(flag string, dst *string, v string) {
+		if v != "" {
+			set(flag, func() { *dst = v })
+		}
+	}
+	dur := func(flag string, dst *time.Duration, v metav1.Duration) {
+		if v.Duration != 0 {
+			set(flag, func() { *dst = v.Duration })
+		}
+	}
+	str("hostname-override", &o.hostnameOverride, c.HostnameOverride)
+	str("cluster-cidr", &o.clusterCIDR, c.ClusterCIDR)
+	str("healthz-bind-address", &o.healthzAddress, c.HealthzBindAddress)
+	str("metrics-bind-address", &o.metricsAddress, c.MetricsBindAddress)
+	str("kubeconfig", &o.kubeconfig, c.ClientConnection.Kubeconfig)
+	str("kube-api-content-type", &o.apiContentType, c.ClientConnection.ContentType)
+	if c.ClientConnection.QPS != 0 {
+		set("kube-api-qps", func() { o.apiQPS = c.ClientConnection.QPS })
+	}
+	if c.ClientConnection.Burst != 0 {
+		set("kube-api-burst", func() { o.apiBurst = int(c.ClientConnection.Burst) })
+	}
+	str("detect-local-mode", &o.detectLocalMode, string(c.DetectLocalMode))
+	str("pod-bridge-interface", &o.bridgeInterface, c.DetectLocal.BridgeInterface)
+	str("pod-interface-name-prefix", &o.ifacePrefix, c.DetectLocal.InterfaceNamePrefix)
+	if len(c.NodePortAddresses) > 0 {
+		set("nodeport-addresses", func() { o.nodePortAddrs = c.NodePortAddresses })
+	}
+	if c.NFTables.MasqueradeAll {
+		set("masquerade-all", func() { o.masqueradeAll = true })
+	}
+	if c.NFTables.MasqueradeBit != nil {
+		set("iptables-masquerade-bit", func() { o.masqueradeBit = int(*c.NFTables.MasqueradeBit) })
+	}
+	dur("iptables-sync-period", &o.syncPeriod, c.NFTables.SyncPeriod)
+	dur("iptables-min-sync-period", &o.minSyncPeriod, c.NFTables.MinSyncPeriod)
+	if c.Conntrack.TCPBeLiberal {
+		set("conntrack-tcp-be-liberal", func() { o.tcpBeLiberal = true })
+	}
+	if c.IPVS.Scheduler != "" || len(c.IPVS.ExcludeCIDRs) > 0 || c.IPVS.StrictARP {
+		return fmt.Errorf("--config %s: ipvs settings are not supported yet (mode nftables only)", path)
+	}
+	return nil
+}
+
+// checkMode accepts the proxy modes we implement.
+func checkMode(mode string) error {
+	switch mode {
+	case "", "nftables":
+		return nil
+	}
+	return fmt.Errorf("proxy mode %q is not supported: kube-nftproxy implements nftables (ipvs is planned)", mode)
+}
+
+// writeConfig writes the effective settings as a KubeProxyConfiguration,
+// as --write-config-to does.
+func (o *options) writeConfig(path string) error {
+	bit := int32(o.masqueradeBit)
+	c := proxyconfig.KubeProxyConfiguration{
+		TypeMeta:           metav1.TypeMeta{APIVersion: configAPIVersion, Kind: configKind},
+		HostnameOverride:   o.hostnameOverride,
+		ClusterCIDR:        o.clusterCIDR,
+		HealthzBindAddress: o.healthzAddress,
+		MetricsBindAddress: o.metricsAddress,
+		BindAddress:        o.bindAddress,
+		Mode:               "nftables",
+		DetectLocalMode:    proxyconfig.LocalMode(o.detectLocalMode),
+		DetectLocal: proxyconfig.DetectLocalConfiguration{
+			BridgeInterface: o.bridgeInterface, InterfaceNamePrefix: o.ifacePrefix,
+		},
+		NodePortAddresses: o.nodePortAddrs,
+		NFTables: proxyconfig.KubeProxyNFTablesConfiguration{
+			MasqueradeBit: &bit, MasqueradeAll: o.masqueradeAll,
+			SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
+		},
+		Conntrack: proxyconfig.KubeProxyConntrackConfiguration{TCPBeLiberal: o.tcpBeLiberal},
+	}
+	c.ClientConnection.Kubeconfig = o.kubeconfig
+	c.ClientConnection.QPS = o.apiQPS
+	c.ClientConnection.Burst = int32(o.apiBurst)
+	c.ClientConnection.ContentType = o.apiContentType
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encoding the configuration: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("--write-config-to: %w", err)
+	}
+	return nil
+}
+
+// parseFeatureGates reads --feature-gates (Name=true,Other=false). Gates are
+// accepted for compatibility; none changes what we program yet.
+func parseFeatureGates(s string) (map[string]bool, error) {
+	gates := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		b, err := strconv.ParseBool(v)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("--feature-gates %q: want Name=true|false", kv)
+		}
+		gates[strings.TrimSpace(k)] = b
+	}
+	return gates, nil
+}
