@@ -159,6 +159,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseUnsupported(cmd.Flags()); err != nil {
+				return err
+			}
 			if o.configFile != "" {
 				if err := o.loadConfig(o.configFile, cmd.Flags()); err != nil {
 					return err
@@ -201,6 +204,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.apiContentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of requests sent to the API server")
 	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
+	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (0-1 info, 2+ debug)")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
 	root.AddCommand(newRenderCommand(), newVersionCommand())
@@ -343,6 +347,43 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}()
 	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
 	return loop.Run(ctx)
+}
+
+// unsupportedFlags are kube-proxy's flags that kube-nftproxy does not
+// implement (yet): they parse, so a kube-proxy command line gets a clear
+// message rather than "unknown flag", and refuse to run when given.
+var unsupportedFlags = []string{
+	"conntrack-max-per-core", "conntrack-min", "conntrack-tcp-timeout-established",
+	"conntrack-tcp-timeout-close-wait", "conntrack-udp-timeout", "conntrack-udp-timeout-stream",
+	"ipvs-scheduler", "ipvs-sync-period", "ipvs-min-sync-period", "ipvs-exclude-cidrs", "ipvs-strict-arp",
+	"ipvs-tcp-timeout", "ipvs-tcpfin-timeout", "ipvs-udp-timeout",
+	"iptables-localhost-nodeports", "init-only", "oom-score-adj", "profiling", "config-sync-period",
+	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
+}
+
+// unsupportedBools are those of them that kube-proxy parses as booleans.
+var unsupportedBools = map[string]bool{
+	"ipvs-strict-arp": true, "iptables-localhost-nodeports": true, "init-only": true,
+	"profiling": true, "bind-address-hard-fail": true,
+}
+
+func addUnsupported(fs *pflag.FlagSet) {
+	for _, name := range unsupportedFlags {
+		fs.String(name, "", "not supported by kube-nftproxy")
+		if unsupportedBools[name] {
+			fs.Lookup(name).NoOptDefVal = "true"
+		}
+		_ = fs.MarkHidden(name)
+	}
+}
+
+func refuseUnsupported(fs *pflag.FlagSet) error {
+	for _, name := range unsupportedFlags {
+		if fs.Changed(name) {
+			return fmt.Errorf("--%s is a kube-proxy flag that kube-nftproxy does not support (yet)", name)
+		}
+	}
+	return nil
 }
 
 // serve runs an HTTP server until ctx ends; an empty address disables it.

@@ -25,6 +25,9 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
+		{[]string{"--ipvs-scheduler", "rr"}, "--ipvs-scheduler is a kube-proxy flag that kube-nftproxy does not support"},
+		{[]string{"--profiling"}, "--profiling is a kube-proxy flag"},
+		{[]string{"--conntrack-min=131072"}, "--conntrack-min is a kube-proxy flag"},
 		{[]string{"render"}, "render needs --state"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/33"}, "--cluster-cidr"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "one CIDR per IP family"},
