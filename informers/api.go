@@ -117,14 +117,17 @@ func (s *APISource) Run(ctx context.Context) error {
 				}
 			}},
 	}
+	var handlersSynced []cache.InformerSynced
 	for _, h := range handlers {
-		if _, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { h.upsert(o); changed() },
 			UpdateFunc: func(_, o any) { h.upsert(o); changed() },
 			DeleteFunc: func(o any) { h.remove(o); changed() },
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
+		handlersSynced = append(handlersSynced, reg.HasSynced)
 	}
 	objects.Start(ctx.Done())
 	nodes.Start(ctx.Done())
@@ -139,6 +142,12 @@ func (s *APISource) Run(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("listing %v from the API server did not complete", typ)
 		}
+	}
+	// A filled cache is not enough: the handlers must also have passed
+	// every listed object to the Builder (found by the 5k-Service e2e
+	// test, whose first sync had 70 of 50,000 endpoints).
+	if !cache.WaitForCacheSync(ctx.Done(), handlersSynced...) {
+		return fmt.Errorf("handling the first listing from the API server did not complete")
 	}
 	log.Info("API server caches filled")
 	synced.Store(true)

@@ -47,7 +47,16 @@ func TestAPISource(t *testing.T) {
 	go func() { done <- src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	// The first OnChange comes once every listed object reached the Builder.
+	select {
+	case <-changes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnChange was never called after the first listing")
+	}
 	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
+	if st := b.State(); st.Services[web] == nil || len(st.Endpoints[web]) != 1 || st.Node.Zone != "zone-a" {
+		t.Fatalf("at the first OnChange the Builder lacks listed objects: %+v", st)
+	}
 	waitState(t, b, "the first listing", func(st *proxier.State) bool {
 		return st.Services[web] != nil && len(st.Endpoints[web]) == 1 && st.Node.Zone == "zone-a"
 	})
@@ -68,11 +77,6 @@ func TestAPISource(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, b, "the deletion", func(st *proxier.State) bool { return st.Services[web] == nil })
-	select {
-	case <-changes:
-	default:
-		t.Error("OnChange was never called")
-	}
 }
 
 func ptrStr(s string) *string { return &s }
