@@ -58,6 +58,13 @@ type healthBody struct {
 	NodeEligible *bool     `json:"nodeEligible,omitempty"`
 }
 
+// Healthy reports whether syncs keep up now.
+func (h *Health) Healthy() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.healthy(h.now())
+}
+
 // healthy reports whether syncs keep up.
 func (h *Health) healthy(now time.Time) bool {
 	return h.oldestQueued.IsZero() || now.Sub(h.oldestQueued) < h.Timeout

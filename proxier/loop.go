@@ -23,6 +23,8 @@ type Loop struct {
 	OnSync func(SyncResult, time.Duration, error)
 	// OnQueued, when set, is called when a change asks for a sync.
 	OnQueued func()
+	// OnApplied, when set, is called with each State a sync applied.
+	OnApplied func(*State)
 
 	mu      sync.Mutex
 	state   *State
@@ -120,6 +122,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if l.OnSync != nil {
 			l.OnSync(res, took, err)
+		}
+		if err == nil && l.OnApplied != nil {
+			l.OnApplied(st)
 		}
 	}
 }

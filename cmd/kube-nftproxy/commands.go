@@ -307,6 +307,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			health.Updated()
 		}
 	}
+	// Health check node ports of externalTrafficPolicy Local Services,
+	// on the node's addresses, as kube-proxy.
+	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy}
+	defer hc.Close(ctx)
+	loop.OnApplied = hc.Update
 	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
 	}
