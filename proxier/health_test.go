@@ -72,6 +72,33 @@ func TestMetrics(t *testing.T) {
 
 var errTest = io.ErrUnexpectedEOF
 
+func TestNoLocalEndpointsMetric(t *testing.T) {
+	st := NewState()
+	st.Node = Node{Name: "node-1"}
+	add := func(name string, itp, etp bool, node string) {
+		n := ServicePortName{Namespace: "ns", Name: name}
+		st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp}
+		st.Endpoints[n] = []Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}}
+	}
+	add("itp-remote", true, false, "node-2")
+	add("etp-remote", false, true, "node-2")
+	add("etp-local", false, true, "node-1")
+	add("cluster", false, false, "node-2")
+	m := NewMetrics()
+	m.CountNoLocalEndpoints(st)
+	srv := httptest.NewServer(m.Handler("nftables"))
+	defer srv.Close()
+	body := fetch(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"} 1`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
 func fetch(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)

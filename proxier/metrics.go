@@ -71,6 +71,30 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 	m.LastSync.SetToCurrentTime()
 }
 
+// CountNoLocalEndpoints sets kubeproxy_sync_proxy_rules_no_local_endpoints_total:
+// the service ports with a Local traffic policy that have endpoints, but
+// none on this node (as kube-proxy counts them, per policy).
+func (m *Metrics) CountNoLocalEndpoints(st *State) {
+	internal, external := 0, 0
+	for name, svc := range st.Services {
+		if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
+			continue
+		}
+		_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints[name], st.Node)
+		if !hasAny || len(local) > 0 {
+			continue
+		}
+		if svc.InternalPolicyLocal {
+			internal++
+		}
+		if svc.ExternalPolicyLocal {
+			external++
+		}
+	}
+	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
+	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
+}
+
 // Handler serves /metrics, and /proxyMode as kube-proxy's metrics server does.
 func (m *Metrics) Handler(mode string) http.Handler {
 	mux := http.NewServeMux()

@@ -311,7 +311,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	// on the node's addresses, as kube-proxy.
 	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy}
 	defer hc.Close(ctx)
-	loop.OnApplied = hc.Update
+	loop.OnApplied = func(st *proxier.State) {
+		hc.Update(st)
+		metrics.CountNoLocalEndpoints(st)
+	}
 	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
 	}
