@@ -60,29 +60,12 @@ func newAPIEnv(t *testing.T) *apiEnv {
 // end of the test stops it with SIGTERM, and it must exit 0.
 func startAPIProxy(t *testing.T, sb *sandbox.Sandbox, kubeconfig string) *proxy {
 	t.Helper()
-	cmd := sb.Command(context.Background(), sandbox.Node, proxyBin,
+	p := launchProxy(t, sb, 5*time.Second, proxyBin,
 		"--kubeconfig", kubeconfig,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),
 		"--iptables-min-sync-period", "100ms",
 	)
-	p := &proxy{log: &lineLog{prefix: "proxy: ", logf: t.Logf}}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	proc, err := sb.StartCmd(sandbox.Node, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.proc = proc
-	t.Cleanup(func() {
-		if err := p.proc.Stop(5 * time.Second); err != nil {
-			t.Errorf("proxy on SIGTERM: %v (want exit status 0)", err)
-		}
-		for _, l := range p.log.lines() {
-			if strings.Contains(l, "level=ERROR") {
-				t.Errorf("the proxy logged an error: %s", l)
-			}
-		}
-	})
 	p.waitLog(t, 30*time.Second, "the proxy's first sync from the API server", func(lines []string) bool {
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "API server caches filled") })
 		return i >= 0 && countSyncs(lines[i:]) > 0

@@ -113,32 +113,15 @@ func TestAPIScale(t *testing.T) {
 		float64(2*scaleServices)/created.Seconds())
 
 	// Start the proxy and wait for its full sync of all of them.
-	cmd := e.sb.Command(context.Background(), sandbox.Node, proxyBin,
+	start := time.Now()
+	p := launchProxy(t, e.sb, 30*time.Second, proxyBin,
 		"--kubeconfig", srv.ProxyKubeconfig,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),
 		"--iptables-min-sync-period", "100ms",
 		"-v=0",
 	)
-	p := &proxy{log: &lineLog{prefix: "proxy: ", logf: t.Logf}}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	start := time.Now()
-	proc, err := e.sb.StartCmd(sandbox.Node, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.proc = proc
 	e.proxy = p
-	t.Cleanup(func() {
-		if err := p.proc.Stop(30 * time.Second); err != nil {
-			t.Errorf("proxy on SIGTERM: %v (want exit status 0)", err)
-		}
-		for _, l := range p.log.lines() {
-			if strings.Contains(l, "level=ERROR") {
-				t.Errorf("the proxy logged an error: %s", l)
-			}
-		}
-	})
 	var synced string
 	p.waitLog(t, 10*time.Minute, fmt.Sprintf("a full sync of %d+ Services", scaleServices), func(lines []string) bool {
 		for _, l := range lines {

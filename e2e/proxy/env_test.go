@@ -257,18 +257,11 @@ type proxy struct {
 	log  *lineLog
 }
 
-// startProxy runs the proxy on state in the node namespace, with the extra
-// flags given, and waits for its first sync. The end of the test stops it
-// with SIGTERM, and it must exit 0.
-func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string) *proxy {
+// launchProxy starts the proxy command in the node namespace without
+// waiting for anything. The end of the test stops it with SIGTERM (killing
+// it after stopWait); it must exit 0 and must have logged no error.
+func launchProxy(t *testing.T, sb *sandbox.Sandbox, stopWait time.Duration, args ...string) *proxy {
 	t.Helper()
-	args := []string{proxyBin,
-		"--state", state,
-		"--hostname-override", nodeName,
-		"--cluster-cidr", clusterCIDRs(),
-		"--iptables-min-sync-period", "100ms",
-	}
-	args = append(args, extra...)
 	// Not the test's context: its cancellation would signal the proxy
 	// before the cleanup below, which wants to see how it exits.
 	cmd := sb.Command(context.Background(), sandbox.Node, args...)
@@ -280,7 +273,7 @@ func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string
 	}
 	p.proc = proc
 	t.Cleanup(func() {
-		if err := p.proc.Stop(5 * time.Second); err != nil {
+		if err := p.proc.Stop(stopWait); err != nil {
 			t.Errorf("proxy on SIGTERM: %v (want exit status 0)", err)
 		}
 		// A failed sync is a bug even when the retry repairs it.
@@ -290,6 +283,21 @@ func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string
 			}
 		}
 	})
+	return p
+}
+
+// startProxy runs the proxy on state in the node namespace, with the extra
+// flags given, and waits for its first sync. The end of the test stops it
+// with SIGTERM, and it must exit 0.
+func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string) *proxy {
+	t.Helper()
+	args := []string{proxyBin,
+		"--state", state,
+		"--hostname-override", nodeName,
+		"--cluster-cidr", clusterCIDRs(),
+		"--iptables-min-sync-period", "100ms",
+	}
+	p := launchProxy(t, sb, 5*time.Second, append(args, extra...)...)
 	p.waitLog(t, 30*time.Second, "the proxy's first sync", func(lines []string) bool {
 		return countSyncs(lines) > 0
 	})
