@@ -1,4 +1,7 @@
-// Package conntrack deletes stale UDP and SCTP flows over ctnetlink after a
-// sync and tunes the conntrack sysctls as kube-proxy does. It is built in a
-// later milestone; the package exists so the layout matches the design.
+// Package conntrack keeps the kernel's connection tracking table in step
+// with the Services: after each applied sync it deletes the UDP and SCTP
+// flows that would otherwise stay pinned to an endpoint that is gone, or to
+// the path taken before a Service had endpoints (stale.go decides, over a
+// ctnetlink socket of our own in ctnetlink.go). It also applies kube-proxy's
+// conntrack sysctl tuning.
 package conntrack

@@ -1,0 +1,141 @@
+package conntrack
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// Metrics are kube-proxy's conntrack reconciler metrics.
+type Metrics struct {
+	Deleted  prometheus.Counter
+	Duration prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
+			Help: "Cumulative conntrack flows deleted by conntrack reconciler"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "conntrack_reconciler_sync_duration_seconds",
+			Help:    "ReconcileConntrackFlowsLatency latency in seconds",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Deleted, m.Duration)
+	}
+	return m
+}
+
+// Table is the conntrack table as the cleaner uses it: Conn in production,
+// a fake in unit tests.
+type Table interface {
+	List(family, proto uint8) ([]Flow, error)
+	Delete(flows []Flow) (int, error)
+}
+
+// Cleaner deletes stale flows after each applied sync. It is called from
+// the sync loop's goroutine only.
+type Cleaner struct {
+	Table   Table
+	Log     *slog.Logger
+	Metrics *Metrics // may be nil
+	// FullEvery makes a sync read the table even when nothing changed, at
+	// most this often, to catch flows that raced a sync (0: never).
+	FullEvery time.Duration
+	// LocalAddrs lists the node's addresses (NodePort flows go to them);
+	// nil means the addresses of the current network namespace.
+	LocalAddrs func() ([]netip.Addr, error)
+
+	prev     *Targets
+	lastScan time.Time
+}
+
+// Result is what one Clean did.
+type Result struct {
+	Scanned bool // the table was read
+	Flows   int  // UDP and SCTP entries read
+	Deleted int
+	Took    time.Duration
+}
+
+// Clean deletes the flows made stale by the sync that applied st. An
+// error leaves the cleaner where it was, so the next call judges against
+// the same previous State and deletes what this one could not.
+func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
+	start := time.Now()
+	cur := NewTargets(st)
+	var res Result
+	if !NeedsScan(c.prev, cur) && (c.FullEvery <= 0 || time.Since(c.lastScan) < c.FullEvery) {
+		c.prev = cur
+		return res, nil
+	}
+	local, err := c.localAddrs()
+	if err != nil {
+		return res, err
+	}
+	judge := NewJudge(c.prev, cur, local)
+	var stale []Flow
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		for _, proto := range []uint8{protoUDP, protoSCTP} {
+			flows, err := c.Table.List(family, proto)
+			if err != nil {
+				return res, fmt.Errorf("conntrack cleanup: %w", err)
+			}
+			res.Flows += len(flows)
+			for _, f := range flows {
+				if judge.Stale(f) {
+					stale = append(stale, f)
+				}
+			}
+		}
+	}
+	res.Scanned = true
+	res.Deleted, err = c.Table.Delete(stale)
+	res.Took = time.Since(start)
+	if c.Metrics != nil {
+		c.Metrics.Deleted.Add(float64(res.Deleted))
+		c.Metrics.Duration.Observe(res.Took.Seconds())
+	}
+	if err != nil {
+		return res, fmt.Errorf("conntrack cleanup: %w", err)
+	}
+	c.prev, c.lastScan = cur, start
+	if res.Deleted > 0 && c.Log != nil {
+		c.Log.Info("deleted stale conntrack entries", "deleted", res.Deleted, "read", res.Flows, "took", res.Took)
+	}
+	return res, nil
+}
+
+func (c *Cleaner) localAddrs() ([]netip.Addr, error) {
+	if c.LocalAddrs != nil {
+		return c.LocalAddrs()
+	}
+	return InterfaceAddrs()
+}
+
+// InterfaceAddrs lists the addresses of the current network namespace.
+func InterfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
