@@ -85,8 +85,11 @@ func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
 	}
 	judge := NewJudge(c.prev, cur, local)
 	var stale []Flow
-	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		for _, proto := range []uint8{protoUDP, protoSCTP} {
+	for _, proto := range cur.protocols(c.prev) {
+		// One dump per family: the kernel filters by protocol only within
+		// a family, and skipping the (many) TCP entries there is cheaper
+		// than one dump of everything.
+		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 			flows, err := c.Table.List(family, proto)
 			if err != nil {
 				return res, fmt.Errorf("conntrack cleanup: %w", err)

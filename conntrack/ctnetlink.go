@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 )
 
 // ctnetlink message types and attributes (linux/netfilter/nfnetlink_conntrack.h).
@@ -37,13 +39,22 @@ const (
 	ctaFilterOrigFlags  = 1
 	ctaFilterReplyFlags = 2
 	// filterProtoNum asks a dump for the entries whose original tuple has
-	// the given L4 protocol (CTA_FILTER_F_CTA_PROTO_NUM, Linux 5.8+).
+	// the given L4 protocol (CTA_FILTER_F_CTA_PROTO_NUM, Linux 5.8+; the
+	// kernel wants a family with it, not AF_UNSPEC).
 	filterProtoNum = 1 << 3
+
+	nlaNested = 1 << 15 // NLA_F_NESTED
+	nlaType   = 0x3fff  // the type bits of nla_type
+	nlHdrLen  = unix.SizeofNlMsghdr
 )
 
-// Conn is a ctnetlink socket in one network namespace.
+// Conn is a ctnetlink socket in one network namespace. We read and write
+// the messages ourselves: a dump of 10^4 entries is parsed in place, with
+// no allocation per attribute.
 type Conn struct {
-	nl *netlink.Conn
+	fd  int
+	seq uint32
+	buf []byte // receive buffer: one dump skb (at most 32 KiB) or many acks
 	// noFilter is set once the kernel refused a filtered dump: later dumps
 	// read everything and filter here.
 	noFilter bool
@@ -53,28 +64,114 @@ type Conn struct {
 }
 
 // Dial opens a ctnetlink socket in the current network namespace, or in
-// the one netns (an open /var/run/netns file) names when it is not 0.
-func Dial(netns int) (*Conn, error) {
-	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netns})
+// the one at netnsPath (e.g. /run/netns/NAME) when it is not empty.
+func Dial(netnsPath string) (*Conn, error) {
+	fd, err := netns.NetlinkSocket(netnsPath, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("opening a ctnetlink socket: %w", err)
 	}
-	// A dump of a large table arrives faster than one read at a time.
-	_ = nl.SetReadBuffer(4 << 20)
-	return &Conn{nl: nl}, nil
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	// Acks of refused deletes need not echo the whole request.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	return &Conn{fd: fd, buf: make([]byte, 1<<16)}, nil
 }
 
 // Close closes the socket.
-func (c *Conn) Close() error { return c.nl.Close() }
+func (c *Conn) Close() error { return unix.Close(c.fd) }
 
-func nfgenHeader(family uint8) []byte { return []byte{family, 0 /* NFNETLINK_V0 */, 0, 0} }
+// attrs builds netlink attributes.
+type attrs []byte
 
-func msgType(msg int) netlink.HeaderType { return netlink.HeaderType(subsysCtnetlink<<8 | msg) }
+func (a *attrs) put(typ uint16, data ...byte) {
+	l := 4 + len(data)
+	*a = binary.NativeEndian.AppendUint16(*a, uint16(l))
+	*a = binary.NativeEndian.AppendUint16(*a, typ)
+	*a = append(*a, data...)
+	for l%4 != 0 {
+		*a = append(*a, 0)
+		l++
+	}
+}
 
-// List reads the conntrack entries of one family (unix.AF_INET or AF_INET6)
-// and L4 protocol, asking the kernel to filter when it can.
+func (a *attrs) nest(typ uint16, fill func(*attrs)) {
+	start := len(*a)
+	a.put(typ | nlaNested)
+	fill(a)
+	binary.NativeEndian.PutUint16((*a)[start:], uint16(len(*a)-start))
+}
+
+// walk calls fn for each attribute in b; it stops at a malformed one.
+func walk(b []byte, fn func(typ uint16, data []byte)) {
+	for len(b) >= 4 {
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < 4 || l > len(b) {
+			return
+		}
+		fn(binary.NativeEndian.Uint16(b[2:])&nlaType, b[4:l])
+		b = b[min((l+3)&^3, len(b)):]
+	}
+}
+
+// message appends one ctnetlink request to buf.
+func (c *Conn) message(buf []byte, msg int, flags uint16, family uint8, a attrs) []byte {
+	c.seq++
+	buf = binary.NativeEndian.AppendUint32(buf, uint32(nlHdrLen+4+len(a)))
+	buf = binary.NativeEndian.AppendUint16(buf, subsysCtnetlink<<8|uint16(msg))
+	buf = binary.NativeEndian.AppendUint16(buf, unix.NLM_F_REQUEST|flags)
+	buf = binary.NativeEndian.AppendUint32(buf, c.seq)
+	buf = binary.NativeEndian.AppendUint32(buf, 0)
+	buf = append(buf, family, 0 /* NFNETLINK_V0 */, 0, 0)
+	return append(buf, a...)
+}
+
+func (c *Conn) send(b []byte) error {
+	for {
+		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// receive reads one datagram and calls fn for each netlink message in it,
+// with its type, sequence number and payload.
+func (c *Conn) receive(fn func(typ uint16, seq uint32, data []byte)) error {
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b := c.buf[:n]
+		for len(b) >= nlHdrLen {
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < nlHdrLen || l > len(b) {
+				return fmt.Errorf("malformed netlink message of %d bytes", l)
+			}
+			fn(binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:]), b[nlHdrLen:l])
+			b = b[min((l+3)&^3, len(b)):]
+		}
+		return nil
+	}
+}
+
+// errnoOf reads the error code of an NLMSG_ERROR or NLMSG_DONE payload.
+func errnoOf(data []byte) syscall.Errno {
+	if len(data) < 4 {
+		return 0
+	}
+	return syscall.Errno(-int32(binary.NativeEndian.Uint32(data)))
+}
+
+// List reads the conntrack entries of one family (unix.AF_INET, AF_INET6,
+// or AF_UNSPEC for both) and L4 protocol, asking the kernel to filter when
+// it can.
 func (c *Conn) List(family, proto uint8) ([]Flow, error) {
-	if !c.noFilter {
+	if !c.noFilter && family != unix.AF_UNSPEC {
 		flows, err := c.dump(family, proto, true)
 		if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOPNOTSUPP) {
 			return flows, err
@@ -85,121 +182,127 @@ func (c *Conn) List(family, proto uint8) ([]Flow, error) {
 }
 
 func (c *Conn) dump(family, proto uint8, filtered bool) ([]Flow, error) {
-	data := nfgenHeader(family)
+	var a attrs
 	if filtered {
-		ae := netlink.NewAttributeEncoder()
-		ae.Nested(ctaTupleOrig, func(ae *netlink.AttributeEncoder) error {
-			ae.Nested(ctaTupleProto, func(ae *netlink.AttributeEncoder) error {
-				ae.Uint8(ctaProtoNum, proto)
-				return nil
-			})
-			return nil
+		a.nest(ctaTupleOrig, func(a *attrs) {
+			a.nest(ctaTupleProto, func(a *attrs) { a.put(ctaProtoNum, proto) })
 		})
-		ae.Nested(ctaFilter, func(ae *netlink.AttributeEncoder) error {
+		a.nest(ctaFilter, func(a *attrs) {
 			// The kernel reads the filter flags in host byte order.
-			ae.Uint32(ctaFilterOrigFlags, filterProtoNum)
-			ae.Uint32(ctaFilterReplyFlags, 0)
-			return nil
+			a.put(ctaFilterOrigFlags, binary.NativeEndian.AppendUint32(nil, filterProtoNum)...)
+			a.put(ctaFilterReplyFlags, 0, 0, 0, 0)
 		})
-		attrs, err := ae.Encode()
-		if err != nil {
-			return nil, fmt.Errorf("encoding a conntrack dump filter: %w", err)
-		}
-		data = append(data, attrs...)
 	}
-	req := netlink.Message{
-		Header: netlink.Header{Type: msgType(msgCtGet), Flags: netlink.Request | netlink.Dump},
-		Data:   data,
-	}
-	if _, err := c.nl.Send(req); err != nil {
+	req := c.message(nil, msgCtGet, unix.NLM_F_DUMP, family, a)
+	seq := c.seq
+	if err := c.send(req); err != nil {
 		return nil, fmt.Errorf("asking for the conntrack table: %w", err)
 	}
 	var flows []Flow
 	c.lastRead = 0
-	for m, err := range c.nl.ReceiveIter() {
-		if err != nil {
-			return nil, fmt.Errorf("reading the conntrack table: %w", err)
+	for done := false; !done; {
+		var failed error
+		err := c.receive(func(typ uint16, s uint32, data []byte) {
+			switch {
+			case s != seq || done || failed != nil:
+			case typ == unix.NLMSG_DONE:
+				done = true
+				if e := errnoOf(data); e != 0 {
+					failed = e
+				}
+			case typ == unix.NLMSG_ERROR:
+				if e := errnoOf(data); e != 0 {
+					failed = e
+				}
+				done = true
+			default:
+				c.lastRead++
+				if len(data) < 4 {
+					return
+				}
+				if f := parseFlow(data[4:]); f.Proto == proto {
+					flows = append(flows, f)
+				}
+			}
+		})
+		if err == nil {
+			err = failed
 		}
-		c.lastRead++
-		f, err := parseFlow(m.Data)
 		if err != nil {
+			if !done {
+				c.drain(seq)
+			}
 			return nil, fmt.Errorf("reading the conntrack table: %w", err)
-		}
-		if f.Proto == proto {
-			flows = append(flows, f)
 		}
 	}
 	return flows, nil
 }
 
-// parseFlow decodes one IPCTNL_MSG_CT_NEW message of a dump.
-func parseFlow(b []byte) (Flow, error) {
-	var f Flow
-	if len(b) < 4 {
-		return f, errors.New("short conntrack message")
-	}
-	ad, err := netlink.NewAttributeDecoder(b[4:])
-	if err != nil {
-		return f, err
-	}
-	ad.ByteOrder = binary.BigEndian
-	for ad.Next() {
-		switch ad.Type() {
-		case ctaTupleOrig:
-			ad.Nested(func(nad *netlink.AttributeDecoder) error {
-				f.Proto, f.OrigSrc, f.OrigDst = parseTuple(nad)
-				return nil
-			})
-		case ctaTupleReply:
-			ad.Nested(func(nad *netlink.AttributeDecoder) error {
-				_, f.ReplySrc, _ = parseTuple(nad)
-				return nil
-			})
-		case ctaID:
-			f.ID = ad.Uint32()
-		case ctaZone:
-			f.Zone = ad.Uint16()
+// drain reads what is left of an aborted dump, so the next request's
+// answers do not mix with it.
+func (c *Conn) drain(seq uint32) {
+	for done := false; !done; {
+		err := c.receive(func(typ uint16, s uint32, _ []byte) {
+			if s == seq && (typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR) {
+				done = true
+			}
+		})
+		if err != nil {
+			return
 		}
 	}
-	return f, ad.Err()
 }
 
-func parseTuple(ad *netlink.AttributeDecoder) (proto uint8, src, dst netip.AddrPort) {
-	ad.ByteOrder = binary.BigEndian
+// parseFlow decodes the attributes of one conntrack entry of a dump.
+func parseFlow(b []byte) Flow {
+	var f Flow
+	walk(b, func(typ uint16, data []byte) {
+		switch typ {
+		case ctaTupleOrig:
+			f.Proto, f.OrigSrc, f.OrigDst = parseTuple(data)
+		case ctaTupleReply:
+			_, f.ReplySrc, _ = parseTuple(data)
+		case ctaID:
+			if len(data) >= 4 {
+				f.ID = binary.BigEndian.Uint32(data)
+			}
+		case ctaZone:
+			if len(data) >= 2 {
+				f.Zone = binary.BigEndian.Uint16(data)
+			}
+		}
+	})
+	return f
+}
+
+func parseTuple(b []byte) (proto uint8, src, dst netip.AddrPort) {
 	var srcIP, dstIP netip.Addr
 	var sport, dport uint16
-	for ad.Next() {
-		switch ad.Type() {
+	walk(b, func(typ uint16, data []byte) {
+		switch typ {
 		case ctaTupleIP:
-			ad.Nested(func(ad *netlink.AttributeDecoder) error {
-				for ad.Next() {
-					a, _ := netip.AddrFromSlice(ad.Bytes())
-					switch ad.Type() {
-					case ctaIPv4Src, ctaIPv6Src:
-						srcIP = a
-					case ctaIPv4Dst, ctaIPv6Dst:
-						dstIP = a
-					}
+			walk(data, func(typ uint16, data []byte) {
+				a, _ := netip.AddrFromSlice(data)
+				switch typ {
+				case ctaIPv4Src, ctaIPv6Src:
+					srcIP = a
+				case ctaIPv4Dst, ctaIPv6Dst:
+					dstIP = a
 				}
-				return nil
 			})
 		case ctaTupleProto:
-			ad.Nested(func(ad *netlink.AttributeDecoder) error {
-				ad.ByteOrder = binary.BigEndian
-				for ad.Next() {
-					switch ad.Type() {
-					case ctaProtoNum:
-						proto = ad.Uint8()
-					case ctaProtoSrcPort:
-						sport = ad.Uint16()
-					case ctaProtoDstPort:
-						dport = ad.Uint16()
-					}
+			walk(data, func(typ uint16, data []byte) {
+				switch {
+				case typ == ctaProtoNum && len(data) >= 1:
+					proto = data[0]
+				case typ == ctaProtoSrcPort && len(data) >= 2:
+					sport = binary.BigEndian.Uint16(data)
+				case typ == ctaProtoDstPort && len(data) >= 2:
+					dport = binary.BigEndian.Uint16(data)
 				}
-				return nil
 			})
 		}
-	}
+	})
 	return proto, netip.AddrPortFrom(srcIP, sport), netip.AddrPortFrom(dstIP, dport)
 }
 
@@ -214,67 +317,67 @@ func (c *Conn) Delete(flows []Flow) (int, error) {
 	var firstErr error
 	for start := 0; start < len(flows); start += deleteBatch {
 		batch := flows[start:min(start+deleteBatch, len(flows))]
-		msgs := make([]netlink.Message, 0, len(batch))
+		var req []byte
 		for _, f := range batch {
-			m, err := deleteMessage(f)
-			if err != nil {
-				return deleted, err
-			}
-			msgs = append(msgs, m)
+			req = c.message(req, msgCtDelete, unix.NLM_F_ACK, familyOf(f), deleteAttrs(f))
 		}
-		if _, err := c.nl.SendMessages(msgs); err != nil {
+		first := c.seq - uint32(len(batch)) + 1
+		if err := c.send(req); err != nil {
 			return deleted, fmt.Errorf("deleting conntrack entries: %w", err)
 		}
-		// One ack (or error) comes back per message.
-		for range msgs {
-			_, err := c.nl.Receive()
-			switch {
-			case err == nil:
-				deleted++
-			case errors.Is(err, unix.ENOENT):
-				// expired or deleted meanwhile
-			case firstErr == nil:
-				firstErr = fmt.Errorf("deleting a conntrack entry: %w", err)
+		// The kernel handles the messages within the write and queues one
+		// ack (or error) for each.
+		for acks := 0; acks < len(batch); {
+			err := c.receive(func(typ uint16, s uint32, data []byte) {
+				if typ != unix.NLMSG_ERROR || s-first >= uint32(len(batch)) {
+					return
+				}
+				acks++
+				switch e := errnoOf(data); e {
+				case 0:
+					deleted++
+				case unix.ENOENT: // expired or deleted meanwhile
+				default:
+					if firstErr == nil {
+						firstErr = fmt.Errorf("deleting a conntrack entry: %w", e)
+					}
+				}
+			})
+			if err != nil {
+				return deleted, fmt.Errorf("reading conntrack delete acks: %w", err)
 			}
 		}
 	}
 	return deleted, firstErr
 }
 
-func deleteMessage(f Flow) (netlink.Message, error) {
-	family := uint8(unix.AF_INET)
+func familyOf(f Flow) uint8 {
+	if f.OrigSrc.Addr().Is6() {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
+
+func deleteAttrs(f Flow) attrs {
 	srcType, dstType := uint16(ctaIPv4Src), uint16(ctaIPv4Dst)
 	if f.OrigSrc.Addr().Is6() {
-		family, srcType, dstType = unix.AF_INET6, ctaIPv6Src, ctaIPv6Dst
+		srcType, dstType = ctaIPv6Src, ctaIPv6Dst
 	}
-	ae := netlink.NewAttributeEncoder()
-	ae.ByteOrder = binary.BigEndian
-	ae.Nested(ctaTupleOrig, func(ae *netlink.AttributeEncoder) error {
-		ae.ByteOrder = binary.BigEndian
-		ae.Nested(ctaTupleIP, func(ae *netlink.AttributeEncoder) error {
-			ae.Bytes(srcType, f.OrigSrc.Addr().AsSlice())
-			ae.Bytes(dstType, f.OrigDst.Addr().AsSlice())
-			return nil
+	var a attrs
+	a.nest(ctaTupleOrig, func(a *attrs) {
+		a.nest(ctaTupleIP, func(a *attrs) {
+			a.put(srcType, f.OrigSrc.Addr().AsSlice()...)
+			a.put(dstType, f.OrigDst.Addr().AsSlice()...)
 		})
-		ae.Nested(ctaTupleProto, func(ae *netlink.AttributeEncoder) error {
-			ae.ByteOrder = binary.BigEndian
-			ae.Uint8(ctaProtoNum, f.Proto)
-			ae.Uint16(ctaProtoSrcPort, f.OrigSrc.Port())
-			ae.Uint16(ctaProtoDstPort, f.OrigDst.Port())
-			return nil
+		a.nest(ctaTupleProto, func(a *attrs) {
+			a.put(ctaProtoNum, f.Proto)
+			a.put(ctaProtoSrcPort, binary.BigEndian.AppendUint16(nil, f.OrigSrc.Port())...)
+			a.put(ctaProtoDstPort, binary.BigEndian.AppendUint16(nil, f.OrigDst.Port())...)
 		})
-		return nil
 	})
 	if f.Zone != 0 {
-		ae.Uint16(ctaZone, f.Zone)
+		a.put(ctaZone, binary.BigEndian.AppendUint16(nil, f.Zone)...)
 	}
-	ae.Uint32(ctaID, f.ID)
-	attrs, err := ae.Encode()
-	if err != nil {
-		return netlink.Message{}, fmt.Errorf("encoding a conntrack delete: %w", err)
-	}
-	return netlink.Message{
-		Header: netlink.Header{Type: msgType(msgCtDelete), Flags: netlink.Request | netlink.Acknowledge},
-		Data:   append(nfgenHeader(family), attrs...),
-	}, nil
+	a.put(ctaID, binary.BigEndian.AppendUint32(nil, f.ID)...)
+	return a
 }

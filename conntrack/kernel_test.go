@@ -39,6 +39,7 @@ func testNetns(t testing.TB) string {
 	chain out {
 		type nat hook output priority -100
 		ip daddr 10.96.0.10 udp dport 53 dnat to 127.0.0.1:5353
+		ip daddr 10.96.0.12 udp dport 53 dnat to 127.0.0.1:5354
 	}
 }
 `)
@@ -77,13 +78,14 @@ func inNetns(t testing.TB, ns string, fn func()) {
 	}
 }
 
-// sendUDP sends one datagram from n distinct source ports to dst, which
-// makes n conntrack entries.
-func sendUDP(t testing.TB, ns string, dst netip.AddrPort, n int) {
+// sendUDP sends one datagram from each of the n source ports from
+// firstPort on to dst, which makes n conntrack entries.
+func sendUDP(t testing.TB, ns string, dst netip.AddrPort, firstPort, n int) {
 	t.Helper()
 	inNetns(t, ns, func() {
 		for i := 0; i < n; i++ {
-			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+			src := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: firstPort + i}
+			c, err := net.DialUDP("udp4", src, net.UDPAddrFromAddrPort(dst))
 			if err != nil {
 				t.Errorf("dial %v: %v", dst, err)
 				return
@@ -96,12 +98,7 @@ func sendUDP(t testing.TB, ns string, dst netip.AddrPort, n int) {
 
 func dialIn(t testing.TB, ns string) *Conn {
 	t.Helper()
-	f, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := Dial(int(f.Fd()))
+	c, err := Dial("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +110,8 @@ func TestKernelListAndDelete(t *testing.T) {
 	ns := testNetns(t)
 	svc := netip.MustParseAddrPort("10.96.0.10:53")
 	plain := netip.MustParseAddrPort("127.0.0.1:9999")
-	sendUDP(t, ns, svc, 5)
-	sendUDP(t, ns, plain, 3)
+	sendUDP(t, ns, svc, 20000, 5)
+	sendUDP(t, ns, plain, 20000, 3)
 	c := dialIn(t, ns)
 
 	flows, err := c.List(unix.AF_INET, protoUDP)

@@ -91,6 +91,27 @@ func protoNumber(p proxier.Protocol) uint8 {
 	return 0
 }
 
+// protocols lists the L4 protocols (UDP, SCTP) that t or prev listen on:
+// only their flows need reading.
+func (t *Targets) protocols(prev *Targets) []uint8 {
+	seen := map[uint8]bool{}
+	for _, tt := range []*Targets{t, prev} {
+		if tt == nil {
+			continue
+		}
+		for k := range tt.byKey {
+			seen[k.proto] = true
+		}
+	}
+	var out []uint8
+	for _, p := range []uint8{protoUDP, protoSCTP} {
+		if seen[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Judge decides which flows are stale after a sync from prev to cur.
 type Judge struct {
 	cur  *Targets

@@ -139,7 +139,7 @@ func (f *fakeTable) List(family, proto uint8) ([]Flow, error) {
 	f.lists++
 	var out []Flow
 	for _, fl := range f.flows {
-		if fl.Proto == proto && (fl.OrigSrc.Addr().Is4() == (family == 2)) {
+		if fl.Proto == proto && (family == 0 || fl.OrigSrc.Addr().Is4() == (family == 2)) {
 			out = append(out, fl)
 		}
 	}

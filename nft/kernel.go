@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 )
 
 // Kernel is our only door to the kernel's nftables: it sends transactions
@@ -49,41 +50,7 @@ func OpenKernel(netnsPath string) (*Kernel, error) {
 // socketIn creates the socket inside another network namespace when asked:
 // a socket stays in the namespace it was created in.
 func socketIn(netnsPath string) (int, error) {
-	open := func() (int, error) {
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-		if err != nil {
-			return -1, fmt.Errorf("opening netfilter netlink socket: %w", err)
-		}
-		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("binding netfilter netlink socket: %w", err)
-		}
-		return fd, nil
-	}
-	if netnsPath == "" {
-		return open()
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return -1, fmt.Errorf("reading current network namespace: %w", err)
-	}
-	defer orig.Close()
-	target, err := os.Open(netnsPath)
-	if err != nil {
-		return -1, fmt.Errorf("opening network namespace: %w", err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return -1, fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
-	}
-	fd, openErr := open()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread is in the wrong namespace: never give it back to the runtime.
-		runtime.Goexit()
-	}
-	return fd, openErr
+	return netns.NetlinkSocket(netnsPath, unix.NETLINK_NETFILTER)
 }
 
 // Close releases the socket.

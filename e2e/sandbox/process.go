@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -86,7 +87,28 @@ func (p *Process) Stop(timeout time.Duration) error {
 		case <-t.C:
 		}
 	}
-	return fmt.Errorf("%s: %w", p, errStuck)
+	return fmt.Errorf("%s: %w (threads: %s)", p, errStuck, taskStates(p.Pid()))
+}
+
+// taskStates describes what each thread of a stuck process waits on:
+// its state letter and kernel wait channel, from /proc.
+func taskStates(pid int) string {
+	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, d := range dirs {
+		base := fmt.Sprintf("/proc/%d/task/%s/", pid, d.Name())
+		stat, _ := os.ReadFile(base + "stat")
+		wchan, _ := os.ReadFile(base + "wchan")
+		state := "?"
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+			state = string(stat[i+2])
+		}
+		out = append(out, fmt.Sprintf("%s:%s/%s", d.Name(), state, wchan))
+	}
+	return strings.Join(out, " ")
 }
 
 // String names the process for messages: "node/kube-nftproxy[1234]".
