@@ -16,7 +16,7 @@ func BenchmarkKernelClean(b *testing.B) {
 	for _, stale := range []int{0, 100, 10_000} {
 		b.Run(fmt.Sprintf("entries=10000/stale=%d", stale), func(b *testing.B) {
 			ns := testNetns(b)
-			live := netip.MustParseAddrPort("10.96.0.10:53")  // DNATed to 127.0.0.1:5353, an endpoint
+			live := netip.MustParseAddrPort("10.96.0.10:53")   // DNATed to 127.0.0.1:5353, an endpoint
 			doomed := netip.MustParseAddrPort("10.96.0.12:53") // DNATed to 127.0.0.1:5354, no longer one
 			sendUDP(b, ns, live, 10_000, 10_000-stale)
 			st := proxier.NewState()

@@ -102,7 +102,7 @@ func (s *APISource) Run(ctx context.Context) error {
 			},
 			func(o any) {
 				if es, ok := unwrap(o).(*discoveryv1.EndpointSlice); ok {
-					s.Builder.DeleteEndpointSlice(es.Namespace, es.Name)
+					s.Builder.RemoveEndpointSlice(es)
 				}
 			}},
 		{nodes.Core().V1().Nodes().Informer(),

@@ -3,8 +3,10 @@ package informers
 import (
 	"cmp"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -46,6 +48,18 @@ type Builder struct {
 	dirty         map[serviceKey]struct{}
 	// snap is the last snapshot handed out, nil once anything changed.
 	snap *proxier.State
+
+	// For kube-proxy's change metrics (ChangeCounts, StateWithTriggers):
+	// events seen since started; the Services changed since the last
+	// snapshot, with their ports then (nil: absent), kept only while they
+	// differ; how many slice events since then changed a slice; and the
+	// trigger times of those changes, per Service.
+	started        time.Time
+	serviceEvents  uint64
+	sliceEvents    uint64
+	servicesBefore map[serviceKey][]*proxier.ServicePort
+	slicesChanged  int
+	triggers       map[serviceKey][]time.Time
 }
 
 // objectRef names any object the Builder tracks, for per-object errors.
@@ -68,6 +82,10 @@ func NewBuilder(nodeName string) *Builder {
 		liveEndpoints: map[proxier.ServicePortName][]proxier.Endpoint{},
 		published:     map[serviceKey][]proxier.ServicePortName{},
 		dirty:         map[serviceKey]struct{}{},
+
+		started:        time.Now(),
+		servicesBefore: map[serviceKey][]*proxier.ServicePort{},
+		triggers:       map[serviceKey][]time.Time{},
 	}
 }
 
@@ -87,6 +105,8 @@ func (b *Builder) UpsertService(svc *corev1.Service) error {
 	key := serviceKey{namespaceOrDefault(svc.Namespace), svc.Name}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.serviceEvents++
+	defer b.noteServiceChange(key, b.portsOf(key))
 	b.setErr(objectRef{"service", key.namespace, key.name}, err)
 	if len(ports) == 0 {
 		b.deleteServiceLocked(key)
@@ -116,8 +136,32 @@ func (b *Builder) DeleteService(namespace, name string) {
 	key := serviceKey{namespaceOrDefault(namespace), name}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.serviceEvents++
+	defer b.noteServiceChange(key, b.portsOf(key))
 	delete(b.errs, objectRef{"service", key.namespace, key.name})
 	b.deleteServiceLocked(key)
+}
+
+func (b *Builder) portsOf(key serviceKey) []*proxier.ServicePort {
+	if e := b.services[key]; e != nil {
+		return e.ports
+	}
+	return nil
+}
+
+// noteServiceChange follows a Service event, given the ports it had
+// before: the Service is pending while its ports differ from those of the
+// last snapshot, so changes that cancel out leave nothing pending (as
+// kube-proxy's service change tracker).
+func (b *Builder) noteServiceChange(key serviceKey, before []*proxier.ServicePort) {
+	if at, ok := b.servicesBefore[key]; ok {
+		before = at
+	}
+	if slices.EqualFunc(before, b.portsOf(key), (*proxier.ServicePort).Equal) {
+		delete(b.servicesBefore, key)
+	} else {
+		b.servicesBefore[key] = before
+	}
 }
 
 func (b *Builder) deleteServiceLocked(key serviceKey) {
@@ -165,6 +209,9 @@ func (b *Builder) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.setErr(objectRef{"endpointslice", key.namespace, key.name}, err)
+	if countedSlice(es) {
+		b.noteSliceUpdate(es, b.slices[key], info)
+	}
 	b.deleteSliceLocked(key)
 	if info == nil {
 		return err
@@ -178,13 +225,100 @@ func (b *Builder) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) error {
 	return err
 }
 
-// DeleteEndpointSlice removes an EndpointSlice.
+// DeleteEndpointSlice removes an EndpointSlice. For the change metrics it
+// counts only if the Builder held the slice; RemoveEndpointSlice, given
+// the deleted object, counts as kube-proxy does.
 func (b *Builder) DeleteEndpointSlice(namespace, name string) {
 	key := serviceKey{namespaceOrDefault(namespace), name}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.removeSliceLocked(key, b.slices[key] != nil)
+}
+
+// RemoveEndpointSlice is DeleteEndpointSlice for a source that has the
+// deleted object, as the API source has.
+func (b *Builder) RemoveEndpointSlice(es *discoveryv1.EndpointSlice) {
+	if es == nil {
+		return
+	}
+	key := serviceKey{namespaceOrDefault(es.Namespace), es.Name}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.removeSliceLocked(key, countedSlice(es))
+}
+
+func (b *Builder) removeSliceLocked(key serviceKey, counted bool) {
 	delete(b.errs, objectRef{"endpointslice", key.namespace, key.name})
+	if counted {
+		b.sliceEvents++
+	}
+	if old := b.slices[key]; old != nil {
+		// A deletion changes the Service's endpoints but carries no
+		// trigger time of its own (its annotation is that of the last
+		// update), and the Service's earlier trigger times now measure
+		// nothing that gets programmed: kube-proxy drops them too.
+		b.slicesChanged++
+		delete(b.triggers, old.service)
+	}
 	b.deleteSliceLocked(key)
+}
+
+// countedSlice reports whether kube-proxy's change metrics count events of
+// es: it tracks IPv4 and IPv6 slices that name their Service (and never
+// sees those its label selector leaves out).
+func countedSlice(es *discoveryv1.EndpointSlice) bool {
+	switch es.AddressType {
+	case discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6:
+	default:
+		return false
+	}
+	return !ignoredSlice(es) && es.Name != "" && es.Labels[discoveryv1.LabelServiceName] != ""
+}
+
+// noteSliceUpdate counts an added or updated slice, given the Builder's
+// old and new view of it (nil: not held, or unusable). An update that
+// changes that view is pending until the next snapshot, and its trigger
+// time, if it has one from after the Builder started (older ones predate
+// this proxy: it cannot have been programming them), is handed out with
+// the snapshot. Every such change counts, several per Service included.
+func (b *Builder) noteSliceUpdate(es *discoveryv1.EndpointSlice, old, info *sliceInfo) {
+	b.sliceEvents++
+	if old == nil && info == nil || old != nil && info != nil && reflect.DeepEqual(old, info) {
+		return // a resync, or a change the proxy does not see
+	}
+	b.slicesChanged++
+	if t := triggerTime(es); t.After(b.started) {
+		svc := serviceKey{namespaceOrDefault(es.Namespace), es.Labels[discoveryv1.LabelServiceName]}
+		b.triggers[svc] = append(b.triggers[svc], t)
+	}
+}
+
+// triggerTime reads the endpoints.kubernetes.io/last-change-trigger-time
+// annotation: when the change that led to this version of the slice
+// happened (a Pod or the Service changing). Zero if absent or unparsable.
+func triggerTime(es *discoveryv1.EndpointSlice) time.Time {
+	v, ok := es.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// ChangeCounts returns the events seen and the changes pending since the
+// last snapshot, for kube-proxy's change metrics (proxier.ChangeCounts).
+func (b *Builder) ChangeCounts() proxier.ChangeCounts {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return proxier.ChangeCounts{
+		ServiceChanges:         b.serviceEvents,
+		EndpointChanges:        b.sliceEvents,
+		ServicesPending:        len(b.servicesBefore),
+		EndpointChangesPending: b.slicesChanged,
+	}
 }
 
 // deleteSliceLocked also handles a slice whose service label changed: the
@@ -279,6 +413,30 @@ func compareRefs(x, y objectRef) int {
 	return cmp.Compare(x.name, y.name)
 }
 
+// StateWithTriggers is State, and also hands out the trigger times of the
+// EndpointSlice changes since the previous snapshot (see noteSliceUpdate)
+// for proxier.Metrics.Syncing. Taking a snapshot, with either method,
+// clears the pending changes: a sync has taken them. The extra cost is
+// O(changes).
+func (b *Builder) StateWithTriggers() (*proxier.State, []time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var triggers []time.Time
+	for _, ts := range b.triggers {
+		triggers = append(triggers, ts...)
+	}
+	// New maps rather than clear: clearing costs the largest size the
+	// map ever had, a fresh one nothing.
+	if len(b.triggers) > 0 {
+		b.triggers = map[serviceKey][]time.Time{}
+	}
+	if len(b.servicesBefore) > 0 {
+		b.servicesBefore = map[serviceKey][]*proxier.ServicePort{}
+	}
+	b.slicesChanged = 0
+	return b.stateLocked(), triggers
+}
+
 // State returns a snapshot. The snapshot shares ServicePort and endpoint
 // values with the Builder, which never modifies them after creation, so it
 // stays valid whatever happens to the Builder later. Its maps are the
@@ -288,8 +446,11 @@ func compareRefs(x, y objectRef) int {
 // The cost is refreshing the Services changed since the last call plus
 // copying the two maps of the state.
 func (b *Builder) State() *proxier.State {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	st, _ := b.StateWithTriggers()
+	return st
+}
+
+func (b *Builder) stateLocked() *proxier.State {
 	for key := range b.dirty {
 		b.refreshLocked(key)
 	}

@@ -2,6 +2,8 @@ package proxier
 
 import (
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,16 @@ type Metrics struct {
 	LastQueued          prometheus.Gauge
 	SyncFailures        prometheus.Counter
 	NoLocalEndpoints    *prometheus.GaugeVec
+	// NetworkProgramming is kubeproxy_network_programming_duration_seconds:
+	// per EndpointSlice change with a trigger time, how long after it the
+	// sync that programmed it succeeded (see Syncing).
+	NetworkProgramming prometheus.Histogram
+
+	changes *changeCollector
+	now     func() time.Time
+
+	mu       sync.Mutex
+	triggers []time.Time // of the State being synced, for the next Observe
 }
 
 // NewMetrics creates and registers the metrics.
@@ -49,18 +61,53 @@ func NewMetrics() *Metrics {
 		NoLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"}),
+		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
+			Help: "In Cluster Network Programming Latency in seconds", Buckets: networkProgrammingBuckets()}),
+		changes: newChangeCollector(),
+		now:     time.Now,
 	}
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSync,
-		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints,
+		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
+// networkProgrammingBuckets are kube-proxy's: 0, then 0.25 s and 0.5 s,
+// every second up to 59 s, every 5 s up to 115 s, every 30 s from 2 to 5
+// minutes.
+func networkProgrammingBuckets() []float64 {
+	b := []float64{0}
+	b = append(b, prometheus.LinearBuckets(0.25, 0.25, 2)...)
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
+}
+
+// Syncing hands over the trigger times of the EndpointSlice changes in the
+// State about to be synced (informers.Builder.StateWithTriggers). The next
+// Observe records them in NetworkProgramming if that sync succeeded and
+// drops them if it failed: as in kube-proxy, a change whose sync failed is
+// not measured, even once a retry programs it.
+func (m *Metrics) Syncing(triggers []time.Time) {
+	m.mu.Lock()
+	m.triggers = triggers
+	m.mu.Unlock()
+}
+
 // Observe records one sync attempt.
 func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
+	m.mu.Lock()
+	triggers := m.triggers
+	m.triggers = nil
+	m.mu.Unlock()
 	if err != nil {
 		m.SyncFailures.Inc()
 		return
+	}
+	now := m.now()
+	for _, t := range triggers {
+		m.NetworkProgramming.Observe(now.Sub(t).Seconds())
 	}
 	m.SyncDuration.Observe(took.Seconds())
 	if res.Full {
@@ -93,6 +140,64 @@ func (m *Metrics) CountNoLocalEndpoints(st *State) {
 	}
 	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
 	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
+}
+
+// ChangeCounts are the Service and EndpointSlice events a source has seen,
+// for kube-proxy's change metrics.
+type ChangeCounts struct {
+	// ServiceChanges and EndpointChanges count every event since the
+	// source started, whether or not it changed anything
+	// (kubeproxy_sync_proxy_rules_{service,endpoint}_changes_total).
+	ServiceChanges, EndpointChanges uint64
+	// ServicesPending is the number of Services that differ from what the
+	// last sync took; EndpointChangesPending the number of EndpointSlice
+	// events since then that changed a slice
+	// (kubeproxy_sync_proxy_rules_{service,endpoint}_changes_pending).
+	ServicesPending, EndpointChangesPending int
+}
+
+// CountChanges makes the four change metrics read source at every scrape
+// (informers.Builder.ChangeCounts). Without a source, as with the file
+// source, they stay 0.
+func (m *Metrics) CountChanges(source func() ChangeCounts) {
+	m.changes.source.Store(&source)
+}
+
+// changeCollector exports a source's ChangeCounts as kube-proxy's
+// change metrics, read when scraped.
+type changeCollector struct {
+	source                                                           atomic.Pointer[func() ChangeCounts]
+	endpointsPending, endpointsTotal, servicesPending, servicesTotal *prometheus.Desc
+}
+
+func newChangeCollector() *changeCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("", "kubeproxy", name), help, nil, nil)
+	}
+	return &changeCollector{
+		endpointsPending: desc("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes"),
+		endpointsTotal:   desc("sync_proxy_rules_endpoint_changes_total", "Cumulative proxy rules Endpoint changes"),
+		servicesPending:  desc("sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes"),
+		servicesTotal:    desc("sync_proxy_rules_service_changes_total", "Cumulative proxy rules Service changes"),
+	}
+}
+
+func (c *changeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.endpointsPending
+	ch <- c.endpointsTotal
+	ch <- c.servicesPending
+	ch <- c.servicesTotal
+}
+
+func (c *changeCollector) Collect(ch chan<- prometheus.Metric) {
+	var n ChangeCounts
+	if f := c.source.Load(); f != nil {
+		n = (*f)()
+	}
+	ch <- prometheus.MustNewConstMetric(c.endpointsPending, prometheus.GaugeValue, float64(n.EndpointChangesPending))
+	ch <- prometheus.MustNewConstMetric(c.endpointsTotal, prometheus.CounterValue, float64(n.EndpointChanges))
+	ch <- prometheus.MustNewConstMetric(c.servicesPending, prometheus.GaugeValue, float64(n.ServicesPending))
+	ch <- prometheus.MustNewConstMetric(c.servicesTotal, prometheus.CounterValue, float64(n.ServiceChanges))
 }
 
 // Handler serves /metrics, and /proxyMode as kube-proxy's metrics server does.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -55,6 +56,9 @@ type options struct {
 	proxyMode        string
 	bindAddress      string
 	featureGates     string
+	ctTuning         conntrack.TuningConfig // --conntrack-* but be-liberal, which is tcpBeLiberal
+
+	skipConntrackCleanup bool
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -67,7 +71,14 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
 	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
-	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "do not drop forwarded packets conntrack finds invalid (setting the nf_conntrack_tcp_be_liberal sysctl itself comes with the conntrack tuning)")
+	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "enable liberal mode for tracking TCP packets (nf_conntrack_tcp_be_liberal=1), and do not drop forwarded packets conntrack finds invalid")
+}
+
+// conntrackTuning is the conntrack sysctl tuning the options ask for.
+func (o *options) conntrackTuning() conntrack.TuningConfig {
+	t := o.ctTuning
+	t.TCPBeLiberal = o.tcpBeLiberal
+	return t
 }
 
 func (o *options) nodeName() (string, error) {
@@ -170,6 +181,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := checkMode(o.proxyMode); err != nil {
 				return fmt.Errorf("--proxy-mode: %w", err)
 			}
+			if err := o.conntrackTuning().Validate(); err != nil {
+				return err
+			}
 			gates, err := parseFeatureGates(o.featureGates)
 			if err != nil {
 				return err
@@ -204,6 +218,17 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.apiContentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of requests sent to the API server")
 	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
+	ct := conntrack.DefaultTuning()
+	fs.Int32Var(&o.ctTuning.MaxPerCore, "conntrack-max-per-core", ct.MaxPerCore, "maximum number of NAT connections to track per CPU core (0 to leave the limit as-is and ignore conntrack-min)")
+	fs.Int32Var(&o.ctTuning.Min, "conntrack-min", ct.Min, "minimum number of conntrack entries to allocate, regardless of conntrack-max-per-core (set conntrack-max-per-core=0 to leave the limit as-is)")
+	fs.DurationVar(&o.ctTuning.TCPEstablishedTimeout, "conntrack-tcp-timeout-established", ct.TCPEstablishedTimeout, "idle timeout for established TCP connections (0 to leave as-is)")
+	fs.DurationVar(&o.ctTuning.TCPCloseWaitTimeout, "conntrack-tcp-timeout-close-wait", ct.TCPCloseWaitTimeout, "NAT timeout for TCP connections in the CLOSE_WAIT state (0 to leave as-is)")
+	fs.DurationVar(&o.ctTuning.UDPTimeout, "conntrack-udp-timeout", ct.UDPTimeout, "idle timeout for UNREPLIED UDP connections (0 to leave as-is)")
+	fs.DurationVar(&o.ctTuning.UDPStreamTimeout, "conntrack-udp-timeout-stream", ct.UDPStreamTimeout, "idle timeout for ASSURED UDP connections (0 to leave as-is)")
+	// For tests that show what goes wrong without the cleanup; not a
+	// kube-proxy flag, hence hidden.
+	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
+	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (0-1 info, 2+ debug)")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
@@ -283,6 +308,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			return err
 		}
 	}
+	// kube-proxy's conntrack sysctls, once, before the first sync. A key
+	// that is missing or read-only here is a warning; other errors stop us.
+	if _, err := conntrack.NewTuner(log).Apply(o.conntrackTuning()); err != nil {
+		return fmt.Errorf("could not set conntrack parameters: %w", err)
+	}
 	k, err := nft.OpenKernel("")
 	if err != nil {
 		return err
@@ -311,9 +341,14 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	// on the node's addresses, as kube-proxy.
 	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy}
 	defer hc.Close(ctx)
+	cleanConntrack, err := conntrackCleaner(o, log, metrics)
+	if err != nil {
+		return err
+	}
 	loop.OnApplied = func(st *proxier.State) {
 		hc.Update(st)
 		metrics.CountNoLocalEndpoints(st)
+		cleanConntrack(st)
 	}
 	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
@@ -324,8 +359,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 
 	if client != nil {
 		b := informers.NewBuilder(node)
+		metrics.CountChanges(b.ChangeCounts)
 		loop.SetSource(func() *proxier.State {
-			st := b.State()
+			st, triggers := b.StateWithTriggers()
+			metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
 			health.SetNodeEligible(!st.Node.Leaving)
 			return st
 		})
@@ -357,12 +394,35 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	return loop.Run(ctx)
 }
 
+// conntrackCleaner returns what deletes stale UDP/SCTP conntrack entries
+// after each applied sync, as kube-proxy does. A failed cleanup is logged and
+// retried with the next sync; it never fails the sync.
+func conntrackCleaner(o *options, log *slog.Logger, metrics *proxier.Metrics) (func(*proxier.State), error) {
+	if o.skipConntrackCleanup {
+		log.Warn("conntrack cleanup is off (--testing-skip-conntrack-cleanup): UDP clients may stay on deleted endpoints")
+		return func(*proxier.State) {}, nil
+	}
+	conn, err := conntrack.Dial("")
+	if err != nil {
+		return nil, err
+	}
+	c := &conntrack.Cleaner{Table: conn, Log: log, Metrics: conntrack.NewMetrics(metrics.Registry), FullEvery: o.syncPeriod}
+	return func(st *proxier.State) {
+		res, err := c.Clean(st)
+		if err != nil {
+			log.Error("conntrack cleanup failed; retrying with the next sync", "err", err)
+			return
+		}
+		if res.Scanned {
+			log.Debug("conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
+		}
+	}, nil
+}
+
 // unsupportedFlags are kube-proxy's flags that kube-nftproxy does not
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"conntrack-max-per-core", "conntrack-min", "conntrack-tcp-timeout-established",
-	"conntrack-tcp-timeout-close-wait", "conntrack-udp-timeout", "conntrack-udp-timeout-stream",
 	"ipvs-scheduler", "ipvs-sync-period", "ipvs-min-sync-period", "ipvs-exclude-cidrs", "ipvs-strict-arp",
 	"ipvs-tcp-timeout", "ipvs-tcpfin-timeout", "ipvs-udp-timeout",
 	"iptables-localhost-nodeports", "init-only", "oom-score-adj", "profiling", "config-sync-period",

@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
+	"sigs.k8s.io/yaml"
 )
 
 func run(args ...string) (string, error) {
@@ -27,7 +31,10 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--ipvs-scheduler", "rr"}, "--ipvs-scheduler is a kube-proxy flag that kube-nftproxy does not support"},
 		{[]string{"--profiling"}, "--profiling is a kube-proxy flag"},
-		{[]string{"--conntrack-min=131072"}, "--conntrack-min is a kube-proxy flag"},
+		{[]string{"--oom-score-adj=-999"}, "--oom-score-adj is a kube-proxy flag"},
+		{[]string{"--conntrack-min=-1", "--write-config-to", "/dev/null"}, "--conntrack-min -1"},
+		{[]string{"--conntrack-udp-timeout=500ms", "--write-config-to", "/dev/null"}, "--conntrack-udp-timeout 500ms"},
+		{[]string{"--conntrack-max-per-core=lots"}, "--conntrack-max-per-core"},
 		{[]string{"render"}, "render needs --state"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/33"}, "--cluster-cidr"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "one CIDR per IP family"},
@@ -124,5 +131,85 @@ detectLocalMode: ClusterCIDR
 	}
 	if _, err := run("--feature-gates", "Foo", "--write-config-to", out); err == nil {
 		t.Errorf("--feature-gates Foo accepted")
+	}
+}
+
+// TestConntrackTuningConfig: kube-proxy's --conntrack-* flags, their types
+// and defaults, and the conntrack section of a KubeProxyConfiguration
+// (nil means the default; a flag given wins), as --write-config-to writes
+// them. Nothing here reaches the kernel.
+func TestConntrackTuningConfig(t *testing.T) {
+	fs := newRootCommand().Flags()
+	for _, f := range []struct{ name, typ, def string }{
+		{"conntrack-max-per-core", "int32", "32768"},
+		{"conntrack-min", "int32", "131072"},
+		{"conntrack-tcp-timeout-established", "duration", "24h0m0s"},
+		{"conntrack-tcp-timeout-close-wait", "duration", "1h0m0s"},
+		{"conntrack-tcp-be-liberal", "bool", "false"},
+		{"conntrack-udp-timeout", "duration", "0s"},
+		{"conntrack-udp-timeout-stream", "duration", "0s"},
+	} {
+		fl := fs.Lookup(f.name)
+		if fl == nil || fl.Hidden || fl.Value.Type() != f.typ || fl.DefValue != f.def {
+			t.Errorf("--%s: %+v; want a visible %s flag defaulting to %s", f.name, fl, f.typ, f.def)
+		}
+	}
+
+	dir := t.TempDir()
+	effective := func(args ...string) proxyconfig.KubeProxyConntrackConfiguration {
+		t.Helper()
+		out := filepath.Join(dir, "effective.yaml")
+		if _, err := run(append(args, "--write-config-to", out)...); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c proxyconfig.KubeProxyConfiguration
+		if err := yaml.UnmarshalStrict(data, &c); err != nil {
+			t.Fatalf("%v:\n%s", err, data)
+		}
+		return c.Conntrack
+	}
+	show := func(c proxyconfig.KubeProxyConntrackConfiguration) string {
+		d := func(p *metav1.Duration) string {
+			if p == nil {
+				return "nil"
+			}
+			return p.Duration.String()
+		}
+		i := func(p *int32) string {
+			if p == nil {
+				return "nil"
+			}
+			return fmt.Sprint(*p)
+		}
+		return fmt.Sprintf("maxPerCore=%s min=%s established=%s closeWait=%s beLiberal=%v udp=%s udpStream=%s",
+			i(c.MaxPerCore), i(c.Min), d(c.TCPEstablishedTimeout), d(c.TCPCloseWaitTimeout), c.TCPBeLiberal, c.UDPTimeout.Duration, c.UDPStreamTimeout.Duration)
+	}
+	if got, want := show(effective()), "maxPerCore=32768 min=131072 established=24h0m0s closeWait=1h0m0s beLiberal=false udp=0s udpStream=0s"; got != want {
+		t.Errorf("defaults:\n got %s\nwant %s", got, want)
+	}
+	if got, want := show(effective("--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-udp-timeout=30s", "--conntrack-tcp-be-liberal")),
+		"maxPerCore=0 min=131072 established=0s closeWait=1h0m0s beLiberal=true udp=30s udpStream=0s"; got != want {
+		t.Errorf("flags:\n got %s\nwant %s", got, want)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+conntrack:
+  maxPerCore: 0
+  min: null
+  tcpEstablishedTimeout: 2h
+  tcpBeLiberal: true
+  udpTimeout: 45s
+  udpStreamTimeout: 5m
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(effective("--config", cfg, "--conntrack-udp-timeout-stream=3m")),
+		"maxPerCore=0 min=131072 established=2h0m0s closeWait=1h0m0s beLiberal=true udp=45s udpStream=3m0s"; got != want {
+		t.Errorf("config file (the flag wins for udpStream):\n got %s\nwant %s", got, want)
 	}
 }

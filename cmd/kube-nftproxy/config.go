@@ -80,6 +80,23 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if c.Conntrack.TCPBeLiberal {
 		set("conntrack-tcp-be-liberal", func() { o.tcpBeLiberal = true })
 	}
+	// As upstream: a nil pointer keeps the default, a zero value leaves the
+	// kernel's setting alone.
+	ct := c.Conntrack
+	if ct.MaxPerCore != nil {
+		set("conntrack-max-per-core", func() { o.ctTuning.MaxPerCore = *ct.MaxPerCore })
+	}
+	if ct.Min != nil {
+		set("conntrack-min", func() { o.ctTuning.Min = *ct.Min })
+	}
+	if ct.TCPEstablishedTimeout != nil {
+		set("conntrack-tcp-timeout-established", func() { o.ctTuning.TCPEstablishedTimeout = ct.TCPEstablishedTimeout.Duration })
+	}
+	if ct.TCPCloseWaitTimeout != nil {
+		set("conntrack-tcp-timeout-close-wait", func() { o.ctTuning.TCPCloseWaitTimeout = ct.TCPCloseWaitTimeout.Duration })
+	}
+	dur("conntrack-udp-timeout", &o.ctTuning.UDPTimeout, ct.UDPTimeout)
+	dur("conntrack-udp-timeout-stream", &o.ctTuning.UDPStreamTimeout, ct.UDPStreamTimeout)
 	if c.IPVS.Scheduler != "" || len(c.IPVS.ExcludeCIDRs) > 0 || c.IPVS.StrictARP {
 		return fmt.Errorf("--config %s: ipvs settings are not supported yet (mode nftables only)", path)
 	}
@@ -99,6 +116,7 @@ func checkMode(mode string) error {
 // as --write-config-to does.
 func (o *options) writeConfig(path string) error {
 	bit := int32(o.masqueradeBit)
+	ct := o.ctTuning
 	c := proxyconfig.KubeProxyConfiguration{
 		TypeMeta:           metav1.TypeMeta{APIVersion: configAPIVersion, Kind: configKind},
 		HostnameOverride:   o.hostnameOverride,
@@ -116,7 +134,14 @@ func (o *options) writeConfig(path string) error {
 			MasqueradeBit: &bit, MasqueradeAll: o.masqueradeAll,
 			SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
 		},
-		Conntrack: proxyconfig.KubeProxyConntrackConfiguration{TCPBeLiberal: o.tcpBeLiberal},
+		Conntrack: proxyconfig.KubeProxyConntrackConfiguration{
+			MaxPerCore: &ct.MaxPerCore, Min: &ct.Min,
+			TCPEstablishedTimeout: &metav1.Duration{Duration: ct.TCPEstablishedTimeout},
+			TCPCloseWaitTimeout:   &metav1.Duration{Duration: ct.TCPCloseWaitTimeout},
+			TCPBeLiberal:          o.tcpBeLiberal,
+			UDPTimeout:            metav1.Duration{Duration: ct.UDPTimeout},
+			UDPStreamTimeout:      metav1.Duration{Duration: ct.UDPStreamTimeout},
+		},
 	}
 	c.ClientConnection.Kubeconfig = o.kubeconfig
 	c.ClientConnection.QPS = o.apiQPS
