@@ -207,6 +207,20 @@ func TestConntrackStaleUDPEndpoint(t *testing.T) {
 				})
 				from, to = to, from
 			}
+			// The cleanups are counted: one entry per path at least.
+			var m metrics
+			e.proxy.poll(t, 10*time.Second, "/metrics", func(ctx context.Context) error {
+				var err error
+				m, err = (&apiEnv{env: e}).fetchMetrics(ctx)
+				return err
+			})
+			deleted, ran := m["kubeproxy_conntrack_reconciler_deleted_entries_total"], m["kubeproxy_conntrack_reconciler_sync_duration_seconds_count"]
+			if cleanup && (deleted < 2 || ran < 2) {
+				t.Errorf("conntrack metrics: %v entries deleted in %v cleanups; want at least 2 of each", deleted, ran)
+			}
+			if !cleanup && deleted != 0 {
+				t.Errorf("conntrack metrics: %v entries deleted with the cleanup off", deleted)
+			}
 		})
 	}
 }
