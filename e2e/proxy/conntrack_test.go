@@ -331,12 +331,26 @@ func TestConntrackTCPSurvivesSyncs(t *testing.T) {
 		t.Fatalf("no conntrack entry for the TCP connection from port %d", local.Port())
 	}
 
+	// A UDP flow to a Service whose endpoints stay: the cleanup must leave it.
+	keep := udpStream{podC.Name, hostPort(dnsClusterIP, dnsPort), 40058}
+	if sum := keep.run(t, e, 2); sum.Failed > 0 {
+		t.Fatalf("UDP to %s: %s", keep.addr, firstError(sum))
+	}
+	keepID := flowID(conntrackIn(t, e.sb, 17), 40058)
+	if keepID == 0 {
+		t.Fatal("no conntrack entry for the UDP flow from port 40058")
+	}
+
 	// Two syncs that change other endpoints, with a cleanup that deletes a
 	// stale UDP flow.
 	e.setEndpoints(t, "ct-udp", podB)
 	e.setEndpoints(t, "ct-empty", podA)
-	if flows := conntrackIn(t, e.sb, 17); hasFlowFrom(flows, 40057) {
+	udpFlows := conntrackIn(t, e.sb, 17)
+	if hasFlowFrom(udpFlows, 40057) {
 		t.Errorf("the stale UDP flow from port 40057 is still there: the cleanup did not run")
+	}
+	if id := flowID(udpFlows, 40058); id != keepID {
+		t.Errorf("the UDP flow to live endpoints (from port 40058) was deleted by the cleanup (id %d, now %d)", keepID, id)
 	}
 	now, ok := entry()
 	if !ok || now.ID != before.ID {
@@ -382,6 +396,16 @@ func tcpState(t *testing.T, c *net.TCPConn) uint8 {
 		t.Fatalf("TCP_INFO: %v %v", err, serr)
 	}
 	return info.State
+}
+
+// flowID is the id of the entry from srcPort, 0 if there is none.
+func flowID(flows []conntrack.Flow, srcPort uint16) uint32 {
+	for _, f := range flows {
+		if f.OrigSrc.Port() == srcPort {
+			return f.ID
+		}
+	}
+	return 0
 }
 
 func hasFlowFrom(flows []conntrack.Flow, srcPort uint16) bool {
