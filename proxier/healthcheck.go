@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -46,21 +49,66 @@ type hcBody struct {
 
 // Update opens the ports of new Services, closes those of Services gone, and
 // sets each one's local endpoint count from st.
+//
+// The count is kube-proxy's (EndpointsMap.LocalReadyEndpoints): the distinct
+// addresses of the Service's ready endpoints on this node, over all its
+// ports. Serving terminating endpoints are not counted, even when traffic
+// still goes to them, so that a node whose pods are all terminating fails
+// its health check and load balancers drain it. kube-proxy runs one proxier
+// per IP family; the count is that of the family with the most, which for a
+// dual-stack Service is the number of pods, not twice it.
 func (h *HealthChecks) Update(st *State) {
-	want := map[uint16]struct {
-		name  ServicePortName
-		count int
-	}{}
+	type svcName struct{ namespace, name string }
+	ports := map[svcName]uint16{}
+	// Per Service and family, the addresses of its local ready endpoints.
+	addrs := map[svcName]map[bool]map[netip.Addr]bool{}
 	for name, svc := range st.Services {
 		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
 			continue
 		}
-		_, local, _, _ := CategorizeEndpoints(svc, st.Endpoints[name], st.Node)
-		// One port per Service: its ports share it; count them all.
-		w := want[svc.HealthCheckNodePort]
-		w.name = ServicePortName{Namespace: name.Namespace, Name: name.Name}
-		w.count += len(local)
-		want[svc.HealthCheckNodePort] = w
+		// One port per Service: its ports share it.
+		n := svcName{name.Namespace, name.Name}
+		ports[n] = svc.HealthCheckNodePort
+		for _, ep := range st.Endpoints[name] {
+			if !ep.Ready || !ep.IsLocal(st.Node.Name) {
+				continue
+			}
+			if addrs[n] == nil {
+				addrs[n] = map[bool]map[netip.Addr]bool{}
+			}
+			fam := ep.Addr.Is4()
+			if addrs[n][fam] == nil {
+				addrs[n][fam] = map[netip.Addr]bool{}
+			}
+			addrs[n][fam][ep.Addr] = true
+		}
+	}
+	type wanted struct {
+		name  ServicePortName
+		count int
+	}
+	want := map[uint16]wanted{}
+	// In name order, so that of two Services claiming one port (which the
+	// API server does not allow; state files might) the same one wins.
+	names := make([]svcName, 0, len(ports))
+	for n := range ports {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b svcName) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+	})
+	for _, n := range names {
+		name := ServicePortName{Namespace: n.namespace, Name: n.name}
+		port := ports[n]
+		if other, ok := want[port]; ok {
+			h.log().Error("cannot serve a health check node port: another Service has it", "service", name.String(), "port", port, "other", other.name.String())
+			continue
+		}
+		count := 0
+		for _, fam := range addrs[n] {
+			count = max(count, len(fam))
+		}
+		want[port] = wanted{name, count}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -68,16 +116,21 @@ func (h *HealthChecks) Update(st *State) {
 		h.servers = map[uint16]*hcServer{}
 	}
 	for port, s := range h.servers {
-		if _, ok := want[port]; !ok {
+		if w, ok := want[port]; !ok || w.name != s.name {
+			h.log().Debug("closing a health check node port", "service", s.name.String(), "port", port)
 			_ = s.srv.Close()
 			delete(h.servers, port)
 		}
 	}
 	for port, w := range want {
 		if s, ok := h.servers[port]; ok {
-			s.name, s.count = w.name, w.count
+			if s.count != w.count {
+				h.log().Debug("health check node port: local endpoints", "service", w.name.String(), "port", port, "count", w.count)
+			}
+			s.count = w.count
 			continue
 		}
+		h.log().Debug("opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
 		s, err := h.open(port)
 		if err != nil {
 			h.log().Error("cannot serve a health check node port", "service", w.name.String(), "port", port, "err", err)
@@ -108,12 +161,15 @@ func (h *HealthChecks) open(port uint16) (*hcServer, error) {
 		body.LocalEndpoints = s.count
 		h.mu.Unlock()
 		body.ServiceProxyHealthy = h.Healthy == nil || h.Healthy()
+		// kube-proxy's headers and body, to the byte: the JSON indented
+		// with tabs, no newline at the end.
+		out, _ := json.MarshalIndent(body, "", "\t")
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if body.LocalEndpoints == 0 || !body.ServiceProxyHealthy {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = json.NewEncoder(w).Encode(body)
+		_, _ = w.Write(out)
 	})}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

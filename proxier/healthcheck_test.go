@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -68,5 +69,91 @@ func TestHealthChecks(t *testing.T) {
 	}
 	if len(h.Ports()) != 0 {
 		t.Errorf("ports still open: %v", h.Ports())
+	}
+}
+
+// The count is kube-proxy's LocalReadyEndpoints: distinct addresses of the
+// ready local endpoints over all the Service's ports, per family (a
+// dual-stack pod is one endpoint), terminating ones left out; the body is
+// kube-proxy's, byte for byte.
+func TestHealthChecksCountAndBody(t *testing.T) {
+	port := freePort(t)
+	http1 := ServicePortName{Namespace: "ns", Name: "lb", Port: "http"}
+	https := ServicePortName{Namespace: "ns", Name: "lb", Port: "https"}
+	ep := func(addr, node string, ready bool) Endpoint {
+		return Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
+	}
+	state := func(eps ...Endpoint) *State {
+		st := NewState()
+		st.Node = Node{Name: "node-1"}
+		for _, n := range []ServicePortName{http1, https} {
+			st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+				ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5"), netip.MustParseAddr("fd00::5")}}
+			st.Endpoints[n] = eps
+		}
+		return st
+	}
+	h := &HealthChecks{Host: "127.0.0.1"}
+	defer h.Close(context.Background())
+	get := func() (int, http.Header, string) {
+		t.Helper()
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	body := func(count int, healthy bool) string {
+		return fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": \"ns\",\n\t\t\"name\": \"lb\"\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %t\n}", count, healthy)
+	}
+	tests := []struct {
+		name string
+		eps  []Endpoint
+		code int
+		want string
+	}{
+		{"two dual-stack local pods, two ports, one remote", []Endpoint{
+			ep("10.244.0.10", "node-1", true), ep("10.244.0.11", "node-1", true), ep("10.244.1.10", "node-2", true),
+			ep("fd00:10:244::10", "node-1", true), ep("fd00:10:244::11", "node-1", true),
+		}, 200, body(2, true)},
+		{"IPv6 only", []Endpoint{ep("fd00:10:244::10", "node-1", true)}, 200, body(1, true)},
+		{"local ones terminating", []Endpoint{ep("10.244.0.10", "node-1", false), ep("10.244.1.10", "node-2", true)}, 503, body(0, true)},
+		{"none", nil, 503, body(0, true)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h.Update(state(tt.eps...))
+			code, hdr, got := get()
+			if code != tt.code || got != tt.want {
+				t.Errorf("got %d %q, want %d %q", code, got, tt.code, tt.want)
+			}
+			if hdr.Get("Content-Type") != "application/json" || hdr.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("headers %v, want kube-proxy's Content-Type and X-Content-Type-Options", hdr)
+			}
+		})
+	}
+
+	// A sick proxy answers 503 even with local endpoints.
+	h.Healthy = func() bool { return false }
+	h.Update(state(ep("10.244.0.10", "node-1", true)))
+	if code, _, got := get(); code != 503 || got != body(1, false) {
+		t.Errorf("unhealthy proxy: got %d %q, want 503 %q", code, got, body(1, false))
+	}
+	h.Healthy = nil
+
+	// Two Services claiming one port: the first by name serves, always.
+	st := state(ep("10.244.0.10", "node-1", true))
+	other := ServicePortName{Namespace: "ns", Name: "zz", Port: "http"}
+	st.Services[other] = &ServicePort{Name: other, Protocol: TCP, Port: 80, NodePort: 30081, HealthCheckNodePort: port, ExternalPolicyLocal: true}
+	for range 5 {
+		h.Update(st)
+		if _, _, got := get(); got != body(1, true) {
+			t.Fatalf("two Services on one port: got %q, want ns/lb's %q", got, body(1, true))
+		}
 	}
 }

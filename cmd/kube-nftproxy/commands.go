@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -146,17 +147,46 @@ func (o *options) nftConfig() (nft.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func (o *options) logger(w io.Writer) *slog.Logger {
-	// kube-proxy's --v: 0-1 info and above, 2+ debug.
-	level := slog.LevelInfo
-	if o.verbosity >= 2 {
-		level = slog.LevelDebug
+// levelTrace is below slog.LevelDebug: what kube-proxy logs at V(4) and
+// above, such as the work of every sync. Handlers print it as TRACE.
+const levelTrace = slog.LevelDebug - 4
+
+// levelAll lets every message through (--v=4 and above).
+const levelAll = slog.Level(math.MinInt)
+
+// logLevel maps kube-proxy's klog verbosity (--v) to the least slog level
+// logged: 0-1 info and above (kube-proxy's V(0) and V(1) are its defaults:
+// start-up, errors, warnings, every change programmed), 2-3 adds debug (its
+// V(2) and V(3): health check ports opened and closed, their endpoint
+// counts, tuning left as it was), 4 and more everything (levelTrace: the
+// conntrack cleanup after each sync, logged at V(4) by kube-proxy).
+func logLevel(v int) slog.Level {
+	switch {
+	case v >= 4:
+		return levelAll
+	case v >= 2:
+		return slog.LevelDebug
 	}
-	h := &slog.HandlerOptions{Level: level}
-	if o.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, h))
+	return slog.LevelInfo
+}
+
+// logger returns the logger --v and --logging-format ask for, writing to w.
+func (o *options) logger(w io.Writer) (*slog.Logger, error) {
+	h := &slog.HandlerOptions{Level: logLevel(o.verbosity), ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.LevelKey {
+			if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelDebug {
+				a.Value = slog.StringValue("TRACE")
+			}
+		}
+		return a
+	}}
+	switch o.logFormat {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, h)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, h)), nil
 	}
-	return slog.New(slog.NewTextHandler(w, h))
+	return nil, fmt.Errorf("--logging-format %q: want text or json", o.logFormat)
 }
 
 func newRootCommand() *cobra.Command {
@@ -188,7 +218,10 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err != nil {
 				return err
 			}
-			log := o.logger(cmd.ErrOrStderr())
+			log, err := o.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			if len(gates) > 0 {
 				log.Info("feature gates accepted; none changes kube-nftproxy yet", "gates", gates)
 			}
@@ -230,7 +263,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
 	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
 	addUnsupported(fs)
-	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (0-1 info, 2+ debug)")
+	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
 	root.AddCommand(newRenderCommand(), newVersionCommand())
 	return root
@@ -414,7 +447,7 @@ func conntrackCleaner(o *options, log *slog.Logger, metrics *proxier.Metrics) (f
 			return
 		}
 		if res.Scanned {
-			log.Debug("conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
+			log.Log(context.Background(), levelTrace, "conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
 		}
 	}, nil
 }
