@@ -103,7 +103,11 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 			want[id] = BuildTable(id.f, b.cfg, st.Node, id.delta)
 		}
 		for name, svc := range st.Services {
-			b.place(want, name, false, st.Node, svc, st.Endpoints[name])
+			pin := pinnedToDelta(svc)
+			b.place(want, name, pin, st.Node, svc, st.Endpoints[name])
+			if pin {
+				inDelta[name] = true
+			}
 		}
 	} else {
 		// The applied tables are updated in place (cloning maps of every
@@ -145,12 +149,17 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 				}
 			}
 		}
-		if b.shouldFold(len(names), inDelta, len(st.Services)) {
+		if b.shouldFold(len(names), inDelta, st) {
 			changed := make(map[proxier.ServicePortName]bool, len(names))
 			for _, name := range names {
 				changed[name] = true
 			}
+			pinned := map[proxier.ServicePortName]bool{}
 			for name := range inDelta {
+				if pinnedToDelta(st.Services[name]) {
+					pinned[name] = true
+					continue
+				}
 				if !changed[name] { // a port is diffed once, wherever it goes
 					names = append(names, name)
 				}
@@ -162,7 +171,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 					}
 				}
 			}
-			inDelta = map[proxier.ServicePortName]bool{}
+			inDelta = pinned
 		}
 	}
 
@@ -246,6 +255,9 @@ func (b *Backend) drifted() bool {
 		t := b.applied[id]
 		exists, use, err := b.k.tableUse(t.Family, t.Name)
 		want := uint32(t.chainCount() + len(t.Maps))
+		if t.Affinity {
+			want++
+		}
 		if err != nil || !exists || use < want {
 			b.log.Warn("our nftables table changed behind our back; rewriting everything",
 				"table", t.Family.String()+" "+t.Name, "objects", use, "want", want, "err", err)
@@ -314,16 +326,28 @@ func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName,
 // shouldFold folds the delta into the main table when a sync has no change
 // of its own to make (a periodic sync), or when the delta has grown so that
 // validating it costs more than a fold is worth.
-func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, total int) bool {
-	n := len(inDelta)
+func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, st *proxier.State) bool {
+	n := 0
+	for name := range inDelta {
+		if !pinnedToDelta(st.Services[name]) {
+			n++
+		}
+	}
 	if n == 0 {
 		return false
 	}
 	limit := b.FoldAt
 	if limit == 0 {
-		limit = max(64, total/16)
+		limit = max(64, len(st.Services)/16)
 	}
 	return changed == 0 || n > limit
+}
+
+// pinnedToDelta reports whether a service port always lives in the delta
+// tables: those with session affinity, whose clients' affinities are
+// entries of the delta table's set and would be lost on a move.
+func pinnedToDelta(svc *proxier.ServicePort) bool {
+	return svc != nil && svc.AffinityTimeout > 0
 }
 
 func (b *Backend) kernelTable(t *Table) (kernelTable, error) {

@@ -126,17 +126,22 @@ func localMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, boo
 }
 
 // Build returns the whole Ruleset for a State as a full sync programs it:
-// per family, a main table holding every service port and an empty delta table.
+// per family, a main table holding every service port and a delta table
+// holding those with session affinity (see pinnedToDelta).
 func Build(st *proxier.State, cfg Config) *Ruleset {
 	rs := &Ruleset{}
 	for _, f := range families {
-		t := BuildTable(f, cfg, st.Node, false)
+		t, delta := BuildTable(f, cfg, st.Node, false), BuildTable(f, cfg, st.Node, true)
 		for name, svc := range st.Services {
 			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
-				t.Services[name] = fr
+				if pinnedToDelta(svc) {
+					delta.Services[name] = fr
+				} else {
+					t.Services[name] = fr
+				}
 			}
 		}
-		rs.Tables = append(rs.Tables, t, BuildTable(f, cfg, st.Node, true))
+		rs.Tables = append(rs.Tables, t, delta)
 	}
 	return rs
 }
@@ -214,6 +219,9 @@ func BuildTable(f Family, cfg Config, node proxier.Node, delta bool) *Table {
 		// the main table's KUBE-POSTROUTING masquerades what either marks.
 		t.Name += deltaSuffix
 		t.Delta = true
+		// Service ports with session affinity always live here, so that
+		// their clients' affinities never move between tables.
+		t.Affinity = true
 		t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
 		var chains []*Chain
 		for _, c := range t.Chains {
@@ -407,10 +415,15 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 
 	// Endpoint chains, for every endpoint some policy can reach.
 	for _, ep := range allReachable {
-		fr.Chains = append(fr.Chains, &Chain{Name: EndpointChain(svc.Name, svc.Protocol, ep.String()), Comment: name, Rules: []Rule{
-			R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq)),
-			R(ProtoMatch{Proto: proto}, DNAT{Addr: ep.Addr, Port: ep.Port}),
-		}})
+		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
+		rules := []Rule{R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq))}
+		if svc.AffinityTimeout > 0 {
+			// Each new connection through here (re)starts the client's
+			// affinity, as iptables mode's `recent --set`.
+			rules = append(rules, R(AffinityUpdate{ID: AffinityID(sep), Timeout: svc.AffinityTimeout}))
+		}
+		rules = append(rules, R(ProtoMatch{Proto: proto}, DNAT{Addr: ep.Addr, Port: ep.Port}))
+		fr.Chains = append(fr.Chains, &Chain{Name: sep, Comment: name, Rules: rules})
 	}
 	// The masquerade rule for ClusterIP traffic lives in the internal
 	// chain and matches the ClusterIP, so that external traffic passing
@@ -461,6 +474,13 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 // likely. Sets per service make the kernel's commit time quadratic.
 func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, name string) []Rule {
 	var rules []Rule
+	if svc.AffinityTimeout > 0 {
+		// A client with affinity to one of these endpoints goes back to it.
+		for _, ep := range eps {
+			sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
+			rules = append(rules, R(AffinityMatch{ID: AffinityID(sep)}, GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+		}
+	}
 	for i, ep := range eps {
 		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
 		if left := len(eps) - i; left > 1 {

@@ -8,6 +8,7 @@ import "github.com/kube-nftproxy/kube-nftproxy/proxier"
 type txWriter interface {
 	addTable(f Family, name, comment string)
 	addMap(f Family, table string, m *Map, id uint32)
+	addAffinitySet(f Family, table string, id uint32)
 	flushMap(f Family, table, m string)
 	addChain(f Family, table string, c *Chain)
 	flushChain(f Family, table, chain string)
@@ -26,6 +27,9 @@ type tx struct {
 	newTable   bool
 	flushTable bool
 	newMaps    []*Map
+	// newAffinity creates the affinity set if it does not exist; it is
+	// never flushed (its elements are the clients' live affinities).
+	newAffinity bool
 	flushMaps  []string
 	newChains  []*Chain
 	delElems   map[string][]Element
@@ -40,7 +44,7 @@ func newTx(t *Table) *tx {
 }
 
 func (x *tx) empty() bool {
-	return !x.newTable && !x.flushTable && len(x.newMaps) == 0 && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+	return !x.newTable && !x.flushTable && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
 		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.delChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
@@ -52,6 +56,10 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	for _, m := range x.newMaps {
 		*setID++
 		w.addMap(x.f, t.Name, m, *setID)
+	}
+	if x.newAffinity {
+		*setID++
+		w.addAffinitySet(x.f, t.Name, *setID)
 	}
 	for _, c := range x.newChains {
 		w.addChain(x.f, t.Name, c)
@@ -99,6 +107,7 @@ func fullTx(want *Table, have kernelTable) (x *tx, stale []string) {
 	x = newTx(want)
 	x.newTable = true
 	x.flushTable = have.exists
+	x.newAffinity = want.Affinity
 	for _, m := range want.Maps {
 		if have.maps[m.Name] {
 			x.flushMaps = append(x.flushMaps, m.Name)
@@ -130,6 +139,7 @@ func fullTx(want *Table, have kernelTable) (x *tx, stale []string) {
 // the chains this transaction flushes and leaves for the next one to delete.
 func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string) (x *tx, stale []string) {
 	x = newTx(want)
+	x.newAffinity = want.Affinity && !have.Affinity
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)

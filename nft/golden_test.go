@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -59,6 +60,21 @@ func goldenCases() []goldenCase {
 		st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
 		return st
 	}
+	affinity := func() *proxier.State {
+		// sessionAffinity: ClientIP on a dual-stack TCP Service with a
+		// NodePort and on an IPv4 UDP one with eTP=Local (KUBE-SVL too).
+		st := demoState()
+		for name, svc := range st.Services {
+			svc := *svc
+			svc.AffinityTimeout = 10800 * time.Second
+			if svc.Protocol == proxier.UDP {
+				svc.AffinityTimeout = 90 * time.Second
+				svc.ExternalPolicyLocal = true
+			}
+			st.Services[name] = &svc
+		}
+		return st
+	}
 	prefixCfg := demoConfig()
 	prefixCfg.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 	prefixCfg.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd00:99::/64")}
@@ -81,6 +97,7 @@ func goldenCases() []goldenCase {
 		{"flags-interface-prefix-nodeport-cidrs-liberal.nft", withNode(), prefixCfg},
 		{"flags-bridge-nodeport-primary.nft", withNode(), bridgeCfg},
 		{"flags-node-cidr.nft", withNode(), nodeCIDRCfg},
+		{"session-affinity.nft", affinity(), demoConfig()},
 	}
 }
 

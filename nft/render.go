@@ -42,6 +42,10 @@ func (t *Table) render(b *strings.Builder) {
 		sep()
 		t.renderMap(b, m)
 	}
+	if t.Affinity {
+		sep()
+		t.renderAffinitySet(b)
+	}
 	for _, c := range t.AllChains() {
 		sep()
 		c.render(b, t.Family)

@@ -63,6 +63,8 @@ type Table struct {
 	// Delta marks the table of recently changed service ports (see deltaSuffix).
 	Delta bool
 	Maps  []*Map
+	// Affinity declares the dynamic set of session affinity (see affinity.go).
+	Affinity bool
 	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
 	Chains []*Chain
 	// Services hold each service port's chains and map elements, kept apart

@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -19,6 +20,9 @@ type Packet struct {
 	Local []netip.Addr
 	// Iif is the interface the packet came in on (prerouting).
 	Iif string
+	// Affinity holds the endpoint ids (AffinityID) the client already has
+	// session affinity to: the `affinity` set's entries for Src.
+	Affinity []uint32
 }
 
 // Outcome is one way a packet can go, with its probability (random load
@@ -29,6 +33,9 @@ type Outcome struct {
 	Masquerade bool           // SNAT to the node in postrouting
 	Dropped    bool
 	Rejected   bool
+	// Affinity is the endpoint id the packet (re)started the client's
+	// session affinity to, 0 if none.
+	Affinity uint32
 	// Chains are the chains the packet went through, in order.
 	Chains []string
 }
@@ -117,7 +124,7 @@ func (rs *Ruleset) Trace(p Packet) []Outcome {
 				}
 			}
 		}
-		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Chains: s.path})
+		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
 	return out
@@ -175,6 +182,7 @@ type state struct {
 	mark     uint32
 	dnat     netip.AddrPort
 	masq     bool
+	affinity uint32
 	dropped  bool
 	rejected bool
 	path     []string
@@ -312,6 +320,12 @@ func (s *state) term(t *Table, term Term, depth int) []result {
 		} else {
 			s.mark |= m.Bit
 		}
+	case AffinityMatch:
+		if !slices.Contains(p.Affinity, m.ID) {
+			return miss
+		}
+	case AffinityUpdate:
+		s.affinity = m.ID
 	case NumgenZero:
 		hit := s.fork(1 / float64(m.Mod))
 		s.prob *= 1 - 1/float64(m.Mod)

@@ -1,0 +1,141 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+func affinityState() *proxier.State {
+	st := demoState()
+	for name, svc := range st.Services {
+		svc := *svc
+		svc.AffinityTimeout = 10800 * time.Second
+		st.Services[name] = &svc
+	}
+	return st
+}
+
+func webSEP(ep string) string {
+	return EndpointChain(proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}, proxier.TCP, ep)
+}
+
+// The tracer follows the affinity set: a first connection may go to either
+// endpoint and records the client's affinity to the one chosen; a client
+// with affinity goes back to that endpoint, from the ClusterIP and the
+// NodePort alike (upstream keeps one affinity per service port, whatever
+// the address used), and still gets the hairpin masquerade when that
+// endpoint is itself.
+func TestTraceAffinity(t *testing.T) {
+	rs := Build(affinityState(), demoConfig())
+	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
+	pod, podA, outside := mustAddr("10.244.0.20"), mustAddr("10.244.0.10"), mustAddr("10.99.0.2")
+	idA, idB := AffinityID(webSEP("10.244.0.10:8080")), AffinityID(webSEP("10.244.0.11:8080"))
+	tests := []struct {
+		name string
+		pkt  Packet
+		want []string
+	}{
+		{"first connection: either endpoint, affinity recorded",
+			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
+		{"affinity to pod-b: pod-b only, refreshed",
+			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idB}},
+			[]string{fmt.Sprintf("1.000 dnat 10.244.0.11:8080 affinity %d", idB)}},
+		{"affinity from the ClusterIP holds for the NodePort",
+			Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node, Affinity: []uint32{idA}},
+			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
+		{"hairpin on the affinity path is masqueraded",
+			Packet{Src: podA, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idA}},
+			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
+		{"affinity to an endpoint of another service does not apply",
+			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{12345}},
+			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, o := range rs.Trace(tt.pkt) {
+				s := o.String()
+				s = s[:strings.Index(s, " via ")]
+				if o.Affinity != 0 {
+					s += fmt.Sprintf(" affinity %d", o.Affinity)
+				}
+				got = append(got, s)
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+	// Without affinity nothing is recorded.
+	for _, o := range Build(demoState(), demoConfig()).Trace(tests[0].pkt) {
+		if o.Affinity != 0 {
+			t.Errorf("a Service without affinity recorded one: %v", o)
+		}
+	}
+}
+
+func TestNftDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		10800 * time.Second: "3h", 90 * time.Second: "1m30s", 86400 * time.Second: "1d",
+		10 * time.Second: "10s", 3723 * time.Second: "1h2m3s", 1500 * time.Millisecond: "1s500ms",
+	} {
+		if got := nftDuration(d); got != want {
+			t.Errorf("nftDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// Affinity service ports live in the delta table from the first sync on
+// and stay there through changes and folds, and a full sync keeps the
+// set's elements: clients keep their affinities.
+func TestKernelAffinityKept(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	st := affinityState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	id := AffinityID(webSEP("10.244.0.11:8080"))
+	nftIn(t, ns, "add", "element", "ip", DefaultTableName+deltaSuffix, setAffinity,
+		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
+	elements := func() string { return nftIn(t, ns, "list", "set", "ip", DefaultTableName+deltaSuffix, setAffinity) }
+	if !strings.Contains(elements(), fmt.Sprint(id)) {
+		t.Fatalf("element not added:\n%s", elements())
+	}
+	// A change elsewhere, a fold (a sync with nothing to do), a full sync.
+	changed := proxier.NewState()
+	changed.Node = st.Node
+	for k, v := range st.Services {
+		changed.Services[k] = v
+	}
+	for k, v := range st.Endpoints {
+		changed.Endpoints[k] = v
+	}
+	plain := proxier.ServicePortName{Namespace: "default", Name: "plain", Port: "p"}
+	changed.Services[plain] = &proxier.ServicePort{Name: plain, Protocol: proxier.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}}
+	changed.Endpoints[plain] = []proxier.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}}
+	for i, s := range []*proxier.State{changed, changed, changed} {
+		if i == 2 {
+			b.ForceFull()
+		}
+		if _, err := b.Sync(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(elements(), fmt.Sprint(id)) {
+			t.Fatalf("sync %d lost the client's affinity:\n%s", i, elements())
+		}
+		main := nftIn(t, ns, "list", "table", "ip", DefaultTableName)
+		if strings.Contains(main, "@affinity") || strings.Contains(main, webSEP("10.244.0.11:8080")) {
+			t.Fatalf("sync %d: the affinity service is in the main table:\n%s", i, main)
+		}
+	}
+}
