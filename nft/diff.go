@@ -30,13 +30,13 @@ type tx struct {
 	// newAffinity creates the affinity set if it does not exist; it is
 	// never flushed (its elements are the clients' live affinities).
 	newAffinity bool
-	flushMaps  []string
-	newChains  []*Chain
-	delElems   map[string][]Element
-	flush      []string
-	delChains  []string
-	rules      []*Chain // chains whose rules are (re)written
-	addElems   map[string][]Element
+	flushMaps   []string
+	newChains   []*Chain
+	delElems    map[string][]Element
+	flush       []string
+	delChains   []string
+	rules       []*Chain // chains whose rules are (re)written
+	addElems    map[string][]Element
 }
 
 func newTx(t *Table) *tx {
