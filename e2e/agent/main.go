@@ -3,7 +3,7 @@
 //
 //	e2e-agent serve --name NAME [--tcp :8080] [--udp :5353]
 //	e2e-agent client (--tcp | --udp) HOST:PORT [--count N] [--timeout D]
-//	          [--interval D] [--duration D] [--src-port P]
+//	          [--interval D] [--duration D] [--src-port P] [--src ADDR]
 //	          [--until-fail | --until-ok] [--results none|failed|all]
 //	e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [...client flags]
 //
@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,7 +43,7 @@ import (
 const usage = `usage:
   e2e-agent serve --name NAME [--tcp :8080] [--udp :5353]
   e2e-agent client (--tcp | --udp) HOST:PORT [--count N] [--timeout D] [--interval D]
-            [--duration D] [--src-port P] [--until-fail | --until-ok] [--results none|failed|all]
+            [--duration D] [--src-port P] [--src ADDR] [--until-fail | --until-ok] [--results none|failed|all]
   e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [client flags]
 `
 
@@ -127,6 +128,7 @@ func client(ctx context.Context, args []string, loop bool, stdout, stderr io.Wri
 	fs.DurationVar(&cfg.Interval, "interval", 0, "pause between requests")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "bound on the whole run (0: none beyond count x timeout)")
 	fs.IntVar(&cfg.SrcPort, "src-port", 0, "fixed source port")
+	src := fs.String("src", "", "source address (one of this namespace's)")
 	fs.BoolVar(&cfg.UntilFail, "until-fail", false, "stop at the first failure")
 	fs.BoolVar(&cfg.UntilOK, "until-ok", false, "stop at the first reply")
 	fs.StringVar(&cfg.Results, "results", echo.ResultsNone, "per-request results to list: none, failed or all")
@@ -138,6 +140,14 @@ func client(ctx context.Context, args []string, loop bool, stdout, stderr io.Wri
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *src != "" {
+		a, err := netip.ParseAddr(*src)
+		if err != nil {
+			fmt.Fprintf(stderr, "e2e-agent: --src %q: %v\n", *src, err)
+			return 2
+		}
+		cfg.SrcAddr = a
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type ClientConfig struct {
 	Interval time.Duration // pause between requests
 	Duration time.Duration // bound on the whole run; 0 means none beyond Count x Timeout
 	SrcPort  int           // fixed source port (same 5-tuple, same conntrack entry); 0 means any
+	SrcAddr  netip.Addr    // source address (one of the namespace's); invalid means the route's
 	// UntilFail stops at the first failure, UntilOK at the first success.
 	UntilFail, UntilOK bool
 	Results            string // ResultsNone (default), ResultsFailed or ResultsAll
@@ -199,12 +201,18 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // request does one request within ctx and returns the reply line.
 func request(ctx context.Context, cfg ClientConfig) (string, error) {
 	d := net.Dialer{}
-	if cfg.SrcPort != 0 {
-		d.Control = reuseAddr
+	if cfg.SrcPort != 0 || cfg.SrcAddr.IsValid() {
+		if cfg.SrcPort != 0 {
+			d.Control = reuseAddr
+		}
+		var ip net.IP
+		if cfg.SrcAddr.IsValid() {
+			ip = cfg.SrcAddr.AsSlice()
+		}
 		if cfg.Network == "tcp" {
-			d.LocalAddr = &net.TCPAddr{Port: cfg.SrcPort}
+			d.LocalAddr = &net.TCPAddr{IP: ip, Port: cfg.SrcPort}
 		} else {
-			d.LocalAddr = &net.UDPAddr{Port: cfg.SrcPort}
+			d.LocalAddr = &net.UDPAddr{IP: ip, Port: cfg.SrcPort}
 		}
 	}
 	var (
