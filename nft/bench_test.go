@@ -86,6 +86,55 @@ func BenchmarkKernelFullSync(b *testing.B) {
 	}
 }
 
+// BenchmarkKernelAffinity times the full sync of n Services x 10 endpoints
+// that all have session affinity (one dynamic set per table, whatever n:
+// linear), and a one-endpoint change among them (all in the delta table,
+// which a change validates whole).
+func BenchmarkKernelAffinity(b *testing.B) {
+	for _, n := range []int{1000, 2000} {
+		st := scaleState(n, 10)
+		for name, svc := range st.Services {
+			svc := *svc
+			svc.AffinityTimeout = 10800 * time.Second
+			st.Services[name] = &svc
+		}
+		b.Run(fmt.Sprintf("full/services=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				ns := testNetns(b)
+				be := openTestBackend(b, ns, demoConfig())
+				b.StartTimer()
+				res, err := be.Sync(context.Background(), st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
+			}
+		})
+		b.Run(fmt.Sprintf("change/services=%d", n), func(b *testing.B) {
+			ns := testNetns(b)
+			be := openTestBackend(b, ns, demoConfig())
+			if _, err := be.Sync(context.Background(), st); err != nil {
+				b.Fatal(err)
+			}
+			gen := 0
+			var total []time.Duration
+			for b.Loop() {
+				gen++
+				b.StopTimer()
+				next := withOneEndpointChanged(st, gen)
+				b.StartTimer()
+				start := time.Now()
+				if _, err := be.Sync(context.Background(), next); err != nil {
+					b.Fatal(err)
+				}
+				total = append(total, time.Since(start))
+			}
+			b.ReportMetric(median(total).Seconds()*1000, "median-ms")
+		})
+	}
+}
+
 // BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
 // one service while n services are programmed.
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
