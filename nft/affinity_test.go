@@ -94,7 +94,7 @@ func TestNftDuration(t *testing.T) {
 	}
 }
 
-// Affinity service ports live in the delta table from the first sync on
+// Affinity service ports live in the affinity table from the first sync on
 // and stay there through changes and folds, and a full sync keeps the
 // set's elements: clients keep their affinities.
 func TestKernelAffinityKept(t *testing.T) {
@@ -105,9 +105,9 @@ func TestKernelAffinityKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := AffinityID(webSEP("10.244.0.11:8080"))
-	nftIn(t, ns, "add", "element", "ip", DefaultTableName+deltaSuffix, setAffinity,
+	nftIn(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, setAffinity,
 		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
-	elements := func() string { return nftIn(t, ns, "list", "set", "ip", DefaultTableName+deltaSuffix, setAffinity) }
+	elements := func() string { return nftIn(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, setAffinity) }
 	if !strings.Contains(elements(), fmt.Sprint(id)) {
 		t.Fatalf("element not added:\n%s", elements())
 	}
@@ -133,9 +133,11 @@ func TestKernelAffinityKept(t *testing.T) {
 		if !strings.Contains(elements(), fmt.Sprint(id)) {
 			t.Fatalf("sync %d lost the client's affinity:\n%s", i, elements())
 		}
-		main := nftIn(t, ns, "list", "table", "ip", DefaultTableName)
-		if strings.Contains(main, "@affinity") || strings.Contains(main, webSEP("10.244.0.11:8080")) {
-			t.Fatalf("sync %d: the affinity service is in the main table:\n%s", i, main)
+		for _, other := range []string{DefaultTableName, DefaultTableName + deltaSuffix} {
+			list := nftIn(t, ns, "list", "table", "ip", other)
+			if strings.Contains(list, "@affinity") || strings.Contains(list, webSEP("10.244.0.11:8080")) {
+				t.Fatalf("sync %d: the affinity service is in %s:\n%s", i, other, list)
+			}
 		}
 	}
 }

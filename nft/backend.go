@@ -55,8 +55,8 @@ type Backend struct {
 }
 
 type tableID struct {
-	f     Family
-	delta bool
+	f    Family
+	kind TableKind
 }
 
 type fragmentInput struct {
@@ -81,7 +81,13 @@ func NewBackend(cfg Config, k *Kernel, log *slog.Logger) (*Backend, error) {
 func (b *Backend) ForceFull() { b.needFull = true }
 
 func tableIDs() []tableID {
-	return []tableID{{IPv4, false}, {IPv4, true}, {IPv6, false}, {IPv6, true}}
+	var ids []tableID
+	for _, f := range families {
+		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
+			ids = append(ids, tableID{f, k})
+		}
+	}
+	return ids
 }
 
 // Sync programs st. The first sync and the one after a failure rewrite
@@ -100,14 +106,10 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if full {
 		inDelta = map[proxier.ServicePortName]bool{}
 		for _, id := range tableIDs() {
-			want[id] = BuildTable(id.f, b.cfg, st.Node, id.delta)
+			want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 		}
 		for name, svc := range st.Services {
-			pin := pinnedToDelta(svc)
-			b.place(want, name, pin, st.Node, svc, st.Endpoints[name])
-			if pin {
-				inDelta[name] = true
-			}
+			b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints[name])
 		}
 	} else {
 		// The applied tables are updated in place (cloning maps of every
@@ -135,43 +137,46 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 			}
 			names = append(names, name)
 			b.remember(have, want, name)
-			b.unplace(want, name, inDelta[name])
-			inDelta[name] = true
-			b.place(want, name, true, st.Node, svc, eps)
+			b.unplace(want, name)
+			// A changed port goes to the delta table, unless its home
+			// is the affinity table.
+			kind := homeTable(svc)
+			if kind == MainTable {
+				kind = DeltaTable
+				inDelta[name] = true
+			} else {
+				delete(inDelta, name)
+			}
+			b.place(want, name, kind, st.Node, svc, eps)
 		}
 		if len(b.inputs)+added != len(st.Services) {
 			for name := range b.inputs {
 				if _, ok := st.Services[name]; !ok {
 					names = append(names, name)
 					b.remember(have, want, name)
-					b.unplace(want, name, inDelta[name])
+					b.unplace(want, name)
 					delete(inDelta, name)
 				}
 			}
 		}
-		if b.shouldFold(len(names), inDelta, st) {
+		if b.shouldFold(len(names), inDelta, len(st.Services)) {
 			changed := make(map[proxier.ServicePortName]bool, len(names))
 			for _, name := range names {
 				changed[name] = true
 			}
-			pinned := map[proxier.ServicePortName]bool{}
 			for name := range inDelta {
-				if pinnedToDelta(st.Services[name]) {
-					pinned[name] = true
-					continue
-				}
 				if !changed[name] { // a port is diffed once, wherever it goes
 					names = append(names, name)
 				}
 				b.remember(have, want, name)
 				for _, f := range families {
-					if fr := want[tableID{f, true}].Services[name]; fr != nil {
-						want[tableID{f, false}].Services[name] = fr
-						delete(want[tableID{f, true}].Services, name)
+					if fr := want[tableID{f, DeltaTable}].Services[name]; fr != nil {
+						want[tableID{f, MainTable}].Services[name] = fr
+						delete(want[tableID{f, DeltaTable}].Services, name)
 					}
 				}
 			}
-			inDelta = pinned
+			inDelta = map[proxier.ServicePortName]bool{}
 		}
 	}
 
@@ -308,46 +313,45 @@ func (b *Backend) undo(have map[tableID]*Table) {
 }
 
 // place builds a service port's fragments into the main or delta tables.
-func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, delta bool, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
 	for _, f := range families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
-			want[tableID{f, delta}].Services[name] = fr
+			want[tableID{f, kind}].Services[name] = fr
 		}
 	}
 }
 
 // unplace removes a service port's fragments from the tables it was in.
-func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName, delta bool) {
-	for _, f := range families {
-		delete(want[tableID{f, delta}].Services, name)
+// unplace removes a service port from whichever table holds it.
+func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName) {
+	for _, id := range tableIDs() {
+		delete(want[id].Services, name)
 	}
 }
 
 // shouldFold folds the delta into the main table when a sync has no change
 // of its own to make (a periodic sync), or when the delta has grown so that
 // validating it costs more than a fold is worth.
-func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, st *proxier.State) bool {
-	n := 0
-	for name := range inDelta {
-		if !pinnedToDelta(st.Services[name]) {
-			n++
-		}
-	}
+func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, total int) bool {
+	n := len(inDelta)
 	if n == 0 {
 		return false
 	}
 	limit := b.FoldAt
 	if limit == 0 {
-		limit = max(64, len(st.Services)/16)
+		limit = max(64, total/16)
 	}
 	return changed == 0 || n > limit
 }
 
-// pinnedToDelta reports whether a service port always lives in the delta
-// tables: those with session affinity, whose clients' affinities are
-// entries of the delta table's set and would be lost on a move.
-func pinnedToDelta(svc *proxier.ServicePort) bool {
-	return svc != nil && svc.AffinityTimeout > 0
+// homeTable is where a full sync puts a service port: the affinity table
+// for those with session affinity, whose clients' affinities are entries of
+// that table's set and would be lost on a move; the main table otherwise.
+func homeTable(svc *proxier.ServicePort) TableKind {
+	if svc != nil && svc.AffinityTimeout > 0 {
+		return AffinityTable
+	}
+	return MainTable
 }
 
 func (b *Backend) kernelTable(t *Table) (kernelTable, error) {
@@ -365,7 +369,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	}
 	bt := b.k.newBatch()
 	for _, id := range tableIDs() {
-		t := BuildTable(id.f, b.cfg, proxier.Node{}, id.delta)
+		t := BuildTable(id.f, b.cfg, proxier.Node{}, id.kind)
 		have, err := b.kernelTable(t)
 		if err != nil {
 			return false, err

@@ -135,6 +135,41 @@ func BenchmarkKernelAffinity(b *testing.B) {
 	}
 }
 
+// BenchmarkKernelAffinityMixed times a one-endpoint change of a Service
+// without affinity while every tenth of 5k Services has it: the affinity
+// table is not touched, so the change costs what it does without affinity.
+func BenchmarkKernelAffinityMixed(b *testing.B) {
+	st := scaleState(5000, 10)
+	for name, svc := range st.Services {
+		var i int
+		fmt.Sscanf(name.Name, "svc-%d", &i)
+		if i%10 == 0 {
+			svc := *svc
+			svc.AffinityTimeout = 10800 * time.Second
+			st.Services[name] = &svc
+		}
+	}
+	ns := testNetns(b)
+	be := openTestBackend(b, ns, demoConfig())
+	if _, err := be.Sync(context.Background(), st); err != nil {
+		b.Fatal(err)
+	}
+	gen := 0
+	var total []time.Duration
+	for b.Loop() {
+		gen++
+		b.StopTimer()
+		next := withOneEndpointChanged(st, gen) // svc-7: no affinity
+		b.StartTimer()
+		start := time.Now()
+		if _, err := be.Sync(context.Background(), next); err != nil {
+			b.Fatal(err)
+		}
+		total = append(total, time.Since(start))
+	}
+	b.ReportMetric(median(total).Seconds()*1000, "median-ms")
+}
+
 // BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
 // one service while n services are programmed.
 func BenchmarkKernelOneEndpointChange(b *testing.B) {

@@ -22,6 +22,23 @@ const DefaultTableName = "kube-nftproxy"
 // (which needs no validation) until a fold moves the delta back into it.
 const deltaSuffix = "-delta"
 
+// affinitySuffix names the tables of the service ports with session
+// affinity (see affinity.go). They live there for good: their clients'
+// affinities are elements of that table's set, which a move would lose, and
+// changes to them validate this table only, not the main or delta ones.
+const affinitySuffix = "-affinity"
+
+// TableKind tells the three tables of a family apart.
+type TableKind uint8
+
+// The tables of a family, in the order of their base chains' priorities:
+// affinity, delta, then main.
+const (
+	MainTable TableKind = iota
+	DeltaTable
+	AffinityTable
+)
+
 // Names of the fixed chains and maps (iptables mode's, where it has one).
 const (
 	chainServices    = "KUBE-SERVICES"
@@ -126,22 +143,21 @@ func localMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, boo
 }
 
 // Build returns the whole Ruleset for a State as a full sync programs it:
-// per family, a main table holding every service port and a delta table
-// holding those with session affinity (see pinnedToDelta).
+// per family, a main table holding every service port but those with
+// session affinity, which the affinity table holds, and an empty delta table.
 func Build(st *proxier.State, cfg Config) *Ruleset {
 	rs := &Ruleset{}
 	for _, f := range families {
-		t, delta := BuildTable(f, cfg, st.Node, false), BuildTable(f, cfg, st.Node, true)
+		tables := map[TableKind]*Table{}
+		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
+			tables[k] = BuildTable(f, cfg, st.Node, k)
+		}
 		for name, svc := range st.Services {
 			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
-				if pinnedToDelta(svc) {
-					delta.Services[name] = fr
-				} else {
-					t.Services[name] = fr
-				}
+				tables[homeTable(svc)].Services[name] = fr
 			}
 		}
-		rs.Tables = append(rs.Tables, t, delta)
+		rs.Tables = append(rs.Tables, tables[MainTable], tables[DeltaTable], tables[AffinityTable])
 	}
 	return rs
 }
@@ -150,7 +166,7 @@ var families = []Family{IPv4, IPv6}
 
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
-func BuildTable(f Family, cfg Config, node proxier.Node, delta bool) *Table {
+func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table {
 	mark := cfg.markBit()
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
 	if f == IPv6 {
@@ -214,15 +230,21 @@ func BuildTable(f Family, cfg Config, node proxier.Node, delta bool) *Table {
 	for _, m := range nodePortMatches(f, cfg, node, loopback) {
 		services.Rules = append(services.Rules, R(append(m, JumpTo(chainNodePorts))...))
 	}
-	if delta {
-		// The same topology, one priority earlier, without postrouting:
-		// the main table's KUBE-POSTROUTING masquerades what either marks.
-		t.Name += deltaSuffix
+	if kind != MainTable {
+		// The same topology, one priority earlier (two for the affinity
+		// table), without postrouting: the main table's KUBE-POSTROUTING
+		// masquerades what any of them marks.
 		t.Delta = true
-		// Service ports with session affinity always live here, so that
-		// their clients' affinities never move between tables.
-		t.Affinity = true
-		t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
+		earlier := int32(1)
+		if kind == DeltaTable {
+			t.Name += deltaSuffix
+			t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
+		} else {
+			t.Name += affinitySuffix
+			t.Affinity = true
+			t.Comment = "kube-nftproxy: service ports with session affinity"
+			earlier = 2
+		}
 		var chains []*Chain
 		for _, c := range t.Chains {
 			switch c.Name {
@@ -233,7 +255,7 @@ func BuildTable(f Family, cfg Config, node proxier.Node, delta bool) *Table {
 			}
 			if c.Hook != nil {
 				h := *c.Hook
-				h.Priority--
+				h.Priority -= earlier
 				c.Hook = &h
 			}
 			chains = append(chains, c)

@@ -60,7 +60,8 @@ type Table struct {
 	Family  Family
 	Name    string
 	Comment string
-	// Delta marks the table of recently changed service ports (see deltaSuffix).
+	// Delta marks the tables besides the main one: recently changed service
+	// ports (see deltaSuffix) and those with session affinity (affinitySuffix).
 	Delta bool
 	Maps  []*Map
 	// Affinity declares the dynamic set of session affinity (see affinity.go).

@@ -70,13 +70,14 @@ func TestTracePath(t *testing.T) {
 	if len(out) != 2 {
 		t.Fatalf("outcomes: %v", out)
 	}
-	// Each hook runs the delta table's base chain first (it finds nothing).
-	// The ClusterIP masquerade rule in KUBE-SVC matches the ClusterIP only,
-	// so external traffic is marked once, in KUBE-EXT.
-	want := "filter-prerouting,KUBE-PROXY-FIREWALL,filter-prerouting,KUBE-PROXY-FIREWALL," +
-		"nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS," +
+	// Each hook runs the affinity and delta tables' base chains first
+	// (they find nothing). The ClusterIP masquerade rule in KUBE-SVC
+	// matches the ClusterIP only, so external traffic is marked once, in
+	// KUBE-EXT.
+	want := "filter-prerouting,KUBE-PROXY-FIREWALL,filter-prerouting,KUBE-PROXY-FIREWALL,filter-prerouting,KUBE-PROXY-FIREWALL," +
+		"nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS,nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS," +
 		"nat-prerouting,KUBE-SERVICES,KUBE-NODEPORTS,KUBE-EXT-CDGGSHYLG3RE2FKL,KUBE-MARK-MASQ,KUBE-SVC-CDGGSHYLG3RE2FKL,KUBE-SEP-3MRQQDVYO2GBIBDV," +
-		"filter-forward,KUBE-EXTERNAL-SERVICES,filter-forward,KUBE-FORWARD," +
+		"filter-forward,KUBE-EXTERNAL-SERVICES,filter-forward,KUBE-EXTERNAL-SERVICES,filter-forward,KUBE-FORWARD," +
 		"nat-postrouting,KUBE-POSTROUTING"
 	if !strings.Contains(strings.Join(out[0].Chains, ","), want) {
 		t.Errorf("path %v, want it to contain %s", out[0].Chains, want)

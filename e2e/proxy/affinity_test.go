@@ -178,7 +178,7 @@ func TestSessionAffinity(t *testing.T) {
 		// Wait (polling the kernel's set, not sleeping) until every
 		// client's entry has timed out.
 		err := sandbox.Poll(t.Context(), 4*stickyTimeout, 200*time.Millisecond, func(ctx context.Context) error {
-			out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "set", "ip", "kube-nftproxy-delta", "affinity")
+			out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "set", "ip", "kube-nftproxy-affinity", "affinity")
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, out)
 			}
