@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -250,33 +248,18 @@ func TestConntrackServiceGetsEndpoints(t *testing.T) {
 	expectBackends(t, "NodePort after the sync", nodePort.run(t, e, 3), podB.Name)
 }
 
-// dialFrom opens a TCP connection from inside namespace ns.
+// dialFrom opens a TCP connection from inside namespace ns. (The thread
+// that switches namespaces must switch back rather than die: processes the
+// sandbox started from it would get their parent-death signal.)
 func dialFrom(t *testing.T, ns, addr string) *net.TCPConn {
 	t.Helper()
-	type result struct {
-		c   net.Conn
-		err error
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, err := dialInNetNS(ctx, ns, "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, ns, err)
 	}
-	res := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		f, err := os.Open("/run/netns/" + ns)
-		if err == nil {
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			f.Close()
-		}
-		if err != nil {
-			res <- result{nil, err}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		res <- result{c, err}
-	}()
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("dial %s from %s: %v", addr, ns, r.err)
-	}
-	return r.c.(*net.TCPConn)
+	return c.(*net.TCPConn)
 }
 
 // conntrackIn lists the node's conntrack entries of one protocol.

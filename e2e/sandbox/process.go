@@ -71,15 +71,22 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return signalGroup(p.Cmd.Process, sig)
 }
 
-// Stop sends SIGTERM, waits up to timeout, then sends SIGKILL and waits up
-// to timeout again. It returns Wait's result: nil for a clean exit, an
+// Stop sends SIGTERM and waits up to timeout, then SIGQUIT (a Go program
+// dumps its goroutines) and waits a second, then SIGKILL and waits up to
+// timeout again. It returns Wait's result: nil for a clean exit, an
 // *exec.ExitError for a non-zero status or death by signal.
 func (p *Process) Stop(timeout time.Duration) error {
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGKILL} {
 		if err := p.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return fmt.Errorf("%s: %w", p, err)
 		}
-		t := time.NewTimer(timeout)
+		wait := timeout
+		if sig == syscall.SIGQUIT {
+			// A Go program prints every goroutine's stack and exits: the
+			// log then shows where it was stuck.
+			wait = time.Second
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-p.done:
 			t.Stop()
