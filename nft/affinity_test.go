@@ -112,14 +112,7 @@ func TestKernelAffinityKept(t *testing.T) {
 		t.Fatalf("element not added:\n%s", elements())
 	}
 	// A change elsewhere, a fold (a sync with nothing to do), a full sync.
-	changed := proxier.NewState()
-	changed.Node = st.Node
-	for k, v := range st.Services {
-		changed.Services[k] = v
-	}
-	for k, v := range st.Endpoints {
-		changed.Endpoints[k] = v
-	}
+	changed := shallowCopy(st)
 	plain := proxier.ServicePortName{Namespace: "default", Name: "plain", Port: "p"}
 	changed.Services[plain] = &proxier.ServicePort{Name: plain, Protocol: proxier.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}}
 	changed.Endpoints[plain] = []proxier.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}}

@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -33,17 +34,19 @@ func scaleState(n, m int) *proxier.State {
 	return st
 }
 
+// shallowCopy returns a State sharing st's service ports and endpoint lists.
+func shallowCopy(st *proxier.State) *proxier.State {
+	out := proxier.NewState()
+	out.Node = st.Node
+	maps.Copy(out.Services, st.Services)
+	maps.Copy(out.Endpoints, st.Endpoints)
+	return out
+}
+
 // withOneEndpointChanged returns a copy of st sharing every service and
 // endpoint list but one, whose first endpoint moved.
 func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
-	out := proxier.NewState()
-	out.Node = st.Node
-	for k, v := range st.Services {
-		out.Services[k] = v
-	}
-	for k, v := range st.Endpoints {
-		out.Endpoints[k] = v
-	}
+	out := shallowCopy(st)
 	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
 	eps := append([]proxier.Endpoint(nil), st.Endpoints[name]...)
 	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})

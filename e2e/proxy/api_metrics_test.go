@@ -171,14 +171,7 @@ func (a *apiEnv) metricsScraper(t *testing.T) func(*testing.T) metrics {
 // fetchMetrics GETs /metrics from inside the node namespace, where the
 // proxy listens on loopback.
 func (a *apiEnv) fetchMetrics(ctx context.Context) (metrics, error) {
-	ns := a.sb.NS(sandbox.Node)
-	client := &http.Client{Transport: &http.Transport{
-		Proxy:             nil,
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetNS(ctx, ns, network, addr)
-		},
-	}}
+	client := httpClientIn(a.sb.NS(sandbox.Node))
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", metricsURL, nil)
@@ -212,6 +205,18 @@ func (a *apiEnv) fetchMetrics(ctx context.Context) (metrics, error) {
 		m[line[:i]] = v
 	}
 	return m, sc.Err()
+}
+
+// httpClientIn is an HTTP client whose connections start inside network
+// namespace ns (a full name, as Sandbox.NS gives it).
+func httpClientIn(ns string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:             nil,
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetNS(ctx, ns, network, addr)
+		},
+	}}
 }
 
 // dialInNetNS opens a connection from inside the named network namespace:

@@ -133,6 +133,24 @@ func (u udpStream) background(t *testing.T, e *env, d time.Duration) (time.Time,
 	return start, out
 }
 
+// whileSetting sends a datagram every 100 ms for 3 s while service's
+// endpoints become pods, and returns the results of the datagrams sent
+// after the sync that applied them (and one interval more).
+func (u udpStream) whileSetting(t *testing.T, e *env, service string, pods ...sandbox.Pod) []echo.Result {
+	t.Helper()
+	start, done := u.background(t, e, 3*time.Second)
+	synced := e.setEndpoints(t, service, pods...)
+	sum := <-done
+	if sum == nil {
+		t.Fatal("the background client printed no summary")
+	}
+	late, early := after(sum, start, synced, 200*time.Millisecond)
+	if len(late) < 5 || early == 0 {
+		t.Fatalf("want datagrams before and at least 5 after the sync; got %d before, %d after", early, len(late))
+	}
+	return late
+}
+
 // after returns the results that started more than margin after t (the
 // client started at start) and whether any came before.
 func after(sum *echo.Summary, start, t time.Time, margin time.Duration) (late []echo.Result, early int) {
@@ -184,16 +202,7 @@ func TestConntrackStaleUDPEndpoint(t *testing.T) {
 				t.Run(p.name, func(t *testing.T) {
 					// The flow is established on the current endpoint.
 					expectBackends(t, "before the change", p.udp.run(t, e, 3), from.Name)
-					start, done := p.udp.background(t, e, 3*time.Second)
-					synced := e.setEndpoints(t, "ct-udp", to)
-					sum := <-done
-					if sum == nil {
-						t.Fatal("the background client printed no summary")
-					}
-					late, early := after(sum, start, synced, 200*time.Millisecond)
-					if len(late) < 5 || early == 0 {
-						t.Fatalf("want datagrams before and at least 5 after the sync; got %d before, %d after", early, len(late))
-					}
+					late := p.udp.whileSetting(t, e, "ct-udp", to)
 					want := to.Name
 					if !cleanup {
 						want = from.Name // pinned by the stale entry
@@ -231,16 +240,7 @@ func TestConntrackServiceGetsEndpoints(t *testing.T) {
 	if sum := u.run(t, e, 2); sum.OK != 0 {
 		t.Fatalf("a Service without endpoints answered: %v", sum.Backend)
 	}
-	start, done := u.background(t, e, 3*time.Second)
-	synced := e.setEndpoints(t, "ct-empty", podB)
-	sum := <-done
-	if sum == nil {
-		t.Fatal("the background client printed no summary")
-	}
-	late, early := after(sum, start, synced, 200*time.Millisecond)
-	if len(late) < 5 || early == 0 {
-		t.Fatalf("want datagrams before and at least 5 after the sync; got %d before, %d after", early, len(late))
-	}
+	late := u.whileSetting(t, e, "ct-empty", podB)
 	if got := backendsOf(late); len(got) != 1 || got[podB.Name] != len(late) {
 		t.Errorf("after the sync, answered by %v; want all by %s", got, podB.Name)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -122,14 +121,7 @@ type hcAnswer struct {
 // hcGet GETs http://addr/ from inside namespace ns, as a load balancer's
 // probe would. A refused connection is an error that wraps ECONNREFUSED.
 func hcGet(ctx context.Context, sb *sandbox.Sandbox, ns, addr string) (*hcAnswer, error) {
-	netns := sb.NS(ns)
-	client := &http.Client{Transport: &http.Transport{
-		Proxy:             nil,
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetNS(ctx, netns, network, addr)
-		},
-	}}
+	client := httpClientIn(sb.NS(ns))
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
