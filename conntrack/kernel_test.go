@@ -14,8 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// testNetns creates a network namespace with lo up and a DNAT rule sending
-// UDP to 10.96.0.10:53 on to 127.0.0.1:5353, and deletes it after the test.
+// testNetns creates a network namespace with lo up and DNAT rules sending
+// UDP to 10.96.0.10:53 on to 127.0.0.1:5353 (and fd00::a to [::1]:5353),
+// and deletes it after the test.
 func testNetns(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -31,6 +32,7 @@ func testNetns(t testing.TB) string {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	run(t, "ip", "-n", name, "link", "set", "lo", "up")
 	run(t, "ip", "-n", name, "route", "add", "10.96.0.0/16", "dev", "lo", "src", "127.0.0.1")
+	run(t, "ip", "-n", name, "-6", "route", "add", "fd00::/64", "dev", "lo", "src", "::1")
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs the nft binary (package nftables) to set up the test's DNAT rule")
 	}
@@ -40,6 +42,12 @@ func testNetns(t testing.TB) string {
 		type nat hook output priority -100
 		ip daddr 10.96.0.10 udp dport 53 dnat to 127.0.0.1:5353
 		ip daddr 10.96.0.12 udp dport 53 dnat to 127.0.0.1:5354
+	}
+}
+table ip6 t {
+	chain out {
+		type nat hook output priority -100
+		ip6 daddr fd00::a udp dport 53 dnat to [::1]:5353
 	}
 }
 `)
@@ -85,7 +93,11 @@ func sendUDP(t testing.TB, ns string, dst netip.AddrPort, firstPort, n int) {
 	inNetns(t, ns, func() {
 		for i := 0; i < n; i++ {
 			src := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: firstPort + i}
-			c, err := net.DialUDP("udp4", src, net.UDPAddrFromAddrPort(dst))
+			network := "udp4"
+			if dst.Addr().Is6() {
+				src.IP, network = net.IPv6loopback, "udp6"
+			}
+			c, err := net.DialUDP(network, src, net.UDPAddrFromAddrPort(dst))
 			if err != nil {
 				t.Errorf("dial %v: %v", dst, err)
 				return
@@ -171,5 +183,35 @@ func TestKernelListAndDelete(t *testing.T) {
 	wrong.ID++
 	if n, err := c.Delete([]Flow{wrong}); err != nil || n != 0 {
 		t.Errorf("Delete with a wrong id: %d, %v; want 0, nil", n, err)
+	}
+}
+
+// IPv6 entries are listed and deleted the same way.
+func TestKernelListAndDeleteIPv6(t *testing.T) {
+	ns := testNetns(t)
+	svc := netip.MustParseAddrPort("[fd00::a]:53")
+	sendUDP(t, ns, svc, 20000, 4)
+	sendUDP(t, ns, netip.MustParseAddrPort("10.96.0.10:53"), 20000, 2)
+	c := dialIn(t, ns)
+	flows, err := c.List(unix.AF_INET6, protoUDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(flows) != 4 {
+		t.Fatalf("want the 4 IPv6 flows only, got %v", flows)
+	}
+	for _, f := range flows {
+		if f.OrigDst != svc || f.ReplySrc != netip.MustParseAddrPort("[::1]:5353") || !f.OrigSrc.Addr().Is6() {
+			t.Errorf("unexpected flow %+v", f)
+		}
+	}
+	if n, err := c.Delete(flows[:3]); err != nil || n != 3 {
+		t.Fatalf("Delete: %d, %v; want 3", n, err)
+	}
+	if left, err := c.List(unix.AF_INET6, protoUDP); err != nil || len(left) != 1 || left[0] != flows[3] {
+		t.Errorf("left %v, %v; want only %+v", left, err, flows[3])
+	}
+	if v4, err := c.List(unix.AF_INET, protoUDP); err != nil || len(v4) != 2 {
+		t.Errorf("IPv4 flows %v, %v; want the 2, untouched", v4, err)
 	}
 }
