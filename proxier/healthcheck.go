@@ -23,6 +23,10 @@ import (
 type HealthChecks struct {
 	// Host is the address to listen on ("" for all of the node's).
 	Host string
+	// Addrs, when set, gives the addresses to listen on instead, from the
+	// State being applied (kube-proxy serves health check node ports on
+	// the --nodeport-addresses); none means all of the node's.
+	Addrs func(*State) []netip.Addr
 	Log  *slog.Logger
 	// Healthy, when set, reports the proxy's own health (answered as
 	// serviceProxyHealthy; a sick proxy answers 503 too).
@@ -131,7 +135,7 @@ func (h *HealthChecks) Update(st *State) {
 			continue
 		}
 		h.log().Debug("opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
-		s, err := h.open(port)
+		s, err := h.open(port, h.hosts(st))
 		if err != nil {
 			h.log().Error("cannot serve a health check node port", "service", w.name.String(), "port", port, "err", err)
 			continue
@@ -148,10 +152,31 @@ func (h *HealthChecks) log() *slog.Logger {
 	return h.Log
 }
 
-func (h *HealthChecks) open(port uint16) (*hcServer, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(h.Host, strconv.Itoa(int(port))))
-	if err != nil {
-		return nil, fmt.Errorf("listening on %d: %w", port, err)
+// hosts lists the addresses a new server listens on.
+func (h *HealthChecks) hosts(st *State) []string {
+	if h.Addrs != nil {
+		var out []string
+		for _, a := range h.Addrs(st) {
+			out = append(out, a.String())
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return []string{h.Host}
+}
+
+func (h *HealthChecks) open(port uint16, hosts []string) (*hcServer, error) {
+	var lns []net.Listener
+	for _, host := range hosts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listening on %s: %w", net.JoinHostPort(host, strconv.Itoa(int(port))), err)
+		}
+		lns = append(lns, ln)
 	}
 	s := &hcServer{}
 	s.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -171,11 +196,13 @@ func (h *HealthChecks) open(port uint16) (*hcServer, error) {
 		}
 		_, _ = w.Write(out)
 	})}
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			h.log().Error("health check node port server stopped", "port", port, "err", err)
-		}
-	}()
+	for _, ln := range lns {
+		go func() {
+			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				h.log().Error("health check node port server stopped", "port", port, "err", err)
+			}
+		}()
+	}
 	return s, nil
 }
 

@@ -157,3 +157,29 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 		}
 	}
 }
+
+// With Addrs (--nodeport-addresses), a server listens on those addresses
+// only, every one of them.
+func TestHealthChecksAddrs(t *testing.T) {
+	port := freePort(t)
+	name := ServicePortName{Namespace: "default", Name: "lb"}
+	st := NewState()
+	st.Node = Node{Name: "node-1"}
+	st.Services[name] = &ServicePort{Name: name, Protocol: TCP, Port: 80, HealthCheckNodePort: port, ExternalPolicyLocal: true,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}}
+	st.Endpoints[name] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+	h := &HealthChecks{Addrs: func(*State) []netip.Addr {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.3")}
+	}}
+	defer h.Close(context.Background())
+	h.Update(st)
+	for addr, want := range map[string]bool{"127.0.0.1": true, "127.0.0.3": true, "127.0.0.2": false} {
+		resp, err := http.Get(fmt.Sprintf("http://%s:%d/", addr, port))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != want {
+			t.Errorf("GET on %s: %v; want answered %v", addr, err, want)
+		}
+	}
+}

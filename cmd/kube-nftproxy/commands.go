@@ -372,7 +372,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	// Health check node ports of externalTrafficPolicy Local Services,
 	// on the node's addresses, as kube-proxy.
-	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy}
+	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg)}
 	defer hc.Close(ctx)
 	cleanConntrack, err := conntrackCleaner(o, log, metrics)
 	if err != nil {
@@ -425,6 +425,34 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}()
 	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
 	return loop.Run(ctx)
+}
+
+// nodePortAddrs picks the addresses health check node ports listen on, as
+// kube-proxy does with --nodeport-addresses: the node's addresses within
+// the CIDRs, or its primary ones; nil (all addresses) without the flag.
+func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
+	if len(cfg.NodePortAddresses) == 0 && !cfg.NodePortPrimary {
+		return nil
+	}
+	return func(st *proxier.State) []netip.Addr {
+		if cfg.NodePortPrimary {
+			return st.Node.IPs
+		}
+		local, err := conntrack.InterfaceAddrs()
+		if err != nil {
+			return nil
+		}
+		var out []netip.Addr
+		for _, a := range local {
+			for _, p := range cfg.NodePortAddresses {
+				if p.Contains(a) {
+					out = append(out, a)
+					break
+				}
+			}
+		}
+		return out
+	}
 }
 
 // conntrackCleaner returns what deletes stale UDP/SCTP conntrack entries
