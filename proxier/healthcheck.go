@@ -27,7 +27,7 @@ type HealthChecks struct {
 	// State being applied (kube-proxy serves health check node ports on
 	// the --nodeport-addresses); none means all of the node's.
 	Addrs func(*State) []netip.Addr
-	Log  *slog.Logger
+	Log   *slog.Logger
 	// Healthy, when set, reports the proxy's own health (answered as
 	// serviceProxyHealthy; a sick proxy answers 503 too).
 	Healthy func() bool
