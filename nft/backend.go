@@ -14,11 +14,13 @@ import (
 // Backend is the nftables backend: it turns each State into tables and makes
 // the kernel match them with one transaction per sync.
 //
-// Each family has a main table and a delta table (see deltaSuffix). A full
-// sync puts every service port in the main table. Afterwards a changed
-// service port moves to the delta table, so that only the small delta table
-// needs the kernel's validation walk; a fold moves the delta back into the
-// main table when the delta has grown or when a sync has nothing else to do.
+// Each family has a main, a delta and an affinity table (see deltaSuffix
+// and affinitySuffix). A full sync puts every service port in the main
+// table but those with session affinity, which live in the affinity table
+// for good. Afterwards a changed service port moves to the delta table, so
+// that only the small delta table needs the kernel's validation walk; a
+// fold moves the delta back into the main table when the delta has grown or
+// when a sync has nothing else to do.
 type Backend struct {
 	cfg Config
 	k   *Kernel
@@ -80,7 +82,8 @@ func NewBackend(cfg Config, k *Kernel, log *slog.Logger) (*Backend, error) {
 // ForceFull makes the next sync rewrite everything (e.g. after a drift check).
 func (b *Backend) ForceFull() { b.needFull = true }
 
-func tableIDs() []tableID {
+// allTableIDs are our tables: per family a main, a delta and an affinity one.
+var allTableIDs = func() []tableID {
 	var ids []tableID
 	for _, f := range families {
 		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
@@ -88,7 +91,9 @@ func tableIDs() []tableID {
 		}
 	}
 	return ids
-}
+}()
+
+func tableIDs() []tableID { return allTableIDs }
 
 // Sync programs st. The first sync and the one after a failure rewrite
 // everything; the others send only what changed, and cost time in
@@ -312,7 +317,7 @@ func (b *Backend) undo(have map[tableID]*Table) {
 	}
 }
 
-// place builds a service port's fragments into the main or delta tables.
+// place builds a service port's fragments into the tables of that kind.
 func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
 	for _, f := range families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
@@ -321,7 +326,6 @@ func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, k
 	}
 }
 
-// unplace removes a service port's fragments from the tables it was in.
 // unplace removes a service port from whichever table holds it.
 func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName) {
 	for _, id := range tableIDs() {
