@@ -32,7 +32,7 @@ lint:
 
 # Benchmarks: ruleset building (no root) and kernel syncs in a namespace (root).
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/ ./conntrack/
 
 demo:
 	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
