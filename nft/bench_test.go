@@ -89,18 +89,62 @@ func BenchmarkKernelFullSync(b *testing.B) {
 	}
 }
 
-// BenchmarkKernelAffinity times the full sync of n Services x 10 endpoints
-// that all have session affinity (one dynamic set per table, whatever n:
-// linear), and a one-endpoint change among them (all in the delta table,
-// which a change validates whole).
-func BenchmarkKernelAffinity(b *testing.B) {
-	for _, n := range []int{1000, 2000} {
-		st := scaleState(n, 10)
-		for name, svc := range st.Services {
+// withAffinity gives session affinity to the service ports pick selects.
+func withAffinity(st *proxier.State, pick func(name proxier.ServicePortName) bool) {
+	for name, svc := range st.Services {
+		if pick(name) {
 			svc := *svc
 			svc.AffinityTimeout = 10800 * time.Second
 			st.Services[name] = &svc
 		}
+	}
+}
+
+// benchChanges programs st, then times syncs that each move one endpoint
+// of svc-7 (with the caches evicted first when cold), and reports the
+// medians of the whole sync and of its kernel part.
+func benchChanges(b *testing.B, st *proxier.State, cold bool) {
+	ns := testNetns(b)
+	be := openTestBackend(b, ns, demoConfig())
+	if _, err := be.Sync(context.Background(), st); err != nil {
+		b.Fatal(err)
+	}
+	gen := 0
+	var kernel, total []time.Duration
+	for b.Loop() {
+		gen++
+		b.StopTimer()
+		next := withOneEndpointChanged(st, gen)
+		if cold {
+			evictCaches()
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := be.Sync(context.Background(), next)
+		total = append(total, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Full {
+			b.Fatal("one-endpoint change made a full sync")
+		}
+		kernel = append(kernel, res.Kernel)
+		b.ReportMetric(float64(res.Messages), "msgs")
+	}
+	// Medians: this VM's kernel times are noisy, the mean hides the
+	// typical case.
+	b.ReportMetric(median(total).Seconds()*1000, "median-ms")
+	b.ReportMetric(median(kernel).Seconds()*1000, "kernel-median-ms")
+}
+
+// BenchmarkKernelAffinity times the full sync of n Services x 10 endpoints
+// that all have session affinity (one dynamic set per table, whatever n:
+// linear), and a one-endpoint change among them (all in the affinity table,
+// which a change validates whole).
+func BenchmarkKernelAffinity(b *testing.B) {
+	for _, n := range []int{1000, 2000} {
+		st := scaleState(n, 10)
+		withAffinity(st, func(proxier.ServicePortName) bool { return true })
 		b.Run(fmt.Sprintf("full/services=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
@@ -114,63 +158,21 @@ func BenchmarkKernelAffinity(b *testing.B) {
 				b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
 			}
 		})
-		b.Run(fmt.Sprintf("change/services=%d", n), func(b *testing.B) {
-			ns := testNetns(b)
-			be := openTestBackend(b, ns, demoConfig())
-			if _, err := be.Sync(context.Background(), st); err != nil {
-				b.Fatal(err)
-			}
-			gen := 0
-			var total []time.Duration
-			for b.Loop() {
-				gen++
-				b.StopTimer()
-				next := withOneEndpointChanged(st, gen)
-				b.StartTimer()
-				start := time.Now()
-				if _, err := be.Sync(context.Background(), next); err != nil {
-					b.Fatal(err)
-				}
-				total = append(total, time.Since(start))
-			}
-			b.ReportMetric(median(total).Seconds()*1000, "median-ms")
-		})
+		b.Run(fmt.Sprintf("change/services=%d", n), func(b *testing.B) { benchChanges(b, st, false) })
 	}
 }
 
 // BenchmarkKernelAffinityMixed times a one-endpoint change of a Service
-// without affinity while every tenth of 5k Services has it: the affinity
-// table is not touched, so the change costs what it does without affinity.
+// without affinity (svc-7) while every tenth of 5k Services has it: the
+// affinity table is not touched, so the change costs what it does without.
 func BenchmarkKernelAffinityMixed(b *testing.B) {
 	st := scaleState(5000, 10)
-	for name, svc := range st.Services {
+	withAffinity(st, func(name proxier.ServicePortName) bool {
 		var i int
 		fmt.Sscanf(name.Name, "svc-%d", &i)
-		if i%10 == 0 {
-			svc := *svc
-			svc.AffinityTimeout = 10800 * time.Second
-			st.Services[name] = &svc
-		}
-	}
-	ns := testNetns(b)
-	be := openTestBackend(b, ns, demoConfig())
-	if _, err := be.Sync(context.Background(), st); err != nil {
-		b.Fatal(err)
-	}
-	gen := 0
-	var total []time.Duration
-	for b.Loop() {
-		gen++
-		b.StopTimer()
-		next := withOneEndpointChanged(st, gen) // svc-7: no affinity
-		b.StartTimer()
-		start := time.Now()
-		if _, err := be.Sync(context.Background(), next); err != nil {
-			b.Fatal(err)
-		}
-		total = append(total, time.Since(start))
-	}
-	b.ReportMetric(median(total).Seconds()*1000, "median-ms")
+		return i%10 == 0
+	})
+	benchChanges(b, st, false)
 }
 
 // BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
@@ -179,38 +181,7 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		for _, cache := range []string{"warm", "cold"} {
 			b.Run(fmt.Sprintf("services=%d/cache=%s", n, cache), func(b *testing.B) {
-				st := scaleState(n, 10)
-				ns := testNetns(b)
-				be := openTestBackend(b, ns, demoConfig())
-				if _, err := be.Sync(context.Background(), st); err != nil {
-					b.Fatal(err)
-				}
-				gen := 0
-				var kernel, total []time.Duration
-				for b.Loop() {
-					gen++
-					b.StopTimer()
-					next := withOneEndpointChanged(st, gen)
-					if cache == "cold" {
-						evictCaches()
-					}
-					b.StartTimer()
-					start := time.Now()
-					res, err := be.Sync(context.Background(), next)
-					total = append(total, time.Since(start))
-					if err != nil {
-						b.Fatal(err)
-					}
-					if res.Full {
-						b.Fatal("one-endpoint change made a full sync")
-					}
-					kernel = append(kernel, res.Kernel)
-					b.ReportMetric(float64(res.Messages), "msgs")
-				}
-				// Medians: this VM's kernel times are noisy, the mean hides the
-				// typical case.
-				b.ReportMetric(median(total).Seconds()*1000, "median-ms")
-				b.ReportMetric(median(kernel).Seconds()*1000, "kernel-median-ms")
+				benchChanges(b, scaleState(n, 10), cache == "cold")
 			})
 		}
 	}
