@@ -3,13 +3,13 @@ package conntrack
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -123,22 +123,5 @@ func (c *Cleaner) localAddrs() ([]netip.Addr, error) {
 	if c.LocalAddrs != nil {
 		return c.LocalAddrs()
 	}
-	return InterfaceAddrs()
-}
-
-// InterfaceAddrs lists the addresses of the current network namespace.
-func InterfaceAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("listing the node's addresses: %w", err)
-	}
-	out := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
+	return netns.Addrs()
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -438,7 +439,7 @@ func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
 		if cfg.NodePortPrimary {
 			return st.Node.IPs
 		}
-		local, err := conntrack.InterfaceAddrs()
+		local, err := netns.Addrs()
 		if err != nil {
 			return nil
 		}

@@ -4,6 +4,8 @@ package netns
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"runtime"
 
@@ -57,4 +59,21 @@ func NetlinkSocket(path string, protocol int) (int, error) {
 		return nil
 	})
 	return fd, err
+}
+
+// Addrs lists the addresses of the current network namespace.
+func Addrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
 }
