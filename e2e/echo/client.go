@@ -92,7 +92,13 @@ type Summary struct {
 	// unreachable, eof, bad-reply, other.
 	Errors    map[string]int `json:"errors,omitempty"`
 	ElapsedMS float64        `json:"elapsed_ms"`
-	Results   []Result       `json:"results,omitempty"`
+	// LongestGapMS is the longest time without a reply: between two
+	// successive replies, from the start to the first reply or from the
+	// last reply to the end (the whole run when nothing answered).
+	// LongestGapAtMS is when that gap began, since the run's start.
+	LongestGapMS   float64  `json:"longest_gap_ms"`
+	LongestGapAtMS float64  `json:"longest_gap_at_ms"`
+	Results        []Result `json:"results,omitempty"`
 	// Truncated says that Results stopped at MaxResults.
 	Truncated bool `json:"results_truncated,omitempty"`
 }
@@ -133,7 +139,17 @@ func Run(ctx context.Context, cfg ClientConfig) (*Summary, error) {
 		Sources: map[string]int{},
 	}
 	start := time.Now()
-	defer func() { sum.ElapsedMS = ms(time.Since(start)) }()
+	lastOK := start // the last reply, or the start
+	gap := func(now time.Time) {
+		if d := ms(now.Sub(lastOK)); d > sum.LongestGapMS {
+			sum.LongestGapMS, sum.LongestGapAtMS = d, ms(lastOK.Sub(start))
+		}
+	}
+	defer func() {
+		now := time.Now()
+		gap(now)
+		sum.ElapsedMS = ms(now.Sub(start))
+	}()
 	// ctx.Err() turns non-nil a little after the deadline passes; dials
 	// fail at once in between.
 	ended := func() bool {
@@ -169,6 +185,9 @@ func Run(ctx context.Context, cfg ClientConfig) (*Summary, error) {
 				err = perr
 			} else {
 				r.Backend, r.Source = name, src.String()
+				now := time.Now()
+				gap(now)
+				lastOK = now
 				sum.OK++
 				sum.Backend[name]++
 				sum.Sources[src.Addr().String()]++

@@ -191,3 +191,30 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// The longest gap covers a stretch with no server: a run against a closed
+// port has its whole length as the gap; a run against a live server has
+// gaps about as long as its interval.
+func TestClientLongestGap(t *testing.T) {
+	srv := serve(t, "pod-a")
+	sum, err := Run(t.Context(), ClientConfig{Network: "tcp", Addr: srv.TCPAddr().String(), Count: 5, Timeout: time.Second, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.OK != 5 || sum.LongestGapMS < 20 || sum.LongestGapMS > sum.ElapsedMS {
+		t.Errorf("live server: ok %d, longest gap %.1f ms of %.1f ms, want 5 replies and a gap of 20 ms to the whole run", sum.OK, sum.LongestGapMS, sum.ElapsedMS)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sum, err = Run(t.Context(), ClientConfig{Network: "tcp", Addr: addr, Count: 3, Timeout: time.Second, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.OK != 0 || sum.LongestGapMS != sum.ElapsedMS || sum.LongestGapAtMS != 0 {
+		t.Errorf("no server: ok %d, longest gap %.1f ms at %.1f of %.1f ms, want the whole run", sum.OK, sum.LongestGapMS, sum.LongestGapAtMS, sum.ElapsedMS)
+	}
+}

@@ -187,9 +187,9 @@ func (a *apiEnv) waitTraffic(t *testing.T, since time.Time, timeout time.Duratio
 }
 
 // nftRuleset returns `nft list ruleset` of the node namespace.
-func (a *apiEnv) nftRuleset(t *testing.T) string {
+func (e *env) nftRuleset(t *testing.T) string {
 	t.Helper()
-	out, err := a.sb.Exec(t.Context(), sandbox.Node, "nft", "list", "ruleset")
+	out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "list", "ruleset")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,10 +108,13 @@ type trafficLoop struct {
 	started time.Time
 }
 
-func (e *env) startLoop(t *testing.T, ns, proto, addr string) *trafficLoop {
+// startLoop starts `e2e-agent loop` from ns to addr, bounded by loopLimit;
+// extra flags come last and so override the defaults.
+func (e *env) startLoop(t *testing.T, ns, proto, addr string, extra ...string) *trafficLoop {
 	t.Helper()
 	l := &trafficLoop{target: fmt.Sprintf("%s from %s to %s", proto, ns, addr)}
-	cmd := e.sb.Command(t.Context(), ns, agentBin, "loop", "--"+proto, addr, "--duration", loopLimit.String())
+	args := append([]string{agentBin, "loop", "--" + proto, addr, "--duration", loopLimit.String()}, extra...)
+	cmd := e.sb.Command(t.Context(), ns, args...)
 	cmd.Stdout = &l.stdout
 	cmd.Stderr = &lineLog{prefix: ns + "/loop: ", logf: t.Logf}
 	proc, err := e.sb.StartCmd(ns, cmd)

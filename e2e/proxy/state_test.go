@@ -103,8 +103,9 @@ func exampleSlices(pods ...sandbox.Pod) string {
 }
 
 // Many Services for the scale tests: namespace "load", svc-0 ... svc-N-1,
-// TCP port 80, ClusterIPs from 10.96.16.0 on (10.96.16.0/20 holds 4096),
-// each with pod-a and pod-b as endpoints on a port nothing listens on.
+// TCP port 80, ClusterIPs from 10.96.16.0 on (up to 10.96.255.255: 61,440
+// of them), each with pod-a and pod-b as endpoints on a port nothing
+// listens on.
 const (
 	loadNamespace = "load"
 	loadPortBase  = 9000
@@ -127,12 +128,17 @@ func loadServices(n int) string {
 
 // loadSlices gives the n Services their endpoints pod-a and pod-b on port.
 func loadSlices(n, port int) string {
+	return loadSlicesPorts(n, func(int) int { return port })
+}
+
+// loadSlicesPorts is loadSlices with Service i's endpoints on port(i).
+func loadSlicesPorts(n int, port func(i int) int) string {
 	docs := make([]string, n)
 	for i := range n {
 		name := fmt.Sprintf("svc-%d", i)
 		docs[i] = endpointSlice{
 			namespace: loadNamespace, name: name + "-ipv4", service: name,
-			portName: "http", protocol: "TCP", port: port, pods: []sandbox.Pod{podA, podB},
+			portName: "http", protocol: "TCP", port: port(i), pods: []sandbox.Pod{podA, podB},
 		}.yaml()
 	}
 	return documents(docs...)
