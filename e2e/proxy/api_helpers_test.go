@@ -152,7 +152,7 @@ func (a *apiEnv) setSliceEndpoints(t *testing.T, service string, pods ...sandbox
 
 // probe sends n TCP requests from pod-c to addr with short timeouts and
 // returns nil when all were answered by exactly the pods named.
-func (a *apiEnv) probe(ctx context.Context, addr string, n int, pods ...string) error {
+func (a *env) probe(ctx context.Context, addr string, n int, pods ...string) error {
 	sum, err := a.client(ctx, podC.Name, "tcp", addr, n, "--timeout", "300ms", "--until-fail", "--results", "failed")
 	if sum == nil {
 		return err
@@ -169,7 +169,7 @@ func (a *apiEnv) probe(ctx context.Context, addr string, n int, pods ...string) 
 // waitTraffic polls probe until it succeeds, failing the test after
 // timeout (or if the proxy exits), and returns the time from since to the
 // first answer from any backend and to the first successful probe.
-func (a *apiEnv) waitTraffic(t *testing.T, since time.Time, timeout time.Duration, addr string, pods ...string) (first, all time.Duration) {
+func (a *env) waitTraffic(t *testing.T, since time.Time, timeout time.Duration, addr string, pods ...string) (first, all time.Duration) {
 	t.Helper()
 	a.proxy.poll(t, timeout, fmt.Sprintf("%s answered by %v", addr, pods), func(ctx context.Context) error {
 		if first == 0 {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,7 +259,10 @@ type proxy struct {
 	// exitJudged says that the test has judged how the process ended
 	// (killed on purpose, or expected to fail): the end of the test then
 	// only makes sure it is gone.
-	exitJudged bool
+	exitJudged atomic.Bool
+	// expectedErrors are substrings of ERROR lines that the test provokes
+	// on purpose (set before the test ends).
+	expectedErrors []string
 }
 
 // launchProxy starts the proxy command in the node namespace without
@@ -277,12 +281,12 @@ func launchProxy(t *testing.T, sb *sandbox.Sandbox, stopWait time.Duration, args
 	}
 	p.proc = proc
 	t.Cleanup(func() {
-		if err := p.proc.Stop(stopWait); err != nil && !p.exitJudged {
+		if err := p.proc.Stop(stopWait); err != nil && !p.exitJudged.Load() {
 			t.Errorf("proxy on SIGTERM: %v (want exit status 0)", err)
 		}
 		// A failed sync is a bug even when the retry repairs it.
 		for _, l := range p.log.lines() {
-			if strings.Contains(l, "level=ERROR") {
+			if strings.Contains(l, "level=ERROR") && !slices.ContainsFunc(p.expectedErrors, func(s string) bool { return strings.Contains(l, s) }) {
 				t.Errorf("the proxy logged an error: %s", l)
 			}
 		}
@@ -346,7 +350,15 @@ func (p *proxy) waitLog(t *testing.T, timeout time.Duration, what string, cond f
 // within timeout or if the proxy exits first.
 func (p *proxy) poll(t *testing.T, timeout time.Duration, what string, cond func(context.Context) error) {
 	t.Helper()
-	ctx, cancel := context.WithCancelCause(t.Context())
+	if err := p.try(t.Context(), timeout, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// try calls cond until it returns nil, for at most timeout, and gives up
+// early if the proxy exits; it returns why cond did not hold.
+func (p *proxy) try(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
 		select {
@@ -359,8 +371,9 @@ func (p *proxy) poll(t *testing.T, timeout time.Duration, what string, cond func
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			err = fmt.Errorf("%w (%v)", cause, err)
 		}
-		t.Fatalf("waiting for %s: %v", what, err)
+		return err
 	}
+	return nil
 }
 
 // checkRunning fails the test if the proxy has exited.

@@ -287,7 +287,7 @@ func (e *env) waitRendered(t *testing.T, timeout time.Duration, what string) tim
 // then does not judge its exit.
 func (p *proxy) kill(t *testing.T) {
 	t.Helper()
-	p.exitJudged = true
+	p.exitJudged.Store(true)
 	if err := p.proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 the proxy: %v", err)
 	}
@@ -311,7 +311,9 @@ func (p *proxy) stop(t *testing.T) {
 // that left the tables in a state the proxy did not repair.
 func (e *env) resetProxy(t *testing.T, args ...string) {
 	t.Helper()
-	e.proxy.stop(t)
+	if !e.proxy.proc.Exited() {
+		e.proxy.stop(t)
+	}
 	var script strings.Builder
 	for _, table := range nftTables(t, e.sb) {
 		if f := strings.Fields(table); len(f) == 3 && strings.HasPrefix(f[2], "kube-nftproxy") {
@@ -321,7 +323,9 @@ func (e *env) resetProxy(t *testing.T, args ...string) {
 	if err := e.nftScript(t.Context(), script.String()); err != nil {
 		t.Fatal(err)
 	}
+	expected := e.proxy.expectedErrors
 	e.proxy = startProxy(t, e.sb, e.state, args...)
+	e.proxy.expectedErrors = expected
 }
 
 // logged reports whether a line of the proxy's log contains every one of
