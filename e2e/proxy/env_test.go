@@ -299,17 +299,21 @@ func launchProxy(t *testing.T, sb *sandbox.Sandbox, stopWait time.Duration, args
 // with SIGTERM, and it must exit 0.
 func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string) *proxy {
 	t.Helper()
-	args := []string{proxyBin,
-		"--state", state,
-		"--hostname-override", nodeName,
-		"--cluster-cidr", clusterCIDRs(),
-		"--iptables-min-sync-period", "100ms",
-	}
-	p := launchProxy(t, sb, 5*time.Second, append(args, extra...)...)
+	p := launchProxy(t, sb, 5*time.Second, proxyCommand(state, extra...)...)
 	p.waitLog(t, 30*time.Second, "the proxy's first sync", func(lines []string) bool {
 		return countSyncs(lines) > 0
 	})
 	return p
+}
+
+// proxyCommand is the proxy's command line on state, as startProxy runs it.
+func proxyCommand(state string, extra ...string) []string {
+	return append([]string{proxyBin,
+		"--state", state,
+		"--hostname-override", nodeName,
+		"--cluster-cidr", clusterCIDRs(),
+		"--iptables-min-sync-period", "100ms",
+	}, extra...)
 }
 
 func clusterCIDRs() string {

@@ -84,20 +84,35 @@ var loadDNATRE = regexp.MustCompile(`(?m)^\s*meta l4proto tcp dnat to 10\.244\.0
 // endpoints, and nothing else on the load ports, are on port.
 func (e *env) expectLoadPort(t *testing.T, port int) {
 	t.Helper()
-	out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "list", "ruleset")
-	if err != nil {
-		t.Fatal(err)
+	e.expectLoadPorts(t, map[int]int{port: loadServiceCount})
+}
+
+// expectLoadPorts checks in the node's ruleset that the load Services'
+// endpoints (pod-a and pod-b each) are on the ports of want, as many
+// Services on each port as it says, and nothing else is on a load port.
+func (e *env) expectLoadPorts(t *testing.T, want map[int]int) {
+	t.Helper()
+	if d := loadPortsDiff(e.nftRuleset(t), want); d != "" {
+		t.Error(d)
 	}
+}
+
+// loadPortsDiff is expectLoadPorts' check of ruleset: "" if it holds.
+func loadPortsDiff(ruleset string, want map[int]int) string {
 	ports := map[string]int{}
-	for _, m := range loadDNATRE.FindAllStringSubmatch(string(out), -1) {
+	for _, m := range loadDNATRE.FindAllStringSubmatch(ruleset, -1) {
 		if m[1] != fmt.Sprint(podTCPPort) {
 			ports[m[1]]++
 		}
 	}
-	want := map[string]int{fmt.Sprint(port): 2 * loadServiceCount}
-	if !maps.Equal(ports, want) {
-		t.Errorf("dnat rules of the load Services by endpoint port: %v, want %v", ports, want)
+	w := map[string]int{}
+	for port, n := range want {
+		w[fmt.Sprint(port)] = 2 * n
 	}
+	if !maps.Equal(ports, w) {
+		return fmt.Sprintf("dnat rules of the load Services by endpoint port: %v, want %v", ports, w)
+	}
+	return ""
 }
 
 // trafficLoop is `e2e-agent loop` running in the background.
