@@ -439,7 +439,7 @@ func removeStateDir(t *testing.T, e *env) {
 	// Over two of the watcher's settle times and a sync: the rules stay.
 	deadline := time.Now().Add(3 * time.Second)
 	e.proxy.poll(t, 10*time.Second, "3s with the directory gone", func(context.Context) error {
-		if d := listingDiff(normalizeListing(e.nftRuleset(t)), before); d != "" {
+		if d := listingDiff(normalizeListing(e.nftRuleset(t)), before, "the kernel now", "the kernel before"); d != "" {
 			t.Fatalf("with the state directory gone, the rules changed: %s", d)
 		}
 		if time.Now().Before(deadline) {

@@ -1,0 +1,182 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+)
+
+// What a proxy that finds another one running says, and what one that
+// waits for it says.
+var (
+	otherInstanceRE = regexp.MustCompile(`(?i)(another|other|second|already|concurrent)\b.*\b(instance|kube-nftproxy|proxy|running|lock)|\block(ed)?\b`)
+	waitingRE       = regexp.MustCompile(`(?i)\bwait(s|ing)?\b`)
+)
+
+// TestFaultTwoInstances starts a second proxy in the node namespace of a
+// running one (other health and metrics ports, so that those do not stop
+// it): it must say that another instance is running and exit non-zero, or
+// wait without touching the tables, rather than both rewriting them. The
+// first one's Services must not notice.
+func TestFaultTwoInstances(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
+	f := e.startExampleFlows(t)
+	second := launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state,
+		"--healthz-bind-address", "127.0.0.1:10266", "--metrics-bind-address", "127.0.0.1:10259")...)
+	second.log.mu.Lock()
+	second.log.prefix = "second proxy: "
+	second.log.mu.Unlock()
+	second.exitJudged.Store(true)
+
+	// Judged within a deadline: exited, synced, or waiting.
+	const watch = 10 * time.Second
+	deadline := time.Now().Add(watch)
+	err := sandbox.Poll(t.Context(), watch+5*time.Second, 20*time.Millisecond, func(context.Context) error {
+		if second.proc.Exited() || second.syncs() > 0 {
+			return nil
+		}
+		if time.Now().Before(deadline) {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := second.log.lines()
+	said := slices.ContainsFunc(lines, otherInstanceRE.MatchString)
+	switch {
+	case second.syncs() > 0:
+		t.Errorf("the second instance synced (%d syncs) while the first runs: both rewrite the tables; it must exit or wait, saying another instance runs", second.syncs())
+	case second.proc.Exited():
+		werr := second.proc.Wait()
+		if werr == nil {
+			t.Errorf("the second instance exited 0; want a non-zero status")
+		}
+		if !said {
+			t.Errorf("the second instance exited (%v) without saying that another instance runs; its log: %q", werr, lines)
+		}
+		t.Logf("the second instance exited: %v", werr)
+	default:
+		if !said || !slices.ContainsFunc(lines, waitingRE.MatchString) {
+			t.Errorf("after %v the second instance runs without syncing but has not said that it waits for another instance; its log: %q", watch, lines)
+		} else {
+			t.Logf("the second instance waits, and says so")
+		}
+	}
+	// The first one's rules are as they were, and it still runs.
+	e.waitRendered(t, 5*time.Second, "with a second instance started")
+	res := f.stop(t)
+	logFault(t, "second instance in the same network namespace", -1, res)
+	res.expectNoFailures(t, "a second instance started")
+	e.proxy.checkRunning(t)
+}
+
+// TestFaultStartupErrors runs the proxy with a --state that does not exist
+// and with kubeconfigs that cannot be used: each must exit non-zero soon,
+// with a message naming the path. Each runs in a network namespace of its
+// own that goes away with it (unshare --net), so that a proxy that does
+// not exit touches nothing.
+func TestFaultStartupErrors(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.kubeconfig")
+	if err := os.WriteFile(garbage, []byte("\x00\x01 this is: [no kubeconfig\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	isDir := filepath.Join(dir, "dir.kubeconfig")
+	if err := os.Mkdir(isDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, tc := range []struct {
+		name, path string
+		args       []string
+	}{
+		{"--state that does not exist", missing, []string{"--state", missing}},
+		{"--kubeconfig that does not exist", missing + ".kubeconfig", []string{"--kubeconfig", missing + ".kubeconfig"}},
+		{"--kubeconfig that is a directory", isDir, []string{"--kubeconfig", isDir}},
+		{"--kubeconfig that is garbage", garbage, []string{"--kubeconfig", garbage}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			args := append([]string{"--net", proxyBin, "--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs()}, tc.args...)
+			cmd := exec.CommandContext(ctx, "unshare", args...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			t0 := time.Now()
+			err := cmd.Run()
+			took := time.Since(t0)
+			t.Logf("exit after %v: %v; output:\n%s", took.Round(time.Millisecond), err, out.Bytes())
+			var ee *exec.ExitError
+			switch {
+			case ctx.Err() != nil:
+				t.Fatalf("the proxy did not exit within 20s (killed); it must exit non-zero at once")
+			case err == nil:
+				t.Errorf("the proxy exited 0; want a non-zero status")
+			case !errors.As(err, &ee) || ee.ExitCode() <= 0:
+				t.Errorf("the proxy ended with %v; want a non-zero exit status", err)
+			}
+			if !strings.Contains(out.String(), tc.path) {
+				t.Errorf("the proxy's message does not name %s", tc.path)
+			}
+			if took > 10*time.Second {
+				t.Errorf("the proxy took %v to give up; want it at once", took)
+			}
+		})
+	}
+}
+
+// stoppingRE is what a proxy says when it stops on a signal.
+var stoppingRE = regexp.MustCompile(`(?i)\b(stopping|shutting down|exiting|terminating)\b`)
+
+// TestFaultSIGTERM stops the proxy with SIGTERM: it must log that it is
+// stopping and exit 0, and leave its rules in place, as kube-proxy does,
+// so that Services keep working until the next proxy starts.
+func TestFaultSIGTERM(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
+	f := e.startExampleFlows(t)
+	before := len(e.proxy.log.lines())
+	if err := e.proxy.proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.proxy.proc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not exit within 10s of SIGTERM")
+	}
+	if err := e.proxy.proc.Wait(); err != nil {
+		t.Errorf("the proxy on SIGTERM: %v; want exit status 0", err)
+	}
+	if lines := e.proxy.log.lines()[before:]; !slices.ContainsFunc(lines, stoppingRE.MatchString) {
+		t.Errorf("the proxy did not log that it is stopping; after SIGTERM it logged %q", lines)
+	}
+	for _, want := range []string{"table ip kube-nftproxy", "table ip6 kube-nftproxy"} {
+		if !slices.Contains(nftTables(t, e.sb), want) {
+			t.Errorf("after SIGTERM the node has no %s", want)
+		}
+	}
+	for _, c := range []struct{ proto, addr string }{
+		{"tcp", hostPort(webClusterIPv4, webPort)},
+		{"udp", hostPort(dnsClusterIP, dnsPort)},
+	} {
+		sum := e.requests(t, podC.Name, c.proto, c.addr, requestsPerCheck)
+		expectBackends(t, fmt.Sprintf("after the proxy stopped: %s to %s", c.proto, c.addr), sum, podA.Name, podB.Name)
+	}
+	res := f.stop(t)
+	logFault(t, "SIGTERM (proxy stopped, rules left)", -1, res)
+	res.expectNoFailures(t, "SIGTERM")
+}
