@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"context"
 	"log/slog"
 	"time"
 )
@@ -15,6 +16,8 @@ type errorLog struct {
 	// anyText treats every error as the same one: for a source whose
 	// retries name a different URL each time.
 	anyText bool
+	// level of the failure lines (the zero value is info: set it).
+	level slog.Level
 
 	failing    bool
 	lastText   string
@@ -24,7 +27,7 @@ type errorLog struct {
 }
 
 func newErrorLog(log *slog.Logger, interval time.Duration) *errorLog {
-	return &errorLog{log: log, interval: interval, now: time.Now}
+	return &errorLog{log: log, interval: interval, now: time.Now, level: slog.LevelError}
 }
 
 // failed records a failure and logs it unless the same one was logged
@@ -46,7 +49,7 @@ func (e *errorLog) failed(err error, msg string, args ...any) {
 	if now != e.since {
 		args = append(args, "failing_for", now.Sub(e.since).Round(time.Second))
 	}
-	e.log.Error(msg, args...)
+	e.log.Log(context.Background(), e.level, msg, args...)
 	e.lastText, e.lastLogged, e.held = text, now, 0
 }
 

@@ -31,7 +31,9 @@ func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, heal
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &SourceStatus{name: name, health: health, log: newErrorLog(log.With("source", name), logEvery)}
-	s.log.anyText = true
+	// A source that cannot be read is a warning: the rules keep working
+	// on the last good view (sync failures are errors).
+	s.log.anyText, s.log.level = true, slog.LevelWarn
 	if metrics != nil {
 		s.failures = metrics.SourceFailures.WithLabelValues(name)
 		s.up = metrics.SourceUp.WithLabelValues(name)
