@@ -172,6 +172,13 @@ func (b *batch) delTable(f Family, name string) {
 	b.end()
 }
 
+func (b *batch) delSet(f Family, table, name string) {
+	b.begin(unix.NFT_MSG_DELSET, 0, f, op{"delete set", name})
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, name)
+	b.end()
+}
+
 var hookNumbers = map[string]uint32{
 	"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN, "forward": unix.NF_INET_FORWARD,
 	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
@@ -258,7 +265,6 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		const setCommentType = 7 // NFTNL_UDATA_SET_COMMENT
 		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(m.Comment)))
 	}
 	b.end()

@@ -19,6 +19,12 @@ func (s *scriptWriter) addTable(f Family, name, comment string) {
 	s.line("add table %s %s { comment %s; }", f, name, strconv.Quote(comment))
 }
 
+func (s *scriptWriter) delTable(f Family, name string) { s.line("delete table %s %s", f, name) }
+
+func (s *scriptWriter) delSet(f Family, table, name string) {
+	s.line("delete set %s %s %s", f, table, name)
+}
+
 func (s *scriptWriter) addMap(f Family, table string, m *Map, _ uint32) {
 	var types []string
 	for _, fl := range m.Key {
