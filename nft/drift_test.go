@@ -267,3 +267,40 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 		t.Errorf("something was programmed:\n%s", got)
 	}
 }
+
+// The check reads nothing back while the generation says only our own
+// transactions committed, and reads back (finding nothing) when someone
+// else's did.
+func TestKernelCheckGeneration(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	var found []string
+	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	ctx := context.Background()
+	st := demoState()
+	sync := func(st *proxier.State, what string, wantRead bool) {
+		t.Helper()
+		dumps := b.k.dumps
+		res, err := b.Sync(ctx, st)
+		if err != nil || res.Full || len(found) > 0 {
+			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
+		}
+		if read := b.k.dumps > dumps; read != wantRead {
+			t.Errorf("%s: read back %v, want %v", what, read, wantRead)
+		}
+	}
+	if _, err := b.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	sync(st, "first check", true)
+	sync(st, "nothing changed", false)
+	next := shallowCopy(st)
+	web := proxierName("default", "web", "http")
+	next.Endpoints[web] = next.Endpoints[web][1:]
+	sync(next, "our own change", false)
+	sync(next, "after our own change", false)
+	nftIn(t, ns, "add", "table", "ip", "someone-else")
+	sync(next, "another table committed", true)
+	sync(next, "verified again", false)
+}

@@ -60,6 +60,8 @@ func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]b
 	seq := k.seq
 	m := &batch{seq: seq, first: seq}
 	m.begin(typ, flags, f, op{})
+	// begin leaves the batch markers' numbers alone, which GETGEN shares.
+	binary.NativeEndian.PutUint16(m.buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
 	if attrs != nil {
 		attrs(m)
 	}
@@ -74,6 +76,7 @@ func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]b
 // the buffer is reused.
 func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payload []byte) error) error {
 	req, seq := k.request(typ, unix.NLM_F_DUMP, f, attrs)
+	k.dumps++
 	if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sending dump request: %w", err)
 	}

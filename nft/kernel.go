@@ -21,6 +21,8 @@ type Kernel struct {
 	seq   uint32
 	// commits counts the transactions the kernel accepted (for tests).
 	commits int
+	// dumps counts the dump requests sent (for tests).
+	dumps int
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
