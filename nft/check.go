@@ -196,7 +196,7 @@ func (k *Kernel) rulesDrift(t *Table, kt *kTable, d *drift) error {
 	bad := map[string]bool{}
 	scratch := &batch{}
 	var ck, cw []byte
-	err := k.dumpRules(f, t.Name, func(chain string, exprs, udata []byte) {
+	compare := func(chain string, exprs, udata []byte) {
 		i := seen[chain]
 		seen[chain] = i + 1
 		c := want[chain]
@@ -211,9 +211,11 @@ func (k *Kernel) rulesDrift(t *Table, kt *kTable, d *drift) error {
 			bad[chain] = true
 			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.text(f))
 		}
-	})
-	if err != nil {
-		return err
+	}
+	for name := range kt.chains {
+		if err := k.dumpChainRules(f, t.Name, name, compare); err != nil {
+			return err
+		}
 	}
 	for name, c := range want {
 		if kt.chains[name] != nil && seen[name] != len(c.Rules) {

@@ -66,9 +66,8 @@ func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]b
 		attrs(m)
 	}
 	m.end()
-	m.flushMessage()
 	k.seq++
-	return m.chunks[0], seq
+	return m.buf, seq
 }
 
 // dump sends a dump request and calls fn with the attributes (after the
@@ -81,7 +80,10 @@ func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payloa
 		return fmt.Errorf("sending dump request: %w", err)
 	}
 	// A dump comes in skbs of at most 32 KiB each.
-	buf := make([]byte, 64<<10)
+	if k.dumpBuf == nil {
+		k.dumpBuf = make([]byte, 64<<10)
+	}
+	buf := k.dumpBuf
 	var fnErr error
 	for {
 		n, _, err := unix.Recvfrom(k.fd, buf, 0)

@@ -22,7 +22,8 @@ type Kernel struct {
 	// commits counts the transactions the kernel accepted (for tests).
 	commits int
 	// dumps counts the dump requests sent (for tests).
-	dumps int
+	dumps   int
+	dumpBuf []byte
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network

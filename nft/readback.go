@@ -140,7 +140,21 @@ func (k *Kernel) readFamily(f Family, names []string) (map[string]*kTable, error
 // dumpRules calls fn with each rule of a table, chain by chain in order:
 // the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
 func (k *Kernel) dumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
-	err := k.dump(unix.NFT_MSG_GETRULE, f, func(m *batch) { m.str(unix.NFTA_RULE_TABLE, table) }, func(p []byte) error {
+	return k.dumpChainRules(f, table, "", fn)
+}
+
+// dumpChainRules is dumpRules for one chain ("" for all). The kernel
+// resumes a dump that spans several 32 KiB messages by walking the table's
+// rules from the first again, which makes a table-wide dump quadratic in
+// its rules; one dump per chain stays linear.
+func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain string, exprs, udata []byte)) error {
+	attrs := func(m *batch) {
+		m.str(unix.NFTA_RULE_TABLE, table)
+		if chain != "" {
+			m.str(unix.NFTA_RULE_CHAIN, chain)
+		}
+	}
+	err := k.dump(unix.NFT_MSG_GETRULE, f, attrs, func(p []byte) error {
 		var chain string
 		var exprs, udata []byte
 		forAttrs(p, func(a nlAttr) {
