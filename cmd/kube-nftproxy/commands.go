@@ -360,6 +360,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
+	// Fail now, not at every sync, when nftables cannot be used here.
+	if _, err := k.Generation(); err != nil {
+		return needPrivileges("talking to nftables", err)
+	}
 	backend, err := nft.NewBackend(cfg, k, log)
 	if err != nil {
 		return err
@@ -372,6 +376,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
+	}
+	backend.OnDrift = func(table string, _ []string) { // the backend logs what differed
+		health.Drifted()
+		metrics.DriftRepairs.WithLabelValues(table).Inc()
 	}
 	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		metrics.Observe(res, took, err)
