@@ -31,6 +31,18 @@ type APISource struct {
 	// OnChange is called once the caches have filled, then after every
 	// event the Builder took (debouncing is the sync loop's job).
 	OnChange func()
+	// OnReady is called once, when the caches have filled and every listed
+	// object has reached the Builder: its view is complete from then on.
+	OnReady func()
+	// OnError is called when listing or watching fails (the API server
+	// cannot be reached, access is denied); OnRecovered when a probe of
+	// the API server succeeds again after that. The informers keep their
+	// caches meanwhile.
+	OnError     func(error)
+	OnRecovered func()
+	// ProbeEvery is how often the API server is probed while failing
+	// (0: every 5 s).
+	ProbeEvery time.Duration
 }
 
 // ignoredSelector is kube-proxy's: objects of Services handed to another
@@ -117,8 +129,21 @@ func (s *APISource) Run(ctx context.Context) error {
 				}
 			}},
 	}
+	failing := make(chan struct{}, 1)
+	onWatchError := func(r *cache.Reflector, err error) {
+		if s.OnError != nil {
+			s.OnError(fmt.Errorf("listing or watching %s: %w", r.TypeDescription(), err))
+		}
+		select {
+		case failing <- struct{}{}:
+		default:
+		}
+	}
 	var handlersSynced []cache.InformerSynced
 	for _, h := range handlers {
+		if err := h.informer.SetWatchErrorHandler(onWatchError); err != nil {
+			return fmt.Errorf("adding watch error handler: %w", err)
+		}
 		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { h.upsert(o); changed() },
 			UpdateFunc: func(_, o any) { h.upsert(o); changed() },
@@ -129,6 +154,7 @@ func (s *APISource) Run(ctx context.Context) error {
 		}
 		handlersSynced = append(handlersSynced, reg.HasSynced)
 	}
+	go s.probeWhileFailing(ctx, failing)
 	objects.Start(ctx.Done())
 	nodes.Start(ctx.Done())
 	defer objects.Shutdown()
@@ -151,9 +177,47 @@ func (s *APISource) Run(ctx context.Context) error {
 	}
 	log.Info("API server caches filled")
 	synced.Store(true)
+	if s.OnReady != nil {
+		s.OnReady()
+	}
 	changed()
 	<-ctx.Done()
 	return nil
+}
+
+// probeWhileFailing asks the API server for its version after each
+// reported failure, until it answers: the informers retry on their own, but
+// say nothing when they succeed again.
+func (s *APISource) probeWhileFailing(ctx context.Context, failing <-chan struct{}) {
+	every := s.ProbeEvery
+	if every == 0 {
+		every = 5 * time.Second
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-failing:
+		}
+		t := time.NewTicker(every)
+		for up := false; !up; {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				_, err := s.Client.Discovery().ServerVersion()
+				up = err == nil
+				if !up && s.OnError != nil {
+					s.OnError(fmt.Errorf("probing the API server: %w", err))
+				}
+			}
+		}
+		t.Stop()
+		if s.OnRecovered != nil {
+			s.OnRecovered()
+		}
+	}
 }
 
 // unwrap returns the last known object of a deletion seen only on relist.

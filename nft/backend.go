@@ -33,10 +33,23 @@ type Backend struct {
 	// folds it, whatever else it does; 0 means max(64, services/16).
 	FoldAt int
 
-	// CheckEvery is how often a sync first checks that our tables are still
-	// in the kernel (0: never); the check lists all our chains.
+	// CheckEvery is how often a sync first checks that the kernel still
+	// holds what we wrote (0: never). The check asks for the ruleset
+	// generation; only when another transaction than ours committed since
+	// the last verified state does it read our tables back and compare
+	// every attribute, rule and element. Any difference makes the sync a
+	// full one, which rewrites it in one transaction.
 	CheckEvery time.Duration
 	lastCheck  time.Time
+
+	// OnDrift, when set, is called for each table in which a check found
+	// differences, with short descriptions of them.
+	OnDrift func(table string, diffs []string)
+
+	// verifiedGen is the generation at which the kernel was known to hold
+	// exactly applied (valid when verified).
+	verifiedGen uint32
+	verified    bool
 
 	// applied is what the kernel holds since the last successful sync.
 	applied map[tableID]*Table
@@ -104,7 +117,10 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
-	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node) || b.drifted()
+	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node)
+	if !full && b.checkDue() {
+		full = b.drifted()
+	}
 	want, have := map[tableID]*Table{}, map[tableID]*Table{}
 	var names []proxier.ServicePortName // the service ports the diff must look at
 	inDelta := b.inDelta
@@ -185,6 +201,13 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 
+	var kts map[tableID]*kTable
+	if full {
+		var err error
+		if kts, err = b.readKernel(want); err != nil {
+			return proxier.SyncResult{}, err
+		}
+	}
 	bt := b.k.newBatch()
 	stale := map[tableID][]string{}
 	var setID uint32
@@ -192,11 +215,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	for _, id := range tableIDs() {
 		var x *tx
 		if full {
-			have, err := b.kernelTable(want[id])
-			if err != nil {
-				return proxier.SyncResult{}, err
-			}
-			x, stale[id] = fullTx(want[id], have)
+			x, stale[id] = fullTx(want[id], kts[id])
 		} else {
 			x, stale[id] = diffTx(have[id], want[id], names, b.pending[id])
 		}
@@ -214,10 +233,12 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	res := proxier.SyncResult{Full: full, Changed: anything, Messages: bt.messages()}
 	if anything {
 		res.Bytes = bt.size()
+		gen, genErr := b.k.Generation()
 		start := time.Now()
 		err := b.k.Apply(bt)
 		res.Kernel = time.Since(start)
 		b.k.finished(bt)
+		b.committed(gen, genErr == nil && err == nil)
 		if err != nil {
 			b.needFull = true
 			if !full {
@@ -252,29 +273,63 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	return res, nil
 }
 
-// drifted reports whether someone removed our tables behind our back (e.g.
-// `nft flush ruleset`), which only a full sync repairs. It is checked
-// at most every CheckEvery: a listing of the tables and their object
-// counts, which a deleted table or chain changes.
+func (b *Backend) checkDue() bool {
+	return b.applied != nil && b.CheckEvery > 0 && time.Since(b.lastCheck) >= b.CheckEvery
+}
+
+// committed keeps the verified generation across our own transaction: the
+// kernel still holds exactly applied when it did before (gen, read just
+// before the commit, is the verified one) and only our commit moved it.
+func (b *Backend) committed(gen uint32, ok bool) {
+	if !ok || !b.verified || gen != b.verifiedGen {
+		b.verified = false
+		return
+	}
+	after, err := b.k.Generation()
+	b.verified = err == nil && after == gen+1
+	b.verifiedGen = after
+}
+
+// drifted reports whether the kernel holds something else than what we
+// applied: nothing when the generation is the verified one, else our
+// tables are read back and compared with the applied ones. Differences
+// are logged and handed to OnDrift.
 func (b *Backend) drifted() bool {
-	if b.applied == nil || b.CheckEvery == 0 || time.Since(b.lastCheck) < b.CheckEvery {
+	b.lastCheck = time.Now()
+	gen, genErr := b.k.Generation()
+	if genErr == nil && b.verified && gen == b.verifiedGen {
 		return false
 	}
-	b.lastCheck = time.Now()
+	b.verified = false
+	kts, err := b.readKernel(b.applied)
+	if err != nil {
+		b.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
+		return true
+	}
+	found := false
 	for _, id := range tableIDs() {
 		t := b.applied[id]
-		exists, use, err := b.k.tableUse(t.Family, t.Name)
-		want := uint32(t.chainCount() + len(t.Maps))
-		if t.Affinity {
-			want++
-		}
-		if err != nil || !exists || use < want {
-			b.log.Warn("our nftables table changed behind our back; rewriting everything",
-				"table", t.Family.String()+" "+t.Name, "objects", use, "want", want, "err", err)
+		diffs, err := b.k.tableDrift(t, kts[id], b.pending[id])
+		if err != nil {
+			b.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
 			return true
 		}
+		if len(diffs) == 0 {
+			continue
+		}
+		found = true
+		name := t.Family.String() + " " + t.Name
+		b.log.Warn("nftables table changed behind our back; rewriting everything", "table", name, "differences", diffs)
+		if b.OnDrift != nil {
+			b.OnDrift(name, diffs)
+		}
 	}
-	return false
+	if !found && genErr == nil {
+		// Verified only if nobody committed while we read.
+		after, err := b.k.Generation()
+		b.verified, b.verifiedGen = err == nil && after == gen, gen
+	}
+	return found
 }
 
 // sameInput reports whether a service port is what its fragment was built
@@ -358,12 +413,34 @@ func homeTable(svc *proxier.ServicePort) TableKind {
 	return MainTable
 }
 
-func (b *Backend) kernelTable(t *Table) (kernelTable, error) {
-	chains, maps, ok, err := b.k.existing(t.Family, t.Name)
-	if err != nil {
-		return kernelTable{}, err
+// readKernel reads what the kernel holds of the given tables (their
+// metadata, not rules or elements), and refuses tables another process owns.
+func (b *Backend) readKernel(tables map[tableID]*Table) (map[tableID]*kTable, error) {
+	out := make(map[tableID]*kTable, len(tables))
+	me := b.k.portID()
+	for _, f := range families {
+		var names []string
+		for _, id := range tableIDs() {
+			if id.f == f {
+				names = append(names, tables[id].Name)
+			}
+		}
+		kts, err := b.k.readFamily(f, names)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range tableIDs() {
+			if id.f != f {
+				continue
+			}
+			kt := kts[tables[id].Name]
+			if kt.exists && kt.flags&nftTableFOwner != 0 && kt.owner != me {
+				return nil, &TableOwnedError{Family: f, Table: tables[id].Name, Owner: kt.owner}
+			}
+			out[id] = kt
+		}
 	}
-	return kernelTable{exists: ok, chains: chains, maps: maps}, nil
+	return out, nil
 }
 
 // Cleanup deletes all our tables in one transaction.
@@ -371,22 +448,26 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	tables := map[tableID]*Table{}
+	for _, id := range tableIDs() {
+		tables[id] = BuildTable(id.f, b.cfg, proxier.Node{}, id.kind)
+	}
+	kts, err := b.readKernel(tables)
+	if err != nil {
+		return false, err
+	}
 	bt := b.k.newBatch()
 	for _, id := range tableIDs() {
-		t := BuildTable(id.f, b.cfg, proxier.Node{}, id.kind)
-		have, err := b.kernelTable(t)
-		if err != nil {
-			return false, err
-		}
-		if have.exists {
-			bt.delTable(t.Family, t.Name)
+		if kts[id].exists {
+			bt.delTable(id.f, tables[id].Name)
 		}
 	}
 	if bt.messages() == 0 {
 		return false, nil
 	}
-	err := b.k.Apply(bt)
+	err = b.k.Apply(bt)
 	b.k.finished(bt)
+	b.verified = false
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}

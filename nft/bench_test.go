@@ -247,3 +247,37 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkKernelDriftCheck times the drift check with n Services x 10
+// endpoints programmed: "generation" when only our transactions committed
+// (one GETGEN), "readback" when another one did (every table read back
+// and compared: metadata, rules, elements).
+func BenchmarkKernelDriftCheck(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		ns := testNetns(b)
+		be := openTestBackend(b, ns, demoConfig())
+		be.CheckEvery = time.Nanosecond
+		st := scaleState(n, 10)
+		for i := 0; i < 2; i++ { // program, then verify
+			if _, err := be.Sync(context.Background(), st); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("services=%d/generation", n), func(b *testing.B) {
+			for b.Loop() {
+				if be.drifted() {
+					b.Fatal("drift")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("services=%d/readback", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				be.verified = false
+				if be.drifted() {
+					b.Fatal("drift")
+				}
+			}
+		})
+	}
+}

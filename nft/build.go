@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -327,8 +328,11 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	}
 
 	var familyEps []proxier.Endpoint
-	for _, ep := range eps {
-		if f.has(ep.Addr) {
+	for i, ep := range eps {
+		// A repeated ip:port (one endpoint in two slices) would add its
+		// KUBE-SEP chain twice, which the kernel refuses; kube-proxy
+		// keeps the first.
+		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
 			familyEps = append(familyEps, ep)
 		}
 	}

@@ -1,12 +1,18 @@
 package nft
 
-import "github.com/kube-nftproxy/kube-nftproxy/proxier"
+import (
+	"bytes"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
 
 // txWriter receives the operations of one transaction, in the order the
 // kernel must see them. *batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	addTable(f Family, name, comment string)
+	delTable(f Family, name string)
+	delSet(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
 	addAffinitySet(f Family, table string, id uint32)
 	flushMap(f Family, table, m string)
@@ -26,7 +32,16 @@ type tx struct {
 	table      *Table
 	newTable   bool
 	flushTable bool
-	newMaps    []*Map
+	// delTable deletes the table first, for what only a re-creation
+	// changes (its comment).
+	delTable bool
+	// delSets and delBase are deleted right after the flush, before they
+	// are created again: sets of the wrong type, chains whose hook, type,
+	// priority, policy or comment are wrong, and base chains not ours
+	// (no rule can refer to a base chain, so deleting them is always safe).
+	delSets []string
+	delBase []string
+	newMaps []*Map
 	// newAffinity creates the affinity set if it does not exist; it is
 	// never flushed (its elements are the clients' live affinities).
 	newAffinity bool
@@ -44,14 +59,26 @@ func newTx(t *Table) *tx {
 }
 
 func (x *tx) empty() bool {
-	return !x.newTable && !x.flushTable && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
 		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.delChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
 func (x *tx) write(w txWriter, setID *uint32) {
 	t := x.table
+	if x.delTable {
+		w.delTable(x.f, t.Name)
+	}
 	if x.newTable {
 		w.addTable(x.f, t.Name, t.Comment)
+	}
+	if x.flushTable {
+		w.flushChain(x.f, t.Name, "")
+	}
+	for _, c := range x.delBase {
+		w.delChain(x.f, t.Name, c)
+	}
+	for _, s := range x.delSets {
+		w.delSet(x.f, t.Name, s)
 	}
 	for _, m := range x.newMaps {
 		*setID++
@@ -63,9 +90,6 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	}
 	for _, c := range x.newChains {
 		w.addChain(x.f, t.Name, c)
-	}
-	if x.flushTable {
-		w.flushChain(x.f, t.Name, "")
 	}
 	for _, m := range x.flushMaps {
 		w.flushMap(x.f, t.Name, m)
@@ -93,39 +117,61 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	}
 }
 
-// kernelTable is what a full sync found of our table in the kernel.
-type kernelTable struct {
-	exists bool
-	chains map[string]bool
-	maps   map[string]bool
-}
-
 // fullTx rewrites the whole table in one transaction: every rule and element
-// is replaced, chains we no longer want are flushed and returned as stale
-// (to be deleted by the next transaction, once nothing refers to them).
-func fullTx(want *Table, have kernelTable) (x *tx, stale []string) {
+// is replaced; whatever the kernel holds with other attributes than ours is
+// deleted and created again; chains we no longer want are flushed and
+// returned as stale (to be deleted by the next transaction, once nothing
+// refers to them), but base chains, which nothing can refer to, are deleted.
+func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 	x = newTx(want)
+	f := want.Family
 	x.newTable = true
+	if have.exists && !bytes.Equal(have.udata, commentUdata(0, want.Comment)) {
+		x.delTable = true // a comment is set only when a table is created
+		have = &kTable{}
+	}
 	x.flushTable = have.exists
 	x.newAffinity = want.Affinity
+	if want.Affinity && have.sets[setAffinity] != nil && affinityMismatch(f, have.sets[setAffinity]) != "" {
+		x.delSets = append(x.delSets, setAffinity)
+	}
 	for _, m := range want.Maps {
-		if have.maps[m.Name] {
-			x.flushMaps = append(x.flushMaps, m.Name)
-		} else {
+		ks := have.sets[m.Name]
+		switch {
+		case ks == nil:
 			x.newMaps = append(x.newMaps, m)
+		case mapMismatch(f, ks, m) != "":
+			x.delSets = append(x.delSets, m.Name)
+			x.newMaps = append(x.newMaps, m)
+		default:
+			x.flushMaps = append(x.flushMaps, m.Name)
 		}
 		x.addElems[m.Name] = want.Elements(m.Name)
+	}
+	for name := range have.sets {
+		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) {
+			x.delSets = append(x.delSets, name)
+		}
 	}
 	wanted := map[string]bool{}
 	for _, c := range want.AllChains() {
 		wanted[c.Name] = true
-		if !have.chains[c.Name] {
+		kc := have.chains[c.Name]
+		if kc != nil && chainMismatch(kc, c) != "" {
+			x.delBase = append(x.delBase, c.Name)
+			kc = nil
+		}
+		if kc == nil {
 			x.newChains = append(x.newChains, c)
 		}
 		x.rules = append(x.rules, c)
 	}
-	for name := range have.chains {
-		if !wanted[name] {
+	for name, kc := range have.chains {
+		switch {
+		case wanted[name]:
+		case kc.base:
+			x.delBase = append(x.delBase, name)
+		default:
 			stale = append(stale, name)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -113,9 +115,11 @@ func TestDiff(t *testing.T) {
 // the same transaction, and leaves unknown chains for deletion next time.
 func TestFullTx(t *testing.T) {
 	want := ipv4(demoState())
-	x, stale := fullTx(want, kernelTable{exists: true,
-		chains: map[string]bool{"KUBE-SERVICES": true, "KUBE-SVC-OLD": true},
-		maps:   map[string]bool{"service-ips": true}})
+	x, stale := fullTx(want, &kTable{exists: true, udata: commentUdata(0, want.Comment),
+		chains: map[string]*kChain{"KUBE-SERVICES": {}, "KUBE-SVC-OLD": {}},
+		sets: map[string]*kSet{"service-ips": {flags: unix.NFT_SET_MAP, keyType: concatType(IPv4, want.Map("service-ips").Key),
+			keyLen: keyLen(IPv4, want.Map("service-ips").Key), dataType: verdictType,
+			udata: commentUdata(setCommentType, want.Map("service-ips").Comment)}}})
 	var w scriptWriter
 	var id uint32
 	x.write(&w, &id)

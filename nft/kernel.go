@@ -7,7 +7,6 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
@@ -20,6 +19,11 @@ type Kernel struct {
 	fd    int
 	netns string // "" for the current network namespace
 	seq   uint32
+	// commits counts the transactions the kernel accepted (for tests).
+	commits int
+	// dumps counts the dump requests sent (for tests).
+	dumps   int
+	dumpBuf []byte
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
@@ -79,6 +83,9 @@ func (k *Kernel) Apply(b *batch) error {
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
 	}
+	if err := k.fits(chunks); err != nil {
+		return err
+	}
 	// One sendmsg: the kernel gathers the chunks into one batch.
 	if _, err := unix.SendmsgBuffers(k.fd, chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
 		return fmt.Errorf("sending transaction of %d bytes: %w", b.size(), err)
@@ -120,7 +127,32 @@ func (k *Kernel) Apply(b *batch) error {
 	if first != nil {
 		return first
 	}
+	k.commits++
 	return nil
+}
+
+// fits checks a transaction against the socket's send buffer: the kernel
+// refuses a larger message whole (EMSGSIZE), and would again at every retry.
+func (k *Kernel) fits(chunks [][]byte) error {
+	size := 0
+	for _, c := range chunks {
+		size += len(c)
+	}
+	sndbuf, err := unix.GetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		return fmt.Errorf("reading the netlink send buffer size: %w", err)
+	}
+	// netlink_sendmsg takes messages up to sk_sndbuf - 32 bytes.
+	if limit := sndbuf - 32; size > limit {
+		return &TxTooLargeError{Size: size, Limit: limit}
+	}
+	return nil
+}
+
+// setSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
+// that need a small buffer.
+func (k *Kernel) setSendBuffer(n int) error {
+	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
 // pending reports whether more answers are queued on the socket.
@@ -163,79 +195,3 @@ func (k *Kernel) newBatch() *batch {
 
 // finished advances the sequence past a batch.
 func (k *Kernel) finished(b *batch) { k.seq = b.seq }
-
-// existing lists the chains and maps of our table in the kernel; ok is false
-// when there is no such table.
-func (k *Kernel) existing(f Family, table string) (chains, maps map[string]bool, ok bool, err error) {
-	conn, err := k.readConn()
-	if err != nil {
-		return nil, nil, false, err
-	}
-	defer conn.CloseLasting()
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamily(f))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("listing %s tables: %w", f, err)
-	}
-	var t *nftables.Table
-	for _, tt := range tables {
-		if tt.Name == table {
-			t = tt
-		}
-	}
-	if t == nil {
-		return nil, nil, false, nil
-	}
-	cs, err := conn.ListChainsOfTableFamily(nftables.TableFamily(f))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("listing chains of %s %s: %w", f, table, err)
-	}
-	chains = map[string]bool{}
-	for _, c := range cs {
-		if c.Table.Name == table {
-			chains[c.Name] = true
-		}
-	}
-	sets, err := conn.GetSets(t)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("listing maps of %s %s: %w", f, table, err)
-	}
-	maps = map[string]bool{}
-	for _, s := range sets {
-		maps[s.Name] = true
-	}
-	return chains, maps, true, nil
-}
-
-// tableUse reports whether our table exists and how many objects (chains,
-// sets) the kernel counts in it: a cheap drift check, one small dump.
-func (k *Kernel) tableUse(f Family, table string) (exists bool, use uint32, err error) {
-	conn, err := k.readConn()
-	if err != nil {
-		return false, 0, err
-	}
-	defer conn.CloseLasting()
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamily(f))
-	if err != nil {
-		return false, 0, fmt.Errorf("listing %s tables: %w", f, err)
-	}
-	for _, t := range tables {
-		if t.Name == table {
-			return true, t.Use, nil
-		}
-	}
-	return false, 0, nil
-}
-
-// readConn is a google/nftables connection in our namespace, used to parse
-// listings (dumps), which it does well; transactions go through our socket.
-func (k *Kernel) readConn() (*nftables.Conn, error) {
-	if k.netns == "" {
-		return nftables.New(nftables.AsLasting())
-	}
-	ns, err := os.Open(k.netns)
-	if err != nil {
-		return nil, fmt.Errorf("opening network namespace: %w", err)
-	}
-	defer ns.Close()
-	return nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns.Fd())))
-}

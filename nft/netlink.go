@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -147,14 +149,52 @@ func userdataComment(typ byte, c string) []byte {
 	return append(out, 0)
 }
 
-const maxComment = 128 // the kernel's NFT_USERDATA_MAXLEN is 256; nft limits comments to 128
+// maxComment bounds a comment in bytes: nft refuses comments over 128
+// bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
+const maxComment = 127
 
+// clampComment makes a comment that nft accepts and prints back as it is,
+// the same in render text and netlink userdata: at most maxComment bytes,
+// cut at a rune boundary, and without what nft's quoted strings cannot
+// hold (a quote; nor escapes, so no backslash or unprintable rune).
 func clampComment(c string) string {
-	if len(c) >= maxComment {
-		return c[:maxComment-1]
+	if !plainComment(c) {
+		c = sanitizeComment(c)
 	}
-	return c
+	if len(c) <= maxComment {
+		return c
+	}
+	n := maxComment
+	for n > 0 && !utf8.RuneStart(c[n]) {
+		n--
+	}
+	return c[:n]
 }
+
+// plainComment reports whether c is printable ASCII without quote or
+// backslash: the common case, returned as it is without allocating.
+func plainComment(c string) bool {
+	for i := 0; i < len(c); i++ {
+		if ch := c[i]; ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func sanitizeComment(c string) string {
+	var b strings.Builder
+	for _, r := range c { // invalid UTF-8 comes as utf8.RuneError
+		if r == '"' || r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// quoteComment is a comment as nft prints it.
+func quoteComment(c string) string { return `"` + clampComment(c) + `"` }
 
 func (b *batch) addTable(f Family, name, comment string) {
 	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f, op{"add table", name})
@@ -169,6 +209,13 @@ func (b *batch) addTable(f Family, name, comment string) {
 func (b *batch) delTable(f Family, name string) {
 	b.begin(unix.NFT_MSG_DELTABLE, 0, f, op{"delete table", name})
 	b.str(unix.NFTA_TABLE_NAME, name)
+	b.end()
+}
+
+func (b *batch) delSet(f Family, table, name string) {
+	b.begin(unix.NFT_MSG_DELSET, 0, f, op{"delete set", name})
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, name)
 	b.end()
 }
 
@@ -258,7 +305,6 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		const setCommentType = 7 // NFTNL_UDATA_SET_COMMENT
 		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(m.Comment)))
 	}
 	b.end()

@@ -29,7 +29,7 @@ func (rs *Ruleset) String() string {
 func (t *Table) render(b *strings.Builder) {
 	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
 	if t.Comment != "" {
-		fmt.Fprintf(b, "\tcomment %s\n", strconv.Quote(clampComment(t.Comment)))
+		fmt.Fprintf(b, "\tcomment %s\n", quoteComment(t.Comment))
 	}
 	first := true
 	sep := func() {
@@ -62,7 +62,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	}
 	fmt.Fprintf(b, "\t\ttype %s : verdict\n", strings.Join(types, " . "))
 	if m.Comment != "" {
-		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(clampComment(m.Comment)))
+		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(m.Comment))
 	}
 	elems := t.Elements(m.Name)
 	for i, e := range elems {
@@ -82,7 +82,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 func (c *Chain) render(b *strings.Builder, f Family) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 	if c.Comment != "" {
-		fmt.Fprintf(b, "\t\tcomment %s\n", strconv.Quote(clampComment(c.Comment)))
+		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(c.Comment))
 	}
 	if h := c.Hook; h != nil {
 		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", h.Type, h.Hook, priorityText(h))
@@ -101,7 +101,7 @@ func (r Rule) text(f Family) string {
 		parts = append(parts, t.text(f))
 	}
 	if r.Comment != "" {
-		parts = append(parts, "comment "+strconv.Quote(clampComment(r.Comment)))
+		parts = append(parts, "comment "+quoteComment(r.Comment))
 	}
 	return strings.Join(parts, " ")
 }
@@ -109,7 +109,7 @@ func (r Rule) text(f Family) string {
 func (e Element) text(f Family, key []Field) string {
 	s := e.keyText(key)
 	if e.Comment != "" {
-		s += " comment " + strconv.Quote(clampComment(e.Comment))
+		s += " comment " + quoteComment(e.Comment)
 	}
 	return s + " : " + e.Verdict.text(f)
 }

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -16,7 +15,13 @@ func (s *scriptWriter) line(format string, args ...any) {
 }
 
 func (s *scriptWriter) addTable(f Family, name, comment string) {
-	s.line("add table %s %s { comment %s; }", f, name, strconv.Quote(comment))
+	s.line("add table %s %s { comment %s; }", f, name, quoteComment(comment))
+}
+
+func (s *scriptWriter) delTable(f Family, name string) { s.line("delete table %s %s", f, name) }
+
+func (s *scriptWriter) delSet(f Family, table, name string) {
+	s.line("delete set %s %s %s", f, table, name)
 }
 
 func (s *scriptWriter) addMap(f Family, table string, m *Map, _ uint32) {

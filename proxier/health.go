@@ -9,7 +9,10 @@ import (
 
 // Health tracks whether syncs keep up, as kube-proxy's proxier health
 // server does: unhealthy when a change was queued and no sync has finished
-// within Timeout since (a stuck or failing proxy).
+// within Timeout since (a stuck or failing proxy). /healthz also says not
+// ready until the first sync of a complete view has succeeded, and turns
+// unhealthy when the source of Services has been failing for Timeout (the
+// rules keep the last good view meanwhile).
 type Health struct {
 	// Timeout is how long a queued change may wait for a sync
 	// (kube-proxy: twice the sync period).
@@ -20,6 +23,10 @@ type Health struct {
 	lastUpdated  time.Time // last successful sync
 	oldestQueued time.Time // first change not yet synced; zero when none
 	nodeEligible bool
+	sourceSince  time.Time // when the source began failing; zero when fine
+	sourceErr    string
+	lastDrift    time.Time // when the kernel last differed from what we wrote
+	drifts       uint64
 }
 
 // NewHealth returns a Health that is healthy until a change waits too long.
@@ -52,10 +59,45 @@ func (h *Health) SetNodeEligible(ok bool) {
 	h.nodeEligible = ok
 }
 
+// SourceFailing records that the source of Services cannot be read (the
+// API server unreachable, a state file unreadable); the first call of a
+// run of failures starts the clock.
+func (h *Health) SourceFailing(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sourceSince.IsZero() {
+		h.sourceSince = h.now()
+	}
+	h.sourceErr = err.Error()
+}
+
+// SourceOK records that the source reads fine again.
+func (h *Health) SourceOK() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sourceSince, h.sourceErr = time.Time{}, ""
+}
+
+// Drifted records that the kernel's rules differed from what we wrote and
+// were rewritten.
+func (h *Health) Drifted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lastDrift = h.now()
+	h.drifts++
+}
+
+// healthBody is kube-proxy's /healthz body (lastUpdated, currentTime,
+// nodeEligible) plus what explains a 503 here.
 type healthBody struct {
-	LastUpdated  time.Time `json:"lastUpdated"`
-	CurrentTime  time.Time `json:"currentTime"`
-	NodeEligible *bool     `json:"nodeEligible,omitempty"`
+	LastUpdated  time.Time  `json:"lastUpdated"`
+	CurrentTime  time.Time  `json:"currentTime"`
+	NodeEligible *bool      `json:"nodeEligible,omitempty"`
+	Synced       *bool      `json:"synced,omitempty"`
+	SourceError  string     `json:"sourceError,omitempty"`
+	SourceSince  *time.Time `json:"sourceFailingSince,omitempty"`
+	LastDrift    *time.Time `json:"lastDriftRepaired,omitempty"`
+	DriftRepairs uint64     `json:"driftRepairs,omitempty"`
 }
 
 // Healthy reports whether syncs keep up now.
@@ -70,8 +112,11 @@ func (h *Health) healthy(now time.Time) bool {
 	return h.oldestQueued.IsZero() || now.Sub(h.oldestQueued) < h.Timeout
 }
 
-// Handler serves /healthz (also 503 when the node is not eligible for load
-// balancer traffic) and /livez (syncs only), with kube-proxy's JSON body.
+// Handler serves /healthz and /livez with kube-proxy's JSON body. /livez
+// fails only when syncs do not keep up (a restart could help); /healthz
+// also fails before the first successful sync, while the source has been
+// failing for Timeout, and when the node is not eligible for load balancer
+// traffic.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
 	serve := func(withNode bool) http.HandlerFunc {
@@ -79,11 +124,20 @@ func (h *Health) Handler() http.Handler {
 			h.mu.Lock()
 			now := h.now()
 			ok := h.healthy(now)
-			body := healthBody{LastUpdated: h.lastUpdated, CurrentTime: now}
+			body := healthBody{LastUpdated: h.lastUpdated, CurrentTime: now, SourceError: h.sourceErr, DriftRepairs: h.drifts}
+			if !h.sourceSince.IsZero() {
+				since := h.sourceSince
+				body.SourceSince = &since
+			}
+			if !h.lastDrift.IsZero() {
+				drift := h.lastDrift
+				body.LastDrift = &drift
+			}
 			if withNode {
-				eligible := h.nodeEligible
-				body.NodeEligible = &eligible
-				ok = ok && eligible
+				eligible, synced := h.nodeEligible, !h.lastUpdated.IsZero()
+				body.NodeEligible, body.Synced = &eligible, &synced
+				sourceOK := h.sourceSince.IsZero() || now.Sub(h.sourceSince) < h.Timeout
+				ok = ok && eligible && synced && sourceOK
 			}
 			h.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,11 +29,16 @@ func TestHealth(t *testing.T) {
 		do             func()
 		healthz, livez int
 	}{
-		{"nothing queued yet", func() {}, 200, 200},
-		{"queued, within the timeout", func() { h.Queued(); now = now.Add(30 * time.Second) }, 200, 200},
+		{"never synced: not ready", func() {}, 503, 200},
+		{"queued, within the timeout, never synced", func() { h.Queued(); now = now.Add(30 * time.Second) }, 503, 200},
 		{"queued, past the timeout", func() { now = now.Add(31 * time.Second) }, 503, 503},
 		{"synced", func() { h.Updated() }, 200, 200},
 		{"queued again later: the clock starts anew", func() { now = now.Add(time.Hour); h.Queued() }, 200, 200},
+		{"synced again", func() { h.Updated() }, 200, 200},
+		{"source failing, within the timeout", func() { h.SourceFailing(errors.New("API down")); now = now.Add(59 * time.Second) }, 200, 200},
+		{"source failing past the timeout: /healthz only", func() { h.SourceFailing(errors.New("API down")); now = now.Add(2 * time.Second) }, 503, 200},
+		{"source fine again", func() { h.SourceOK() }, 200, 200},
+		{"drift repaired: shown, still healthy", func() { h.Drifted() }, 200, 200},
 		{"node being removed: /healthz only", func() { h.SetNodeEligible(false) }, 503, 200},
 	}
 	for _, s := range steps {
@@ -111,4 +117,25 @@ func fetch(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The body explains a 503: the source's error and since when, the drift
+// repairs.
+func TestHealthBodyExplains(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHealth(time.Minute)
+	h.now = func() time.Time { return now }
+	h.Updated()
+	h.SourceFailing(errors.New("dial tcp 127.0.0.1:1: connection refused"))
+	h.Drifted()
+	rec := httptest.NewRecorder()
+	h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["sourceError"] != "dial tcp 127.0.0.1:1: connection refused" || body["sourceFailingSince"] == nil ||
+		body["driftRepairs"] != 1.0 || body["lastDriftRepaired"] == nil || body["synced"] != true {
+		t.Errorf("body %s lacks the source error, its start, the drift repairs or synced", rec.Body.String())
+	}
 }

@@ -10,13 +10,20 @@ import (
 // Loop owns the current State and calls the backend: at most one sync per
 // MinSyncPeriod after a change, a full resync every SyncPeriod, and a retry
 // after a failed sync. Sources call SetState; the loop never blocks them.
+//
+// Nothing is synced before the source has a complete view: SetState hands
+// over one, and a source set with SetSource must call SourceReady first.
+// Until then the periodic timer does nothing, so a restart while the API
+// server is away leaves the rules in the kernel as they are.
 type Loop struct {
 	backend Backend
 	log     *slog.Logger
 
 	// MinSyncPeriod is the least time between two syncs (kube-proxy's
 	// --iptables-min-sync-period, default 1s); SyncPeriod is the most
-	// (--iptables-sync-period, default 30s).
+	// (--iptables-sync-period, default 30s). A failed sync is retried
+	// after MinSyncPeriod, then after twice as long each time it fails
+	// again, up to SyncPeriod.
 	MinSyncPeriod time.Duration
 	SyncPeriod    time.Duration
 	// OnSync, when set, is called after every sync attempt (metrics, healthz, tests).
@@ -29,6 +36,7 @@ type Loop struct {
 	mu      sync.Mutex
 	state   *State
 	source  func() *State
+	ready   bool // the source has a complete view
 	changed chan struct{}
 }
 
@@ -41,21 +49,33 @@ func NewLoop(b Backend, log *slog.Logger) *Loop {
 		changed: make(chan struct{}, 1)}
 }
 
-// SetState hands the loop a new snapshot and asks for a sync.
+// SetState hands the loop a new complete snapshot and asks for a sync.
 func (l *Loop) SetState(st *State) {
 	l.mu.Lock()
 	l.state = st
+	l.ready = st != nil
 	l.mu.Unlock()
 	l.Changed()
 }
 
 // SetSource makes the loop take a snapshot from source when it syncs,
 // instead of one handed over with SetState: sources with frequent events
-// (the API server) then build a snapshot per sync, not per event.
+// (the API server) then build a snapshot per sync, not per event. The loop
+// does not call source before SourceReady.
 func (l *Loop) SetSource(source func() *State) {
 	l.mu.Lock()
 	l.source = source
 	l.mu.Unlock()
+}
+
+// SourceReady tells the loop that the source set with SetSource holds a
+// complete view (e.g. the API server's first listing has been handled),
+// and asks for a sync.
+func (l *Loop) SourceReady() {
+	l.mu.Lock()
+	l.ready = true
+	l.mu.Unlock()
+	l.Changed()
 }
 
 // Changed asks for a sync.
@@ -69,25 +89,31 @@ func (l *Loop) Changed() {
 	}
 }
 
+// current is the State to sync now, nil while there is no complete view.
 func (l *Loop) current() *State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.ready {
+		return nil
+	}
 	if l.source != nil {
 		return l.source()
 	}
 	return l.state
 }
 
-// Run syncs until ctx is done. The first sync happens as soon as a State is set.
+// Run syncs until ctx is done. The first sync happens as soon as there is
+// a complete view.
 func (l *Loop) Run(ctx context.Context) error {
 	var last time.Time
 	periodic := time.NewTimer(l.SyncPeriod)
 	defer periodic.Stop()
-	retry := false
+	var backoff time.Duration // after a failure: the wait before the retry
+	failures := newErrorLog(l.log, l.SyncPeriod)
 	for {
 		var wait <-chan time.Time
-		if retry {
-			wait = time.After(l.MinSyncPeriod)
+		if backoff > 0 {
+			wait = time.After(backoff)
 		}
 		select {
 		case <-ctx.Done():
@@ -107,6 +133,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		st := l.current()
 		if st == nil {
+			periodic.Reset(l.SyncPeriod)
 			continue
 		}
 		start := time.Now()
@@ -114,11 +141,15 @@ func (l *Loop) Run(ctx context.Context) error {
 		took := time.Since(start)
 		last = time.Now()
 		periodic.Reset(l.SyncPeriod)
-		retry = err != nil
 		if err != nil {
-			l.log.Error("sync failed; the kernel keeps the previous rules, retrying with a full sync", "err", err, "took", took)
-		} else if res.Changed {
-			l.log.Info("synced", "full", res.Full, "services", len(st.Services), "messages", res.Messages, "bytes", res.Bytes, "took", took)
+			backoff = nextBackoff(backoff, l.MinSyncPeriod, l.SyncPeriod)
+			failures.failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
+		} else {
+			backoff = 0
+			failures.recovered("sync succeeded again")
+			if res.Changed {
+				l.log.Info("synced", "full", res.Full, "services", len(st.Services), "messages", res.Messages, "bytes", res.Bytes, "took", took)
+			}
 		}
 		if l.OnSync != nil {
 			l.OnSync(res, took, err)
@@ -127,4 +158,13 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.OnApplied(st)
 		}
 	}
+}
+
+// nextBackoff doubles the wait after each failure in a row, from lo to hi.
+func nextBackoff(cur, lo, hi time.Duration) time.Duration {
+	lo = max(lo, time.Millisecond)
+	if cur == 0 {
+		return lo
+	}
+	return min(2*cur, max(hi, lo))
 }

@@ -97,3 +97,60 @@ func TestLoopRetriesFailedSync(t *testing.T) {
 		t.Errorf("OnSync saw %d errors, want 2", errs)
 	}
 }
+
+// A source set with SetSource is not synced, not even by the periodic
+// timer, before it says it is ready: a restart while the API server is
+// away must leave the rules in the kernel alone.
+func TestLoopWaitsForCompleteView(t *testing.T) {
+	b := &fakeBackend{}
+	l := NewLoop(b, nil)
+	l.MinSyncPeriod, l.SyncPeriod = time.Millisecond, 5*time.Millisecond
+	calls := 0
+	var mu sync.Mutex
+	l.SetSource(func() *State {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return NewState()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Changes and many periodic ticks pass without a sync.
+	for i := 0; i < 20; i++ {
+		l.Changed()
+		time.Sleep(time.Millisecond) // let ticks pass; the check below is the assertion
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if b.count() != 0 {
+			t.Fatalf("synced %d times before the source was ready", b.count())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	if calls != 0 {
+		t.Errorf("the source was asked for a State %d times before it was ready", calls)
+	}
+	mu.Unlock()
+	l.SourceReady()
+	waitFor(t, "the first sync once ready", func() bool { return b.count() >= 1 })
+}
+
+// Failures in a row are retried ever less often, up to the sync period.
+func TestNextBackoff(t *testing.T) {
+	lo, hi := time.Second, 30*time.Second
+	var got []time.Duration
+	d := time.Duration(0)
+	for i := 0; i < 7; i++ {
+		d = nextBackoff(d, lo, hi)
+		got = append(got, d)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("backoff steps %v, want %v seconds", got, want)
+		}
+	}
+}

@@ -28,6 +28,13 @@ type Metrics struct {
 	// sync that programmed it succeeded (see Syncing).
 	NetworkProgramming prometheus.Histogram
 
+	// Ours, for what kube-proxy does not measure: failures to read the
+	// source of Services (by source), whether it reads fine now, and
+	// the times the kernel's rules differed from what we wrote (by table).
+	SourceFailures *prometheus.CounterVec
+	SourceUp       *prometheus.GaugeVec
+	DriftRepairs   *prometheus.CounterVec
+
 	changes *changeCollector
 	now     func() time.Time
 
@@ -64,11 +71,21 @@ func NewMetrics() *Metrics {
 		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help: "In Cluster Network Programming Latency in seconds", Buckets: networkProgrammingBuckets()}),
+		SourceFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubenftproxy", Name: "source_failures_total",
+			Help: "Failures to read the source of Services (API server, state files); the rules keep the last good view"}, []string{"source"}),
+		SourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "kubenftproxy", Name: "source_up",
+			Help: "1 when the source of Services reads fine, 0 while it fails"}, []string{"source"}),
+		DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubenftproxy", Name: "drift_repairs_total",
+			Help: "Times our nftables tables differed from what was written and were rewritten"}, []string{"table"}),
 		changes: newChangeCollector(),
 		now:     time.Now,
 	}
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSync,
 		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes,
+		m.SourceFailures, m.SourceUp, m.DriftRepairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -342,6 +343,13 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			return err
 		}
 	}
+	// One instance per network namespace: two would rewrite each other's
+	// tables at every sync.
+	lock, err := instance.Acquire()
+	if err != nil {
+		return fmt.Errorf("%w; stop it first", err)
+	}
+	defer lock.Release()
 	// kube-proxy's conntrack sysctls, once, before the first sync. A key
 	// that is missing or read-only here is a warning; other errors stop us.
 	if _, err := conntrack.NewTuner(log).Apply(o.conntrackTuning()); err != nil {
@@ -349,9 +357,13 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	k, err := nft.OpenKernel("")
 	if err != nil {
-		return err
+		return needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
+	// Fail now, not at every sync, when nftables cannot be used here.
+	if _, err := k.Generation(); err != nil {
+		return needPrivileges("talking to nftables", err)
+	}
 	backend, err := nft.NewBackend(cfg, k, log)
 	if err != nil {
 		return err
@@ -364,6 +376,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
+	}
+	backend.OnDrift = func(table string, _ []string) { // the backend logs what differed
+		health.Drifted()
+		metrics.DriftRepairs.WithLabelValues(table).Inc()
 	}
 	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		metrics.Observe(res, took, err)
@@ -400,14 +416,17 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			health.SetNodeEligible(!st.Node.Leaving)
 			return st
 		})
-		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed}
+		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics)
+		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
+			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK}
 		go func() {
-			if err := src.Run(ctx); err != nil {
+			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("API source stopped", "err", err)
 			}
 		}()
-		log.Info("kube-nftproxy running", "source", "API server", "node", node)
-		return loop.Run(ctx)
+		log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
+			"source", "API server", "node", node)
+		return runLoop(ctx, loop, log)
 	}
 
 	reload := func() {
@@ -425,7 +444,24 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		}
 	}()
 	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
-	return loop.Run(ctx)
+	return runLoop(ctx, loop, log)
+}
+
+// runLoop runs the sync loop until a signal, and says so when it stops: the
+// rules stay in the kernel, as kube-proxy leaves them.
+func runLoop(ctx context.Context, loop *proxier.Loop, log *slog.Logger) error {
+	err := loop.Run(ctx)
+	log.Info("kube-nftproxy stopping; the rules stay in the kernel", "reason", context.Cause(ctx))
+	return err
+}
+
+// needPrivileges explains a permission error: nftables and conntrack
+// need CAP_NET_ADMIN in the network namespace.
+func needPrivileges(what string, err error) error {
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("%s: %w (kube-nftproxy needs CAP_NET_ADMIN: run it as root or grant the capability)", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // nodePortAddrs picks the addresses health check node ports listen on, as
@@ -563,9 +599,14 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 }
 
 func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {
+	lock, err := instance.Acquire()
+	if err != nil {
+		return fmt.Errorf("%w: stop it before --cleanup, or it writes its tables again", err)
+	}
+	defer lock.Release()
 	k, err := nft.OpenKernel("")
 	if err != nil {
-		return err
+		return needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
 	b, err := nft.NewBackend(nft.DefaultConfig(), k, log)
@@ -574,7 +615,7 @@ func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	}
 	removed, err := b.Cleanup(ctx)
 	if err != nil {
-		return err
+		return needPrivileges("removing the kube-nftproxy tables", err)
 	}
 	if removed {
 		fmt.Fprintln(out, "removed the kube-nftproxy tables")

@@ -1,0 +1,63 @@
+package nft
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// unicodeState has a Service whose names are multi-byte UTF-8 (and a quote
+// and a backslash), long enough to push every comment past nft's limit.
+func unicodeState() *proxier.State {
+	st := proxier.NewState()
+	n := proxierName(strings.Repeat("ñ", 40), strings.Repeat("服务", 10)+`"\`, "ポート-é")
+	st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30111,
+		ClusterIPs:  []netip.Addr{mustAddr("10.96.7.7")},
+		ExternalIPs: []netip.Addr{mustAddr("192.0.2.77")}}
+	st.Endpoints[n] = []proxier.Endpoint{
+		{Addr: mustAddr("10.244.7.1"), Port: 8080, Ready: true, Serving: true},
+		{Addr: mustAddr("10.244.7.2"), Port: 8080, Ready: true, Serving: true},
+	}
+	return st
+}
+
+func TestClampComment(t *testing.T) {
+	for _, c := range []string{"", "plain", strings.Repeat("a", 200), strings.Repeat("é", 100), strings.Repeat("服", 60),
+		"a\"b\\c\x00d\xffe", "\u200b zero width"} {
+		got := clampComment(c)
+		if len(got) > maxComment || !utf8.ValidString(got) || strings.ContainsAny(got, "\"\\") {
+			t.Errorf("clampComment(%q) = %q: %d bytes, valid UTF-8 %v", c, got, len(got), utf8.ValidString(got))
+		}
+		if clampComment(got) != got {
+			t.Errorf("clampComment is not idempotent on %q", c)
+		}
+	}
+}
+
+// nft accepts what render prints for such names, and the kernel, read back
+// by nft, holds exactly that.
+func TestKernelUnicodeComments(t *testing.T) {
+	ns := testNetns(t)
+	st, cfg := unicodeState(), demoConfig()
+	text := Build(st, cfg).String()
+	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-c", "-f", "-")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -c -f refused the render: %v\n%s\n%s", err, out, text)
+	}
+	b := openTestBackend(t, ns, cfg)
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(text) {
+		t.Errorf("kernel differs from render:\n%s\n--- want:\n%s", got, text)
+	}
+	if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+		t.Errorf("read-back differs: %v", d)
+	}
+}

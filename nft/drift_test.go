@@ -1,0 +1,306 @@
+package nft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// readBackDrift reads every table back and compares it with want, whatever
+// the generation says.
+func readBackDrift(t *testing.T, b *Backend, want map[tableID]*Table) map[string][]string {
+	t.Helper()
+	kts, err := b.readKernel(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, id := range tableIDs() {
+		diffs, err := b.k.tableDrift(want[id], kts[id], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(diffs) > 0 {
+			out[want[id].Name] = diffs
+		}
+	}
+	return out
+}
+
+// The kernel's dump of a rule is not byte-equal to what we send (attribute
+// order, NLA_F_NESTED, register numbering, defaults): after programming
+// every golden state, the canonical forms of all rules, and every other
+// attribute of our tables, compare equal.
+func TestKernelRuleDumpCanonical(t *testing.T) {
+	for _, tc := range goldenCases() {
+		t.Run(tc.file, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, tc.cfg)
+			if _, err := b.Sync(context.Background(), tc.st); err != nil {
+				t.Fatal(err)
+			}
+			if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+				t.Errorf("read-back right after a full sync differs: %v", d)
+			}
+			raw, total := 0, 0
+			scratch := &batch{}
+			for _, id := range tableIDs() {
+				tb := b.applied[id]
+				idx := map[string]int{}
+				err := b.k.dumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
+					r := tb.Chain(chain).Rules[idx[chain]]
+					idx[chain]++
+					total++
+					if !bytes.Equal(exprs, ruleExprs(scratch, tb.Family, r)) {
+						raw++
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("%d of %d rules dumped with other bytes than sent", raw, total)
+		})
+	}
+}
+
+// tamperCase changes our tables with nft behind the backend's back.
+type tamperCase struct {
+	name string
+	nft  [][]string // nft commands, run in order
+	want string     // a substring of one reported difference
+}
+
+func tamperCases() []tamperCase {
+	web := proxierName("default", "web", "http")
+	sep := EndpointChain(web, proxier.TCP, "10.244.0.10:8080")
+	svc := ServiceChain(web, proxier.TCP)
+	tbl := []string{"ip", DefaultTableName}
+	cmd := func(args ...string) []string {
+		// e.g. cmd("delete chain", "X") -> nft delete chain ip kube-nftproxy X
+		out := strings.Fields(args[0])
+		out = append(out, tbl...)
+		return append(out, args[1:]...)
+	}
+	return []tamperCase{
+		{"deleted base chain", [][]string{cmd("delete chain", "nat-prerouting")}, "chain nat-prerouting: missing"},
+		{"flushed table", [][]string{cmd("flush table")}, "rules, want"},
+		{"emptied endpoint chain", [][]string{cmd("flush chain", sep)}, "chain " + sep + ": 0 rules, want 2"},
+		{"deleted endpoint chain", [][]string{cmd("flush chain", svc), cmd("delete chain", sep)}, "chain " + sep + ": missing"},
+		{"deleted service-ips element", [][]string{cmd("delete element", "service-ips", "{ 10.96.0.10 . tcp . 80 }")},
+			"map service-ips: element 10.96.0.10 . tcp . 80 missing"},
+		{"rogue drop rule", [][]string{cmd("insert rule", "KUBE-SERVICES", "drop")}, "chain KUBE-SERVICES: rule 1 differs"},
+		{"rogue drop base chain", [][]string{cmd("add chain", "rogue", "{ type filter hook prerouting priority 0; policy drop; }")},
+			"chain rogue: not ours, a base chain"},
+		{"flushed rogue drop base chain", [][]string{
+			cmd("add chain", "rogue", "{ type filter hook input priority 0; policy drop; }"), cmd("flush chain", "rogue")},
+			"chain rogue: not ours, a base chain"},
+		{"base chain policy drop", [][]string{cmd("chain", "filter-input", "{ policy drop; }")}, "policy drop"},
+		{"base chain priority", [][]string{cmd("delete chain", "nat-output"),
+			cmd("add chain", "nat-output", "{ type nat hook output priority 50; }"), cmd("add rule", "nat-output", "jump", "KUBE-SERVICES")},
+			"chain nat-output: type nat hook output priority 50"},
+		{"dormant table", [][]string{cmd("add table", "{ flags dormant; }")}, "flags 0x1, want 0"},
+		{"map of another type", [][]string{cmd("flush table"), cmd("delete map", "service-ips"),
+			cmd("add map", "service-ips", "{ type ipv4_addr : verdict; }")}, "map service-ips: flags"},
+		{"regular chain as base chain", [][]string{cmd("flush chain", svc), cmd("delete chain", sep),
+			cmd("add chain", sep, "{ type filter hook forward priority 0; policy drop; }")}, "chain " + sep + ": type filter hook forward"},
+		{"table re-created with another comment", [][]string{cmd("delete table"), cmd("add table", "{ comment \"someone else's\"; }")},
+			"comment differs"},
+	}
+}
+
+// Each tampering is found by the periodic check, reported, and repaired by
+// one transaction, after which the kernel holds exactly what we render.
+func TestKernelTamperingRepaired(t *testing.T) {
+	for _, tc := range tamperCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, demoConfig())
+			b.CheckEvery = time.Nanosecond
+			var found []string
+			b.OnDrift = func(table string, diffs []string) { found = append(found, diffs...) }
+			ctx := context.Background()
+			st := demoState()
+			for i := 0; i < 2; i++ { // program, then check clean (verified from here)
+				if _, err := b.Sync(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(found) > 0 {
+				t.Fatalf("drift reported before any tampering: %q", found)
+			}
+			for _, args := range tc.nft {
+				nftIn(t, ns, args...)
+			}
+			before := b.k.commits
+			res, err := b.Sync(ctx, st)
+			if err != nil {
+				t.Fatalf("repairing sync: %v", err)
+			}
+			if !res.Full || b.k.commits-before != 1 {
+				t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.k.commits-before)
+			}
+			if !containsSub(found, tc.want) {
+				t.Errorf("reported %q, want one containing %q", found, tc.want)
+			}
+			assertKernelIsRender(t, ns, st)
+			found = nil
+			if res, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
+				t.Errorf("check after the repair: full=%v err=%v drift=%q", res.Full, err, found)
+			}
+			assertKernelIsRender(t, ns, st)
+		})
+	}
+}
+
+// A restarted proxy (a new Backend, first sync full) repairs the same
+// tamperings in its first transaction.
+func TestKernelTamperingRepairedByRestart(t *testing.T) {
+	for _, tc := range tamperCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			st := demoState()
+			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range tc.nft {
+				nftIn(t, ns, args...)
+			}
+			b := openTestBackend(t, ns, demoConfig())
+			if _, err := b.Sync(context.Background(), st); err != nil {
+				t.Fatalf("first sync after a restart: %v", err)
+			}
+			if b.k.commits != 1 {
+				t.Errorf("restart took %d transactions, want 1", b.k.commits)
+			}
+			assertKernelIsRender(t, ns, st)
+		})
+	}
+}
+
+func containsSub(list []string, sub string) bool {
+	for _, s := range list {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// assertKernelIsRender compares nft's listing with our render, leaving out
+// chains that are flushed and left for the next sync to delete.
+func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
+	t.Helper()
+	got := nftIn(t, ns, "list", "ruleset")
+	var kept []string
+	lines := strings.Split(got, "\n")
+	for i := 0; i < len(lines); i++ {
+		if i+1 < len(lines) && strings.HasPrefix(lines[i], "\tchain ") && lines[i+1] == "\t}" {
+			i += 2 // an empty stale chain and the blank line after it
+			continue
+		}
+		kept = append(kept, lines[i])
+	}
+	want := Build(st, demoConfig()).String()
+	if normalize(strings.Join(kept, "\n")) != normalize(want) {
+		t.Errorf("kernel differs from render:\n%s\n--- want:\n%s", got, want)
+	}
+}
+
+// A table of ours that another process created with NFT_TABLE_F_OWNER
+// gives a clear error naming it, not a refused transaction every second.
+func TestKernelOwnedTable(t *testing.T) {
+	ns := testNetns(t)
+	owner, err := OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close() // the kernel deletes the table with its owner's socket
+	bt := owner.newBatch()
+	bt.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, IPv6, op{"add table", DefaultTableName})
+	bt.str(unix.NFTA_TABLE_NAME, DefaultTableName)
+	bt.u32(unix.NFTA_TABLE_FLAGS, nftTableFOwner)
+	bt.end()
+	if err := owner.Apply(bt); err != nil {
+		t.Fatal(err)
+	}
+	b := openTestBackend(t, ns, demoConfig())
+	_, err = b.Sync(context.Background(), demoState())
+	var owned *TableOwnedError
+	if !errors.Is(err, ErrTableOwned) || !errors.As(err, &owned) || owned.Table != DefaultTableName || owned.Family != IPv6 {
+		t.Fatalf("sync error = %v, want a TableOwnedError for ip6 %s", err, DefaultTableName)
+	}
+	if !strings.Contains(err.Error(), "ip6 kube-nftproxy is owned by another process") {
+		t.Errorf("error does not say who holds what: %v", err)
+	}
+	if b.k.commits != 0 {
+		t.Errorf("sent %d transactions to an owned table", b.k.commits)
+	}
+}
+
+// A transaction larger than the socket's send buffer is refused before it
+// is sent, with its size, the limit and the remedy.
+func TestKernelSendBufferTooSmall(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	if err := b.k.setSendBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Sync(context.Background(), demoState())
+	var big *TxTooLargeError
+	if !errors.Is(err, ErrTxTooLarge) || !errors.As(err, &big) || big.Size <= big.Limit {
+		t.Fatalf("sync error = %v, want a TxTooLargeError", err)
+	}
+	for _, s := range []string{"CAP_NET_ADMIN", "net.core.wmem_max"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error does not mention %s: %v", s, err)
+		}
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); got != "" {
+		t.Errorf("something was programmed:\n%s", got)
+	}
+}
+
+// The check reads nothing back while the generation says only our own
+// transactions committed, and reads back (finding nothing) when someone
+// else's did.
+func TestKernelCheckGeneration(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	var found []string
+	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	ctx := context.Background()
+	st := demoState()
+	sync := func(st *proxier.State, what string, wantRead bool) {
+		t.Helper()
+		dumps := b.k.dumps
+		res, err := b.Sync(ctx, st)
+		if err != nil || res.Full || len(found) > 0 {
+			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
+		}
+		if read := b.k.dumps > dumps; read != wantRead {
+			t.Errorf("%s: read back %v, want %v", what, read, wantRead)
+		}
+	}
+	if _, err := b.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	sync(st, "first check", true)
+	sync(st, "nothing changed", false)
+	next := shallowCopy(st)
+	web := proxierName("default", "web", "http")
+	next.Endpoints[web] = next.Endpoints[web][1:]
+	sync(next, "our own change", false)
+	sync(next, "after our own change", false)
+	nftIn(t, ns, "add", "table", "ip", "someone-else")
+	sync(next, "another table committed", true)
+	sync(next, "verified again", false)
+}

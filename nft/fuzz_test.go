@@ -1,0 +1,162 @@
+package nft
+
+import (
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// fuzzReader hands out fuzzed bytes as small values; zeros once exhausted.
+type fuzzReader struct{ b []byte }
+
+func (r *fuzzReader) byte() byte {
+	if len(r.b) == 0 {
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *fuzzReader) u16() uint16 { return uint16(r.byte())<<8 | uint16(r.byte()) }
+
+// str is a name of up to 70 bytes: fuzzed bytes, with some turned into
+// multi-byte runes so that long unicode names are common.
+func (r *fuzzReader) str() string {
+	n := int(r.byte() % 71)
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		c := r.byte()
+		if c >= 0xf0 {
+			b.WriteString("ñ服")
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func (r *fuzzReader) addr() netip.Addr {
+	if r.byte()%3 == 0 {
+		var a [16]byte
+		a[0], a[1], a[14], a[15] = 0xfd, 0, r.byte(), r.byte()
+		return netip.AddrFrom16(a)
+	}
+	return netip.AddrFrom4([4]byte{10, r.byte(), r.byte(), r.byte()})
+}
+
+// fuzzState builds a State of up to 8 service ports from fuzzed bytes.
+func fuzzState(data []byte) *proxier.State {
+	r := &fuzzReader{b: data}
+	st := proxier.NewState()
+	st.Node = proxier.Node{Name: "node-1", IPs: []netip.Addr{r.addr()}}
+	for i, n := 0, int(r.byte()%9); i < n; i++ {
+		name := proxier.ServicePortName{Namespace: r.str(), Name: r.str(), Port: r.str()}
+		flags := r.byte()
+		svc := &proxier.ServicePort{Name: name, Protocol: []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP}[flags%3],
+			Port: r.u16(), ClusterIPs: []netip.Addr{r.addr(), r.addr()},
+			ExternalPolicyLocal: flags&8 != 0, InternalPolicyLocal: flags&16 != 0}
+		if flags&4 != 0 {
+			svc.NodePort = 30000 + r.u16()%2768
+		}
+		if flags&32 != 0 {
+			svc.ExternalIPs = []netip.Addr{r.addr()}
+			svc.LoadBalancerIPs = []netip.Addr{r.addr()}
+			svc.LoadBalancerSourceRanges = []netip.Prefix{netip.PrefixFrom(r.addr(), 8).Masked()}
+		}
+		if flags&64 != 0 {
+			svc.AffinityTimeout = time.Duration(r.byte()+1) * time.Second
+		}
+		st.Services[name] = svc
+		for j, m := 0, int(r.byte()%7); j < m; j++ {
+			ef := r.byte()
+			node := "node-1"
+			if ef&1 != 0 {
+				node = "node-2"
+			}
+			st.Endpoints[name] = append(st.Endpoints[name], proxier.Endpoint{Addr: r.addr(), Port: r.u16(), NodeName: node,
+				Ready: ef&2 == 0, Serving: ef&4 == 0, Terminating: ef&8 != 0})
+		}
+	}
+	return st
+}
+
+// FuzzBuildEncode drives State -> Ruleset -> render and netlink: no panic,
+// every comment within nft's limit, every chain a verdict names exists,
+// and the full-sync transaction parses as well-formed netlink messages.
+func FuzzBuildEncode(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st := fuzzState(data)
+		rs := Build(st, demoConfig())
+		checkComments(t, rs.String())
+		var setID uint32
+		bt := newBatch(1)
+		for _, tb := range rs.Tables {
+			checkReferences(t, tb)
+			x, _ := fullTx(tb, &kTable{})
+			x.write(bt, &setID)
+		}
+		chunks, _, err := bt.finish()
+		if err != nil {
+			t.Fatalf("encoding: %v", err)
+		}
+		var all []byte
+		for _, c := range chunks {
+			all = append(all, c...)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(all)
+		if err != nil {
+			t.Fatalf("the batch does not parse as netlink messages: %v", err)
+		}
+		for _, m := range msgs[1 : len(msgs)-1] { // between batch begin and end
+			if !forAttrs(m.Data[nfgenLen:], func(nlAttr) {}) {
+				t.Fatalf("malformed attributes in message type %#x", m.Header.Type)
+			}
+		}
+	})
+}
+
+func checkComments(t *testing.T, text string) {
+	t.Helper()
+	for _, part := range strings.Split(text, `comment "`)[1:] {
+		c, _, ok := strings.Cut(part, `"`)
+		if !ok || len(c) > 128 || !utf8.ValidString(c) || strings.ContainsAny(c, "\\\n") {
+			t.Fatalf("comment nft would refuse or misread: %q", c)
+		}
+	}
+}
+
+func checkReferences(t *testing.T, tb *Table) {
+	t.Helper()
+	exists := map[string]bool{}
+	tb.eachChain(func(c *Chain) {
+		if exists[c.Name] {
+			t.Fatalf("chain %s defined twice in %s", c.Name, tb.Name)
+		}
+		exists[c.Name] = true
+	})
+	need := func(chain, where string) {
+		if chain != "" && !exists[chain] {
+			t.Fatalf("%s refers to chain %s, not in table %s", where, chain, tb.Name)
+		}
+	}
+	tb.eachChain(func(c *Chain) {
+		for _, r := range c.Rules {
+			for _, term := range r.Terms {
+				if v, ok := term.(Verdict); ok {
+					need(v.Chain, "a rule of "+c.Name)
+				}
+			}
+		}
+	})
+	for _, m := range tb.Maps {
+		tb.eachElement(m.Name, func(e Element) { need(e.Verdict.Chain, "an element of "+m.Name) })
+	}
+}
