@@ -328,16 +328,3 @@ func (e *env) resetProxy(t *testing.T, args ...string) {
 	e.proxy = startProxy(t, e.sb, e.state, args...)
 	e.proxy.expectedErrors = expected
 }
-
-// logged reports whether a line of the proxy's log contains every one of
-// the strings.
-func (p *proxy) logged(all ...string) bool {
-	return slices.ContainsFunc(p.log.lines(), func(l string) bool {
-		for _, s := range all {
-			if !strings.Contains(l, s) {
-				return false
-			}
-		}
-		return true
-	})
-}

@@ -59,11 +59,11 @@ func TestFaultTampering(t *testing.T) {
 				sum := e.requests(t, podC.Name, c.proto, c.addr, requestsPerCheck)
 				expectBackends(t, fmt.Sprintf("after %s was repaired: %s to %s", tc.name, c.proto, c.addr), sum, podA.Name, podB.Name)
 			}
+			// The flows count what the tampering broke until the
+			// repair (each failed request waits for its 1s timeout);
+			// that traffic works again is checked above.
 			res := f.stop(t)
 			logFault(t, "nft: "+tc.name, repaired, res)
-			if res.tcp.OK == 0 || res.udp.OK == 0 {
-				t.Errorf("the flows got no answer at all: %v", res)
-			}
 		})
 		if !ok {
 			// Not repaired: start afresh, so that the next tampering
