@@ -264,8 +264,10 @@ func TestFaultBadInput(t *testing.T) {
 				if tc.object != "" {
 					mustLog = append(mustLog, tc.object)
 				}
+				outcome := "refused, with a warning naming it"
 				err := e.proxy.try(t.Context(), 10*time.Second, func(context.Context) error {
 					if tc.accepted != nil && tc.accepted(e.nftRuleset(t)) {
+						outcome = "programmed"
 						return nil
 					}
 					if !warned(e.proxy.log.lines()[logged:], mustLog...) {
@@ -275,6 +277,8 @@ func TestFaultBadInput(t *testing.T) {
 				})
 				if err != nil {
 					t.Errorf("the proxy did not report %s: %v", tc.file, err)
+				} else {
+					t.Logf("%s: %s", tc.file, outcome)
 				}
 			}
 			read := time.Since(t0)
