@@ -169,6 +169,9 @@ type Op struct {
 }
 
 func (o Op) String() string {
+	if o.Cmd == CmdDelDest {
+		return fmt.Sprintf("%s %s -> %s", o.Cmd, o.Service.ServiceKey, o.Dest.Addr)
+	}
 	if o.Cmd >= CmdNewDest {
 		return fmt.Sprintf("%s %s -> %s w%d", o.Cmd, o.Service.ServiceKey, o.Dest.Addr, o.Dest.Weight)
 	}
