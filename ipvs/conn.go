@@ -198,25 +198,21 @@ func (c *Conn) Apply(ops []Op) ([]error, error) {
 	for start := 0; start < len(ops); {
 		first := c.seq + 1
 		var req []byte
-		end := start
+		end, lastOff := start, 0
 		for ; end < len(ops) && (end == start || len(req) < batchBytes); end++ {
-			flags := uint16(0)
-			if end == len(ops)-1 {
-				flags = unix.NLM_F_ACK
-			}
-			req = appendOp(req, c.family, flags, c.nextSeq(), ops[end])
+			lastOff = len(req)
+			req = appendOp(req, c.family, 0, c.nextSeq(), ops[end])
 		}
-		if end < len(ops) {
-			// The batch ends here: the last message asks for the ack.
-			binary.NativeEndian.PutUint16(req[lastMessage(req)+6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-		}
+		// Only the batch's last message asks for an ack (nlmsg_flags is at
+		// offset 6 of its header).
+		binary.NativeEndian.PutUint16(req[lastOff+6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 		if err := c.send(req); err != nil {
 			return nil, fmt.Errorf("sending IPVS commands: %w", err)
 		}
 		last := c.seq
 		for done := false; !done; {
 			err := c.receive(func(typ uint16, s uint32, payload []byte) {
-				if typ != unix.NLMSG_ERROR || s < first || s > last {
+				if typ != unix.NLMSG_ERROR || s-first > last-first { // (wraps safely)
 					return
 				}
 				if e := errnoOf(payload); e != 0 {
@@ -234,17 +230,4 @@ func (c *Conn) Apply(ops []Op) ([]error, error) {
 		start = end
 	}
 	return errs, nil
-}
-
-// lastMessage is the offset of the last netlink message in b.
-func lastMessage(b []byte) int {
-	off := 0
-	for {
-		l := int(binary.NativeEndian.Uint32(b[off:]))
-		next := off + (l+3)&^3
-		if next >= len(b) {
-			return off
-		}
-		off = next
-	}
 }

@@ -177,18 +177,6 @@ func TestFamilyRequest(t *testing.T) {
 	}
 }
 
-func TestLastMessage(t *testing.T) {
-	var b []byte
-	offsets := []int{}
-	for i := range 3 {
-		offsets = append(offsets, len(b))
-		b = appendOp(b, 0x24, 0, uint32(i), Op{Cmd: CmdDelService, Service: Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.0.0.1"), Protocol: proxier.TCP, Port: uint16(i)}}})
-	}
-	if got := lastMessage(b); got != offsets[2] {
-		t.Errorf("last message at %d, want %d", got, offsets[2])
-	}
-}
-
 func TestParseProcIPVS(t *testing.T) {
 	const text = `IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port Scheduler Flags

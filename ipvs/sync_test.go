@@ -341,3 +341,42 @@ func TestSyncSchedulerChange(t *testing.T) {
 		}
 	}
 }
+
+// When the addresses cannot be removed, their virtual servers stay: a
+// local address without its virtual server would be answered by the host.
+func TestSyncHelperFailureKeepsServers(t *testing.T) {
+	r := newRig(t)
+	st := demoState()
+	r.sync(st)
+	next := clone(st)
+	delete(next.Services, dnsTCP)
+	delete(next.Services, dnsUDP)
+	r.h.Fail = func(HelperChange) error { return syscall.EBUSY }
+	if _, err := r.s.Sync(BuildPlan(next, Config{}, nodeAddrs)); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("error %v, want the helper's", err)
+	}
+	if _, err := r.k.Dests(dnsVIP); err != nil {
+		t.Error("a virtual server was deleted while its address could not be removed")
+	}
+	r.h.Fail = nil
+	r.sync(next)
+	r.kernelMatches(next)
+}
+
+// The bound runs from the removal, not from the last change to the service.
+func TestSyncDrainBoundSurvivesOtherChanges(t *testing.T) {
+	r := newRig(t)
+	st := demoState()
+	r.sync(st)
+	r.k.SetConns(dnsVIP, remote, 1, 0)
+	next := clone(st)
+	next.Endpoints[dnsTCP] = st.Endpoints[dnsTCP][:1]
+	r.sync(next)
+	r.clk.advance(10 * time.Minute)
+	again := clone(next)
+	again.Endpoints[dnsTCP] = append(slices.Clone(next.Endpoints[dnsTCP]), ready("10.244.3.3", 53, "c"))
+	r.sync(again)
+	r.clk.advance(5 * time.Minute)
+	r.sync(again)
+	r.kernelMatches(again)
+}
