@@ -1,7 +1,3 @@
-// Package ipvs is the IPVS backend: a Plan of virtual servers, real servers,
-// kube-ipvs0 addresses and helper set elements built from a proxier.State,
-// a batched generic netlink client for the kernel's IPVS API, and a Syncer
-// that makes the kernel match a Plan in steps proportional to what changed.
 package ipvs
 
 import (
