@@ -1,0 +1,233 @@
+package ipvs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+)
+
+// Conn is a generic netlink socket speaking IPVS in one network namespace.
+// It is the real Kernel; only the VM tests exercise it.
+type Conn struct {
+	fd     int
+	family uint16 // the IPVS generic netlink family id
+	seq    uint32
+	netns  string
+	buf    []byte
+}
+
+var _ Kernel = (*Conn)(nil)
+
+// ErrNoIPVS is returned when the kernel has no IPVS (module not loaded).
+var ErrNoIPVS = errors.New("the kernel has no IPVS (is the ip_vs module loaded?)")
+
+// batchBytes bounds one write: the kernel refuses a write larger than the
+// socket's send buffer, and each write's errors must fit the receive one.
+const batchBytes = 256 << 10
+
+// Dial opens an IPVS socket in the current network namespace, or in the
+// one at netnsPath, and resolves the IPVS family.
+func Dial(netnsPath string) (*Conn, error) {
+	fd, err := netns.NetlinkSocket(netnsPath, unix.NETLINK_GENERIC)
+	if err != nil {
+		return nil, fmt.Errorf("opening a generic netlink socket: %w", err)
+	}
+	for opt, size := range map[int]int{unix.SO_SNDBUFFORCE: 4 << 20, unix.SO_RCVBUFFORCE: 4 << 20} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size) != nil {
+			fallback := unix.SO_SNDBUF
+			if opt == unix.SO_RCVBUFFORCE {
+				fallback = unix.SO_RCVBUF
+			}
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, fallback, size)
+		}
+	}
+	// Errors need not echo each failed request back.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	c := &Conn{fd: fd, netns: netnsPath, buf: make([]byte, 1<<16)}
+	c.seq = 1
+	if _, err := c.roundTrip(appendFamilyRequest(nil, c.seq, ipvsFamilyName), func(payload []byte) error {
+		id, err := parseFamilyID(payload)
+		c.family = id
+		return err
+	}); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) {
+			return nil, ErrNoIPVS
+		}
+		return nil, fmt.Errorf("resolving the IPVS generic netlink family: %w", err)
+	}
+	return c, nil
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error { return unix.Close(c.fd) }
+
+func (c *Conn) send(b []byte) error {
+	for {
+		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// receive reads one datagram and calls fn for each message in it.
+func (c *Conn) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return eachMessage(c.buf[:n], fn)
+	}
+}
+
+// eachMessage splits a datagram into netlink messages.
+func eachMessage(b []byte, fn func(typ uint16, seq uint32, payload []byte)) error {
+	for len(b) >= nlHdrLen {
+		l := int(binary.NativeEndian.Uint32(b))
+		if l < nlHdrLen || l > len(b) {
+			return fmt.Errorf("malformed netlink message of %d bytes", l)
+		}
+		fn(binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:]), b[nlHdrLen:l])
+		b = b[min((l+3)&^3, len(b)):]
+	}
+	return nil
+}
+
+func errnoOf(payload []byte) syscall.Errno {
+	if len(payload) < 4 {
+		return 0
+	}
+	return syscall.Errno(-int32(binary.NativeEndian.Uint32(payload)))
+}
+
+// roundTrip sends one request (a dump or a single message with seq c.seq)
+// and calls fn for each answer until the dump ends or the ack comes.
+func (c *Conn) roundTrip(req []byte, fn func(payload []byte) error) (int, error) {
+	seq := c.seq
+	if err := c.send(req); err != nil {
+		return 0, err
+	}
+	n := 0
+	var failed error
+	for done := false; !done; {
+		err := c.receive(func(typ uint16, s uint32, payload []byte) {
+			switch {
+			case s != seq || done:
+			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
+				done = true
+				if e := errnoOf(payload); e != 0 && failed == nil {
+					failed = e
+				}
+			case failed == nil:
+				n++
+				failed = fn(payload)
+			}
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, failed
+}
+
+func (c *Conn) nextSeq() uint32 { c.seq++; return c.seq }
+
+// Read dumps the services, then takes every real server from one read of
+// /proc/net/ip_vs instead of a dump per service.
+func (c *Conn) Read() ([]VirtualServer, error) {
+	var vss []VirtualServer
+	if _, err := c.roundTrip(appendDump(nil, c.family, c.nextSeq(), nil), func(p []byte) error {
+		if s, ok := parseService(p); ok {
+			vss = append(vss, VirtualServer{Service: s})
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("listing IPVS services: %w", err)
+	}
+	var dests map[ServiceKey][]Dest
+	err := netns.Do(c.netns, func() error {
+		f, err := os.Open("/proc/thread-self/net/ip_vs")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		dests, err = parseProcIPVS(f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading IPVS real servers: %w", err)
+	}
+	for i := range vss {
+		vss[i].Dests = dests[vss[i].ServiceKey]
+	}
+	return vss, nil
+}
+
+// Dests dumps one service's real servers.
+func (c *Conn) Dests(k ServiceKey) ([]Dest, error) {
+	svc := Service{ServiceKey: k}
+	var out []Dest
+	if _, err := c.roundTrip(appendDump(nil, c.family, c.nextSeq(), &svc), func(p []byte) error {
+		if d, ok := parseDest(p, family(k.Addr)); ok {
+			out = append(out, d)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("listing the real servers of %s: %w", k, err)
+	}
+	return out, nil
+}
+
+// Apply writes ops in batches of at most batchBytes. Only the last message
+// of a batch asks for an ack: the kernel handles a write's messages in
+// order and answers a failed one with its error anyway, so the last ack
+// means the whole batch was handled.
+func (c *Conn) Apply(ops []Op) ([]error, error) {
+	var errs []error
+	for start := 0; start < len(ops); {
+		first := c.seq + 1
+		var req []byte
+		end, lastOff := start, 0
+		for ; end < len(ops) && (end == start || len(req) < batchBytes); end++ {
+			lastOff = len(req)
+			req = appendOp(req, c.family, 0, c.nextSeq(), ops[end])
+		}
+		// Only the batch's last message asks for an ack (nlmsg_flags is at
+		// offset 6 of its header).
+		binary.NativeEndian.PutUint16(req[lastOff+6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+		if err := c.send(req); err != nil {
+			return nil, fmt.Errorf("sending IPVS commands: %w", err)
+		}
+		last := c.seq
+		for done := false; !done; {
+			err := c.receive(func(typ uint16, s uint32, payload []byte) {
+				if typ != unix.NLMSG_ERROR || s-first > last-first { // (wraps safely)
+					return
+				}
+				if e := errnoOf(payload); e != 0 {
+					if errs == nil {
+						errs = make([]error, len(ops))
+					}
+					errs[start+int(s-first)] = e
+				}
+				done = done || s == last
+			})
+			if err != nil {
+				return nil, fmt.Errorf("reading IPVS acks: %w", err)
+			}
+		}
+		start = end
+	}
+	return errs, nil
+}

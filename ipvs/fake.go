@@ -1,0 +1,215 @@
+package ipvs
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"syscall"
+)
+
+// FakeKernel is an in-memory IPVS table that answers as the kernel does
+// (net/netfilter/ipvs/ip_vs_ctl.c): EEXIST for a service or real server
+// that exists, ESRCH for a command on a missing service, ENOENT for a
+// missing real server or an unknown scheduler; each op of a batch succeeds
+// or fails on its own. Tests set connection counts with SetConns.
+type FakeKernel struct {
+	services map[ServiceKey]*fakeService
+	// Fail, when set, can fail an op with an error of its choice before
+	// the fake looks at it.
+	Fail func(Op) error
+	// Journal, when set, records each applied op ("new-service tcp/...").
+	Journal *[]string
+
+	Writes, Ops, Reads, DestReads int // calls, for cost checks
+}
+
+type fakeService struct {
+	svc   Service
+	dests map[netip.AddrPort]Dest
+}
+
+var _ Kernel = (*FakeKernel)(nil)
+
+// NewFakeKernel returns an empty IPVS table.
+func NewFakeKernel() *FakeKernel { return &FakeKernel{services: map[ServiceKey]*fakeService{}} }
+
+var schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}
+
+// Read returns every service with its real servers, by key.
+func (k *FakeKernel) Read() ([]VirtualServer, error) {
+	k.Reads++
+	return k.Snapshot(), nil
+}
+
+// Snapshot is Read without counting.
+func (k *FakeKernel) Snapshot() []VirtualServer {
+	out := make([]VirtualServer, 0, len(k.services))
+	for _, s := range k.services {
+		out = append(out, VirtualServer{Service: s.svc, Dests: s.sortedDests()})
+	}
+	slices.SortFunc(out, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
+	return out
+}
+
+func (s *fakeService) sortedDests() []Dest {
+	ds := slices.Collect(maps.Values(s.dests))
+	slices.SortFunc(ds, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	return ds
+}
+
+// Dests returns one service's real servers; ESRCH when it does not exist.
+func (k *FakeKernel) Dests(key ServiceKey) ([]Dest, error) {
+	k.DestReads++
+	s := k.services[key]
+	if s == nil {
+		return nil, syscall.ESRCH
+	}
+	return s.sortedDests(), nil
+}
+
+// SetConns sets a real server's connection counts.
+func (k *FakeKernel) SetConns(key ServiceKey, dest netip.AddrPort, active, inactive uint32) {
+	if s := k.services[key]; s != nil {
+		if d, ok := s.dests[dest]; ok {
+			d.Active, d.Inactive = active, inactive
+			s.dests[dest] = d
+		}
+	}
+}
+
+// Apply applies each op on its own, as the kernel does within one write.
+func (k *FakeKernel) Apply(ops []Op) ([]error, error) {
+	k.Writes++
+	var errs []error
+	for i, op := range ops {
+		k.Ops++
+		err := k.apply(op)
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(ops))
+			}
+			errs[i] = err
+		} else if k.Journal != nil {
+			*k.Journal = append(*k.Journal, op.String())
+		}
+	}
+	return errs, nil
+}
+
+func (k *FakeKernel) apply(op Op) error {
+	if k.Fail != nil {
+		if err := k.Fail(op); err != nil {
+			return err
+		}
+	}
+	s := k.services[op.Service.ServiceKey]
+	switch op.Cmd {
+	case CmdNewService, CmdSetService:
+		if op.Cmd == CmdNewService && s != nil {
+			return syscall.EEXIST
+		}
+		if op.Cmd == CmdSetService && s == nil {
+			return syscall.ESRCH
+		}
+		if !slices.Contains(schedulers, op.Service.Scheduler) {
+			return syscall.ENOENT
+		}
+		if op.Service.Addr.Is6() && (op.Service.Netmask < 1 || op.Service.Netmask > 128) {
+			return syscall.EINVAL
+		}
+		if s == nil {
+			s = &fakeService{dests: map[netip.AddrPort]Dest{}}
+			k.services[op.Service.ServiceKey] = s
+		}
+		s.svc = op.Service
+		return nil
+	}
+	if s == nil {
+		return syscall.ESRCH
+	}
+	d, exists := s.dests[op.Dest.Addr]
+	switch op.Cmd {
+	case CmdDelService:
+		delete(k.services, op.Service.ServiceKey)
+	case CmdNewDest:
+		if exists {
+			return syscall.EEXIST
+		}
+		s.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd}
+	case CmdSetDest:
+		if !exists {
+			return syscall.ENOENT
+		}
+		d.Weight, d.Fwd = op.Dest.Weight, op.Dest.Fwd
+		s.dests[op.Dest.Addr] = d
+	case CmdDelDest:
+		if !exists {
+			return syscall.ENOENT
+		}
+		delete(s.dests, op.Dest.Addr)
+	default:
+		return syscall.EINVAL
+	}
+	return nil
+}
+
+// FakeHelper holds kube-ipvs0's addresses and the helper sets in memory.
+type FakeHelper struct {
+	Addrs map[netip.Addr]bool
+	Elems map[Element]bool
+	// Fail, when set, fails Apply.
+	Fail    func(HelperChange) error
+	Journal *[]string
+	Applies int
+}
+
+var _ Helper = (*FakeHelper)(nil)
+
+// NewFakeHelper returns a helper with no addresses and no elements.
+func NewFakeHelper() *FakeHelper {
+	return &FakeHelper{Addrs: map[netip.Addr]bool{}, Elems: map[Element]bool{}}
+}
+
+// Read returns the addresses and elements.
+func (h *FakeHelper) Read() ([]netip.Addr, []Element, error) {
+	return slices.Collect(maps.Keys(h.Addrs)), slices.Collect(maps.Keys(h.Elems)), nil
+}
+
+// Apply adds, then removes; adding what is there or removing what is not
+// fails, as `ip addr add` and nft (without "create"/"destroy") do.
+func (h *FakeHelper) Apply(c HelperChange) error {
+	h.Applies++
+	if h.Fail != nil {
+		if err := h.Fail(c); err != nil {
+			return err
+		}
+	}
+	for _, a := range c.AddAddrs {
+		if h.Addrs[a] {
+			return fmt.Errorf("address %s: %w", a, syscall.EEXIST)
+		}
+		h.Addrs[a] = true
+		h.log("add-addr " + a.String())
+	}
+	for _, e := range c.AddElems {
+		h.Elems[e] = true
+	}
+	for _, e := range c.DelElems {
+		delete(h.Elems, e)
+	}
+	for _, a := range c.DelAddrs {
+		if !h.Addrs[a] {
+			return fmt.Errorf("address %s: %w", a, syscall.EADDRNOTAVAIL)
+		}
+		delete(h.Addrs, a)
+		h.log("del-addr " + a.String())
+	}
+	return nil
+}
+
+func (h *FakeHelper) log(s string) {
+	if h.Journal != nil {
+		*h.Journal = append(*h.Journal, s)
+	}
+}

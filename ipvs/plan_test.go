@@ -1,0 +1,289 @@
+package ipvs
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const node = "node-a"
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func spn(ns, name, port string) proxier.ServicePortName {
+	return proxier.ServicePortName{Namespace: ns, Name: name, Port: port}
+}
+
+func ready(a string, port uint16, node string) proxier.Endpoint {
+	return proxier.Endpoint{Addr: ip(a), Port: port, NodeName: node, Ready: true, Serving: true}
+}
+
+func terminating(a string, port uint16, node string) proxier.Endpoint {
+	return proxier.Endpoint{Addr: ip(a), Port: port, NodeName: node, Serving: true, Terminating: true}
+}
+
+var nodeAddrs = []netip.Addr{ip("10.99.0.1"), ip("127.0.0.1"), ip("::1"), ip("fd00:99::1"), ip("172.17.0.1")}
+
+// demoState has a ClusterIP-only TCP service, a UDP one with a local
+// endpoint, a dual-stack NodePort+external+LB service with eTP Local,
+// source ranges, a health check port and a terminating endpoint, an SCTP
+// NodePort and an external IP that is a node address.
+func demoState() *proxier.State {
+	st := proxier.NewState()
+	st.Node = proxier.Node{Name: node, IPs: []netip.Addr{ip("10.99.0.1"), ip("fd00:99::1")}}
+	add := func(svc *proxier.ServicePort, eps ...proxier.Endpoint) {
+		st.Services[svc.Name] = svc
+		st.Endpoints[svc.Name] = eps
+	}
+	add(&proxier.ServicePort{Name: spn("default", "kubernetes", "https"), Protocol: proxier.TCP, Port: 443,
+		ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
+		ready("10.99.0.1", 6443, ""))
+	add(&proxier.ServicePort{Name: spn("kube-system", "kube-dns", "dns"), Protocol: proxier.UDP, Port: 53,
+		ClusterIPs: []netip.Addr{ip("10.96.0.10")}},
+		ready("10.244.0.5", 53, node), ready("10.244.1.5", 53, "node-b"))
+	add(&proxier.ServicePort{Name: spn("kube-system", "kube-dns", "dns-tcp"), Protocol: proxier.TCP, Port: 53,
+		ClusterIPs: []netip.Addr{ip("10.96.0.10")}},
+		ready("10.244.0.5", 53, node), ready("10.244.1.5", 53, "node-b"))
+	add(&proxier.ServicePort{Name: spn("shop", "web", "http"), Protocol: proxier.TCP, Port: 80, NodePort: 30080,
+		ClusterIPs:               []netip.Addr{ip("10.96.0.20"), ip("fd00:10:96::20")},
+		ExternalIPs:              []netip.Addr{ip("192.0.2.10"), ip("10.99.0.1")},
+		LoadBalancerIPs:          []netip.Addr{ip("198.51.100.10"), ip("2001:db8::10")},
+		LoadBalancerSourceRanges: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("10.99.0.0/16"), netip.MustParsePrefix("2001:db8:1::/48")},
+		ExternalPolicyLocal:      true, HealthCheckNodePort: 32000},
+		ready("10.244.0.10", 8080, node), ready("10.244.1.10", 8080, "node-b"), terminating("10.244.1.11", 8080, "node-b"),
+		ready("fd00:10:244::10", 8080, "node-b"))
+	add(&proxier.ServicePort{Name: spn("telco", "sig", ""), Protocol: proxier.SCTP, Port: 3868, NodePort: 31868,
+		ClusterIPs: []netip.Addr{ip("10.96.5.5")}},
+		terminating("10.244.0.7", 3868, node))
+	add(&proxier.ServicePort{Name: spn("default", "headless-like", ""), Protocol: proxier.TCP, Port: 1,
+		ExternalIPs: []netip.Addr{ip("192.0.2.99")}}) // no ClusterIP: not programmed
+	return st
+}
+
+func affinityState() *proxier.State {
+	st := demoState()
+	for name, svc := range st.Services {
+		c := *svc
+		c.AffinityTimeout = 10800 * time.Second
+		st.Services[name] = &c
+	}
+	return st
+}
+
+// Golden text of representative plans: a change to what we program shows
+// up in review as a diff of these files (go test ./ipvs -update).
+func TestGolden(t *testing.T) {
+	npCfg := Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")}}
+	for _, tt := range []struct {
+		file string
+		st   *proxier.State
+		cfg  Config
+	}{
+		{"demo.txt", demoState(), Config{}},
+		{"affinity-mh.txt", affinityState(), Config{Scheduler: "mh"}},
+		{"nodeport-addresses.txt", demoState(), npCfg},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			got := BuildPlan(tt.st, tt.cfg, nodeAddrs).String()
+			path := filepath.Join("testdata", tt.file)
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test ./ipvs -update creates it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("plan differs from %s (go test ./ipvs -update rewrites it):\n%s", path, got)
+			}
+		})
+	}
+}
+
+// rules renders the named virtual servers of a one-service plan.
+func rules(p *Plan) string {
+	var b strings.Builder
+	_ = WriteRules(&b, p.VirtualServers())
+	return b.String()
+}
+
+func TestPlanRealServers(t *testing.T) {
+	n := spn("ns", "svc", "p")
+	base := proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.1")}}
+	withNodePort := base
+	withNodePort.NodePort = 30000
+	for _, tt := range []struct {
+		name string
+		svc  proxier.ServicePort
+		eps  []proxier.Endpoint
+		want string
+	}{
+		{"cluster policy: every ready endpoint", base,
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n"},
+		{"terminating beside ready: weight 0", base,
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), terminating("10.244.1.2", 8080, "b"),
+				{Addr: ip("10.244.1.3"), Port: 8080, Terminating: true}}, // not serving: left out
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 0\n"},
+		{"only terminating: they serve, weight 1", base,
+			[]proxier.Endpoint{terminating("10.244.1.2", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 1\n"},
+		{"not ready nor serving: no real server", base,
+			[]proxier.Endpoint{{Addr: ip("10.244.1.2"), Port: 8080}},
+			"-A -t 10.96.0.1:80 -s rr\n"},
+		{"iTP Local: local endpoints only", func() proxier.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n"},
+		{"iTP Local without local endpoint, not external: none", func() proxier.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n"},
+		{"eTP Local: NodePort local only, ClusterIP all", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node), terminating("10.244.0.2", 8080, node), terminating("10.244.1.2", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.0.2:8080 -m -w 0\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 0\n" +
+				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.99.0.1:30000 -r 10.244.0.2:8080 -m -w 0\n"},
+		{"eTP Local without local endpoint: cluster fallback (#97081)", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
+				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
+		{"other family's endpoints ignored", base,
+			[]proxier.Endpoint{ready("fd00::1", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := proxier.NewState()
+			st.Node.Name = node
+			svc := tt.svc
+			st.Services[n], st.Endpoints[n] = &svc, tt.eps
+			if got := rules(BuildPlan(st, Config{}, []netip.Addr{ip("10.99.0.1")})); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlanServices(t *testing.T) {
+	n := spn("ns", "svc", "")
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		svc  proxier.ServicePort
+		want string
+	}{
+		{"affinity: persistent with the timeout", Config{},
+			proxier.ServicePort{Protocol: proxier.UDP, Port: 53, ClusterIPs: []netip.Addr{ip("10.96.0.10")}, AffinityTimeout: 90 * time.Second},
+			"-A -u 10.96.0.10:53 -s rr -p 90\n"},
+		{"mh adds its port flag", Config{Scheduler: "mh"},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("fd00::10")}},
+			"-A -t [fd00::10]:80 -s mh -b mh-port\n"},
+		{"NodePorts on every node address but loopback", Config{Scheduler: "wrr"},
+			proxier.ServicePort{Protocol: proxier.SCTP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
+			"-A --sctp-service 10.96.0.1:80 -s wrr\n-A --sctp-service 10.99.0.1:30001 -s wrr\n-A --sctp-service 172.17.0.1:30001 -s wrr\n"},
+		{"--nodeport-addresses of the family", Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("fd00::/8")}},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
+			"-A -t 10.96.0.1:80 -s rr\n-A -t 172.17.0.1:30001 -s rr\n-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
+		{"no prefix of a family: all of its addresses", Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("fd00::1")}},
+			"-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
+		{"no ClusterIP: nothing", Config{},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ExternalIPs: []netip.Addr{ip("192.0.2.1")}},
+			""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := proxier.NewState()
+			svc := tt.svc
+			svc.Name = n
+			st.Services[n] = &svc
+			if got := rules(BuildPlan(st, tt.cfg, nodeAddrs)); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlanAddrsAndElements(t *testing.T) {
+	p := BuildPlan(demoState(), Config{}, nodeAddrs)
+	// ClusterIPs and the external and LB IPs that are not node addresses.
+	wantAddrs := []string{"10.96.0.1", "10.96.0.10", "10.96.0.20", "10.96.5.5", "192.0.2.10", "198.51.100.10", "2001:db8::10", "fd00:10:96::20"}
+	var got []string
+	for _, a := range p.Addrs() {
+		got = append(got, a.String())
+	}
+	if !slices.Equal(got, wantAddrs) {
+		t.Errorf("kube-ipvs0 addresses %v, want %v", got, wantAddrs)
+	}
+	has := func(e Element) bool { return slices.Contains(p.Elements(), e) }
+	for _, tt := range []struct {
+		e    Element
+		want bool
+	}{
+		{Element{Set: SetClusterIP, Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}, true},
+		{Element{Set: SetExternalIPLocal, Addr: ip("192.0.2.10"), Protocol: proxier.TCP, Port: 80}, true},
+		{Element{Set: SetExternalIP, Addr: ip("192.0.2.10"), Protocol: proxier.TCP, Port: 80}, false},
+		{Element{Set: SetLoadBalancerLocal, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80}, true},
+		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("203.0.113.0/24")}, true},
+		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("2001:db8:1::/48")}, false},
+		{Element{Set: SetLBSourceIP, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Addr2: ip("198.51.100.10")}, true},
+		{Element{Set: SetLBSourceIP, Addr: ip("2001:db8::10"), Protocol: proxier.TCP, Port: 80, Addr2: ip("2001:db8::10"), V6: true}, false}, // no v6 range holds the node
+		{Element{Set: SetNodePortTCP, Port: 30080}, true},
+		{Element{Set: SetNodePortLocalTCP, Port: 30080}, true},
+		{Element{Set: SetNodePortSCTP, Addr: ip("10.99.0.1"), Port: 31868}, true},
+		{Element{Set: SetNodePortSCTP, Addr: ip("127.0.0.1"), Port: 31868}, false},
+		{Element{Set: SetHealthCheckNodePort, Port: 32000}, true},
+		{Element{Set: SetNodePortTCP, Port: 30080, V6: true}, true},
+		{Element{Set: SetNodePortSCTP, Port: 31868, V6: true}, false}, // IPv4-only service
+		{Element{Set: SetLoopBack, Addr: ip("10.244.0.5"), Protocol: proxier.UDP, Port: 53, Addr2: ip("10.244.0.5")}, true},
+		{Element{Set: SetLoopBack, Addr: ip("10.244.1.5"), Protocol: proxier.UDP, Port: 53, Addr2: ip("10.244.1.5")}, false}, // not local
+		{Element{Set: SetIPVSIPs, Addr: ip("10.99.0.1")}, false},
+		{Element{Set: SetIPVSIPs, Addr: ip("2001:db8::10"), V6: true}, true},
+	} {
+		if has(tt.e) != tt.want {
+			t.Errorf("%s %s: present %v, want %v", tt.e.Set, tt.e, !tt.want, tt.want)
+		}
+	}
+	for _, e := range p.Elements() {
+		if _, ok := SetByName(e.Set); !ok {
+			t.Errorf("element of unknown set %q", e.Set)
+		}
+	}
+}
+
+func TestPlannerReusesUnchangedFragments(t *testing.T) {
+	st := demoState()
+	pl := NewPlanner(Config{})
+	first := pl.Plan(st, nodeAddrs)
+	dns := spn("kube-system", "kube-dns", "dns")
+	web := spn("shop", "web", "http")
+
+	next := proxier.NewState()
+	next.Node = st.Node
+	for n, s := range st.Services {
+		next.Services[n], next.Endpoints[n] = s, st.Endpoints[n]
+	}
+	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
+	second := pl.Plan(next, nodeAddrs)
+	if second.Services[web] != first.Services[web] {
+		t.Error("unchanged service port got a new fragment")
+	}
+	if second.Services[dns] == first.Services[dns] || second.Services[dns].Equal(first.Services[dns]) {
+		t.Error("changed endpoints kept the old fragment")
+	}
+	if got, want := second.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
+		t.Errorf("incremental plan differs from a fresh one:\n%s\nfresh:\n%s", got, want)
+	}
+	// New node addresses change NodePort servers: nothing is reused.
+	third := pl.Plan(next, nodeAddrs[:1])
+	if third.Services[web] == second.Services[web] {
+		t.Error("fragment reused across a change of node addresses")
+	}
+}

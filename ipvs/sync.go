@@ -1,0 +1,605 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// SyncConfig shapes how the Syncer changes the kernel.
+type SyncConfig struct {
+	// ExcludeCIDRs: virtual servers on addresses inside them are never
+	// removed (--ipvs-exclude-cidrs): someone else's.
+	ExcludeCIDRs []netip.Prefix
+	// DrainTimeout bounds how long a removed TCP real server keeps weight 0
+	// waiting for its connections to end; 0 means 15 minutes, IPVS's own
+	// timeout for an established TCP connection: past it, connections to
+	// an endpoint gone from the API are dead anyway, and its address may
+	// belong to a new pod.
+	DrainTimeout time.Duration
+	// DrainCheck is how often draining servers' connection counts are
+	// read; 0 means a minute, as upstream.
+	DrainCheck time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Syncer makes the kernel's IPVS table and the Helper match a Plan. It
+// reads the kernel once at start and adopts what it finds (never a flush:
+// IPVS keeps deleted real servers in a trash list it scans on every add).
+// Afterwards a sync looks only at the service ports whose fragments
+// changed, plus the keys an earlier sync failed on, and reads connection
+// counts only for virtual servers with draining real servers.
+//
+// The order leaves no window: virtual servers and their real servers
+// first, then the addresses and set elements that lead traffic to them;
+// addresses and elements go before the virtual servers they led to.
+type Syncer struct {
+	k   Kernel
+	h   Helper
+	cfg SyncConfig
+
+	read bool // the kernel and helper were read
+	// Desired, by owner: fragments as last synced, and for each key the
+	// service ports that want it.
+	frags    map[proxier.ServicePortName]*Fragment
+	vsOwners map[ServiceKey]map[proxier.ServicePortName]*VirtualServer
+	addrRefs map[netip.Addr]int
+	elemRefs map[Element]int
+	// Applied: what the kernel and helper hold, as far as we know.
+	have      map[ServiceKey]*appliedService
+	haveAddrs map[netip.Addr]bool
+	haveElems map[Element]bool
+	// Draining real servers and since when.
+	draining  map[ServiceKey]map[netip.AddrPort]time.Time
+	nextCheck time.Time
+	// Keys to look at in the next sync (changed, or failed last time).
+	dirtyVS    map[ServiceKey]bool
+	dirtyAddrs map[netip.Addr]bool
+	dirtyElems map[Element]bool
+	helperRead bool // the helper must be read again (a failed Apply)
+}
+
+type appliedService struct {
+	svc   Service
+	dests map[netip.AddrPort]Dest
+}
+
+// unknownWeight marks a real server that exists with a weight we do not
+// know (NEW_DEST said EEXIST): the next diff sets it.
+const unknownWeight = ^uint32(0)
+
+// SyncResult is what one sync did.
+type SyncResult struct {
+	Ops       int // IPVS commands sent
+	Writes    int // Kernel.Apply calls
+	DestReads int // virtual servers whose real servers were read (draining)
+	Helper    HelperChange
+	Draining  int // real servers waiting for their connections to end
+}
+
+// NewSyncer returns a Syncer over k and h; the first Sync reads both.
+func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 15 * time.Minute
+	}
+	if cfg.DrainCheck == 0 {
+		cfg.DrainCheck = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Syncer{k: k, h: h, cfg: cfg,
+		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ServiceKey]map[proxier.ServicePortName]*VirtualServer{},
+		addrRefs: map[netip.Addr]int{}, elemRefs: map[Element]int{},
+		draining: map[ServiceKey]map[netip.AddrPort]time.Time{},
+		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{}, dirtyElems: map[Element]bool{},
+	}
+}
+
+// Sync makes the kernel match p. Failed commands are retried by the next
+// sync (their keys stay dirty); the error lists them.
+func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
+	var res SyncResult
+	now := s.cfg.Now()
+	if !s.read {
+		if err := s.readKernel(); err != nil {
+			return res, err
+		}
+	}
+	if s.helperRead {
+		if err := s.readHelper(); err != nil {
+			return res, err
+		}
+	}
+	s.updateDesired(p)
+
+	var errs []error
+	// 1. Virtual and real servers, all but deleted services.
+	var ops, dels []Op
+	var newlyDraining []ServiceKey
+	for _, key := range sortedKeys(s.dirtyVS) {
+		o, d, drains := s.diffService(key, now)
+		if len(o) == 0 && len(d) == 0 {
+			delete(s.dirtyVS, key) // matches (draining aside)
+		}
+		ops, dels = append(ops, o...), append(dels, d...)
+		if drains {
+			newlyDraining = append(newlyDraining, key)
+		}
+	}
+	failedNew := map[netip.Addr]bool{}
+	opErrs, err := s.apply(ops, &res)
+	if err != nil {
+		return res, err
+	}
+	errs = append(errs, opErrs...)
+	for _, op := range ops {
+		if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
+			failedNew[op.Service.Addr] = true
+		}
+	}
+
+	// 2. Addresses and elements: added once their servers exist, removed
+	// before their servers go.
+	change := s.diffHelper(failedNew)
+	if !change.empty() {
+		res.Helper = change
+		if err := s.h.Apply(change); err != nil {
+			errs = append(errs, fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err))
+			s.helperRead = true
+			dels = nil // their addresses may still be there
+		} else {
+			for _, a := range change.AddAddrs {
+				s.haveAddrs[a] = true
+				delete(s.dirtyAddrs, a)
+			}
+			for _, a := range change.DelAddrs {
+				delete(s.haveAddrs, a)
+				delete(s.dirtyAddrs, a)
+			}
+			for _, e := range change.AddElems {
+				s.haveElems[e] = true
+				delete(s.dirtyElems, e)
+			}
+			for _, e := range change.DelElems {
+				delete(s.haveElems, e)
+				delete(s.dirtyElems, e)
+			}
+		}
+	}
+
+	// 3. Deleted virtual servers.
+	opErrs, err = s.apply(dels, &res)
+	if err != nil {
+		return res, err
+	}
+	errs = append(errs, opErrs...)
+
+	// 4. Graceful termination.
+	if err := s.drain(now, newlyDraining, &res); err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range s.draining {
+		res.Draining += len(m)
+	}
+	return res, errors.Join(errs...)
+}
+
+// NextDrainCheck is when a sync next reads draining servers' counts (zero
+// when none drain): the loop should sync by then.
+func (s *Syncer) NextDrainCheck() time.Time {
+	if len(s.draining) == 0 {
+		return time.Time{}
+	}
+	return s.nextCheck
+}
+
+func (s *Syncer) readKernel() error {
+	vss, err := s.k.Read()
+	if err != nil {
+		return fmt.Errorf("reading IPVS services: %w", err)
+	}
+	s.have = make(map[ServiceKey]*appliedService, len(vss))
+	for _, v := range vss {
+		a := &appliedService{svc: v.Service, dests: make(map[netip.AddrPort]Dest, len(v.Dests))}
+		for _, d := range v.Dests {
+			a.dests[d.Addr] = d
+		}
+		s.have[v.ServiceKey] = a
+		s.dirtyVS[v.ServiceKey] = true
+	}
+	for k := range s.vsOwners {
+		s.dirtyVS[k] = true
+	}
+	// Drain entries for servers that are gone are dropped by the diff;
+	// after a restart the diff finds weight-0 leftovers and drains them.
+	if err := s.readHelper(); err != nil {
+		return err
+	}
+	s.read = true
+	return nil
+}
+
+func (s *Syncer) readHelper() error {
+	addrs, elems, err := s.h.Read()
+	if err != nil {
+		return fmt.Errorf("reading kube-ipvs0 addresses and helper sets: %w", err)
+	}
+	s.haveAddrs, s.haveElems = map[netip.Addr]bool{}, map[Element]bool{}
+	for _, a := range addrs {
+		s.haveAddrs[a] = true
+		s.dirtyAddrs[a] = true
+	}
+	for _, e := range elems {
+		s.haveElems[e] = true
+		s.dirtyElems[e] = true
+	}
+	for a := range s.addrRefs {
+		s.dirtyAddrs[a] = true
+	}
+	for e := range s.elemRefs {
+		s.dirtyElems[e] = true
+	}
+	s.helperRead = false
+	return nil
+}
+
+// updateDesired swaps in the fragments that changed, marking what they
+// touch. An unchanged fragment costs a pointer comparison.
+func (s *Syncer) updateDesired(p *Plan) {
+	for name, old := range s.frags {
+		if _, ok := p.Services[name]; !ok {
+			s.unown(name, old)
+			delete(s.frags, name)
+		}
+	}
+	for name, fr := range p.Services {
+		old := s.frags[name]
+		if old == fr {
+			continue
+		}
+		if old.Equal(fr) {
+			s.frags[name] = fr
+			continue
+		}
+		if old != nil {
+			s.unown(name, old)
+		}
+		s.own(name, fr)
+		s.frags[name] = fr
+	}
+}
+
+func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
+	for i := range fr.Virtual {
+		v := &fr.Virtual[i]
+		if s.vsOwners[v.ServiceKey] == nil {
+			s.vsOwners[v.ServiceKey] = map[proxier.ServicePortName]*VirtualServer{}
+		}
+		s.vsOwners[v.ServiceKey][name] = v
+		s.dirtyVS[v.ServiceKey] = true
+	}
+	for _, a := range fr.Addrs {
+		s.addrRefs[a]++
+		s.dirtyAddrs[a] = true
+	}
+	for _, e := range fr.Elements {
+		s.elemRefs[e]++
+		s.dirtyElems[e] = true
+	}
+}
+
+func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
+	for _, v := range fr.Virtual {
+		delete(s.vsOwners[v.ServiceKey], name)
+		if len(s.vsOwners[v.ServiceKey]) == 0 {
+			delete(s.vsOwners, v.ServiceKey)
+		}
+		s.dirtyVS[v.ServiceKey] = true
+	}
+	for _, a := range fr.Addrs {
+		if s.addrRefs[a]--; s.addrRefs[a] <= 0 {
+			delete(s.addrRefs, a)
+		}
+		s.dirtyAddrs[a] = true
+	}
+	for _, e := range fr.Elements {
+		if s.elemRefs[e]--; s.elemRefs[e] <= 0 {
+			delete(s.elemRefs, e)
+		}
+		s.dirtyElems[e] = true
+	}
+}
+
+// want is the virtual server wanted at key: the first owner's by name
+// when two service ports claim it (the same external IP and port).
+func (s *Syncer) want(key ServiceKey) *VirtualServer {
+	var best *VirtualServer
+	var bestName string
+	for name, v := range s.vsOwners[key] {
+		if n := name.String(); best == nil || n < bestName {
+			best, bestName = v, n
+		}
+	}
+	return best
+}
+
+func (s *Syncer) excluded(a netip.Addr) bool {
+	return slices.ContainsFunc(s.cfg.ExcludeCIDRs, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+// diffService returns the ops that make key's virtual server match: ops
+// for step 1, dels (DEL_SERVICE) for step 3, and whether a real server
+// started draining.
+func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, drains bool) {
+	want, have := s.want(key), s.have[key]
+	switch {
+	case want == nil && have == nil:
+		delete(s.dirtyVS, key)
+		return nil, nil, false
+	case want == nil:
+		if s.excluded(key.Addr) {
+			delete(s.dirtyVS, key)
+			return nil, nil, false
+		}
+		return nil, []Op{{Cmd: CmdDelService, Service: have.svc}}, false
+	case have == nil:
+		ops = append(ops, Op{Cmd: CmdNewService, Service: want.Service})
+		for _, d := range want.Dests {
+			ops = append(ops, Op{Cmd: CmdNewDest, Service: want.Service, Dest: d})
+		}
+		return ops, nil, false
+	}
+	if !have.svc.sameSettings(want.Service) {
+		ops = append(ops, Op{Cmd: CmdSetService, Service: want.Service})
+	}
+	wanted := make(map[netip.AddrPort]bool, len(want.Dests))
+	for _, d := range want.Dests {
+		wanted[d.Addr] = true
+		h, ok := have.dests[d.Addr]
+		switch {
+		case !ok:
+			ops = append(ops, Op{Cmd: CmdNewDest, Service: want.Service, Dest: d})
+		case h.Weight != d.Weight || h.Fwd != d.Fwd:
+			// Also an endpoint back from draining: it keeps its
+			// connections and gets its weight back.
+			ops = append(ops, Op{Cmd: CmdSetDest, Service: want.Service, Dest: d})
+		}
+		s.stopDraining(key, d.Addr)
+	}
+	for _, addr := range slices.SortedFunc(maps.Keys(have.dests), netip.AddrPort.Compare) {
+		if wanted[addr] {
+			continue
+		}
+		h := have.dests[addr]
+		if key.Protocol != proxier.TCP {
+			// No connection state to wait for: UDP and SCTP clients
+			// would keep sending to a dead server.
+			ops = append(ops, Op{Cmd: CmdDelDest, Service: want.Service, Dest: h})
+			continue
+		}
+		if h.Weight != 0 {
+			ops = append(ops, Op{Cmd: CmdSetDest, Service: want.Service, Dest: Dest{Addr: addr, Fwd: h.Fwd & fwdMask}})
+		}
+		if _, ok := s.draining[key][addr]; !ok {
+			if s.draining[key] == nil {
+				s.draining[key] = map[netip.AddrPort]time.Time{}
+			}
+			s.draining[key][addr] = now
+			drains = true
+		}
+	}
+	return ops, nil, drains
+}
+
+func (s *Syncer) stopDraining(key ServiceKey, addr netip.AddrPort) {
+	if m := s.draining[key]; m != nil {
+		delete(m, addr)
+		if len(m) == 0 {
+			delete(s.draining, key)
+		}
+	}
+}
+
+// record updates the applied view after op's result; false when op failed
+// in a way that leaves work for the next sync.
+func (s *Syncer) record(op Op, err error) bool {
+	key := op.Service.ServiceKey
+	have := s.have[key]
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ESRCH): // the service is not there
+		delete(s.have, key)
+		delete(s.draining, key)
+		return op.Cmd == CmdDelService
+	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdDelDest:
+	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdSetDest && have != nil:
+		delete(have.dests, op.Dest.Addr)
+		s.stopDraining(key, op.Dest.Addr)
+		return false
+	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewDest && have != nil:
+		have.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: unknownWeight}
+		return false
+	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewService:
+		s.read = false // someone else made it: read everything again
+		return false
+	default:
+		return false
+	}
+	switch op.Cmd {
+	case CmdNewService:
+		s.have[key] = &appliedService{svc: op.Service, dests: map[netip.AddrPort]Dest{}}
+	case CmdSetService:
+		if have != nil {
+			have.svc = op.Service
+		}
+	case CmdDelService:
+		delete(s.have, key)
+		delete(s.draining, key)
+	case CmdNewDest, CmdSetDest:
+		if have != nil {
+			have.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd}
+		}
+	case CmdDelDest:
+		if have != nil {
+			delete(have.dests, op.Dest.Addr)
+		}
+		s.stopDraining(key, op.Dest.Addr)
+	}
+	return true
+}
+
+// settled reports whether key's applied state is what is wanted (up to
+// draining real servers, which the drain step handles).
+func (s *Syncer) settled(key ServiceKey) bool {
+	want, have := s.want(key), s.have[key]
+	if want == nil || have == nil {
+		return want == nil && have == nil
+	}
+	if !have.svc.sameSettings(want.Service) {
+		return false
+	}
+	wanted := make(map[netip.AddrPort]bool, len(want.Dests))
+	for _, d := range want.Dests {
+		h, ok := have.dests[d.Addr]
+		if !ok || h.Weight != d.Weight || h.Fwd != d.Fwd {
+			return false
+		}
+		wanted[d.Addr] = true
+	}
+	for addr, h := range have.dests {
+		if _, drain := s.draining[key][addr]; !wanted[addr] && (!drain || h.Weight != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// diffHelper returns the address and element changes of the dirty keys,
+// leaving out addresses whose virtual server could not be created.
+func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
+	var c HelperChange
+	for a := range s.dirtyAddrs {
+		switch want, have := s.addrRefs[a] > 0, s.haveAddrs[a]; {
+		case want && !have && !failedNew[a]:
+			c.AddAddrs = append(c.AddAddrs, a)
+		case !want && have:
+			c.DelAddrs = append(c.DelAddrs, a)
+		case want == have:
+			delete(s.dirtyAddrs, a)
+		}
+	}
+	for e := range s.dirtyElems {
+		switch want, have := s.elemRefs[e] > 0, s.haveElems[e]; {
+		case want && !have:
+			c.AddElems = append(c.AddElems, e)
+		case !want && have:
+			c.DelElems = append(c.DelElems, e)
+		default:
+			delete(s.dirtyElems, e)
+		}
+	}
+	for _, l := range [][]netip.Addr{c.AddAddrs, c.DelAddrs} {
+		slices.SortFunc(l, netip.Addr.Compare)
+	}
+	slices.SortFunc(c.AddElems, compareElements)
+	slices.SortFunc(c.DelElems, compareElements)
+	return c
+}
+
+// drain deletes draining real servers whose connections are gone or whose
+// time is up, reading counts of the virtual servers that just started
+// draining and, every DrainCheck, of all that drain.
+func (s *Syncer) drain(now time.Time, fresh []ServiceKey, res *SyncResult) error {
+	check := fresh
+	if !now.Before(s.nextCheck) {
+		check = slices.SortedFunc(maps.Keys(s.draining), ServiceKey.Compare)
+		s.nextCheck = now.Add(s.cfg.DrainCheck)
+	}
+	var ops []Op
+	var errs []error
+	for _, key := range slices.Compact(check) {
+		m := s.draining[key]
+		have := s.have[key]
+		if len(m) == 0 || have == nil {
+			continue
+		}
+		res.DestReads++
+		dests, err := s.k.Dests(key)
+		if errors.Is(err, syscall.ESRCH) {
+			delete(s.have, key)
+			delete(s.draining, key)
+			s.dirtyVS[key] = true
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the real servers of %s: %w", key, err))
+			continue
+		}
+		conns := make(map[netip.AddrPort]uint32, len(dests))
+		for _, d := range dests {
+			conns[d.Addr] = d.Active + d.Inactive
+		}
+		for _, addr := range slices.SortedFunc(maps.Keys(m), netip.AddrPort.Compare) {
+			n, ok := conns[addr]
+			switch {
+			case !ok:
+				delete(have.dests, addr)
+				s.stopDraining(key, addr)
+			case n == 0 || now.Sub(m[addr]) >= s.cfg.DrainTimeout:
+				ops = append(ops, Op{Cmd: CmdDelDest, Service: have.svc, Dest: Dest{Addr: addr}})
+			}
+		}
+	}
+	opErrs, err := s.apply(ops, res)
+	if err != nil {
+		return err
+	}
+	errs = append(errs, opErrs...)
+	return errors.Join(errs...)
+}
+
+// apply sends ops, records each result, and settles the keys they touched.
+// The error is a transport failure (everything is read again next time);
+// failed ops come back in errs.
+func (s *Syncer) apply(ops []Op, res *SyncResult) (errs []error, err error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	res.Ops += len(ops)
+	res.Writes++
+	opErrs, err := s.k.Apply(ops)
+	if err != nil {
+		s.read = false
+		return nil, err
+	}
+	touched := map[ServiceKey]bool{}
+	for i, op := range ops {
+		var e error
+		if opErrs != nil {
+			e = opErrs[i]
+		}
+		if s.record(op, e) {
+			touched[op.Service.ServiceKey] = true
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %w", op, e))
+		}
+	}
+	for key := range touched {
+		if s.dirtyVS[key] && s.settled(key) {
+			delete(s.dirtyVS, key)
+		}
+	}
+	return errs, nil
+}
+
+func sortedKeys(m map[ServiceKey]bool) []ServiceKey {
+	return slices.SortedFunc(maps.Keys(m), ServiceKey.Compare)
+}
