@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,16 +138,23 @@ func TestFaultKillDuringFirstSync(t *testing.T) {
 	f := e.startExampleFlows(t)
 	rules := e.sampleRules(t)
 
-	// Killed as soon as it has read the state and starts its first sync.
-	e.proxy = launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state)...)
-	e.proxy.waitLog(t, time.Minute, "the proxy to start its first sync", func(lines []string) bool {
-		return strings.Contains(strings.Join(lines, "\n"), "kube-nftproxy running")
-	})
-	e.proxy.kill(t)
-	if n := e.proxy.syncs(); n > 0 {
-		t.Logf("note: the first sync had finished before the kill (%d syncs logged); the kill hit after it", n)
-	} else {
-		t.Logf("killed before the first sync was logged as done")
+	// Killed once it has read the state and starts its first sync (it
+	// logs "running" right before): at once, and a little later, to land
+	// in the building of the rules and in the kernel transaction.
+	for _, after := range []time.Duration{0, 200 * time.Millisecond} {
+		e.proxy = launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state)...)
+		e.proxy.waitLog(t, time.Minute, "the proxy to start its first sync", func(lines []string) bool {
+			return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "kube-nftproxy running") })
+		})
+		if after > 0 {
+			time.Sleep(after) // placing the fault, not waiting for anything
+		}
+		e.proxy.kill(t)
+		if n := e.proxy.syncs(); n > 0 {
+			t.Logf("kill -9 %v after the first sync started: it had finished already (%d syncs logged)", after, n)
+		} else {
+			t.Logf("kill -9 %v after the first sync started: before it was logged as done", after)
+		}
 	}
 
 	t0 := time.Now()
