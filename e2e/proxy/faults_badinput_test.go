@@ -59,7 +59,7 @@ func listedYAML(broken bool, pods ...sandbox.Pod) string {
 	return b.String()
 }
 
-// badService is a one-port TCP Service in default, as YAML, with fields
+// badServiceYAML is a one-port TCP Service in default, as YAML, with fields
 // given verbatim so that they can be wrong.
 func badServiceYAML(name, clusterIP, protocol, port, extra string) string {
 	return fmt.Sprintf(`apiVersion: v1
