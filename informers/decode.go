@@ -115,7 +115,7 @@ func docToJSON(doc document) ([]byte, error) {
 	// Retry leniently: a repeated key loses nothing we can't name.
 	js, lerr := yaml.YAMLToJSON(doc.data)
 	if lerr != nil {
-		return nil, &SyntaxError{Line: doc.start, Err: shiftLines(lerr, shift)}
+		return nil, &SyntaxError{Line: doc.line, Err: shiftLines(lerr, shift)}
 	}
 	return js, shiftLines(err, shift)
 }

@@ -45,8 +45,8 @@ spec:
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: broken-yaml
-spec: [
+metadata: {name: broken-spec, namespace: default}
+spec: [1]
 ---
 apiVersion: v1
 kind: Service
@@ -146,7 +146,7 @@ func TestLoadState(t *testing.T) {
 		}
 	}
 	checkErrors(t, errs,
-		p("services.yaml")+":12: invalid YAML in the document starting here: yaml: line 14: did not find expected ',' or '}'",
+		p("services.yaml")+`:12: Service default/broken-spec: json: cannot unmarshal array into Go struct field Service.spec of type v1.ServiceSpec, skipped`,
 		p("services.yaml")+`:17: Service default/wrong-type: json: cannot unmarshal string into Go struct field ServicePort.spec.ports.port of type int32, skipped`,
 		p("services.yaml")+`:48: Service no-version: apiVersion is missing, skipped`,
 		p("list.yaml")+`:1 items[1]: endpointslice default/web-abc: endpoints[1]: invalid IP address "10.244.0.999", endpoint skipped`,
