@@ -416,3 +416,34 @@ func TestFileSourceRereadsOnlyChanged(t *testing.T) {
 		t.Errorf("got %d services, want 11", len(after.Services))
 	}
 }
+
+// TestFileSourceDuplicateNodePort: a Service added with a NodePort another
+// already has loses that NodePort alone; the holder keeps it in both
+// families whatever the names and creation times.
+func TestFileSourceDuplicateNodePort(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "z.yaml"), `apiVersion: v1
+kind: Service
+metadata: {name: zeta, namespace: default, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  type: NodePort
+  clusterIPs: [10.96.0.1, "fd00::1"]
+  ports: [{name: http, port: 80, nodePort: 30080}]
+`)
+	r := startSource(t, dir)
+	r.waitState(t, "default/zeta:http")
+	write(t, filepath.Join(dir, "a.yaml"), `apiVersion: v1
+kind: Service
+metadata: {name: alpha, namespace: default, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.2
+  externalIPs: [192.0.2.1]
+  ports: [{name: http, port: 80, nodePort: 30080}]
+`)
+	st := r.waitState(t, "default/alpha:http", "default/zeta:http")
+	mustEqual(t, "services", summarize(st), []string{
+		"default/alpha:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1",
+		"default/zeta:http TCP/80 cluster=10.96.0.1,fd00::1 np=30080",
+	})
+}
