@@ -41,7 +41,7 @@ type Builder struct {
 	// it against newcomers; touched are the keys claimed or let go since.
 	held    map[claim]serviceKey
 	touched map[claim]struct{}
-	pending   []*serviceEntry       // entries to resolve before the lock is released
+	pending []*serviceEntry // entries to resolve before the lock is released
 
 	// liveServices and liveEndpoints are the state as of the last snapshot
 	// plus the refreshed Services; published lists the port names each
