@@ -66,3 +66,40 @@ func BenchmarkLoadState(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFileSetReloadOneFile changes one of 100 files holding 10,000
+// objects and reloads: only that file is read and parsed again.
+func BenchmarkFileSetReloadOneFile(b *testing.B) {
+	dir := writeBenchState(b, 10_000, 100)
+	set, err := newFileSet(dir, "node-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	set.racyWindow = 0 // the files were written just now; trust their timestamps
+	if res := set.reload(); !res.complete {
+		b.Fatalf("first load: %v", res.failures)
+	}
+	set.b.State()
+	path := filepath.Join(dir, "state-042.yaml")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	changed := []byte(strings.ReplaceAll(string(orig), "port: 80,", "port: 81,"))
+	b.ResetTimer()
+	for i := range b.N {
+		body := orig
+		if i%2 == 0 {
+			body = changed
+		}
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if res := set.reload(); !res.complete || len(res.problems) > 0 {
+			b.Fatalf("reload: %v %v", res.failures, res.problems)
+		}
+		if st := set.b.State(); len(st.Services) != 5_000 {
+			b.Fatalf("%d services", len(st.Services))
+		}
+	}
+}

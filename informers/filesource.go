@@ -49,6 +49,7 @@ type FileSource struct {
 
 	published *proxier.State // the last State handed to OnState
 	failing   bool
+	conflicts map[string]bool // the conflicts already logged
 }
 
 // NewFileSource returns a FileSource for path (a file, or a directory whose
@@ -137,6 +138,7 @@ func (s *FileSource) reload() {
 		s.log.Warn("not programming anything until every manifest can be read", "path", s.set.path, "failures", len(res.failures))
 		return
 	}
+	s.logConflicts()
 	st := s.set.b.State()
 	if st == s.published {
 		return // the Builder hands out the same snapshot when nothing changed
@@ -145,6 +147,20 @@ func (s *FileSource) reload() {
 	if s.OnState != nil {
 		s.OnState(st)
 	}
+}
+
+// logConflicts logs the values Services lose to each other, each once
+// while it lasts.
+func (s *FileSource) logConflicts() {
+	now := map[string]bool{}
+	for _, err := range s.set.b.conflictErrors() {
+		msg := err.Error()
+		now[msg] = true
+		if !s.conflicts[msg] {
+			s.log.Warn("skipping bad input", "err", err)
+		}
+	}
+	s.conflicts = now
 }
 
 // FileError is a manifest file, or the path holding them, that cannot be
