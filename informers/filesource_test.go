@@ -447,3 +447,28 @@ spec:
 		"default/zeta:http TCP/80 cluster=10.96.0.1,fd00::1 np=30080",
 	})
 }
+
+// TestFileSourcePathGone: the --state directory going away is a failure
+// that keeps the state; its return is followed.
+func TestFileSourcePathGone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "a.yaml"), svcYAML("a", "10.96.0.1"))
+	r := startSource(t, dir)
+	r.waitState(t, "default/a:http")
+	// Moved away in one step (removing the files one by one would be a
+	// change of its own).
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitError(t, dir, "no such file")
+	r.noState(t)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "b.yaml"), svcYAML("b", "10.96.0.2"))
+	r.waitState(t, "default/b:http")
+	r.wait(t, r.recovered, "recovery")
+}
