@@ -338,10 +338,13 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 	var client kubernetes.Interface
+	var files *informers.FileSource
 	if o.statePath == "" {
 		if client, err = o.apiClient(); err != nil {
 			return err
 		}
+	} else if files, err = informers.NewFileSource(o.statePath, node, log); err != nil {
+		return fmt.Errorf("--state: %w", err)
 	}
 	// One instance per network namespace: two would rewrite each other's
 	// tables at every sync.
@@ -429,17 +432,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return runLoop(ctx, loop, log)
 	}
 
-	reload := func() {
-		st, err := loadState(o, log)
-		if err != nil {
-			log.Error("keeping the previous state", "err", err)
-			return
-		}
-		loop.SetState(st)
-	}
-	reload()
+	files.OnState = loop.SetState
+	files.OnError = func(err error) { log.Error("state source failing; keeping what it held before", "err", err) }
+	files.OnRecovered = func() { log.Info("state source recovered", "state", o.statePath) }
 	go func() {
-		if err := informers.Watch(ctx, o.statePath, reload); err != nil {
+		if err := files.Run(ctx); err != nil {
 			log.Error("watching the state stopped; changes are no longer followed", "err", err)
 		}
 	}()
