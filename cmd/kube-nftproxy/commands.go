@@ -320,10 +320,10 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 	}
 	st, problems := informers.LoadState(o.statePath, node)
 	for _, p := range problems {
-		log.Warn("skipping bad input", "err", p)
+		log.Warn("bad input", "err", p)
 	}
 	if st == nil {
-		return nil, fmt.Errorf("reading state from %s failed", o.statePath)
+		return nil, fmt.Errorf("reading state from %s failed: a file could not be read or parsed (see above)", o.statePath)
 	}
 	return st, nil
 }
@@ -419,7 +419,8 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			health.SetNodeEligible(!st.Node.Leaving)
 			return st
 		})
-		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics)
+		// Each informer retries with its own URL in the error: one failure.
+		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics).AnyText()
 		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
 			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK}
 		go func() {
@@ -433,8 +434,8 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 
 	files.OnState = loop.SetState
-	files.OnError = func(err error) { log.Error("state source failing; keeping what it held before", "err", err) }
-	files.OnRecovered = func() { log.Info("state source recovered", "state", o.statePath) }
+	status := proxier.NewSourceStatus("file", log, o.syncPeriod, health, metrics)
+	files.OnError, files.OnRecovered = status.Failing, status.OK
 	go func() {
 		if err := files.Run(ctx); err != nil {
 			log.Error("watching the state stopped; changes are no longer followed", "err", err)
