@@ -37,7 +37,11 @@ type Builder struct {
 	owner     map[claim]*serviceEntry
 	rivals    map[claim][]*serviceEntry
 	conflicts map[objectRef][]error // per losing Service
-	pending   []*serviceEntry       // entries to resolve before the lock is released
+	// held is the holder of every key as of the last snapshot, which keeps
+	// it against newcomers; touched are the keys claimed or let go since.
+	held    map[claim]serviceKey
+	touched map[claim]struct{}
+	pending []*serviceEntry // entries to resolve before the lock is released
 
 	// liveServices and liveEndpoints are the state as of the last snapshot
 	// plus the refreshed Services; published lists the port names each
@@ -78,6 +82,8 @@ func NewBuilder(nodeName string) *Builder {
 		owner:         map[claim]*serviceEntry{},
 		rivals:        map[claim][]*serviceEntry{},
 		conflicts:     map[objectRef][]error{},
+		held:          map[claim]serviceKey{},
+		touched:       map[claim]struct{}{},
 		liveServices:  map[proxier.ServicePortName]*proxier.ServicePort{},
 		liveEndpoints: map[proxier.ServicePortName][]proxier.Endpoint{},
 		published:     map[serviceKey][]proxier.ServicePortName{},
@@ -451,6 +457,7 @@ func (b *Builder) State() *proxier.State {
 }
 
 func (b *Builder) stateLocked() *proxier.State {
+	b.settleHeld()
 	for key := range b.dirty {
 		b.refreshLocked(key)
 	}

@@ -22,16 +22,23 @@ import (
 // the value, the others go without that one value and are reported, and a
 // loser gets its value back as soon as the holder lets it go.
 //
-// Ranking by creation time (then namespace/name) makes the outcome depend
-// on the objects alone, not on the order a watch or a directory delivered
-// them, so a restarted proxy programs what the running one did.
+// The Service that held a key in the last snapshot ranks first: a newcomer
+// (say, a second Service given the same NodePort in a file) never takes a
+// working value away. Among Services none of which held it, the older
+// Service (then namespace/name) ranks first, which is the one the API server
+// would have kept, and which does not depend on the order a watch or a
+// directory delivered them. One rule comes before both: a cluster IP keeps
+// its address against an external or load balancer IP.
 
 // claim is a key shared by all Services: an address, protocol and port, or
-// a NodePort and protocol (addr not valid).
+// a NodePort, protocol and IP family (addr not valid; ipv6 set for IPv6).
+// A NodePort is programmed per family, in each family the Service has a
+// cluster IP of, so it only collides within a family.
 type claim struct {
 	addr  netip.Addr
 	proto proxier.Protocol
 	port  uint16
+	ipv6  bool
 }
 
 func (c claim) String() string {
@@ -39,6 +46,18 @@ func (c claim) String() string {
 		return strconv.Itoa(int(c.port)) + "/" + string(c.proto)
 	}
 	return netip.AddrPortFrom(c.addr, c.port).String() + "/" + string(c.proto)
+}
+
+// nodePortClaims lists the NodePort keys of sp: one per family of its
+// cluster IPs.
+func nodePortClaims(sp *proxier.ServicePort) []claim {
+	var out []claim
+	for _, v6 := range []bool{false, true} {
+		if slices.ContainsFunc(sp.ClusterIPs, func(ip netip.Addr) bool { return ip.Unmap().Is6() == v6 }) {
+			out = append(out, claim{proto: sp.Protocol, port: sp.NodePort, ipv6: v6})
+		}
+	}
+	return out
 }
 
 // role is how a service port uses a claimed key.
@@ -99,16 +118,18 @@ func newServiceEntry(key serviceKey, created time.Time, ports []*proxier.Service
 	}
 	for i, sp := range ports {
 		for _, ip := range sp.ClusterIPs {
-			use(claim{ip, sp.Protocol, sp.Port}, i, roleClusterIP)
+			use(claim{addr: ip, proto: sp.Protocol, port: sp.Port}, i, roleClusterIP)
 		}
 		for _, ip := range sp.ExternalIPs {
-			use(claim{ip, sp.Protocol, sp.Port}, i, roleExternalIP)
+			use(claim{addr: ip, proto: sp.Protocol, port: sp.Port}, i, roleExternalIP)
 		}
 		for _, ip := range sp.LoadBalancerIPs {
-			use(claim{ip, sp.Protocol, sp.Port}, i, roleLoadBalancerIP)
+			use(claim{addr: ip, proto: sp.Protocol, port: sp.Port}, i, roleLoadBalancerIP)
 		}
 		if sp.NodePort != 0 {
-			use(claim{proto: sp.Protocol, port: sp.NodePort}, i, roleNodePort)
+			for _, c := range nodePortClaims(sp) {
+				use(c, i, roleNodePort)
+			}
 		}
 	}
 	return e
@@ -126,17 +147,39 @@ func (e *serviceEntry) outranks(o *serviceEntry) bool {
 	return e.key.name < o.key.name
 }
 
-// outranksFor is outranks for one key, except that a cluster IP always keeps
-// its address against an external or load balancer IP: otherwise an older
+// outranksFor reports whether e keeps key c against o. A cluster IP always
+// keeps its address against an external or load balancer IP: otherwise a
 // Service could take over another's cluster IP by listing it as its
-// external IP (the pattern of CVE-2020-8554).
-func (e *serviceEntry) outranksFor(o *serviceEntry, c claim) bool {
+// external IP (the pattern of CVE-2020-8554). Then the Service that held c
+// in the last snapshot keeps it; else outranks decides.
+func (b *Builder) outranksFor(e, o *serviceEntry, c claim) bool {
 	eu, _ := e.use(c)
 	ou, _ := o.use(c)
 	if ec, oc := eu.role == roleClusterIP, ou.role == roleClusterIP; ec != oc {
 		return ec
 	}
+	if h, ok := b.held[c]; ok {
+		switch h {
+		case e.key:
+			return true
+		case o.key:
+			return false
+		}
+	}
 	return e.outranks(o)
+}
+
+// settleHeld records the holders of the keys that changed hands since the
+// last snapshot, as a new snapshot is taken.
+func (b *Builder) settleHeld() {
+	for c := range b.touched {
+		if e := b.owner[c]; e != nil {
+			b.held[c] = e.key
+		} else {
+			delete(b.held, c)
+		}
+	}
+	clear(b.touched)
 }
 
 // use returns how e uses key c.
@@ -176,11 +219,12 @@ func (e *ConflictError) Error() string {
 func (b *Builder) addClaims(e *serviceEntry) {
 	for _, u := range e.claims {
 		c := u.key
+		b.touched[c] = struct{}{}
 		holder, held := b.owner[c]
 		switch {
 		case !held:
 			b.owner[c] = e
-		case e.outranksFor(holder, c):
+		case b.outranksFor(e, holder, c):
 			b.owner[c] = e
 			b.rivals[c] = append(b.rivals[c], holder)
 			// The old holder loses the value; the others' messages name
@@ -198,6 +242,7 @@ func (b *Builder) addClaims(e *serviceEntry) {
 func (b *Builder) removeClaims(e *serviceEntry) {
 	for _, u := range e.claims {
 		c := u.key
+		b.touched[c] = struct{}{}
 		rivals := b.rivals[c]
 		if b.owner[c] != e {
 			if i := slices.Index(rivals, e); i >= 0 {
@@ -208,7 +253,7 @@ func (b *Builder) removeClaims(e *serviceEntry) {
 		} else {
 			best := 0
 			for i, r := range rivals[1:] {
-				if r.outranksFor(rivals[best], c) {
+				if b.outranksFor(r, rivals[best], c) {
 					best = i + 1
 				}
 			}

@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -103,11 +104,11 @@ func checkUniqueKeys(t *testing.T, what string, st *proxier.State) {
 		var keys []claim
 		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
 			for _, ip := range ips {
-				keys = append(keys, claim{ip, sp.Protocol, sp.Port})
+				keys = append(keys, claim{addr: ip, proto: sp.Protocol, port: sp.Port})
 			}
 		}
 		if sp.NodePort != 0 {
-			keys = append(keys, claim{proto: sp.Protocol, port: sp.NodePort})
+			keys = append(keys, nodePortClaims(sp)...)
 		}
 		for _, k := range keys {
 			if other, dup := seen[k]; dup {
@@ -118,10 +119,13 @@ func checkUniqueKeys(t *testing.T, what string, st *proxier.State) {
 	}
 }
 
-// conflictStep upserts a Service or, with del set, deletes default/<del>.
+// conflictStep upserts a Service (and more, before the snapshot) or, with
+// del set, deletes <delNS or default>/<del>.
 type conflictStep struct {
 	upsert *corev1.Service
+	more   []*corev1.Service
 	del    string
+	delNS  string
 	want   []string // summarize of the state after the step
 	errs   []string // what Errors reports after the step
 }
@@ -131,20 +135,55 @@ func TestBuilderConflicts(t *testing.T) {
 		name  string
 		steps []conflictStep
 	}{{
-		name: "same NodePort: the older Service keeps it, and the other gets it back when it goes",
+		name: "same NodePort: the Service holding it keeps it, even against an older one, and the other gets it back when it goes",
 		steps: []conflictStep{{
 			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
 			want:   []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
 		}, {
 			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
 			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
+				"default/b:http TCP/80 cluster=10.96.0.2",
+			},
+			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http", which keeps it; dropped`},
+		}, {
+			del:  "a",
+			want: []string{"default/b:http TCP/80 cluster=10.96.0.2 np=30080"},
+		}},
+	}, {
+		name: "same NodePort arriving together: the older Service keeps it",
+		steps: []conflictStep{{
+			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
+			more:   []*corev1.Service{csvc("b", 1, "10.96.0.2", nodePort(30080))},
+			want: []string{
 				"default/a:http TCP/80 cluster=10.96.0.1",
 				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
 			},
 			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
+		}},
+	}, {
+		name: "a NodePort collides only within an IP family; the loser keeps the rest",
+		steps: []conflictStep{{
+			upsert: csvc("v4", 1, "10.96.0.1", nodePort(30080)),
 		}, {
-			del:  "b",
-			want: []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
+			upsert: csvc("v6", 2, "fd00::2", nodePort(30080)),
+			want: []string{
+				"default/v4:http TCP/80 cluster=10.96.0.1 np=30080",
+				"default/v6:http TCP/80 cluster=fd00::2 np=30080",
+			},
+		}, {
+			// The holder is dual-stack: a newcomer of either family loses
+			// only the NodePort, nothing of the holder changes.
+			upsert: csvc("dual", 0, "10.96.0.3,fd00::3", nodePort(30081), externalIPs("192.0.2.1")),
+		}, {
+			upsert: csvc("late", 0, "10.96.0.4", nodePort(30081), externalIPs("192.0.2.2")),
+			want: []string{
+				"default/dual:http TCP/80 cluster=10.96.0.3,fd00::3 ext=192.0.2.1 np=30081",
+				"default/late:http TCP/80 cluster=10.96.0.4 ext=192.0.2.2",
+				"default/v4:http TCP/80 cluster=10.96.0.1 np=30080",
+				"default/v6:http TCP/80 cluster=fd00::2 np=30080",
+			},
+			errs: []string{`service default/late: port "http": NodePort 30081/TCP conflicts with the NodePort of service default/dual port "http", which keeps it; dropped`},
 		}},
 	}, {
 		name: "one NodePort on two protocols is no conflict",
@@ -161,11 +200,10 @@ func TestBuilderConflicts(t *testing.T) {
 		name: "same creation time: namespace, then name, decide",
 		steps: []conflictStep{{
 			upsert: csvc("a", 1, "10.96.0.1", inNamespace("team-b"), externalIPs("192.0.2.1")),
-		}, {
-			upsert: csvc("z", 1, "10.96.0.2", inNamespace("team-a"), externalIPs("192.0.2.1")),
-			errs:   []string{`service team-b/a: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/z port "http"`},
-		}, {
-			upsert: csvc("y", 1, "10.96.0.3", inNamespace("team-a"), externalIPs("192.0.2.1")),
+			more: []*corev1.Service{
+				csvc("z", 1, "10.96.0.2", inNamespace("team-a"), externalIPs("192.0.2.1")),
+				csvc("y", 1, "10.96.0.3", inNamespace("team-a"), externalIPs("192.0.2.1")),
+			},
 			want: []string{
 				"team-a/y:http TCP/80 cluster=10.96.0.3 ext=192.0.2.1",
 				"team-a/z:http TCP/80 cluster=10.96.0.2",
@@ -175,6 +213,14 @@ func TestBuilderConflicts(t *testing.T) {
 				`service team-a/z: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/y port "http", which keeps it; dropped`,
 				`service team-b/a: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/y port "http", which keeps it; dropped`,
 			},
+		}, {
+			// Neither rival held it: the rank decides again.
+			delNS: "team-a", del: "y",
+			want: []string{
+				"team-a/z:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1",
+				"team-b/a:http TCP/80 cluster=10.96.0.1",
+			},
+			errs: []string{`service team-b/a: port "http": external IP 192.0.2.1:80/TCP conflicts with the external IP of service team-a/z port "http", which keeps it; dropped`},
 		}},
 	}, {
 		name: "address kinds mix: an external IP on another Service's cluster IP and port",
@@ -209,11 +255,10 @@ func TestBuilderConflicts(t *testing.T) {
 		name: "three Services on one load balancer IP: the next in rank takes over",
 		steps: []conflictStep{{
 			upsert: csvc("c", 3, "10.96.0.3", lbIPs("203.0.113.1")),
-		}, {
-			upsert: csvc("b", 2, "10.96.0.2", externalIPs("203.0.113.1")),
-			errs:   []string{`service default/c: port "http": load balancer IP 203.0.113.1:80/TCP conflicts with the external IP of service default/b`},
-		}, {
-			upsert: csvc("a", 1, "10.96.0.1", lbIPs("203.0.113.1")),
+			more: []*corev1.Service{
+				csvc("b", 2, "10.96.0.2", externalIPs("203.0.113.1")),
+				csvc("a", 1, "10.96.0.1", lbIPs("203.0.113.1")),
+			},
 			want: []string{
 				"default/a:http TCP/80 cluster=10.96.0.1 lb=203.0.113.1",
 				"default/b:http TCP/80 cluster=10.96.0.2",
@@ -260,7 +305,7 @@ func TestBuilderConflicts(t *testing.T) {
 			},
 		}},
 	}, {
-		name: "a Service deleted and created again is the newer one",
+		name: "a Service replaced (a new creation time) still holds what it held",
 		steps: []conflictStep{{
 			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
 		}, {
@@ -270,10 +315,10 @@ func TestBuilderConflicts(t *testing.T) {
 			// A missed delete: the new object arrives as an update.
 			upsert: csvc("a", 3, "10.96.0.1", nodePort(30080)),
 			want: []string{
-				"default/a:http TCP/80 cluster=10.96.0.1",
-				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
+				"default/b:http TCP/80 cluster=10.96.0.2",
 			},
-			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http"`},
+			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http"`},
 		}},
 	}, {
 		name: "a loser that moves off the value is clean; one going away no longer counts",
@@ -316,9 +361,13 @@ func TestBuilderConflicts(t *testing.T) {
 			for i, s := range tt.steps {
 				what := fmt.Sprintf("step %d", i)
 				if s.del != "" {
-					b.DeleteService("default", s.del)
-				} else if err := b.UpsertService(s.upsert); err != nil {
-					t.Fatalf("%s: %v", what, err)
+					b.DeleteService(cmp.Or(s.delNS, "default"), s.del)
+				} else {
+					for _, svc := range append([]*corev1.Service{s.upsert}, s.more...) {
+						if err := b.UpsertService(svc); err != nil {
+							t.Fatalf("%s: %v", what, err)
+						}
+					}
 				}
 				st := b.State()
 				if s.want != nil {
@@ -420,9 +469,10 @@ func errorStrings(errs []error) []string {
 
 // TestBuilderConflictsIncremental drives one Builder through random
 // upserts and deletes of Services that fight over a few values, and after
-// every step compares it with a Builder given only the surviving objects:
-// the incremental bookkeeping must reach what a fresh start computes, and
-// no key may ever be in the state twice.
+// every snapshot checks the rules against the objects alone: no key is in
+// the state twice, every address some Service asks for is in it, and a key
+// stays with its holder of the previous snapshot while the holder asks
+// for it (unless a cluster IP claims the address).
 func TestBuilderConflictsIncremental(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
@@ -449,6 +499,7 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 
 	b := NewBuilder("node-1")
 	live := map[string]*corev1.Service{}
+	var before map[claim]string // holders in the previous snapshot
 	compared, conflicted := 0, 0
 	for step := range 2000 {
 		i := rng.IntN(8)
@@ -464,15 +515,36 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 		if rng.IntN(3) > 0 {
 			continue // several changes between snapshots, too
 		}
-		fresh := NewBuilder("node-1")
-		for _, svc := range live {
-			_ = fresh.UpsertService(svc)
-		}
 		what := fmt.Sprintf("step %d", step)
 		got := b.State()
-		mustEqual(t, what+": state", summarize(got), summarize(fresh.State()))
-		mustEqual(t, what+": errors", errorStrings(b.Errors()), errorStrings(fresh.Errors()))
 		checkUniqueKeys(t, what, got)
+		held := stateClaims(got)
+		asked := map[claim]map[string]role{} // key -> Service -> how it asks
+		for name, svc := range live {
+			ports, _ := ServicePorts(svc)
+			for _, u := range newServiceEntry(serviceKey{"default", name}, time.Time{}, ports).claims {
+				if asked[u.key] == nil {
+					asked[u.key] = map[string]role{}
+				}
+				asked[u.key][name] = u.role
+			}
+		}
+		for c, who := range asked {
+			// (A NodePort can go unheld: a dual-stack port losing it in one
+			// family loses it in both, the model having one NodePort.)
+			if _, ok := held[c]; !ok && c.addr.IsValid() {
+				t.Errorf("%s: %s is asked for by %v but nobody holds it", what, c, who)
+			}
+			prev, ok := before[c]
+			r, asks := who[prev]
+			if !ok || !asks || held[c] == prev {
+				continue
+			}
+			if r == roleClusterIP || who[held[c]] != roleClusterIP {
+				t.Errorf("%s: %s went from %s to %s although %s still asks for it", what, c, prev, held[c], prev)
+			}
+		}
+		before = held
 		if t.Failed() {
 			t.FailNow()
 		}
@@ -485,6 +557,24 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 	if conflicted < compared/2 {
 		t.Errorf("only %d of %d snapshots had conflicts", conflicted, compared)
 	}
+}
+
+// stateClaims lists the keys in a state with the Service holding each.
+func stateClaims(st *proxier.State) map[claim]string {
+	out := map[claim]string{}
+	for _, sp := range st.Services {
+		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
+			for _, ip := range ips {
+				out[claim{addr: ip, proto: sp.Protocol, port: sp.Port}] = sp.Name.Name
+			}
+		}
+		if sp.NodePort != 0 {
+			for _, c := range nodePortClaims(sp) {
+				out[c] = sp.Name.Name
+			}
+		}
+	}
+	return out
 }
 
 // TestLoadStateNodePortConflict: two manifests asking for one NodePort load

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,15 +67,12 @@ func (d *Decoder) Decode(data []byte, name string) ([]Object, []error) {
 	var errs []error
 	for _, doc := range splitDocuments(data) {
 		src := name + ":" + strconv.Itoa(doc.line)
-		// Pad with the lines before the document so the YAML parser's
-		// line numbers count from the top of the file.
-		text := append(bytes.Repeat([]byte("\n"), doc.start-1), doc.data...)
-		js, err := yaml.YAMLToJSONStrict(text)
+		js, err := docToJSON(doc)
 		if err != nil {
-			// Retry leniently: a repeated key loses nothing we can't name.
-			var lerr error
-			if js, lerr = yaml.YAMLToJSON(text); lerr != nil {
-				errs = append(errs, fmt.Errorf("%s: invalid YAML in the document starting here: %w", src, lerr))
+			var se *SyntaxError
+			if errors.As(err, &se) {
+				se.File = name
+				errs = append(errs, fmt.Errorf("%s: invalid YAML in the document starting here: %w", src, err))
 				continue
 			}
 			errs = append(errs, &Warning{fmt.Errorf("%s: %w", src, err)})
@@ -85,6 +84,65 @@ func (d *Decoder) Decode(data []byte, name string) ([]Object, []error) {
 		objs, errs = append(objs, o...), append(errs, e...)
 	}
 	return objs, errs
+}
+
+// SyntaxError is a document that is not valid YAML (or JSON): nothing in it
+// can be read, not even which objects it meant to hold.
+type SyntaxError struct {
+	File string // as given to Decode
+	Line int    // where the document starts
+	Err  error  // the parser's message, lines counted from the top of the file
+}
+
+func (e *SyntaxError) Error() string { return e.Err.Error() }
+func (e *SyntaxError) Unwrap() error { return e.Err }
+
+// docToJSON converts one document to JSON. YAML problems that lose nothing
+// (a repeated key) come back with the JSON; a SyntaxError comes alone.
+func docToJSON(doc document) ([]byte, error) {
+	// JSON needs no YAML parser, which is far slower on large files.
+	if t := bytes.TrimSpace(doc.data); len(t) > 0 && t[0] == '{' && json.Valid(t) {
+		return t, nil
+	}
+	// The document is parsed without the lines before it (padding it would
+	// make a file of many documents quadratic), so shift the parser's line
+	// numbers to count from the top of the file.
+	shift := doc.start - 1
+	js, err := yaml.YAMLToJSONStrict(doc.data)
+	if err == nil {
+		return js, nil
+	}
+	// Retry leniently: a repeated key loses nothing we can't name.
+	js, lerr := yaml.YAMLToJSON(doc.data)
+	if lerr != nil {
+		return nil, &SyntaxError{Line: doc.line, Err: shiftLines(lerr, shift)}
+	}
+	return js, shiftLines(err, shift)
+}
+
+// yamlLine finds the line numbers in go-yaml's messages: "yaml: line N: ..."
+// and, in a list of unmarshal errors, "  line N: ...".
+var yamlLine = regexp.MustCompile(`(?m)^(yaml: line |  line )(\d+)`)
+
+// lineShifted is an error whose message has its line numbers shifted.
+type lineShifted struct {
+	msg string
+	err error
+}
+
+func (e *lineShifted) Error() string { return e.msg }
+func (e *lineShifted) Unwrap() error { return e.err }
+
+func shiftLines(err error, by int) error {
+	if by == 0 {
+		return err
+	}
+	msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := yamlLine.FindStringSubmatch(m)
+		n, _ := strconv.Atoi(sub[2])
+		return sub[1] + strconv.Itoa(n+by)
+	})
+	return &lineShifted{msg: msg, err: err}
 }
 
 // typePeek reads what is needed to name an object in a message even when
@@ -126,6 +184,13 @@ func (d *Decoder) decodeJSON(js []byte, src string) ([]Object, []error) {
 		return nil, []error{fmt.Errorf("%s: %s: apiVersion is missing, skipped", src, peek)}
 	case runtime.IsStrictDecodingError(err) && obj != nil:
 		errs = append(errs, &Warning{fmt.Errorf("%s: %s: %w", src, peek, err)})
+	case strings.HasSuffix(peek.Kind, "List") && peek.Kind != "List":
+		// One bad item fails a typed list as a whole; take the items one
+		// by one so only the bad ones are lost.
+		if objs, errs, ok := d.decodeItems(js, peek, src); ok {
+			return objs, errs
+		}
+		return nil, []error{fmt.Errorf("%s: %s: %w, skipped", src, peek, err)}
 	default:
 		return nil, []error{fmt.Errorf("%s: %s: %w, skipped", src, peek, err)}
 	}
@@ -153,6 +218,39 @@ func (d *Decoder) decodeJSON(js []byte, src string) ([]Object, []error) {
 		return listItems(o.Items, src), errs
 	}
 	return nil, append(errs, &Warning{fmt.Errorf("%s: %s: kind %q is not used by the proxy, skipped", src, peek, peek.Kind)})
+}
+
+// decodeItems decodes the items of a typed list (ServiceList, ...) one at a
+// time, giving each the list's apiVersion and item kind unless it has its
+// own. ok is false when js has no items to take apart.
+func (d *Decoder) decodeItems(js []byte, peek typePeek, src string) (objs []Object, errs []error, ok bool) {
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if json.Unmarshal(js, &list) != nil {
+		return nil, nil, false
+	}
+	kind := strings.TrimSuffix(peek.Kind, "List")
+	for i, raw := range list.Items {
+		itemSrc := src + " items[" + strconv.Itoa(i) + "]"
+		var item map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &item); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not a Kubernetes object: %w", itemSrc, err))
+			continue
+		}
+		if _, has := item["kind"]; !has {
+			item["kind"], _ = json.Marshal(kind)
+			item["apiVersion"], _ = json.Marshal(peek.APIVersion)
+		}
+		one, err := json.Marshal(item)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", itemSrc, err))
+			continue
+		}
+		o, e := d.decodeJSON(one, itemSrc)
+		objs, errs = append(objs, o...), append(errs, e...)
+	}
+	return objs, errs, true
 }
 
 // listItems unpacks a typed list (ServiceList, ...), whose items carry no kind.

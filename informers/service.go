@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -31,6 +32,16 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 	p := &problems{kind: "service", namespace: ns, name: svc.Name}
 	if svc.Name == "" {
 		p.add("metadata.name is empty")
+		return nil, p.err()
+	}
+	// The API server allows nothing else; from a file, anything could come,
+	// and the names end up in kernel objects (comments of at most 128 bytes).
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		p.add("metadata.namespace %q: %s, service skipped", ns, strings.Join(msgs, "; "))
+		return nil, p.err()
+	}
+	if msgs := validation.IsDNS1123Label(svc.Name); len(msgs) > 0 {
+		p.add("metadata.name %q: %s, service skipped", svc.Name, strings.Join(msgs, "; "))
 		return nil, p.err()
 	}
 	if len(svc.Spec.Ports) == 0 {
@@ -95,6 +106,12 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 	for i := range svc.Spec.Ports {
 		sp := &svc.Spec.Ports[i]
 		label := portLabel(sp.Name, i)
+		if sp.Name != "" {
+			if msgs := validation.IsValidPortName(sp.Name); len(msgs) > 0 {
+				p.add("%s: invalid name: %s, port skipped", label, strings.Join(msgs, "; "))
+				continue
+			}
+		}
 		proto, err := proxier.ParseProtocol(string(sp.Protocol))
 		if err != nil {
 			p.add("%s: %v, port skipped", label, err)

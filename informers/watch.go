@@ -18,11 +18,15 @@ type watchOptions struct {
 	settle   time.Duration // quiet time after the last event before onChange
 	maxDelay time.Duration // longest onChange waits under a steady stream of events
 	retry    time.Duration // how often to re-add the watch while the directory is missing
-	ready    func()        // called each time the inotify watch is (re)established
+	// writeWait is how long onChange waits for a file being written (a
+	// write seen, its close not yet) to be closed.
+	writeWait time.Duration
+	ready     func() // called each time the inotify watch is (re)established
+	held      func() // called when onChange waits for a file being written
 }
 
 func defaultWatchOptions() watchOptions {
-	return watchOptions{settle: 100 * time.Millisecond, maxDelay: time.Second, retry: time.Second}
+	return watchOptions{settle: 100 * time.Millisecond, maxDelay: time.Second, retry: time.Second, writeWait: 5 * time.Second}
 }
 
 // The events that can change what LoadInto reads. IN_ONLYDIR guards against
@@ -36,8 +40,12 @@ const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MODIFY | unix.I
 // coalescing bursts of events into one call. It blocks until ctx is done
 // (then it returns nil) or inotify fails. A file is watched through its
 // directory, so editors that save by renaming and Kubernetes ConfigMap
-// volumes (which swap a "..data" symlink) are seen. If the directory
-// disappears, onChange is called and the watch is re-added once it is back.
+// volumes (which swap a "..data" symlink) are seen. A directory is also
+// watched through its parent, so a path that is a symlink re-pointed to
+// another directory is followed. If the directory disappears, onChange is
+// called and the watch is re-added once it is back. While a file is being
+// written in place (a write seen but not its close), onChange waits for
+// the close, a few seconds at most, so a half-written file is not read.
 func Watch(ctx context.Context, path string, onChange func()) error {
 	return watch(ctx, path, onChange, defaultWatchOptions())
 }
@@ -48,6 +56,13 @@ type watcher struct {
 	base  string // file mode: the file's name in dir; "" in directory mode
 	wd    int
 	alive bool // the watch is in place
+	// Directory mode: the watch on dir's parent, for dir's own entry
+	// (-1: none), and whether that entry changed so dir must be watched anew.
+	parentWd int
+	repoint  bool
+	// writing holds the files written to and not yet closed, with when
+	// the first write was seen.
+	writing map[string]time.Time
 }
 
 func watch(ctx context.Context, path string, onChange func(), opt watchOptions) error {
@@ -59,7 +74,7 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
-	w := &watcher{dir: abs}
+	w := &watcher{dir: abs, parentWd: -1, writing: map[string]time.Time{}}
 	if !fi.IsDir() {
 		w.dir, w.base = filepath.Dir(abs), filepath.Base(abs)
 	}
@@ -77,6 +92,10 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 	if err := w.add(); err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
+	if w.base == "" {
+		// Best effort: a parent we may not watch leaves only re-pointing unseen.
+		_ = w.addParent()
+	}
 	if opt.ready != nil {
 		opt.ready()
 	}
@@ -84,10 +103,23 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 	buf := make([]byte, 64*1024)
 	var pending bool
 	var first, last time.Time
+	// fireAt is when a pending onChange is due: after the settle time or
+	// the longest delay, and not before the files being written are
+	// closed or waited for long enough.
+	fireAt := func() time.Time {
+		at := minTime(last.Add(opt.settle), first.Add(opt.maxDelay))
+		for _, since := range w.writing {
+			if until := since.Add(opt.writeWait); until.After(at) {
+				at = until
+			}
+		}
+		return at
+	}
+	held := false
 	for {
 		var deadline time.Time
 		if pending {
-			deadline = minTime(last.Add(opt.settle), first.Add(opt.maxDelay))
+			deadline = fireAt()
 		}
 		if !w.alive {
 			if r := time.Now().Add(opt.retry); deadline.IsZero() || r.Before(deadline) {
@@ -110,13 +142,35 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 			}
 		case err != nil:
 			return doneOr(ctx, fmt.Errorf("watching %s: reading inotify events: %w", path, err))
-		case w.relevant(buf[:n]):
+		case w.relevant(buf[:n], now):
 			pending, first, last = markPending(pending, first, now)
 		}
-		if pending && !now.Before(minTime(last.Add(opt.settle), first.Add(opt.maxDelay))) {
-			pending = false
-			onChange()
+		if w.repoint {
+			// The path's entry changed: watch what it names now.
+			w.repoint = false
+			w.remove()
+			w.alive = false
+			if w.add() == nil && opt.ready != nil {
+				opt.ready()
+			}
+			pending, first, last = markPending(pending, first, now)
 		}
+		if !pending {
+			continue
+		}
+		if at := fireAt(); now.Before(at) {
+			if !held && at.After(minTime(last.Add(opt.settle), first.Add(opt.maxDelay))) {
+				held = true
+				if opt.held != nil {
+					opt.held()
+				}
+			}
+			continue
+		}
+		// Waited long enough for any file still open: read it as it is.
+		clear(w.writing)
+		pending, held = false, false
+		onChange()
 	}
 }
 
@@ -163,6 +217,27 @@ func (w *watcher) add() error {
 	return nil
 }
 
+// addParent watches dir's parent for dir's own entry being replaced.
+func (w *watcher) addParent() error {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var wd int
+	var addErr error
+	if err := rc.Control(func(fd uintptr) {
+		wd, addErr = unix.InotifyAddWatch(int(fd), filepath.Dir(w.dir),
+			unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
+	}); err != nil {
+		return err
+	}
+	if addErr != nil {
+		return fmt.Errorf("inotify_add_watch %s: %w", filepath.Dir(w.dir), addErr)
+	}
+	w.parentWd = wd
+	return nil
+}
+
 // remove drops the watch after the directory was moved away: the watch
 // would otherwise follow it to its new name.
 func (w *watcher) remove() {
@@ -178,7 +253,7 @@ func (w *watcher) remove() {
 
 // relevant walks a buffer of inotify events and reports whether any of
 // them can change what is loaded. It also tracks the watch's life.
-func (w *watcher) relevant(buf []byte) bool {
+func (w *watcher) relevant(buf []byte, now time.Time) bool {
 	const hdr = unix.SizeofInotifyEvent
 	changed := false
 	for len(buf) >= hdr {
@@ -193,6 +268,11 @@ func (w *watcher) relevant(buf []byte) bool {
 		switch {
 		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
 			changed = true // events were lost: assume the worst
+			clear(w.writing)
+		case int(ev.Wd) == w.parentWd && w.parentWd != w.wd:
+			if name == filepath.Base(w.dir) {
+				w.repoint = true
+			}
 		case int(ev.Wd) != w.wd:
 			// an event of a watch we already gave up
 		case ev.Mask&unix.IN_IGNORED != 0:
@@ -205,6 +285,14 @@ func (w *watcher) relevant(buf []byte) bool {
 			changed = true // IN_IGNORED follows
 		case w.relevantName(name):
 			changed = true
+			switch {
+			case ev.Mask&unix.IN_MODIFY != 0:
+				if _, ok := w.writing[name]; !ok {
+					w.writing[name] = now
+				}
+			case ev.Mask&(unix.IN_CLOSE_WRITE|unix.IN_DELETE|unix.IN_MOVED_FROM) != 0:
+				delete(w.writing, name)
+			}
 		}
 	}
 	return changed

@@ -45,7 +45,7 @@ func TestSourceStatusRateLimitsAnyText(t *testing.T) {
 	var buf bytes.Buffer
 	h := NewHealth(time.Minute)
 	m := NewMetrics()
-	s := NewSourceStatus("api", slog.New(slog.NewTextHandler(&buf, nil)), time.Hour, h, m)
+	s := NewSourceStatus("api", slog.New(slog.NewTextHandler(&buf, nil)), time.Hour, h, m).AnyText()
 	for i := 0; i < 10; i++ {
 		s.Failing(fmt.Errorf("listing kind %d: connection refused", i))
 	}

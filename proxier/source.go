@@ -33,12 +33,20 @@ func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, heal
 	s := &SourceStatus{name: name, health: health, log: newErrorLog(log.With("source", name), logEvery)}
 	// A source that cannot be read is a warning: the rules keep working
 	// on the last good view (sync failures are errors).
-	s.log.anyText, s.log.level = true, slog.LevelWarn
+	s.log.level = slog.LevelWarn
 	if metrics != nil {
 		s.failures = metrics.SourceFailures.WithLabelValues(name)
 		s.up = metrics.SourceUp.WithLabelValues(name)
 		s.up.Set(1)
 	}
+	return s
+}
+
+// AnyText makes every failure count as the same one for rate-limiting,
+// whatever its text: for a source whose retries each name their own URL.
+// Without it, an error with a new text (another file) is logged at once.
+func (s *SourceStatus) AnyText() *SourceStatus {
+	s.log.anyText = true
 	return s
 }
 

@@ -320,10 +320,10 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 	}
 	st, problems := informers.LoadState(o.statePath, node)
 	for _, p := range problems {
-		log.Warn("skipping bad input", "err", p)
+		log.Warn("bad input", "err", p)
 	}
 	if st == nil {
-		return nil, fmt.Errorf("reading state from %s failed", o.statePath)
+		return nil, fmt.Errorf("reading state from %s failed: a file could not be read or parsed (see above)", o.statePath)
 	}
 	return st, nil
 }
@@ -338,10 +338,13 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 	var client kubernetes.Interface
+	var files *informers.FileSource
 	if o.statePath == "" {
 		if client, err = o.apiClient(); err != nil {
 			return err
 		}
+	} else if files, err = informers.NewFileSource(o.statePath, node, log); err != nil {
+		return fmt.Errorf("--state: %w", err)
 	}
 	// One instance per network namespace: two would rewrite each other's
 	// tables at every sync.
@@ -416,7 +419,8 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			health.SetNodeEligible(!st.Node.Leaving)
 			return st
 		})
-		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics)
+		// Each informer retries with its own URL in the error: one failure.
+		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics).AnyText()
 		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
 			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK}
 		go func() {
@@ -429,17 +433,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return runLoop(ctx, loop, log)
 	}
 
-	reload := func() {
-		st, err := loadState(o, log)
-		if err != nil {
-			log.Error("keeping the previous state", "err", err)
-			return
-		}
-		loop.SetState(st)
-	}
-	reload()
+	files.OnState = loop.SetState
+	status := proxier.NewSourceStatus("file", log, o.syncPeriod, health, metrics)
+	files.OnError, files.OnRecovered = status.Failing, status.OK
 	go func() {
-		if err := informers.Watch(ctx, o.statePath, reload); err != nil {
+		if err := files.Run(ctx); err != nil {
 			log.Error("watching the state stopped; changes are no longer followed", "err", err)
 		}
 	}()

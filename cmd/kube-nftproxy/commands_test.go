@@ -45,6 +45,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "one CIDR per IP family"},
 		{[]string{"render", "--state", "../../examples/demo", "--iptables-masquerade-bit", "32"}, "within 0-31"},
 		{[]string{"render", "--state", "/nonexistent"}, "/nonexistent"},
+		{[]string{"--state", "/nonexistent"}, "--state: reading manifests: stat /nonexistent: no such file or directory"},
 		{[]string{}, "no --state, --kubeconfig or --master"},
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
 	}

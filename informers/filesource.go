@@ -1,0 +1,450 @@
+package informers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// MaxFileSize is the largest manifest file the file source reads. kubectl's
+// YAML for 10,000 Services with their EndpointSlices is about 30 MiB; a
+// larger file is refused (and keeps what it held before) rather than read,
+// so a path pointing at something huge cannot exhaust memory.
+const MaxFileSize = 64 << 20
+
+// FileSource follows Services, EndpointSlices and Nodes kept in a file or a
+// directory of manifests (standalone mode) and hands out a State each time
+// they change, never one that is not complete: a file that cannot be read
+// or parsed keeps the objects it gave last time, and until every file has
+// been read once, no State is handed out at all. Bad objects inside a file
+// that parses are skipped alone, with a warning.
+//
+// Set the callbacks before Run; they are called from Run's goroutine, one
+// at a time.
+type FileSource struct {
+	// OnState receives each new complete State.
+	OnState func(*proxier.State)
+	// OnError receives every failure of the source: the path cannot be
+	// listed, or a file cannot be read or parsed (a *FileError naming the
+	// file and line). Each reload reports every failure it meets again.
+	// Without OnError they are logged.
+	OnError func(error)
+	// OnRecovered is called when a reload meets no failure after one that did.
+	OnRecovered func()
+
+	log   *slog.Logger
+	set   *fileSet
+	watch watchOptions
+
+	published *proxier.State // the last State handed to OnState
+	failing   bool
+	conflicts map[string]bool // the conflicts already logged
+}
+
+// NewFileSource returns a FileSource for path (a file, or a directory whose
+// *.yaml, *.yml and *.json files are read) building the state of node
+// nodeName. It fails if path cannot be read now: a proxy started on a
+// mistyped path should stop, not run with nothing programmed.
+func NewFileSource(path, nodeName string, log *slog.Logger) (*FileSource, error) {
+	if _, err := manifestFiles(path); err != nil {
+		return nil, err
+	}
+	set, err := newFileSet(path, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &FileSource{log: log, set: set, watch: defaultWatchOptions()}, nil
+}
+
+// Run loads the manifests, then reloads them on every change until ctx is
+// done (it then returns nil) or the inotify watch fails. Loading happens
+// here, not in the watcher, which only signals; signals arriving during a
+// load are coalesced into one more load.
+func (s *FileSource) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kick := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	opt := s.watch
+	ready := opt.ready
+	// The first load follows the watch's placement, so no change between
+	// the two goes unseen; a re-placed watch (the path came back) also
+	// means another look.
+	opt.ready = func() {
+		signal()
+		if ready != nil {
+			ready()
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- watch(ctx, s.set.path, signal, opt) }()
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			return nil
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("following %s: %w", s.set.path, err)
+			}
+			return nil
+		case <-kick:
+			s.reload()
+		}
+	}
+}
+
+// reload reads what changed and hands out the State if it is complete and new.
+func (s *FileSource) reload() {
+	res := s.set.reload()
+	for _, p := range res.problems {
+		s.log.Warn("skipping bad input", "err", p)
+	}
+	for _, err := range res.failures {
+		if s.OnError != nil {
+			s.OnError(err)
+		} else {
+			s.log.Error("state source failing", "err", err)
+		}
+	}
+	if len(res.failures) > 0 {
+		s.failing = true
+	} else if s.failing {
+		s.failing = false
+		if s.OnRecovered != nil {
+			s.OnRecovered()
+		}
+	}
+	if s.published == nil && !res.complete {
+		s.log.Warn("not programming anything until every manifest can be read", "path", s.set.path, "failures", len(res.failures))
+		return
+	}
+	s.logConflicts()
+	st := s.set.b.State()
+	if st == s.published {
+		return // the Builder hands out the same snapshot when nothing changed
+	}
+	s.published = st
+	if s.OnState != nil {
+		s.OnState(st)
+	}
+}
+
+// logConflicts logs the values Services lose to each other, each once
+// while it lasts.
+func (s *FileSource) logConflicts() {
+	now := map[string]bool{}
+	for _, err := range s.set.b.conflictErrors() {
+		msg := err.Error()
+		now[msg] = true
+		if !s.conflicts[msg] {
+			s.log.Warn("skipping bad input", "err", err)
+		}
+	}
+	s.conflicts = now
+}
+
+// FileError is a manifest file, or the path holding them, that cannot be
+// read or parsed. The file keeps the objects it gave last time, if any.
+type FileError struct {
+	Path string
+	Line int // where the bad document starts; 0 when the file could not be read
+	Err  error
+}
+
+func (e *FileError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Path, e.Err)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// fileSet holds the parsed contents of every manifest file and feeds the
+// objects that change to a Builder, so a reload costs what changed.
+type fileSet struct {
+	path  string
+	b     *Builder
+	dec   *Decoder
+	files map[string]*fileEntry
+	// current is the definition of every object in the Builder: the one
+	// of the last file (in name order) defining it.
+	current map[objectRef]Object
+	// racyWindow is how recent a change must be for a file to be read
+	// again even if its identity looks unchanged: file timestamps advance
+	// in ticks of up to a few milliseconds.
+	racyWindow time.Duration
+	reads      int // files read so far
+}
+
+// fileEntry is one manifest file as last read.
+type fileEntry struct {
+	id fileID
+	// objs are the objects of the last good read; good is false until
+	// there was one.
+	objs []Object
+	good bool
+	// failed holds why the latest read failed; nil if it did not.
+	failed *FileError
+	// racy is set when the file changed so recently that a change in the
+	// same timestamp tick could leave id unchanged: read it again next time.
+	racy bool
+}
+
+// fileID tells whether a file may have changed since it was read.
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64 // ns; ctime moves with chmod and rename too
+}
+
+func idOf(fi os.FileInfo) (fileID, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{
+		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
+	}, true
+}
+
+func newFileSet(path, nodeName string) (*fileSet, error) {
+	dec, err := NewDecoder()
+	if err != nil {
+		return nil, err
+	}
+	return &fileSet{
+		path: path, b: NewBuilder(nodeName), dec: dec,
+		files: map[string]*fileEntry{}, current: map[objectRef]Object{},
+		racyWindow: time.Second,
+	}, nil
+}
+
+// reloadResult is what one reload met.
+type reloadResult struct {
+	// failures are the files (or the path) that could not be read or
+	// parsed, as *FileError.
+	failures []error
+	// problems are bad objects and values, skipped alone, and warnings.
+	problems []error
+	// complete is set when every file is held as read last time it changed.
+	complete bool
+}
+
+// reload re-reads the files that changed and updates the Builder. If the
+// path cannot be listed, nothing changes.
+func (s *fileSet) reload() reloadResult {
+	var res reloadResult
+	names, err := manifestFiles(s.path)
+	if err != nil {
+		res.failures = append(res.failures, &FileError{Path: s.path, Err: err})
+		return res
+	}
+	changed := false
+	listed := make(map[string]bool, len(names))
+	for _, name := range names {
+		listed[name] = true
+		e := s.files[name]
+		if e == nil {
+			e = &fileEntry{}
+			s.files[name] = e
+		}
+		if e.good && e.failed == nil && !e.racy {
+			if fi, err := os.Stat(name); err == nil {
+				if id, ok := idOf(fi); ok && id == e.id {
+					continue
+				}
+			}
+		}
+		fresh, problems := s.read(name, e)
+		changed = changed || fresh
+		res.problems = append(res.problems, problems...)
+	}
+	for name := range s.files {
+		if !listed[name] {
+			delete(s.files, name)
+			changed = true
+		}
+	}
+	res.complete = true
+	for _, name := range names {
+		if e := s.files[name]; e.failed != nil {
+			res.failures = append(res.failures, e.failed)
+			res.complete = false
+		}
+	}
+	if changed {
+		res.problems = append(res.problems, s.apply(names)...)
+	}
+	return res
+}
+
+// read reads and parses one file into e. fresh reports whether e's objects
+// changed; a file that cannot be read or parsed keeps its old objects.
+func (s *fileSet) read(name string, e *fileEntry) (fresh bool, problems []error) {
+	s.reads++
+	data, id, err := readManifest(name)
+	if err != nil {
+		e.failed = &FileError{Path: name, Err: err}
+		return false, nil
+	}
+	objs, errs := s.dec.Decode(data, name)
+	for _, err := range errs {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			e.failed = &FileError{Path: name, Line: se.Line, Err: fmt.Errorf("invalid YAML in the document starting here: %w", se)}
+			return false, nil
+		}
+	}
+	e.id, e.objs, e.good, e.failed = id, objs, true, nil
+	e.racy = time.Since(time.Unix(0, id.mtime)) < s.racyWindow || time.Since(time.Unix(0, id.ctime)) < s.racyWindow
+	return true, errs
+}
+
+// readManifest reads a regular file of at most MaxFileSize bytes. The file
+// is opened without blocking (a FIFO would block the open until a writer
+// comes) and checked on the opened descriptor, so what is read is what was
+// checked.
+func readManifest(name string) ([]byte, fileID, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("opening manifest: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("reading manifest: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fileID{}, fmt.Errorf("%s, not a regular file: not read", describeType(fi.Mode()))
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fileID{}, fmt.Errorf("%d bytes, more than the %d a manifest may have, not read", fi.Size(), MaxFileSize)
+	}
+	id, _ := idOf(fi)
+	// Read at most one byte more than allowed: the file may grow.
+	data := make([]byte, 0, fi.Size()+1)
+	for {
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fileID{}, fmt.Errorf("reading manifest: %w", err)
+		}
+		if len(data) > MaxFileSize {
+			return nil, fileID{}, fmt.Errorf("grew past the %d bytes a manifest may have, not read", MaxFileSize)
+		}
+		if len(data) == cap(data) {
+			data = slices.Grow(data, min(cap(data), MaxFileSize+1-len(data)))
+		}
+	}
+	return data, id, nil
+}
+
+func describeType(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
+}
+
+// apply feeds the Builder the objects whose definition changed, given the
+// files in name order. An object defined twice takes the later definition.
+func (s *fileSet) apply(names []string) []error {
+	var problems []error
+	next := make(map[objectRef]Object, len(s.current))
+	for _, name := range names {
+		for _, o := range s.files[name].objs {
+			ref, ok := refOf(o)
+			if !ok {
+				problems = append(problems, &Warning{fmt.Errorf("%s: unexpected object type %T, skipped", o.Source, o.Obj)})
+				continue
+			}
+			if first, dup := next[ref]; dup && (s.current[ref].Obj != o.Obj) {
+				problems = append(problems, &Warning{fmt.Errorf("%s: %s %s is also defined at %s; this later one wins",
+					o.Source, ref.kind, objectName(ref.namespace, ref.name), first.Source)})
+			}
+			next[ref] = o
+		}
+	}
+	for ref, o := range next {
+		if s.current[ref].Obj == o.Obj {
+			continue
+		}
+		for _, e := range SplitErrors(upsert(s.b, o.Obj)) {
+			problems = append(problems, fmt.Errorf("%s: %w", o.Source, e))
+		}
+	}
+	for ref := range s.current {
+		if _, ok := next[ref]; !ok {
+			remove(s.b, ref)
+		}
+	}
+	s.current = next
+	return problems
+}
+
+func refOf(o Object) (objectRef, bool) {
+	switch obj := o.Obj.(type) {
+	case *corev1.Service:
+		return objectRef{"service", namespaceOrDefault(obj.Namespace), obj.Name}, true
+	case *discoveryv1.EndpointSlice:
+		return objectRef{"endpointslice", namespaceOrDefault(obj.Namespace), obj.Name}, true
+	case *corev1.Node:
+		return objectRef{"node", "", obj.Name}, true
+	}
+	return objectRef{}, false
+}
+
+func upsert(b *Builder, obj any) error {
+	switch obj := obj.(type) {
+	case *corev1.Service:
+		return b.UpsertService(obj)
+	case *discoveryv1.EndpointSlice:
+		return b.UpsertEndpointSlice(obj)
+	case *corev1.Node:
+		return b.UpsertNode(obj)
+	}
+	return nil
+}
+
+func remove(b *Builder, ref objectRef) {
+	switch ref.kind {
+	case "service":
+		b.DeleteService(ref.namespace, ref.name)
+	case "endpointslice":
+		b.DeleteEndpointSlice(ref.namespace, ref.name)
+	case "node":
+		b.DeleteNode(ref.name)
+	}
+}
