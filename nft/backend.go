@@ -500,15 +500,20 @@ func (b *Backend) readKernel(tables map[tableID]*Table) (map[tableID]*kTable, er
 	me := b.k.portID()
 	for _, f := range families {
 		var names []string
+		expect := map[string][]string{}
 		for _, id := range tableIDs() {
-			if id.f == f && tables[id] != nil {
-				names = append(names, tables[id].Name)
+			if t := tables[id]; id.f == f && t != nil {
+				names = append(names, t.Name)
+				// Our chains, and those flushed for deletion that may remain.
+				want := make([]string, 0, t.chainCount()+len(b.pending[id]))
+				t.eachChain(func(c *Chain) { want = append(want, c.Name) })
+				expect[t.Name] = append(want, b.pending[id]...)
 			}
 		}
 		if len(names) == 0 {
 			continue
 		}
-		kts, err := b.k.readFamily(f, names)
+		kts, err := b.k.readFamily(f, names, expect)
 		if err != nil {
 			return nil, err
 		}
