@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test unit e2e lint bench demo clean
+.PHONY: all build test unit e2e lint fuzz bench demo clean
 
 all: build
 
@@ -12,9 +12,17 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
-# network namespaces the tests create and delete.
+# network namespaces the tests create and delete; then a short fuzz run.
 test: build lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(MAKE) fuzz
+
+# A short run of each fuzz target beyond its seed corpus (the corpus itself
+# runs with the unit tests). FUZZTIME=5m for a longer one.
+FUZZTIME ?= 15s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./informers/
+	$(GO) test -run '^$$' -fuzz '^FuzzBuildEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./nft/
 
 unit:
 	$(GO) test -count=1 -short $(PKGS)

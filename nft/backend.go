@@ -35,12 +35,24 @@ type Backend struct {
 
 	// CheckEvery is how often a sync first checks that the kernel still
 	// holds what we wrote (0: never). The check asks for the ruleset
-	// generation; only when another transaction than ours committed since
-	// the last verified state does it read our tables back and compare
-	// every attribute, rule and element. Any difference makes the sync a
-	// full one, which rewrites it in one transaction.
+	// generation; when another transaction than ours committed since the
+	// last verified state, it reads back and compares (every attribute,
+	// rule and element) only the tables that a change monitor saw another
+	// process change, or all of them when the monitor lost events or could
+	// not be opened. Any difference makes the sync a full one, which
+	// rewrites it in one transaction.
 	CheckEvery time.Duration
 	lastCheck  time.Time
+
+	// monTried is set once the first sync with CheckEvery tried to open
+	// the change monitor; readAll makes the next check read every table
+	// (the monitor was opened after tables were written).
+	monTried, readAll bool
+	// monitorBuf is the monitor's receive buffer (0: monitorRcvBuf), for
+	// tests that make it overflow.
+	monitorBuf int
+	// readBacks counts the tables the checks read back (for tests).
+	readBacks int
 
 	// OnDrift, when set, is called for each table in which a check found
 	// differences, with short descriptions of them.
@@ -116,6 +128,9 @@ func tableIDs() []tableID { return allTableIDs }
 func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
+	}
+	if b.CheckEvery > 0 && !b.monTried {
+		b.openMonitor()
 	}
 	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node)
 	if !full && b.checkDue() {
@@ -290,29 +305,99 @@ func (b *Backend) committed(gen uint32, ok bool) {
 	b.verifiedGen = after
 }
 
+// openMonitor opens the change monitor before the first check needs it
+// (normally before the first, full, sync); without one, checks read every
+// table back whenever the generation moved.
+func (b *Backend) openMonitor() {
+	b.monTried = true
+	if b.k.mon != nil {
+		return
+	}
+	var watch []tableName
+	for _, id := range tableIDs() {
+		watch = append(watch, tableName{id.f, tableNameOf(b.cfg, id.kind)})
+	}
+	size := b.monitorBuf
+	if size == 0 {
+		size = monitorRcvBuf
+	}
+	m, err := b.k.openMonitor(watch, size)
+	if err != nil {
+		b.log.Warn("cannot follow nftables changes; each drift check reads all our tables back when another process committed", "err", err)
+		return
+	}
+	b.k.mon = m
+	// Changes made before the monitor was there are unknown, unless the
+	// next sync rewrites everything anyway.
+	b.readAll = b.applied != nil
+}
+
+func tableNameOf(cfg Config, kind TableKind) string {
+	return BuildTable(IPv4, cfg, proxier.Node{}, kind).Name
+}
+
 // drifted reports whether the kernel holds something else than what we
-// applied: nothing when the generation is the verified one, else our
-// tables are read back and compared with the applied ones. Differences
-// are logged and handed to OnDrift.
+// applied: nothing when the generation is the verified one and the
+// monitor saw no change; else the tables the monitor saw another process
+// change (all of them without a monitor, or when it lost events) are read
+// back and compared with the applied ones. Differences are logged and
+// handed to OnDrift.
 func (b *Backend) drifted() bool {
 	b.lastCheck = time.Now()
+	// The monitor first: every event it has read belongs to a transaction
+	// the generation read after it counts.
+	var marked map[tableName]bool
+	all, lost := b.k.mon == nil || b.readAll, false
+	if b.k.mon != nil {
+		marked, lost = b.k.mon.take()
+	}
+	b.readAll = false
 	gen, genErr := b.k.Generation()
-	if genErr == nil && b.verified && gen == b.verifiedGen {
+	if genErr == nil && b.verified && gen == b.verifiedGen && !lost && len(marked) == 0 {
 		return false
 	}
 	b.verified = false
-	kts, err := b.readKernel(b.applied)
+	check := map[tableID]*Table{}
+	for _, id := range tableIDs() {
+		if t := b.applied[id]; all || lost || marked[tableName{id.f, t.Name}] {
+			check[id] = t
+		}
+	}
+	found, err := b.checkTables(check)
 	if err != nil {
 		b.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
 		return true
 	}
+	if !found && genErr == nil {
+		// Verified only if nobody committed while we read. A transaction
+		// that the generation counts but whose events the monitor had not
+		// yet read leaves marks, which keep the next check off the fast
+		// path.
+		after, err := b.k.Generation()
+		b.verified, b.verifiedGen = err == nil && after == gen, gen
+	}
+	return found
+}
+
+// checkTables reads back and compares the given tables.
+func (b *Backend) checkTables(tables map[tableID]*Table) (bool, error) {
+	if len(tables) == 0 {
+		return false, nil
+	}
+	b.readBacks += len(tables)
+	kts, err := b.readKernel(tables)
+	if err != nil {
+		return false, err
+	}
 	found := false
 	for _, id := range tableIDs() {
-		t := b.applied[id]
+		t := tables[id]
+		if t == nil {
+			continue
+		}
 		diffs, err := b.k.tableDrift(t, kts[id], b.pending[id])
 		if err != nil {
-			b.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
-			return true
+			return false, err
 		}
 		if len(diffs) == 0 {
 			continue
@@ -324,12 +409,7 @@ func (b *Backend) drifted() bool {
 			b.OnDrift(name, diffs)
 		}
 	}
-	if !found && genErr == nil {
-		// Verified only if nobody committed while we read.
-		after, err := b.k.Generation()
-		b.verified, b.verifiedGen = err == nil && after == gen, gen
-	}
-	return found
+	return found, nil
 }
 
 // sameInput reports whether a service port is what its fragment was built
@@ -420,17 +500,25 @@ func (b *Backend) readKernel(tables map[tableID]*Table) (map[tableID]*kTable, er
 	me := b.k.portID()
 	for _, f := range families {
 		var names []string
+		expect := map[string][]string{}
 		for _, id := range tableIDs() {
-			if id.f == f {
-				names = append(names, tables[id].Name)
+			if t := tables[id]; id.f == f && t != nil {
+				names = append(names, t.Name)
+				// Our chains, and those flushed for deletion that may remain.
+				want := make([]string, 0, t.chainCount()+len(b.pending[id]))
+				t.eachChain(func(c *Chain) { want = append(want, c.Name) })
+				expect[t.Name] = append(want, b.pending[id]...)
 			}
 		}
-		kts, err := b.k.readFamily(f, names)
+		if len(names) == 0 {
+			continue
+		}
+		kts, err := b.k.readFamily(f, names, expect)
 		if err != nil {
 			return nil, err
 		}
 		for _, id := range tableIDs() {
-			if id.f != f {
+			if id.f != f || tables[id] == nil {
 				continue
 			}
 			kt := kts[tables[id].Name]

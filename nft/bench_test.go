@@ -250,8 +250,12 @@ func median(ds []time.Duration) time.Duration {
 
 // BenchmarkKernelDriftCheck times the drift check with n Services x 10
 // endpoints programmed: "generation" when only our transactions committed
-// (one GETGEN), "readback" when another one did (every table read back
-// and compared: metadata, rules, elements).
+// (one GETGEN), "foreign-commits" when another process committed to its own
+// table before each check (the monitor marks nothing: nothing read back),
+// "tamper-delta" and "tamper-main" when another process added a chain to
+// our delta or main table (that table alone read back, drift found),
+// "readback-all" when every table is read back (lost events, or no monitor)
+// and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		ns := testNetns(b)
@@ -263,6 +267,10 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		if be.k.mon == nil {
+			b.Fatal("no change monitor")
+		}
+		w := newForeignWriter(b, ns, IPv4, "other")
 		b.Run(fmt.Sprintf("services=%d/generation", n), func(b *testing.B) {
 			for b.Loop() {
 				if be.drifted() {
@@ -270,10 +278,56 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("services=%d/readback", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("services=%d/foreign-commits", n), func(b *testing.B) {
+			reads := be.readBacks
+			for b.Loop() {
+				b.StopTimer()
+				w.commit(b, 1)
+				b.StartTimer()
+				if be.drifted() {
+					b.Fatal("drift")
+				}
+			}
+			if be.readBacks != reads {
+				b.Fatalf("%d tables read back", be.readBacks-reads)
+			}
+		})
+		for _, kind := range []TableKind{DeltaTable, MainTable} {
+			name := map[TableKind]string{DeltaTable: "delta", MainTable: "main"}[kind]
+			table := tableNameOf(demoConfig(), kind)
+			b.Run(fmt.Sprintf("services=%d/tamper-%s", n, name), func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					bt := w.k.newBatch()
+					bt.addChain(IPv4, table, &Chain{Name: "rogue"})
+					if err := w.k.Apply(bt); err != nil {
+						b.Fatal(err)
+					}
+					w.k.finished(bt)
+					reads := be.readBacks
+					b.StartTimer()
+					if !be.drifted() {
+						b.Fatal("no drift found")
+					}
+					b.StopTimer()
+					if be.readBacks-reads != 1 {
+						b.Fatalf("%d tables read back, want 1", be.readBacks-reads)
+					}
+					bt = w.k.newBatch()
+					bt.delChain(IPv4, table, "rogue")
+					if err := w.k.Apply(bt); err != nil {
+						b.Fatal(err)
+					}
+					w.k.finished(bt)
+					be.k.mon.take() // the repair would be ours
+					b.StartTimer()
+				}
+			})
+		}
+		b.Run(fmt.Sprintf("services=%d/readback-all", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				be.verified = false
+				be.readAll, be.verified = true, false
 				if be.drifted() {
 					b.Fatal("drift")
 				}

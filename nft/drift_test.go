@@ -117,46 +117,61 @@ func tamperCases() []tamperCase {
 }
 
 // Each tampering is found by the periodic check, reported, and repaired by
-// one transaction, after which the kernel holds exactly what we render.
+// one transaction, after which the kernel holds exactly what we render:
+// with the change monitor, which reads back only the table nft changed,
+// and without (every table read back).
 func TestKernelTamperingRepaired(t *testing.T) {
-	for _, tc := range tamperCases() {
-		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
-			b := openTestBackend(t, ns, demoConfig())
-			b.CheckEvery = time.Nanosecond
-			var found []string
-			b.OnDrift = func(table string, diffs []string) { found = append(found, diffs...) }
-			ctx := context.Background()
-			st := demoState()
-			for i := 0; i < 2; i++ { // program, then check clean (verified from here)
-				if _, err := b.Sync(ctx, st); err != nil {
-					t.Fatal(err)
+	for _, mode := range []string{"monitor", "no-monitor"} {
+		for _, tc := range tamperCases() {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				ns := testNetns(t)
+				b := openTestBackend(t, ns, demoConfig())
+				b.CheckEvery = time.Nanosecond
+				b.monTried = mode == "no-monitor"
+				var found []string
+				b.OnDrift = func(table string, diffs []string) { found = append(found, diffs...) }
+				ctx := context.Background()
+				st := demoState()
+				for i := 0; i < 2; i++ { // program, then check clean (verified from here)
+					if _, err := b.Sync(ctx, st); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			if len(found) > 0 {
-				t.Fatalf("drift reported before any tampering: %q", found)
-			}
-			for _, args := range tc.nft {
-				nftIn(t, ns, args...)
-			}
-			before := b.k.commits
-			res, err := b.Sync(ctx, st)
-			if err != nil {
-				t.Fatalf("repairing sync: %v", err)
-			}
-			if !res.Full || b.k.commits-before != 1 {
-				t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.k.commits-before)
-			}
-			if !containsSub(found, tc.want) {
-				t.Errorf("reported %q, want one containing %q", found, tc.want)
-			}
-			assertKernelIsRender(t, ns, st)
-			found = nil
-			if res, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
-				t.Errorf("check after the repair: full=%v err=%v drift=%q", res.Full, err, found)
-			}
-			assertKernelIsRender(t, ns, st)
-		})
+				if len(found) > 0 {
+					t.Fatalf("drift reported before any tampering: %q", found)
+				}
+				if (b.k.mon != nil) != (mode == "monitor") {
+					t.Fatalf("monitor open: %v", b.k.mon != nil)
+				}
+				for _, args := range tc.nft {
+					nftIn(t, ns, args...)
+				}
+				before, reads := b.k.commits, b.readBacks
+				res, err := b.Sync(ctx, st)
+				if err != nil {
+					t.Fatalf("repairing sync: %v", err)
+				}
+				if !res.Full || b.k.commits-before != 1 {
+					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.k.commits-before)
+				}
+				wantReads := len(tableIDs())
+				if mode == "monitor" {
+					wantReads = 1 // every case changes ip kube-nftproxy only
+				}
+				if n := b.readBacks - reads; n != wantReads {
+					t.Errorf("the check read %d tables back, want %d", n, wantReads)
+				}
+				if !containsSub(found, tc.want) {
+					t.Errorf("reported %q, want one containing %q", found, tc.want)
+				}
+				assertKernelIsRender(t, ns, st)
+				found = nil
+				if res, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
+					t.Errorf("check after the repair: full=%v err=%v drift=%q", res.Full, err, found)
+				}
+				assertKernelIsRender(t, ns, st)
+			})
+		}
 	}
 }
 
@@ -269,8 +284,9 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 }
 
 // The check reads nothing back while the generation says only our own
-// transactions committed, and reads back (finding nothing) when someone
-// else's did.
+// transactions committed; when another process committed, it reads back
+// only the tables the monitor saw it change (none here: it changed its
+// own table).
 func TestKernelCheckGeneration(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
@@ -279,21 +295,21 @@ func TestKernelCheckGeneration(t *testing.T) {
 	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
 	ctx := context.Background()
 	st := demoState()
-	sync := func(st *proxier.State, what string, wantRead bool) {
+	sync := func(st *proxier.State, what string, wantDumps bool) {
 		t.Helper()
-		dumps := b.k.dumps
+		dumps, reads := b.k.dumps, b.readBacks
 		res, err := b.Sync(ctx, st)
 		if err != nil || res.Full || len(found) > 0 {
 			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 		}
-		if read := b.k.dumps > dumps; read != wantRead {
-			t.Errorf("%s: read back %v, want %v", what, read, wantRead)
+		if read := b.k.dumps > dumps; read != wantDumps || b.readBacks != reads {
+			t.Errorf("%s: dumped %v, %d tables read back, want %v and none", what, read, b.readBacks-reads, wantDumps)
 		}
 	}
 	if _, err := b.Sync(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	sync(st, "first check", true)
+	sync(st, "first check", false)
 	sync(st, "nothing changed", false)
 	next := shallowCopy(st)
 	web := proxierName("default", "web", "http")
@@ -301,6 +317,11 @@ func TestKernelCheckGeneration(t *testing.T) {
 	sync(next, "our own change", false)
 	sync(next, "after our own change", false)
 	nftIn(t, ns, "add", "table", "ip", "someone-else")
-	sync(next, "another table committed", true)
+	sync(next, "another table committed", false)
 	sync(next, "verified again", false)
+	nftIn(t, ns, "add", "chain", "ip", DefaultTableName+deltaSuffix, "rogue")
+	reads := b.readBacks
+	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.readBacks-reads != 1 {
+		t.Errorf("a rogue chain in the delta table: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.readBacks-reads)
+	}
 }

@@ -24,6 +24,9 @@ type Kernel struct {
 	// dumps counts the dump requests sent (for tests).
 	dumps   int
 	dumpBuf []byte
+	// mon, when open, follows other processes' nftables commits (see
+	// monitor); Close closes it.
+	mon *monitor
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
@@ -57,8 +60,14 @@ func socketIn(netnsPath string) (int, error) {
 	return netns.NetlinkSocket(netnsPath, unix.NETLINK_NETFILTER)
 }
 
-// Close releases the socket.
-func (k *Kernel) Close() error { return unix.Close(k.fd) }
+// Close releases the socket, and the change monitor's if one was opened.
+func (k *Kernel) Close() error {
+	if k.mon != nil {
+		k.mon.close()
+		k.mon = nil
+	}
+	return unix.Close(k.fd)
+}
 
 // TxError is a transaction the kernel refused; nothing of it was applied.
 type TxError struct {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,10 +14,12 @@ import (
 )
 
 // TestBadInput starts the proxy on the example state plus a Service with an
-// invalid clusterIP and a file that is no YAML: it must say what it skipped
-// and program the rest; and once the broken file is fixed, pick that up.
+// invalid clusterIP: it must say what it skipped and program the rest. A
+// file that is no YAML, added later, is named in the log and changes
+// nothing; once it is fixed, the proxy picks it up.
 func TestBadInput(t *testing.T) {
-	e := newEnv(t, envOptions{extra: badInput})
+	e := newEnv(t, envOptions{extra: map[string]string{"bad-service.yaml": badService}})
+	writeAtomic(t, e.state, "broken.yaml", brokenYAML)
 
 	for _, want := range []struct{ what, text string }{
 		{"the Service with the invalid clusterIP", "default/bad"},
@@ -63,4 +66,49 @@ func TestBadInput(t *testing.T) {
 	sum = e.requests(t, podA.Name, "tcp", addr, requestsPerCheck)
 	expectBackends(t, "tcp from pod-a to the fixed Service "+addr, sum, podB.Name)
 	e.proxy.checkRunning(t)
+}
+
+// TestBrokenFileHoldsFirstSync starts the proxy on a state with a file that
+// cannot be parsed: what it holds is unknown, so nothing is programmed and
+// /healthz says not ready, until the file is fixed.
+func TestBrokenFileHoldsFirstSync(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, []sandbox.Pod{podA, podB})
+	state := t.TempDir()
+	copyDir(t, exampleState, state)
+	writeAtomic(t, state, "broken.yaml", brokenYAML)
+	p := launchProxy(t, sb, 5*time.Second, proxyBin, "--state", state, "--hostname-override", nodeName,
+		"--cluster-cidr", clusterCIDRs(), "--iptables-min-sync-period", "100ms", "--iptables-sync-period", "1s",
+		"--healthz-bind-address", "127.0.0.1:10256")
+	p.waitLog(t, 10*time.Second, "a warning naming broken.yaml", func(lines []string) bool {
+		return slices.ContainsFunc(lines, func(l string) bool {
+			return strings.Contains(l, "level=WARN") && strings.Contains(l, "broken.yaml")
+		})
+	})
+	// Several sync periods pass without a sync (the assertion is that no
+	// table appears and /healthz stays 503 throughout).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := sb.Exec(t.Context(), sandbox.Node, "nft", "list", "tables")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "kube-nftproxy") || p.syncs() > 0 {
+			t.Fatalf("the proxy programmed a state with an unparsable file:\n%s", out)
+		}
+		resp, err := httpClientIn(sb.NS(sandbox.Node)).Get("http://127.0.0.1:10256/healthz")
+		if err != nil {
+			t.Fatalf("/healthz: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("/healthz answered %d before the first sync, want 503", resp.StatusCode)
+		}
+		time.Sleep(200 * time.Millisecond) // pacing the samples, not synchronising
+	}
+	writeAtomic(t, state, "broken.yaml", "# fixed: empty\n")
+	p.waitLog(t, 10*time.Second, "the first sync once the file is fixed", func(lines []string) bool {
+		return countSyncs(lines) > 0
+	})
+	p.checkRunning(t)
 }

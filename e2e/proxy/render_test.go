@@ -74,9 +74,13 @@ func TestRender(t *testing.T) {
 		name   string
 		extra  map[string]string
 		stderr []string // what the warnings must name
+		fails  bool     // render must exit non-zero
 	}{
 		{name: "example"},
-		{name: "bad input", extra: badInput, stderr: []string{"default/bad", "broken.yaml"}},
+		{name: "bad object", extra: map[string]string{"bad-service.yaml": badService}, stderr: []string{"default/bad"}},
+		// A file that cannot be parsed hides what it holds: what the
+		// proxy would program is unknown, so render refuses.
+		{name: "unparsable file", extra: badInput, stderr: []string{"broken.yaml"}, fails: true},
 		{name: "1000 services", extra: map[string]string{
 			"load-services.yaml":       loadServices(loadServiceCount),
 			"load-endpointslices.yaml": loadSlices(loadServiceCount, loadPortBase),
@@ -99,13 +103,20 @@ func TestRender(t *testing.T) {
 				"--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs())
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("render: %v: %s", err, stderr.Bytes())
-			}
+			err := cmd.Run()
 			for _, want := range tc.stderr {
 				if !strings.Contains(stderr.String(), want) {
 					t.Errorf("render's warnings do not name %q:\n%s", want, stderr.Bytes())
 				}
+			}
+			if tc.fails {
+				if err == nil || stdout.Len() > 0 {
+					t.Fatalf("render with an unparsable file: %v, %d bytes of rules; want a failure and no rules", err, stdout.Len())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("render: %v: %s", err, stderr.Bytes())
 			}
 			for _, want := range []string{"table ip kube-nftproxy {", "table ip6 kube-nftproxy {", "chain " + svcChain(webSPN, "tcp") + " {"} {
 				if !strings.Contains(stdout.String(), want) {

@@ -1,0 +1,197 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// foreignWriter commits to a table of its own in the namespace, through
+// another netlink socket than the backend's (another port id), as kubelet,
+// a CNI plugin or firewalld would.
+type foreignWriter struct {
+	k     *Kernel
+	f     Family
+	table string
+	n     int
+}
+
+func newForeignWriter(t testing.TB, ns string, f Family, table string) *foreignWriter {
+	t.Helper()
+	k, err := OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	w := &foreignWriter{k: k, f: f, table: table}
+	bt := k.newBatch()
+	bt.addTable(f, table, "")
+	if err := k.Apply(bt); err != nil {
+		t.Fatal(err)
+	}
+	k.finished(bt)
+	return w
+}
+
+// commit adds chains chains in one transaction.
+func (w *foreignWriter) commit(t testing.TB, chains int) {
+	t.Helper()
+	bt := w.k.newBatch()
+	for i := 0; i < chains; i++ {
+		w.n++
+		bt.addChain(w.f, w.table, &Chain{Name: fmt.Sprintf("c%d", w.n)})
+	}
+	if err := w.k.Apply(bt); err != nil {
+		t.Fatal(err)
+	}
+	w.k.finished(bt)
+}
+
+// checkedSync syncs st with a drift check and returns how many tables the
+// check read back; it fails on drift, errors or a full sync.
+func checkedSync(t *testing.T, b *Backend, st *proxier.State, what string) int {
+	t.Helper()
+	var found []string
+	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	before := b.readBacks
+	res, err := b.Sync(context.Background(), st)
+	if err != nil || res.Full || len(found) > 0 {
+		t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
+	}
+	return b.readBacks - before
+}
+
+// Busy writers of other tables (through another socket, and with nft,
+// including a table of our name in another family) make the generation
+// move before every check, yet no check reads anything back, and our
+// rules stay as they are.
+func TestKernelForeignCommitsNoReadBack(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if b.k.mon == nil {
+		t.Fatal("no change monitor")
+	}
+	w := newForeignWriter(t, ns, IPv4, "other")
+	nftIn(t, ns, "add", "table", "inet", DefaultTableName)
+	nftIn(t, ns, "add", "chain", "inet", DefaultTableName, "c")
+	gen0, err := b.k.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		for j := 0; j < 50; j++ {
+			w.commit(t, 1)
+		}
+		nftIn(t, ns, "add", "rule", "inet", DefaultTableName, "c", "counter")
+		if n := checkedSync(t, b, st, fmt.Sprintf("check %d", i)); n != 0 {
+			t.Fatalf("check %d after foreign commits read %d tables back, want 0", i, n)
+		}
+	}
+	gen, err := b.k.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen-gen0 < 1000 {
+		t.Errorf("generation moved by %d, want >= 1000 foreign commits", gen-gen0)
+	}
+	if events, overruns := b.k.mon.counts(); events < 1000 || overruns > 0 {
+		t.Errorf("monitor parsed %d events with %d overruns, want >= 1000 and none", events, overruns)
+	}
+	assertKernelIsRender(t, ns, withoutForeign(t, ns, st))
+	// And it still sees a change to ours.
+	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	res, err := b.Sync(context.Background(), st)
+	if err != nil || !res.Full {
+		t.Fatalf("after tampering: full=%v err=%v, want a full sync", res.Full, err)
+	}
+}
+
+// withoutForeign deletes the foreign tables so that the listing holds ours
+// only, and returns st.
+func withoutForeign(t *testing.T, ns string, st *proxier.State) *proxier.State {
+	t.Helper()
+	nftIn(t, ns, "delete", "table", "ip", "other")
+	nftIn(t, ns, "delete", "table", "inet", DefaultTableName)
+	return st
+}
+
+// Events lost to a full receive buffer mark every table: the next check
+// reads them all back; the one after, with nothing lost, reads none.
+func TestKernelMonitorOverflowMarksAll(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	b.monitorBuf = 4096 // the kernel doubles it
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	w := newForeignWriter(t, ns, IPv4, "other")
+	checkedSync(t, b, st, "first check")
+	// Keep the reader out while thousands of notifications come at once.
+	b.k.mon.mu.Lock()
+	w.commit(t, 5000)
+	b.k.mon.mu.Unlock()
+	if n := checkedSync(t, b, st, "after an overflow"); n != len(tableIDs()) {
+		t.Errorf("after an overflow the check read %d tables back, want all %d", n, len(tableIDs()))
+	}
+	if _, overruns := b.k.mon.counts(); overruns == 0 {
+		t.Fatal("no overrun: the test did not overflow the monitor")
+	}
+	w.commit(t, 1)
+	if n := checkedSync(t, b, st, "after a small foreign commit"); n != 0 {
+		t.Errorf("the check read %d tables back, want 0", n)
+	}
+}
+
+// Without a monitor (it could not be opened), a check reads every table
+// back when another process committed, as before the monitor.
+func TestKernelCheckWithoutMonitor(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	b.monTried = true // as if opening had failed
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	all := len(tableIDs())
+	if n := checkedSync(t, b, st, "first check"); n != all {
+		t.Errorf("first check read %d tables, want %d", n, all)
+	}
+	if n := checkedSync(t, b, st, "nothing changed"); n != 0 {
+		t.Errorf("unchanged generation: read %d tables, want 0", n)
+	}
+	nftIn(t, ns, "add", "table", "ip", "someone-else")
+	if n := checkedSync(t, b, st, "another table"); n != all {
+		t.Errorf("after a foreign commit: read %d tables, want %d", n, all)
+	}
+}
+
+// The monitor filters our own notifications out in the kernel: a full
+// sync of many objects leaves nothing queued for it.
+func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	b.monitorBuf = 4096
+	for i := 0; i < 3; i++ {
+		b.ForceFull()
+		if _, err := b.Sync(context.Background(), scaleState(200, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marked, all := b.k.mon.take()
+	events, overruns := b.k.mon.counts()
+	if len(marked) > 0 || all || events > 0 || overruns > 0 {
+		t.Errorf("after our own syncs: marked %v all=%v events=%d overruns=%d, want nothing", marked, all, events, overruns)
+	}
+}
