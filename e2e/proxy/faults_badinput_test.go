@@ -451,10 +451,18 @@ func removeStateDir(t *testing.T, e *env) {
 		}
 		return nil
 	})
-	if err := os.Mkdir(e.state, 0o755); err != nil {
+	// Restored whole, as a directory renamed into place: copied file by
+	// file, the proxy would (rightly) program each file as it comes, and
+	// the conntrack cleanup would end UDP flows of Services whose files
+	// are not back yet.
+	restore := e.state + ".restore"
+	if err := os.Mkdir(restore, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for name, data := range files {
-		writeAtomic(t, e.state, name, data)
+		writeAtomic(t, restore, name, data)
+	}
+	if err := os.Rename(restore, e.state); err != nil {
+		t.Fatal(err)
 	}
 }
