@@ -249,10 +249,14 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if anything {
 		res.Bytes = bt.size()
 		gen, genErr := b.k.Generation()
+		muted := b.k.mon != nil && bt.messages() >= muteAbove && b.k.mon.setMember(false) == nil
 		start := time.Now()
 		err := b.k.Apply(bt)
 		res.Kernel = time.Since(start)
 		b.k.finished(bt)
+		if muted {
+			b.rejoin(gen, genErr, err == nil)
+		}
 		b.committed(gen, genErr == nil && err == nil)
 		if err != nil {
 			b.needFull = true
@@ -303,6 +307,31 @@ func (b *Backend) committed(gen uint32, ok bool) {
 	after, err := b.k.Generation()
 	b.verified = err == nil && after == gen+1
 	b.verifiedGen = after
+}
+
+// muteAbove is the transaction size (messages) from which the change
+// monitor leaves the notification group while we commit: below it, the
+// kernel's cost of notifying is small, and staying in the group keeps
+// other writers' changes in view.
+const muteAbove = 1024
+
+// rejoin puts the monitor back into the notification group after one of
+// our transactions (before is the generation read before the monitor left
+// it). Another process's commit in between went unseen: when the
+// generation shows one, every table is marked for the next check.
+func (b *Backend) rejoin(before uint32, beforeErr error, applied bool) {
+	joinErr := b.k.mon.setMember(true)
+	after, err := b.k.Generation()
+	want := before
+	if applied {
+		want++
+	}
+	if joinErr != nil || beforeErr != nil || err != nil || after != want {
+		b.k.mon.markAll()
+	}
+	if joinErr != nil {
+		b.log.Warn("cannot rejoin the nftables notification group; drift checks read all tables back", "err", joinErr)
+	}
 }
 
 // openMonitor opens the change monitor before the first check needs it

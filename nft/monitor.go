@@ -231,3 +231,34 @@ func (m *monitor) close() error {
 	<-m.done
 	return err
 }
+
+// setMember joins or leaves the notification group. While nobody listens
+// the kernel does not even build notifications, which costs a full sync of
+// 10k Services x 10 endpoints 2.5 s of kernel time (1.3 s -> 3.8 s): the
+// filter above drops ours only once they are built. So a large
+// transaction of ours is sent with the monitor out of the group (see
+// Backend.rejoin for what it may miss meanwhile).
+func (m *monitor) setMember(join bool) error {
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	opt := unix.NETLINK_DROP_MEMBERSHIP
+	if join {
+		opt = unix.NETLINK_ADD_MEMBERSHIP
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_NETLINK, opt, unix.NFNLGRP_NFTABLES)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// markAll makes the next take report every table: events may have been missed.
+func (m *monitor) markAll() {
+	m.mu.Lock()
+	m.all = true
+	m.mu.Unlock()
+}

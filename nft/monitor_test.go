@@ -195,3 +195,45 @@ func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
 		t.Errorf("after our own syncs: marked %v all=%v events=%d overruns=%d, want nothing", marked, all, events, overruns)
 	}
 }
+
+// A large transaction of ours is sent with the monitor out of the
+// notification group; a change to our table made meanwhile goes unseen by
+// the monitor, so the generation must give it away and mark every table.
+func TestKernelMutedCommitMissesNothing(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Nanosecond
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if b.k.mon == nil {
+		t.Fatal("no change monitor")
+	}
+	gen, err := b.k.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Sync does around a large transaction, with someone else's
+	// commit to our table where ours would be.
+	if err := b.k.mon.setMember(false); err != nil {
+		t.Fatal(err)
+	}
+	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	b.rejoin(gen, nil, false)
+	if _, all := b.k.mon.take(); !all {
+		t.Fatal("a commit made while the monitor was out of the group left no mark")
+	}
+	// Without the foreign commit, a muted transaction of ours marks nothing.
+	gen, err = b.k.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.k.mon.setMember(false); err != nil {
+		t.Fatal(err)
+	}
+	b.rejoin(gen, nil, false)
+	if marked, all := b.k.mon.take(); all || len(marked) > 0 {
+		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
+	}
+}
