@@ -12,6 +12,7 @@
 #   KNP_VM_TIMEOUT   seconds before the VM is killed (default 600)
 #   KNP_VM_MEM       guest memory in MiB (default 1024)
 #   KNP_VM_SMP       guest CPUs (default 1; see README.md)
+#   KNP_VM_DIR       a prepared cache directory (default: run prepare.sh)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,8 +26,8 @@ timeout_s=${KNP_VM_TIMEOUT:-600}
 mem=${KNP_VM_MEM:-1024}
 smp=${KNP_VM_SMP:-1}
 
-"$here/prepare.sh"
-cache=$("$here/prepare.sh" --print)
+# run.sh has prepared the cache already and says where it is.
+cache=${KNP_VM_DIR:-$("$here/prepare.sh")}
 [[ -x $share/guest.sh ]] || {
 	echo "boot.sh: $share/guest.sh missing or not executable" >&2
 	exit 2

@@ -5,7 +5,7 @@
 # veth, bridge, nf_tables, conntrack, NAT, 9p over virtio) and userspace
 # tools for the tests and for debugging (ip, nft, ipvsadm, conntrack, ss).
 #
-#   hack/vm/prepare.sh            # prepare or reuse; prints nothing on stdout
+#   hack/vm/prepare.sh            # prepare or reuse; prints the cache directory
 #   hack/vm/prepare.sh --print    # print the cache directory, prepare nothing
 #
 # Environment:
@@ -70,6 +70,7 @@ fi
 
 complete() { [[ -f $OUT/.complete && -f $OUT/vmlinux && -f $OUT/base.cpio ]]; }
 if complete; then
+	echo "$OUT"
 	exit 0
 fi
 
@@ -77,7 +78,10 @@ mkdir -p "$OUT"
 # One preparation at a time per kernel (make targets may race).
 exec 9>"$OUT/.lock"
 flock 9
-complete && exit 0
+if complete; then
+	echo "$OUT"
+	exit 0
+fi
 rm -f "$OUT/.complete"
 
 start=$(date +%s)
@@ -248,3 +252,4 @@ printf '%s\n' "${order[@]}" >"$OUT/modules.load"
 	echo "prepared=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$OUT/.complete"
 log "prepared $OUT ($(du -sh "$OUT" | cut -f1), ${#order[@]} modules) in $(($(date +%s) - start))s"
+echo "$OUT"

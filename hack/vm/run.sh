@@ -54,8 +54,15 @@ for f in "$@"; do
 	[[ $f == -test.timeout* ]] && have_timeout=1
 	flags+=("$f")
 done
-# The binaries time out (and print their goroutines) before the VM is killed.
-[[ -n $have_timeout ]] || flags+=("-test.timeout=$((timeout_s > 60 ? timeout_s - 30 : timeout_s))s")
+# The binaries time out (and print their goroutines) before the VM is
+# killed: a tenth of the budget earlier, at least 30 s (the boot itself
+# takes 3-10 s on a busy machine), at most 60 s.
+margin=$((timeout_s / 10))
+((margin >= 30)) || margin=30
+((margin <= 60)) || margin=60
+test_timeout=$((timeout_s - margin))
+((test_timeout >= timeout_s / 2)) || test_timeout=$((timeout_s / 2))
+[[ -n $have_timeout ]] || flags+=("-test.timeout=${test_timeout}s")
 
 [[ $(id -u) == 0 ]] || {
 	echo "run.sh: needs root (installs packages, writes $("$here/prepare.sh" --print 2>/dev/null || echo the cache))" >&2
@@ -63,7 +70,8 @@ done
 }
 
 start=$(date +%s)
-"$here/prepare.sh"
+KNP_VM_DIR=$("$here/prepare.sh")
+export KNP_VM_DIR
 prepared=$(date +%s)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/knp-vm-run.XXXXXX")
@@ -109,7 +117,7 @@ done
 }
 built=$(date +%s)
 
-echo "run.sh: booting $(basename "$("$here/prepare.sh" --print)") for ${#names[@]} package(s), timeout ${timeout_s}s" >&2
+echo "run.sh: booting $(basename "$KNP_VM_DIR") for ${#names[@]} package(s), timeout ${timeout_s}s" >&2
 boot_rc=0
 KNP_VM_TIMEOUT=$timeout_s "$here/boot.sh" "$share" "$work" || boot_rc=$?
 booted=$(date +%s)
