@@ -75,6 +75,7 @@ export KNP_VM_DIR
 prepared=$(date +%s)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/knp-vm-run.XXXXXX")
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	if [[ ${KNP_VM_KEEP:-} == 1 ]]; then
 		echo "run.sh: kept $work" >&2
