@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test unit e2e lint fuzz bench demo clean
+.PHONY: all build test unit e2e vm-test lint fuzz bench demo clean
 
 all: build
 
@@ -29,6 +29,16 @@ unit:
 
 e2e: build
 	$(GO) test -count=1 -timeout 30m -v ./e2e/...
+
+# The kernel tests again on Debian 12's kernel (6.1, with IPVS and modules),
+# in a QEMU VM (root). The first run installs qemu and caches the kernel and
+# initramfs under /var/cache/kube-nftproxy/vm; see hack/vm/README.md.
+# One package's tests there: hack/vm/run.sh ./nft -run TestKernel -v
+VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nft ./ipvs
+VM_FLAGS   ?=
+VM_TIMEOUT ?= 600
+vm-test:
+	KNP_VM_TIMEOUT=$(VM_TIMEOUT) GO=$(GO) hack/vm/run.sh $(VM_PKGS) $(VM_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
