@@ -12,9 +12,12 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
-# network namespaces the tests create and delete; then a short fuzz run.
+# network namespaces the tests create and delete; the kernel tests again on
+# Debian's 6.1 kernel in a QEMU VM (root: it installs and caches what it
+# needs); then a short fuzz run.
 test: build lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) vm-test; else echo "vm-test skipped: it needs root"; fi
 	$(MAKE) fuzz
 
 # A short run of each fuzz target beyond its seed corpus (the corpus itself
