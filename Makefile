@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test unit e2e lint fuzz bench demo clean
+.PHONY: all build test unit e2e vm-test lint fuzz bench demo clean
 
 all: build
 
@@ -12,9 +12,12 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
-# network namespaces the tests create and delete; then a short fuzz run.
+# network namespaces the tests create and delete; the kernel tests again on
+# Debian's 6.1 kernel in a QEMU VM (root: it installs and caches what it
+# needs); then a short fuzz run.
 test: build lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) vm-test; else echo "vm-test skipped: it needs root"; fi
 	$(MAKE) fuzz
 
 # A short run of each fuzz target beyond its seed corpus (the corpus itself
@@ -29,6 +32,16 @@ unit:
 
 e2e: build
 	$(GO) test -count=1 -timeout 30m -v ./e2e/...
+
+# The kernel tests again on Debian 12's kernel (6.1, with IPVS and modules),
+# in a QEMU VM (root). The first run installs qemu and caches the kernel and
+# initramfs under /var/cache/kube-nftproxy/vm; see hack/vm/README.md.
+# One package's tests there: hack/vm/run.sh ./nft -run TestKernel -v
+VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nft ./ipvs
+VM_FLAGS   ?=
+VM_TIMEOUT ?= 600
+vm-test:
+	KNP_VM_TIMEOUT=$(VM_TIMEOUT) GO=$(GO) hack/vm/run.sh $(VM_PKGS) $(VM_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
