@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -287,7 +288,14 @@ func TestFaultBadInput(t *testing.T) {
 					return nil
 				})
 				if err != nil {
-					t.Errorf("the proxy did not report %s: %v", tc.file, err)
+					// What it did say about them, if anything.
+					var near []string
+					for _, l := range e.proxy.log.lines()[logged:] {
+						if warned([]string{l}) && slices.ContainsFunc(mustLog, func(s string) bool { return strings.Contains(l, s) }) {
+							near = append(near, l)
+						}
+					}
+					t.Errorf("the proxy did not report %s: %v; warnings naming part of it: %q", tc.file, err, firstN(near, 3))
 				} else {
 					t.Logf("%s: %s", tc.file, outcome)
 				}
