@@ -154,6 +154,13 @@ func (s *FileSource) reload() {
 func (s *FileSource) logConflicts() {
 	now := map[string]bool{}
 	for _, err := range s.set.b.conflictErrors() {
+		// Name where the losing Service is defined, as for other bad input.
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			if o, ok := s.set.current[objectRef{"service", ce.Loser.Namespace, ce.Loser.Name}]; ok {
+				err = fmt.Errorf("%s: %w", o.Source, err)
+			}
+		}
 		msg := err.Error()
 		now[msg] = true
 		if !s.conflicts[msg] {
