@@ -54,6 +54,12 @@ type Backend struct {
 	// readBacks counts the tables the checks read back (for tests).
 	readBacks int
 
+	// OnForeignChange, when set, is called (from another goroutine, once
+	// per run of changes) when the change monitor sees another process
+	// change one of our tables: a sync now checks and repairs them rather
+	// than waiting for CheckEvery. Set it before the first Sync.
+	OnForeignChange func()
+
 	// OnDrift, when set, is called for each table in which a check found
 	// differences, with short descriptions of them.
 	OnDrift func(table string, diffs []string)
@@ -133,7 +139,9 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		b.openMonitor()
 	}
 	full := b.needFull || b.applied == nil || !b.node.Equal(st.Node)
-	if !full && b.checkDue() {
+	// Checked every CheckEvery, and at once when the monitor saw another
+	// process change one of our tables.
+	if !full && (b.checkDue() || b.k.mon != nil && b.k.mon.pending()) {
 		full = b.drifted()
 	}
 	want, have := map[tableID]*Table{}, map[tableID]*Table{}
@@ -350,7 +358,7 @@ func (b *Backend) openMonitor() {
 	if size == 0 {
 		size = monitorRcvBuf
 	}
-	m, err := b.k.openMonitor(watch, size)
+	m, err := b.k.openMonitor(watch, size, b.OnForeignChange)
 	if err != nil {
 		b.log.Warn("cannot follow nftables changes; each drift check reads all our tables back when another process committed", "err", err)
 		return

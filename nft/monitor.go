@@ -36,6 +36,9 @@ type monitor struct {
 	me    uint32 // our Kernel's port id
 	watch map[tableName]bool
 	done  chan struct{}
+	// onMark, when set, is called (from the reader) when a table gets
+	// marked while none was.
+	onMark func()
 
 	mu     sync.Mutex
 	marked map[tableName]bool
@@ -55,7 +58,7 @@ const monitorRcvBuf = 16 << 20
 // openMonitor opens a monitor in k's network namespace for the given
 // tables. It filters out the notifications of k's own transactions in the
 // kernel, so that our large commits cannot fill its buffer.
-func (k *Kernel) openMonitor(watch []tableName, rcvBuf int) (*monitor, error) {
+func (k *Kernel) openMonitor(watch []tableName, rcvBuf int, onMark func()) (*monitor, error) {
 	me := k.portID()
 	if me == 0 {
 		return nil, errors.New("cannot read our netlink port id")
@@ -101,6 +104,7 @@ func (k *Kernel) openMonitor(watch []tableName, rcvBuf int) (*monitor, error) {
 		done:   make(chan struct{}),
 		marked: map[tableName]bool{},
 		buf:    make([]byte, 1<<16),
+		onMark: onMark,
 	}
 	for _, t := range watch {
 		m.watch[t] = true
@@ -119,8 +123,14 @@ func (m *monitor) run(rc syscall.RawConn) {
 	defer close(m.done)
 	err := rc.Read(func(fd uintptr) bool {
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.drainLocked(int(fd)) // false: wait for more
+		before := m.pendingLocked()
+		stop := m.drainLocked(int(fd)) // false: wait for more
+		marked := !before && m.pendingLocked()
+		m.mu.Unlock()
+		if marked && m.onMark != nil {
+			m.onMark()
+		}
+		return stop
 	})
 	if err != nil {
 		m.mu.Lock()
@@ -193,6 +203,17 @@ func (m *monitor) parse(b []byte) {
 			m.marked[t] = true
 		}
 	}
+}
+
+// pendingLocked reports whether a table is marked (or all are).
+func (m *monitor) pendingLocked() bool { return m.all || len(m.marked) > 0 }
+
+// pending reports whether another process changed one of our tables since
+// the last take, as far as the events read so far tell.
+func (m *monitor) pending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pendingLocked()
 }
 
 // take reads what is queued, then returns and clears the marks: the

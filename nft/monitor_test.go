@@ -237,3 +237,42 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
 	}
 }
+
+// A change to our table by another process is reported at once
+// (OnForeignChange, which the proxy turns into a sync), and that sync
+// checks and repairs it without waiting for CheckEvery.
+func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	b.CheckEvery = time.Hour
+	told := make(chan struct{}, 1)
+	b.OnForeignChange = func() {
+		select {
+		case told <- struct{}{}:
+		default:
+		}
+	}
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if b.k.mon == nil {
+		t.Fatal("no change monitor")
+	}
+	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	select {
+	case <-told:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no OnForeignChange within 10 s of a rogue rule in our table")
+	}
+	var drift []string
+	b.OnDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+	res, err := b.Sync(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Full || len(drift) == 0 {
+		t.Fatalf("the sync after the change: full %v, drift %q; want a repair within the check period", res.Full, drift)
+	}
+	assertKernelIsRender(t, ns, st)
+}

@@ -374,6 +374,9 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	backend.CheckEvery = o.syncPeriod
 	loop := proxier.NewLoop(backend, log)
 	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
+	// Another process changed our tables: check and repair them now, not
+	// at the next periodic sync.
+	backend.OnForeignChange = loop.Changed
 	health := proxier.NewHealth(2 * o.syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
 	loop.OnQueued = func() {
