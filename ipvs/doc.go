@@ -4,6 +4,10 @@
 // API (Conn) and an in-memory one for tests (FakeKernel); and a Syncer
 // that makes the kernel match a Plan in steps proportional to what
 // changed, with graceful termination of removed TCP real servers.
-// The helper table's rules, kube-ipvs0 itself and the wiring into the
-// proxier come later.
+// The helper rules are one nft table per family, kube-nftproxy-ipvs
+// (BuildHelperTable), with upstream's ipset names as nft sets and constant
+// rules; NftHelper is the real Helper: those tables through the nft
+// package's transaction writer and kube-ipvs0's addresses through Dummy
+// (batched rtnetlink, exercised only in the VM tests). The wiring into the
+// proxier comes later.
 package ipvs

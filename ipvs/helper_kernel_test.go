@@ -1,0 +1,174 @@
+package ipvs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+// testNetns creates a network namespace for one test and deletes it after.
+func testNetns(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	name := "knp-ipvs-" + hex.EncodeToString(suffix)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return name
+}
+
+func nftIn(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+func openHelper(t *testing.T, ns string, cfg nft.Config) *NftHelper {
+	t.Helper()
+	k, err := nft.OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return NewNftHelper(k, cfg, helperState().Node, nil)
+}
+
+// normalize sorts a listing's lines without the element list punctuation:
+// nft lists concatenated elements of hash sets in the kernel's hash order.
+func normalize(listing string) string {
+	var out []string
+	for _, l := range strings.Split(listing, "\n") {
+		l = strings.TrimSpace(l)
+		l = strings.TrimPrefix(l, "elements = { ")
+		l = strings.TrimSuffix(strings.TrimSuffix(l, " }"), ",")
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+func elementSet(es []Element) map[Element]bool {
+	m := map[Element]bool{}
+	for _, e := range es {
+		m[e] = true
+	}
+	return m
+}
+
+// The kernel holds exactly what we render, for every kind of element, and
+// a restarted helper adopts every element back.
+func TestKernelHelperListingMatchesRender(t *testing.T) {
+	elems := planElements(BuildPlan(helperState(), Config{}, nodeAddrs))
+	for _, tc := range helperCases() {
+		t.Run(tc.file, func(t *testing.T) {
+			ns := testNetns(t)
+			h := openHelper(t, ns, tc.cfg)
+			if _, got, err := h.Read(); err != nil || len(got) != 0 {
+				t.Fatalf("first read: %d elements, err %v; want none", len(got), err)
+			}
+			if err := h.Apply(HelperChange{AddElems: elems}); err != nil {
+				t.Fatal(err)
+			}
+			want := renderHelper(tc.cfg, elems)
+			if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
+			}
+			// A new helper (a restart) adopts them, and its rewrite keeps them.
+			_, got, err := openHelper(t, ns, tc.cfg).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(elementSet(got), elementSet(elems)) || len(got) != len(elems) {
+				slices.SortFunc(got, compareElements)
+				t.Errorf("read back %d elements, want %d:\n%v\nwant:\n%v", len(got), len(elems), got, elems)
+			}
+			if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+				t.Errorf("after the adopting rewrite the kernel differs from render:\n%s", got)
+			}
+		})
+	}
+}
+
+// Element changes are one transaction: removing some leaves exactly the
+// rest; a change the kernel refuses changes nothing.
+func TestKernelHelperApply(t *testing.T) {
+	ns := testNetns(t)
+	cfg := helperConfig()
+	h := openHelper(t, ns, cfg)
+	if _, _, err := h.Read(); err != nil {
+		t.Fatal(err)
+	}
+	elems := planElements(BuildPlan(helperState(), Config{}, nodeAddrs))
+	if err := h.Apply(HelperChange{AddElems: elems}); err != nil {
+		t.Fatal(err)
+	}
+	var keep, drop []Element
+	for i, e := range elems {
+		if i%2 == 0 {
+			drop = append(drop, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	if err := h.Apply(HelperChange{DelElems: drop}); err != nil {
+		t.Fatal(err)
+	}
+	want := renderHelper(cfg, keep)
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+		t.Errorf("after deleting half:\n%s\n--- want:\n%s", got, want)
+	}
+	// Adding one back and deleting one that is gone: refused as a whole.
+	err := h.Apply(HelperChange{AddElems: drop[:1], DelElems: drop[1:2]})
+	if err == nil {
+		t.Fatal("deleting a missing element succeeded")
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+		t.Errorf("a refused change changed the kernel:\n%s", got)
+	}
+	// Someone changes a set's type behind our back: Read replaces the set
+	// (its elements are gone, and Read says so) and keeps the others.
+	nftIn(t, ns, "delete", "table", "ip", HelperTableName)
+	nftIn(t, ns, "add", "table", "ip", HelperTableName)
+	nftIn(t, ns, "add", "set", "ip", HelperTableName, SetIPVSIPs, "{ type inet_service; }")
+	nftIn(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 80 }")
+	_, got, err := h.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range got {
+		if !e.V6 {
+			t.Errorf("adopted %v from a table that held none of ours", e)
+		}
+	}
+	var v6 []Element
+	for _, e := range keep {
+		if e.V6 {
+			v6 = append(v6, e)
+		}
+	}
+	if want := renderHelper(cfg, v6); normalize(nftIn(t, ns, "list", "ruleset")) != normalize(want) {
+		t.Errorf("after Read repaired the ip table:\n%s\n--- want:\n%s", nftIn(t, ns, "list", "ruleset"), want)
+	}
+}
