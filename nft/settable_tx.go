@@ -125,7 +125,7 @@ func (t *SetTable) ReplaceScript() string {
 // empty), and a description of each difference in table, sets and chains
 // (rules are not compared: whoever adopts the table rewrites them).
 func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, diffs []string, err error) {
-	kts, err := k.readFamily(want.Family, []string{want.Name})
+	kts, err := k.readFamily(want.Family, []string{want.Name}, nil) // chains dumped family-wide: a helper table is small
 	if err != nil {
 		return nil, nil, err
 	}
