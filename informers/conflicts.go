@@ -48,6 +48,12 @@ func (c claim) String() string {
 	return netip.AddrPortFrom(c.addr, c.port).String() + "/" + string(c.proto)
 }
 
+// programmedNodePortClaims lists the NodePort keys sp is programmed with:
+// those of nodePortClaims that no other Service holds.
+func programmedNodePortClaims(sp *proxier.ServicePort) []claim {
+	return slices.DeleteFunc(nodePortClaims(sp), func(c claim) bool { return sp.NodePortIn(c.ipv6) == 0 })
+}
+
 // nodePortClaims lists the NodePort keys of sp: one per family of its
 // cluster IPs.
 func nodePortClaims(sp *proxier.ServicePort) []claim {
@@ -354,6 +360,15 @@ func dropValue(sp *proxier.ServicePort, u claimUse) {
 	case roleLoadBalancerIP:
 		sp.LoadBalancerIPs = without(sp.LoadBalancerIPs)
 	case roleNodePort:
-		sp.NodePort = 0
+		// Only in the family of the claim: the Service keeps its
+		// NodePort in a family where nobody else holds it.
+		if u.key.ipv6 {
+			sp.NodePortHeldV6 = true
+		} else {
+			sp.NodePortHeldV4 = true
+		}
+		if len(programmedNodePortClaims(sp)) == 0 {
+			sp.NodePort, sp.NodePortHeldV4, sp.NodePortHeldV6 = 0, false, false
+		}
 	}
 }

@@ -108,7 +108,7 @@ func checkUniqueKeys(t *testing.T, what string, st *proxier.State) {
 			}
 		}
 		if sp.NodePort != 0 {
-			keys = append(keys, nodePortClaims(sp)...)
+			keys = append(keys, programmedNodePortClaims(sp)...)
 		}
 		for _, k := range keys {
 			if other, dup := seen[k]; dup {
@@ -569,7 +569,7 @@ func stateClaims(st *proxier.State) map[claim]string {
 			}
 		}
 		if sp.NodePort != 0 {
-			for _, c := range nodePortClaims(sp) {
+			for _, c := range programmedNodePortClaims(sp) {
 				out[c] = sp.Name.Name
 			}
 		}
@@ -654,4 +654,29 @@ func svcWithExternalIP(t *testing.T, name, extIP string, created time.Time) *cor
 	s := svcWithClusterIP(t, name, "10.96.0.99", created)
 	s.Spec.ExternalIPs = []string{extIP}
 	return s
+}
+
+// A dual-stack newcomer asking for a NodePort that an IPv4-only Service
+// holds loses it in IPv4 only: its IPv6 NodePort had no conflict.
+func TestNodePortConflictIsPerFamily(t *testing.T) {
+	b := NewBuilder("node-1")
+	if err := b.UpsertService(csvc("holder", 0, "10.96.0.10", nodePort(30080))); err != nil {
+		t.Fatal(err)
+	}
+	b.State() // the holder is programmed first
+	_ = b.UpsertService(csvc("newcomer", 0, "10.96.0.11,fd00:10:96::11", nodePort(30080)))
+	st := b.State()
+	holder := st.Services[proxier.ServicePortName{Namespace: "default", Name: "holder", Port: "http"}]
+	newcomer := st.Services[proxier.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"}]
+	if holder == nil || newcomer == nil {
+		t.Fatalf("services missing from the state: %v", st.Services)
+	}
+	if holder.NodePortIn(false) != 30080 {
+		t.Errorf("the holder's IPv4 NodePort is %d, want 30080", holder.NodePortIn(false))
+	}
+	if newcomer.NodePortIn(false) != 0 || newcomer.NodePortIn(true) != 30080 {
+		t.Errorf("the newcomer's NodePort: IPv4 %d, IPv6 %d; want 0 and 30080",
+			newcomer.NodePortIn(false), newcomer.NodePortIn(true))
+	}
+	checkUniqueKeys(t, "per-family NodePort", st)
 }

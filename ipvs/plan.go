@@ -269,17 +269,17 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 		}
 	}
 
-	if svc.NodePort != 0 {
+	if nodePort := svc.NodePortIn(v6); nodePort != 0 {
 		nodeAddrs := addrsOfFamily(v6, b.nodePort)
 		for _, a := range nodeAddrs {
-			vs(a, svc.NodePort, external)
+			vs(a, nodePort, external)
 		}
 		switch svc.Protocol {
 		case proxier.SCTP:
 			for _, a := range nodeAddrs {
-				fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortSCTP, Addr: a, Port: svc.NodePort})
+				fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortSCTP, Addr: a, Port: nodePort})
 				if svc.ExternalPolicyLocal {
-					fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortLocalSCTP, Addr: a, Port: svc.NodePort})
+					fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortLocalSCTP, Addr: a, Port: nodePort})
 				}
 			}
 		default:
@@ -287,9 +287,9 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 			if svc.Protocol == proxier.UDP {
 				set, localSet = SetNodePortUDP, SetNodePortLocalUDP
 			}
-			fr.Elements = append(fr.Elements, Element{V6: v6, Set: set, Port: svc.NodePort})
+			fr.Elements = append(fr.Elements, Element{V6: v6, Set: set, Port: nodePort})
 			if svc.ExternalPolicyLocal {
-				fr.Elements = append(fr.Elements, Element{V6: v6, Set: localSet, Port: svc.NodePort})
+				fr.Elements = append(fr.Elements, Element{V6: v6, Set: localSet, Port: nodePort})
 			}
 		}
 	}

@@ -361,7 +361,8 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			lbIPs = append(lbIPs, ip)
 		}
 	}
-	externallyAccessible := svc.NodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0
+	nodePort := svc.NodePortIn(f == IPv6)
+	externallyAccessible := nodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0
 	usesExternalChain := hasAny && externallyAccessible
 
 	// What the filter does with traffic that finds no endpoint: reject
@@ -408,12 +409,12 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			elem(mapFirewallIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(fwChain), name+" loadbalancer IP")
 		}
 	}
-	if svc.NodePort != 0 {
+	if nodePort != 0 {
 		if usesExternalChain {
-			elem(mapServicePorts, Key{Proto: proto, Port: svc.NodePort}, GotoChain(extChain), name)
+			elem(mapServicePorts, Key{Proto: proto, Port: nodePort}, GotoChain(extChain), name)
 		}
 		if !hasExternal {
-			elem(mapNoEndpointPorts, Key{Proto: proto, Port: svc.NodePort}, externalFilter, externalNote)
+			elem(mapNoEndpointPorts, Key{Proto: proto, Port: nodePort}, externalFilter, externalNote)
 		}
 	}
 	if len(fwRanges) > 0 && len(lbIPs) > 0 {

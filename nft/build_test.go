@@ -2,6 +2,8 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
+	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -36,3 +38,27 @@ func proxierName(ns, name, port string) proxier.ServicePortName {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// A NodePort that another Service holds in one IP family is programmed in
+// the other family only.
+func TestNodePortHeldInOneFamily(t *testing.T) {
+	name := proxier.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"}
+	svc := &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, NodePort: 30080, NodePortHeldV4: true,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.11"), netip.MustParseAddr("fd00:10:96::11")}}
+	eps := []proxier.Endpoint{
+		{Addr: netip.MustParseAddr("10.244.0.10"), Port: 8080, Ready: true, Serving: true},
+		{Addr: netip.MustParseAddr("fd00:10:244::10"), Port: 8080, Ready: true, Serving: true},
+	}
+	for _, tc := range []struct {
+		f    Family
+		want bool
+	}{{IPv4, false}, {IPv6, true}} {
+		fr := BuildFragment(tc.f, demoConfig(), proxier.Node{Name: "node-1"}, svc, eps)
+		got := slices.ContainsFunc(fr.Elements, func(e MapElement) bool {
+			return e.Map == mapServicePorts && e.Key.Port == 30080
+		})
+		if got != tc.want {
+			t.Errorf("%s: NodePort element present %v, want %v", tc.f, got, tc.want)
+		}
+	}
+}

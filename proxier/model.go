@@ -57,6 +57,10 @@ type ServicePort struct {
 	Protocol Protocol
 	Port     uint16 // the Service's port
 	NodePort uint16 // 0: none
+	// NodePortHeldV4 and NodePortHeldV6 say that another Service holds
+	// this NodePort in that IP family: it is programmed in the other one
+	// only (see NodePortIn).
+	NodePortHeldV4, NodePortHeldV6 bool
 
 	ClusterIPs      []netip.Addr
 	ExternalIPs     []netip.Addr
@@ -137,6 +141,15 @@ func (s *State) SortedNames() []ServicePortName {
 	return names
 }
 
+// NodePortIn is the NodePort to program in one IP family: 0 when there is
+// none, or another Service holds it in that family.
+func (s *ServicePort) NodePortIn(ipv6 bool) uint16 {
+	if ipv6 && s.NodePortHeldV6 || !ipv6 && s.NodePortHeldV4 {
+		return 0
+	}
+	return s.NodePort
+}
+
 // Equal reports whether two service ports program the same rules.
 func (s *ServicePort) Equal(o *ServicePort) bool {
 	if s == o {
@@ -146,6 +159,7 @@ func (s *ServicePort) Equal(o *ServicePort) bool {
 		return false
 	}
 	return s.Name == o.Name && s.Protocol == o.Protocol && s.Port == o.Port && s.NodePort == o.NodePort &&
+		s.NodePortHeldV4 == o.NodePortHeldV4 && s.NodePortHeldV6 == o.NodePortHeldV6 &&
 		slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
 		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) &&
 		slices.Equal(s.LoadBalancerSourceRanges, o.LoadBalancerSourceRanges) &&
