@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,6 +33,9 @@ var ErrNoIPVS = errors.New("the kernel has no IPVS (is the ip_vs module loaded?)
 // socket's send buffer, and each write's errors must fit the receive one.
 const batchBytes = 256 << 10
 
+// receiveTimeout bounds the wait for an answer of the kernel.
+const receiveTimeout = 30 * time.Second
+
 // Dial opens an IPVS socket in the current network namespace, or in the
 // one at netnsPath, and resolves the IPVS family.
 func Dial(netnsPath string) (*Conn, error) {
@@ -49,6 +54,14 @@ func Dial(netnsPath string) (*Conn, error) {
 	}
 	// Errors need not echo each failed request back.
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	// The kernel handles a write while it is sent and produces a dump
+	// while it is read: an answer that has not come in this long never
+	// will, and an error beats a process stuck in recvfrom.
+	tv := unix.NsecToTimeval(receiveTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("setting the netlink receive timeout: %w", err)
+	}
 	c := &Conn{fd: fd, netns: netnsPath, buf: make([]byte, 1<<16)}
 	c.seq = 1
 	if _, err := c.roundTrip(appendFamilyRequest(nil, c.seq, ipvsFamilyName), func(payload []byte) error {
@@ -80,12 +93,17 @@ func (c *Conn) send(b []byte) error {
 // receive reads one datagram and calls fn for each message in it.
 func (c *Conn) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
 	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if errors.Is(err, unix.EINTR) {
+		// MSG_TRUNC: n is the datagram's length even when c.buf is shorter.
+		n, _, err := unix.Recvfrom(c.fd, c.buf, unix.MSG_TRUNC)
+		switch {
+		case errors.Is(err, unix.EINTR):
 			continue
-		}
-		if err != nil {
+		case errors.Is(err, unix.EAGAIN):
+			return fmt.Errorf("no answer from the kernel in %v", receiveTimeout)
+		case err != nil:
 			return err
+		case n > len(c.buf):
+			return fmt.Errorf("a netlink datagram of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
 		}
 		return eachMessage(c.buf[:n], fn)
 	}
@@ -168,13 +186,19 @@ func (c *Conn) Read() ([]VirtualServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading IPVS real servers: %w", err)
 	}
+	// In the order FakeKernel gives: by key, real servers by address.
 	for i := range vss {
 		vss[i].Dests = dests[vss[i].ServiceKey]
+		slices.SortFunc(vss[i].Dests, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
 	}
+	slices.SortFunc(vss, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	return vss, nil
 }
 
-// Dests dumps one service's real servers.
+// Dests dumps one service's real servers, ordered by address. The kernel
+// answers a dump for a missing service with nothing, like one for a
+// service without real servers; an empty answer is followed by a
+// GET_SERVICE, which says ESRCH when the service is missing.
 func (c *Conn) Dests(k ServiceKey) ([]Dest, error) {
 	svc := Service{ServiceKey: k}
 	var out []Dest
@@ -186,6 +210,15 @@ func (c *Conn) Dests(k ServiceKey) ([]Dest, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("listing the real servers of %s: %w", k, err)
 	}
+	if len(out) == 0 {
+		var a attrs
+		serviceAttrs(&a, svc, false)
+		req := appendMessage(nil, c.family, unix.NLM_F_ACK, c.nextSeq(), uint8(cmdGetService), ipvsGenlVersion, a)
+		if _, err := c.roundTrip(req, func([]byte) error { return nil }); err != nil {
+			return nil, fmt.Errorf("looking up %s: %w", k, err)
+		}
+	}
+	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
 	return out, nil
 }
 
