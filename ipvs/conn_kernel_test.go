@@ -308,3 +308,9 @@ func TestKernelRoundTrip(t *testing.T) {
 	apply("update", ops)
 	check("updated")
 }
+
+// TestKernelScript runs TestFakeScript's script against the kernel.
+func TestKernelScript(t *testing.T) {
+	c, _ := dialKernel(t)
+	runScript(t, c)
+}
