@@ -22,6 +22,7 @@ type Conn struct {
 	seq    uint32
 	netns  string
 	buf    []byte
+	writes int // sendmsg calls, for cost checks in tests
 }
 
 var _ Kernel = (*Conn)(nil)
@@ -82,6 +83,7 @@ func Dial(netnsPath string) (*Conn, error) {
 func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 func (c *Conn) send(b []byte) error {
+	c.writes++
 	for {
 		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		if !errors.Is(err, unix.EINTR) {
