@@ -164,7 +164,8 @@ func (c *Conn) roundTrip(req []byte, fn func(payload []byte) error) (int, error)
 func (c *Conn) nextSeq() uint32 { c.seq++; return c.seq }
 
 // Read dumps the services, then takes every real server from one read of
-// /proc/net/ip_vs instead of a dump per service.
+// /proc/net/ip_vs instead of a dump per service (a dump each only for the
+// services that file leaves out).
 func (c *Conn) Read() ([]VirtualServer, error) {
 	var vss []VirtualServer
 	if _, err := c.roundTrip(appendDump(nil, c.family, c.nextSeq(), nil), func(p []byte) error {
@@ -188,11 +189,31 @@ func (c *Conn) Read() ([]VirtualServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading IPVS real servers: %w", err)
 	}
-	// In the order FakeKernel gives: by key, real servers by address.
-	for i := range vss {
-		vss[i].Dests = dests[vss[i].ServiceKey]
-		slices.SortFunc(vss[i].Dests, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	// /proc/net/ip_vs can leave services out when other network
+	// namespaces have IPVS services (seen on Debian's 6.1: its seq_next
+	// counts every namespace's services into the file position, its
+	// seq_start only this namespace's, so each read() after the first
+	// skips some). A service and its real servers are one record: a
+	// service it lists is complete. The others get a dump each.
+	kept := vss[:0]
+	for _, v := range vss {
+		ds, listed := dests[v.ServiceKey]
+		if !listed {
+			var err error
+			ds, err = c.Dests(v.ServiceKey)
+			if errors.Is(err, unix.ESRCH) {
+				continue // deleted since the dump
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		// In the order FakeKernel gives: by key, real servers by address.
+		v.Dests = ds
+		slices.SortFunc(v.Dests, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+		kept = append(kept, v)
 	}
+	vss = kept
 	slices.SortFunc(vss, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	return vss, nil
 }

@@ -314,3 +314,26 @@ func TestKernelScript(t *testing.T) {
 	c, _ := dialKernel(t)
 	runScript(t, c)
 }
+
+// Another namespace's services share the kernel's service hash table.
+// Debian's 6.1 /proc/net/ip_vs then loses services at read() boundaries
+// (seq_next counts every namespace's services into the position, seq_start
+// only this one's): Read must still return every real server.
+func TestKernelReadBesideOtherNamespace(t *testing.T) {
+	other, _ := dialKernel(t)
+	c, _ := dialKernel(t)
+	var mine, theirs []VirtualServer
+	for i := range 400 {
+		s := svc(fmt.Sprintf("10.98.%d.%d", i/200, i%200+1), proxier.TCP, 80, "rr")
+		theirs = append(theirs, VirtualServer{Service: s, Dests: []Dest{dest("10.244.9.9:80", 1)}})
+		s.Port = 81
+		mine = append(mine, VirtualServer{Service: s, Dests: []Dest{dest("10.244.0.1:80", 1), dest("10.244.0.2:80", 2)}})
+	}
+	applyAll(t, other, opsFor(theirs))
+	applyAll(t, c, opsFor(mine))
+	got, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTables(t, "Read beside another namespace", got, mine)
+}
