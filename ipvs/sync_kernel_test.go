@@ -238,6 +238,19 @@ func TestKernelSyncerDrain(t *testing.T) {
 			t.Errorf("a new connection went to the draining server: %+v", d)
 		}
 	}
+	// /proc/net/ip_vs (Read) and the netlink dump (Dests) agree on
+	// weights and connection counts.
+	if vss, err = c.Read(); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(vss, func(v VirtualServer) bool { return v.ServiceKey == key })
+	if i < 0 {
+		t.Fatalf("Read lost %s", key)
+	}
+	sameTables(t, "/proc/net/ip_vs vs the dump", vss[i:i+1], []VirtualServer{{Service: vss[i].Service, Dests: ds}})
+	if n := ds[0].Active + ds[0].Inactive + ds[1].Active + ds[1].Inactive; n != 4 {
+		t.Errorf("%d connections counted, want 4: %+v", n, ds)
+	}
 
 	// Closed: the kernel still counts it (inactive, TIME_WAIT), so the
 	// next check keeps the server; the drain bound deletes it.
