@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +22,7 @@ type Conn struct {
 	seq    uint32
 	netns  string
 	buf    []byte
+	writes int // sendmsg calls, for cost checks in tests
 }
 
 var _ Kernel = (*Conn)(nil)
@@ -30,6 +33,9 @@ var ErrNoIPVS = errors.New("the kernel has no IPVS (is the ip_vs module loaded?)
 // batchBytes bounds one write: the kernel refuses a write larger than the
 // socket's send buffer, and each write's errors must fit the receive one.
 const batchBytes = 256 << 10
+
+// receiveTimeout bounds the wait for an answer of the kernel.
+const receiveTimeout = 30 * time.Second
 
 // Dial opens an IPVS socket in the current network namespace, or in the
 // one at netnsPath, and resolves the IPVS family.
@@ -49,6 +55,14 @@ func Dial(netnsPath string) (*Conn, error) {
 	}
 	// Errors need not echo each failed request back.
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	// The kernel handles a write while it is sent and produces a dump
+	// while it is read: an answer that has not come in this long never
+	// will, and an error beats a process stuck in recvfrom.
+	tv := unix.NsecToTimeval(receiveTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("setting the netlink receive timeout: %w", err)
+	}
 	c := &Conn{fd: fd, netns: netnsPath, buf: make([]byte, 1<<16)}
 	c.seq = 1
 	if _, err := c.roundTrip(appendFamilyRequest(nil, c.seq, ipvsFamilyName), func(payload []byte) error {
@@ -69,6 +83,7 @@ func Dial(netnsPath string) (*Conn, error) {
 func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 func (c *Conn) send(b []byte) error {
+	c.writes++
 	for {
 		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		if !errors.Is(err, unix.EINTR) {
@@ -80,12 +95,17 @@ func (c *Conn) send(b []byte) error {
 // receive reads one datagram and calls fn for each message in it.
 func (c *Conn) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
 	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if errors.Is(err, unix.EINTR) {
+		// MSG_TRUNC: n is the datagram's length even when c.buf is shorter.
+		n, _, err := unix.Recvfrom(c.fd, c.buf, unix.MSG_TRUNC)
+		switch {
+		case errors.Is(err, unix.EINTR):
 			continue
-		}
-		if err != nil {
+		case errors.Is(err, unix.EAGAIN):
+			return fmt.Errorf("no answer from the kernel in %v", receiveTimeout)
+		case err != nil:
 			return err
+		case n > len(c.buf):
+			return fmt.Errorf("a netlink datagram of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
 		}
 		return eachMessage(c.buf[:n], fn)
 	}
@@ -144,7 +164,8 @@ func (c *Conn) roundTrip(req []byte, fn func(payload []byte) error) (int, error)
 func (c *Conn) nextSeq() uint32 { c.seq++; return c.seq }
 
 // Read dumps the services, then takes every real server from one read of
-// /proc/net/ip_vs instead of a dump per service.
+// /proc/net/ip_vs instead of a dump per service (a dump each only for the
+// services that file leaves out).
 func (c *Conn) Read() ([]VirtualServer, error) {
 	var vss []VirtualServer
 	if _, err := c.roundTrip(appendDump(nil, c.family, c.nextSeq(), nil), func(p []byte) error {
@@ -168,13 +189,39 @@ func (c *Conn) Read() ([]VirtualServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading IPVS real servers: %w", err)
 	}
-	for i := range vss {
-		vss[i].Dests = dests[vss[i].ServiceKey]
+	// /proc/net/ip_vs can leave services out when other network
+	// namespaces have IPVS services (seen on Debian's 6.1: its seq_next
+	// counts every namespace's services into the file position, its
+	// seq_start only this namespace's, so each read() after the first
+	// skips some). A service and its real servers are one record: a
+	// service it lists is complete. The others get a dump each.
+	kept := vss[:0]
+	for _, v := range vss {
+		ds, listed := dests[v.ServiceKey]
+		if !listed {
+			var err error
+			ds, err = c.Dests(v.ServiceKey)
+			if errors.Is(err, unix.ESRCH) {
+				continue // deleted since the dump
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		// In the order FakeKernel gives: by key, real servers by address.
+		v.Dests = ds
+		slices.SortFunc(v.Dests, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+		kept = append(kept, v)
 	}
+	vss = kept
+	slices.SortFunc(vss, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	return vss, nil
 }
 
-// Dests dumps one service's real servers.
+// Dests dumps one service's real servers, ordered by address. The kernel
+// answers a dump for a missing service with nothing, like one for a
+// service without real servers; an empty answer is followed by a
+// GET_SERVICE, which says ESRCH when the service is missing.
 func (c *Conn) Dests(k ServiceKey) ([]Dest, error) {
 	svc := Service{ServiceKey: k}
 	var out []Dest
@@ -186,6 +233,15 @@ func (c *Conn) Dests(k ServiceKey) ([]Dest, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("listing the real servers of %s: %w", k, err)
 	}
+	if len(out) == 0 {
+		var a attrs
+		serviceAttrs(&a, svc, false)
+		req := appendMessage(nil, c.family, unix.NLM_F_ACK, c.nextSeq(), uint8(cmdGetService), ipvsGenlVersion, a)
+		if _, err := c.roundTrip(req, func([]byte) error { return nil }); err != nil {
+			return nil, fmt.Errorf("looking up %s: %w", k, err)
+		}
+	}
+	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
 	return out, nil
 }
 

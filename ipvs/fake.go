@@ -9,10 +9,13 @@ import (
 )
 
 // FakeKernel is an in-memory IPVS table that answers as the kernel does
-// (net/netfilter/ipvs/ip_vs_ctl.c): EEXIST for a service or real server
-// that exists, ESRCH for a command on a missing service, ENOENT for a
-// missing real server or an unknown scheduler; each op of a batch succeeds
-// or fails on its own. Tests set connection counts with SetConns.
+// (net/netfilter/ipvs/ip_vs_ctl.c, checked against Debian's 6.1 by
+// TestKernelScript): EEXIST for a service or real server that exists,
+// ESRCH for a command on (or Dests of) a missing service, ENOENT for a
+// missing real server or an unknown scheduler, EINVAL for a scheduler name
+// too long, a bad IPv6 prefix length or a real server of the other family
+// without tunnelling, ERANGE for a weight over INT_MAX; each op of a batch
+// succeeds or fails on its own. Tests set connection counts with SetConns.
 type FakeKernel struct {
 	services map[ServiceKey]*fakeService
 	// Fail, when set, can fail an op with an error of its choice before
@@ -34,6 +37,11 @@ var _ Kernel = (*FakeKernel)(nil)
 // NewFakeKernel returns an empty IPVS table.
 func NewFakeKernel() *FakeKernel { return &FakeKernel{services: map[ServiceKey]*fakeService{}} }
 
+// schedNameMax is IP_VS_SCHEDNAME_MAXLEN: names of 16 bytes or more fail
+// the netlink policy (EINVAL).
+const schedNameMax = 16
+
+// schedulers are the kernel's; "none" (no scheduler) is accepted too.
 var schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}
 
 // Read returns every service with its real servers, by key.
@@ -103,16 +111,25 @@ func (k *FakeKernel) apply(op Op) error {
 			return err
 		}
 	}
+	// In the kernel's order (ip_vs_genl_set_cmd): attribute policy, the
+	// service lookup, the real server's family, then the command itself.
+	full := op.Cmd == CmdNewService || op.Cmd == CmdSetService
+	if full && len(op.Service.Scheduler) >= schedNameMax {
+		return syscall.EINVAL
+	}
 	s := k.services[op.Service.ServiceKey]
-	switch op.Cmd {
-	case CmdNewService, CmdSetService:
+	if op.Cmd != CmdNewService && s == nil {
+		return syscall.ESRCH
+	}
+	isDest := op.Cmd == CmdNewDest || op.Cmd == CmdSetDest || op.Cmd == CmdDelDest
+	if isDest && op.Cmd != CmdDelDest && op.Dest.Addr.Addr().Is4() != op.Service.Addr.Is4() && op.Dest.Fwd&fwdMask != FwdTunnel {
+		return syscall.EINVAL // mixed families only with tunnelling
+	}
+	if full {
 		if op.Cmd == CmdNewService && s != nil {
 			return syscall.EEXIST
 		}
-		if op.Cmd == CmdSetService && s == nil {
-			return syscall.ESRCH
-		}
-		if !slices.Contains(schedulers, op.Service.Scheduler) {
+		if op.Service.Scheduler != "none" && !slices.Contains(schedulers, op.Service.Scheduler) {
 			return syscall.ENOENT
 		}
 		if op.Service.Addr.Is6() && (op.Service.Netmask < 1 || op.Service.Netmask > 128) {
@@ -125,8 +142,8 @@ func (k *FakeKernel) apply(op Op) error {
 		s.svc = op.Service
 		return nil
 	}
-	if s == nil {
-		return syscall.ESRCH
+	if (op.Cmd == CmdNewDest || op.Cmd == CmdSetDest) && op.Dest.Weight > maxWeight {
+		return syscall.ERANGE // the kernel's weight is an int: "less than zero"
 	}
 	d, exists := s.dests[op.Dest.Addr]
 	switch op.Cmd {
@@ -136,12 +153,12 @@ func (k *FakeKernel) apply(op Op) error {
 		if exists {
 			return syscall.EEXIST
 		}
-		s.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd}
+		s.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd & fwdMask}
 	case CmdSetDest:
 		if !exists {
 			return syscall.ENOENT
 		}
-		d.Weight, d.Fwd = op.Dest.Weight, op.Dest.Fwd
+		d.Weight, d.Fwd = op.Dest.Weight, op.Dest.Fwd&fwdMask
 		s.dests[op.Dest.Addr] = d
 	case CmdDelDest:
 		if !exists {

@@ -168,10 +168,13 @@ func appendDump(b []byte, family uint16, seq uint32, svc *Service) []byte {
 }
 
 // appendFamilyRequest asks the generic netlink controller for a family's id.
+// It asks for an ack too: the reply alone does not end the exchange for
+// roundTrip, which waits for an ack or an error (the kernel sends an ack
+// after a successful request only when asked).
 func appendFamilyRequest(b []byte, seq uint32, name string) []byte {
 	var a attrs
 	a.put(ctrlAttrFamilyName, append([]byte(name), 0)...)
-	return appendMessage(b, genlIDCtrl, 0, seq, ctrlCmdGetFamily, 1, a)
+	return appendMessage(b, genlIDCtrl, unix.NLM_F_ACK, seq, ctrlCmdGetFamily, 1, a)
 }
 
 // parseFamilyID reads the id out of the controller's answer (the genl

@@ -163,7 +163,7 @@ func TestFamilyRequest(t *testing.T) {
 	littleEndian(t)
 	got := appendFamilyRequest(nil, 3, "IPVS")
 	want := unhex(t, `
-		20000000 1000 0100 03000000 00000000  # len 32, GENL_ID_CTRL, REQUEST, seq 3
+		20000000 1000 0500 03000000 00000000  # len 32, GENL_ID_CTRL, REQUEST|ACK, seq 3
 		03 01 0000                            # CTRL_CMD_GETFAMILY, version 1
 		0900 0200 49505653 00 000000          # CTRL_ATTR_FAMILY_NAME "IPVS\0", padded
 	`)
