@@ -53,9 +53,9 @@ func openHelper(t *testing.T, ns string, cfg nft.Config) *NftHelper {
 	return NewNftHelper(k, cfg, helperState().Node, nil)
 }
 
-// normalize sorts a listing's lines without the element list punctuation:
+// sortedListing sorts a listing's lines without the element list punctuation:
 // nft lists concatenated elements of hash sets in the kernel's hash order.
-func normalize(listing string) string {
+func sortedListing(listing string) string {
 	var out []string
 	for _, l := range strings.Split(listing, "\n") {
 		l = strings.TrimSpace(l)
@@ -92,7 +92,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := renderHelper(tc.cfg, elems)
-			if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+			if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
 				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
 			}
 			// A new helper (a restart) adopts them, and its rewrite keeps them.
@@ -104,7 +104,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 				slices.SortFunc(got, compareElements)
 				t.Errorf("read back %d elements, want %d:\n%v\nwant:\n%v", len(got), len(elems), got, elems)
 			}
-			if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+			if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
 				t.Errorf("after the adopting rewrite the kernel differs from render:\n%s", got)
 			}
 		})
@@ -136,7 +136,7 @@ func TestKernelHelperApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := renderHelper(cfg, keep)
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+	if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
 		t.Errorf("after deleting half:\n%s\n--- want:\n%s", got, want)
 	}
 	// Adding one back and deleting one that is gone: refused as a whole.
@@ -144,7 +144,7 @@ func TestKernelHelperApply(t *testing.T) {
 	if err == nil {
 		t.Fatal("deleting a missing element succeeded")
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(want) {
+	if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
 		t.Errorf("a refused change changed the kernel:\n%s", got)
 	}
 	// Someone changes a set's type behind our back: Read replaces the set
@@ -168,7 +168,7 @@ func TestKernelHelperApply(t *testing.T) {
 			v6 = append(v6, e)
 		}
 	}
-	if want := renderHelper(cfg, v6); normalize(nftIn(t, ns, "list", "ruleset")) != normalize(want) {
+	if want := renderHelper(cfg, v6); sortedListing(nftIn(t, ns, "list", "ruleset")) != sortedListing(want) {
 		t.Errorf("after Read repaired the ip table:\n%s\n--- want:\n%s", nftIn(t, ns, "list", "ruleset"), want)
 	}
 }
