@@ -8,6 +8,8 @@
 // (BuildHelperTable), with upstream's ipset names as nft sets and constant
 // rules; NftHelper is the real Helper: those tables through the nft
 // package's transaction writer and kube-ipvs0's addresses through Dummy
-// (batched rtnetlink, exercised only in the VM tests). The wiring into the
-// proxier comes later.
+// (batched rtnetlink, exercised only in the VM tests). Backend is the
+// proxier.Backend of --proxy-mode ipvs: Planner, then Syncer, asking the
+// loop for a sync when draining real servers are due a check; Sysctls
+// and Timeouts (SET_CONFIG) are set once at start.
 package ipvs

@@ -38,6 +38,8 @@ type Loop struct {
 	source  func() *State
 	ready   bool // the source has a complete view
 	changed chan struct{}
+	at      time.Time     // a sync asked for at this time (SyncAt); zero: none
+	rearm   chan struct{} // SyncAt from another goroutine
 }
 
 // NewLoop returns a loop with kube-proxy's default periods.
@@ -46,7 +48,37 @@ func NewLoop(b Backend, log *slog.Logger) *Loop {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Loop{backend: b, log: log, MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
-		changed: make(chan struct{}, 1)}
+		changed: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
+}
+
+// SyncAt asks for a sync at t, for timed work of the backend (IPVS
+// graceful termination checks connection counts of draining real servers).
+// The earliest request wins; every sync drops the pending one, so a
+// backend asks again from each Sync for as long as it has such work. A
+// sync at t still waits MinSyncPeriod after the last one.
+func (l *Loop) SyncAt(t time.Time) {
+	l.mu.Lock()
+	if l.at.IsZero() || t.Before(l.at) {
+		l.at = t
+	}
+	l.mu.Unlock()
+	select {
+	case l.rearm <- struct{}{}:
+	default:
+	}
+}
+
+// syncAtTimer is a channel that fires at the pending SyncAt time; nil
+// when there is none.
+func (l *Loop) syncAtTimer() (<-chan time.Time, *time.Timer) {
+	l.mu.Lock()
+	at := l.at
+	l.mu.Unlock()
+	if at.IsZero() {
+		return nil, nil
+	}
+	t := time.NewTimer(time.Until(at))
+	return t.C, t
 }
 
 // SetState hands the loop a new complete snapshot and asks for a sync.
@@ -115,12 +147,23 @@ func (l *Loop) Run(ctx context.Context) error {
 		if backoff > 0 {
 			wait = time.After(backoff)
 		}
+		atC, atTimer := l.syncAtTimer()
+		rearmed := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-l.changed:
 		case <-periodic.C:
 		case <-wait:
+		case <-atC:
+		case <-l.rearm:
+			rearmed = true
+		}
+		if atTimer != nil {
+			atTimer.Stop()
+		}
+		if rearmed {
+			continue // wait again, with the new SyncAt time
 		}
 		// Debounce: changes that arrive within MinSyncPeriod of the last
 		// sync are folded into the next one.
@@ -136,6 +179,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			periodic.Reset(l.SyncPeriod)
 			continue
 		}
+		l.mu.Lock()
+		l.at = time.Time{} // the backend asks again from Sync if it still needs to
+		l.mu.Unlock()
 		start := time.Now()
 		res, err := l.backend.Sync(ctx, st)
 		took := time.Since(start)

@@ -25,6 +25,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -60,6 +61,7 @@ type options struct {
 	bindAddress      string
 	featureGates     string
 	ctTuning         conntrack.TuningConfig // --conntrack-* but be-liberal, which is tcpBeLiberal
+	ipvs             ipvsOptions            // --ipvs-*
 
 	skipConntrackCleanup bool
 }
@@ -213,6 +215,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := checkMode(o.proxyMode); err != nil {
 				return fmt.Errorf("--proxy-mode: %w", err)
 			}
+			if err := o.ipvs.validate(o.proxyMode); err != nil {
+				return err
+			}
 			if err := o.conntrackTuning().Validate(); err != nil {
 				return err
 			}
@@ -231,7 +236,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 				return o.writeConfig(o.writeConfigTo)
 			}
 			if o.cleanup {
-				return runCleanup(cmd.Context(), cmd.OutOrStdout(), log)
+				return runCleanup(cmd.Context(), o, cmd.OutOrStdout(), log)
 			}
 			return runProxy(cmd.Context(), o, log)
 		},
@@ -241,7 +246,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
 	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
-	fs.StringVar(&o.proxyMode, "proxy-mode", "nftables", "the proxy mode: nftables (ipvs is planned)")
+	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
 	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); accepted for compatibility")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
@@ -253,6 +258,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.apiContentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "content type of requests sent to the API server")
 	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
+	o.ipvs.addFlags(fs)
 	ct := conntrack.DefaultTuning()
 	fs.Int32Var(&o.ctTuning.MaxPerCore, "conntrack-max-per-core", ct.MaxPerCore, "maximum number of NAT connections to track per CPU core (0 to leave the limit as-is and ignore conntrack-min)")
 	fs.Int32Var(&o.ctTuning.Min, "conntrack-min", ct.Min, "minimum number of conntrack entries to allocate, regardless of conntrack-max-per-core (set conntrack-max-per-core=0 to leave the limit as-is)")
@@ -275,7 +281,7 @@ func newRenderCommand() *cobra.Command {
 	o := &options{}
 	cmd := &cobra.Command{
 		Use:   "render --state PATH",
-		Short: "print the nftables ruleset for a state, in nft syntax, touching nothing",
+		Short: "print the nftables ruleset for a state, in nft syntax, touching nothing (with --proxy-mode ipvs: helper tables, virtual servers, kube-ipvs0 addresses)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.statePath == "" {
@@ -285,6 +291,15 @@ func newRenderCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkMode(o.proxyMode); err != nil {
+				return fmt.Errorf("--proxy-mode: %w", err)
+			}
+			if err := o.ipvs.validate(o.proxyMode); err != nil {
+				return err
+			}
+			if o.proxyMode == modeIPVS {
+				return renderIPVS(cmd.OutOrStdout(), o, st)
+			}
 			cfg, err := o.nftConfig()
 			if err != nil {
 				return err
@@ -293,6 +308,8 @@ func newRenderCommand() *cobra.Command {
 		},
 	}
 	o.addRuleFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode to render: nftables or ipvs")
+	o.ipvs.addFlags(cmd.Flags())
 	return cmd
 }
 
@@ -333,6 +350,18 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	minSyncPeriod, syncPeriod := o.periods()
+	var ipvsConn *ipvs.Conn
+	if o.proxyMode == modeIPVS {
+		// Before anything else: a kernel without IPVS is a clear error.
+		if ipvsConn, err = openIPVS(); err != nil {
+			return err
+		}
+		defer ipvsConn.Close()
+		if _, err := ipvsPlanConfig(o, cfg); err != nil {
+			return err
+		}
+	}
 	node, err := o.nodeName()
 	if err != nil {
 		return err
@@ -367,25 +396,51 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if _, err := k.Generation(); err != nil {
 		return needPrivileges("talking to nftables", err)
 	}
-	backend, err := nft.NewBackend(cfg, k, log)
-	if err != nil {
-		return err
+	var backend proxier.Backend
+	var nftBackend *nft.Backend
+	var ipvsBackend *ipvs.Backend
+	if ipvsConn != nil {
+		if ipvsBackend, err = newIPVSBackend(o, cfg, k, ipvsConn, log); err != nil {
+			return err
+		}
+		backend = ipvsBackend
+		// nftables mode's tables would DNAT before IPVS sees a packet.
+		if nb, err := nft.NewBackend(cfg, k, log); err == nil {
+			if removed, err := nb.Cleanup(ctx); err != nil {
+				log.Warn("could not remove nftables mode's tables", "err", err)
+			} else if removed {
+				log.Info("removed nftables mode's tables")
+			}
+		}
+	} else {
+		if nftBackend, err = nft.NewBackend(cfg, k, log); err != nil {
+			return err
+		}
+		nftBackend.CheckEvery = syncPeriod
+		backend = nftBackend
 	}
-	backend.CheckEvery = o.syncPeriod
 	loop := proxier.NewLoop(backend, log)
-	loop.MinSyncPeriod, loop.SyncPeriod = o.minSyncPeriod, o.syncPeriod
-	// Another process changed our tables: check and repair them now, not
-	// at the next periodic sync.
-	backend.OnForeignChange = loop.Changed
-	health := proxier.NewHealth(2 * o.syncPeriod) // kube-proxy's healthz timeout
+	loop.MinSyncPeriod, loop.SyncPeriod = minSyncPeriod, syncPeriod
+	if nftBackend != nil {
+		// Another process changed our tables: check and repair them now,
+		// not at the next periodic sync.
+		nftBackend.OnForeignChange = loop.Changed
+	}
+	if ipvsBackend != nil {
+		// Draining real servers are checked at the times it asks for.
+		ipvsBackend.SyncAt = loop.SyncAt
+	}
+	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
 	}
-	backend.OnDrift = func(table string, _ []string) { // the backend logs what differed
-		health.Drifted()
-		metrics.DriftRepairs.WithLabelValues(table).Inc()
+	if nftBackend != nil {
+		nftBackend.OnDrift = func(table string, _ []string) { // the backend logs what differed
+			health.Drifted()
+			metrics.DriftRepairs.WithLabelValues(table).Inc()
+		}
 	}
 	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		metrics.Observe(res, took, err)
@@ -397,7 +452,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	// on the node's addresses, as kube-proxy.
 	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg)}
 	defer hc.Close(ctx)
-	cleanConntrack, err := conntrackCleaner(o, log, metrics)
+	cleanConntrack, err := conntrackCleaner(o, syncPeriod, log, metrics)
 	if err != nil {
 		return err
 	}
@@ -409,7 +464,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
 	}
-	if err := serve(ctx, log, "metrics", o.metricsAddress, metrics.Handler("nftables")); err != nil {
+	mode := modeNFTables
+	if ipvsBackend != nil {
+		mode = modeIPVS
+	}
+	if err := serve(ctx, log, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
 		return err
 	}
 
@@ -423,7 +482,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			return st
 		})
 		// Each informer retries with its own URL in the error: one failure.
-		status := proxier.NewSourceStatus("api", log, o.syncPeriod, health, metrics).AnyText()
+		status := proxier.NewSourceStatus("api", log, syncPeriod, health, metrics).AnyText()
 		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
 			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK}
 		go func() {
@@ -432,19 +491,19 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			}
 		}()
 		log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
-			"source", "API server", "node", node)
+			"source", "API server", "node", node, "mode", mode)
 		return runLoop(ctx, loop, log)
 	}
 
 	files.OnState = loop.SetState
-	status := proxier.NewSourceStatus("file", log, o.syncPeriod, health, metrics)
+	status := proxier.NewSourceStatus("file", log, syncPeriod, health, metrics)
 	files.OnError, files.OnRecovered = status.Failing, status.OK
 	go func() {
 		if err := files.Run(ctx); err != nil {
 			log.Error("watching the state stopped; changes are no longer followed", "err", err)
 		}
 	}()
-	log.Info("kube-nftproxy running", "state", o.statePath, "node", node)
+	log.Info("kube-nftproxy running", "state", o.statePath, "node", node, "mode", mode)
 	return runLoop(ctx, loop, log)
 }
 
@@ -496,7 +555,7 @@ func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
 // conntrackCleaner returns what deletes stale UDP/SCTP conntrack entries
 // after each applied sync, as kube-proxy does. A failed cleanup is logged and
 // retried with the next sync; it never fails the sync.
-func conntrackCleaner(o *options, log *slog.Logger, metrics *proxier.Metrics) (func(*proxier.State), error) {
+func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, metrics *proxier.Metrics) (func(*proxier.State), error) {
 	if o.skipConntrackCleanup {
 		log.Warn("conntrack cleanup is off (--testing-skip-conntrack-cleanup): UDP clients may stay on deleted endpoints")
 		return func(*proxier.State) {}, nil
@@ -505,7 +564,7 @@ func conntrackCleaner(o *options, log *slog.Logger, metrics *proxier.Metrics) (f
 	if err != nil {
 		return nil, err
 	}
-	c := &conntrack.Cleaner{Table: conn, Log: log, Metrics: conntrack.NewMetrics(metrics.Registry), FullEvery: o.syncPeriod}
+	c := &conntrack.Cleaner{Table: conn, Log: log, Metrics: conntrack.NewMetrics(metrics.Registry), FullEvery: syncPeriod}
 	return func(st *proxier.State) {
 		res, err := c.Clean(st)
 		if err != nil {
@@ -522,15 +581,13 @@ func conntrackCleaner(o *options, log *slog.Logger, metrics *proxier.Metrics) (f
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"ipvs-scheduler", "ipvs-sync-period", "ipvs-min-sync-period", "ipvs-exclude-cidrs", "ipvs-strict-arp",
-	"ipvs-tcp-timeout", "ipvs-tcpfin-timeout", "ipvs-udp-timeout",
 	"iptables-localhost-nodeports", "init-only", "oom-score-adj", "profiling", "config-sync-period",
 	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
 }
 
 // unsupportedBools are those of them that kube-proxy parses as booleans.
 var unsupportedBools = map[string]bool{
-	"ipvs-strict-arp": true, "iptables-localhost-nodeports": true, "init-only": true,
+	"iptables-localhost-nodeports": true, "init-only": true,
 	"profiling": true, "bind-address-hard-fail": true,
 }
 
@@ -599,7 +656,7 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 	return client, nil
 }
 
-func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {
+func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger) error {
 	lock, err := instance.Acquire()
 	if err != nil {
 		return fmt.Errorf("%w: stop it before --cleanup, or it writes its tables again", err)
@@ -618,9 +675,18 @@ func runCleanup(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return needPrivileges("removing the kube-nftproxy tables", err)
 	}
+	// Both modes' objects: IPVS mode's where the kernel has them.
+	removedIPVS, err := cleanupIPVS(ctx, o, k, log)
+	if err != nil {
+		return needPrivileges("removing IPVS mode's objects", err)
+	}
 	if removed {
 		fmt.Fprintln(out, "removed the kube-nftproxy tables")
-	} else {
+	}
+	if removedIPVS {
+		fmt.Fprintln(out, "removed IPVS mode's virtual servers, "+ipvs.DummyName+" and helper tables")
+	}
+	if !removed && !removedIPVS {
 		fmt.Fprintln(out, "nothing to clean up")
 	}
 	return nil

@@ -33,7 +33,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
-		{[]string{"--ipvs-scheduler", "rr"}, "--ipvs-scheduler is a kube-proxy flag that kube-nftproxy does not support"},
+		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo", "--write-config-to", "/dev/null"}, `--ipvs-scheduler "fo": want one of rr, wrr`},
 		{[]string{"--profiling"}, "--profiling is a kube-proxy flag"},
 		{[]string{"--oom-score-adj=-999"}, "--oom-score-adj is a kube-proxy flag"},
 		{[]string{"--conntrack-min=-1", "--write-config-to", "/dev/null"}, "--conntrack-min -1"},
@@ -122,7 +122,7 @@ detectLocalMode: ClusterCIDR
 	bad := []struct {
 		body, want string
 	}{
-		{"apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n", "not supported"},
+		{"apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: kernelspace\n", "not supported"},
 		{"apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDRs: x\n", "unknown field"},
 		{"apiVersion: v1\nkind: ConfigMap\n", "want apiVersion"},
 	}

@@ -36,6 +36,9 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err := checkMode(string(c.Mode)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
+	if c.Mode != "" && !fs.Changed("proxy-mode") {
+		o.proxyMode = string(c.Mode)
+	}
 	set := func(flag string, apply func()) {
 		if !fs.Changed(flag) {
 			apply()
@@ -97,19 +100,17 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	}
 	dur("conntrack-udp-timeout", &o.ctTuning.UDPTimeout, ct.UDPTimeout)
 	dur("conntrack-udp-timeout-stream", &o.ctTuning.UDPStreamTimeout, ct.UDPStreamTimeout)
-	if c.IPVS.Scheduler != "" || len(c.IPVS.ExcludeCIDRs) > 0 || c.IPVS.StrictARP {
-		return fmt.Errorf("--config %s: ipvs settings are not supported yet (mode nftables only)", path)
-	}
+	o.ipvs.loadConfig(c.IPVS, fs)
 	return nil
 }
 
 // checkMode accepts the proxy modes we implement.
 func checkMode(mode string) error {
 	switch mode {
-	case "", "nftables":
+	case "", modeNFTables, modeIPVS:
 		return nil
 	}
-	return fmt.Errorf("proxy mode %q is not supported: kube-nftproxy implements nftables (ipvs is planned)", mode)
+	return fmt.Errorf("proxy mode %q is not supported: kube-nftproxy implements nftables and ipvs", mode)
 }
 
 // writeConfig writes the effective settings as a KubeProxyConfiguration,
@@ -124,7 +125,7 @@ func (o *options) writeConfig(path string) error {
 		HealthzBindAddress: o.healthzAddress,
 		MetricsBindAddress: o.metricsAddress,
 		BindAddress:        o.bindAddress,
-		Mode:               "nftables",
+		Mode:               proxyconfig.ProxyMode(o.proxyMode),
 		DetectLocalMode:    proxyconfig.LocalMode(o.detectLocalMode),
 		DetectLocal: proxyconfig.DetectLocalConfiguration{
 			BridgeInterface: o.bridgeInterface, InterfaceNamePrefix: o.ifacePrefix,
@@ -134,6 +135,7 @@ func (o *options) writeConfig(path string) error {
 			MasqueradeBit: &bit, MasqueradeAll: o.masqueradeAll,
 			SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
 		},
+		IPVS: o.ipvs.config(),
 		Conntrack: proxyconfig.KubeProxyConntrackConfiguration{
 			MaxPerCore: &ct.MaxPerCore, Min: &ct.Min,
 			TCPEstablishedTimeout: &metav1.Duration{Duration: ct.TCPEstablishedTimeout},

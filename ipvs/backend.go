@@ -1,0 +1,158 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// BackendConfig is what the IPVS backend needs besides the kernel.
+type BackendConfig struct {
+	Plan Config
+	Sync SyncConfig
+	// NodeAddrs lists the node's local addresses on every interface but
+	// kube-ipvs0 (loopback may be among them: the plan leaves it out of
+	// NodePorts). Nil means none.
+	NodeAddrs func() ([]netip.Addr, error)
+	// NewHelper returns the Helper for a node: its pod CIDRs shape the
+	// helper table's rules. It is called at the first sync and again
+	// when the node's description changes.
+	NewHelper func(proxier.Node) (Helper, error)
+	// CleanupHelper, when set, removes what the helpers hold (kube-ipvs0
+	// and the helper tables) for Cleanup; removed is false when there
+	// was nothing.
+	CleanupHelper func() (removed bool, err error)
+}
+
+// Backend is the IPVS mode's proxier.Backend: each sync plans the State
+// (Planner, reusing the fragments of unchanged service ports) and makes the
+// kernel match through a Syncer, which orders its work so that no packet
+// meets a virtual address without a virtual server. Categorisation,
+// health, metrics and conntrack cleanup are the proxier's, as in nftables
+// mode.
+type Backend struct {
+	// SyncAt, when set, is told when the next sync is due for graceful
+	// termination (draining real servers' connection counts); the loop's
+	// SyncAt.
+	SyncAt func(time.Time)
+
+	k       Kernel
+	cfg     BackendConfig
+	planner *Planner
+	syncer  *Syncer
+	node    proxier.Node
+	last    *Plan
+}
+
+var _ proxier.Backend = (*Backend)(nil)
+
+// NewBackend returns a backend over k; nothing is read before the first Sync.
+func NewBackend(k Kernel, cfg BackendConfig) *Backend {
+	return &Backend{k: k, cfg: cfg, planner: NewPlanner(cfg.Plan)}
+}
+
+// Sync programs st. After an error the Syncer retries what failed in the
+// next sync; what did apply stays.
+func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
+	var res proxier.SyncResult
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	var addrs []netip.Addr
+	if b.cfg.NodeAddrs != nil {
+		a, err := b.cfg.NodeAddrs()
+		if err != nil {
+			return res, err
+		}
+		addrs = slices.SortedFunc(slices.Values(a), netip.Addr.Compare)
+		addrs = slices.Compact(addrs)
+	}
+	if b.syncer == nil || !b.node.Equal(st.Node) {
+		h, err := b.cfg.NewHelper(st.Node)
+		if err != nil {
+			return res, err
+		}
+		b.syncer = NewSyncer(b.k, h, b.cfg.Sync)
+		b.node = st.Node
+		res.Full = true // the new Syncer reads and adopts everything
+	}
+	plan := b.planner.Plan(st, addrs)
+	r, err := b.syncer.Sync(plan)
+	b.last = plan
+	if t := b.syncer.NextDrainCheck(); !t.IsZero() && b.SyncAt != nil {
+		b.SyncAt(t)
+	}
+	hc := len(r.Helper.AddAddrs) + len(r.Helper.DelAddrs) + len(r.Helper.AddElems) + len(r.Helper.DelElems)
+	res.Messages = r.Ops + hc
+	res.Changed = res.Messages > 0
+	return res, err
+}
+
+// Plan is the plan the last sync programmed (nil before the first).
+func (b *Backend) Plan() *Plan { return b.last }
+
+// Cleanup removes everything of IPVS mode: kube-ipvs0 and the helper
+// tables first (no traffic is led to IPVS any more), then every virtual
+// server the Syncer would count as ours (all on an address, that is no
+// firewall-mark ones, outside the excluded CIDRs).
+func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	removed := false
+	var errs []error
+	if b.cfg.CleanupHelper != nil {
+		r, err := b.cfg.CleanupHelper()
+		removed = removed || r
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.k != nil {
+		n, err := DeleteVirtualServers(b.k, b.cfg.Sync.ExcludeCIDRs)
+		removed = removed || n > 0
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.syncer, b.last = nil, nil
+	b.planner = NewPlanner(b.cfg.Plan)
+	return removed, errors.Join(errs...)
+}
+
+// DeleteVirtualServers deletes, in one write, every virtual server k
+// reads outside exclude, and returns how many it deleted.
+func DeleteVirtualServers(k Kernel, exclude []netip.Prefix) (int, error) {
+	vss, err := k.Read()
+	if err != nil {
+		return 0, fmt.Errorf("reading IPVS services: %w", err)
+	}
+	var ops []Op
+	for _, v := range vss {
+		if slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) }) {
+			continue
+		}
+		ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
+	}
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	opErrs, err := k.Apply(ops)
+	if err != nil {
+		return 0, fmt.Errorf("deleting IPVS services: %w", err)
+	}
+	n := len(ops)
+	var errs []error
+	for i, e := range opErrs {
+		if e != nil {
+			n--
+			errs = append(errs, fmt.Errorf("%s: %w", ops[i], e))
+		}
+	}
+	return n, errors.Join(errs...)
+}
