@@ -132,8 +132,19 @@ func withAffinity(st *proxier.State, pick func(name proxier.ServicePortName) boo
 // of svc-7 (with the caches evicted first when cold), and reports the
 // medians of the whole sync and of its kernel part.
 func benchChanges(b *testing.B, st *proxier.State, cold bool) {
+	benchChangesWith(b, st, cold, false)
+}
+
+// benchChangesWith is benchChanges, with the drift check's change monitor
+// listening when monitor is set (as the proxy runs): small transactions are
+// sent with it in the notification group, so the kernel builds their
+// notifications.
+func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
 	ns := testNetns(b)
 	be := openTestBackend(b, ns, demoConfig())
+	if monitor {
+		be.CheckEvery = time.Hour // the monitor opens at the first Sync
+	}
 	if _, err := be.Sync(context.Background(), st); err != nil {
 		b.Fatal(err)
 	}
@@ -208,9 +219,11 @@ func BenchmarkKernelAffinityMixed(b *testing.B) {
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		for _, cache := range []string{"warm", "cold"} {
-			b.Run(fmt.Sprintf("services=%d/cache=%s", n, cache), func(b *testing.B) {
-				benchChanges(b, scaleState(n, 10), cache == "cold")
-			})
+			for _, monitor := range []bool{false, true} {
+				b.Run(fmt.Sprintf("services=%d/cache=%s/monitor=%v", n, cache, monitor), func(b *testing.B) {
+					benchChangesWith(b, scaleState(n, 10), cache == "cold", monitor)
+				})
+			}
 		}
 	}
 }
