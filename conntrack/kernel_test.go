@@ -1,8 +1,6 @@
 package conntrack
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // testNetns creates a network namespace with lo up and DNAT rules sending
@@ -19,17 +19,7 @@ import (
 // and deletes it after the test.
 func testNetns(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace and read its conntrack table")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip to create network namespaces")
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "knp-ct-" + hex.EncodeToString(suffix)
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	name := testns.New(t, "knp-ct-")
 	run(t, "ip", "-n", name, "link", "set", "lo", "up")
 	run(t, "ip", "-n", name, "route", "add", "10.96.0.0/16", "dev", "lo", "src", "127.0.0.1")
 	run(t, "ip", "-n", name, "-6", "route", "add", "fd00::/64", "dev", "lo", "src", "::1")

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
@@ -28,22 +29,7 @@ func tuningNetns(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("skipping kernel test in -short mode")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to create a network namespace and write its sysctls (run as root: make test)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs iproute2's ip to create a network namespace")
-	}
-	name := fmt.Sprintf("knp-sysctl-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	return name
+	return testns.New(t, "knp-sysctl-")
 }
 
 // tuningReadIn reads key with a fresh process inside the namespace.

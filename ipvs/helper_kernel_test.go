@@ -1,46 +1,24 @@
 package ipvs
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"maps"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 )
 
 // testNetns creates a network namespace for one test and deletes it after.
 func testNetns(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "knp-ipvs-" + hex.EncodeToString(suffix)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	return name
+	return testns.New(t, "knp-ipvs-")
 }
 
 func nftIn(t testing.TB, ns string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft %v: %v: %s", args, err, out)
-	}
-	return string(out)
+	return testns.NFT(t, ns, args...)
 }
 
 func openHelper(t *testing.T, ns string, cfg nft.Config) *NftHelper {

@@ -2,12 +2,8 @@ package nft
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/netip"
-	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -15,38 +11,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // testNetns creates a network namespace for one test and deletes it after.
 func testNetns(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace and program nftables in it")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip to create network namespaces")
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "knp-nft-" + hex.EncodeToString(suffix)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	return name
+	return testns.New(t, "knp-nft-")
 }
 
 func nftIn(t testing.TB, ns string, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs the nft binary (package nftables) to read the ruleset back")
-	}
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft %v: %v: %s", args, err, out)
-	}
-	return string(out)
+	return testns.NFT(t, ns, args...)
 }
 
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
