@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 )
 
 // ctnetlink message types and attributes (linux/netfilter/nfnetlink_conntrack.h).
@@ -43,9 +43,7 @@ const (
 	// kernel wants a family with it, not AF_UNSPEC).
 	filterProtoNum = 1 << 3
 
-	nlaNested = 1 << 15 // NLA_F_NESTED
-	nlaType   = 0x3fff  // the type bits of nla_type
-	nlHdrLen  = unix.SizeofNlMsghdr
+	nlHdrLen = nlmsg.HdrLen
 )
 
 // Conn is a ctnetlink socket in one network namespace. We read and write
@@ -82,37 +80,7 @@ func Dial(netnsPath string) (*Conn, error) {
 func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 // attrs builds netlink attributes.
-type attrs []byte
-
-func (a *attrs) put(typ uint16, data ...byte) {
-	l := 4 + len(data)
-	*a = binary.NativeEndian.AppendUint16(*a, uint16(l))
-	*a = binary.NativeEndian.AppendUint16(*a, typ)
-	*a = append(*a, data...)
-	for l%4 != 0 {
-		*a = append(*a, 0)
-		l++
-	}
-}
-
-func (a *attrs) nest(typ uint16, fill func(*attrs)) {
-	start := len(*a)
-	a.put(typ | nlaNested)
-	fill(a)
-	binary.NativeEndian.PutUint16((*a)[start:], uint16(len(*a)-start))
-}
-
-// walk calls fn for each attribute in b; it stops at a malformed one.
-func walk(b []byte, fn func(typ uint16, data []byte)) {
-	for len(b) >= 4 {
-		l := int(binary.NativeEndian.Uint16(b))
-		if l < 4 || l > len(b) {
-			return
-		}
-		fn(binary.NativeEndian.Uint16(b[2:])&nlaType, b[4:l])
-		b = b[min((l+3)&^3, len(b)):]
-	}
-}
+type attrs = nlmsg.Attrs
 
 // message appends one ctnetlink request to buf.
 func (c *Conn) message(buf []byte, msg int, flags uint16, family uint8, a attrs) []byte {
@@ -146,25 +114,8 @@ func (c *Conn) receive(fn func(typ uint16, seq uint32, data []byte)) error {
 		if err != nil {
 			return err
 		}
-		b := c.buf[:n]
-		for len(b) >= nlHdrLen {
-			l := int(binary.NativeEndian.Uint32(b))
-			if l < nlHdrLen || l > len(b) {
-				return fmt.Errorf("malformed netlink message of %d bytes", l)
-			}
-			fn(binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:]), b[nlHdrLen:l])
-			b = b[min((l+3)&^3, len(b)):]
-		}
-		return nil
+		return nlmsg.EachMessage(c.buf[:n], fn)
 	}
-}
-
-// errnoOf reads the error code of an NLMSG_ERROR or NLMSG_DONE payload.
-func errnoOf(data []byte) syscall.Errno {
-	if len(data) < 4 {
-		return 0
-	}
-	return syscall.Errno(-int32(binary.NativeEndian.Uint32(data)))
 }
 
 // List reads the conntrack entries of one family (unix.AF_INET, AF_INET6,
@@ -184,13 +135,13 @@ func (c *Conn) List(family, proto uint8) ([]Flow, error) {
 func (c *Conn) dump(family, proto uint8, filtered bool) ([]Flow, error) {
 	var a attrs
 	if filtered {
-		a.nest(ctaTupleOrig, func(a *attrs) {
-			a.nest(ctaTupleProto, func(a *attrs) { a.put(ctaProtoNum, proto) })
+		a.Nest(ctaTupleOrig, func(a *attrs) {
+			a.Nest(ctaTupleProto, func(a *attrs) { a.Put(ctaProtoNum, proto) })
 		})
-		a.nest(ctaFilter, func(a *attrs) {
+		a.Nest(ctaFilter, func(a *attrs) {
 			// The kernel reads the filter flags in host byte order.
-			a.put(ctaFilterOrigFlags, binary.NativeEndian.AppendUint32(nil, filterProtoNum)...)
-			a.put(ctaFilterReplyFlags, 0, 0, 0, 0)
+			a.Put(ctaFilterOrigFlags, binary.NativeEndian.AppendUint32(nil, filterProtoNum)...)
+			a.Put(ctaFilterReplyFlags, 0, 0, 0, 0)
 		})
 	}
 	req := c.message(nil, msgCtGet, unix.NLM_F_DUMP, family, a)
@@ -207,11 +158,11 @@ func (c *Conn) dump(family, proto uint8, filtered bool) ([]Flow, error) {
 			case s != seq || done || failed != nil:
 			case typ == unix.NLMSG_DONE:
 				done = true
-				if e := errnoOf(data); e != 0 {
+				if e := nlmsg.Errno(data); e != 0 {
 					failed = e
 				}
 			case typ == unix.NLMSG_ERROR:
-				if e := errnoOf(data); e != 0 {
+				if e := nlmsg.Errno(data); e != 0 {
 					failed = e
 				}
 				done = true
@@ -256,7 +207,7 @@ func (c *Conn) drain(seq uint32) {
 // parseFlow decodes the attributes of one conntrack entry of a dump.
 func parseFlow(b []byte) Flow {
 	var f Flow
-	walk(b, func(typ uint16, data []byte) {
+	nlmsg.Walk(b, func(typ uint16, data []byte) {
 		switch typ {
 		case ctaTupleOrig:
 			f.Proto, f.OrigSrc, f.OrigDst = parseTuple(data)
@@ -278,10 +229,10 @@ func parseFlow(b []byte) Flow {
 func parseTuple(b []byte) (proto uint8, src, dst netip.AddrPort) {
 	var srcIP, dstIP netip.Addr
 	var sport, dport uint16
-	walk(b, func(typ uint16, data []byte) {
+	nlmsg.Walk(b, func(typ uint16, data []byte) {
 		switch typ {
 		case ctaTupleIP:
-			walk(data, func(typ uint16, data []byte) {
+			nlmsg.Walk(data, func(typ uint16, data []byte) {
 				a, _ := netip.AddrFromSlice(data)
 				switch typ {
 				case ctaIPv4Src, ctaIPv6Src:
@@ -291,7 +242,7 @@ func parseTuple(b []byte) (proto uint8, src, dst netip.AddrPort) {
 				}
 			})
 		case ctaTupleProto:
-			walk(data, func(typ uint16, data []byte) {
+			nlmsg.Walk(data, func(typ uint16, data []byte) {
 				switch {
 				case typ == ctaProtoNum && len(data) >= 1:
 					proto = data[0]
@@ -333,7 +284,7 @@ func (c *Conn) Delete(flows []Flow) (int, error) {
 					return
 				}
 				acks++
-				switch e := errnoOf(data); e {
+				switch e := nlmsg.Errno(data); e {
 				case 0:
 					deleted++
 				case unix.ENOENT: // expired or deleted meanwhile
@@ -364,20 +315,20 @@ func deleteAttrs(f Flow) attrs {
 		srcType, dstType = ctaIPv6Src, ctaIPv6Dst
 	}
 	var a attrs
-	a.nest(ctaTupleOrig, func(a *attrs) {
-		a.nest(ctaTupleIP, func(a *attrs) {
-			a.put(srcType, f.OrigSrc.Addr().AsSlice()...)
-			a.put(dstType, f.OrigDst.Addr().AsSlice()...)
+	a.Nest(ctaTupleOrig, func(a *attrs) {
+		a.Nest(ctaTupleIP, func(a *attrs) {
+			a.Put(srcType, f.OrigSrc.Addr().AsSlice()...)
+			a.Put(dstType, f.OrigDst.Addr().AsSlice()...)
 		})
-		a.nest(ctaTupleProto, func(a *attrs) {
-			a.put(ctaProtoNum, f.Proto)
-			a.put(ctaProtoSrcPort, binary.BigEndian.AppendUint16(nil, f.OrigSrc.Port())...)
-			a.put(ctaProtoDstPort, binary.BigEndian.AppendUint16(nil, f.OrigDst.Port())...)
+		a.Nest(ctaTupleProto, func(a *attrs) {
+			a.Put(ctaProtoNum, f.Proto)
+			a.Put(ctaProtoSrcPort, binary.BigEndian.AppendUint16(nil, f.OrigSrc.Port())...)
+			a.Put(ctaProtoDstPort, binary.BigEndian.AppendUint16(nil, f.OrigDst.Port())...)
 		})
 	})
 	if f.Zone != 0 {
-		a.put(ctaZone, binary.BigEndian.AppendUint16(nil, f.Zone)...)
+		a.Put(ctaZone, binary.BigEndian.AppendUint16(nil, f.Zone)...)
 	}
-	a.put(ctaID, binary.BigEndian.AppendUint32(nil, f.ID)...)
+	a.Put(ctaID, binary.BigEndian.AppendUint32(nil, f.ID)...)
 	return a
 }

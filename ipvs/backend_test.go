@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
@@ -203,7 +204,7 @@ func TestSetConfigEncoding(t *testing.T) {
 		t.Errorf("command %d, want %d", b[16], cmdSetConfig)
 	}
 	got := map[uint16]uint32{}
-	walk(b[hdr:], func(typ uint16, data []byte) {
+	nlmsg.Walk(b[hdr:], func(typ uint16, data []byte) {
 		got[typ] = uint32(data[0]) | uint32(data[1])<<8 | uint32(data[2])<<16 | uint32(data[3])<<24
 	})
 	if len(got) != 2 || got[attrCmdTimeoutTCP] != 900 || got[attrCmdTimeoutUDP] != 300 {

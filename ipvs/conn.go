@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 )
 
 // Conn is a generic netlink socket speaking IPVS in one network namespace.
@@ -107,28 +107,8 @@ func (c *Conn) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
 		case n > len(c.buf):
 			return fmt.Errorf("a netlink datagram of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
 		}
-		return eachMessage(c.buf[:n], fn)
+		return nlmsg.EachMessage(c.buf[:n], fn)
 	}
-}
-
-// eachMessage splits a datagram into netlink messages.
-func eachMessage(b []byte, fn func(typ uint16, seq uint32, payload []byte)) error {
-	for len(b) >= nlHdrLen {
-		l := int(binary.NativeEndian.Uint32(b))
-		if l < nlHdrLen || l > len(b) {
-			return fmt.Errorf("malformed netlink message of %d bytes", l)
-		}
-		fn(binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:]), b[nlHdrLen:l])
-		b = b[min((l+3)&^3, len(b)):]
-	}
-	return nil
-}
-
-func errnoOf(payload []byte) syscall.Errno {
-	if len(payload) < 4 {
-		return 0
-	}
-	return syscall.Errno(-int32(binary.NativeEndian.Uint32(payload)))
 }
 
 // roundTrip sends one request (a dump or a single message with seq c.seq)
@@ -146,7 +126,7 @@ func (c *Conn) roundTrip(req []byte, fn func(payload []byte) error) (int, error)
 			case s != seq || done:
 			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
 				done = true
-				if e := errnoOf(payload); e != 0 && failed == nil {
+				if e := nlmsg.Errno(payload); e != 0 && failed == nil {
 					failed = e
 				}
 			case failed == nil:
@@ -271,7 +251,7 @@ func (c *Conn) Apply(ops []Op) ([]error, error) {
 				if typ != unix.NLMSG_ERROR || s-first > last-first { // (wraps safely)
 					return
 				}
-				if e := errnoOf(payload); e != 0 {
+				if e := nlmsg.Errno(payload); e != 0 {
 					if errs == nil {
 						errs = make([]error, len(ops))
 					}

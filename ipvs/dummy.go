@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 )
 
 // DummyName is the link that holds the virtual addresses.
@@ -104,7 +105,7 @@ func (d *Dummy) addrs(typ uint16, addrs []netip.Addr) error {
 			if t != unix.NLMSG_ERROR {
 				return
 			}
-			if e := errnoOf(p); e != 0 && seq-first < uint32(len(addrs)) {
+			if e := nlmsg.Errno(p); e != 0 && seq-first < uint32(len(addrs)) {
 				errs = append(errs, fmt.Errorf("%s: %w", addrs[seq-first], e))
 			}
 			done = done || seq == last
@@ -130,7 +131,7 @@ func (d *Dummy) exchange(req []byte, fn func(typ uint16, payload []byte)) error 
 			case s != seq || done:
 			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
 				done = true
-				if e := errnoOf(p); e != 0 {
+				if e := nlmsg.Errno(p); e != 0 {
 					failed = e
 				}
 			case fn != nil:
@@ -162,7 +163,7 @@ func (d *Dummy) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
 		if err != nil {
 			return err
 		}
-		return eachMessage(d.buf[:n], fn)
+		return nlmsg.EachMessage(d.buf[:n], fn)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 )
 
 // Generic netlink and IPVS attribute numbers (linux/genetlink.h,
@@ -43,48 +45,11 @@ const (
 	destAttrInactConns  = 8
 	destAttrAddrFamily  = 11
 
-	nlaNested = 1 << 15
-	nlaType   = 0x3fff
-	nlHdrLen  = unix.SizeofNlMsghdr
+	nlHdrLen = nlmsg.HdrLen
 )
 
 // attrs builds netlink attributes.
-type attrs []byte
-
-func (a *attrs) put(typ uint16, data ...byte) {
-	l := 4 + len(data)
-	*a = binary.NativeEndian.AppendUint16(*a, uint16(l))
-	*a = binary.NativeEndian.AppendUint16(*a, typ)
-	*a = append(*a, data...)
-	for ; l%4 != 0; l++ {
-		*a = append(*a, 0)
-	}
-}
-
-func (a *attrs) u16(typ, v uint16) { a.put(typ, binary.NativeEndian.AppendUint16(nil, v)...) }
-func (a *attrs) u32(typ uint16, v uint32) {
-	a.put(typ, binary.NativeEndian.AppendUint32(nil, v)...)
-}
-func (a *attrs) be16(typ, v uint16) { a.put(typ, binary.BigEndian.AppendUint16(nil, v)...) }
-
-func (a *attrs) nest(typ uint16, fill func(*attrs)) {
-	start := len(*a)
-	a.put(typ | nlaNested)
-	fill(a)
-	binary.NativeEndian.PutUint16((*a)[start:], uint16(len(*a)-start))
-}
-
-// walk calls fn for each attribute in b; it stops at a malformed one.
-func walk(b []byte, fn func(typ uint16, data []byte)) {
-	for len(b) >= 4 {
-		l := int(binary.NativeEndian.Uint16(b))
-		if l < 4 || l > len(b) {
-			return
-		}
-		fn(binary.NativeEndian.Uint16(b[2:])&nlaType, b[4:l])
-		b = b[min((l+3)&^3, len(b)):]
-	}
-}
+type attrs = nlmsg.Attrs
 
 // appendMessage appends one generic netlink request to b.
 func appendMessage(b []byte, family, flags uint16, seq uint32, cmd uint8, version uint8, a attrs) []byte {
@@ -110,34 +75,34 @@ func netmaskBytes(s Service) []byte {
 // serviceAttrs are the key of a service and, when full, its settings
 // (NEW_SERVICE and SET_SERVICE need them all).
 func serviceAttrs(a *attrs, s Service, full bool) {
-	a.nest(attrCmdService, func(a *attrs) {
-		a.u16(svcAttrAF, family(s.Addr))
-		a.u16(svcAttrProtocol, protoNumber(s.Protocol))
-		a.put(svcAttrAddr, s.Addr.AsSlice()...)
-		a.be16(svcAttrPort, s.Port)
+	a.Nest(attrCmdService, func(a *attrs) {
+		a.U16(svcAttrAF, family(s.Addr))
+		a.U16(svcAttrProtocol, protoNumber(s.Protocol))
+		a.Put(svcAttrAddr, s.Addr.AsSlice()...)
+		a.BE16(svcAttrPort, s.Port)
 		if !full {
 			return
 		}
-		a.put(svcAttrSchedName, append([]byte(s.Scheduler), 0)...)
+		a.Put(svcAttrSchedName, append([]byte(s.Scheduler), 0)...)
 		// ip_vs_flags{flags, mask}: mask all bits, so the kernel takes ours.
-		a.put(svcAttrFlags, binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, s.Flags), ^uint32(0))...)
-		a.u32(svcAttrTimeout, s.Timeout)
-		a.put(svcAttrNetmask, netmaskBytes(s)...)
+		a.Put(svcAttrFlags, binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, s.Flags), ^uint32(0))...)
+		a.U32(svcAttrTimeout, s.Timeout)
+		a.Put(svcAttrNetmask, netmaskBytes(s)...)
 	})
 }
 
 // destAttrs are the key of a real server and, when full, its settings.
 func destAttrs(a *attrs, d Dest, full bool) {
-	a.nest(attrCmdDest, func(a *attrs) {
-		a.put(destAttrAddr, d.Addr.Addr().AsSlice()...)
-		a.be16(destAttrPort, d.Addr.Port())
+	a.Nest(attrCmdDest, func(a *attrs) {
+		a.Put(destAttrAddr, d.Addr.Addr().AsSlice()...)
+		a.BE16(destAttrPort, d.Addr.Port())
 		if full {
-			a.u32(destAttrFwdMethod, d.Fwd&fwdMask)
-			a.u32(destAttrWeight, d.Weight)
-			a.u32(destAttrUThresh, 0)
-			a.u32(destAttrLThresh, 0)
+			a.U32(destAttrFwdMethod, d.Fwd&fwdMask)
+			a.U32(destAttrWeight, d.Weight)
+			a.U32(destAttrUThresh, 0)
+			a.U32(destAttrLThresh, 0)
 		}
-		a.u16(destAttrAddrFamily, family(d.Addr.Addr()))
+		a.U16(destAttrAddrFamily, family(d.Addr.Addr()))
 	})
 }
 
@@ -173,7 +138,7 @@ func appendDump(b []byte, family uint16, seq uint32, svc *Service) []byte {
 // after a successful request only when asked).
 func appendFamilyRequest(b []byte, seq uint32, name string) []byte {
 	var a attrs
-	a.put(ctrlAttrFamilyName, append([]byte(name), 0)...)
+	a.Put(ctrlAttrFamilyName, append([]byte(name), 0)...)
 	return appendMessage(b, genlIDCtrl, unix.NLM_F_ACK, seq, ctrlCmdGetFamily, 1, a)
 }
 
@@ -184,7 +149,7 @@ func parseFamilyID(payload []byte) (uint16, error) {
 		return 0, fmt.Errorf("short generic netlink controller reply")
 	}
 	var id uint16
-	walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
+	nlmsg.Walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
 		if typ == ctrlAttrFamilyID && len(data) >= 2 {
 			id = binary.NativeEndian.Uint16(data)
 		}
@@ -205,11 +170,11 @@ func parseService(payload []byte) (s Service, ok bool) {
 	var af, proto uint16
 	var raw, mask []byte
 	var fwmark bool
-	walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
+	nlmsg.Walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
 		if typ != attrCmdService {
 			return
 		}
-		walk(data, func(typ uint16, data []byte) {
+		nlmsg.Walk(data, func(typ uint16, data []byte) {
 			switch {
 			case typ == svcAttrAF && len(data) >= 2:
 				af = binary.NativeEndian.Uint16(data)
@@ -253,11 +218,11 @@ func parseDest(payload []byte, svcFamily uint16) (d Dest, ok bool) {
 	af := svcFamily
 	var raw []byte
 	var port uint16
-	walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
+	nlmsg.Walk(payload[genlHdrLen:], func(typ uint16, data []byte) {
 		if typ != attrCmdDest {
 			return
 		}
-		walk(data, func(typ uint16, data []byte) {
+		nlmsg.Walk(data, func(typ uint16, data []byte) {
 			switch {
 			case typ == destAttrAddr:
 				raw = data

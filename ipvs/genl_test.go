@@ -117,20 +117,20 @@ func TestDecodeRoundTrip(t *testing.T) {
 		{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("fd00::1"), Protocol: proxier.SCTP, Port: 9}, Scheduler: "rr", Netmask: 128},
 	} {
 		var a attrs
-		a.nest(attrCmdService, func(a *attrs) {
-			a.u16(svcAttrAF, family(s.Addr))
-			a.u16(svcAttrProtocol, protoNumber(s.Protocol))
+		a.Nest(attrCmdService, func(a *attrs) {
+			a.U16(svcAttrAF, family(s.Addr))
+			a.U16(svcAttrProtocol, protoNumber(s.Protocol))
 			addr := s.Addr.As16()
 			if s.Addr.Is4() {
 				addr = [16]byte{}
 				copy(addr[:], s.Addr.AsSlice())
 			}
-			a.put(svcAttrAddr, addr[:]...)
-			a.be16(svcAttrPort, s.Port)
-			a.put(svcAttrSchedName, append([]byte(s.Scheduler), 0)...)
-			a.put(svcAttrFlags, binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, s.Flags|flagHashed), ^uint32(0))...)
-			a.u32(svcAttrTimeout, s.Timeout)
-			a.put(svcAttrNetmask, netmaskBytes(s)...)
+			a.Put(svcAttrAddr, addr[:]...)
+			a.BE16(svcAttrPort, s.Port)
+			a.Put(svcAttrSchedName, append([]byte(s.Scheduler), 0)...)
+			a.Put(svcAttrFlags, binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, s.Flags|flagHashed), ^uint32(0))...)
+			a.U32(svcAttrTimeout, s.Timeout)
+			a.Put(svcAttrNetmask, netmaskBytes(s)...)
 		})
 		got, ok := parseService(append([]byte{byte(CmdNewService), 1, 0, 0}, a...))
 		if !ok || got != s {
@@ -139,21 +139,21 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 	d := Dest{Addr: netip.MustParseAddrPort("10.244.0.1:8080"), Weight: 3, Fwd: FwdMasq, Active: 4, Inactive: 5}
 	var a attrs
-	a.nest(attrCmdDest, func(a *attrs) {
+	a.Nest(attrCmdDest, func(a *attrs) {
 		addr := [16]byte{10, 244, 0, 1}
-		a.put(destAttrAddr, addr[:]...)
-		a.be16(destAttrPort, 8080)
-		a.u32(destAttrFwdMethod, 0)
-		a.u32(destAttrWeight, 3)
-		a.u32(destAttrActiveConns, 4)
-		a.u32(destAttrInactConns, 5)
+		a.Put(destAttrAddr, addr[:]...)
+		a.BE16(destAttrPort, 8080)
+		a.U32(destAttrFwdMethod, 0)
+		a.U32(destAttrWeight, 3)
+		a.U32(destAttrActiveConns, 4)
+		a.U32(destAttrInactConns, 5)
 	})
 	if got, ok := parseDest(append([]byte{byte(CmdNewDest), 1, 0, 0}, a...), unix.AF_INET); !ok || got != d {
 		t.Errorf("decoded %+v (ok %v), want %+v", got, ok, d)
 	}
 	// A firewall-mark service is not ours.
 	var fw attrs
-	fw.nest(attrCmdService, func(a *attrs) { a.u16(svcAttrAF, unix.AF_INET); a.u32(svcAttrFwmark, 1) })
+	fw.Nest(attrCmdService, func(a *attrs) { a.U16(svcAttrAF, unix.AF_INET); a.U32(svcAttrFwmark, 1) })
 	if _, ok := parseService(append([]byte{1, 1, 0, 0}, fw...)); ok {
 		t.Error("firewall-mark service decoded as ours")
 	}
@@ -171,7 +171,7 @@ func TestFamilyRequest(t *testing.T) {
 		t.Errorf("got\n%x\nwant\n%x", got, want)
 	}
 	var a attrs
-	a.u16(ctrlAttrFamilyID, 0x24)
+	a.U16(ctrlAttrFamilyID, 0x24)
 	if id, err := parseFamilyID(append([]byte{1, 1, 0, 0}, a...)); err != nil || id != 0x24 {
 		t.Errorf("family id %#x, %v", id, err)
 	}
