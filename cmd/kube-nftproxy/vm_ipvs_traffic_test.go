@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/echo"
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/vmguest"
+)
+
+// echoEnv makes the test binary an echo server or client (e2e/echo) instead
+// of running the tests: "serve" or "client", configured by echoArgsEnv (JSON).
+// The guest has no curl; the traffic tests start these in the namespaces.
+const (
+	echoEnv     = "KNP_TEST_ECHO"
+	echoArgsEnv = "KNP_TEST_ECHO_ARGS"
+)
+
+type serveArgs struct {
+	Name, TCP, UDP string
+}
+
+// runEcho runs the echo server (until SIGTERM) or one client run (its
+// summary as JSON on stdout) and returns the exit status.
+func runEcho(mode string) int {
+	switch mode {
+	case "serve":
+		var a serveArgs
+		if err := json.Unmarshal([]byte(os.Getenv(echoArgsEnv)), &a); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 2
+		}
+		srv, err := echo.Listen(a.Name, a.TCP, a.UDP)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := srv.Serve(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 1
+		}
+		return 0
+	case "client":
+		var cfg echo.ClientConfig
+		if err := json.Unmarshal([]byte(os.Getenv(echoArgsEnv)), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+		sum, err := echo.Run(context.Background(), cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(sum)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "%s=%q: want serve or client\n", echoEnv, mode)
+	return 2
+}
+
+// trafficEnv is a sandbox (e2e/TOPOLOGY.md, IPv4) with the real command
+// running in IPVS mode in its node namespace and echo servers in its pods.
+type trafficEnv struct {
+	t     *testing.T
+	sb    *sandbox.Sandbox
+	self  string
+	proxy *sandbox.Process
+}
+
+// Addresses of the topology and of testdata/ipvs-traffic.
+const (
+	clusterIP  = "10.96.0.10"
+	dnsIP      = "10.96.0.53"
+	externalIP = "203.0.113.10"
+	nodeIP     = "10.99.0.1"  // ext0, facing the client
+	bridgeIP   = "10.244.0.1" // kbr0: the source of masqueraded traffic to pods
+	podA       = "10.244.0.10"
+	podB       = "10.244.0.11"
+	clientIP   = "10.99.0.2"
+	strayPort  = "9999" // a node listener's port that is no Service port
+)
+
+// start runs the test binary in ns as an echo server or (with a JSON
+// config) the proxy; env selects which.
+func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Process {
+	e.t.Helper()
+	cmd := e.sb.Command(e.t.Context(), ns, append([]string{e.self}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	w := logWriter{logf: e.t.Logf, prefix: ns + ": "}
+	cmd.Stdout, cmd.Stderr = w, w
+	p, err := e.sb.StartCmd(ns, cmd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// logWriter passes output to t.Logf (one call per write).
+type logWriter struct {
+	logf   func(string, ...any)
+	prefix string
+}
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func (e *trafficEnv) serve(ns string, a serveArgs) {
+	e.t.Helper()
+	js, _ := json.Marshal(a)
+	e.start(ns, []string{echoEnv + "=serve", echoArgsEnv + "=" + string(js)})
+}
+
+// client runs one client run in ns and returns its summary.
+func (e *trafficEnv) client(ctx context.Context, ns string, cfg echo.ClientConfig) (*echo.Summary, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Results == "" {
+		cfg.Results = echo.ResultsAll
+	}
+	js, _ := json.Marshal(cfg)
+	cmd := e.sb.Command(ctx, ns, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=client", echoArgsEnv+"="+string(js))
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("client in %s: %v: %s", ns, err, ee.Stderr)
+		}
+		return nil, fmt.Errorf("client in %s: %w", ns, err)
+	}
+	var sum echo.Summary
+	if err := json.Unmarshal(out, &sum); err != nil {
+		return nil, fmt.Errorf("client in %s: %q: %w", ns, out, err)
+	}
+	return &sum, nil
+}
+
+// eventually repeats the client run until check accepts its summary or the
+// deadline passes (then the test fails with check's last complaint).
+func (e *trafficEnv) eventually(ns string, cfg echo.ClientConfig, timeout time.Duration, check func(*echo.Summary) error) *echo.Summary {
+	e.t.Helper()
+	var (
+		sum  *echo.Summary
+		last error
+	)
+	err := sandbox.Poll(e.t.Context(), timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		s, err := e.client(ctx, ns, cfg)
+		if err != nil {
+			last = err
+			return err
+		}
+		sum = s
+		last = check(s)
+		return last
+	})
+	if err != nil {
+		e.t.Fatalf("%s -> %s %s: %v (last: %v; summary %+v)", ns, cfg.Network, cfg.Addr, err, last, sum)
+	}
+	return sum
+}
+
+// backendsAndSources checks that every request got an answer, that every
+// backend in want answered, and that each backend saw the source wantSrc
+// (or, for a backend in srcPer, that one).
+func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]string) func(*echo.Summary) error {
+	return func(s *echo.Summary) error {
+		if s.OK != n || s.Failed != 0 {
+			return fmt.Errorf("%d of %d answered, %d failed %v", s.OK, n, s.Failed, s.Errors)
+		}
+		for _, b := range want {
+			if s.Backend[b] == 0 {
+				return fmt.Errorf("%s never answered: %v", b, s.Backend)
+			}
+		}
+		for _, r := range s.Results {
+			src, _, _ := strings.Cut(r.Source, ":")
+			w := wantSrc
+			if p, ok := srcPer[r.Backend]; ok {
+				w = p
+			}
+			if w != "" && src != w {
+				return fmt.Errorf("%s saw source %s, want %s", r.Backend, r.Source, w)
+			}
+		}
+		return nil
+	}
+}
+
+func newTrafficEnv(t *testing.T) *trafficEnv {
+	vmguest.RequireIPVS(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sb, err := sandbox.New(ctx, sandbox.Options{Logf: t.Logf, StopTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e := &trafficEnv{t: t, sb: sb, self: self}
+	// The client reaches external IPs through the node, like a router would.
+	if out, err := sb.Exec(ctx, sandbox.Client, "ip", "route", "add", "203.0.113.0/24", "via", nodeIP); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, p := range sb.Pods() {
+		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353"})
+	}
+	// A node daemon on every address: the port is no Service port.
+	e.serve(sandbox.Node, serveArgs{Name: "node", TCP: "0.0.0.0:" + strayPort})
+	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
+		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
+		"--healthz-bind-address", "", "--metrics-bind-address", "")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, c := range [][]string{{"ipvsadm", "-Ln"}, {"nft", "list", "ruleset"}, {"ip", "addr"}} {
+				out, err := sb.Exec(context.Background(), sandbox.Node, c...)
+				t.Logf("node: %v: %v\n%s", c, err, out)
+			}
+		}
+	})
+	return e
+}
+
+// TestVMIPVSTraffic sends real TCP and UDP traffic through the real
+// command in IPVS mode (standalone, --state) on the VM's kernel: a node
+// namespace with a pod bridge, two pods with echo servers, an off-cluster
+// client (e2e/TOPOLOGY.md).
+func TestVMIPVSTraffic(t *testing.T) {
+	e := newTrafficEnv(t)
+	start := time.Now()
+	// Programmed and answering: the first run may wait for the first sync.
+	e.eventually("pod-b", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 1}, 30*time.Second,
+		backendsAndSources(1, nil, "", nil))
+	t.Logf("proxy answering after %v", time.Since(start).Round(time.Millisecond))
+
+	step := func(name string, f func(t *testing.T)) {
+		t0 := time.Now()
+		t.Run(name, f)
+		t.Logf("%s: %v", name, time.Since(t0).Round(time.Millisecond))
+	}
+	both := []string{"pod-a", "pod-b"}
+	const n = 6
+
+	step("ClusterIPFromPod", func(t *testing.T) {
+		// pod-b's own requests that land on pod-b are hairpin: masqueraded.
+		e.eventually("pod-a", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+		e.eventually("pod-a", echo.ClientConfig{Network: "udp", Addr: dnsIP + ":53", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+	})
+
+	step("ClusterIPFromNode", func(t *testing.T) {
+		// The node's own requests leave through kbr0, masqueraded to its
+		// address there.
+		e.eventually(sandbox.Node, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("ClusterIPFromClient", func(t *testing.T) {
+		// Off-cluster: masqueraded, the pods see the node's address.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("NodePortFromClient", func(t *testing.T) {
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":30080", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "udp", Addr: nodeIP + ":30053", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("ExternalIPFromClient", func(t *testing.T) {
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: externalIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("Hairpin", func(t *testing.T) {
+		// pod-a to itself through the ClusterIP, every time (rr over two
+		// endpoints: half the connections): masqueraded (KUBE-LOOP-BACK),
+		// or pod-a would answer itself and the client drop the reply.
+		sum := e.eventually("pod-a", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, []string{"pod-a"}, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+		t.Logf("pod-a -> %s: %v", clusterIP, sum.Backend)
+	})
+
+	step("StrayPortOnVIPRefused", func(t *testing.T) {
+		// The node daemon answers on the node's address...
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":" + strayPort, Count: 1}, 10*time.Second,
+			backendsAndSources(1, []string{"node"}, clientIP, nil))
+		// ...but not on a ClusterIP (KUBE-IPVS-FILTER), from anywhere.
+		for _, ns := range []string{sandbox.Client, "pod-a", sandbox.Node} {
+			for _, vip := range []string{clusterIP, dnsIP, externalIP} {
+				sum, err := e.client(t.Context(), ns, echo.ClientConfig{Network: "tcp", Addr: vip + ":" + strayPort, Count: 2, Timeout: 500 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sum.OK != 0 {
+					t.Errorf("%s -> %s:%s answered: %v", ns, vip, strayPort, sum.Backend)
+				} else {
+					t.Logf("%s -> %s:%s: %v", ns, vip, strayPort, sum.Errors)
+				}
+			}
+		}
+	})
+}
