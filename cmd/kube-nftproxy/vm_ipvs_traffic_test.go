@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +33,7 @@ const (
 
 type serveArgs struct {
 	Name, TCP, UDP string
+	Lines          string // a TCP address answering each line with "NAME line", for held connections
 }
 
 // runEcho runs the echo server (until SIGTERM) or one client run (its
@@ -47,6 +53,15 @@ func runEcho(mode string) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
+		if a.Lines != "" {
+			l, err := net.Listen("tcp4", a.Lines)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "serve:", err)
+				return 1
+			}
+			go func() { <-ctx.Done(); l.Close() }()
+			go serveLines(a.Name, l)
+		}
 		if err := srv.Serve(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			return 1
@@ -65,9 +80,104 @@ func runEcho(mode string) int {
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(sum)
 		return 0
+	case "hold":
+		// One connection to the address in echoArgsEnv, held open: each
+		// line on stdin goes out, each answer (or "ERR ...") to stdout.
+		c, err := net.DialTimeout("tcp", os.Getenv(echoArgsEnv), 2*time.Second)
+		if err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+		in, replies := bufio.NewScanner(os.Stdin), bufio.NewReader(c)
+		for in.Scan() {
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := fmt.Fprintln(c, in.Text()); err != nil {
+				fmt.Println("ERR", err)
+				continue
+			}
+			line, err := replies.ReadString('\n')
+			if err != nil {
+				fmt.Println("ERR", err)
+				continue
+			}
+			fmt.Print(line)
+		}
+		return 0
 	}
-	fmt.Fprintf(os.Stderr, "%s=%q: want serve or client\n", echoEnv, mode)
+	fmt.Fprintf(os.Stderr, "%s=%q: want serve, client or hold\n", echoEnv, mode)
 	return 2
+}
+
+// serveLines answers every line of every connection with "name line".
+func serveLines(name string, l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			r := bufio.NewScanner(c)
+			for r.Scan() {
+				if _, err := fmt.Fprintln(c, name, r.Text()); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// heldConn is a TCP connection held open by a "hold" client process.
+type heldConn struct {
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+// hold opens a connection from ns to addr in a helper process.
+func (e *trafficEnv) hold(ns, addr string) *heldConn {
+	e.t.Helper()
+	cmd := e.sb.Command(e.t.Context(), ns, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=hold", echoArgsEnv+"="+addr)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.sb.StartCmd(ns, cmd); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { in.Close() })
+	return &heldConn{in: in, out: bufio.NewReader(out)}
+}
+
+// ask sends msg over the held connection and returns the answering
+// backend's name, or an error (after at most a few seconds).
+func (h *heldConn) ask(msg string) (string, error) {
+	if _, err := fmt.Fprintln(h.in, msg); err != nil {
+		return "", err
+	}
+	type res struct {
+		line string
+		err  error
+	}
+	ch := make(chan res, 1)
+	go func() { l, err := h.out.ReadString('\n'); ch <- res{l, err} }()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return "", r.err
+		}
+		name, got, _ := strings.Cut(strings.TrimSpace(r.line), " ")
+		if name == "ERR" || got != msg {
+			return "", fmt.Errorf("answer %q to %q", strings.TrimSpace(r.line), msg)
+		}
+		return name, nil
+	case <-time.After(5 * time.Second):
+		return "", errors.New("no answer in 5s")
+	}
 }
 
 // trafficEnv is a sandbox (e2e/TOPOLOGY.md, IPv4) with the real command
@@ -201,6 +311,32 @@ func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]
 	}
 }
 
+// startProxy starts the command in IPVS mode in the node namespace.
+func (e *trafficEnv) startProxy() {
+	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
+		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
+		"--healthz-bind-address", "", "--metrics-bind-address", "")
+}
+
+// vsConns reads the total connection counts of the virtual servers
+// (ipvsadm -Ln --stats): a virtual server deleted and re-created starts
+// again from 0.
+func (e *trafficEnv) vsConns() map[string]int {
+	e.t.Helper()
+	out, err := e.sb.Exec(e.t.Context(), sandbox.Node, "ipvsadm", "-Ln", "--stats")
+	if err != nil {
+		e.t.Fatalf("ipvsadm: %v", err)
+	}
+	conns := map[string]int{}
+	for _, m := range vsStatsRE.FindAllStringSubmatch(string(out), -1) {
+		n, _ := strconv.Atoi(m[3])
+		conns[m[1]+" "+m[2]] = n
+	}
+	return conns
+}
+
+var vsStatsRE = regexp.MustCompile(`(?m)^(TCP|UDP)\s+(\S+)\s+\S+\s+(\d+)`)
+
 func newTrafficEnv(t *testing.T) *trafficEnv {
 	vmguest.RequireIPVS(t)
 	if os.Geteuid() != 0 {
@@ -227,13 +363,11 @@ func newTrafficEnv(t *testing.T) *trafficEnv {
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, p := range sb.Pods() {
-		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353"})
+		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353", Lines: ":8081"})
 	}
 	// A node daemon on every address: the port is no Service port.
 	e.serve(sandbox.Node, serveArgs{Name: "node", TCP: "0.0.0.0:" + strayPort})
-	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
-		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
-		"--healthz-bind-address", "", "--metrics-bind-address", "")
+	e.startProxy()
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, c := range [][]string{{"ipvsadm", "-Ln"}, {"nft", "list", "ruleset"}, {"ip", "addr"}} {
@@ -325,5 +459,82 @@ func TestVMIPVSTraffic(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	step("ClientIPAffinity", func(t *testing.T) {
+		// Every connection of one client goes to one backend.
+		for _, ns := range []string{sandbox.Client, "pod-b"} {
+			var first string
+			for i := range 4 {
+				h := e.hold(ns, "10.96.0.30:81")
+				b, err := h.ask("hello-" + strconv.Itoa(i))
+				if err != nil {
+					t.Fatalf("%s: %v", ns, err)
+				}
+				h.in.Close()
+				if first == "" {
+					first = b
+				} else if b != first {
+					t.Errorf("%s: connection %d went to %s, the first to %s", ns, i, b, first)
+				}
+			}
+			t.Logf("%s sticks to %s", ns, first)
+		}
+	})
+
+	step("RestartAdoption", func(t *testing.T) {
+		// A connection held across the restart, and the virtual servers'
+		// connection counters (reset if one were re-created).
+		held := e.hold(sandbox.Client, "10.96.0.30:81")
+		before, err := held.ask("before")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stats map[string]int
+		if err := sandbox.Poll(t.Context(), 5*time.Second, 200*time.Millisecond, func(context.Context) error {
+			// IPVS statistics lag up to 2s behind the traffic.
+			stats = e.vsConns()
+			for _, vs := range []string{"TCP " + clusterIP + ":80", "TCP " + nodeIP + ":30080", "TCP 10.96.0.30:81"} {
+				if stats[vs] == 0 {
+					return fmt.Errorf("%s: no connections counted yet: %v", vs, stats)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.proxy.Stop(10 * time.Second); err != nil {
+			t.Fatalf("stopping the proxy: %v", err)
+		}
+		t0 := time.Now()
+		e.startProxy()
+		// Answering again and synced: a new connection works, then the
+		// held one still answers, from the same backend.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 2}, 20*time.Second,
+			backendsAndSources(2, nil, bridgeIP, nil))
+		t.Logf("restarted proxy answering after %v", time.Since(t0).Round(time.Millisecond))
+		after, err := held.ask("after")
+		if err != nil {
+			t.Fatalf("held connection after the restart: %v", err)
+		}
+		if after != before {
+			t.Errorf("held connection answered by %s before the restart, %s after", before, after)
+		}
+		now := e.vsConns()
+		for vs, n := range stats {
+			if now[vs] < n {
+				t.Errorf("%s: %d connections counted before the restart, %d after: re-created", vs, n, now[vs])
+			}
+		}
+	})
+
+	step("StrayPortWithoutFilterAnswers", func(t *testing.T) {
+		// The control for StrayPortOnVIPRefused: without KUBE-IPVS-FILTER
+		// the node daemon does answer on the ClusterIP.
+		if out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "flush", "chain", "ip", "kube-nftproxy-ipvs", "KUBE-IPVS-FILTER"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":" + strayPort, Count: 1}, 5*time.Second,
+			backendsAndSources(1, []string{"node"}, clientIP, nil))
 	})
 }
