@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,6 +81,17 @@ func runEcho(mode string) int {
 			return 2
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(sum)
+		return 0
+	case "get":
+		// An HTTP GET of the URL in echoArgsEnv: the body on stdout.
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get(os.Getenv(echoArgsEnv))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "get:", err)
+			return 1
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(os.Stdout, resp.Body)
 		return 0
 	case "hold":
 		// One connection to the address in echoArgsEnv, held open: each
@@ -187,6 +200,12 @@ type trafficEnv struct {
 	sb    *sandbox.Sandbox
 	self  string
 	proxy *sandbox.Process
+	syncs *atomic.Int32 // syncs that changed something, as the proxies logged them
+}
+
+// with returns the environment for a subtest: failures go to t.
+func (e *trafficEnv) with(t *testing.T) *trafficEnv {
+	return &trafficEnv{t: t, sb: e.sb, self: e.self, proxy: e.proxy, syncs: e.syncs}
 }
 
 // Addresses of the topology and of testdata/ipvs-traffic.
@@ -208,7 +227,7 @@ func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Pro
 	e.t.Helper()
 	cmd := e.sb.Command(e.t.Context(), ns, append([]string{e.self}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	w := logWriter{logf: e.t.Logf, prefix: ns + ": "}
+	w := logWriter{logf: e.t.Logf, prefix: ns + ": ", syncs: e.syncs}
 	cmd.Stdout, cmd.Stderr = w, w
 	p, err := e.sb.StartCmd(ns, cmd)
 	if err != nil {
@@ -217,14 +236,19 @@ func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Pro
 	return p
 }
 
-// logWriter passes output to t.Logf (one call per write).
+// logWriter passes output to t.Logf (one call per write) and counts the
+// proxy's syncs that changed something.
 type logWriter struct {
 	logf   func(string, ...any)
 	prefix string
+	syncs  *atomic.Int32
 }
 
 func (w logWriter) Write(b []byte) (int, error) {
 	w.logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
+	if w.syncs != nil {
+		w.syncs.Add(int32(strings.Count(string(b), "msg=synced ")))
+	}
 	return len(b), nil
 }
 
@@ -315,7 +339,27 @@ func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]
 func (e *trafficEnv) startProxy() {
 	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
 		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
-		"--healthz-bind-address", "", "--metrics-bind-address", "")
+		"--healthz-bind-address", healthz, "--metrics-bind-address", "")
+}
+
+const healthz = "127.0.0.1:10256" // in the node namespace
+
+// lastUpdated is the time of the running proxy's last successful sync, as
+// its /healthz says (zero before the first).
+func (e *trafficEnv) lastUpdated(ctx context.Context) (time.Time, error) {
+	cmd := e.sb.Command(ctx, sandbox.Node, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=get", echoArgsEnv+"=http://"+healthz+"/healthz")
+	out, err := cmd.Output()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("healthz: %w", err)
+	}
+	var body struct {
+		LastUpdated time.Time `json:"lastUpdated"`
+	}
+	if err := json.Unmarshal(out, &body); err != nil {
+		return time.Time{}, fmt.Errorf("healthz %q: %w", out, err)
+	}
+	return body.LastUpdated, nil
 }
 
 // vsConns reads the total connection counts of the virtual servers
@@ -357,7 +401,7 @@ func newTrafficEnv(t *testing.T) *trafficEnv {
 			t.Error(err)
 		}
 	})
-	e := &trafficEnv{t: t, sb: sb, self: self}
+	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32)}
 	// The client reaches external IPs through the node, like a router would.
 	if out, err := sb.Exec(ctx, sandbox.Client, "ip", "route", "add", "203.0.113.0/24", "via", nodeIP); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -391,15 +435,16 @@ func TestVMIPVSTraffic(t *testing.T) {
 		backendsAndSources(1, nil, "", nil))
 	t.Logf("proxy answering after %v", time.Since(start).Round(time.Millisecond))
 
-	step := func(name string, f func(t *testing.T)) {
+	root := e
+	step := func(name string, f func(e *trafficEnv, t *testing.T)) {
 		t0 := time.Now()
-		t.Run(name, f)
+		t.Run(name, func(t *testing.T) { f(root.with(t), t) })
 		t.Logf("%s: %v", name, time.Since(t0).Round(time.Millisecond))
 	}
 	both := []string{"pod-a", "pod-b"}
 	const n = 6
 
-	step("ClusterIPFromPod", func(t *testing.T) {
+	step("ClusterIPFromPod", func(e *trafficEnv, t *testing.T) {
 		// pod-b's own requests that land on pod-b are hairpin: masqueraded.
 		e.eventually("pod-a", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
@@ -407,32 +452,32 @@ func TestVMIPVSTraffic(t *testing.T) {
 			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
 	})
 
-	step("ClusterIPFromNode", func(t *testing.T) {
+	step("ClusterIPFromNode", func(e *trafficEnv, t *testing.T) {
 		// The node's own requests leave through kbr0, masqueraded to its
 		// address there.
 		e.eventually(sandbox.Node, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, bridgeIP, nil))
 	})
 
-	step("ClusterIPFromClient", func(t *testing.T) {
+	step("ClusterIPFromClient", func(e *trafficEnv, t *testing.T) {
 		// Off-cluster: masqueraded, the pods see the node's address.
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, bridgeIP, nil))
 	})
 
-	step("NodePortFromClient", func(t *testing.T) {
+	step("NodePortFromClient", func(e *trafficEnv, t *testing.T) {
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":30080", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, bridgeIP, nil))
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "udp", Addr: nodeIP + ":30053", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, bridgeIP, nil))
 	})
 
-	step("ExternalIPFromClient", func(t *testing.T) {
+	step("ExternalIPFromClient", func(e *trafficEnv, t *testing.T) {
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: externalIP + ":80", Count: n}, 10*time.Second,
 			backendsAndSources(n, both, bridgeIP, nil))
 	})
 
-	step("Hairpin", func(t *testing.T) {
+	step("Hairpin", func(e *trafficEnv, t *testing.T) {
 		// pod-a to itself through the ClusterIP, every time (rr over two
 		// endpoints: half the connections): masqueraded (KUBE-LOOP-BACK),
 		// or pod-a would answer itself and the client drop the reply.
@@ -441,7 +486,7 @@ func TestVMIPVSTraffic(t *testing.T) {
 		t.Logf("pod-a -> %s: %v", clusterIP, sum.Backend)
 	})
 
-	step("StrayPortOnVIPRefused", func(t *testing.T) {
+	step("StrayPortOnVIPRefused", func(e *trafficEnv, t *testing.T) {
 		// The node daemon answers on the node's address...
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":" + strayPort, Count: 1}, 10*time.Second,
 			backendsAndSources(1, []string{"node"}, clientIP, nil))
@@ -461,7 +506,7 @@ func TestVMIPVSTraffic(t *testing.T) {
 		}
 	})
 
-	step("ClientIPAffinity", func(t *testing.T) {
+	step("ClientIPAffinity", func(e *trafficEnv, t *testing.T) {
 		// Every connection of one client goes to one backend.
 		for _, ns := range []string{sandbox.Client, "pod-b"} {
 			var first string
@@ -482,7 +527,7 @@ func TestVMIPVSTraffic(t *testing.T) {
 		}
 	})
 
-	step("RestartAdoption", func(t *testing.T) {
+	step("RestartAdoption", func(e *trafficEnv, t *testing.T) {
 		// A connection held across the restart, and the virtual servers'
 		// connection counters (reset if one were re-created).
 		held := e.hold(sandbox.Client, "10.96.0.30:81")
@@ -503,11 +548,27 @@ func TestVMIPVSTraffic(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.proxy.Stop(10 * time.Second); err != nil {
+		if err := root.proxy.Stop(10 * time.Second); err != nil {
 			t.Fatalf("stopping the proxy: %v", err)
 		}
 		t0 := time.Now()
-		e.startProxy()
+		syncs := e.syncs.Load()
+		root.startProxy() // in the test's context, not the subtest's
+		// Synced once: the new process's /healthz has a lastUpdated.
+		if err := sandbox.Poll(t.Context(), 20*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			at, err := e.lastUpdated(ctx)
+			if err == nil && (at.IsZero() || at.Before(t0.Add(-time.Minute))) {
+				err = fmt.Errorf("no sync yet (lastUpdated %v)", at)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// Adopted: its first sync found nothing to change (the loop logs
+		// "synced" only when it changed something).
+		if n := e.syncs.Load(); n != syncs {
+			t.Errorf("the restarted proxy changed the kernel's state on its first sync (%d change syncs logged)", n-syncs)
+		}
 		// Answering again and synced: a new connection works, then the
 		// held one still answers, from the same backend.
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 2}, 20*time.Second,
@@ -528,7 +589,7 @@ func TestVMIPVSTraffic(t *testing.T) {
 		}
 	})
 
-	step("StrayPortWithoutFilterAnswers", func(t *testing.T) {
+	step("StrayPortWithoutFilterAnswers", func(e *trafficEnv, t *testing.T) {
 		// The control for StrayPortOnVIPRefused: without KUBE-IPVS-FILTER
 		// the node daemon does answer on the ClusterIP.
 		if out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "flush", "chain", "ip", "kube-nftproxy-ipvs", "KUBE-IPVS-FILTER"); err != nil {
