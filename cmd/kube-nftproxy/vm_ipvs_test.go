@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if mode := os.Getenv(echoEnv); mode != "" {
+		os.Exit(runEcho(mode))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,601 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/echo"
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/vmguest"
+)
+
+// echoEnv makes the test binary an echo server or client (e2e/echo) instead
+// of running the tests: "serve" or "client", configured by echoArgsEnv (JSON).
+// The guest has no curl; the traffic tests start these in the namespaces.
+const (
+	echoEnv     = "KNP_TEST_ECHO"
+	echoArgsEnv = "KNP_TEST_ECHO_ARGS"
+)
+
+type serveArgs struct {
+	Name, TCP, UDP string
+	Lines          string // a TCP address answering each line with "NAME line", for held connections
+}
+
+// runEcho runs the echo server (until SIGTERM) or one client run (its
+// summary as JSON on stdout) and returns the exit status.
+func runEcho(mode string) int {
+	switch mode {
+	case "serve":
+		var a serveArgs
+		if err := json.Unmarshal([]byte(os.Getenv(echoArgsEnv)), &a); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 2
+		}
+		srv, err := echo.Listen(a.Name, a.TCP, a.UDP)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if a.Lines != "" {
+			l, err := net.Listen("tcp4", a.Lines)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "serve:", err)
+				return 1
+			}
+			go func() { <-ctx.Done(); l.Close() }()
+			go serveLines(a.Name, l)
+		}
+		if err := srv.Serve(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			return 1
+		}
+		return 0
+	case "client":
+		var cfg echo.ClientConfig
+		if err := json.Unmarshal([]byte(os.Getenv(echoArgsEnv)), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+		sum, err := echo.Run(context.Background(), cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(sum)
+		return 0
+	case "get":
+		// An HTTP GET of the URL in echoArgsEnv: the body on stdout.
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get(os.Getenv(echoArgsEnv))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "get:", err)
+			return 1
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(os.Stdout, resp.Body)
+		return 0
+	case "hold":
+		// One connection to the address in echoArgsEnv, held open: each
+		// line on stdin goes out, each answer (or "ERR ...") to stdout.
+		c, err := net.DialTimeout("tcp", os.Getenv(echoArgsEnv), 2*time.Second)
+		if err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+		in, replies := bufio.NewScanner(os.Stdin), bufio.NewReader(c)
+		for in.Scan() {
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := fmt.Fprintln(c, in.Text()); err != nil {
+				fmt.Println("ERR", err)
+				continue
+			}
+			line, err := replies.ReadString('\n')
+			if err != nil {
+				fmt.Println("ERR", err)
+				continue
+			}
+			fmt.Print(line)
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "%s=%q: want serve, client or hold\n", echoEnv, mode)
+	return 2
+}
+
+// serveLines answers every line of every connection with "name line".
+func serveLines(name string, l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			r := bufio.NewScanner(c)
+			for r.Scan() {
+				if _, err := fmt.Fprintln(c, name, r.Text()); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// heldConn is a TCP connection held open by a "hold" client process.
+type heldConn struct {
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+// hold opens a connection from ns to addr in a helper process.
+func (e *trafficEnv) hold(ns, addr string) *heldConn {
+	e.t.Helper()
+	cmd := e.sb.Command(e.t.Context(), ns, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=hold", echoArgsEnv+"="+addr)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.sb.StartCmd(ns, cmd); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { in.Close() })
+	return &heldConn{in: in, out: bufio.NewReader(out)}
+}
+
+// ask sends msg over the held connection and returns the answering
+// backend's name, or an error (after at most a few seconds).
+func (h *heldConn) ask(msg string) (string, error) {
+	if _, err := fmt.Fprintln(h.in, msg); err != nil {
+		return "", err
+	}
+	type res struct {
+		line string
+		err  error
+	}
+	ch := make(chan res, 1)
+	go func() { l, err := h.out.ReadString('\n'); ch <- res{l, err} }()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return "", r.err
+		}
+		name, got, _ := strings.Cut(strings.TrimSpace(r.line), " ")
+		if name == "ERR" || got != msg {
+			return "", fmt.Errorf("answer %q to %q", strings.TrimSpace(r.line), msg)
+		}
+		return name, nil
+	case <-time.After(5 * time.Second):
+		return "", errors.New("no answer in 5s")
+	}
+}
+
+// trafficEnv is a sandbox (e2e/TOPOLOGY.md, IPv4) with the real command
+// running in IPVS mode in its node namespace and echo servers in its pods.
+type trafficEnv struct {
+	t     *testing.T
+	sb    *sandbox.Sandbox
+	self  string
+	proxy *sandbox.Process
+	syncs *atomic.Int32 // syncs that changed something, as the proxies logged them
+}
+
+// with returns the environment for a subtest: failures go to t.
+func (e *trafficEnv) with(t *testing.T) *trafficEnv {
+	return &trafficEnv{t: t, sb: e.sb, self: e.self, proxy: e.proxy, syncs: e.syncs}
+}
+
+// Addresses of the topology and of testdata/ipvs-traffic.
+const (
+	clusterIP  = "10.96.0.10"
+	dnsIP      = "10.96.0.53"
+	externalIP = "203.0.113.10"
+	nodeIP     = "10.99.0.1"  // ext0, facing the client
+	bridgeIP   = "10.244.0.1" // kbr0: the source of masqueraded traffic to pods
+	podA       = "10.244.0.10"
+	podB       = "10.244.0.11"
+	clientIP   = "10.99.0.2"
+	strayPort  = "9999" // a node listener's port that is no Service port
+)
+
+// start runs the test binary in ns as an echo server or (with a JSON
+// config) the proxy; env selects which.
+func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Process {
+	e.t.Helper()
+	cmd := e.sb.Command(e.t.Context(), ns, append([]string{e.self}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	w := logWriter{logf: e.t.Logf, prefix: ns + ": ", syncs: e.syncs}
+	cmd.Stdout, cmd.Stderr = w, w
+	p, err := e.sb.StartCmd(ns, cmd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// logWriter passes output to t.Logf (one call per write) and counts the
+// proxy's syncs that changed something.
+type logWriter struct {
+	logf   func(string, ...any)
+	prefix string
+	syncs  *atomic.Int32
+}
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
+	if w.syncs != nil {
+		w.syncs.Add(int32(strings.Count(string(b), "msg=synced ")))
+	}
+	return len(b), nil
+}
+
+func (e *trafficEnv) serve(ns string, a serveArgs) {
+	e.t.Helper()
+	js, _ := json.Marshal(a)
+	e.start(ns, []string{echoEnv + "=serve", echoArgsEnv + "=" + string(js)})
+}
+
+// client runs one client run in ns and returns its summary.
+func (e *trafficEnv) client(ctx context.Context, ns string, cfg echo.ClientConfig) (*echo.Summary, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Results == "" {
+		cfg.Results = echo.ResultsAll
+	}
+	js, _ := json.Marshal(cfg)
+	cmd := e.sb.Command(ctx, ns, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=client", echoArgsEnv+"="+string(js))
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("client in %s: %v: %s", ns, err, ee.Stderr)
+		}
+		return nil, fmt.Errorf("client in %s: %w", ns, err)
+	}
+	var sum echo.Summary
+	if err := json.Unmarshal(out, &sum); err != nil {
+		return nil, fmt.Errorf("client in %s: %q: %w", ns, out, err)
+	}
+	return &sum, nil
+}
+
+// eventually repeats the client run until check accepts its summary or the
+// deadline passes (then the test fails with check's last complaint).
+func (e *trafficEnv) eventually(ns string, cfg echo.ClientConfig, timeout time.Duration, check func(*echo.Summary) error) *echo.Summary {
+	e.t.Helper()
+	var (
+		sum  *echo.Summary
+		last error
+	)
+	err := sandbox.Poll(e.t.Context(), timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		s, err := e.client(ctx, ns, cfg)
+		if err != nil {
+			last = err
+			return err
+		}
+		sum = s
+		last = check(s)
+		return last
+	})
+	if err != nil {
+		e.t.Fatalf("%s -> %s %s: %v (last: %v; summary %+v)", ns, cfg.Network, cfg.Addr, err, last, sum)
+	}
+	return sum
+}
+
+// backendsAndSources checks that every request got an answer, that every
+// backend in want answered, and that each backend saw the source wantSrc
+// (or, for a backend in srcPer, that one).
+func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]string) func(*echo.Summary) error {
+	return func(s *echo.Summary) error {
+		if s.OK != n || s.Failed != 0 {
+			return fmt.Errorf("%d of %d answered, %d failed %v", s.OK, n, s.Failed, s.Errors)
+		}
+		for _, b := range want {
+			if s.Backend[b] == 0 {
+				return fmt.Errorf("%s never answered: %v", b, s.Backend)
+			}
+		}
+		for _, r := range s.Results {
+			src, _, _ := strings.Cut(r.Source, ":")
+			w := wantSrc
+			if p, ok := srcPer[r.Backend]; ok {
+				w = p
+			}
+			if w != "" && src != w {
+				return fmt.Errorf("%s saw source %s, want %s", r.Backend, r.Source, w)
+			}
+		}
+		return nil
+	}
+}
+
+// startProxy starts the command in IPVS mode in the node namespace.
+func (e *trafficEnv) startProxy() {
+	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
+		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
+		"--healthz-bind-address", healthz, "--metrics-bind-address", "")
+}
+
+const healthz = "127.0.0.1:10256" // in the node namespace
+
+// lastUpdated is the time of the running proxy's last successful sync, as
+// its /healthz says (zero before the first).
+func (e *trafficEnv) lastUpdated(ctx context.Context) (time.Time, error) {
+	cmd := e.sb.Command(ctx, sandbox.Node, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=get", echoArgsEnv+"=http://"+healthz+"/healthz")
+	out, err := cmd.Output()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("healthz: %w", err)
+	}
+	var body struct {
+		LastUpdated time.Time `json:"lastUpdated"`
+	}
+	if err := json.Unmarshal(out, &body); err != nil {
+		return time.Time{}, fmt.Errorf("healthz %q: %w", out, err)
+	}
+	return body.LastUpdated, nil
+}
+
+// vsConns reads the total connection counts of the virtual servers
+// (ipvsadm -Ln --stats): a virtual server deleted and re-created starts
+// again from 0.
+func (e *trafficEnv) vsConns() map[string]int {
+	e.t.Helper()
+	out, err := e.sb.Exec(e.t.Context(), sandbox.Node, "ipvsadm", "-Ln", "--stats")
+	if err != nil {
+		e.t.Fatalf("ipvsadm: %v", err)
+	}
+	conns := map[string]int{}
+	for _, m := range vsStatsRE.FindAllStringSubmatch(string(out), -1) {
+		n, _ := strconv.Atoi(m[3])
+		conns[m[1]+" "+m[2]] = n
+	}
+	return conns
+}
+
+var vsStatsRE = regexp.MustCompile(`(?m)^(TCP|UDP)\s+(\S+)\s+\S+\s+(\d+)`)
+
+func newTrafficEnv(t *testing.T) *trafficEnv {
+	vmguest.RequireIPVS(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sb, err := sandbox.New(ctx, sandbox.Options{Logf: t.Logf, StopTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32)}
+	// The client reaches external IPs through the node, like a router would.
+	if out, err := sb.Exec(ctx, sandbox.Client, "ip", "route", "add", "203.0.113.0/24", "via", nodeIP); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, p := range sb.Pods() {
+		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353", Lines: ":8081"})
+	}
+	// A node daemon on every address: the port is no Service port.
+	e.serve(sandbox.Node, serveArgs{Name: "node", TCP: "0.0.0.0:" + strayPort})
+	e.startProxy()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, c := range [][]string{{"ipvsadm", "-Ln"}, {"nft", "list", "ruleset"}, {"ip", "addr"}} {
+				out, err := sb.Exec(context.Background(), sandbox.Node, c...)
+				t.Logf("node: %v: %v\n%s", c, err, out)
+			}
+		}
+	})
+	return e
+}
+
+// TestVMIPVSTraffic sends real TCP and UDP traffic through the real
+// command in IPVS mode (standalone, --state) on the VM's kernel: a node
+// namespace with a pod bridge, two pods with echo servers, an off-cluster
+// client (e2e/TOPOLOGY.md).
+func TestVMIPVSTraffic(t *testing.T) {
+	e := newTrafficEnv(t)
+	start := time.Now()
+	// Programmed and answering: the first run may wait for the first sync.
+	e.eventually("pod-b", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 1}, 30*time.Second,
+		backendsAndSources(1, nil, "", nil))
+	t.Logf("proxy answering after %v", time.Since(start).Round(time.Millisecond))
+
+	root := e
+	step := func(name string, f func(e *trafficEnv, t *testing.T)) {
+		t0 := time.Now()
+		t.Run(name, func(t *testing.T) { f(root.with(t), t) })
+		t.Logf("%s: %v", name, time.Since(t0).Round(time.Millisecond))
+	}
+	both := []string{"pod-a", "pod-b"}
+	const n = 6
+
+	step("ClusterIPFromPod", func(e *trafficEnv, t *testing.T) {
+		// pod-b's own requests that land on pod-b are hairpin: masqueraded.
+		e.eventually("pod-a", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+		e.eventually("pod-a", echo.ClientConfig{Network: "udp", Addr: dnsIP + ":53", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+	})
+
+	step("ClusterIPFromNode", func(e *trafficEnv, t *testing.T) {
+		// The node's own requests leave through kbr0, masqueraded to its
+		// address there.
+		e.eventually(sandbox.Node, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("ClusterIPFromClient", func(e *trafficEnv, t *testing.T) {
+		// Off-cluster: masqueraded, the pods see the node's address.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("NodePortFromClient", func(e *trafficEnv, t *testing.T) {
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":30080", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "udp", Addr: nodeIP + ":30053", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("ExternalIPFromClient", func(e *trafficEnv, t *testing.T) {
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: externalIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
+	step("Hairpin", func(e *trafficEnv, t *testing.T) {
+		// pod-a to itself through the ClusterIP, every time (rr over two
+		// endpoints: half the connections): masqueraded (KUBE-LOOP-BACK),
+		// or pod-a would answer itself and the client drop the reply.
+		sum := e.eventually("pod-a", echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, []string{"pod-a"}, "", map[string]string{"pod-a": bridgeIP, "pod-b": podA}))
+		t.Logf("pod-a -> %s: %v", clusterIP, sum.Backend)
+	})
+
+	step("StrayPortOnVIPRefused", func(e *trafficEnv, t *testing.T) {
+		// The node daemon answers on the node's address...
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":" + strayPort, Count: 1}, 10*time.Second,
+			backendsAndSources(1, []string{"node"}, clientIP, nil))
+		// ...but not on a ClusterIP (KUBE-IPVS-FILTER), from anywhere.
+		for _, ns := range []string{sandbox.Client, "pod-a", sandbox.Node} {
+			for _, vip := range []string{clusterIP, dnsIP, externalIP} {
+				sum, err := e.client(t.Context(), ns, echo.ClientConfig{Network: "tcp", Addr: vip + ":" + strayPort, Count: 2, Timeout: 500 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sum.OK != 0 {
+					t.Errorf("%s -> %s:%s answered: %v", ns, vip, strayPort, sum.Backend)
+				} else {
+					t.Logf("%s -> %s:%s: %v", ns, vip, strayPort, sum.Errors)
+				}
+			}
+		}
+	})
+
+	step("ClientIPAffinity", func(e *trafficEnv, t *testing.T) {
+		// Every connection of one client goes to one backend.
+		for _, ns := range []string{sandbox.Client, "pod-b"} {
+			var first string
+			for i := range 4 {
+				h := e.hold(ns, "10.96.0.30:81")
+				b, err := h.ask("hello-" + strconv.Itoa(i))
+				if err != nil {
+					t.Fatalf("%s: %v", ns, err)
+				}
+				h.in.Close()
+				if first == "" {
+					first = b
+				} else if b != first {
+					t.Errorf("%s: connection %d went to %s, the first to %s", ns, i, b, first)
+				}
+			}
+			t.Logf("%s sticks to %s", ns, first)
+		}
+	})
+
+	step("RestartAdoption", func(e *trafficEnv, t *testing.T) {
+		// A connection held across the restart, and the virtual servers'
+		// connection counters (reset if one were re-created).
+		held := e.hold(sandbox.Client, "10.96.0.30:81")
+		before, err := held.ask("before")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stats map[string]int
+		if err := sandbox.Poll(t.Context(), 5*time.Second, 200*time.Millisecond, func(context.Context) error {
+			// IPVS statistics lag up to 2s behind the traffic.
+			stats = e.vsConns()
+			for _, vs := range []string{"TCP " + clusterIP + ":80", "TCP " + nodeIP + ":30080", "TCP 10.96.0.30:81"} {
+				if stats[vs] == 0 {
+					return fmt.Errorf("%s: no connections counted yet: %v", vs, stats)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := root.proxy.Stop(10 * time.Second); err != nil {
+			t.Fatalf("stopping the proxy: %v", err)
+		}
+		t0 := time.Now()
+		syncs := e.syncs.Load()
+		root.startProxy() // in the test's context, not the subtest's
+		// Synced once: the new process's /healthz has a lastUpdated.
+		if err := sandbox.Poll(t.Context(), 20*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			at, err := e.lastUpdated(ctx)
+			if err == nil && (at.IsZero() || at.Before(t0.Add(-time.Minute))) {
+				err = fmt.Errorf("no sync yet (lastUpdated %v)", at)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// Adopted: its first sync found nothing to change (the loop logs
+		// "synced" only when it changed something).
+		if n := e.syncs.Load(); n != syncs {
+			t.Errorf("the restarted proxy changed the kernel's state on its first sync (%d change syncs logged)", n-syncs)
+		}
+		// Answering again and synced: a new connection works, then the
+		// held one still answers, from the same backend.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 2}, 20*time.Second,
+			backendsAndSources(2, nil, bridgeIP, nil))
+		t.Logf("restarted proxy answering after %v", time.Since(t0).Round(time.Millisecond))
+		after, err := held.ask("after")
+		if err != nil {
+			t.Fatalf("held connection after the restart: %v", err)
+		}
+		if after != before {
+			t.Errorf("held connection answered by %s before the restart, %s after", before, after)
+		}
+		now := e.vsConns()
+		for vs, n := range stats {
+			if now[vs] < n {
+				t.Errorf("%s: %d connections counted before the restart, %d after: re-created", vs, n, now[vs])
+			}
+		}
+	})
+
+	step("StrayPortWithoutFilterAnswers", func(e *trafficEnv, t *testing.T) {
+		// The control for StrayPortOnVIPRefused: without KUBE-IPVS-FILTER
+		// the node daemon does answer on the ClusterIP.
+		if out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "flush", "chain", "ip", "kube-nftproxy-ipvs", "KUBE-IPVS-FILTER"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":" + strayPort, Count: 1}, 5*time.Second,
+			backendsAndSources(1, []string{"node"}, clientIP, nil))
+	})
+}
