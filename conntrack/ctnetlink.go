@@ -94,28 +94,12 @@ func (c *Conn) message(buf []byte, msg int, flags uint16, family uint8, a attrs)
 	return append(buf, a...)
 }
 
-func (c *Conn) send(b []byte) error {
-	for {
-		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
+func (c *Conn) send(b []byte) error { return nlmsg.Send(c.fd, b) }
 
 // receive reads one datagram and calls fn for each netlink message in it,
 // with its type, sequence number and payload.
 func (c *Conn) receive(fn func(typ uint16, seq uint32, data []byte)) error {
-	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		return nlmsg.EachMessage(c.buf[:n], fn)
-	}
+	return nlmsg.Receive(c.fd, c.buf, fn)
 }
 
 // List reads the conntrack entries of one family (unix.AF_INET, AF_INET6,

@@ -84,31 +84,16 @@ func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 func (c *Conn) send(b []byte) error {
 	c.writes++
-	for {
-		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
+	return nlmsg.Send(c.fd, b)
 }
 
 // receive reads one datagram and calls fn for each message in it.
 func (c *Conn) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
-	for {
-		// MSG_TRUNC: n is the datagram's length even when c.buf is shorter.
-		n, _, err := unix.Recvfrom(c.fd, c.buf, unix.MSG_TRUNC)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EAGAIN):
-			return fmt.Errorf("no answer from the kernel in %v", receiveTimeout)
-		case err != nil:
-			return err
-		case n > len(c.buf):
-			return fmt.Errorf("a netlink datagram of %d bytes, larger than the %d-byte buffer", n, len(c.buf))
-		}
-		return nlmsg.EachMessage(c.buf[:n], fn)
+	err := nlmsg.Receive(c.fd, c.buf, fn)
+	if errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("no answer from the kernel in %v", receiveTimeout)
 	}
+	return err
 }
 
 // roundTrip sends one request (a dump or a single message with seq c.seq)

@@ -145,26 +145,10 @@ func (d *Dummy) exchange(req []byte, fn func(typ uint16, payload []byte)) error 
 	return failed
 }
 
-func (d *Dummy) send(b []byte) error {
-	for {
-		err := unix.Sendto(d.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
+func (d *Dummy) send(b []byte) error { return nlmsg.Send(d.fd, b) }
 
 func (d *Dummy) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
-	for {
-		n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		return nlmsg.EachMessage(d.buf[:n], fn)
-	}
+	return nlmsg.Receive(d.fd, d.buf, fn)
 }
 
 // nlMessage is one netlink message: header, then body.

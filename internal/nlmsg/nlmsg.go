@@ -5,6 +5,7 @@ package nlmsg
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -84,4 +85,34 @@ func Errno(payload []byte) syscall.Errno {
 		return 0
 	}
 	return syscall.Errno(-int32(binary.NativeEndian.Uint32(payload)))
+}
+
+// Send writes one datagram to the kernel on netlink socket fd, retrying
+// when interrupted.
+func Send(fd int, b []byte) error {
+	for {
+		err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// Receive reads one datagram from netlink socket fd into buf and calls fn
+// for each message in it. A datagram larger than buf is an error rather
+// than a message cut short.
+func Receive(fd int, buf []byte, fn func(typ uint16, seq uint32, payload []byte)) error {
+	for {
+		// MSG_TRUNC: n is the datagram's length even when buf is shorter.
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_TRUNC)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return err
+		case n > len(buf):
+			return fmt.Errorf("a netlink datagram of %d bytes, larger than the %d-byte buffer", n, len(buf))
+		}
+		return EachMessage(buf[:n], fn)
+	}
 }
