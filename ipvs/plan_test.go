@@ -1,19 +1,15 @@
 package ipvs
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 const node = "node-a"
 
@@ -93,20 +89,7 @@ func TestGolden(t *testing.T) {
 		{"nodeport-addresses.txt", demoState(), npCfg},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
-			got := BuildPlan(tt.st, tt.cfg, nodeAddrs).String()
-			path := filepath.Join("testdata", tt.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test ./ipvs -update creates it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("plan differs from %s (go test ./ipvs -update rewrites it):\n%s", path, got)
-			}
+			golden.Check(t, tt.file, "plan", BuildPlan(tt.st, tt.cfg, nodeAddrs).String())
 		})
 	}
 }

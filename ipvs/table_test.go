@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -110,20 +111,7 @@ func TestHelperGolden(t *testing.T) {
 	elems := planElements(BuildPlan(helperState(), Config{}, nodeAddrs))
 	for _, tc := range helperCases() {
 		t.Run(tc.file, func(t *testing.T) {
-			got := renderHelper(tc.cfg, elems)
-			path := filepath.Join("testdata", tc.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test ./ipvs -update creates it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("render differs from %s (go test ./ipvs -update rewrites it):\n%s", path, got)
-			}
+			golden.Check(t, tc.file, "render", renderHelper(tc.cfg, elems))
 		})
 	}
 }

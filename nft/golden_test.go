@@ -1,18 +1,14 @@
 package nft
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 type goldenCase struct {
 	file string
@@ -106,20 +102,7 @@ func goldenCases() []goldenCase {
 func TestGolden(t *testing.T) {
 	for _, tt := range goldenCases() {
 		t.Run(tt.file, func(t *testing.T) {
-			got := Build(tt.st, tt.cfg).String()
-			path := filepath.Join("testdata", tt.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./nft -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("render differs from %s (go test ./nft -update rewrites it):\n%s", path, got)
-			}
+			golden.Check(t, tt.file, "render", Build(tt.st, tt.cfg).String())
 		})
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +11,9 @@ import (
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // kube-proxy's --ipvs-* flags: names, types, defaults, visible.
 func TestIPVSFlags(t *testing.T) {
@@ -170,22 +168,7 @@ func TestRenderIPVSGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden := filepath.Join("testdata", "render-ipvs.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != string(want) {
-		t.Errorf("render --proxy-mode ipvs differs from %s (-update to accept):\n%s", golden, out)
-	}
+	golden.Check(t, "render-ipvs.golden", "render --proxy-mode ipvs", out)
 	for _, s := range []string{"table ip kube-nftproxy-ipvs", "table ip6 kube-nftproxy-ipvs", "# virtual servers (ipvsadm -Sn)\n-A -t ", "# kube-ipvs0 addresses\n"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("render output lacks %q", s)
