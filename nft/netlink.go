@@ -323,40 +323,49 @@ func (b *batch) flushMap(f Family, table, m string) {
 const elemChunk = 256
 
 func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Element) {
-	for len(elems) > 0 {
-		n := min(len(elems), elemChunk)
-		typ, flags, verb := uint16(unix.NFT_MSG_DELSETELEM), uint16(0), "delete elements from"
-		if add {
-			typ, flags, verb = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements to"
+	b.elementMessages(add, f, table, m.Name, len(elems), func(i int) {
+		e := elems[i]
+		b.nest(unix.NFTA_SET_ELEM_KEY)
+		b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
+		b.unnest()
+		if !add {
+			return
 		}
-		b.begin(typ, flags, f, op{verb, m.Name})
+		b.nest(unix.NFTA_SET_ELEM_DATA)
+		b.nest(unix.NFTA_DATA_VERDICT)
+		v := e.Verdict.expr()
+		b.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+		if v.Chain != "" {
+			b.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+		}
+		b.unnest()
+		b.unnest()
+		if e.Comment != "" {
+			b.attr(unix.NFTA_SET_ELEM_USERDATA, userdataComment(0, clampComment(e.Comment)))
+		}
+	})
+}
+
+// elementMessages adds (NEWSETELEM) or deletes (DELSETELEM) n elements of
+// a set or map, elemChunk to a message; elem writes element i's attributes
+// inside its NFTA_LIST_ELEM.
+func (b *batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
+	typ, flags, verb := uint16(unix.NFT_MSG_DELSETELEM), uint16(0), "delete elements from"
+	if add {
+		typ, flags, verb = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements to"
+	}
+	for start := 0; start < n; start += elemChunk {
+		b.begin(typ, flags, f, op{verb, set})
 		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		b.str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
+		b.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-		for _, e := range elems[:n] {
+		for i := start; i < min(n, start+elemChunk); i++ {
 			b.nest(unix.NFTA_LIST_ELEM)
-			b.nest(unix.NFTA_SET_ELEM_KEY)
-			b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
-			b.unnest()
-			if add {
-				b.nest(unix.NFTA_SET_ELEM_DATA)
-				b.nest(unix.NFTA_DATA_VERDICT)
-				v := e.Verdict.expr()
-				b.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
-				if v.Chain != "" {
-					b.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
-				}
-				b.unnest()
-				b.unnest()
-				if e.Comment != "" {
-					b.attr(unix.NFTA_SET_ELEM_USERDATA, userdataComment(0, clampComment(e.Comment)))
-				}
-			}
+			elem(i)
 			b.unnest()
 		}
 		b.unnest()
 		b.end()
-		elems = elems[n:]
 	}
 }
 

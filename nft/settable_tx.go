@@ -318,32 +318,16 @@ func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 
 // setElements adds or deletes elements of a plain set.
 func (b *batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
-	for len(elems) > 0 {
-		n := min(len(elems), elemChunk)
-		typ, flags, verb := uint16(unix.NFT_MSG_DELSETELEM), uint16(0), "delete elements from"
-		if add {
-			typ, flags, verb = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements to"
-		}
-		b.begin(typ, flags, f, op{verb, s.Name})
-		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		b.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
-		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-		for _, e := range elems[:n] {
-			b.nest(unix.NFTA_LIST_ELEM)
-			b.nest(unix.NFTA_SET_ELEM_KEY)
-			b.attr(unix.NFTA_DATA_VALUE, s.key(f, e, false))
-			b.unnest()
-			if s.Interval {
-				b.nest(nftaSetElemKeyEnd)
-				b.attr(unix.NFTA_DATA_VALUE, s.key(f, e, true))
-				b.unnest()
-			}
-			b.unnest()
-		}
+	b.elementMessages(add, f, table, s.Name, len(elems), func(i int) {
+		b.nest(unix.NFTA_SET_ELEM_KEY)
+		b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
 		b.unnest()
-		b.end()
-		elems = elems[n:]
-	}
+		if s.Interval {
+			b.nest(nftaSetElemKeyEnd)
+			b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], true))
+			b.unnest()
+		}
+	})
 }
 
 func (s *scriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
