@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Builds a real kube-apiserver from the k8s.io/kubernetes Go module (through
-# the Go module proxy) for the e2e/apiserver test harness, and caches it.
+# Builds a real Kubernetes command (kube-apiserver by default; kube-proxy for
+# the side-by-side tests, see hack/kube-proxy/build.sh) from the
+# k8s.io/kubernetes Go module (through the Go module proxy), and caches it.
 #
 #   hack/apiserver/build.sh            # build (or reuse) the cached binary
 #   hack/apiserver/build.sh --print    # print the binary's path, build nothing
 #
 # Environment:
 #   KNP_CACHE            cache root (default /var/cache/kube-nftproxy)
+#   KNP_K8S_CMD          command under k8s.io/kubernetes/cmd (default kube-apiserver)
 #   KNP_K8S_VERSION      k8s.io/kubernetes version (default v1.36.3)
 #   KNP_BUILD_NICE       nice level for the compile (default 10; 0 disables)
 #
-# The binary lands in $KNP_CACHE/kube-apiserver-$KNP_K8S_VERSION/kube-apiserver
+# The binary lands in $KNP_CACHE/$KNP_K8S_CMD-$KNP_K8S_VERSION/$KNP_K8S_CMD
 # and the build is skipped when it is already there. No Kubernetes code is
 # kept in this repository: the module is built in a temporary directory.
 #
@@ -21,10 +23,11 @@
 # published staging module at the matching v0.X.Y instead.
 set -euo pipefail
 
+K8S_CMD=${KNP_K8S_CMD:-kube-apiserver}
 K8S_VERSION=${KNP_K8S_VERSION:-v1.36.3}
 CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}
-OUT_DIR=$CACHE_ROOT/kube-apiserver-$K8S_VERSION
-BIN=$OUT_DIR/kube-apiserver
+OUT_DIR=$CACHE_ROOT/$K8S_CMD-$K8S_VERSION
+BIN=$OUT_DIR/$K8S_CMD
 NICE=${KNP_BUILD_NICE:-10}
 
 if [[ ${1:-} == --print ]]; then
@@ -32,6 +35,13 @@ if [[ ${1:-} == --print ]]; then
 	exit 0
 fi
 
+case $K8S_CMD in
+kube-apiserver | kube-proxy) ;;
+*)
+	echo "build.sh: KNP_K8S_CMD must be kube-apiserver or kube-proxy, got $K8S_CMD" >&2
+	exit 2
+	;;
+esac
 case $K8S_VERSION in
 v1.*.*) ;;
 *)
@@ -66,7 +76,7 @@ if have_binary; then
 fi
 
 start=$(date +%s)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/knp-apiserver-build.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/knp-$K8S_CMD-build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
@@ -93,7 +103,7 @@ staging=$(comm -12 <(echo "$replaced") <(echo "$required"))
 }
 
 {
-	echo "module knp.local/apiserver-build"
+	echo "module knp.local/$K8S_CMD-build"
 	echo
 	echo "go $(go env GOVERSION | sed 's/^go//')"
 	echo
@@ -120,11 +130,11 @@ if [[ $NICE != 0 ]] && command -v nice >/dev/null; then
 	niceprefix=(nice -n "$NICE")
 fi
 
-echo "build.sh: building k8s.io/kubernetes/cmd/kube-apiserver (about 10 minutes on 2 cores)"
+echo "build.sh: building k8s.io/kubernetes/cmd/$K8S_CMD (several minutes on 2 cores)"
 (
 	cd "$WORK"
 	"${niceprefix[@]}" go build -trimpath -ldflags "$ldflags" \
-		-o "$BIN.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+		-o "$BIN.tmp" "k8s.io/kubernetes/cmd/$K8S_CMD"
 )
 mv -f "$BIN.tmp" "$BIN"
 "$BIN" --version
