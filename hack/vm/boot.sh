@@ -13,6 +13,11 @@
 #   KNP_VM_MEM       guest memory in MiB (default 1024)
 #   KNP_VM_SMP       guest CPUs (default 1; see README.md)
 #   KNP_VM_DIR       a prepared cache directory (default: run prepare.sh)
+#   KNP_VM_GUESTFWD  space-separated GUEST_IP:PORT=HOST_PORT forwards: the
+#                    guest gets a virtio NIC on QEMU's user-mode network,
+#                    restricted (no route out), whose only reachable
+#                    addresses are these, each to 127.0.0.1:HOST_PORT on
+#                    the host (the benchmark's API server). Unset: no NIC.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +39,19 @@ cache=${KNP_VM_DIR:-$("$here/prepare.sh")}
 }
 mkdir -p "$outdir"
 
+nic=(-nic none)
+if [[ -n ${KNP_VM_GUESTFWD:-} ]]; then
+	netdev=user,id=n0,restrict=on
+	for fwd in $KNP_VM_GUESTFWD; do
+		[[ $fwd =~ ^([0-9.]+):([0-9]+)=([0-9]+)$ ]] || {
+			echo "boot.sh: KNP_VM_GUESTFWD entry $fwd is not GUEST_IP:PORT=HOST_PORT" >&2
+			exit 2
+		}
+		netdev+=",guestfwd=tcp:${BASH_REMATCH[1]}:${BASH_REMATCH[2]}-tcp:127.0.0.1:${BASH_REMATCH[3]}"
+	done
+	nic=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
+fi
+
 # /init comes from this checkout, not the cache: the kernel unpacks
 # concatenated cpio archives in order, so a small one appended to the cached
 # base archive adds (or replaces) it.
@@ -46,13 +64,13 @@ cat "$cache/base.cpio" "$initdir/init.cpio" >"$initdir/initramfs.cpio"
 : >"$outdir/results.log"
 : >"$outdir/console.log"
 # TCG (KVM is unusable here); PVH boot of the ELF vmlinux; no network device
-# at all; panic=-1 with -no-reboot turns a guest panic into a qemu exit.
+# unless forwards were asked for; panic=-1 with -no-reboot turns a guest panic into a qemu exit.
 rc=0
 timeout --kill-after=10 "$timeout_s" \
 	qemu-system-x86_64 -accel tcg -machine pc -m "$mem" -smp "$smp" \
 	-kernel "$cache/vmlinux" -initrd "$initdir/initramfs.cpio" \
 	-append "console=ttyS0 panic=-1 quiet mitigations=off" \
-	-no-reboot -nic none -display none -monitor none -nodefaults \
+	-no-reboot "${nic[@]}" -display none -monitor none -nodefaults \
 	-serial "file:$outdir/console.log" -serial "file:$outdir/results.log" \
 	-virtfs "local,path=$share,mount_tag=share,security_model=none,readonly=on" \
 	</dev/null || rc=$?

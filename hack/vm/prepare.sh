@@ -14,7 +14,8 @@
 #                    Debian's linux-image-amd64 depends on, per apt-cache)
 #
 # Everything lands in $KNP_CACHE/vm/<kernel ABI>/ and is reused when that
-# directory holds a .complete stamp (written last). Host packages (qemu, busybox-static,
+# directory holds a .complete stamp (written last) of this RECIPE: bump it
+# when the guest's contents change, and caches made before are rebuilt. Host packages (qemu, busybox-static,
 # kmod, cpio) are installed with apt-get when missing. Nothing is installed
 # into /boot or /lib/modules: the .debs are unpacked with dpkg -x.
 set -euo pipefail
@@ -26,6 +27,9 @@ die() {
 }
 
 CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}/vm
+# 2: iptables (legacy), ipset and their modules, virtio_net (not loaded at
+# boot) for upstream kube-proxy in the side-by-side benchmark.
+RECIPE=2
 
 # The kernel ABI: pinned, or what linux-image-amd64 currently points at.
 kernel_abi() {
@@ -68,7 +72,10 @@ if readelf -l /bin/busybox | grep -q INTERP; then
 	die "/bin/busybox is dynamically linked (install busybox-static)"
 fi
 
-complete() { [[ -f $OUT/.complete && -f $OUT/vmlinux && -f $OUT/base.cpio ]]; }
+complete() {
+	[[ -f $OUT/.complete && -f $OUT/vmlinux && -f $OUT/base.cpio ]] &&
+		grep -qx "recipe=$RECIPE" "$OUT/.complete"
+}
 if complete; then
 	echo "$OUT"
 	exit 0
@@ -92,7 +99,7 @@ cd "$WORK"
 # --- downloads -------------------------------------------------------------
 # Userspace for the guest: the tools and the closure of their Depends; only
 # the binaries and the shared libraries they need go into the initramfs.
-tools_pkgs=(iproute2 nftables ipvsadm conntrack netbase)
+tools_pkgs=(iproute2 nftables ipvsadm conntrack netbase iptables ipset)
 mapfile -t user_pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests \
 	--no-conflicts --no-breaks --no-replaces --no-enhances "${tools_pkgs[@]}" |
 	grep '^[a-z0-9]' | sort -u)
@@ -145,6 +152,18 @@ want_re+=')$'
 # ip_vs_ftp and ip_vs_pe_sip are application helpers the tests never use.
 mapfile -t wanted < <(grep -E "$want_re" "$moddir/modules.order" | grep -vE 'ip_vs_(ftp|pe_sip)\.ko$')
 ((${#wanted[@]} > 20)) || die "found only ${#wanted[@]} wanted modules in $moddir/modules.order"
+# Modules that are in the guest but not loaded at boot (modprobe loads them,
+# or the kernel asks for them): what upstream kube-proxy's IPVS mode needs
+# (iptables-legacy tables and matches, ipset) and the user-mode network
+# device of the side-by-side benchmark (virtio_net).
+extra_re='^kernel/('
+extra_re+='net/netfilter/(x_tables|xt_[A-Za-z0-9_]+)\.ko|net/netfilter/ipset/ip_set[a-z0-9_]*\.ko|'
+extra_re+='net/ipv4/netfilter/(ip_tables|iptable_[a-z]+|ipt_[A-Za-z]+)\.ko|'
+extra_re+='net/ipv6/netfilter/(ip6_tables|ip6table_[a-z]+|ip6t_[A-Za-z]+)\.ko|'
+extra_re+='drivers/net/(virtio_net|net_failover)\.ko|net/core/failover\.ko'
+extra_re+=')$'
+mapfile -t extra < <(grep -E "$extra_re" "$moddir/modules.order")
+((${#extra[@]} > 20)) || die "found only ${#extra[@]} extra modules in $moddir/modules.order"
 
 # Load order: in modules.order order, each module after its dependencies.
 # modules.dep lists a module's full dependency closure, ordered so that
@@ -181,6 +200,15 @@ mkdir -p "$gmoddir"
 for m in "${order[@]}"; do
 	mkdir -p "$gmoddir/$(dirname "$m")"
 	cp "$moddir/$m" "$gmoddir/$m"
+done
+for m in "${extra[@]}"; do
+	[[ -v deps[$m] ]] || die "$m is not in modules.dep"
+	read -r -a d <<<"${deps[$m]}"
+	for f in "$m" "${d[@]}"; do
+		[[ -f $gmoddir/$f ]] && continue
+		mkdir -p "$gmoddir/$(dirname "$f")"
+		cp "$moddir/$f" "$gmoddir/$f"
+	done
 done
 cp "$moddir"/modules.{order,builtin,builtin.modinfo} "$gmoddir/"
 # A modules.dep for the subset, so the kernel's on-demand module requests
@@ -221,11 +249,23 @@ add_elf() {
 		add_elf "$path"
 	done
 }
-for tool in ip ss bridge nft ipvsadm conntrack; do
+for tool in ip ss bridge nft ipvsadm conntrack ipset xtables-legacy-multi; do
 	src=$(find user/bin user/sbin user/usr/bin user/usr/sbin -name "$tool" \( -type f -o -type l \) 2>/dev/null | head -n1)
 	[[ -n $src ]] || die "no $tool in the downloaded packages"
 	cp -L "$src" "$root/usr/sbin/$tool"
 	add_elf "$src"
+done
+# iptables-legacy under the names kube-proxy runs, and the extensions it
+# dlopens.
+for name in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+	ln -s xtables-legacy-multi "$root/usr/sbin/$name"
+done
+xtdir=$(find user -type d -path '*/x86_64-linux-gnu/xtables' | head -n1)
+[[ -n $xtdir ]] || die "no xtables extensions in the iptables package"
+mkdir -p $root/usr/lib/x86_64-linux-gnu/xtables
+for so in "$xtdir"/*.so; do
+	cp -L "$so" $root/usr/lib/x86_64-linux-gnu/xtables/
+	add_elf "$so"
 done
 ldso=$(find_lib ld-linux-x86-64.so.2) || die "no dynamic loader in libc6"
 cp -L "$ldso" $root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
@@ -248,6 +288,7 @@ cp kernel/boot/config-"$KVER" "$OUT/config"
 printf '%s\n' "${order[@]}" >"$OUT/modules.load"
 {
 	echo "kernel=$KVER"
+	echo "recipe=$RECIPE"
 	echo "modules=${#order[@]}"
 	echo "prepared=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$OUT/.complete"

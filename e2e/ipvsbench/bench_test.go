@@ -1,0 +1,290 @@
+// Package ipvsbench runs upstream kube-proxy's IPVS mode and ours side by
+// side against one real API server, each in a fresh VM with real IPVS
+// (hack/vm), at 1k / 5k / 10k Services x 10 endpoints, and prints one
+// table: `make bench-ipvs`. It is a test, not a Go benchmark, because each
+// measurement is one boot of minutes, not a loop.
+package ipvsbench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
+)
+
+// guestAPI is where the guest reaches the API server: QEMU's user-mode
+// network forwards it to the server's port on the host's 127.0.0.1.
+const (
+	guestAPIAddr = "10.0.2.100"
+	guestAPIPort = 6443
+	nodeName     = "knp-vm"
+)
+
+func repoRoot(t *testing.T) string {
+	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("finding the repository: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func sizes(t *testing.T) []int {
+	spec := os.Getenv("KNP_IPVS_BENCH_SIZES")
+	if spec == "" {
+		spec = "1000,5000,10000"
+	}
+	var out []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			t.Fatalf("KNP_IPVS_BENCH_SIZES: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func proxies() []string {
+	if p := os.Getenv("KNP_IPVS_BENCH_PROXIES"); p != "" {
+		return strings.Split(p, ",")
+	}
+	return []string{"ours", "upstream"}
+}
+
+// result is the guest's Result (e2e/ipvsbench/guest).
+type result struct {
+	Proxy          string  `json:"proxy"`
+	Services       int     `json:"services"`
+	StartToSynced  float64 `json:"startToSynced"`
+	FirstSync      float64 `json:"firstSync"`
+	ChangeToKernel float64 `json:"changeToKernel"`
+	ChangeSync     float64 `json:"changeSync"`
+	ChangeSyncs    int     `json:"changeSyncs"`
+	VirtualServers int     `json:"virtualServers"`
+	RealServers    int     `json:"realServers"`
+	CPUSeconds     float64 `json:"cpuSeconds"`
+	PeakRSSMiB     float64 `json:"peakRSSMiB"`
+	Error          string  `json:"error"`
+}
+
+func TestIPVSSideBySide(t *testing.T) {
+	if os.Getenv("KNP_IPVS_BENCH") != "1" {
+		t.Skip("the IPVS side-by-side benchmark runs with KNP_IPVS_BENCH=1 (make bench-ipvs): it takes about an hour")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (the VM tier)")
+	}
+	root := repoRoot(t)
+	ctx := t.Context()
+	srv, err := apiserver.Start(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostPort := srv.Host[strings.LastIndexByte(srv.Host, ':')+1:]
+	api, err := scale.NewClient(srv.URL, srv.Token, srv.CAPEM, "", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scale.Node(ctx, api, nodeName, netip.MustParseAddr("10.0.2.15")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The binaries: ours and the guest driver static, upstream from its cache.
+	bin := t.TempDir()
+	for _, b := range []struct{ out, pkg string }{
+		{"kube-nftproxy", "./cmd/kube-nftproxy"},
+		{"guest", "./e2e/ipvsbench/guest"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	build := exec.Command(filepath.Join(root, "hack/kube-proxy/build.sh"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("hack/kube-proxy/build.sh: %v\n%s", err, out)
+	}
+	upstream, err := exec.Command(filepath.Join(root, "hack/kube-proxy/build.sh"), "--print").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binaries := map[string]string{
+		"ours":     filepath.Join(bin, "kube-nftproxy"),
+		"upstream": strings.TrimSpace(string(upstream)),
+	}
+
+	var results []result
+	created := 0
+	for _, n := range sizes(t) {
+		if n > created {
+			t0 := time.Now()
+			if err := scale.Populate(ctx, api, scale.Spec{From: created, To: n, PerService: 10, Node: nodeName}); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("created Services %d..%d with 10 endpoints each in %v", created, n-1, time.Since(t0).Round(time.Millisecond))
+			created = n
+		}
+		for _, p := range proxies() {
+			path, ok := binaries[p]
+			if !ok {
+				t.Fatalf("KNP_IPVS_BENCH_PROXIES: unknown proxy %q (ours, upstream)", p)
+			}
+			r := boot(t, root, srv, hostPort, p, path, bin, n)
+			results = append(results, r)
+			// Both proxies see the same objects: put the moved endpoint back.
+			if _, err := scale.SetEndpoint(ctx, api, 0, 0, scale.EndpointAddr(0, 0, 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	printTable(t, results)
+}
+
+// boot runs one proxy at one size in a fresh VM and returns what the
+// guest measured.
+func boot(t *testing.T, root string, srv *apiserver.Server, hostPort, kind, proxy, bin string, n int) result {
+	share := t.TempDir()
+	out := t.TempDir()
+	files := map[string][]byte{
+		"ca.pem": srv.CAPEM,
+		"token":  []byte(srv.Token),
+		"kubeconfig": []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: host
+  cluster:
+    server: https://%s:%d
+    tls-server-name: 127.0.0.1
+    certificate-authority: /mnt/share/ca.pem
+users:
+- name: kube-proxy
+  user:
+    token: %s
+contexts:
+- name: kube-proxy
+  context: {cluster: host, user: kube-proxy}
+current-context: kube-proxy
+`, guestAPIAddr, guestAPIPort, srv.ProxyToken)),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(share, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, src := range map[string]string{"proxy": proxy, "guest": filepath.Join(bin, "guest")} {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(share, name), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The upstream run needs its full sync twice (first, then the change):
+	// about 100 s per 1k Services under TCG.
+	timeout := 600 + n/2
+	script := fmt.Sprintf(`#!/bin/sh
+exec 3>"$1"
+echo "KNPVM start %[1]s-%[2]d" >&3
+/mnt/share/guest -proxy /mnt/share/proxy -kind %[1]s -kubeconfig /mnt/share/kubeconfig \
+	-ca /mnt/share/ca.pem -token-file /mnt/share/token -services %[2]d -timeout %[3]ds >&3 2>&1
+printf '\nKNPVM end %[1]s-%[2]d rc=%%d\n' $? >&3
+`, kind, n, timeout-60)
+	if err := os.WriteFile(filepath.Join(share, "guest.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	cmd := exec.Command(filepath.Join(root, "hack/vm/boot.sh"), share, out)
+	cmd.Env = append(os.Environ(),
+		fmt.Sprintf("KNP_VM_GUESTFWD=%s:%d=%s", guestAPIAddr, guestAPIPort, hostPort),
+		fmt.Sprintf("KNP_VM_TIMEOUT=%d", timeout),
+		"KNP_VM_MEM=3072",
+	)
+	bootOut, bootErr := cmd.CombinedOutput()
+	elapsed := time.Since(t0)
+	log, _ := os.ReadFile(filepath.Join(out, "results.log"))
+	var r result
+	found := false
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(string(log), "\r", "")))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "KNPBENCH "); i >= 0 {
+			if err := json.Unmarshal([]byte(line[i+len("KNPBENCH "):]), &r); err == nil {
+				found = true
+			}
+		}
+	}
+	t.Logf("%s at %d Services: boot of %v\n%s", kind, n, elapsed.Round(time.Second), log)
+	if !found || r.Error != "" || bootErr != nil {
+		console, _ := os.ReadFile(filepath.Join(out, "console.log"))
+		t.Errorf("%s at %d Services: no result (boot: %v %s; guest: %s)\nconsole tail:\n%s",
+			kind, n, bootErr, bootOut, r.Error, lastLines(string(console), 20))
+	}
+	r.Proxy, r.Services = kind, n
+	return r
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func printTable(t *testing.T, rs []result) {
+	var b strings.Builder
+	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | full sync | change to kernel | change sync | CPU s | peak RSS MiB |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	by := map[string]map[int]result{}
+	for _, r := range rs {
+		if by[r.Proxy] == nil {
+			by[r.Proxy] = map[int]result{}
+		}
+		by[r.Proxy][r.Services] = r
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.1f | %.0f |\n", r.Services, r.Proxy,
+			secs(r.StartToSynced), secs(r.FirstSync), secs(r.ChangeToKernel), secs(r.ChangeSync), r.CPUSeconds, r.PeakRSSMiB)
+	}
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "| Services x 10 | full sync: upstream / ours | one change sync: upstream / ours | change to kernel: upstream / ours |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- |")
+	for n, o := range by["ours"] {
+		u, ok := by["upstream"][n]
+		if !ok || o.FirstSync == 0 || o.ChangeSync == 0 || o.ChangeToKernel == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %.0fx | %.0fx | %.0fx |\n", n, u.FirstSync/o.FirstSync, u.ChangeSync/o.ChangeSync, u.ChangeToKernel/o.ChangeToKernel)
+	}
+	t.Logf("MEASURED IPVS mode side by side (QEMU TCG, 1 vCPU, Debian 6.1 kernel):\n%s", b.String())
+	if path := os.Getenv("KNP_IPVS_BENCH_OUT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func secs(s float64) string {
+	switch {
+	case s == 0:
+		return "-"
+	case s < 0.01:
+		return fmt.Sprintf("%.2f ms", s*1000)
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	default:
+		return fmt.Sprintf("%.1f s", s)
+	}
+}

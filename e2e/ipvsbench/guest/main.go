@@ -1,0 +1,416 @@
+// Command guest is the VM side of the IPVS side-by-side benchmark
+// (e2e/ipvsbench): in a fresh VM it brings up the user-mode NIC, starts one
+// proxy in IPVS mode against the host's API server, and measures its first
+// full sync and one endpoint change, from the proxy's metrics (the same
+// kubeproxy_sync_proxy_rules_duration_seconds both export) and from the
+// kernel's IPVS table. It prints one "KNPBENCH {json}" line.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
+	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// Result is what one boot measured; the host prints a table of them.
+type Result struct {
+	Proxy    string `json:"proxy"`
+	Services int    `json:"services"`
+	// StartToSynced: proxy started -> its first sync done with every
+	// Service's virtual server in the kernel.
+	StartToSynced float64 `json:"startToSynced"`
+	// FirstSync is the duration of that first sync (the proxy's histogram).
+	FirstSync float64 `json:"firstSync"`
+	// ChangeToKernel: endpoint update sent to the API server -> the new
+	// real server in the kernel's IPVS table.
+	ChangeToKernel float64 `json:"changeToKernel"`
+	// ChangeSync is the mean duration of the syncs that ended between the
+	// change and its arrival in the kernel (ChangeSyncs of them).
+	ChangeSync  float64 `json:"changeSync"`
+	ChangeSyncs int     `json:"changeSyncs"`
+	// Kernel state after the first sync.
+	VirtualServers int `json:"virtualServers"`
+	RealServers    int `json:"realServers"`
+	// The proxy process: user+system CPU seconds and peak RSS, at the end.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	Error      string  `json:"error,omitempty"`
+}
+
+type config struct {
+	proxy, kind, kubeconfig, logPath string
+	apiURL, serverName, caFile       string
+	token                            string
+	services, perService             int
+	timeout                          time.Duration
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.proxy, "proxy", "", "proxy binary")
+	flag.StringVar(&c.kind, "kind", "", "upstream (kube-proxy) or ours (kube-nftproxy)")
+	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "the proxy's kubeconfig")
+	flag.StringVar(&c.logPath, "log", "/tmp/proxy.log", "the proxy's log")
+	flag.StringVar(&c.apiURL, "api", "https://10.0.2.100:6443", "API server URL")
+	flag.StringVar(&c.serverName, "server-name", "127.0.0.1", "name the API server's certificate is checked against")
+	flag.StringVar(&c.caFile, "ca", "", "API server CA (PEM)")
+	flag.StringVar(&c.token, "token-file", "", "admin bearer token file (to change an endpoint)")
+	flag.IntVar(&c.services, "services", 1000, "Services the API server has")
+	flag.IntVar(&c.perService, "endpoints", 10, "endpoints per Service")
+	flag.DurationVar(&c.timeout, "timeout", time.Hour, "bound for the whole run")
+	flag.Parse()
+
+	r := Result{Proxy: c.kind, Services: c.services}
+	if err := run(c, &r); err != nil {
+		r.Error = err.Error()
+		fmt.Fprintln(os.Stderr, "guest:", err)
+		tail(c.logPath, 40)
+	}
+	b, _ := json.Marshal(r)
+	fmt.Printf("KNPBENCH %s\n", b)
+	if r.Error != "" {
+		os.Exit(1)
+	}
+}
+
+func run(c config, r *Result) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if err := setupGuest(); err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(c.caFile)
+	if err != nil {
+		return err
+	}
+	token, err := os.ReadFile(c.token)
+	if err != nil {
+		return err
+	}
+	api, err := scale.NewClient(c.apiURL, strings.TrimSpace(string(token)), ca, c.serverName, 2)
+	if err != nil {
+		return err
+	}
+	readyCtx, cancelReady := context.WithTimeout(ctx, 2*time.Minute)
+	err = api.Ready(readyCtx)
+	cancelReady()
+	if err != nil {
+		return err
+	}
+	logf("API server ready at %s", c.apiURL)
+	vip, err := scale.ClusterIP(ctx, api, 0)
+	if err != nil {
+		return err
+	}
+	conn, err := ipvs.Dial("")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	proc, err := startProxy(c)
+	if err != nil {
+		return err
+	}
+	defer stopProxy(proc)
+	started := time.Now()
+	logf("started %s (%s)", c.proxy, c.kind)
+
+	// The first sync: the metric counts one, and every Service has its
+	// virtual server (the kernel's table is read only once the proxy says
+	// it synced: a read of 100k real servers costs the VM's only CPU).
+	var first histogram
+	for {
+		if err := alive(proc); err != nil {
+			return err
+		}
+		h, err := syncHistogram(ctx)
+		if err == nil && h.count > 0 {
+			vss, err := conn.Read()
+			if err != nil {
+				return err
+			}
+			if len(vss) >= c.services {
+				r.StartToSynced = time.Since(started).Seconds()
+				r.FirstSync = h.sum / float64(h.count)
+				first = h
+				r.VirtualServers = len(vss)
+				for _, v := range vss {
+					r.RealServers += len(v.Dests)
+				}
+				break
+			}
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("waiting for the first sync: %w", err)
+		}
+	}
+	logf("first sync after %.2fs (%.3fs, %d syncs): %d virtual servers, %d real servers",
+		r.StartToSynced, r.FirstSync, first.count, r.VirtualServers, r.RealServers)
+
+	// One endpoint of Service 0 moves to a new address.
+	key := ipvs.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
+	moved := netip.MustParseAddr("100.127.255.1")
+	before, err := syncHistogram(ctx)
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	if _, err := scale.SetEndpoint(ctx, api, 0, 0, moved); err != nil {
+		return err
+	}
+	// Our proxy applies it in milliseconds: poll one virtual server's real
+	// servers (one small dump) often; upstream takes minutes.
+	every := 5 * time.Millisecond
+	if c.kind == "upstream" {
+		every = 200 * time.Millisecond
+	}
+	for {
+		if err := alive(proc); err != nil {
+			return err
+		}
+		ds, err := conn.Dests(key)
+		if err != nil {
+			return err
+		}
+		if hasAddr(ds, moved) {
+			r.ChangeToKernel = time.Since(sent).Seconds()
+			break
+		}
+		if err := pause(ctx, every); err != nil {
+			return fmt.Errorf("waiting for the changed endpoint in the kernel: %w", err)
+		}
+	}
+	// The sync that applied it has ended once the histogram counts it
+	// (the kernel may show the change before the proxy records the sync).
+	for {
+		after, err := syncHistogram(ctx)
+		if err == nil && after.count > before.count {
+			r.ChangeSyncs = after.count - before.count
+			r.ChangeSync = (after.sum - before.sum) / float64(r.ChangeSyncs)
+			break
+		}
+		if err := pause(ctx, every); err != nil {
+			return fmt.Errorf("waiting for the change's sync to be recorded: %w", err)
+		}
+	}
+	logf("change in the kernel after %.4fs (%d syncs of %.4fs)",
+		r.ChangeToKernel, r.ChangeSyncs, r.ChangeSync)
+	r.CPUSeconds, r.PeakRSSMiB, err = usage(proc.Process.Pid)
+	return err
+}
+
+// setupGuest loads what upstream needs (the kernel would ask for most of
+// it on demand) and brings up the NIC whose only peer is the API server.
+func setupGuest() error {
+	mods := []string{"virtio_net", "ip_tables", "iptable_filter", "iptable_nat", "iptable_mangle",
+		"ip6_tables", "ip6table_filter", "ip6table_nat", "ip6table_mangle", "ip_set", "xt_set",
+		"ip_set_hash_ip", "ip_set_hash_ipport", "ip_set_hash_ipportip", "ip_set_hash_ipportnet",
+		"ip_set_hash_net", "ip_set_bitmap_port", "xt_comment", "xt_mark", "xt_addrtype",
+		"xt_conntrack", "xt_MASQUERADE", "xt_nat", "xt_multiport", "xt_physdev", "xt_statistic",
+		"xt_recent", "ipt_REJECT", "ip6t_REJECT"}
+	for _, m := range mods {
+		if out, err := exec.Command("modprobe", m).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "guest: modprobe %s: %v: %s\n", m, err, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"link", "set", "eth0", "up"},
+		{"addr", "add", "10.0.2.15/24", "dev", "eth0"},
+	} {
+		if out, err := exec.Command("/usr/sbin/ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "guest: %s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func startProxy(c config) (*exec.Cmd, error) {
+	args := []string{
+		"--proxy-mode=ipvs", "--kubeconfig=" + c.kubeconfig, "--hostname-override=knp-vm",
+		"--cluster-cidr=10.244.0.0/16", "--metrics-bind-address=127.0.0.1:10249",
+		"--healthz-bind-address=127.0.0.1:10256",
+	}
+	if c.kind == "upstream" {
+		args = append(args, "-v=2")
+	}
+	log, err := os.Create(c.logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.proxy, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", c.proxy, err)
+	}
+	go func() { _ = cmd.Wait(); log.Close() }()
+	return cmd, nil
+}
+
+func alive(cmd *exec.Cmd) error {
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		return fmt.Errorf("the proxy exited: %w", err)
+	}
+	return nil
+}
+
+func stopProxy(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && alive(cmd) == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func hasAddr(ds []ipvs.Dest, a netip.Addr) bool {
+	for _, d := range ds {
+		if d.Addr.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
+
+type histogram struct {
+	sum   float64
+	count int
+}
+
+// syncHistogram reads kubeproxy_sync_proxy_rules_duration_seconds from the
+// proxy's metrics: upstream's IPv4 series (it labels by ip_family), ours
+// (one series, no label).
+func syncHistogram(ctx context.Context) (histogram, error) {
+	var h histogram
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10249/metrics", nil)
+	if err != nil {
+		return h, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return h, fmt.Errorf("metrics: HTTP %d", resp.StatusCode)
+	}
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		const name = "kubeproxy_sync_proxy_rules_duration_seconds_"
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		field, labels, value, ok := splitSample(rest)
+		if !ok || (labels != "" && !strings.Contains(labels, `ip_family="IPv4"`)) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch field {
+		case "sum":
+			h.sum = v
+			found = true
+		case "count":
+			h.count = int(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return h, err
+	}
+	if !found {
+		return h, errors.New("no kubeproxy_sync_proxy_rules_duration_seconds in the metrics")
+	}
+	return h, nil
+}
+
+// splitSample splits `sum{labels} value` (labels optional).
+func splitSample(s string) (field, labels, value string, ok bool) {
+	sp := strings.LastIndexByte(s, ' ')
+	if sp < 0 {
+		return "", "", "", false
+	}
+	value = s[sp+1:]
+	s = s[:sp]
+	if i := strings.IndexByte(s, '{'); i >= 0 {
+		return s[:i], s[i:], value, true
+	}
+	return s, "", value, true
+}
+
+// usage returns a process's CPU seconds (user+system) and peak RSS.
+func usage(pid int) (cpu, rssMiB float64, err error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name (which may hold spaces): utime and
+	// stime are the 12th and 13th after it, in clock ticks (100 Hz).
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+	}
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	cpu = (ut + st) / 100
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			rssMiB = kb / 1024
+		}
+	}
+	return cpu, rssMiB, nil
+}
+
+func tail(path string, n int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	fmt.Fprintf(os.Stderr, "guest: last lines of %s:\n%s\n", path, strings.Join(lines, "\n"))
+}

@@ -1,0 +1,294 @@
+// Package scale fills a real API server with many Services and their
+// EndpointSlices, and changes one of them, for the benchmarks that run
+// proxies against it side by side (the IPVS benchmark in the VM, make
+// bench-scale). It talks plain HTTPS with a bearer token, so that it also
+// runs inside the VM guest without a kubeconfig.
+package scale
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const (
+	// Namespace holds every object this package creates.
+	Namespace = "default"
+	// TargetPort is the endpoints' port; the Services listen on 80.
+	TargetPort = 8080
+	// ServicePort is every Service's port.
+	ServicePort = 80
+
+	servicesPath = "/api/v1/namespaces/" + Namespace + "/services"
+	slicesPath   = "/apis/discovery.k8s.io/v1/namespaces/" + Namespace + "/endpointslices"
+)
+
+// Client is an API server client for one bearer token.
+type Client struct {
+	URL   string
+	Token string
+	http  *http.Client
+}
+
+// NewClient returns a Client for the API server at url (https), trusting
+// caPEM. serverName, if not empty, is the name the serving certificate is
+// checked against (the VM reaches the host's server at another address).
+// Up to conns connections are kept open, for as many concurrent requests.
+func NewClient(url, token string, caPEM []byte, serverName string, conns int) (*Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("scale: no certificate in the CA PEM")
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: conns,
+		ForceAttemptHTTP2:   false,
+	}
+	return &Client{URL: url, Token: token, http: &http.Client{Timeout: time.Minute, Transport: tr}}, nil
+}
+
+// StatusError is a response other than 2xx.
+type StatusError struct {
+	Method, Path string
+	Code         int
+	Body         string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Code, e.Body)
+}
+
+// Do sends in (JSON, if not nil) and decodes the answer into out (if not nil).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		if len(data) > 512 {
+			data = data[:512]
+		}
+		return &StatusError{Method: method, Path: path, Code: resp.StatusCode, Body: string(data)}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// Ready waits until the server answers /readyz, polling until ctx ends.
+func (c *Client) Ready(ctx context.Context) error {
+	for {
+		err := c.Do(ctx, http.MethodGet, "/readyz", nil, nil)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("API server at %s not ready: %w", c.URL, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Name is the name of Service i (and, with a suffix, of its slice).
+func Name(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+func ptr[T any](v T) *T { return &v }
+
+// Service is Service i: a single-stack IPv4 ClusterIP Service, or a
+// NodePort one when nodePort is set.
+func Service(i int, nodePort bool) *corev1.Service {
+	typ := corev1.ServiceTypeClusterIP
+	if nodePort {
+		typ = corev1.ServiceTypeNodePort
+	}
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(i), Namespace: Namespace},
+		Spec: corev1.ServiceSpec{
+			Type:           typ,
+			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol},
+			IPFamilyPolicy: ptr(corev1.IPFamilyPolicySingleStack),
+			Ports: []corev1.ServicePort{{
+				Name: "http", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromInt32(TargetPort),
+			}},
+		},
+	}
+}
+
+// endpointBase is where the endpoints' addresses start: 100.64.0.0/10,
+// room for 4M endpoints, outside any pod or Service range the tests use.
+// Nothing answers on them.
+var endpointBase = netip.MustParseAddr("100.64.0.0")
+
+// EndpointAddr is the address of endpoint j of Service i.
+func EndpointAddr(i, j, perService int) netip.Addr {
+	n := uint32(i*perService + j)
+	b := endpointBase.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + n
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// Slice is the EndpointSlice of Service i with perService ready endpoints
+// on node.
+func Slice(i, perService int, node string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(i) + "-ipv4", Namespace: Namespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: Name(i),
+			discoveryv1.LabelManagedBy:   "kube-nftproxy-scale",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{
+			Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(TargetPort)),
+		}},
+	}
+	for j := range perService {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{EndpointAddr(i, j, perService).String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			NodeName:   ptr(node),
+		})
+	}
+	return es
+}
+
+// Spec says what Populate creates.
+type Spec struct {
+	From, To   int    // Services [From, To)
+	PerService int    // endpoints per Service
+	Node       string // the endpoints' nodeName
+	// NodePortEvery makes every NodePortEvery-th Service a NodePort one
+	// (0: none).
+	NodePortEvery int
+	Workers       int // concurrent requests (default 16)
+}
+
+// Populate creates the Services of spec and their slices, each slice
+// right after its Service, with spec.Workers requests in flight. It
+// returns at the first error.
+func Populate(ctx context.Context, c *Client, spec Spec) error {
+	workers := spec.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	next.Store(int64(spec.From))
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= spec.To || ctx.Err() != nil {
+					return
+				}
+				nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
+				err := c.Do(ctx, http.MethodPost, servicesPath, Service(i, nodePort), nil)
+				if err == nil {
+					err = c.Do(ctx, http.MethodPost, slicesPath, Slice(i, spec.PerService, spec.Node), nil)
+				}
+				if err != nil {
+					once.Do(func() { first = fmt.Errorf("creating Service %d: %w", i, err); cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// ClusterIP returns Service i's ClusterIP.
+func ClusterIP(ctx context.Context, c *Client, i int) (netip.Addr, error) {
+	var svc corev1.Service
+	if err := c.Do(ctx, http.MethodGet, servicesPath+"/"+Name(i), nil, &svc); err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(svc.Spec.ClusterIP)
+}
+
+// SetEndpoint makes endpoint j of Service i's slice addr, and returns the
+// address it had.
+func SetEndpoint(ctx context.Context, c *Client, i, j int, addr netip.Addr) (netip.Addr, error) {
+	path := slicesPath + "/" + Name(i) + "-ipv4"
+	var es discoveryv1.EndpointSlice
+	if err := c.Do(ctx, http.MethodGet, path, nil, &es); err != nil {
+		return netip.Addr{}, err
+	}
+	if j >= len(es.Endpoints) || len(es.Endpoints[j].Addresses) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s has no endpoint %d", path, j)
+	}
+	old, err := netip.ParseAddr(es.Endpoints[j].Addresses[0])
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s: %w", path, err)
+	}
+	es.Endpoints[j].Addresses = []string{addr.String()}
+	if err := c.Do(ctx, http.MethodPut, path, &es, nil); err != nil {
+		return netip.Addr{}, err
+	}
+	return old, nil
+}
+
+// Node creates (or keeps) the Node object a proxy reads its addresses from.
+func Node(ctx context.Context, c *Client, name string, addr netip.Addr) error {
+	n := &corev1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: addr.String()},
+			{Type: corev1.NodeHostName, Address: name},
+		}},
+	}
+	err := c.Do(ctx, http.MethodPost, "/api/v1/nodes", n, nil)
+	var se *StatusError
+	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		return nil
+	}
+	return err
+}
