@@ -143,10 +143,7 @@ func (o *options) periods() (minSync, sync time.Duration) {
 
 // ipvsPlanConfig is the plan's configuration from the options.
 func ipvsPlanConfig(o *options, cfg nft.Config) (ipvs.Config, error) {
-	if cfg.NodePortPrimary {
-		return ipvs.Config{}, errors.New(`--nodeport-addresses "primary" is not supported with --proxy-mode ipvs yet; give CIDRs`)
-	}
-	return ipvs.Config{Scheduler: o.ipvs.scheduler, NodePortAddresses: cfg.NodePortAddresses}, nil
+	return ipvs.Config{Scheduler: o.ipvs.scheduler, NodePortAddresses: cfg.NodePortAddresses, NodePortPrimary: cfg.NodePortPrimary}, nil
 }
 
 // procIPVS is where a kernel with IPVS shows its table.
