@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -27,6 +30,25 @@ type BackendConfig struct {
 	// and the helper tables) for Cleanup; removed is false when there
 	// was nothing.
 	CleanupHelper func() (removed bool, err error)
+	// CheckEvery is how often a sync first compares the kernel with what
+	// was applied (0: never): the virtual and real servers, kube-ipvs0's
+	// addresses and, without a change monitor, the helper tables. A
+	// difference is logged, handed to OnDrift and repaired by that sync.
+	CheckEvery time.Duration
+	// Watch, when set, opens a change monitor of the helper tables
+	// (HelperTableRefs) calling onChange when another process changes
+	// one: the next sync compares those tables and repairs them. It is
+	// called at the first sync.
+	Watch func(onChange func()) (ChangeMonitor, error)
+	// Log receives drift reports; nil discards them.
+	Log *slog.Logger
+}
+
+// ChangeMonitor tells which helper tables another process changed;
+// *nft.ChangeMonitor is one.
+type ChangeMonitor interface {
+	Pending() bool
+	Take() (changed []nft.TableRef, all bool)
 }
 
 // Backend is the IPVS mode's proxier.Backend: each sync plans the State
@@ -40,6 +62,19 @@ type Backend struct {
 	// termination (draining real servers' connection counts); the loop's
 	// SyncAt.
 	SyncAt func(time.Time)
+	// OnForeignChange, when set, is called (from another goroutine) when
+	// the change monitor sees another process change a helper table: the
+	// loop's Changed, so that the repair is at once. Set it before the
+	// first Sync.
+	OnForeignChange func()
+	// OnDrift, when set, is called for each object in which a check found
+	// differences ("ip kube-nftproxy-ipvs", "kube-ipvs0", "ipvs"), with
+	// short descriptions of them; the sync then repairs them.
+	OnDrift func(table string, diffs []string)
+
+	mon       ChangeMonitor
+	monTried  bool
+	lastCheck time.Time
 
 	k       Kernel
 	cfg     BackendConfig
@@ -72,6 +107,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		addrs = slices.SortedFunc(slices.Values(a), netip.Addr.Compare)
 		addrs = slices.Compact(addrs)
 	}
+	b.openMonitor()
 	if b.syncer == nil || !b.node.Equal(st.Node) {
 		h, err := b.cfg.NewHelper(st.Node)
 		if err != nil {
@@ -80,6 +116,12 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		b.syncer = NewSyncer(b.k, h, b.cfg.Sync)
 		b.node = st.Node
 		res.Full = true // the new Syncer reads and adopts everything
+		b.lastCheck = b.now()
+		if b.mon != nil {
+			b.mon.Take() // it rewrites the helper tables anyway
+		}
+	} else {
+		b.check()
 	}
 	plan := b.planner.Plan(st, addrs)
 	r, err := b.syncer.Sync(plan)
@@ -91,6 +133,87 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	res.Messages = r.Ops + hc
 	res.Changed = res.Messages > 0
 	return res, err
+}
+
+func (b *Backend) now() time.Time {
+	if b.cfg.Sync.Now != nil {
+		return b.cfg.Sync.Now()
+	}
+	return time.Now()
+}
+
+func (b *Backend) openMonitor() {
+	if b.monTried || b.cfg.Watch == nil {
+		return
+	}
+	b.monTried = true
+	onChange := b.OnForeignChange
+	if onChange == nil {
+		onChange = func() {}
+	}
+	m, err := b.cfg.Watch(onChange)
+	if err != nil {
+		b.log().Warn("cannot follow changes to the IPVS helper tables; they are read back every check period instead", "err", err)
+		return
+	}
+	b.mon = m
+}
+
+func (b *Backend) log() *slog.Logger {
+	if b.cfg.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return b.cfg.Log
+}
+
+// check compares the kernel with what was applied, when due (every
+// CheckEvery: IPVS, kube-ipvs0's addresses, and the helper tables unless a
+// change monitor follows them) or when the monitor saw another process
+// change a helper table (those tables). What differs is logged, reported
+// and left to the Syncer to repair in this sync.
+func (b *Backend) check() {
+	now := b.now()
+	due := b.cfg.CheckEvery > 0 && now.Sub(b.lastCheck) >= b.cfg.CheckEvery
+	if !due && (b.mon == nil || !b.mon.Pending()) {
+		return
+	}
+	var scope DriftScope
+	switch {
+	case b.mon != nil:
+		changed, all := b.mon.Take()
+		scope = scopeOf(changed)
+		if all {
+			scope = allHelpers
+		}
+	case due:
+		scope = allHelpers
+	}
+	if due {
+		b.lastCheck = now
+		scope.Addrs = true
+		diffs, err := b.syncer.CheckIPVS()
+		if err != nil {
+			b.log().Warn("cannot read IPVS back to check it", "err", err)
+		}
+		b.drifted("ipvs", "IPVS virtual servers changed behind our back; repairing them", diffs)
+	}
+	found, err := b.syncer.CheckHelper(scope)
+	if err != nil {
+		b.log().Warn("cannot read the IPVS helper tables back to check them", "err", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(found)) {
+		b.drifted(name, "IPVS helper changed behind our back; repairing it", found[name])
+	}
+}
+
+func (b *Backend) drifted(name, msg string, diffs []string) {
+	if len(diffs) == 0 {
+		return
+	}
+	b.log().Warn(msg, "table", name, "differences", diffs)
+	if b.OnDrift != nil {
+		b.OnDrift(name, diffs)
+	}
 }
 
 // Plan is the plan the last sync programmed (nil before the first).

@@ -230,3 +230,45 @@ func (h *FakeHelper) log(s string) {
 		*h.Journal = append(*h.Journal, s)
 	}
 }
+
+var _ DriftChecker = (*FakeHelper)(nil)
+
+// Drift compares the fake's addresses and elements with what was applied,
+// as NftHelper does with the kernel's.
+func (h *FakeHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error) {
+	out := map[string][]string{}
+	if scope.Addrs {
+		if d := addrDrift(addrs, slices.Collect(maps.Keys(h.Addrs))); len(d) > 0 {
+			out[DummyName] = d
+		}
+	}
+	for _, v6 := range []bool{false, true} {
+		if (v6 && !scope.IPv6) || (!v6 && !scope.IPv4) {
+			continue
+		}
+		var d []string
+		want := map[Element]bool{}
+		for _, e := range elems {
+			if e.V6 == v6 {
+				want[e] = true
+				if !h.Elems[e] {
+					d = append(d, "set "+e.Set+": element "+e.String()+" missing")
+				}
+			}
+		}
+		for e := range h.Elems {
+			if e.V6 == v6 && !want[e] {
+				d = append(d, "set "+e.Set+": element "+e.String()+" is not ours")
+			}
+		}
+		if len(d) > 0 {
+			name := "ip " + HelperTableName
+			if v6 {
+				name = "ip6 " + HelperTableName
+			}
+			slices.Sort(d)
+			out[name] = d
+		}
+	}
+	return out, nil
+}

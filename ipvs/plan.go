@@ -16,6 +16,11 @@ type Config struct {
 	// addresses within them (--nodeport-addresses), per family: a family
 	// with no prefix here uses all of its addresses.
 	NodePortAddresses []netip.Prefix
+	// NodePortPrimary is --nodeport-addresses primary: NodePorts only on
+	// the node's primary address of each family (the first of the Node
+	// object's addresses, as the nftables mode takes it); a family
+	// without one uses all of its addresses, as upstream.
+	NodePortPrimary bool
 }
 
 func (c Config) scheduler() string {
@@ -130,12 +135,21 @@ func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder 
 		a = a.WithZone("").Unmap()
 		b.local[a] = true
 	}
+	prefixes := cfg.NodePortAddresses
+	if cfg.NodePortPrimary {
+		prefixes = nil
+		for _, v6 := range []bool{false, true} {
+			if p, ok := primaryIP(node, v6); ok {
+				prefixes = append(prefixes, netip.PrefixFrom(p, p.BitLen()))
+			}
+		}
+	}
 	for _, a := range nodeAddrs {
 		a = a.WithZone("").Unmap()
 		if a.IsLoopback() || slices.Contains(b.nodePort, a) {
 			continue
 		}
-		if within := ofFamily(a.Is6(), cfg.NodePortAddresses); len(within) > 0 &&
+		if within := ofFamily(a.Is6(), prefixes); len(within) > 0 &&
 			!slices.ContainsFunc(within, func(p netip.Prefix) bool { return p.Contains(a) }) {
 			continue
 		}
@@ -143,6 +157,18 @@ func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder 
 	}
 	slices.SortFunc(b.nodePort, netip.Addr.Compare)
 	return b
+}
+
+// primaryIP is the node's primary address of a family: the first of the
+// Node object's, as kube-proxy's single node IP per family (loopback
+// counts as none, as upstream's "unknown" node IP).
+func primaryIP(node proxier.Node, v6 bool) (netip.Addr, bool) {
+	for _, a := range node.IPs {
+		if a = a.Unmap(); a.Is6() == v6 {
+			return a, !a.IsLoopback()
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func ofFamily[T interface{ Addr() netip.Addr }](v6 bool, in []T) []T {
@@ -196,8 +222,8 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 		}
 	}
 	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, b.node)
-	internal := realServers(svc.InternalPolicyLocal, cluster, local, eps, b.node.Name)
-	external := realServers(svc.ExternalPolicyLocal, cluster, local, eps, b.node.Name)
+	internal := realServers(svc.InternalPolicyLocal, cluster, local)
+	external := realServers(svc.ExternalPolicyLocal, cluster, local)
 
 	base := Service{Scheduler: b.cfg.scheduler(), Netmask: 0xffffffff}
 	if v6 {
@@ -239,11 +265,15 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 		}
 	}
 
+	// As upstream, the node may reach an LB IP with source ranges when a
+	// range holds its primary address of the family (kube-proxy knows one
+	// node IP per family); otherwise its own requests, which come from the
+	// LB IP, are dropped.
 	ranges := ofFamily(v6, svc.LoadBalancerSourceRanges)
 	nodeInRange := false
-	for _, p := range ranges {
-		for _, ip := range addrsOfFamily(v6, b.node.IPs) {
-			nodeInRange = nodeInRange || p.Contains(ip)
+	if primary, ok := primaryIP(b.node, v6); ok {
+		for _, p := range ranges {
+			nodeInRange = nodeInRange || p.Contains(primary)
 		}
 	}
 	for _, ip := range addrsOfFamily(v6, svc.LoadBalancerIPs) {
@@ -262,11 +292,12 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 		for _, p := range ranges {
 			fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetLBSourceCIDR, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Net: p.Masked()})
 		}
-		if nodeInRange {
-			// The node's requests to an LB IP it routes locally come
-			// from that IP: allowed when a range holds the node.
-			fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetLBSourceIP, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Addr2: ip})
+		// The node's requests to an LB IP it holds come from that IP.
+		self := Element{V6: v6, Set: SetLBSourceIP, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Addr2: ip}
+		if !nodeInRange {
+			self.Set = SetLBNoNodeAccess
 		}
+		fr.Elements = append(fr.Elements, self)
 	}
 
 	if nodePort := svc.NodePortIn(v6); nodePort != 0 {
@@ -316,14 +347,13 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 // realServers are a virtual server's destinations. With a Local policy
 // and no local endpoint, IPVS mode falls back to the cluster endpoints
 // (upstream #97081: pods on the node still reach the service). The chosen
-// endpoints get weight 1. Serving terminating endpoints in the same scope
-// that were not chosen (Ready ones exist) stay with weight 0: their
-// connections go on and they get no new ones; once gone from the
-// EndpointSlice they drain like any removed server.
-func realServers(onlyLocal bool, cluster, local, eps []proxier.Endpoint, node string) []Dest {
-	chosen, scopeLocal := cluster, false
+// endpoints get weight 1. Endpoints not chosen, such as serving
+// terminating ones beside Ready ones, are no real servers, as upstream:
+// one that was drains (weight 0, deleted once its connections are gone).
+func realServers(onlyLocal bool, cluster, local []proxier.Endpoint) []Dest {
+	chosen := cluster
 	if onlyLocal && len(local) > 0 {
-		chosen, scopeLocal = local, true
+		chosen = local
 	}
 	if chosen == nil {
 		// This virtual server uses no endpoints at all (internal policy
@@ -338,14 +368,6 @@ func realServers(onlyLocal bool, cluster, local, eps []proxier.Endpoint, node st
 			in[ap] = true
 			out = append(out, Dest{Addr: ap, Weight: 1, Fwd: FwdMasq})
 		}
-	}
-	for _, ep := range eps {
-		ap := netip.AddrPortFrom(ep.Addr.Unmap(), ep.Port)
-		if in[ap] || !ep.Serving || !ep.Terminating || (scopeLocal && !ep.IsLocal(node)) {
-			continue
-		}
-		in[ap] = true
-		out = append(out, Dest{Addr: ap, Weight: 0, Fwd: FwdMasq})
 	}
 	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
 	return out

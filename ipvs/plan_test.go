@@ -115,10 +115,10 @@ func TestPlanRealServers(t *testing.T) {
 		{"cluster policy: every ready endpoint", base,
 			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n"},
-		{"terminating beside ready: weight 0", base,
+		{"terminating beside ready: left out (a real server drains)", base,
 			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), terminating("10.244.1.2", 8080, "b"),
 				{Addr: ip("10.244.1.3"), Port: 8080, Terminating: true}}, // not serving: left out
-			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 0\n"},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n"},
 		{"only terminating: they serve, weight 1", base,
 			[]proxier.Endpoint{terminating("10.244.1.2", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 1\n"},
@@ -133,8 +133,20 @@ func TestPlanRealServers(t *testing.T) {
 			"-A -t 10.96.0.1:80 -s rr\n"},
 		{"eTP Local: NodePort local only, ClusterIP all", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
 			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node), terminating("10.244.0.2", 8080, node), terminating("10.244.1.2", 8080, "b")},
-			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.0.2:8080 -m -w 0\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 0\n" +
-				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.99.0.1:30000 -r 10.244.0.2:8080 -m -w 0\n"},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
+				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.0.1:8080 -m -w 1\n"},
+		{"eTP and iTP Local without local endpoint, externally accessible: cluster fallback for both", func() proxier.ServicePort {
+			s := withNodePort
+			s.ExternalPolicyLocal, s.InternalPolicyLocal = true, true
+			return s
+		}(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
+				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
+		{"iTP Local without local endpoint, NodePort with eTP Cluster: cluster fallback", func() proxier.ServicePort { s := withNodePort; s.InternalPolicyLocal = true; return s }(),
+			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
+				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
 		{"eTP Local without local endpoint: cluster fallback (#97081)", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
 			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
@@ -178,12 +190,24 @@ func TestPlanServices(t *testing.T) {
 		{"no prefix of a family: all of its addresses", Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
 			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("fd00::1")}},
 			"-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
+		{"--nodeport-addresses primary: the Node object's first address of each family", Config{NodePortPrimary: true},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
+			"-A -t 10.96.0.1:80 -s rr\n-A -t 172.17.0.1:30001 -s rr\n-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
+		{"--nodeport-addresses primary, a primary address that is not local: none of that family", Config{NodePortPrimary: true},
+			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
+			"-A -t 10.96.0.1:80 -s rr\n"},
 		{"no ClusterIP: nothing", Config{},
 			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ExternalIPs: []netip.Addr{ip("192.0.2.1")}},
 			""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := proxier.NewState()
+			// The Node object's addresses, primary first (loopback and
+			// ExternalIPs after); fd00:99::1 is local, 192.0.2.1 is not.
+			st.Node.IPs = []netip.Addr{ip("172.17.0.1"), ip("fd00:99::1"), ip("10.99.0.1")}
+			if strings.Contains(tt.name, "not local") {
+				st.Node.IPs = []netip.Addr{ip("192.0.2.1"), ip("fd00:99::1")}
+			}
 			svc := tt.svc
 			svc.Name = n
 			st.Services[n] = &svc
@@ -268,5 +292,51 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	third := pl.Plan(next, nodeAddrs[:1])
 	if third.Services[web] == second.Services[web] {
 		t.Error("fragment reused across a change of node addresses")
+	}
+}
+
+// Node access to an LB IP with source ranges, as upstream: allowed when a
+// range holds the node's primary address of the family (the LB IP itself in
+// a range does not count), else the node's requests, from the LB IP, drop.
+func TestPlanLBNodeAccess(t *testing.T) {
+	n := spn("ns", "lb", "http")
+	lb := ip("203.0.113.20")
+	for _, tt := range []struct {
+		name   string
+		ranges []string
+		node   []netip.Addr
+		allow  bool
+	}{
+		{"a range holds the primary node IP", []string{"10.99.0.0/24"}, []netip.Addr{ip("10.99.0.1")}, true},
+		{"no range holds the node", []string{"10.99.0.2/32"}, []netip.Addr{ip("10.99.0.1")}, false},
+		{"a range holds the LB IP, not the node", []string{"10.99.0.2/32", "203.0.113.0/24"}, []netip.Addr{ip("10.99.0.1")}, false},
+		{"a range holds a secondary node IP only", []string{"172.17.0.0/16"}, []netip.Addr{ip("10.99.0.1"), ip("172.17.0.1")}, false},
+		{"the first IPv4 address is the primary one", []string{"172.17.0.0/16"}, []netip.Addr{ip("fd00:99::1"), ip("172.17.0.1"), ip("10.99.0.1")}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := proxier.NewState()
+			st.Node = proxier.Node{Name: node, IPs: tt.node}
+			var ranges []netip.Prefix
+			for _, r := range tt.ranges {
+				ranges = append(ranges, netip.MustParsePrefix(r))
+			}
+			st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.50")},
+				LoadBalancerIPs: []netip.Addr{lb}, LoadBalancerSourceRanges: ranges}
+			elems := BuildPlan(st, Config{}, nodeAddrs).Elements()
+			self := Element{Set: SetLBSourceIP, Addr: lb, Protocol: proxier.TCP, Port: 80, Addr2: lb}
+			deny := self
+			deny.Set = SetLBNoNodeAccess
+			if got := slices.Contains(elems, self); got != tt.allow {
+				t.Errorf("%s element present: %v, want %v", SetLBSourceIP, got, tt.allow)
+			}
+			if got := slices.Contains(elems, deny); got == tt.allow {
+				t.Errorf("%s element present: %v, want %v", SetLBNoNodeAccess, got, !tt.allow)
+			}
+			for _, r := range ranges {
+				if !slices.Contains(elems, Element{Set: SetLBSourceCIDR, Addr: lb, Protocol: proxier.TCP, Port: 80, Net: r}) {
+					t.Errorf("range %s not in %s", r, SetLBSourceCIDR)
+				}
+			}
+		})
 	}
 }

@@ -26,7 +26,7 @@ const (
 // objects; there is one table per family, and both use the same names.
 type SetDef struct {
 	Name string
-	// IPSetType is upstream's ipset type, for reference.
+	// IPSetType is upstream's ipset type, for reference ("": none upstream).
 	IPSetType string
 	Key       []KeyPart
 	// Interval: the key ends in a prefix (nft "flags interval").
@@ -53,6 +53,11 @@ const (
 	SetNodePortLocalSCTP   = "KUBE-NODE-PORT-LOCAL-SCTP-HASH"
 	SetHealthCheckNodePort = "KUBE-HEALTH-CHECK-NODE-PORT"
 	SetIPVSIPs             = "KUBE-IPVS-IPS"
+	// SetLBNoNodeAccess has no ipset upstream, where each element is a
+	// rule of KUBE-IPVS-OUT-FILTER (-s LB IP -m ipvs --vaddr LB IP ...
+	// -j DROP): an nft rule cannot compare two fields of a packet, a
+	// set lookup of both can.
+	SetLBNoNodeAccess = "KUBE-LOAD-BALANCER-NO-NODE-ACCESS"
 )
 
 var (
@@ -72,6 +77,7 @@ var Sets = []SetDef{
 	{SetLoadBalancerFW, "hash:ip,port", keyIPPort, false, "LoadBalancer IP . proto . port with loadBalancerSourceRanges"},
 	{SetLoadBalancerLocal, "hash:ip,port", keyIPPort, false, "LoadBalancer IP . proto . port of Local-policy services: source kept"},
 	{SetLBSourceIP, "hash:ip,port,ip", keyIPPortIP, false, "LoadBalancer IP . proto . port . the LB IP as source: the node's own requests, allowed when a range holds the node"},
+	{SetLBNoNodeAccess, "", keyIPPortIP, false, "LoadBalancer IP . proto . port . the LB IP as source: the node's own requests, dropped when no range holds the node"},
 	{SetLBSourceCIDR, "hash:ip,port,net", []KeyPart{PartAddr, PartProto, PartPort, PartNet}, true, "LoadBalancer IP . proto . port . allowed source range"},
 	{SetNodePortTCP, "bitmap:port", keyPort, false, "TCP NodePorts: masqueraded"},
 	{SetNodePortLocalTCP, "bitmap:port", keyPort, false, "TCP NodePorts of Local-policy services: source kept"},

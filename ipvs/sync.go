@@ -206,6 +206,19 @@ func (s *Syncer) readKernel() error {
 	if err != nil {
 		return fmt.Errorf("reading IPVS services: %w", err)
 	}
+	s.adoptIPVS(vss)
+	// Drain entries for servers that are gone are dropped by the diff;
+	// after a restart the diff finds weight-0 leftovers and drains them.
+	if err := s.readHelper(); err != nil {
+		return err
+	}
+	s.read = true
+	return nil
+}
+
+// adoptIPVS takes vss as what the kernel holds and marks every key, held
+// or wanted, for the next diff.
+func (s *Syncer) adoptIPVS(vss []VirtualServer) {
 	s.have = make(map[ServiceKey]*appliedService, len(vss))
 	for _, v := range vss {
 		a := &appliedService{svc: v.Service, dests: make(map[netip.AddrPort]Dest, len(v.Dests))}
@@ -218,13 +231,6 @@ func (s *Syncer) readKernel() error {
 	for k := range s.vsOwners {
 		s.dirtyVS[k] = true
 	}
-	// Drain entries for servers that are gone are dropped by the diff;
-	// after a restart the diff finds weight-0 leftovers and drains them.
-	if err := s.readHelper(); err != nil {
-		return err
-	}
-	s.read = true
-	return nil
 }
 
 func (s *Syncer) readHelper() error {

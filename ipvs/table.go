@@ -167,9 +167,10 @@ func BuildHelperTable(f nft.Family, cfg nft.Config, node proxier.Node) *nft.SetT
 			R(hc, ret),
 			R(nft.CtState{Bits: nft.CtNew}, nft.LookupSet(SetIPVSIPs, nft.FieldDaddr), nft.Reject{}).WithComment("new connections to a virtual address on a port that is no service"),
 		}},
-		// The node's own requests to an LB IP with source ranges (#119656).
+		// The node's own requests to an LB IP with source ranges that do
+		// not hold the node (#119656): they come from the LB IP.
 		{Name: chainIPVSOutFilter, Rules: []nft.Rule{
-			R(in(SetLoadBalancerFW), nft.GotoChain(chainSourceRanges)),
+			R(nft.LookupSet(SetLBNoNodeAccess, srcKey...), nft.Verdict{Kind: nft.Drop}),
 		}},
 		{Name: chainForward, Rules: []nft.Rule{
 			R(nft.MarkIsSet{Bit: mark}, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes forwarding rules"),

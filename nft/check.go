@@ -189,9 +189,14 @@ func (t *Table) eachElement(m string, fn func(e Element)) {
 // rulesDrift compares every rule of the table with the kernel's, in one
 // dump of the table's rules.
 func (k *Kernel) rulesDrift(t *Table, kt *kTable, d *drift) error {
-	f := t.Family
 	want := make(map[string]*Chain, t.chainCount())
 	t.eachChain(func(c *Chain) { want[c.Name] = c })
+	return k.chainRulesDrift(t.Family, t.Name, want, kt, d)
+}
+
+// chainRulesDrift compares the rules of the kernel's chains of a table
+// (kt) with want's, by chain name, in canonical form.
+func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *kTable, d *drift) error {
 	seen := make(map[string]int, len(want))
 	bad := map[string]bool{}
 	scratch := &batch{}
@@ -213,7 +218,7 @@ func (k *Kernel) rulesDrift(t *Table, kt *kTable, d *drift) error {
 		}
 	}
 	for name := range kt.chains {
-		if err := k.dumpChainRules(f, t.Name, name, compare); err != nil {
+		if err := k.dumpChainRules(f, table, name, compare); err != nil {
 			return err
 		}
 	}

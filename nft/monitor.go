@@ -283,3 +283,50 @@ func (m *monitor) markAll() {
 	m.all = true
 	m.mu.Unlock()
 }
+
+// TableRef names a table of one family.
+type TableRef struct {
+	Family Family
+	Name   string
+}
+
+func (r TableRef) String() string { return r.Family.String() + " " + r.Name }
+
+// ChangeMonitor tells which of some tables another process than our Kernel
+// changed: the change monitor of the Backend, for the other tables written
+// through a Kernel (the IPVS mode's helper tables).
+type ChangeMonitor struct{ m *monitor }
+
+// WatchTables opens a change monitor of tables in k's network namespace.
+// onChange, when set, is called from another goroutine when one of them
+// gets changed while none was marked: take the marks with Take. Close it
+// when done (Kernel.Close does not).
+func (k *Kernel) WatchTables(tables []TableRef, onChange func()) (*ChangeMonitor, error) {
+	watch := make([]tableName, len(tables))
+	for i, t := range tables {
+		watch[i] = tableName{t.Family, t.Name}
+	}
+	m, err := k.openMonitor(watch, monitorRcvBuf, onChange)
+	if err != nil {
+		return nil, fmt.Errorf("following nftables changes: %w", err)
+	}
+	return &ChangeMonitor{m: m}, nil
+}
+
+// Pending reports whether another process changed a watched table since
+// the last Take, as far as the events read so far tell.
+func (c *ChangeMonitor) Pending() bool { return c.m.pending() }
+
+// Take reads what is queued, then returns and clears the marks: the tables
+// changed since the last Take, or all when events were lost or the monitor
+// broke (then it stays all).
+func (c *ChangeMonitor) Take() (changed []TableRef, all bool) {
+	marked, all := c.m.take()
+	for t := range marked {
+		changed = append(changed, TableRef{t.f, t.name})
+	}
+	return changed, all
+}
+
+// Close stops following changes.
+func (c *ChangeMonitor) Close() error { return c.m.close() }

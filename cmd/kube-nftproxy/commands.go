@@ -427,8 +427,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		nftBackend.OnForeignChange = loop.Changed
 	}
 	if ipvsBackend != nil {
-		// Draining real servers are checked at the times it asks for.
+		// Draining real servers are checked at the times it asks for;
+		// another process's change to a helper table is repaired now.
 		ipvsBackend.SyncAt = loop.SyncAt
+		ipvsBackend.OnForeignChange = loop.Changed
 	}
 	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
@@ -436,11 +438,15 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
 	}
+	onDrift := func(table string, _ []string) { // the backend logs what differed
+		health.Drifted()
+		metrics.DriftRepairs.WithLabelValues(table).Inc()
+	}
 	if nftBackend != nil {
-		nftBackend.OnDrift = func(table string, _ []string) { // the backend logs what differed
-			health.Drifted()
-			metrics.DriftRepairs.WithLabelValues(table).Inc()
-		}
+		nftBackend.OnDrift = onDrift
+	}
+	if ipvsBackend != nil {
+		ipvsBackend.OnDrift = onDrift
 	}
 	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		metrics.Observe(res, took, err)

@@ -189,3 +189,25 @@ func TestIPVSMissing(t *testing.T) {
 		t.Errorf("err = %v; want ErrNoIPVS saying what to do", err)
 	}
 }
+
+// --nodeport-addresses primary works in ipvs mode: NodePort virtual
+// servers only on the Node object's primary addresses (render takes the
+// node's addresses from it: the demo node's only IPv4 one, none for IPv6
+// where the Node has no address, so all of that family's).
+func TestRenderIPVSNodePortPrimary(t *testing.T) {
+	out, err := run("render", "--proxy-mode", "ipvs", "--state", "../../examples/demo", "--hostname-override", "node-1",
+		"--cluster-cidr", "10.244.0.0/16", "--nodeport-addresses", "primary")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	all, err := run("render", "--proxy-mode", "ipvs", "--state", "../../examples/demo", "--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, all)
+	}
+	if !strings.Contains(out, "-A -t 10.99.0.1:30080 -s rr") {
+		t.Errorf("no NodePort on the primary address:\n%s", out)
+	}
+	if out != all {
+		t.Errorf("the demo node has one address per family: primary should change nothing; got\n%s\nwant\n%s", out, all)
+	}
+}

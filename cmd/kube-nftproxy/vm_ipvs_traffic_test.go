@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -101,6 +103,10 @@ func runEcho(mode string) int {
 			fmt.Println("ERR", err)
 			return 1
 		}
+		// At the end of stdin the connection is reset, not closed: IPVS
+		// forgets a reset connection in 10 s, a closed one only after
+		// TIME_WAIT (2 min), and a draining real server waits for it.
+		defer func() { _ = c.(*net.TCPConn).SetLinger(0); c.Close() }()
 		in, replies := bufio.NewScanner(os.Stdin), bufio.NewReader(c)
 		for in.Scan() {
 			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
@@ -201,11 +207,12 @@ type trafficEnv struct {
 	self  string
 	proxy *sandbox.Process
 	syncs *atomic.Int32 // syncs that changed something, as the proxies logged them
+	state string        // the proxy's --state: a writable copy of testdata/ipvs-traffic
 }
 
 // with returns the environment for a subtest: failures go to t.
 func (e *trafficEnv) with(t *testing.T) *trafficEnv {
-	return &trafficEnv{t: t, sb: e.sb, self: e.self, proxy: e.proxy, syncs: e.syncs}
+	return &trafficEnv{t: t, sb: e.sb, self: e.self, proxy: e.proxy, syncs: e.syncs, state: e.state}
 }
 
 // Addresses of the topology and of testdata/ipvs-traffic.
@@ -218,7 +225,10 @@ const (
 	podA       = "10.244.0.10"
 	podB       = "10.244.0.11"
 	clientIP   = "10.99.0.2"
-	strayPort  = "9999" // a node listener's port that is no Service port
+	client2IP  = "10.99.0.3" // a second off-cluster client, on the client's link
+	strayPort  = "9999"      // a node listener's port that is no Service port
+	syncPeriod = 5 * time.Second
+	metricsURL = "http://127.0.0.1:10249/metrics" // in the node namespace
 )
 
 // start runs the test binary in ns as an echo server or (with a JSON
@@ -322,7 +332,7 @@ func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]
 			}
 		}
 		for _, r := range s.Results {
-			src, _, _ := strings.Cut(r.Source, ":")
+			src, _, _ := net.SplitHostPort(r.Source)
 			w := wantSrc
 			if p, ok := srcPer[r.Backend]; ok {
 				w = p
@@ -337,9 +347,10 @@ func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]
 
 // startProxy starts the command in IPVS mode in the node namespace.
 func (e *trafficEnv) startProxy() {
-	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", "testdata/ipvs-traffic",
-		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16",
-		"--healthz-bind-address", healthz, "--metrics-bind-address", "")
+	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", e.state,
+		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
+		"--healthz-bind-address", healthz, "--metrics-bind-address", strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"),
+		"--ipvs-sync-period", syncPeriod.String(), "--testing-ipvs-drain-check-period", "1s")
 }
 
 const healthz = "127.0.0.1:10256" // in the node namespace
@@ -381,6 +392,77 @@ func (e *trafficEnv) vsConns() map[string]int {
 
 var vsStatsRE = regexp.MustCompile(`(?m)^(TCP|UDP)\s+(\S+)\s+\S+\s+(\d+)`)
 
+// writeState replaces (or adds) one state file at once: written beside it
+// under a hidden name (which the proxy ignores), then renamed.
+func (e *trafficEnv) writeState(name, content string) {
+	e.t.Helper()
+	tmp := filepath.Join(e.state, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.state, name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// get fetches a URL from the node namespace.
+func (e *trafficEnv) get(ctx context.Context, url string) (string, error) {
+	cmd := e.sb.Command(ctx, sandbox.Node, e.self)
+	cmd.Env = append(os.Environ(), echoEnv+"=get", echoArgsEnv+"="+url)
+	out, err := cmd.Output()
+	return string(out), err
+}
+
+// driftRepairs is kubenftproxy_drift_repairs_total{table} of the running proxy.
+func (e *trafficEnv) driftRepairs(table string) int {
+	e.t.Helper()
+	out, err := e.get(e.t.Context(), metricsURL)
+	if err != nil {
+		e.t.Fatalf("metrics: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^kubenftproxy_drift_repairs_total\{table="` + regexp.QuoteMeta(table) + `"\} (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// realServers reads the real servers of one virtual server and their
+// weights from /proc/net/ip_vs (hexadecimal addresses) in the node
+// namespace; ok is false when there is no such virtual server.
+func (e *trafficEnv) realServers(vs netip.AddrPort) (dests map[netip.AddrPort]int, ok bool) {
+	e.t.Helper()
+	out, err := e.sb.Exec(e.t.Context(), sandbox.Node, "cat", "/proc/net/ip_vs")
+	if err != nil {
+		e.t.Fatalf("/proc/net/ip_vs: %v", err)
+	}
+	hex := func(ap netip.AddrPort) string {
+		return fmt.Sprintf("%X:%04X", ap.Addr().AsSlice(), ap.Port())
+	}
+	want := hex(vs)
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && (f[0] == "TCP" || f[0] == "UDP"):
+			if ok {
+				return dests, true
+			}
+			if f[1] == want {
+				ok, dests = true, map[netip.AddrPort]int{}
+			}
+		case ok && len(f) >= 4 && f[0] == "->":
+			for _, a := range []string{podA + ":8081", podB + ":8081", podA + ":8080", podB + ":8080"} {
+				if ap := netip.MustParseAddrPort(a); hex(ap) == f[1] {
+					w, _ := strconv.Atoi(f[3])
+					dests[ap] = w
+				}
+			}
+		}
+	}
+	return dests, ok
+}
+
 func newTrafficEnv(t *testing.T) *trafficEnv {
 	vmguest.RequireIPVS(t)
 	if os.Geteuid() != 0 {
@@ -401,10 +483,26 @@ func newTrafficEnv(t *testing.T) *trafficEnv {
 			t.Error(err)
 		}
 	})
-	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32)}
-	// The client reaches external IPs through the node, like a router would.
-	if out, err := sb.Exec(ctx, sandbox.Client, "ip", "route", "add", "203.0.113.0/24", "via", nodeIP); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32), state: t.TempDir()}
+	// The state files in a directory the test may change (the share is read-only).
+	files, err := filepath.Glob("testdata/ipvs-traffic/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("testdata/ipvs-traffic: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.writeState(filepath.Base(f), string(b))
+	}
+	// The client reaches external IPs through the node, like a router
+	// would; its second address is outside the LB source ranges.
+	for _, c := range [][]string{{"ip", "route", "add", "203.0.113.0/24", "via", nodeIP},
+		{"ip", "addr", "add", client2IP + "/24", "dev", sandbox.PodDev, "nodad"}} {
+		if out, err := sb.Exec(ctx, sandbox.Client, c...); err != nil {
+			t.Fatalf("%v: %v: %s", c, err, out)
+		}
 	}
 	for _, p := range sb.Pods() {
 		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353", Lines: ":8081"})
@@ -589,13 +687,287 @@ func TestVMIPVSTraffic(t *testing.T) {
 		}
 	})
 
+	step("LoadBalancerSourceRanges", func(e *trafficEnv, t *testing.T) {
+		// lb-fw (203.0.113.20) allows 10.99.0.2 and 203.0.113.0/24;
+		// lb-node (203.0.113.21) allows 10.99.0.2 and the node, 10.99.0.1.
+		const lbFW, lbNode = "203.0.113.20:80", "203.0.113.21:80"
+		for _, lb := range []string{lbFW, lbNode} {
+			e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: lb, Count: n}, 10*time.Second,
+				backendsAndSources(n, both, bridgeIP, nil))
+		}
+		// The node may reach lb-node (a range holds its primary IP).
+		e.eventually(sandbox.Node, echo.ClientConfig{Network: "tcp", Addr: lbNode, Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+		refused := func(ns string, src netip.Addr, addr string) {
+			t.Helper()
+			sum, err := e.client(t.Context(), ns, echo.ClientConfig{Network: "tcp", Addr: addr, Count: 2, Timeout: 500 * time.Millisecond, SrcAddr: src})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.OK != 0 {
+				t.Errorf("%s (source %v) -> %s answered: %v", ns, src, addr, sum.Backend)
+			} else {
+				t.Logf("%s (source %v) -> %s refused: %v", ns, src, addr, sum.Errors)
+			}
+		}
+		c2 := netip.MustParseAddr(client2IP)
+		refused(sandbox.Client, c2, lbFW)
+		refused(sandbox.Client, c2, lbNode)
+		refused("pod-a", netip.Addr{}, lbFW)
+		// Upstream drops the node's requests to lb-fw, although they come
+		// from the LB IP, which one of its ranges holds.
+		refused(sandbox.Node, netip.Addr{}, lbFW)
+		// Control: the second client address is fine elsewhere.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: 2, SrcAddr: c2}, 10*time.Second,
+			backendsAndSources(2, nil, bridgeIP, nil))
+	})
+
+	step("TrafficPolicyLocal", func(e *trafficEnv, t *testing.T) {
+		// "local" (10.96.0.40, NodePort 30081, eTP and iTP Local): pod-a
+		// on this node, pod-b on node-2 as far as the proxy knows.
+		// NodePort: only the local endpoint, and the client's address kept.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":30081", Count: n}, 10*time.Second,
+			backendsAndSources(n, []string{"pod-a"}, clientIP, nil))
+		// ClusterIP from a pod: only the local endpoint (iTP Local).
+		e.eventually("pod-b", echo.ClientConfig{Network: "tcp", Addr: "10.96.0.40:80", Count: n}, 10*time.Second,
+			backendsAndSources(n, []string{"pod-a"}, podB, nil))
+		// "remote" (NodePort 30082, eTP Local, both endpoints on node-2):
+		// IPVS mode falls back to the cluster endpoints (#97081), the
+		// source still kept.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: nodeIP + ":30082", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, clientIP, nil))
+		// "itp-remote" (ClusterIP, iTP Local, both on node-2): no
+		// cluster endpoints to fall back to, no real server.
+		sum, err := e.client(t.Context(), "pod-a", echo.ClientConfig{Network: "tcp", Addr: "10.96.0.42:80", Count: 2, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.OK != 0 {
+			t.Errorf("iTP Local without a local endpoint answered: %v", sum.Backend)
+		}
+		if d, ok := e.realServers(netip.MustParseAddrPort("10.96.0.42:80")); !ok || len(d) != 0 {
+			t.Errorf("10.96.0.42:80: real servers %v (present %v), want a virtual server without any", d, ok)
+		}
+	})
+
+	step("TerminatingDrains", func(e *trafficEnv, t *testing.T) {
+		vs := netip.MustParseAddrPort("10.96.0.31:82")
+		held := e.hold(sandbox.Client, vs.String())
+		who, err := held.ask("before")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, whoIP, otherIP := "pod-b", podA, podB
+		if who == "pod-b" {
+			other, whoIP, otherIP = "pod-a", podB, podA
+		}
+		whoRS := netip.AddrPortFrom(netip.MustParseAddr(whoIP), 8081)
+		orig, err := os.ReadFile(filepath.Join(e.state, "drain.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// who's endpoint terminates: not ready, still serving.
+		i := strings.Index(string(orig), `["`+whoIP+`"]`)
+		j := strings.Index(string(orig)[i:], "ready: true")
+		if i < 0 || j < 0 {
+			t.Fatalf("no endpoint %s in drain.yaml", whoIP)
+		}
+		changed := string(orig)[:i+j] + "ready: false, serving: true, terminating: true" +
+			strings.TrimPrefix(string(orig)[i+j:], "ready: true, serving: true, terminating: false")
+		t0 := time.Now()
+		e.writeState("drain.yaml", changed)
+		if err := sandbox.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(context.Context) error {
+			if d, _ := e.realServers(vs); d[whoRS] != 0 || len(d) != 2 {
+				return fmt.Errorf("real servers %v", d)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s not weight 0: %v", whoRS, err)
+		}
+		t.Logf("%s at weight 0 after %v", whoRS, time.Since(t0).Round(time.Millisecond))
+		// The held connection goes on; new ones go to the other pod.
+		if got, err := held.ask("during"); err != nil || got != who {
+			t.Fatalf("held connection while draining: %q, %v; want %s", got, err, who)
+		}
+		for i := range n {
+			h := e.hold(sandbox.Client, vs.String())
+			got, err := h.ask("new-" + strconv.Itoa(i))
+			h.in.Close()
+			if err != nil || got != other {
+				t.Errorf("new connection %d: %q, %v; want %s", i, got, err, other)
+			}
+		}
+		if d, _ := e.realServers(vs); len(d) != 2 {
+			t.Fatalf("the draining server went while its connection is open: %v", d)
+		}
+		// The held connection ends: the server goes once IPVS forgets it.
+		held.in.Close()
+		t1 := time.Now()
+		if err := sandbox.Poll(t.Context(), 40*time.Second, 200*time.Millisecond, func(context.Context) error {
+			if d, _ := e.realServers(vs); len(d) != 1 || d[netip.AddrPortFrom(netip.MustParseAddr(otherIP), 8081)] != 1 {
+				return fmt.Errorf("real servers %v", d)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("the idle draining server was not deleted: %v", err)
+		}
+		t.Logf("%s deleted %v after its last connection ended", whoRS, time.Since(t1).Round(time.Millisecond))
+		e.writeState("drain.yaml", string(orig))
+		if err := sandbox.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(context.Context) error {
+			if d, _ := e.realServers(vs); len(d) != 2 || d[whoRS] != 1 {
+				return fmt.Errorf("real servers %v", d)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s not back: %v", whoRS, err)
+		}
+	})
+
+	step("IPv6", func(e *trafficEnv, t *testing.T) {
+		const vip6, pod6B, bridge6 = "[fd00:10:96::10]:80", "fd00:10:244::11", "fd00:10:244::1"
+		out, err := e.sb.Exec(t.Context(), sandbox.Node, "ipvsadm", "-Sn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{"-A -t [fd00:10:96::10]:80 -s rr", "-a -t [fd00:10:96::10]:80 -r [fd00:10:244::10]:8080 -m -w 1",
+			"-A -t [fd00:99::1]:30086 -s rr"} {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("ipvsadm -Sn lacks %q:\n%s", w, out)
+			}
+		}
+		// Off-cluster: masqueraded to the node's kbr0 address.
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: vip6, Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridge6, nil))
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: "[fd00:99::1]:30086", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridge6, nil))
+		// From a pod: its own address, but to itself (hairpin).
+		e.eventually("pod-b", echo.ClientConfig{Network: "tcp", Addr: vip6, Count: n}, 10*time.Second,
+			backendsAndSources(n, both, "", map[string]string{"pod-a": pod6B, "pod-b": bridge6}))
+		e.eventually(sandbox.Node, echo.ClientConfig{Network: "tcp", Addr: vip6, Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridge6, nil))
+	})
+
+	step("IPVSDriftRepaired", func(e *trafficEnv, t *testing.T) {
+		// Someone deletes a virtual server and a real server with
+		// ipvsadm: the next periodic sync puts them back.
+		before := e.driftRepairs("ipvs")
+		t0 := time.Now()
+		for _, c := range [][]string{{"ipvsadm", "-D", "-t", clusterIP + ":80"}, {"ipvsadm", "-d", "-t", "10.96.0.30:81", "-r", podA + ":8081"}} {
+			if out, err := e.sb.Exec(t.Context(), sandbox.Node, c...); err != nil {
+				t.Fatalf("%v: %v: %s", c, err, out)
+			}
+		}
+		if _, ok := e.realServers(netip.MustParseAddrPort(clusterIP + ":80")); ok {
+			t.Fatal("ipvsadm -D left the virtual server")
+		}
+		if err := sandbox.Poll(t.Context(), 4*syncPeriod, 200*time.Millisecond, func(context.Context) error {
+			web, ok := e.realServers(netip.MustParseAddrPort(clusterIP + ":80"))
+			held, _ := e.realServers(netip.MustParseAddrPort("10.96.0.30:81"))
+			if !ok || len(web) != 2 || len(held) != 2 {
+				return fmt.Errorf("%s: %v (present %v); 10.96.0.30:81: %v", clusterIP, web, ok, held)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("not repaired: %v", err)
+		}
+		t.Logf("IPVS repaired after %v (sync period %v)", time.Since(t0).Round(time.Millisecond), syncPeriod)
+		if after := e.driftRepairs("ipvs"); after <= before {
+			t.Errorf("kubenftproxy_drift_repairs_total{table=\"ipvs\"} %d, was %d", after, before)
+		}
+		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, 10*time.Second,
+			backendsAndSources(n, both, bridgeIP, nil))
+	})
+
 	step("StrayPortWithoutFilterAnswers", func(e *trafficEnv, t *testing.T) {
 		// The control for StrayPortOnVIPRefused: without KUBE-IPVS-FILTER
-		// the node daemon does answer on the ClusterIP.
+		// the node daemon does answer on the ClusterIP. The proxy is
+		// stopped meanwhile: running, it would repair the chain at once.
+		if err := root.proxy.Stop(10 * time.Second); err != nil {
+			t.Fatalf("stopping the proxy: %v", err)
+		}
 		if out, err := e.sb.Exec(t.Context(), sandbox.Node, "nft", "flush", "chain", "ip", "kube-nftproxy-ipvs", "KUBE-IPVS-FILTER"); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 		e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":" + strayPort, Count: 1}, 5*time.Second,
 			backendsAndSources(1, []string{"node"}, clientIP, nil))
+		// Started again, the proxy rewrites its helper tables.
+		root.startProxy()
+		e.eventuallyRefused(clusterIP+":"+strayPort, 20*time.Second)
 	})
+
+	step("HelperDriftRepaired", func(e *trafficEnv, t *testing.T) {
+		// Running, the proxy repairs its helper tables as soon as the
+		// change monitor sees another process change them, well within
+		// a sync period.
+		for _, tc := range []struct {
+			name  string
+			cmd   []string
+			table string
+			works func()
+		}{
+			{"chain flushed", []string{"nft", "flush", "chain", "ip", "kube-nftproxy-ipvs", "KUBE-IPVS-FILTER"}, "ip kube-nftproxy-ipvs",
+				func() { e.eventuallyRefused(clusterIP+":"+strayPort, syncPeriod-time.Second) }},
+			{"element removed", []string{"nft", "delete", "element", "ip", "kube-nftproxy-ipvs", "KUBE-CLUSTER-IP", "{ " + clusterIP + " . tcp . 80 }"}, "ip kube-nftproxy-ipvs",
+				func() { e.eventuallyElement(clusterIP+" . tcp . 80", syncPeriod-time.Second) }},
+			{"table deleted", []string{"nft", "delete", "table", "ip", "kube-nftproxy-ipvs"}, "ip kube-nftproxy-ipvs",
+				func() {
+					e.eventuallyRefused(clusterIP+":"+strayPort, syncPeriod-time.Second)
+					e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: clusterIP + ":80", Count: n}, syncPeriod-time.Second,
+						backendsAndSources(n, both, bridgeIP, nil))
+				}},
+			{"IPv6 rule deleted", []string{"nft", "flush", "chain", "ip6", "kube-nftproxy-ipvs", "KUBE-POSTROUTING"}, "ip6 kube-nftproxy-ipvs",
+				func() {
+					e.eventually(sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: "[fd00:10:96::10]:80", Count: 2}, syncPeriod-time.Second,
+						backendsAndSources(2, nil, "fd00:10:244::1", nil))
+				}},
+		} {
+			before := e.driftRepairs(tc.table)
+			t0 := time.Now()
+			if out, err := e.sb.Exec(t.Context(), sandbox.Node, tc.cmd...); err != nil {
+				t.Fatalf("%s: %v: %s", tc.name, err, out)
+			}
+			tc.works()
+			t.Logf("%s: repaired, working after %v", tc.name, time.Since(t0).Round(time.Millisecond))
+			if after := e.driftRepairs(tc.table); after <= before {
+				t.Errorf("%s: kubenftproxy_drift_repairs_total{table=%q} %d, was %d", tc.name, tc.table, after, before)
+			}
+		}
+	})
+}
+
+// eventuallyRefused waits until a new TCP connection from the client to
+// addr is refused (KUBE-IPVS-FILTER).
+func (e *trafficEnv) eventuallyRefused(addr string, timeout time.Duration) {
+	e.t.Helper()
+	err := sandbox.Poll(e.t.Context(), timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		sum, err := e.client(ctx, sandbox.Client, echo.ClientConfig{Network: "tcp", Addr: addr, Count: 1, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		if sum.OK != 0 {
+			return fmt.Errorf("answered by %v", sum.Backend)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatalf("client -> %s: %v", addr, err)
+	}
+}
+
+// eventuallyElement waits until the ip helper table lists elem again.
+func (e *trafficEnv) eventuallyElement(elem string, timeout time.Duration) {
+	e.t.Helper()
+	err := sandbox.Poll(e.t.Context(), timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "set", "ip", "kube-nftproxy-ipvs", "KUBE-CLUSTER-IP")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(out), elem) {
+			return fmt.Errorf("no %s in\n%s", elem, out)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }

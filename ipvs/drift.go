@@ -1,0 +1,195 @@
+package ipvs
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+// DriftScope is what a helper drift check reads back.
+type DriftScope struct {
+	IPv4, IPv6 bool // the helper table of that family
+	Addrs      bool // kube-ipvs0's addresses
+}
+
+func (s DriftScope) empty() bool { return !s.IPv4 && !s.IPv6 && !s.Addrs }
+
+// allHelpers reads everything back.
+var allHelpers = DriftScope{IPv4: true, IPv6: true, Addrs: true}
+
+// DriftChecker is a Helper that can compare the kernel with what was
+// applied. NftHelper is one.
+type DriftChecker interface {
+	// Drift compares the kernel with addrs and elems, all that was
+	// applied, within scope, and returns the differences by object: "ip
+	// kube-nftproxy-ipvs", "ip6 kube-nftproxy-ipvs", "kube-ipvs0".
+	Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error)
+}
+
+var _ DriftChecker = (*NftHelper)(nil)
+
+// Drift reads the helper tables back (rules, sets and elements, through
+// nft's read-back) and kube-ipvs0's addresses.
+func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error) {
+	out := map[string][]string{}
+	if scope.Addrs && h.link != nil {
+		got, err := h.link.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s addresses: %w", DummyName, err)
+		}
+		if d := addrDrift(addrs, got); len(d) > 0 {
+			out[DummyName] = d
+		}
+	}
+	for _, t := range h.tables {
+		if (t.Family == nft.IPv4 && !scope.IPv4) || (t.Family == nft.IPv6 && !scope.IPv6) {
+			continue
+		}
+		want := *t
+		want.Elements = map[string][]nft.SetElement{}
+		for _, e := range elems {
+			if e.V6 == (t.Family == nft.IPv6) {
+				want.Elements[e.Set] = append(want.Elements[e.Set], setElement(e))
+			}
+		}
+		d, err := h.k.SetTableDrift(&want)
+		if err != nil {
+			return nil, fmt.Errorf("reading back %s %s: %w", t.Family, t.Name, err)
+		}
+		if len(d) > 0 {
+			out[t.Family.String()+" "+t.Name] = d
+		}
+	}
+	return out, nil
+}
+
+// HelperTableRefs names the helper tables, for a change monitor.
+func HelperTableRefs() []nft.TableRef {
+	return []nft.TableRef{{Family: nft.IPv4, Name: HelperTableName}, {Family: nft.IPv6, Name: HelperTableName}}
+}
+
+// scopeOf is the part of the helpers that changed tables name.
+func scopeOf(changed []nft.TableRef) DriftScope {
+	var s DriftScope
+	for _, t := range changed {
+		if t.Name == HelperTableName {
+			s.IPv4 = s.IPv4 || t.Family == nft.IPv4
+			s.IPv6 = s.IPv6 || t.Family == nft.IPv6
+		}
+	}
+	return s
+}
+
+func addrDrift(want, got []netip.Addr) []string {
+	var d []string
+	have := map[netip.Addr]bool{}
+	for _, a := range got {
+		have[a] = true
+	}
+	for _, a := range want {
+		if !have[a] {
+			d = append(d, "address "+a.String()+" missing")
+		}
+		delete(have, a)
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(have), netip.Addr.Compare) {
+		d = append(d, "address "+a.String()+" is not ours")
+	}
+	return d
+}
+
+// maxIPVSDiffs bounds the differences CheckIPVS describes.
+const maxIPVSDiffs = 20
+
+// CheckHelper compares the helper with what the Syncer applied (within
+// scope). On a difference the next Sync reads the helper again and
+// rewrites it: the tables whole with the elements found, then the missing
+// elements and addresses by difference. It returns the differences by
+// object; nothing when the helper cannot check.
+func (s *Syncer) CheckHelper(scope DriftScope) (map[string][]string, error) {
+	c, ok := s.h.(DriftChecker)
+	if !ok || !s.read || s.helperRead || scope.empty() {
+		return nil, nil
+	}
+	addrs := slices.SortedFunc(maps.Keys(s.haveAddrs), netip.Addr.Compare)
+	elems := slices.SortedFunc(maps.Keys(s.haveElems), compareElements)
+	diffs, err := c.Drift(addrs, elems, scope)
+	if err != nil {
+		return nil, err
+	}
+	if len(diffs) > 0 {
+		s.helperRead = true
+	}
+	return diffs, nil
+}
+
+// CheckIPVS reads the kernel's virtual and real servers and compares them
+// with what the Syncer applied: someone may have deleted or changed one
+// (ipvsadm). On a difference it adopts what it read, so that the next
+// Sync makes every key match again. It returns the differences.
+func (s *Syncer) CheckIPVS() ([]string, error) {
+	if !s.read {
+		return nil, nil
+	}
+	vss, err := s.k.Read()
+	if err != nil {
+		return nil, fmt.Errorf("reading IPVS services: %w", err)
+	}
+	var d []string
+	more := 0
+	add := func(format string, args ...any) {
+		if len(d) < maxIPVSDiffs {
+			d = append(d, fmt.Sprintf(format, args...))
+		} else {
+			more++
+		}
+	}
+	got := make(map[ServiceKey]VirtualServer, len(vss))
+	for _, v := range vss {
+		got[v.ServiceKey] = v
+	}
+	for _, key := range slices.SortedFunc(maps.Keys(s.have), ServiceKey.Compare) {
+		a := s.have[key]
+		v, ok := got[key]
+		if !ok {
+			add("virtual server %s: missing", key)
+			continue
+		}
+		if !v.sameSettings(a.svc) {
+			add("virtual server %s: scheduler %s flags 0x%x timeout %d, want %s 0x%x %d", key, v.Scheduler, v.Flags, v.Timeout, a.svc.Scheduler, a.svc.Flags, a.svc.Timeout)
+		}
+		kd := make(map[netip.AddrPort]Dest, len(v.Dests))
+		for _, x := range v.Dests {
+			kd[x.Addr] = x
+		}
+		for _, addr := range slices.SortedFunc(maps.Keys(a.dests), netip.AddrPort.Compare) {
+			want := a.dests[addr]
+			x, ok := kd[addr]
+			switch {
+			case !ok:
+				add("real server %s -> %s: missing", key, addr)
+			case want.Weight != unknownWeight && (x.Weight != want.Weight || x.Fwd&fwdMask != want.Fwd&fwdMask):
+				add("real server %s -> %s: weight %d, want %d", key, addr, x.Weight, want.Weight)
+			}
+			delete(kd, addr)
+		}
+		for _, addr := range slices.SortedFunc(maps.Keys(kd), netip.AddrPort.Compare) {
+			add("real server %s -> %s: not ours", key, addr)
+		}
+	}
+	for _, key := range slices.SortedFunc(maps.Keys(got), ServiceKey.Compare) {
+		if s.have[key] == nil && !s.excluded(key.Addr) {
+			add("virtual server %s: not ours", key)
+		}
+	}
+	if more > 0 {
+		d = append(d, fmt.Sprintf("and %d more differences", more))
+	}
+	if len(d) > 0 {
+		s.adoptIPVS(vss)
+	}
+	return d, nil
+}
