@@ -224,4 +224,3 @@ func mapsEqual(a, b map[string]int) bool {
 	}
 	return true
 }
-
