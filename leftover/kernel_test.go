@@ -224,3 +224,19 @@ func mapsEqual(a, b map[string]int) bool {
 	}
 	return true
 }
+
+// BenchmarkKernelLook is the Watcher's periodic look on a node with
+// someone else's iptables-nft tables and no kube-proxy rules (the common
+// case): the tables listed, kube-proxy's fixed chains looked up.
+func BenchmarkKernelLook(b *testing.B) {
+	ns := testns.New(b, "knp-left-")
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-ec", foreignScript).CombinedOutput(); err != nil {
+		b.Skipf("someone else's rules: %v: %s", err, out)
+	}
+	w := &Watcher{Config: Config{NetNS: nsPath(ns), IPVS: true}}
+	for b.Loop() {
+		if w.present() {
+			b.Fatal("found kube-proxy's objects in a namespace without them")
+		}
+	}
+}
