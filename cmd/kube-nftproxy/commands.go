@@ -396,6 +396,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if _, err := k.Generation(); err != nil {
 		return needPrivileges("talking to nftables", err)
 	}
+	upstream := cleanUpstream(ipvsConn != nil, log)
 	var backend proxier.Backend
 	var nftBackend *nft.Backend
 	var ipvsBackend *ipvs.Backend
@@ -434,6 +435,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
+	upstream.watch(ctx, log, metrics)
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
@@ -692,7 +694,11 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 	if removedIPVS {
 		fmt.Fprintln(out, "removed IPVS mode's virtual servers, "+ipvs.DummyName+" and helper tables")
 	}
-	if !removed && !removedIPVS {
+	removedUpstream, err := cleanupUpstream(out, log)
+	if err != nil {
+		return needPrivileges("removing upstream kube-proxy's leftovers", err)
+	}
+	if !removed && !removedIPVS && !removedUpstream {
 		fmt.Fprintln(out, "nothing to clean up")
 	}
 	return nil

@@ -1,0 +1,88 @@
+package ipvs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+)
+
+// DummyAddrs returns kube-ipvs0's addresses in the current network
+// namespace or the one at netnsPath, without creating the link; exists is
+// false when there is no kube-ipvs0.
+func DummyAddrs(netnsPath string) (addrs []netip.Addr, exists bool, err error) {
+	fd, err := netns.NetlinkSocket(netnsPath, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, false, err
+	}
+	d := &Dummy{fd: fd, buf: make([]byte, 1<<16)}
+	defer d.Close()
+	err = d.exchange(getLinkMessage(DummyName, d.nextSeq()), func(typ uint16, p []byte) {
+		if typ == unix.RTM_NEWLINK && len(p) >= unix.SizeofIfInfomsg {
+			d.index = int32(binary.NativeEndian.Uint32(p[4:8]))
+		}
+	})
+	if errors.Is(err, unix.ENODEV) {
+		return nil, false, nil
+	}
+	if err != nil || d.index == 0 {
+		return nil, false, fmt.Errorf("finding %s: %v", DummyName, err)
+	}
+	addrs, err = d.Addrs()
+	if err != nil {
+		return nil, true, fmt.Errorf("listing the addresses of %s: %w", DummyName, err)
+	}
+	return addrs, true, nil
+}
+
+// DeleteUpstreamLeftovers removes what upstream kube-proxy's IPVS mode
+// leaves behind when another mode takes over: the virtual servers on
+// kube-ipvs0's addresses (through k; nil for a kernel without IPVS), then
+// kube-ipvs0 itself. Virtual servers on other addresses (NodePorts on the
+// node's, or someone else's) stay. It is not for IPVS mode, whose own
+// kube-ipvs0 and virtual servers these are.
+func DeleteUpstreamLeftovers(netnsPath string, k Kernel) (servers int, link bool, err error) {
+	addrs, exists, err := DummyAddrs(netnsPath)
+	if err != nil || !exists {
+		return 0, false, err
+	}
+	if k != nil && len(addrs) > 0 {
+		on := map[netip.Addr]bool{}
+		for _, a := range addrs {
+			on[a] = true
+		}
+		vss, err := k.Read()
+		if err != nil {
+			return 0, false, fmt.Errorf("reading IPVS services: %w", err)
+		}
+		var ops []Op
+		for _, v := range vss {
+			if on[v.Addr] {
+				ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
+			}
+		}
+		if len(ops) > 0 {
+			opErrs, err := k.Apply(ops)
+			if err != nil {
+				return 0, false, fmt.Errorf("deleting IPVS services on %s: %w", DummyName, err)
+			}
+			var errs []error
+			for i, e := range opErrs {
+				if e != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ops[i], e))
+				} else {
+					servers++
+				}
+			}
+			if len(errs) > 0 {
+				return servers, false, errors.Join(errs...)
+			}
+		}
+	}
+	link, err = DeleteDummy(netnsPath)
+	return servers, link, err
+}
