@@ -37,7 +37,9 @@ func TestCompareUpstream(t *testing.T) {
 		}, want: map[string]string{"default/sticky:http tcp": "different: session affinity: ours has KUBE-SEP-HBFFEUML3KQEPO24 records the client"}},
 		{name: "source range", edit: func(s string) string { return strings.ReplaceAll(s, "-s 192.0.2.0/24", "-s 192.0.3.0/24") },
 			want: map[string]string{"default/lb:https tcp": "different: source ranges: iptables has 203.0.113.10:443 from 10.99.0.0/24, 192.0.3.0/24, 203.0.113.10/32; others drop; ours has 203.0.113.10:443 from 10.99.0.0/24, 192.0.2.0/24, 203.0.113.10/32; others drop"}},
-		{name: "no firewall drop", edit: func(s string) string { return line(`-A KUBE-PROXY-FIREWALL -d 203.0.113.10/32`).ReplaceAllString(s, "") },
+		{name: "no firewall drop", edit: func(s string) string {
+			return line(`-A KUBE-PROXY-FIREWALL -d 203.0.113.10/32`).ReplaceAllString(s, "")
+		},
 			want: map[string]string{"default/lb:https tcp": "others go on un-DNATed"}},
 		{name: "eTP Local without the pod short cut", edit: func(s string) string {
 			return line(`-A KUBE-EXT-F7NDLNIQR2UPIWCN -s 10.244.0.0/16`).ReplaceAllString(s, "")
@@ -45,9 +47,13 @@ func TestCompareUpstream(t *testing.T) {
 		{name: "drop instead of reject", edit: func(s string) string {
 			return strings.Replace(s, `"default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable`, `"default/empty:http has no endpoints" -m tcp --dport 80 -j DROP`, 1)
 		}, want: map[string]string{"default/empty:http tcp": "different: destinations: iptables has 10.96.20.12:80 -> drop; ours has 10.96.20.12:80 -> reject"}},
-		{name: "masquerade all", edit: func(s string) string { return strings.ReplaceAll(s, "! -s 10.244.0.0/16 -d 10.96.20.1/32", "-d 10.96.20.1/32") },
+		{name: "masquerade all", edit: func(s string) string {
+			return strings.ReplaceAll(s, "! -s 10.244.0.0/16 -d 10.96.20.1/32", "-d 10.96.20.1/32")
+		},
 			want: map[string]string{"default/web:http tcp": "different: masquerade: iptables has KUBE-SVC-"}},
-		{name: "another masquerade bit", edit: func(s string) string { return strings.ReplaceAll(s, "--set-xmark 0x4000/0x4000", "--set-xmark 0x8000/0x8000") },
+		{name: "another masquerade bit", edit: func(s string) string {
+			return strings.ReplaceAll(s, "--set-xmark 0x4000/0x4000", "--set-xmark 0x8000/0x8000")
+		},
 			want: map[string]string{"node": "KUBE-MARK-MASQ sets 0x8000 in iptables, 0x4000 in ours"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
