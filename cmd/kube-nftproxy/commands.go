@@ -273,7 +273,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
-	root.AddCommand(newRenderCommand(), newVersionCommand())
+	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
 	return root
 }
 

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
+	"github.com/kube-nftproxy/kube-nftproxy/migrate"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+// Exit codes of `diff`, as diff(1): equal, different, trouble.
+const (
+	exitEqual     = 0
+	exitDifferent = 1
+	exitBadInput  = 2
+)
+
+func newDiffCommand() *cobra.Command {
+	o := &options{}
+	var dumps []string
+	cmd := &cobra.Command{
+		Use:   "diff --iptables-save FILE [--state PATH]",
+		Short: "compare kube-proxy's iptables rules (iptables-save output) with ours, Service port by Service port",
+		Long: `diff reads iptables-save (and/or ip6tables-save) output of a node where kube-proxy
+ran in iptables mode, and compares it with kube-nftproxy's tables in this network
+namespace (or, with --state, with what kube-nftproxy would program for those
+objects), Service port by Service port: chain names, destinations, endpoints and
+their probabilities, masquerading, source ranges, session affinity, NodePorts,
+external and load balancer IPs. Differences of form (maps, numgen, comments) are
+not differences. It prints one line per Service port and a summary, and exits 0
+when everything is equal, 1 when something differs, 2 on bad input.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
+			switch code {
+			case exitEqual:
+				return nil
+			case exitDifferent:
+				return err
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "kube-nftproxy diff:", err)
+			os.Exit(exitBadInput)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&dumps, "iptables-save", nil, "iptables-save or ip6tables-save output to compare (\"-\": standard input); give it twice for both families")
+	o.addRuleFlags(cmd.Flags())
+	return cmd
+}
+
+// errDifferent is what diff returns when something differs (exit code 1).
+var errDifferent = errors.New("the rules differ")
+
+// runDiff compares the dumps with our live tables or the render of --state,
+// writes the report and returns the exit code, with an error saying why
+// when it is not 0.
+func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths []string) (int, error) {
+	if len(paths) == 0 {
+		return exitBadInput, errors.New("diff needs --iptables-save FILE")
+	}
+	var dumps []*iptsave.Dump
+	for _, p := range paths {
+		d, err := readDump(p, stdin)
+		if err != nil {
+			return exitBadInput, err
+		}
+		dumps = append(dumps, d)
+	}
+	rs, err := oursFor(o, stderr)
+	if err != nil {
+		return exitBadInput, err
+	}
+	rep, err := migrate.Compare(dumps, rs)
+	if err != nil {
+		return exitBadInput, err
+	}
+	if err := rep.Write(out); err != nil {
+		return exitBadInput, err
+	}
+	if !rep.Equal() {
+		return exitDifferent, errDifferent
+	}
+	return exitEqual, nil
+}
+
+func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--iptables-save: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	d, err := iptsave.Parse(r)
+	if err != nil {
+		return nil, fmt.Errorf("--iptables-save %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// oursFor is our ruleset: the render of --state, or the live tables.
+func oursFor(o *options, stderr io.Writer) (*nft.Ruleset, error) {
+	if o.statePath != "" {
+		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := o.nftConfig()
+		if err != nil {
+			return nil, err
+		}
+		return nft.Build(st, cfg), nil
+	}
+	k, err := nft.OpenKernel("")
+	if err != nil {
+		return nil, needPrivileges("opening nftables", err)
+	}
+	defer k.Close()
+	rs, err := k.ReadRuleset(nft.DefaultTableName)
+	if err != nil {
+		return nil, needPrivileges("reading our tables", err)
+	}
+	if len(rs.Tables) == 0 {
+		return nil, fmt.Errorf("no %s tables in this network namespace: is kube-nftproxy running here? (or give --state)", nft.DefaultTableName)
+	}
+	return rs, nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func demoOptions() *options {
+	return &options{statePath: "../../examples/demo", hostnameOverride: "node-1", clusterCIDR: "10.244.0.0/16",
+		detectLocalMode: "ClusterCIDR", masqueradeBit: 14}
+}
+
+func TestRunDiffExitCodes(t *testing.T) {
+	good := "../../migrate/testdata/demo/iptables-save.txt"
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := filepath.Join(t.TempDir(), "changed.txt")
+	if err := os.WriteFile(changed, bytes.ReplaceAll(b, []byte("10.244.0.11:8080"), []byte("10.244.0.12:8080")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dumps []string
+		stdin string
+		code  int
+		out   string
+	}{
+		{dumps: []string{good}, code: exitEqual, out: "2 service ports: 2 equal"},
+		{dumps: []string{"-"}, stdin: string(b), code: exitEqual, out: "default/web:http tcp: equal"},
+		{dumps: []string{changed}, code: exitDifferent, out: "default/web:http tcp: different: endpoints"},
+		{dumps: []string{"../../README.md"}, code: exitBadInput},
+		{dumps: []string{"/nonexistent"}, code: exitBadInput},
+		{dumps: nil, code: exitBadInput},
+	} {
+		var out, errOut bytes.Buffer
+		code, err := runDiff(&out, strings.NewReader(tc.stdin), &errOut, demoOptions(), tc.dumps)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) {
+			t.Errorf("diff %v: exit %d (%v), output %q; want exit %d with %q", tc.dumps, code, err, out.String(), tc.code, tc.out)
+		}
+	}
+}
+
+func TestTraceOutput(t *testing.T) {
+	rs, local, err := traceRuleset(demoOptions(), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src, dst string
+		fromNode bool
+		want     []string
+	}{
+		{"10.244.0.12", "10.96.0.10:80", false, []string{"verdict: accept", "dnat targets: 10.244.0.10:8080 50%, 10.244.0.11:8080 50%", "masquerade: no",
+			"nat-prerouting > KUBE-SERVICES > KUBE-SVC-CDGGSHYLG3RE2FKL > KUBE-SEP-3MRQQDVYO2GBIBDV"}},
+		{"10.99.0.2", "10.99.0.1:30053/udp", false, []string{"dnat targets: 10.244.0.10:5353 50%, 10.244.0.11:5353 50%", "masquerade: yes", "KUBE-NODEPORTS > KUBE-EXT-Z5GLIDLRMQRBGBSD"}},
+		{"10.99.0.1", "10.96.0.53:53/udp", true, []string{"(sent by the node)", "nat-output > KUBE-SERVICES", "masquerade: yes"}},
+		{"10.244.0.12", "10.96.0.10:81", false, []string{"verdict: accept", "dnat targets: none", "masquerade: no"}},
+	} {
+		p, err := parsePacket(tc.src, tc.dst, "", tc.fromNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Local = local
+		var out bytes.Buffer
+		if err := writeTrace(&out, p, rs.Trace(p)); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("trace %s -> %s:\n%s\nlacks %q", tc.src, tc.dst, out.String(), w)
+			}
+		}
+	}
+	for _, bad := range [][2]string{{"", "10.96.0.10:80"}, {"10.0.0.1", "10.96.0.10"}, {"10.0.0.1", "[fd00::1]:80"}, {"10.0.0.1", "10.96.0.10:80/icmp"}, {"nope", "10.96.0.10:80"}} {
+		if _, err := parsePacket(bad[0], bad[1], "", false); err == nil {
+			t.Errorf("parsePacket(%q, %q): no error", bad[0], bad[1])
+		}
+	}
+}

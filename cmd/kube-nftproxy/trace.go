@@ -1,0 +1,214 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+func newTraceCommand() *cobra.Command {
+	o := &options{}
+	var src, dst, iif string
+	var fromNode bool
+	cmd := &cobra.Command{
+		Use:   "trace --src IP --dst IP:PORT[/PROTO] [--from-node]",
+		Short: "show what our rules do with the first packet of a connection: the chains it goes through, the verdict, each DNAT target with its probability, masquerading",
+		Long: `trace follows the first packet of a new connection through kube-nftproxy's
+tables in this network namespace (or, with --state, through what kube-nftproxy would
+program for those objects), the way the kernel would: filter before DNAT, DNAT,
+filter after it, SNAT. Every random choice among endpoints is followed, so each
+possible DNAT target is printed with its probability. --from-node traces a
+connection the node itself opens (the output hook) instead of one arriving on
+or passing through it. The node's addresses (for NodePorts) are this namespace's,
+or with --state those of the Node object. A client is assumed to have no session
+affinity yet.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := parsePacket(src, dst, iif, fromNode)
+			if err != nil {
+				return err
+			}
+			rs, local, err := traceRuleset(o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			p.Local = local
+			return writeTrace(cmd.OutOrStdout(), p, rs.Trace(p))
+		},
+	}
+	cmd.Flags().StringVar(&src, "src", "", "the packet's source address")
+	cmd.Flags().StringVar(&dst, "dst", "", "the packet's destination, IP:PORT[/PROTO] (tcp, udp or sctp; default tcp); [IPv6]:PORT")
+	cmd.Flags().StringVar(&iif, "iif", "", "the interface the packet comes in on (for --detect-local-mode BridgeInterface/InterfaceNamePrefix)")
+	cmd.Flags().BoolVar(&fromNode, "from-node", false, "the node itself opens the connection (output hook)")
+	o.addRuleFlags(cmd.Flags())
+	return cmd
+}
+
+func parsePacket(src, dst, iif string, fromNode bool) (nft.Packet, error) {
+	var p nft.Packet
+	if src == "" || dst == "" {
+		return p, errors.New("trace needs --src and --dst")
+	}
+	s, err := netip.ParseAddr(src)
+	if err != nil {
+		return p, fmt.Errorf("--src: %w", err)
+	}
+	dstAddr, proto, _ := strings.Cut(dst, "/")
+	ap, err := netip.ParseAddrPort(dstAddr)
+	if err != nil {
+		return p, fmt.Errorf("--dst %q: want IP:PORT[/PROTO]: %w", dst, err)
+	}
+	if s.Unmap().Is4() != ap.Addr().Unmap().Is4() {
+		return p, fmt.Errorf("--src %s and --dst %s are of different IP families", src, dst)
+	}
+	p = nft.Packet{Src: s.Unmap(), Dst: ap.Addr().Unmap(), Dport: ap.Port(), Output: fromNode, Iif: iif}
+	switch strings.ToLower(proto) {
+	case "", "tcp":
+		p.Proto = unix.IPPROTO_TCP
+	case "udp":
+		p.Proto = unix.IPPROTO_UDP
+	case "sctp":
+		p.Proto = unix.IPPROTO_SCTP
+	default:
+		return p, fmt.Errorf("--dst %q: protocol %q: want tcp, udp or sctp", dst, proto)
+	}
+	return p, nil
+}
+
+// traceRuleset is the ruleset to trace through and the node's addresses:
+// the render of --state and its Node's addresses, or the live tables and
+// this namespace's addresses.
+func traceRuleset(o *options, stderr io.Writer) (*nft.Ruleset, []netip.Addr, error) {
+	if o.statePath != "" {
+		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err := o.nftConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		return nft.Build(st, cfg), st.Node.IPs, nil
+	}
+	rs, err := oursFor(o, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	local, err := netns.Addrs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading this namespace's addresses: %w", err)
+	}
+	return rs, local, nil
+}
+
+// writeTrace prints each way the packet can go, then a summary: the
+// verdict(s), the DNAT targets with their probabilities, masquerading.
+func writeTrace(w io.Writer, p nft.Packet, outs []nft.Outcome) error {
+	hook := "arriving at or passing through the node"
+	if p.Output {
+		hook = "sent by the node"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "packet: %s %s -> %s (%s)\n", protoText(p.Proto), p.Src, netip.AddrPortFrom(p.Dst, p.Dport), hook)
+	targets := map[string]float64{}
+	verdicts := map[string]float64{}
+	masq := 0.0
+	for i, o := range outs {
+		v := outcomeVerdict(o)
+		fmt.Fprintf(&b, "path %d (%s): %s\n  %s", i+1, percent(o.Prob), strings.Join(compactPath(o.Chains), " > "), v)
+		if o.DNAT.IsValid() {
+			fmt.Fprintf(&b, ", dnat to %s", o.DNAT)
+			targets[o.DNAT.String()] += o.Prob
+		}
+		if !o.Dropped {
+			if o.Masquerade {
+				b.WriteString(", source masqueraded")
+				masq += o.Prob
+			} else {
+				b.WriteString(", source kept")
+			}
+		}
+		b.WriteString("\n")
+		verdicts[v] += o.Prob
+	}
+	fmt.Fprintf(&b, "verdict: %s\n", weighted(verdicts))
+	if len(targets) > 0 {
+		fmt.Fprintf(&b, "dnat targets: %s\n", weighted(targets))
+	} else {
+		b.WriteString("dnat targets: none (not DNATed)\n")
+	}
+	switch {
+	case masq == 0:
+		b.WriteString("masquerade: no\n")
+	case masq > 1-1e-9:
+		b.WriteString("masquerade: yes\n")
+	default:
+		fmt.Fprintf(&b, "masquerade: %s of the time\n", percent(masq))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// compactPath drops a pair of chains repeated at once: the same base chain
+// and jump in each of our tables (affinity, delta, main) that had nothing
+// for the packet.
+func compactPath(path []string) []string {
+	var out []string
+	for _, c := range path {
+		out = append(out, c)
+		if n := len(out); n >= 4 && out[n-1] == out[n-3] && out[n-2] == out[n-4] {
+			out = out[:n-2]
+		}
+	}
+	return out
+}
+
+func outcomeVerdict(o nft.Outcome) string {
+	switch {
+	case o.Rejected:
+		return "reject"
+	case o.Dropped:
+		return "drop"
+	}
+	return "accept"
+}
+
+func weighted(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		if len(m) == 1 && m[k] > 1-1e-9 {
+			parts = append(parts, k)
+			continue
+		}
+		parts = append(parts, k+" "+percent(m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func percent(p float64) string { return strconv.FormatFloat(100*p, 'g', 4, 64) + "%" }
+
+func protoText(p uint8) string {
+	switch p {
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return "tcp"
+}

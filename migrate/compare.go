@@ -1,0 +1,280 @@
+package migrate
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+// Known differences between upstream's iptables and nftables modes, where
+// ours follows upstream's nftables mode. diff reports them as equal, with
+// the reason.
+const (
+	// KnownFirewallNoEndpoints: iptables mode builds KUBE-FW (and the
+	// KUBE-PROXY-FIREWALL drop) only for Services with endpoints, so
+	// without endpoints every source is rejected; nftables mode checks the
+	// source ranges first, whether or not there are endpoints.
+	KnownFirewallNoEndpoints = "loadBalancerSourceRanges without endpoints: iptables mode rejects every source; ours, like upstream's nftables mode, drops sources outside the ranges and rejects the others"
+	// KnownNodeToExternalNoEndpoints: iptables mode checks external and
+	// load balancer IPs without endpoints in INPUT and FORWARD only.
+	KnownNodeToExternalNoEndpoints = "the node's own connections to external/LB IPs of a Service without endpoints: iptables mode lets them go on un-DNATed (KUBE-EXTERNAL-SERVICES is not in OUTPUT); ours, like upstream's nftables mode, rejects them"
+)
+
+// Result is the comparison of one Service port.
+type Result struct {
+	Key
+	// Differences, one per category that differs; none when equal.
+	Differences []string
+	// Known are the known differences between the modes that apply.
+	Known []string
+}
+
+// Equal reports whether the Service port does the same on both sides.
+func (r Result) Equal() bool { return len(r.Differences) == 0 }
+
+func (r Result) String() string {
+	if r.Equal() {
+		if len(r.Known) > 0 {
+			return fmt.Sprintf("%s: equal (known difference: %s)", r.Key, strings.Join(r.Known, "; "))
+		}
+		return r.Key.String() + ": equal"
+	}
+	return fmt.Sprintf("%s: different: %s", r.Key, strings.Join(r.Differences, "; "))
+}
+
+// Report is the comparison of every Service port.
+type Report struct {
+	Results []Result
+	// Node lists differences that concern no one Service port.
+	Node []string
+}
+
+// Equal reports whether everything is equal.
+func (r *Report) Equal() bool {
+	if len(r.Node) > 0 {
+		return false
+	}
+	for _, res := range r.Results {
+		if !res.Equal() {
+			return false
+		}
+	}
+	return true
+}
+
+// Write prints one line per Service port, the node-wide differences, and a
+// summary.
+func (r *Report) Write(w io.Writer) error {
+	equal, known := 0, 0
+	for _, res := range r.Results {
+		if _, err := fmt.Fprintln(w, res); err != nil {
+			return err
+		}
+		if res.Equal() {
+			equal++
+			if len(res.Known) > 0 {
+				known++
+			}
+		}
+	}
+	for _, n := range r.Node {
+		if _, err := fmt.Fprintf(w, "node: different: %s\n", n); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "%d service ports: %d equal (%d with known differences), %d different", len(r.Results), equal, known, len(r.Results)-equal)
+	if err == nil && len(r.Node) > 0 {
+		_, err = fmt.Fprintf(w, "; %d node-wide differences", len(r.Node))
+	}
+	if err == nil {
+		_, err = fmt.Fprintln(w)
+	}
+	return err
+}
+
+// Compare compares iptables-save dumps (one per family at most) with our
+// ruleset, for the families the dumps cover.
+func Compare(dumps []*iptsave.Dump, ours *nft.Ruleset) (*Report, error) {
+	rep := &Report{}
+	seen := map[bool]bool{}
+	for _, d := range dumps {
+		if seen[d.IPv6] {
+			return nil, fmt.Errorf("two dumps of the same IP family (IPv6: %v)", d.IPv6)
+		}
+		seen[d.IPv6] = true
+		theirs, err := fromIPTables(d)
+		if err != nil {
+			return nil, err
+		}
+		compareViews(rep, theirs, fromRuleset(ours, d.IPv6))
+	}
+	sort.Slice(rep.Results, func(i, j int) bool {
+		a, b := rep.Results[i].Key, rep.Results[j].Key
+		if a.IPv6 != b.IPv6 {
+			return !a.IPv6
+		}
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		return a.Proto < b.Proto
+	})
+	return rep, nil
+}
+
+func compareViews(rep *Report, theirs, ours *view) {
+	family := "IPv4"
+	if theirs.ipv6 {
+		family = "IPv6"
+	}
+	if theirs.masqMark != ours.masqMark {
+		rep.Node = append(rep.Node, fmt.Sprintf("%s: KUBE-MARK-MASQ sets %#x in iptables, %#x in ours (--iptables-masquerade-bit)", family, theirs.masqMark, ours.masqMark))
+	}
+	a, b := theirs.facts(), ours.facts()
+	keys := map[Key]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	for k := range keys {
+		res := Result{Key: k}
+		switch fa, fb := a[k], b[k]; {
+		case fb == nil:
+			res.Differences = []string{"only in iptables-save"}
+		case fa == nil:
+			res.Differences = []string{"only in ours"}
+		default:
+			res.Known = explainKnown(fa, fb, theirs, ours)
+			res.Differences = diffFacts(fa, fb)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+}
+
+// explainKnown removes from ours what the known differences explain, and
+// says which applied.
+func explainKnown(theirs, ours *Facts, tv, ov *view) []string {
+	var known []string
+	// Source ranges of a Service without endpoints: only ours checks them.
+	if len(theirs.Sets[catFirewall]) == 0 && len(ours.Sets[catFirewall]) > 0 && len(theirs.Endpoints) == 0 && len(ours.Endpoints) == 0 {
+		allRejected := true
+		for _, fw := range ours.Sets[catFirewall] {
+			dest, _, _ := strings.Cut(fw, " ")
+			allRejected = allRejected && theirs.rejects[dest] && ours.rejects[dest]
+		}
+		if allRejected {
+			delete(ours.Sets, catFirewall)
+			ours.Sets[catChains] = slices.DeleteFunc(ours.Sets[catChains], func(c string) bool { return strings.HasPrefix(c, "KUBE-FW-") })
+			known = append(known, KnownFirewallNoEndpoints)
+		}
+	}
+	if len(theirs.externalRejects) > 0 && !tv.outputChecksExternal && ov.outputChecksExternal {
+		known = append(known, KnownNodeToExternalNoEndpoints+" ("+strings.Join(theirs.externalRejects, ", ")+")")
+	}
+	return known
+}
+
+// diffFacts lists each category in which the two differ.
+func diffFacts(theirs, ours *Facts) []string {
+	var out []string
+	for _, cat := range categories {
+		if cat == catEndpoints {
+			if d := diffEndpoints(theirs.Endpoints, ours.Endpoints); d != "" {
+				out = append(out, d)
+			}
+			continue
+		}
+		onlyTheirs, onlyOurs := setDiff(theirs.Sets[cat], ours.Sets[cat])
+		if len(onlyTheirs) == 0 && len(onlyOurs) == 0 {
+			continue
+		}
+		var parts []string
+		if len(onlyTheirs) > 0 {
+			parts = append(parts, "iptables has "+strings.Join(onlyTheirs, ", "))
+		}
+		if len(onlyOurs) > 0 {
+			parts = append(parts, "ours has "+strings.Join(onlyOurs, ", "))
+		}
+		out = append(out, cat+": "+strings.Join(parts, "; "))
+	}
+	return out
+}
+
+func setDiff(a, b []string) (onlyA, onlyB []string) {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			onlyA = append(onlyA, x)
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			onlyB = append(onlyB, x)
+		}
+	}
+	return onlyA, onlyB
+}
+
+// probTolerance absorbs iptables' rounding of --probability (2^-31 steps,
+// printed with 11 decimals).
+const probTolerance = 1e-6
+
+// diffEndpoints compares each policy chain's endpoints and probabilities
+// (the order of the rules does not matter, only what each endpoint gets).
+func diffEndpoints(theirs, ours map[string][]Endpoint) string {
+	chains := map[string]bool{}
+	for c := range theirs {
+		chains[c] = true
+	}
+	for c := range ours {
+		chains[c] = true
+	}
+	names := make([]string, 0, len(chains))
+	for c := range chains {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, c := range names {
+		a, b := byChain(theirs[c]), byChain(ours[c])
+		same := len(a) == len(b)
+		for sep, ea := range a {
+			eb, ok := b[sep]
+			same = same && ok && ea.Addr == eb.Addr && math.Abs(ea.Prob-eb.Prob) < probTolerance
+		}
+		if !same {
+			parts = append(parts, fmt.Sprintf("%s: iptables [%s], ours [%s]", c, endpointList(theirs[c]), endpointList(ours[c])))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return catEndpoints + ": " + strings.Join(parts, "; ")
+}
+
+func byChain(eps []Endpoint) map[string]Endpoint {
+	m := map[string]Endpoint{}
+	for _, e := range eps {
+		if prev, ok := m[e.Chain]; ok { // the same endpoint twice: add up
+			e.Prob += prev.Prob
+		}
+		m[e.Chain] = e
+	}
+	return m
+}
+
+func endpointList(eps []Endpoint) string {
+	sorted := append([]Endpoint(nil), eps...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Addr < sorted[j].Addr })
+	var s []string
+	for _, e := range sorted {
+		s = append(s, fmt.Sprintf("%s %.4g%%", e.Addr, 100*e.Prob))
+	}
+	return strings.Join(s, ", ")
+}

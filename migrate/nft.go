@@ -1,0 +1,222 @@
+package migrate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+)
+
+// The maps of our tables (see nft/build.go) that say where Service
+// addresses lead.
+const (
+	mapServiceIPs      = "service-ips"
+	mapServicePorts    = "service-nodeports"
+	mapNoEndpointIPs   = "no-endpoint-services"
+	mapNoEndpointPorts = "no-endpoint-nodeports"
+	mapFirewallIPs     = "firewall-ips"
+)
+
+// fromRuleset reads our tables of one family (main, delta and affinity:
+// a Service port lives in one of them) into a view.
+func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
+	f := nft.IPv4
+	if ipv6 {
+		f = nft.IPv6
+	}
+	v := &view{ipv6: ipv6, chains: map[string][]irRule{}}
+	for _, t := range rs.Tables {
+		if t.Family != f {
+			continue
+		}
+		ids := map[uint32]string{}
+		chains := t.AllChains()
+		for _, c := range chains {
+			if strings.HasPrefix(c.Name, "KUBE-SEP-") {
+				ids[nft.AffinityID(c.Name)] = c.Name
+			}
+		}
+		for _, c := range chains {
+			switch {
+			case isServiceChain(c.Name):
+				var rules []irRule
+				for _, r := range c.Rules {
+					rules = append(rules, nftRule(f, c.Name, r, ids))
+				}
+				v.chains[c.Name] = rules
+			case c.Name == "KUBE-MARK-MASQ":
+				for _, r := range c.Rules {
+					for _, term := range r.Terms {
+						if m, ok := term.(nft.MarkSet); ok && !m.Toggle {
+							v.masqMark = m.Bit
+						}
+					}
+				}
+			case c.Name == "filter-output":
+				for _, r := range c.Rules {
+					for _, term := range r.Terms {
+						if vd, ok := term.(nft.Verdict); ok && vd.Chain == "KUBE-EXTERNAL-SERVICES" {
+							v.outputChecksExternal = true
+						}
+					}
+				}
+			}
+		}
+		v.readEntries(t)
+	}
+	v.readOurFirewalls()
+	sort.SliceStable(v.entries, func(i, j int) bool { return v.entries[i].service < v.entries[j].service })
+	return v
+}
+
+func (v *view) readEntries(t *nft.Table) {
+	for _, m := range []string{mapServiceIPs, mapServicePorts, mapNoEndpointIPs, mapNoEndpointPorts, mapFirewallIPs} {
+		for _, el := range t.Elements(m) {
+			service := serviceOf(el.Comment)
+			if service == "" && el.Verdict.Chain != "" {
+				if c := t.Chain(el.Verdict.Chain); c != nil {
+					service = serviceOf(c.Comment)
+				}
+			}
+			e := entry{service: service, proto: protoName(el.Key.Proto), port: el.Key.Port}
+			switch m {
+			case mapServiceIPs, mapNoEndpointIPs, mapFirewallIPs:
+				e.addr = el.Key.Addr
+			}
+			switch m {
+			case mapServiceIPs:
+				e.kind = strings.TrimSpace(strings.TrimPrefix(el.Comment, service))
+			case mapServicePorts, mapNoEndpointPorts:
+				e.kind = "nodeport"
+			}
+			e.verdict = verdictText(el.Verdict)
+			if m == mapFirewallIPs {
+				v.firewalls = append(v.firewalls, firewall{service: e.service, proto: e.proto, addr: e.addr, port: e.port, chain: el.Verdict.Chain})
+				continue
+			}
+			v.entries = append(v.entries, e)
+		}
+	}
+}
+
+// verdictText is where a map element leads: its chain, or for the
+// no-endpoint maps what the filter does ("goto KUBE-REJECT" rejects).
+func verdictText(vd nft.Verdict) string {
+	switch vd.Kind {
+	case nft.Drop:
+		return "drop"
+	case nft.Accept:
+		return "accept"
+	case nft.Return:
+		return "return"
+	}
+	if vd.Chain == "KUBE-REJECT" {
+		return "reject"
+	}
+	return vd.Chain
+}
+
+// readOurFirewalls reads our KUBE-FW chains: sources in a range return (the
+// packet goes on to DNAT), the rest meets the final drop.
+func (v *view) readOurFirewalls() {
+	for i := range v.firewalls {
+		fw := &v.firewalls[i]
+		fw.others = "go on"
+		for _, r := range v.chains[fw.chain] {
+			if src, ok := onlySource(r); ok && r.action == "return" {
+				fw.allowed = append(fw.allowed, src)
+				continue
+			}
+			if len(r.conds) == 0 && r.prob == 1 && r.action != "" {
+				fw.others = r.outcome()
+				break
+			}
+		}
+	}
+}
+
+// nftRule reads one of our rules; ids maps affinity ids to endpoint chains.
+func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRule {
+	ir := irRule{prob: 1, text: r.Text(f)}
+	for _, term := range r.Terms {
+		switch t := term.(type) {
+		case nft.AddrMatch:
+			field := "saddr"
+			if t.Field == nft.FieldDaddr {
+				field = "daddr"
+			}
+			op := ""
+			if t.Negate {
+				op = "!= "
+			}
+			ir.conds = append(ir.conds, field+" "+op+t.Prefix.String())
+		case nft.ProtoMatch:
+			// Left out, as iptRule does.
+		case nft.PortMatch:
+			ir.conds = append(ir.conds, fmt.Sprintf("dport %d", t.Port))
+		case nft.FibLocal:
+			field := "daddr"
+			if t.Saddr {
+				field = "saddr"
+			}
+			ir.conds = append(ir.conds, field+" type local")
+		case nft.IfName:
+			op, name := "", t.Name
+			if t.Negate {
+				op = "!= "
+			}
+			if t.Prefix {
+				name += "*"
+			}
+			ir.conds = append(ir.conds, "iifname "+op+name)
+		case nft.CtState:
+			ir.conds = append(ir.conds, nft.R(t).Text(f))
+		case nft.NumgenZero:
+			ir.prob = 1 / float64(t.Mod)
+		case nft.AffinityMatch:
+			ir.affinityCheck = ids[t.ID]
+			if ir.affinityCheck == "" {
+				ir.conds = append(ir.conds, fmt.Sprintf("affinity to unknown endpoint id %d", t.ID))
+			}
+		case nft.AffinityUpdate:
+			ir.affinitySet = true
+			ir.affinitySetSeconds = int(t.Timeout / time.Second)
+			if nft.AffinityID(chain) != t.ID {
+				ir.conds = append(ir.conds, fmt.Sprintf("affinity update for another endpoint id %d", t.ID))
+			}
+		case nft.DNAT:
+			ir.action, ir.dnat = "dnat", nft.R(t).Text(f)[len("dnat to "):]
+		case nft.Reject:
+			ir.action = "reject"
+		case nft.Verdict:
+			switch {
+			case t.Chain == "KUBE-MARK-MASQ":
+				ir.action = "masquerade"
+			case t.Chain != "":
+				ir.action, ir.target = "goto", t.Chain
+			default:
+				ir.action = verdictText(t)
+			}
+		default:
+			ir.conds = append(ir.conds, "nft "+nft.R(t).Text(f))
+		}
+	}
+	sort.Strings(ir.conds)
+	return ir
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return fmt.Sprint(p)
+}

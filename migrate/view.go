@@ -1,0 +1,330 @@
+// Package migrate compares what kube-proxy's iptables mode programmed (an
+// iptables-save dump) with what kube-nftproxy programs (its Ruleset, live or
+// rendered), Service port by Service port, so that a node can be switched
+// over knowing nothing changes for its Services.
+//
+// Both sides are first read into one small vocabulary (a view: where each
+// Service address leads, and the per-service chains as lists of conditions
+// and actions), then each Service port's facts are drawn from its view the
+// same way: destinations, chains, endpoints and their probabilities,
+// masquerading, source ranges, session affinity, external traffic routing.
+// What differs only in form (maps instead of rule lists, numgen instead of
+// statistic, comments) is gone by then.
+package migrate
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// view is one side (iptables or ours) of one IP family, in the common
+// vocabulary.
+type view struct {
+	ipv6 bool
+	// chains are the per-service chains (KUBE-SVC-, SVL-, EXT-, FW-, SEP-).
+	chains map[string][]irRule
+	// entries are where each Service address and NodePort leads.
+	entries []entry
+	// firewalls are the load balancer IPs with source ranges.
+	firewalls []firewall
+	// outputChecksExternal: the node's own new connections meet the
+	// no-endpoint check of external and load balancer IPs.
+	outputChecksExternal bool
+	// masqMark is the bit KUBE-MARK-MASQ sets (0: not found).
+	masqMark uint32
+}
+
+// entry is one way into a Service port: its cluster IP, an external or
+// load balancer IP, or its NodePort, and where that leads.
+type entry struct {
+	service, proto string
+	kind           string // "cluster IP", "external IP", "loadbalancer IP", "nodeport", or "" (a no-endpoint check, which names only the address)
+	addr           netip.Addr
+	port           uint16
+	verdict        string // a chain, "reject" or "drop"
+	// external marks iptables mode's checks in KUBE-EXTERNAL-SERVICES
+	// (external and load balancer IPs without endpoints).
+	external bool
+}
+
+func (e entry) dest() string {
+	if !e.addr.IsValid() {
+		return fmt.Sprintf("%d", e.port)
+	}
+	return netip.AddrPortFrom(e.addr, e.port).String()
+}
+
+// firewall is a load balancer IP whose sources are checked.
+type firewall struct {
+	service, proto string
+	addr           netip.Addr
+	port           uint16
+	chain          string
+	allowed        []string // source prefixes let through
+	others         string   // what happens to other sources ("drop", ...)
+}
+
+// irRule is one rule of a per-service chain.
+type irRule struct {
+	conds []string // sorted: "saddr != 10.244.0.0/16", "daddr 10.96.0.1/32", "dport 80", "saddr local", ...
+	prob  float64  // chance a random match passes; 1 when the rule has none
+	// affinityCheck is the endpoint chain a client must have affinity to
+	// for the rule to match; affinitySeconds its timeout where the rule says.
+	affinityCheck   string
+	affinitySeconds int
+	// affinitySet: the rule (re)starts the client's affinity to this
+	// endpoint chain, for affinitySetSeconds where it says.
+	affinitySet        bool
+	affinitySetSeconds int
+	action             string // "masquerade", "goto", "dnat", "drop", "reject", "return", "accept", "" (nothing)
+	target             string // goto's chain
+	dnat               string // dnat's ip:port
+	text               string // the rule as written, for messages
+}
+
+func (r irRule) when() string {
+	if len(r.conds) == 0 {
+		return "always"
+	}
+	return strings.Join(r.conds, " ")
+}
+
+// Per-service chain prefixes: iptables mode's, which ours keeps.
+var serviceChainPrefixes = []string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"}
+
+func isServiceChain(name string) bool {
+	for _, p := range serviceChainPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceOf is the Service port a comment names: its first word.
+func serviceOf(comment string) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(comment), " ")
+	return s
+}
+
+// Key names a Service port of one family.
+type Key struct {
+	Service string // namespace/name:port, as iptables mode's comments
+	Proto   string // tcp, udp, sctp
+	IPv6    bool
+}
+
+func (k Key) String() string {
+	s := k.Service + " " + k.Proto
+	if k.IPv6 {
+		s += " (IPv6)"
+	}
+	return s
+}
+
+// Endpoint is one endpoint a policy chain picks, with its probability.
+type Endpoint struct {
+	Chain string  // KUBE-SEP-...
+	Addr  string  // its DNAT target, ip:port
+	Prob  float64 // chance a new connection without affinity gets it
+}
+
+// Facts are what one Service port does, in terms both sides share.
+type Facts struct {
+	Key
+	// Sets holds each category's facts, sorted.
+	Sets map[string][]string
+	// Endpoints by policy chain (KUBE-SVC-, KUBE-SVL-), in rule order.
+	Endpoints map[string][]Endpoint
+	// externalRejects are external/LB addresses rejected for lack of
+	// endpoints (iptables mode's KUBE-EXTERNAL-SERVICES).
+	externalRejects []string
+	// lbRejects are load balancer addresses rejected for lack of endpoints.
+	rejects map[string]bool
+}
+
+// Categories, in the order differences are reported.
+const (
+	catDestinations = "destinations"
+	catChains       = "chains"
+	catFirewall     = "source ranges"
+	catEndpoints    = "endpoints"
+	catAffinity     = "session affinity"
+	catMasquerade   = "masquerade"
+	catExternal     = "external traffic"
+	catOther        = "other rules"
+)
+
+var categories = []string{catDestinations, catChains, catFirewall, catEndpoints, catAffinity, catMasquerade, catExternal, catOther}
+
+func (f *Facts) add(cat, format string, args ...any) {
+	f.Sets[cat] = append(f.Sets[cat], fmt.Sprintf(format, args...))
+}
+
+// facts draws every Service port's facts from a view.
+func (v *view) facts() map[Key]*Facts {
+	out := map[Key]*Facts{}
+	get := func(service, proto string) *Facts {
+		k := Key{Service: service, Proto: proto, IPv6: v.ipv6}
+		f := out[k]
+		if f == nil {
+			f = &Facts{Key: k, Sets: map[string][]string{}, Endpoints: map[string][]Endpoint{}, rejects: map[string]bool{}}
+			out[k] = f
+		}
+		return f
+	}
+	roots := map[Key][]string{}
+	for _, e := range v.entries {
+		f := get(e.service, e.proto)
+		kind := e.kind
+		if kind != "" {
+			kind += " "
+		}
+		f.add(catDestinations, "%s%s -> %s", kind, e.dest(), e.verdict)
+		if isServiceChain(e.verdict) {
+			roots[f.Key] = append(roots[f.Key], e.verdict)
+		}
+		if e.verdict == "reject" {
+			f.rejects[e.dest()] = true
+			if e.external {
+				f.externalRejects = append(f.externalRejects, e.dest())
+			}
+		}
+	}
+	for _, fw := range v.firewalls {
+		f := get(fw.service, fw.proto)
+		f.add(catFirewall, "%s from %s; others %s", netip.AddrPortFrom(fw.addr, fw.port), strings.Join(fw.allowed, ", "), fw.others)
+		roots[f.Key] = append(roots[f.Key], fw.chain)
+	}
+	for k, r := range roots {
+		v.chainFacts(out[k], r)
+	}
+	for _, f := range out {
+		for c := range f.Sets {
+			sort.Strings(f.Sets[c])
+			f.Sets[c] = slices.Compact(f.Sets[c])
+		}
+	}
+	return out
+}
+
+// chainFacts walks the Service port's chains from its entries.
+func (v *view) chainFacts(f *Facts, roots []string) {
+	seen := map[string]bool{}
+	queue := append([]string(nil), roots...)
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		rules, ok := v.chains[name]
+		if !ok {
+			f.add(catChains, "%s (missing)", name)
+			continue
+		}
+		f.add(catChains, "%s", name)
+		for _, r := range rules {
+			for _, t := range []string{r.target, r.affinityCheck} {
+				if isServiceChain(t) && !seen[t] {
+					queue = append(queue, t)
+				}
+			}
+		}
+		switch {
+		case strings.HasPrefix(name, "KUBE-SVC-"), strings.HasPrefix(name, "KUBE-SVL-"):
+			v.policyFacts(f, name, rules)
+		case strings.HasPrefix(name, "KUBE-SEP-"):
+			v.endpointFacts(f, name, rules)
+		case strings.HasPrefix(name, "KUBE-EXT-"):
+			for i, r := range rules {
+				f.add(catExternal, "%s #%d: %s -> %s", name, i+1, r.when(), r.outcome())
+			}
+		}
+		// KUBE-FW chains were read into the firewall facts already.
+	}
+}
+
+func (r irRule) outcome() string {
+	switch r.action {
+	case "goto":
+		return r.target
+	case "dnat":
+		return "dnat " + r.dnat
+	case "":
+		return "nothing"
+	}
+	return r.action
+}
+
+// policyFacts reads a KUBE-SVC/KUBE-SVL chain: masquerade marks, affinity
+// checks, then the random choice among endpoints.
+func (v *view) policyFacts(f *Facts, name string, rules []irRule) {
+	left := 1.0
+	for _, r := range rules {
+		switch {
+		case r.action == "masquerade" && r.prob == 1 && r.affinityCheck == "":
+			f.add(catMasquerade, "%s when %s", name, r.when())
+		case r.affinityCheck != "" && r.action == "goto" && r.target == r.affinityCheck && len(r.conds) == 0:
+			f.add(catAffinity, "%s -> %s for %s", name, r.target, seconds(v.affinityTimeout(r)))
+		case r.action == "goto" && strings.HasPrefix(r.target, "KUBE-SEP-") && len(r.conds) == 0 && r.affinityCheck == "":
+			p := left * r.prob
+			left -= p
+			f.Endpoints[name] = append(f.Endpoints[name], Endpoint{Chain: r.target, Addr: v.dnatOf(r.target), Prob: p})
+		default:
+			f.add(catOther, "%s: %s", name, r.text)
+		}
+	}
+}
+
+// affinityTimeout is how long a check's affinity lasts: the check's own
+// seconds (iptables' --rcheck --seconds), else the endpoint chain's update.
+func (v *view) affinityTimeout(check irRule) int {
+	if check.affinitySeconds > 0 {
+		return check.affinitySeconds
+	}
+	for _, r := range v.chains[check.affinityCheck] {
+		if r.affinitySet {
+			return r.affinitySetSeconds
+		}
+	}
+	return 0
+}
+
+func seconds(s int) string {
+	if s == 0 {
+		return "an unknown time"
+	}
+	return fmt.Sprintf("%ds", s)
+}
+
+// dnatOf is where an endpoint chain DNATs to.
+func (v *view) dnatOf(sep string) string {
+	for _, r := range v.chains[sep] {
+		if r.action == "dnat" {
+			return r.dnat
+		}
+	}
+	return "?"
+}
+
+func (v *view) endpointFacts(f *Facts, name string, rules []irRule) {
+	for _, r := range rules {
+		switch {
+		case r.action == "masquerade" && r.prob == 1:
+			f.add(catMasquerade, "%s when %s", name, r.when())
+		case r.action == "dnat" && len(r.conds) == 0 && r.prob == 1:
+			if r.affinitySet {
+				f.add(catAffinity, "%s records the client", name)
+			}
+		case r.action == "" && r.affinitySet && len(r.conds) == 0:
+			f.add(catAffinity, "%s records the client", name)
+		default:
+			f.add(catOther, "%s: %s", name, r.text)
+		}
+	}
+}

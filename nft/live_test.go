@@ -1,0 +1,84 @@
+package nft
+
+import (
+	"context"
+	"sort"
+	"testing"
+)
+
+// Reading our tables back from the kernel gives the Ruleset we programmed:
+// every chain with the same rules (terms and comments), every map element.
+func TestKernelReadRuleset(t *testing.T) {
+	for _, tc := range goldenCases() {
+		t.Run(tc.file, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, tc.cfg)
+			if _, err := b.Sync(context.Background(), tc.st); err != nil {
+				t.Fatal(err)
+			}
+			k, err := OpenKernel("/run/netns/" + ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			got, err := k.ReadRuleset(tc.cfg.TableName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Build(tc.st, tc.cfg)
+			if len(got.Tables) != len(want.Tables) {
+				t.Fatalf("%d tables read, want %d", len(got.Tables), len(want.Tables))
+			}
+			for i, wt := range want.Tables {
+				gt := got.Tables[i]
+				if gt.Family != wt.Family || gt.Name != wt.Name || gt.Comment != wt.Comment || gt.Delta != wt.Delta || gt.Affinity != wt.Affinity {
+					t.Errorf("table %s %s read as %s %s (comment %q delta %v affinity %v)", wt.Family, wt.Name, gt.Family, gt.Name, gt.Comment, gt.Delta, gt.Affinity)
+					continue
+				}
+				if n, m := len(gt.AllChains()), len(wt.AllChains()); n != m {
+					t.Errorf("%s %s: %d chains read, want %d", wt.Family, wt.Name, n, m)
+				}
+				for _, wc := range wt.AllChains() {
+					gc := gt.Chain(wc.Name)
+					if gc == nil || !equalChains(gc, clamped(wc)) {
+						t.Errorf("%s %s chain %s read back differs:\n got %+v\nwant %+v", wt.Family, wt.Name, wc.Name, gc, wc)
+					}
+				}
+				for _, wm := range wt.Maps {
+					if gt.Map(wm.Name) == nil {
+						t.Errorf("%s %s: map %s not read", wt.Family, wt.Name, wm.Name)
+						continue
+					}
+					g, w := elementTexts(gt, wm), elementTexts(wt, wm)
+					if len(g) != len(w) {
+						t.Errorf("%s %s map %s: elements read %q, want %q", wt.Family, wt.Name, wm.Name, g, w)
+						continue
+					}
+					for j := range g {
+						if g[j] != w[j] {
+							t.Errorf("%s %s map %s: element %q read as %q", wt.Family, wt.Name, wm.Name, w[j], g[j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// clamped is the chain with its comments as the kernel keeps them.
+func clamped(c *Chain) *Chain {
+	out := &Chain{Name: c.Name, Comment: clampComment(c.Comment), Hook: c.Hook}
+	for _, r := range c.Rules {
+		out.Rules = append(out.Rules, Rule{Terms: r.Terms, Comment: clampComment(r.Comment)})
+	}
+	return out
+}
+
+func elementTexts(t *Table, m *Map) []string {
+	var out []string
+	for _, e := range t.Elements(m.Name) {
+		out = append(out, e.text(t.Family, m.Key))
+	}
+	sort.Strings(out)
+	return out
+}
