@@ -47,7 +47,9 @@ if [[ -n ${KNP_VM_GUESTFWD:-} ]]; then
 			echo "boot.sh: KNP_VM_GUESTFWD entry $fwd is not GUEST_IP:PORT=HOST_PORT" >&2
 			exit 2
 		}
-		netdev+=",guestfwd=tcp:${BASH_REMATCH[1]}:${BASH_REMATCH[2]}-tcp:127.0.0.1:${BASH_REMATCH[3]}"
+		# A command per connection: a chardev target (tcp:HOST:PORT) is a
+		# single connection that every guest connection would share.
+		netdev+=",guestfwd=tcp:${BASH_REMATCH[1]}:${BASH_REMATCH[2]}-cmd:/bin/busybox nc 127.0.0.1 ${BASH_REMATCH[3]}"
 	done
 	nic=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
 fi

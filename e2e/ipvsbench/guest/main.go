@@ -37,6 +37,9 @@ type Result struct {
 	StartToSynced float64 `json:"startToSynced"`
 	// FirstSync is the duration of that first sync (the proxy's histogram).
 	FirstSync float64 `json:"firstSync"`
+	// Unfinished: no first sync within the bound; StartToSynced is then
+	// the bound, a lower bound of both, and nothing else is measured.
+	Unfinished bool `json:"unfinished,omitempty"`
 	// ChangeToKernel: endpoint update sent to the API server -> the new
 	// real server in the kernel's IPVS table.
 	ChangeToKernel float64 `json:"changeToKernel"`
@@ -58,7 +61,7 @@ type config struct {
 	apiURL, serverName, caFile       string
 	token                            string
 	services, perService             int
-	timeout                          time.Duration
+	timeout, firstSyncBound          time.Duration
 }
 
 func main() {
@@ -74,6 +77,7 @@ func main() {
 	flag.IntVar(&c.services, "services", 1000, "Services the API server has")
 	flag.IntVar(&c.perService, "endpoints", 10, "endpoints per Service")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "bound for the whole run")
+	flag.DurationVar(&c.firstSyncBound, "first-sync-bound", 30*time.Minute, "give up waiting for the first sync after this long (reported as a lower bound)")
 	flag.Parse()
 
 	r := Result{Proxy: c.kind, Services: c.services}
@@ -136,7 +140,25 @@ func run(c config, r *Result) error {
 	// virtual server (the kernel's table is read only once the proxy says
 	// it synced: a read of 100k real servers costs the VM's only CPU).
 	var first histogram
+	lastNews := time.Now()
 	for {
+		if time.Since(started) > c.firstSyncBound {
+			r.Unfinished = true
+			r.StartToSynced = time.Since(started).Seconds()
+			logf("no first sync within %v: giving up", c.firstSyncBound)
+			tail(c.logPath, 5)
+			r.CPUSeconds, r.PeakRSSMiB, err = usage(proc.Process.Pid)
+			return err
+		}
+		if time.Since(lastNews) > time.Minute {
+			h, err := syncHistogram(ctx)
+			logf("no full sync yet after %v (metrics: %+v %v)", time.Since(started).Round(time.Second), h, err)
+			tail(c.logPath, 5)
+			if out, err := exec.Command("ps", "-o", "pid,stat,time,args").CombinedOutput(); err == nil {
+				logf("processes:\n%s", out)
+			}
+			lastNews = time.Now()
+		}
 		if err := alive(proc); err != nil {
 			return err
 		}
@@ -157,7 +179,9 @@ func run(c config, r *Result) error {
 				break
 			}
 		}
-		if err := pause(ctx, 100*time.Millisecond); err != nil {
+		// Often enough to see the first sync alone (ours takes well under
+		// a second at 1k, upstream minutes).
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for the first sync: %w", err)
 		}
 	}
