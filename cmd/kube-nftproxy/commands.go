@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -273,6 +272,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
+	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand())
 	return root
 }
@@ -311,21 +311,6 @@ func newRenderCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode to render: nftables or ipvs")
 	o.ipvs.addFlags(cmd.Flags())
 	return cmd
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "kube-nftproxy", v)
-		},
-	}
 }
 
 // loadState reads the state files, logging (not failing on) bad objects:
