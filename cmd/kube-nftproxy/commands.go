@@ -47,6 +47,7 @@ type options struct {
 	cleanup          bool
 	verbosity        int
 	logFormat        string
+	logStreams       logStreams // --log-{text,json}-{split-stream,info-buffer-size}
 	kubeconfig       string
 	master           string
 	apiQPS           float32
@@ -224,12 +225,13 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err != nil {
 				return err
 			}
-			log, err := o.logger(cmd.ErrOrStderr())
+			log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			defer flushLog()
 			if len(gates) > 0 {
-				log.Info("feature gates accepted; none changes kube-nftproxy yet", "gates", gates)
+				log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
 			}
 			if o.writeConfigTo != "" {
 				return o.writeConfig(o.writeConfigTo)
@@ -247,7 +249,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
 	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
-	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); accepted for compatibility")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); only LoggingAlphaOptions and LoggingBetaOptions have an effect")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")
@@ -272,6 +274,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
+	o.logStreams.addFlags(root.PersistentFlags())
 	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand())
 	return root

@@ -101,6 +101,9 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	dur("conntrack-udp-timeout", &o.ctTuning.UDPTimeout, ct.UDPTimeout)
 	dur("conntrack-udp-timeout-stream", &o.ctTuning.UDPStreamTimeout, ct.UDPStreamTimeout)
 	o.ipvs.loadConfig(c.IPVS, fs)
+	if err := o.loadLoggingConfig(&c, fs); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
 	return nil
 }
 
@@ -149,6 +152,7 @@ func (o *options) writeConfig(path string) error {
 	c.ClientConnection.QPS = o.apiQPS
 	c.ClientConnection.Burst = int32(o.apiBurst)
 	c.ClientConnection.ContentType = o.apiContentType
+	o.loggingConfig(&c)
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encoding the configuration: %w", err)
