@@ -420,6 +420,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
+	health.Answered = metrics.CountProbe
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
