@@ -133,7 +133,7 @@ func TestLogStreamsCommand(t *testing.T) {
 	}
 	for body, want := range map[string]string{
 		"  vmodule:\n  - {filePattern: foo, verbosity: 3}\n": "logging.vmodule is not supported",
-		"  flushFrequency: 1s\n":                              "logging.flushFrequency 1s",
+		"  flushFrequency: 1s\n":                             "logging.flushFrequency 1s",
 	} {
 		write(body)
 		if _, err := run("--config", cfg, "--write-config-to", out); err == nil || !strings.Contains(err.Error(), want) {
