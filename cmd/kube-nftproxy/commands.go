@@ -60,6 +60,7 @@ type options struct {
 	proxyMode        string
 	bindAddress      string
 	featureGates     string
+	oomScoreAdj      int32
 	ctTuning         conntrack.TuningConfig // --conntrack-* but be-liberal, which is tcpBeLiberal
 	ipvs             ipvsOptions            // --ipvs-*
 
@@ -221,6 +222,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := o.conntrackTuning().Validate(); err != nil {
 				return err
 			}
+			if err := validateOOMScoreAdj("--oom-score-adj", o.oomScoreAdj); err != nil {
+				return err
+			}
 			gates, err := parseFeatureGates(o.featureGates)
 			if err != nil {
 				return err
@@ -249,6 +253,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
 	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
+	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
 	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); only LoggingAlphaOptions and LoggingBetaOptions have an effect")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
@@ -338,6 +343,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	applyOOMScoreAdj(oomScoreAdjPath, o.oomScoreAdj, log)
 	minSyncPeriod, syncPeriod := o.periods()
 	var ipvsConn *ipvs.Conn
 	if o.proxyMode == modeIPVS {
@@ -570,7 +576,7 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"iptables-localhost-nodeports", "init-only", "oom-score-adj", "profiling", "config-sync-period",
+	"iptables-localhost-nodeports", "init-only", "profiling", "config-sync-period",
 	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
 }
 
