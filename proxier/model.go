@@ -200,4 +200,12 @@ type SyncResult struct {
 	Bytes    int  // size of the transaction
 	// Kernel is how long the kernel took to apply the transaction.
 	Kernel time.Duration
+	// StaleChainsDeleted counts the chains, emptied by an earlier sync,
+	// that this one deleted; CleanupOnly says that was all it did.
+	StaleChainsDeleted int
+	CleanupOnly        bool
+	// FollowUpAt, when set, asks for another sync at that time: the
+	// backend has work left that must wait (chains emptied by this or an
+	// earlier sync, deleted once the kernel has released them).
+	FollowUpAt time.Time
 }
