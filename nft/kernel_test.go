@@ -263,3 +263,53 @@ func TestKernelFoldWithChanges(t *testing.T) {
 		t.Errorf("kernel differs from a full sync after a folding change:\n%s", got)
 	}
 }
+
+// With the real clock: the chains a removed Service leaves are deleted by
+// the first sync at or after FollowUpAt (about staleChainAge later), not
+// before it, and that transaction succeeds (on kernels before 6.2 too,
+// which release such chains a little after the commit).
+func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	ctx := context.Background()
+	if _, err := b.Sync(ctx, demoState()); err != nil {
+		t.Fatal(err)
+	}
+	gone := demoState()
+	web := proxierName("default", "web", "http")
+	delete(gone.Services, web)
+	delete(gone.Endpoints, web)
+	removed := time.Now()
+	res, err := b.Sync(ctx, gone)
+	if err != nil || res.FollowUpAt.IsZero() {
+		t.Fatalf("removing web: %+v, %v; want chains left to delete later", res, err)
+	}
+	const comment = `comment "default/web:http"`
+	if !strings.Contains(nftIn(t, ns, "list", "ruleset"), comment) {
+		t.Fatal("web's emptied chains are not in the ruleset; the test would prove nothing")
+	}
+	deadline := removed.Add(5 * time.Second)
+	for {
+		now := time.Now()
+		res, err := b.Sync(ctx, gone)
+		if err != nil {
+			t.Fatalf("sync %v after the removal: %v", now.Sub(removed), err)
+		}
+		if res.CleanupOnly {
+			if now.Before(removed.Add(staleChainAge)) {
+				t.Errorf("stale chains deleted %v after the removal, before %v", now.Sub(removed), staleChainAge)
+			}
+			break
+		}
+		if res.Changed {
+			t.Fatalf("a sync with nothing to do but wait sent a transaction: %+v", res)
+		}
+		if now.After(deadline) {
+			t.Fatalf("stale chains still not deleted %v after the removal", now.Sub(removed))
+		}
+		time.Sleep(50 * time.Millisecond) // the loop's MinSyncPeriod, not synchronisation
+	}
+	if rs := nftIn(t, ns, "list", "ruleset"); strings.Contains(rs, comment) {
+		t.Errorf("web's chains remain after the follow-up:\n%s", rs)
+	}
+}
