@@ -4,12 +4,24 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test unit e2e vm-test lint fuzz bench demo clean
+# The release and commit that `kube-nftproxy version` and --version print.
+# The go command does not stamp VCS information in a git worktree (nor with
+# -buildvcs=false), so they are passed explicitly.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
+IMAGE   ?= kube-nftproxy
+
+.PHONY: all build image test unit e2e vm-test lint fuzz bench demo clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy
+
+# The DaemonSet's image (deploy/Dockerfile), stamped like make build.
+image:
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
 # network namespaces the tests create and delete; the kernel tests again on
@@ -58,7 +70,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/ ./conntrack/
 
 demo:
-	$(GO) build -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
 	$(GO) build -o $(BIN)/e2e-agent ./e2e/agent
 	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo
 

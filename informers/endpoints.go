@@ -138,15 +138,25 @@ func convertEndpoint(addr netip.Addr, e *discoveryv1.Endpoint) proxier.Endpoint 
 	if e.Zone != nil {
 		out.Zone = *e.Zone
 	}
-	if e.Hints != nil && len(e.Hints.ForZones) > 0 {
-		out.ZoneHints = make([]string, 0, len(e.Hints.ForZones))
-		for _, z := range e.Hints.ForZones {
-			if !slices.Contains(out.ZoneHints, z.Name) {
-				out.ZoneHints = append(out.ZoneHints, z.Name)
-			}
-		}
-		slices.Sort(out.ZoneHints)
+	if e.Hints != nil {
+		out.ZoneHints = hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name })
+		out.NodeHints = hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name })
 	}
+	return out
+}
+
+// hintNames is the sorted set of the hints' names; nil for none.
+func hintNames[H any](hints []H, name func(H) string) []string {
+	if len(hints) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(hints))
+	for _, h := range hints {
+		if n := name(h); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -59,6 +59,13 @@ endpoints:
   nodeName: node-2
   zone: zone-b
   hints: {forZones: [{name: zone-b}, {name: zone-a}]}
+- addresses: [10.0.0.6]
+  nodeName: node-1
+  zone: zone-a
+  hints: {forZones: [{name: zone-a}], forNodes: [{name: node-1}, {name: node-3}, {name: node-1}]}
+- addresses: [10.0.0.7]
+  nodeName: node-1
+  hints: {forNodes: [{name: node-1}]}
 `,
 		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {
 			ep("10.0.0.1", 8080),
@@ -68,6 +75,11 @@ endpoints:
 			epWith(ep("10.0.0.5", 8080), func(e *proxier.Endpoint) {
 				e.NodeName, e.Zone, e.ZoneHints = "node-2", "zone-b", []string{"zone-a", "zone-b"}
 			}),
+			// hints.forNodes (PreferSameNode): a sorted set, as the zones.
+			epWith(ep("10.0.0.6", 8080), func(e *proxier.Endpoint) {
+				e.Zone, e.ZoneHints, e.NodeHints = "zone-a", []string{"zone-a"}, []string{"node-1", "node-3"}
+			}),
+			epWith(ep("10.0.0.7", 8080), func(e *proxier.Endpoint) { e.NodeHints = []string{"node-1"} }),
 		}},
 	}, {
 		name: "ports match by name and protocol; unnamed slice port matches no named port",

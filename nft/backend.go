@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -82,10 +83,23 @@ type Backend struct {
 	// hashing names.
 	known map[*proxier.ServicePort][]proxier.Endpoint
 	node  proxier.Node
-	// pending are chains flushed by the last transaction, to delete in the next.
-	pending  map[tableID][]string
+	// pending are chains flushed by earlier transactions, to delete once
+	// they have been stale for staleChainAge (staleSince: since when).
+	pending    map[tableID][]string
+	staleSince map[tableID]map[string]time.Time
+	// now is the clock of staleSince (tests move it).
+	now      func() time.Time
 	needFull bool
 }
+
+// staleChainAge is how long a chain stays after the transaction that
+// flushed it (and removed the map elements pointing to it) before one
+// deletes it: kernels before 6.2 release a chain referenced from a deleted
+// verdict map element only a little after the commit, and refuse to delete
+// it until then (upstream's nftables mode waits as long). Sync asks for a
+// follow-up sync at that time (SyncResult.FollowUpAt), so that emptied
+// chains do not stay until the next periodic sync.
+const staleChainAge = time.Second
 
 type tableID struct {
 	f    Family
@@ -107,7 +121,7 @@ func NewBackend(cfg Config, k *Kernel, log *slog.Logger) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cfg: cfg, k: k, log: log, needFull: true}, nil
+	return &Backend{cfg: cfg, k: k, log: log, needFull: true, now: time.Now}, nil
 }
 
 // ForceFull makes the next sync rewrite everything (e.g. after a drift check).
@@ -147,6 +161,14 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	want, have := map[tableID]*Table{}, map[tableID]*Table{}
 	var names []proxier.ServicePortName // the service ports the diff must look at
 	inDelta := b.inDelta
+	now := b.now()
+	due := func(id tableID) func(string) bool {
+		return func(chain string) bool { return now.Sub(b.staleSince[id][chain]) >= staleChainAge }
+	}
+	cleanupDue := false // stale chains to delete: a sync with work of its own
+	for id, chains := range b.pending {
+		cleanupDue = cleanupDue || slices.ContainsFunc(chains, due(id))
+	}
 	if full {
 		inDelta = map[proxier.ServicePortName]bool{}
 		for _, id := range tableIDs() {
@@ -203,7 +225,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 				}
 			}
 		}
-		if b.shouldFold(len(names), inDelta, len(st.Services)) {
+		if b.shouldFold(len(names), cleanupDue, inDelta, len(st.Services)) {
 			changed := make(map[proxier.ServicePortName]bool, len(names))
 			for _, name := range names {
 				changed[name] = true
@@ -232,16 +254,18 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	bt := b.k.newBatch()
-	stale := map[tableID][]string{}
+	stale, kept := map[tableID][]string{}, map[tableID][]string{}
 	var setID uint32
 	anything := false
+	deleted := 0
 	for _, id := range tableIDs() {
 		var x *tx
 		if full {
 			x, stale[id] = fullTx(want[id], kts[id])
 		} else {
-			x, stale[id] = diffTx(have[id], want[id], names, b.pending[id])
+			x, stale[id], kept[id] = diffTx(have[id], want[id], names, b.pending[id], due(id))
 		}
+		deleted += len(x.delChains)
 		if !x.empty() {
 			anything = true
 			id0 := setID
@@ -253,7 +277,8 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 			}
 		}
 	}
-	res := proxier.SyncResult{Full: full, Changed: anything, Messages: bt.messages()}
+	res := proxier.SyncResult{Full: full, Changed: anything, Messages: bt.messages(), StaleChainsDeleted: deleted,
+		CleanupOnly: !full && len(names) == 0 && deleted > 0}
 	if anything {
 		res.Bytes = bt.size()
 		gen, genErr := b.k.Generation()
@@ -275,7 +300,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	b.applied = want
-	b.pending = stale
+	res.FollowUpAt = b.keepStale(stale, kept, b.now())
 	b.needFull = false
 	b.node = st.Node
 	b.inDelta = inDelta
@@ -298,6 +323,41 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	return res, nil
+}
+
+// keepStale records the chains left to delete after a successful sync: the
+// ones it flushed (stale since now) and the older ones not due yet. It
+// returns when the first of them is due (zero: none left).
+func (b *Backend) keepStale(stale, kept map[tableID][]string, now time.Time) time.Time {
+	pending := map[tableID][]string{}
+	since := map[tableID]map[string]time.Time{}
+	var first time.Time
+	add := func(id tableID, chain string, at time.Time) {
+		if since[id] == nil {
+			since[id] = map[string]time.Time{}
+		}
+		if _, dup := since[id][chain]; dup {
+			return
+		}
+		pending[id] = append(pending[id], chain)
+		since[id][chain] = at
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	for _, id := range tableIDs() {
+		for _, chain := range kept[id] {
+			add(id, chain, b.staleSince[id][chain])
+		}
+		for _, chain := range stale[id] {
+			add(id, chain, now)
+		}
+	}
+	b.pending, b.staleSince = pending, since
+	if first.IsZero() {
+		return time.Time{}
+	}
+	return first.Add(staleChainAge)
 }
 
 func (b *Backend) checkDue() bool {
@@ -506,9 +566,11 @@ func (b *Backend) unplace(want map[tableID]*Table, name proxier.ServicePortName)
 }
 
 // shouldFold folds the delta into the main table when a sync has no change
-// of its own to make (a periodic sync), or when the delta has grown so that
-// validating it costs more than a fold is worth.
-func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bool, total int) bool {
+// of its own to make (a periodic sync; not the follow-up that deletes stale
+// chains, which would otherwise fold a second after every change), or when
+// the delta has grown so that validating it costs more than a fold is
+// worth.
+func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.ServicePortName]bool, total int) bool {
 	n := len(inDelta)
 	if n == 0 {
 		return false
@@ -517,7 +579,7 @@ func (b *Backend) shouldFold(changed int, inDelta map[proxier.ServicePortName]bo
 	if limit == 0 {
 		limit = max(64, total/16)
 	}
-	return changed == 0 || n > limit
+	return changed == 0 && !cleanupDue || n > limit
 }
 
 // homeTable is where a full sync puts a service port: the affinity table

@@ -168,8 +168,10 @@ func benchTxShapes(b *testing.B, n int) {
 	}
 	b.Run("change", func(b *testing.B) {
 		var took []time.Duration
+		advance := fakeClock(be) // changes 1s apart, as in the proxy
 		for b.Loop() {
 			gen++
+			advance(staleChainAge)
 			res, err := be.Sync(context.Background(), withOneEndpointChanged(st, gen))
 			if err != nil {
 				b.Fatal(err)

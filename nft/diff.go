@@ -180,10 +180,12 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 
 // diffTx turns the last applied table into the wanted one, looking only at
 // the fixed objects and the named service ports: the others are known to be
-// the same fragments in both (see allNames). pending are
-// chains flushed by the previous transaction, now safe to delete. It returns
-// the chains this transaction flushes and leaves for the next one to delete.
-func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string) (x *tx, stale []string) {
+// the same fragments in both (see allNames). pending are chains flushed by
+// earlier transactions; those due says are safe to delete (see
+// staleChainAge) are deleted. It returns the chains this transaction
+// flushes, to be deleted by a later one, and the pending ones it leaves
+// for later (not due yet).
+func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string, due func(chain string) bool) (x *tx, stale, kept []string) {
 	x = newTx(want)
 	x.newAffinity = want.Affinity && !have.Affinity
 	for _, m := range want.Maps {
@@ -207,15 +209,19 @@ func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string
 			wanted[c.Name] = true
 		}
 	}
-	// A chain flushed last time is deleted now, unless this transaction
-	// wants it again: then it belongs to a service port that changed (and
-	// is among names), or it is a fixed chain.
+	// A chain flushed earlier is deleted now, unless this transaction
+	// wants it again (then it belongs to a service port that changed, and
+	// is among names, or it is a fixed chain) or it is not due yet.
 	for _, name := range pending {
-		if !wanted[name] && want.fixedChain(name) == nil {
+		switch {
+		case wanted[name] || want.fixedChain(name) != nil:
+		case due(name):
 			x.delChains = append(x.delChains, name)
+		default:
+			kept = append(kept, name)
 		}
 	}
-	return x, stale
+	return x, stale, kept
 }
 
 // allNames lists the service ports of either table.

@@ -81,12 +81,23 @@ func TestKernelListingMatchesRender(t *testing.T) {
 	}
 }
 
-// A changed service moves to the delta table; a sync with nothing to change
-// folds it back, and the next one deletes the chains left over, after which
-// the kernel again holds exactly the full-sync ruleset.
+// fakeClock puts b's stale-chain clock under the test's control; the
+// returned function moves it on.
+func fakeClock(b *Backend) (advance func(time.Duration)) {
+	now := time.Now()
+	b.now = func() time.Time { return now }
+	return func(d time.Duration) { now = now.Add(d) }
+}
+
+// A changed service moves to the delta table, and the main table's chains
+// it leaves are deleted by a follow-up sync staleChainAge later (which does
+// nothing else: no fold); a sync with nothing to change folds the delta
+// back, and its follow-up deletes the chains left over, after which the
+// kernel again holds exactly the full-sync ruleset.
 func TestKernelDeltaAndFold(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
+	advance := fakeClock(b)
 	ctx := context.Background()
 	st := demoState()
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -112,13 +123,40 @@ func TestKernelDeltaAndFold(t *testing.T) {
 			t.Errorf("main table still has %q:\n%s", want, main)
 		}
 	}
-	for i := 0; i < 2; i++ { // fold, then delete what the fold flushed
-		if _, err := b.Sync(ctx, web); err != nil {
-			t.Fatal(err)
-		}
+	if want := b.now().Add(staleChainAge); !res.FollowUpAt.Equal(want) {
+		t.Errorf("the change left chains to delete; FollowUpAt = %v, want %v", res.FollowUpAt, want)
 	}
-	if res, err := b.Sync(ctx, web); err != nil || res.Changed {
-		t.Errorf("a sync with nothing to do sent a transaction (changed=%v, err=%v)", res.Changed, err)
+	// web's chains: emptied in the main tables, written in the delta ones.
+	const svcChain = "chain KUBE-SVC-CDGGSHYLG3RE2FKL {"
+	chains := strings.Count(nftIn(t, ns, "list", "ruleset"), svcChain)
+	if !strings.Contains(main, svcChain) || chains%2 != 0 {
+		t.Errorf("the main table lacks the emptied %q (%d in all tables):\n%s", svcChain, chains, main)
+	}
+	advance(staleChainAge)
+	res, err = b.Sync(ctx, web) // the follow-up
+	if err != nil || !res.CleanupOnly || res.StaleChainsDeleted == 0 || !res.FollowUpAt.IsZero() {
+		t.Fatalf("follow-up: %+v, %v; want only the stale chains deleted, nothing left", res, err)
+	}
+	if n := strings.Count(nftIn(t, ns, "list", "ruleset"), svcChain); n != chains/2 {
+		t.Errorf("after the follow-up %d %q, want %d (the delta tables' only)", n, svcChain, chains/2)
+	}
+	if delta := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy-delta"); !strings.Contains(delta, "dnat to 10.244.0.12:8080") {
+		t.Errorf("the follow-up folded the delta:\n%s", delta)
+	}
+	res, err = b.Sync(ctx, web) // fold
+	if err != nil || !res.Changed || res.CleanupOnly || res.FollowUpAt.IsZero() {
+		t.Fatalf("fold: %+v, %v; want a change leaving the delta's chains to delete", res, err)
+	}
+	res, err = b.Sync(ctx, web) // too early for them
+	if err != nil || res.Changed || res.FollowUpAt.IsZero() {
+		t.Errorf("a sync before the stale chains are due: %+v, %v; want nothing sent and the follow-up still asked for", res, err)
+	}
+	advance(staleChainAge)
+	if res, err := b.Sync(ctx, web); err != nil || !res.CleanupOnly {
+		t.Fatalf("follow-up after the fold: %+v, %v", res, err)
+	}
+	if res, err := b.Sync(ctx, web); err != nil || res.Changed || !res.FollowUpAt.IsZero() {
+		t.Errorf("a sync with nothing to do sent a transaction or asks for another (%+v, err=%v)", res, err)
 	}
 	got := nftIn(t, ns, "list", "ruleset")
 	if normalize(got) != normalize(Build(web, demoConfig()).String()) {
@@ -131,6 +169,7 @@ func TestKernelDeltaAndFold(t *testing.T) {
 func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
+	advance := fakeClock(b)
 	ctx := context.Background()
 	if _, err := b.Sync(ctx, demoState()); err != nil {
 		t.Fatal(err)
@@ -163,7 +202,8 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	if err != nil || !res.Full {
 		t.Fatalf("sync after a failure: full=%v err=%v, want a successful full sync", res.Full, err)
 	}
-	// The chains the full sync no longer wanted are flushed; the next sync deletes them.
+	// The chains the full sync no longer wanted are flushed; the follow-up deletes them.
+	advance(staleChainAge)
 	if _, err := b.Sync(ctx, next); err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +243,7 @@ func TestKernelFoldWithChanges(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
 	b.FoldAt = 1
+	advance := fakeClock(b)
 	ctx := context.Background()
 	st := demoState()
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -216,8 +257,59 @@ func TestKernelFoldWithChanges(t *testing.T) {
 		if _, err := b.Sync(ctx, next); err != nil {
 			t.Fatalf("sync %d: %v", i, err)
 		}
+		advance(staleChainAge)
 	}
 	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
 		t.Errorf("kernel differs from a full sync after a folding change:\n%s", got)
+	}
+}
+
+// With the real clock: the chains a removed Service leaves are deleted by
+// the first sync at or after FollowUpAt (about staleChainAge later), not
+// before it, and that transaction succeeds (on kernels before 6.2 too,
+// which release such chains a little after the commit).
+func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	ctx := context.Background()
+	if _, err := b.Sync(ctx, demoState()); err != nil {
+		t.Fatal(err)
+	}
+	gone := demoState()
+	web := proxierName("default", "web", "http")
+	delete(gone.Services, web)
+	delete(gone.Endpoints, web)
+	removed := time.Now()
+	res, err := b.Sync(ctx, gone)
+	if err != nil || res.FollowUpAt.IsZero() {
+		t.Fatalf("removing web: %+v, %v; want chains left to delete later", res, err)
+	}
+	const comment = `comment "default/web:http"`
+	if !strings.Contains(nftIn(t, ns, "list", "ruleset"), comment) {
+		t.Fatal("web's emptied chains are not in the ruleset; the test would prove nothing")
+	}
+	deadline := removed.Add(5 * time.Second)
+	for {
+		now := time.Now()
+		res, err := b.Sync(ctx, gone)
+		if err != nil {
+			t.Fatalf("sync %v after the removal: %v", now.Sub(removed), err)
+		}
+		if res.CleanupOnly {
+			if now.Before(removed.Add(staleChainAge)) {
+				t.Errorf("stale chains deleted %v after the removal, before %v", now.Sub(removed), staleChainAge)
+			}
+			break
+		}
+		if res.Changed {
+			t.Fatalf("a sync with nothing to do but wait sent a transaction: %+v", res)
+		}
+		if now.After(deadline) {
+			t.Fatalf("stale chains still not deleted %v after the removal", now.Sub(removed))
+		}
+		time.Sleep(50 * time.Millisecond) // the loop's MinSyncPeriod, not synchronisation
+	}
+	if rs := nftIn(t, ns, "list", "ruleset"); strings.Contains(rs, comment) {
+		t.Errorf("web's chains remain after the follow-up:\n%s", rs)
 	}
 }

@@ -29,13 +29,12 @@ import (
 //     anywhere in the cluster; it may be true while allReachable is empty.
 //
 // Endpoints that are neither Ready nor serving-and-terminating are never
-// returned. Topology comes from zone hints alone: svc.TrafficDistribution is
-// not consulted, as upstream kube-proxy reads only the hints that the
-// EndpointSlice controller writes (for PreferClose, PreferSameZone,
-// PreferSameNode or the topology-mode annotation alike). Same-node hints
-// (hints.forNodes) are not in the model, so PreferSameNode services get the
-// same-zone behaviour, as they do on an upstream kube-proxy without that
-// feature.
+// returned. Topology comes from the hints alone (see topologyMode):
+// svc.TrafficDistribution is not consulted, as upstream kube-proxy reads
+// only the hints that the EndpointSlice controller writes (for PreferClose,
+// PreferSameZone, PreferSameNode or the topology-mode annotation alike).
+// Node hints win over zone hints, as with upstream's
+// PreferSameTrafficDistribution feature, GA and locked on since 1.35.
 //
 // eps should be one IP family's endpoints, as a backend programs them:
 // upstream's ServicePort is per family, so only external and load balancer
@@ -52,16 +51,16 @@ func CategorizeEndpoints(svc *ServicePort, eps []Endpoint, node Node) (cluster, 
 	}
 	usesCluster, usesLocal := usesClusterEndpoints(svc, eps), usesLocalEndpoints(svc, eps)
 
-	useZones := false
+	mode := topologyNone
 	if usesCluster {
-		useZones = useZoneHints(eps, node.Zone)
+		mode = topologyMode(eps, node)
 		cluster = selectEndpoints(eps, func(ep Endpoint) bool {
-			return ep.Ready && (!useZones || hintedForZone(ep, node.Zone))
+			return ep.Ready && availableForTopology(ep, mode, node)
 		})
 		if len(cluster) == 0 {
-			// Zone hints were already ignored if no Ready endpoint suited this
-			// zone, so nothing is Ready anywhere: keep connections alive on
-			// the serving terminating endpoints, wherever they are.
+			// Hints were already ignored if no Ready endpoint suited this
+			// node or zone, so nothing is Ready anywhere: keep connections
+			// alive on the serving terminating endpoints, wherever they are.
 			cluster = selectEndpoints(eps, servingTerminating)
 		}
 		hasAny = len(cluster) > 0
@@ -93,7 +92,7 @@ func CategorizeEndpoints(svc *ServicePort, eps []Endpoint, node Node) (cluster, 
 	if !usesCluster {
 		return nil, local, local, hasAny
 	}
-	if !useZones && !localUsesTerminating {
+	if mode == topologyNone && !localUsesTerminating {
 		// cluster holds every Ready endpoint and local only Ready ones, so
 		// cluster already contains local.
 		return cluster, local, cluster, hasAny
@@ -143,27 +142,64 @@ func usesLocalEndpoints(svc *ServicePort, eps []Endpoint) bool {
 	return svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && externallyAccessible(svc, eps))
 }
 
-// useZoneHints is the same-zone half of upstream's topologyModeFromHints:
-// zone hints are used only when every Ready endpoint has at least one and at
-// least one Ready endpoint is hinted for this node's zone (which also needs
-// the node to have a zone). Endpoints that are not Ready do not count.
-func useZoneHints(eps []Endpoint, zone string) bool {
-	forZone := false
+// topology is how cluster traffic is restricted by hints (upstream's
+// topology modes: "", PreferSameZone, PreferSameNode).
+type topology int
+
+const (
+	topologyNone     topology = iota // every Ready endpoint
+	topologySameZone                 // those hinted for this node's zone
+	topologySameNode                 // those hinted for this node
+)
+
+// topologyMode is upstream's topologyModeFromHints. Only Ready endpoints
+// count, and with none there is no topology. Node hints are used when
+// every Ready endpoint has at least one and at least one Ready endpoint is
+// hinted for this node; else zone hints, when every Ready endpoint has a
+// zone hint and at least one is hinted for this node's zone (a node
+// without a zone has none); else none. So incomplete node hints fall back
+// to the zone hints, and incomplete zone hints to every endpoint.
+func topologyMode(eps []Endpoint, node Node) topology {
+	anyReady := false
+	allNodeHints, forNode := true, false
+	allZoneHints, forZone := true, false
 	for _, ep := range eps {
 		if !ep.Ready {
 			continue
 		}
-		if len(ep.ZoneHints) == 0 {
-			return false
+		anyReady = true
+		if len(ep.NodeHints) == 0 {
+			allNodeHints = false
+		} else if slices.Contains(ep.NodeHints, node.Name) {
+			forNode = true
 		}
-		forZone = forZone || hintedForZone(ep, zone)
+		if len(ep.ZoneHints) == 0 {
+			allZoneHints = false
+		} else if slices.Contains(ep.ZoneHints, node.Zone) {
+			forZone = true
+		}
 	}
-	return forZone
+	switch {
+	case !anyReady:
+		return topologyNone
+	case allNodeHints && forNode:
+		return topologySameNode
+	case allZoneHints && forZone:
+		return topologySameZone
+	}
+	return topologyNone
 }
 
-// hintedForZone is upstream's availableForTopology in PreferSameZone mode.
-func hintedForZone(ep Endpoint, zone string) bool {
-	return slices.Contains(ep.ZoneHints, zone)
+// availableForTopology is upstream's: whether ep may take this node's
+// cluster traffic in mode (no fallback here: that is topologyMode's).
+func availableForTopology(ep Endpoint, mode topology, node Node) bool {
+	switch mode {
+	case topologySameNode:
+		return slices.Contains(ep.NodeHints, node.Name)
+	case topologySameZone:
+		return slices.Contains(ep.ZoneHints, node.Zone)
+	}
+	return true
 }
 
 // selectEndpoints is upstream's filterEndpoints: a new slice, never nil, of

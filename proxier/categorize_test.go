@@ -78,6 +78,12 @@ func lasts(eps []Endpoint) []int {
 	return out
 }
 
+// nodeHinted adds hints.forNodes to an endpoint.
+func nodeHinted(e Endpoint, nodes ...string) Endpoint {
+	e.NodeHints = nodes
+	return e
+}
+
 func ints(v ...int) []int {
 	if v == nil {
 		return []int{}
@@ -405,6 +411,103 @@ func TestCategorizeEndpoints(t *testing.T) {
 			name: "zone hints with iTP local", svc: svcITPLocal, node: node,
 			eps:   []Endpoint{ep4(1, otherNode, ready, thisZone), ep4(2, thisNode, ready, otherZone)},
 			local: ints(2), all: ints(2), hasAny: true,
+		},
+
+		// --- topology: node hints (PreferSameNode; upstream's
+		// PreferSameTrafficDistribution, locked on) ---
+		{
+			// Upstream "PreferSameNode available": every Ready endpoint has
+			// node hints and one is for this node: only it, though two are
+			// hinted for this zone.
+			name: "node hints used", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, thisNode, ready, thisZone), thisNode), nodeHinted(ep4(2, otherNode, ready, otherZone), otherNode),
+				nodeHinted(ep4(3, "node-c", ready, "zone-c"), "node-c"), nodeHinted(ep4(4, "node-d", ready, thisZone), "node-d"),
+			},
+			cluster: ints(1), all: ints(1), hasAny: true,
+		},
+		{
+			// Upstream "PreferSameNode ignored if some endpoints unhinted":
+			// one Ready endpoint with no hints at all: every Ready one.
+			name: "node hints: a ready endpoint without hints", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, thisNode, ready, thisZone), thisNode), ep4(2, otherNode, ready),
+				nodeHinted(ep4(3, "node-c", ready, "zone-c"), "node-c"), nodeHinted(ep4(4, "node-d", ready, thisZone), "node-d"),
+			},
+			cluster: ints(1, 2, 3, 4), all: ints(1, 2, 3, 4), hasAny: true,
+		},
+		{
+			// Upstream "PreferSameNode falls back to PreferSameZone if no
+			// endpoint for node": the zone's endpoints.
+			name: "node hints: none for this node, zone hints used", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, otherNode, ready, thisZone), otherNode), nodeHinted(ep4(2, "node-c", ready, "zone-c"), "node-c"),
+				nodeHinted(ep4(3, "node-d", ready, thisZone), "node-d"),
+			},
+			cluster: ints(1, 3), all: ints(1, 3), hasAny: true,
+		},
+		{
+			// Incomplete node hints fall back to complete zone hints.
+			name: "node hints: a ready endpoint without node hints, zone hints used", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, thisNode, ready, thisZone), thisNode), ep4(2, otherNode, ready, thisZone),
+				nodeHinted(ep4(3, "node-c", ready, "zone-c"), "node-c"),
+			},
+			cluster: ints(1, 2), all: ints(1, 2), hasAny: true,
+		},
+		{
+			// Node hints need no zone: neither on the node nor in hints.
+			name: "node hints without zones", svc: svcCluster, node: noZone,
+			eps:     []Endpoint{nodeHinted(ep4(1, thisNode, ready), thisNode), nodeHinted(ep4(2, otherNode, ready), otherNode)},
+			cluster: ints(1), all: ints(1), hasAny: true,
+		},
+		{
+			// Node hints, none for this node, and no zone hints: every
+			// Ready endpoint.
+			name: "node hints: none for this node, no zone hints", svc: svcCluster, node: node,
+			eps:     []Endpoint{nodeHinted(ep4(1, otherNode, ready), otherNode), nodeHinted(ep4(2, "node-c", ready), "node-c")},
+			cluster: ints(1, 2), all: ints(1, 2), hasAny: true,
+		},
+		{
+			// A hint names nodes, not where the endpoint runs: a remote
+			// endpoint hinted for this node (several nodes per endpoint)
+			// takes its traffic.
+			name: "node hints: remote endpoint hinted for this node", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, otherNode, ready), otherNode, thisNode), nodeHinted(ep4(2, thisNode, ready), "node-c"),
+				nodeHinted(ep4(3, "node-c", ready), "node-c"),
+			},
+			cluster: ints(1), all: ints(1), hasAny: true,
+		},
+		{
+			// Only Ready endpoints count: a serving-terminating endpoint
+			// without hints does not turn node hints off, and one hinted
+			// for this node does not turn them on.
+			name: "node hints: non-ready endpoints ignored", svc: svcCluster, node: node,
+			eps: []Endpoint{
+				nodeHinted(ep4(1, thisNode, ready), thisNode), nodeHinted(ep4(2, otherNode, ready), otherNode), ep4(3, otherNode, servingTerm),
+			},
+			cluster: ints(1), all: ints(1), hasAny: true,
+		},
+		{
+			name: "node hints: only a non-ready endpoint for this node", svc: svcCluster, node: node,
+			eps:     []Endpoint{nodeHinted(ep4(1, otherNode, ready), otherNode), nodeHinted(ep4(2, thisNode, servingTerm), thisNode)},
+			cluster: ints(1), all: ints(1), hasAny: true,
+		},
+		{
+			// No Ready endpoint: the serving-terminating fallback ignores
+			// node hints too.
+			name: "node hints: terminating fallback ignores topology", svc: svcCluster, node: node,
+			eps:     []Endpoint{nodeHinted(ep4(1, otherNode, servingTerm), otherNode), nodeHinted(ep4(2, thisNode, servingTerm), thisNode)},
+			cluster: ints(1, 2), all: ints(1, 2), hasAny: true,
+		},
+		{
+			// Topology never filters local endpoints: with eTP Local the
+			// local endpoint hinted for another node is still reachable
+			// (merged).
+			name: "node hints with eTP local: merged", svc: svcETPLocalNodePort, node: node,
+			eps:     []Endpoint{nodeHinted(ep4(1, otherNode, ready), thisNode), nodeHinted(ep4(2, thisNode, ready), otherNode)},
+			cluster: ints(1), local: ints(2), all: ints(1, 2), hasAny: true,
 		},
 	}
 

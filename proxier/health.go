@@ -17,7 +17,11 @@ type Health struct {
 	// Timeout is how long a queued change may wait for a sync
 	// (kube-proxy: twice the sync period).
 	Timeout time.Duration
-	now     func() time.Time
+	// Answered, when set, is called with each answer of the handler:
+	// the probe ("healthz" or "livez") and the HTTP status code
+	// (Metrics.CountProbe: kubeproxy_proxy_{healthz,livez}_total).
+	Answered func(probe string, code int)
+	now      func() time.Time
 
 	mu           sync.Mutex
 	lastUpdated  time.Time // last successful sync
@@ -119,7 +123,7 @@ func (h *Health) healthy(now time.Time) bool {
 // traffic.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
-	serve := func(withNode bool) http.HandlerFunc {
+	serve := func(probe string, withNode bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {
 			h.mu.Lock()
 			now := h.now()
@@ -142,13 +146,18 @@ func (h *Health) Handler() http.Handler {
 			h.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("X-Content-Type-Options", "nosniff")
+			code := http.StatusOK
 			if !ok {
-				w.WriteHeader(http.StatusServiceUnavailable)
+				code = http.StatusServiceUnavailable
 			}
+			if h.Answered != nil {
+				h.Answered(probe, code)
+			}
+			w.WriteHeader(code)
 			_ = json.NewEncoder(w).Encode(body)
 		}
 	}
-	mux.HandleFunc("/healthz", serve(true))
-	mux.HandleFunc("/livez", serve(false))
+	mux.HandleFunc("/healthz", serve("healthz", true))
+	mux.HandleFunc("/livez", serve("livez", false))
 	return mux
 }

@@ -139,3 +139,44 @@ func TestHealthBodyExplains(t *testing.T) {
 		t.Errorf("body %s lacks the source error, its start, the drift repairs or synced", rec.Body.String())
 	}
 }
+
+// kubeproxy_proxy_healthz_total and kubeproxy_proxy_livez_total count each
+// answer of /healthz and /livez by code, with kube-proxy's names and help.
+func TestHealthProbeMetrics(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHealth(time.Minute)
+	h.now = func() time.Time { return now }
+	m := NewMetrics()
+	h.Answered = m.CountProbe
+	get := func(path string, want int) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Fatalf("%s: %d, want %d", path, rec.Code, want)
+		}
+	}
+	get("/healthz", 503) // never synced
+	get("/healthz", 503)
+	get("/livez", 200)
+	h.Updated()
+	get("/healthz", 200)
+	h.Queued()
+	now = now.Add(2 * time.Minute)
+	get("/livez", 503)
+	srv := httptest.NewServer(m.Handler("nftables"))
+	defer srv.Close()
+	body := fetch(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		"# HELP kubeproxy_proxy_healthz_total Cumulative proxy healthz HTTP status\n# TYPE kubeproxy_proxy_healthz_total counter\n",
+		"# HELP kubeproxy_proxy_livez_total Cumulative proxy livez HTTP status\n# TYPE kubeproxy_proxy_livez_total counter\n",
+		`kubeproxy_proxy_healthz_total{code="200"} 1` + "\n",
+		`kubeproxy_proxy_healthz_total{code="503"} 2` + "\n",
+		`kubeproxy_proxy_livez_total{code="200"} 1` + "\n",
+		`kubeproxy_proxy_livez_total{code="503"} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -19,7 +19,8 @@ import (
 // HealthChecks serves the healthCheckNodePort of every externalTrafficPolicy
 // Local Service, as kube-proxy does: 200 with the number of local endpoints
 // when this node has some, 503 when it has none, so that load balancers send
-// traffic only to nodes that can serve it.
+// traffic only to nodes that can serve it. The number is also in the
+// X-Load-Balancing-Endpoint-Weight header.
 type HealthChecks struct {
 	// Host is the address to listen on ("" for all of the node's).
 	Host string
@@ -187,10 +188,13 @@ func (h *HealthChecks) open(port uint16, hosts []string) (*hcServer, error) {
 		h.mu.Unlock()
 		body.ServiceProxyHealthy = h.Healthy == nil || h.Healthy()
 		// kube-proxy's headers and body, to the byte: the JSON indented
-		// with tabs, no newline at the end.
+		// with tabs, no newline at the end. The weight header is the local
+		// endpoint count on every answer (0 with a 503), for load
+		// balancers that spread traffic over nodes by it.
 		out, _ := json.MarshalIndent(body, "", "\t")
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(body.LocalEndpoints))
 		if body.LocalEndpoints == 0 || !body.ServiceProxyHealthy {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}

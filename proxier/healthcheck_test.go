@@ -112,18 +112,19 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 		return fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": \"ns\",\n\t\t\"name\": \"lb\"\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %t\n}", count, healthy)
 	}
 	tests := []struct {
-		name string
-		eps  []Endpoint
-		code int
-		want string
+		name  string
+		eps   []Endpoint
+		code  int
+		want  string
+		count int // the weight header
 	}{
 		{"two dual-stack local pods, two ports, one remote", []Endpoint{
 			ep("10.244.0.10", "node-1", true), ep("10.244.0.11", "node-1", true), ep("10.244.1.10", "node-2", true),
 			ep("fd00:10:244::10", "node-1", true), ep("fd00:10:244::11", "node-1", true),
-		}, 200, body(2, true)},
-		{"IPv6 only", []Endpoint{ep("fd00:10:244::10", "node-1", true)}, 200, body(1, true)},
-		{"local ones terminating", []Endpoint{ep("10.244.0.10", "node-1", false), ep("10.244.1.10", "node-2", true)}, 503, body(0, true)},
-		{"none", nil, 503, body(0, true)},
+		}, 200, body(2, true), 2},
+		{"IPv6 only", []Endpoint{ep("fd00:10:244::10", "node-1", true)}, 200, body(1, true), 1},
+		{"local ones terminating", []Endpoint{ep("10.244.0.10", "node-1", false), ep("10.244.1.10", "node-2", true)}, 503, body(0, true), 0},
+		{"none", nil, 503, body(0, true), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,14 +136,18 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 			if hdr.Get("Content-Type") != "application/json" || hdr.Get("X-Content-Type-Options") != "nosniff" {
 				t.Errorf("headers %v, want kube-proxy's Content-Type and X-Content-Type-Options", hdr)
 			}
+			if w := hdr.Values("X-Load-Balancing-Endpoint-Weight"); len(w) != 1 || w[0] != fmt.Sprint(tt.count) {
+				t.Errorf("X-Load-Balancing-Endpoint-Weight %q, want %d (the local endpoint count)", w, tt.count)
+			}
 		})
 	}
 
-	// A sick proxy answers 503 even with local endpoints.
+	// A sick proxy answers 503 even with local endpoints (and their
+	// count as the weight, as kube-proxy).
 	h.Healthy = func() bool { return false }
 	h.Update(state(ep("10.244.0.10", "node-1", true)))
-	if code, _, got := get(); code != 503 || got != body(1, false) {
-		t.Errorf("unhealthy proxy: got %d %q, want 503 %q", code, got, body(1, false))
+	if code, hdr, got := get(); code != 503 || got != body(1, false) || hdr.Get("X-Load-Balancing-Endpoint-Weight") != "1" {
+		t.Errorf("unhealthy proxy: got %d %q weight %q, want 503 %q weight 1", code, got, hdr.Get("X-Load-Balancing-Endpoint-Weight"), body(1, false))
 	}
 	h.Healthy = nil
 

@@ -193,8 +193,14 @@ func (l *Loop) Run(ctx context.Context) error {
 		} else {
 			backoff = 0
 			failures.recovered("sync succeeded again")
-			if res.Changed {
+			switch {
+			case res.CleanupOnly:
+				l.log.Info("deleted stale chains", "chains", res.StaleChainsDeleted, "took", took)
+			case res.Changed:
 				l.log.Info("synced", "full", res.Full, "services", len(st.Services), "messages", res.Messages, "bytes", res.Bytes, "took", took)
+			}
+			if !res.FollowUpAt.IsZero() {
+				l.SyncAt(res.FollowUpAt)
 			}
 		}
 		if l.OnSync != nil {

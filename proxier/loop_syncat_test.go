@@ -1,7 +1,10 @@
 package proxier
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,4 +66,75 @@ func TestLoopSyncAtFromOutside(t *testing.T) {
 	waitFor(t, "the first sync", func() bool { return b.count() == 1 })
 	l.SyncAt(time.Now().Add(50 * time.Millisecond))
 	waitFor(t, "the asked-for sync", func() bool { return b.count() == 2 })
+}
+
+// followUpBackend leaves work for later after its first sync
+// (SyncResult.FollowUpAt), and does only that work in the follow-up
+// (CleanupOnly), as the nftables backend does with emptied chains.
+type followUpBackend struct {
+	fakeBackend
+	mu2   sync.Mutex
+	times []time.Time
+}
+
+func (f *followUpBackend) Sync(ctx context.Context, st *State) (SyncResult, error) {
+	f.mu2.Lock()
+	f.times = append(f.times, time.Now())
+	n := len(f.times)
+	f.mu2.Unlock()
+	res, err := f.fakeBackend.Sync(ctx, st)
+	switch n {
+	case 1:
+		res.FollowUpAt = time.Now().Add(100 * time.Millisecond)
+	case 2:
+		res.CleanupOnly, res.StaleChainsDeleted = true, 4
+	}
+	return res, err
+}
+
+// A backend's FollowUpAt brings one more sync at that time, without a
+// change; a follow-up that only cleaned up is logged as such, not as
+// "synced".
+func TestLoopFollowUp(t *testing.T) {
+	b := &followUpBackend{}
+	var log syncBuffer
+	l := NewLoop(b, slog.New(slog.NewTextHandler(&log, nil)))
+	l.MinSyncPeriod, l.SyncPeriod = 10*time.Millisecond, time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	l.SetState(NewState())
+	waitFor(t, "the follow-up sync", func() bool { return b.count() == 2 })
+	time.Sleep(200 * time.Millisecond) // a third sync would come now if one were asked for
+	if n := b.count(); n != 2 {
+		t.Errorf("%d syncs, want 2 (the state's and its follow-up)", n)
+	}
+	b.mu2.Lock()
+	if d := b.times[1].Sub(b.times[0]); d < 90*time.Millisecond {
+		t.Errorf("the follow-up came %v after the sync, want about 100ms", d)
+	}
+	b.mu2.Unlock()
+	out := log.String()
+	if strings.Count(out, "msg=synced") != 1 || !strings.Contains(out, `msg="deleted stale chains" chains=4`) {
+		t.Errorf("log: want one synced line and one for the cleanup:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the loop's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

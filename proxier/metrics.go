@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,9 @@ type Metrics struct {
 	// per EndpointSlice change with a trigger time, how long after it the
 	// sync that programmed it succeeded (see Syncing).
 	NetworkProgramming prometheus.Histogram
+	// ProxyHealthz and ProxyLivez count the answers of /healthz and
+	// /livez by HTTP status code (see CountProbe).
+	ProxyHealthz, ProxyLivez *prometheus.CounterVec
 
 	// Ours, for what kube-proxy does not measure: failures to read the
 	// source of Services (by source), whether it reads fine now, and
@@ -71,6 +75,12 @@ func NewMetrics() *Metrics {
 		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help: "In Cluster Network Programming Latency in seconds", Buckets: networkProgrammingBuckets()}),
+		ProxyHealthz: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "proxy_healthz_total",
+			Help: "Cumulative proxy healthz HTTP status"}, []string{"code"}),
+		ProxyLivez: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "proxy_livez_total",
+			Help: "Cumulative proxy livez HTTP status"}, []string{"code"}),
 		SourceFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "kubenftproxy", Name: "source_failures_total",
 			Help: "Failures to read the source of Services (API server, state files); the rules keep the last good view"}, []string{"source"}),
@@ -84,7 +94,7 @@ func NewMetrics() *Metrics {
 		now:     time.Now,
 	}
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSync,
-		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes,
+		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes, m.ProxyHealthz, m.ProxyLivez,
 		m.SourceFailures, m.SourceUp, m.DriftRepairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -99,6 +109,17 @@ func networkProgrammingBuckets() []float64 {
 	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
 	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
 	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
+}
+
+// CountProbe counts one answer of the health server (Health.Answered):
+// probe is "healthz" or "livez", code the HTTP status, as kube-proxy's
+// label ("200", "503").
+func (m *Metrics) CountProbe(probe string, code int) {
+	c := m.ProxyHealthz
+	if probe == "livez" {
+		c = m.ProxyLivez
+	}
+	c.WithLabelValues(strconv.Itoa(code)).Inc()
 }
 
 // Syncing hands over the trigger times of the EndpointSlice changes in the

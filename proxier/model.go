@@ -88,8 +88,11 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	// ZoneHints is hints.forZones; nil when the slice carries no hints.
+	// ZoneHints is hints.forZones and NodeHints hints.forNodes (written
+	// for trafficDistribution PreferSameNode); nil when the slice carries
+	// none.
 	ZoneHints []string
+	NodeHints []string
 }
 
 // String is "ip:port" with brackets for IPv6, the form hashed into KUBE-SEP names.
@@ -173,7 +176,7 @@ func EndpointsEqual(a, b []Endpoint) bool {
 	return slices.EqualFunc(a, b, func(x, y Endpoint) bool {
 		return x.Addr == y.Addr && x.Port == y.Port && x.NodeName == y.NodeName && x.Zone == y.Zone &&
 			x.Ready == y.Ready && x.Serving == y.Serving && x.Terminating == y.Terminating &&
-			slices.Equal(x.ZoneHints, y.ZoneHints)
+			slices.Equal(x.ZoneHints, y.ZoneHints) && slices.Equal(x.NodeHints, y.NodeHints)
 	})
 }
 
@@ -200,4 +203,12 @@ type SyncResult struct {
 	Bytes    int  // size of the transaction
 	// Kernel is how long the kernel took to apply the transaction.
 	Kernel time.Duration
+	// StaleChainsDeleted counts the chains, emptied by an earlier sync,
+	// that this one deleted; CleanupOnly says that was all it did.
+	StaleChainsDeleted int
+	CleanupOnly        bool
+	// FollowUpAt, when set, asks for another sync at that time: the
+	// backend has work left that must wait (chains emptied by this or an
+	// earlier sync, deleted once the kernel has released them).
+	FollowUpAt time.Time
 }

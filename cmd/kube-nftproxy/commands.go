@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -48,6 +47,7 @@ type options struct {
 	cleanup          bool
 	verbosity        int
 	logFormat        string
+	logStreams       logStreams // --log-{text,json}-{split-stream,info-buffer-size}
 	kubeconfig       string
 	master           string
 	apiQPS           float32
@@ -60,6 +60,7 @@ type options struct {
 	proxyMode        string
 	bindAddress      string
 	featureGates     string
+	oomScoreAdj      int32
 	ctTuning         conntrack.TuningConfig // --conntrack-* but be-liberal, which is tcpBeLiberal
 	ipvs             ipvsOptions            // --ipvs-*
 
@@ -221,16 +222,20 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := o.conntrackTuning().Validate(); err != nil {
 				return err
 			}
+			if err := validateOOMScoreAdj("--oom-score-adj", o.oomScoreAdj); err != nil {
+				return err
+			}
 			gates, err := parseFeatureGates(o.featureGates)
 			if err != nil {
 				return err
 			}
-			log, err := o.logger(cmd.ErrOrStderr())
+			log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			defer flushLog()
 			if len(gates) > 0 {
-				log.Info("feature gates accepted; none changes kube-nftproxy yet", "gates", gates)
+				log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
 			}
 			if o.writeConfigTo != "" {
 				return o.writeConfig(o.writeConfigTo)
@@ -248,7 +253,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
 	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
-	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); accepted for compatibility")
+	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); only LoggingAlphaOptions and LoggingBetaOptions have an effect")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")
@@ -273,6 +279,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
+	o.logStreams.addFlags(root.PersistentFlags())
+	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
 	return root
 }
@@ -313,21 +321,6 @@ func newRenderCommand() *cobra.Command {
 	return cmd
 }
 
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "kube-nftproxy", v)
-		},
-	}
-}
-
 // loadState reads the state files, logging (not failing on) bad objects:
 // they are skipped and everything else is programmed.
 func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
@@ -350,6 +343,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	applyOOMScoreAdj(oomScoreAdjPath, o.oomScoreAdj, log)
 	minSyncPeriod, syncPeriod := o.periods()
 	var ipvsConn *ipvs.Conn
 	if o.proxyMode == modeIPVS {
@@ -436,6 +430,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
 	upstream.watch(ctx, log, metrics)
+	health.Answered = metrics.CountProbe
 	loop.OnQueued = func() {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
@@ -589,7 +584,7 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"iptables-localhost-nodeports", "init-only", "oom-score-adj", "profiling", "config-sync-period",
+	"iptables-localhost-nodeports", "init-only", "profiling", "config-sync-period",
 	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
 }
 

@@ -35,7 +35,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo", "--write-config-to", "/dev/null"}, `--ipvs-scheduler "fo": want one of rr, wrr`},
 		{[]string{"--profiling"}, "--profiling is a kube-proxy flag"},
-		{[]string{"--oom-score-adj=-999"}, "--oom-score-adj is a kube-proxy flag"},
+		{[]string{"--oom-score-adj=-1001", "--write-config-to", "/dev/null"}, "--oom-score-adj -1001: must be within the range [-1000, 1000]"},
 		{[]string{"--conntrack-min=-1", "--write-config-to", "/dev/null"}, "--conntrack-min -1"},
 		{[]string{"--conntrack-udp-timeout=500ms", "--write-config-to", "/dev/null"}, "--conntrack-udp-timeout 500ms"},
 		{[]string{"--conntrack-max-per-core=lots"}, "--conntrack-max-per-core"},

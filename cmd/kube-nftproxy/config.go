@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
@@ -26,12 +28,9 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	var c proxyconfig.KubeProxyConfiguration
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	c, err := decodeConfig(data)
+	if err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
-	}
-	if c.APIVersion != configAPIVersion || c.Kind != configKind {
-		return fmt.Errorf("--config %s: want apiVersion %s, kind %s; got %q, %q", path, configAPIVersion, configKind, c.APIVersion, c.Kind)
 	}
 	if err := checkMode(string(c.Mode)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
@@ -100,8 +99,45 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	}
 	dur("conntrack-udp-timeout", &o.ctTuning.UDPTimeout, ct.UDPTimeout)
 	dur("conntrack-udp-timeout-stream", &o.ctTuning.UDPStreamTimeout, ct.UDPStreamTimeout)
+	if c.OOMScoreAdj != nil {
+		if err := validateOOMScoreAdj("oomScoreAdj", *c.OOMScoreAdj); err != nil {
+			return fmt.Errorf("--config %s: %w", path, err)
+		}
+		set("oom-score-adj", func() { o.oomScoreAdj = *c.OOMScoreAdj })
+	}
 	o.ipvs.loadConfig(c.IPVS, fs)
+	if err := o.loadLoggingConfig(c, fs); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
 	return nil
+}
+
+// decodeConfig decodes a KubeProxyConfiguration as kube-proxy's strict
+// decoder does (apimachinery's YAML serializer): field names are
+// case-sensitive, so "clusterCidr" is an unknown field, not clusterCIDR;
+// unknown and duplicate fields are errors that name them ("strict decoding
+// error: unknown field \"clusterCidr\""). kube-proxy, for v1alpha1 only,
+// then logs that error and decodes again leniently, ignoring those fields;
+// we refuse the file instead, so that a misspelt setting is never silently
+// dropped.
+func decodeConfig(data []byte) (*proxyconfig.KubeProxyConfiguration, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(data, &tm); err != nil {
+		return nil, err
+	}
+	if tm.APIVersion != configAPIVersion || tm.Kind != configKind {
+		return nil, fmt.Errorf("want apiVersion %s, kind %s; got %q, %q", configAPIVersion, configKind, tm.APIVersion, tm.Kind)
+	}
+	scheme := runtime.NewScheme()
+	if err := proxyconfig.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	dec := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme, scheme, kjson.SerializerOptions{Yaml: true, Strict: true})
+	c := &proxyconfig.KubeProxyConfiguration{}
+	if _, _, err := dec.Decode(data, nil, c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // checkMode accepts the proxy modes we implement.
@@ -131,6 +167,7 @@ func (o *options) writeConfig(path string) error {
 			BridgeInterface: o.bridgeInterface, InterfaceNamePrefix: o.ifacePrefix,
 		},
 		NodePortAddresses: o.nodePortAddrs,
+		OOMScoreAdj:       &o.oomScoreAdj,
 		NFTables: proxyconfig.KubeProxyNFTablesConfiguration{
 			MasqueradeBit: &bit, MasqueradeAll: o.masqueradeAll,
 			SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
@@ -149,6 +186,7 @@ func (o *options) writeConfig(path string) error {
 	c.ClientConnection.QPS = o.apiQPS
 	c.ClientConnection.Burst = int32(o.apiBurst)
 	c.ClientConnection.ContentType = o.apiContentType
+	o.loggingConfig(&c)
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encoding the configuration: %w", err)

@@ -2,9 +2,13 @@ package proxy
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/informers"
 )
@@ -18,6 +22,9 @@ const (
 	apiHeadless   = "api-headless"
 	apiCanaryName = "api-canary"
 	apiCanaryIP   = "10.96.1.30"
+	// trafficDistribution PreferSameNode, its slice with hints.forNodes.
+	apiSameNodeName = "api-samenode"
+	apiSameNodeIP   = "10.96.1.40"
 )
 
 // TestAPI runs the proxy against a real kube-apiserver in the sandbox's
@@ -81,6 +88,43 @@ func TestAPI(t *testing.T) {
 			if sum, _ := a.client(ctx, podC.Name, "tcp", hostPort(apiOtherIP, webPort), 1, "--timeout", "300ms"); sum != nil && sum.OK > 0 {
 				t.Errorf("the service-proxy-name: other Service's ClusterIP answered (by %v)", sortedKeys(sum.Backend))
 			}
+		}},
+		{"NodeHintsPreferSameNode", func(t *testing.T) {
+			// As upstream: with node hints on every Ready endpoint and one
+			// for this node, this node's traffic goes to that one only, and
+			// no KUBE-SEP chain is programmed for the other.
+			svc := apiService(apiSameNodeName, apiSameNodeIP, nil)
+			svc.Spec.TrafficDistribution = ptr(corev1.ServiceTrafficDistributionPreferSameNode)
+			es := apiSlice(apiSameNodeName, nil, podA, podB)
+			es.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: nodeName}}}
+			es.Endpoints[1].NodeName = ptr(policyRemoteNode)
+			es.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: policyRemoteNode}}}
+			t0 := time.Now()
+			a.do(t, "POST", servicesPath, svc, nil)
+			a.do(t, "POST", slicesPath, es, nil)
+			var stored discoveryv1.EndpointSlice
+			a.do(t, "GET", slicesPath+"/"+es.Name, nil, &stored)
+			if h := stored.Endpoints[1].Hints; h == nil || len(h.ForNodes) != 1 {
+				t.Fatalf("the API server did not keep hints.forNodes (%+v); this test would prove nothing", h)
+			}
+			addr := hostPort(apiSameNodeIP, webPort)
+			_, all := a.waitTraffic(t, t0, 5*time.Second, addr, podA.Name)
+			t.Logf("MEASURED create with node hints -> pod-a only: %v", all.Round(time.Millisecond))
+			spn := "default/" + apiSameNodeName + ":http"
+			rs := a.nftRuleset(t)
+			if sep := sepChain(spn, "tcp", netip.AddrPortFrom(podA.IPv4, podTCPPort)); !strings.Contains(rs, sep) {
+				t.Errorf("nft list ruleset lacks pod-a's %s", sep)
+			}
+			if sep := sepChain(spn, "tcp", netip.AddrPortFrom(podB.IPv4, podTCPPort)); strings.Contains(rs, sep) {
+				t.Errorf("nft list ruleset has %s for pod-b, hinted for another node:\n%s", sep, rs)
+			}
+			// pod-b's node hint gone: the node hints are incomplete (and
+			// there are no zone hints), so every Ready endpoint serves.
+			stored.Endpoints[1].Hints = nil
+			t0 = time.Now()
+			a.do(t, "PUT", slicesPath+"/"+es.Name, &stored, nil)
+			_, all = a.waitTraffic(t, t0, 5*time.Second, addr, podA.Name, podB.Name)
+			t.Logf("MEASURED a node hint removed -> both pods: %v", all.Round(time.Millisecond))
 		}},
 		{"SurvivesAPIServerKill", func(t *testing.T) {
 			if err := a.srv.KillAPIServer(); err != nil {

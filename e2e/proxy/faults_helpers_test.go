@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -269,6 +270,26 @@ func listingDiff(got, want []string, gotName, wantName string) string {
 	}
 	return fmt.Sprintf("%d lines only in %s %q; %d lines only in %s %q",
 		len(extra), gotName, firstN(extra, 8), len(missing), wantName, firstN(missing, 8))
+}
+
+// emptyChain is a chain a sync emptied (only its comment is left), which
+// the proxy deletes about a second later.
+var emptyChain = regexp.MustCompile(`chain (KUBE-[A-Z0-9-]+) \{\n\s*comment "[^"]*"\n\s*\}`)
+
+// waitStaleChainsDeleted polls until the node's ruleset holds no emptied
+// chain, and fails the test if that takes over 5s.
+func (e *env) waitStaleChainsDeleted(t *testing.T) {
+	t.Helper()
+	e.proxy.poll(t, 5*time.Second, "the emptied chains to be deleted", func(ctx context.Context) error {
+		out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "ruleset")
+		if err != nil {
+			return err
+		}
+		if m := emptyChain.FindAllStringSubmatch(string(out), -1); len(m) > 0 {
+			return fmt.Errorf("%d emptied chains left, such as %s", len(m), m[0][1])
+		}
+		return nil
+	})
 }
 
 // waitRendered polls until `nft list ruleset` of the node equals what

@@ -112,6 +112,7 @@ type policyEndpoint struct {
 	zone                        string // "" for none
 	ready, serving, terminating bool
 	hints                       []string // hints.forZones; nil for no hints
+	nodeHints                   []string // hints.forNodes; nil for none
 }
 
 // policyReady is a ready endpoint on node (nodeName if "").
@@ -166,10 +167,19 @@ ports:
 		if ep.zone != "" {
 			fmt.Fprintf(&b, "  zone: %s\n", ep.zone)
 		}
+		if ep.hints != nil || ep.nodeHints != nil {
+			b.WriteString("  hints:\n")
+		}
 		if ep.hints != nil {
-			b.WriteString("  hints:\n    forZones:\n")
+			b.WriteString("    forZones:\n")
 			for _, z := range ep.hints {
 				fmt.Fprintf(&b, "    - name: %s\n", z)
+			}
+		}
+		if ep.nodeHints != nil {
+			b.WriteString("    forNodes:\n")
+			for _, n := range ep.nodeHints {
+				fmt.Fprintf(&b, "    - name: %s\n", n)
 			}
 		}
 	}

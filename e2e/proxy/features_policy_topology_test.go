@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
@@ -111,4 +112,77 @@ func TestPolicyTopologyHints(t *testing.T) {
 		writeAtomic(t, e.state, nodeFile, policyNodeYAML("zone-b"))
 		policyConverge(t, e, "node in zone-b", podC.Name, "tcp", policyAddr(tests[0].svc.clusterIPv4, policyHTTP.port), podB)
 	})
+}
+
+// TestPolicyTopologyNodeHints: trafficDistribution PreferSameNode, for which
+// the EndpointSlice controller writes hints.forNodes (and forZones). As
+// upstream, node hints win over zone hints: this node's ClusterIP traffic
+// goes to the endpoint hinted for this node only, and the rules hold no
+// KUBE-SEP chain for the others (they are not reachable from here).
+// Incomplete node hints fall back to the zone hints, and with none for this
+// node either to every endpoint.
+func TestPolicyTopologyNodeHints(t *testing.T) {
+	svc := func(name, v4 string) policyService {
+		return policyService{
+			name: name, clusterIPv4: netip.MustParseAddr(v4),
+			ports: []policyPort{policyHTTP}, trafficDistribution: "PreferSameNode",
+		}
+	}
+	// hinted is a Ready endpoint on node in zone, hinted for both.
+	hinted := func(p sandbox.Pod, node, zone string) policyEndpoint {
+		ep := policyHinted(p, zone, zone)
+		ep.node, ep.nodeHints = node, []string{node}
+		return ep
+	}
+	const nodeC = "node-3"
+	tests := []struct {
+		name string
+		svc  policyService
+		eps  []policyEndpoint
+		want []sandbox.Pod // this node in zone-a
+	}{
+		{
+			// pod-b is in this node's zone too, yet gets none of its traffic.
+			name: "HintedForNodeOnly", svc: svc("samenode", "10.96.92.1"),
+			eps:  []policyEndpoint{hinted(podA, nodeName, "zone-a"), hinted(podB, policyRemoteNode, "zone-a"), hinted(policyPodD, nodeC, "zone-b")},
+			want: []sandbox.Pod{podA},
+		},
+		{
+			// pod-d has zone hints only: node hints incomplete, the zone's
+			// endpoints serve.
+			name: "IncompleteNodeHintsUseZone", svc: svc("samenode-partial", "10.96.92.2"),
+			eps: []policyEndpoint{hinted(podA, nodeName, "zone-a"), hinted(podB, policyRemoteNode, "zone-b"),
+				policyHinted(policyPodD, "zone-a", "zone-a")},
+			want: []sandbox.Pod{podA, policyPodD},
+		},
+		{
+			// No endpoint on or hinted for this node, none in its zone.
+			name: "NoneForNodeOrZoneUsesAll", svc: svc("samenode-elsewhere", "10.96.92.3"),
+			eps:  []policyEndpoint{hinted(podB, policyRemoteNode, "zone-b"), hinted(policyPodD, nodeC, "zone-c")},
+			want: []sandbox.Pod{podB, policyPodD},
+		},
+	}
+	var docs []string
+	for _, tt := range tests {
+		docs = append(docs, tt.svc.yaml(), policySlices(tt.svc, tt.eps...))
+	}
+	e := newPolicyEnv(t, documents(docs...), map[string]string{"node.yaml": policyNodeYAML("zone-a")})
+	ruleset := e.nftRuleset(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			policyExpect(t, e, podC.Name, "tcp", policyAddr(tt.svc.clusterIPv4, policyHTTP.port), nil, tt.want...)
+			// One KUBE-SEP chain per endpoint this node may use, no more.
+			comment := fmt.Sprintf("comment %q", policyNamespace+"/"+tt.svc.name+":"+policyHTTP.name)
+			lines := strings.Split(ruleset, "\n")
+			seps := 0
+			for i, l := range lines {
+				if strings.HasPrefix(strings.TrimSpace(l), "chain KUBE-SEP-") && i+1 < len(lines) && strings.TrimSpace(lines[i+1]) == comment {
+					seps++
+				}
+			}
+			if seps != len(tt.want) {
+				t.Errorf("%d KUBE-SEP chains of %s, want %d (one per endpoint for this node):\n%s", seps, tt.svc.name, len(tt.want), ruleset)
+			}
+		})
+	}
 }

@@ -107,6 +107,7 @@ endpoints:
 type hcAnswer struct {
 	code        int
 	contentType string
+	weight      []string // X-Load-Balancing-Endpoint-Weight
 	body        struct {
 		Service struct {
 			Namespace string `json:"namespace"`
@@ -137,7 +138,8 @@ func hcGet(ctx context.Context, sb *sandbox.Sandbox, ns, addr string) (*hcAnswer
 	if err != nil {
 		return nil, err
 	}
-	a := &hcAnswer{code: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), raw: string(raw)}
+	a := &hcAnswer{code: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), raw: string(raw),
+		weight: resp.Header.Values("X-Load-Balancing-Endpoint-Weight")}
 	if err := json.Unmarshal(raw, &a.body); err != nil {
 		return nil, fmt.Errorf("GET %s: %s, body %q: %w", addr, resp.Status, raw, err)
 	}
@@ -174,6 +176,11 @@ func hcExpect(t *testing.T, e *env, what string, code, count int) {
 		}
 		if last.contentType != "application/json" {
 			t.Errorf("%s: GET %s: Content-Type %q, want application/json", what, addr, last.contentType)
+		}
+		// kube-proxy's weight for load balancers: the local endpoint
+		// count, on 503s too.
+		if len(last.weight) != 1 || last.weight[0] != fmt.Sprint(count) {
+			t.Errorf("%s: GET %s: X-Load-Balancing-Endpoint-Weight %q, want %d", what, addr, last.weight, count)
 		}
 	}
 }

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// release and commit are stamped at build time (make build, the image):
+//
+//	-ldflags "-X main.release=$(git describe --tags --always --dirty) -X main.commit=$(git rev-parse HEAD)"
+//
+// Without them, the Go toolchain's own VCS stamp is used.
+var (
+	release string
+	commit  string
+)
+
+// buildVersion is what this binary was built from: the stamped release
+// and commit, else the module version and vcs.revision the go command
+// records (a plain `go build` in a checkout), else "devel" and "unknown".
+func buildVersion() (rel, com string) {
+	return versionFrom(release, commit, debug.ReadBuildInfo)
+}
+
+func versionFrom(rel, com string, readBuildInfo func() (*debug.BuildInfo, bool)) (string, string) {
+	if bi, ok := readBuildInfo(); ok && (rel == "" || com == "") {
+		var revision string
+		var modified bool
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if com == "" && revision != "" {
+			com = revision
+			if modified {
+				com += "-dirty"
+			}
+		}
+		if v := bi.Main.Version; rel == "" && v != "" && v != "(devel)" {
+			rel = v
+		}
+	}
+	if rel == "" {
+		rel = "devel"
+	}
+	if com == "" {
+		com = "unknown"
+	}
+	return rel, com
+}
+
+// versionLine is "kube-nftproxy <release> (<commit>)".
+func versionLine() string {
+	rel, com := buildVersion()
+	return fmt.Sprintf("kube-nftproxy %s (%s)", rel, com)
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the release and commit this binary was built from",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
+		},
+	}
+}
+
+// addVersionFlag gives cmd kube-proxy's --version: given alone (or =true)
+// it prints the version line and exits, =raw adds the Go version and
+// platform, =false runs as usual. It is handled before anything else, as
+// kube-proxy's is, so that it works with any other flags.
+func addVersionFlag(cmd *cobra.Command) {
+	var v string
+	fs := cmd.Flags()
+	fs.StringVar(&v, "version", "false", "print the version (--version or --version=raw) and exit")
+	fs.Lookup("version").NoOptDefVal = "true"
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		done, err := printVersionFlag(c.OutOrStdout(), v)
+		if done || err != nil {
+			return err
+		}
+		return run(c, args)
+	}
+}
+
+// printVersionFlag prints what --version=v asks for; done says the command
+// should stop there.
+func printVersionFlag(w io.Writer, v string) (done bool, err error) {
+	switch v {
+	case "false":
+		return false, nil
+	case "true":
+		fmt.Fprintln(w, versionLine())
+	case "raw":
+		rel, com := buildVersion()
+		fmt.Fprintf(w, "release: %s\ncommit: %s\ngoVersion: %s\nplatform: %s/%s\n", rel, com, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	default:
+		return true, fmt.Errorf("--version %q: want true, false or raw", v)
+	}
+	return true, nil
+}
