@@ -38,15 +38,10 @@ when everything is equal, 1 when something differs, 2 on bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
-			switch code {
-			case exitEqual:
+			if code == exitEqual {
 				return nil
-			case exitDifferent:
-				return err
 			}
-			fmt.Fprintln(cmd.ErrOrStderr(), "kube-nftproxy diff:", err)
-			os.Exit(exitBadInput)
-			return nil
+			return &exitError{code: code, err: err}
 		},
 	}
 	cmd.Flags().StringArrayVar(&dumps, "iptables-save", nil, "iptables-save or ip6tables-save output to compare (\"-\": standard input); give it twice for both families")
