@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 )
 
@@ -82,7 +80,7 @@ func (v *view) readEntries(t *nft.Table) {
 					service = serviceOf(c.Comment)
 				}
 			}
-			e := entry{service: service, proto: protoName(el.Key.Proto), port: el.Key.Port}
+			e := entry{service: service, proto: nft.ProtoName(el.Key.Proto), port: el.Key.Port}
 			switch m {
 			case mapServiceIPs, mapNoEndpointIPs, mapFirewallIPs:
 				e.addr = el.Key.Addr
@@ -207,16 +205,4 @@ func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRu
 	}
 	sort.Strings(ir.conds)
 	return ir
-}
-
-func protoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	}
-	return fmt.Sprint(p)
 }

@@ -121,7 +121,7 @@ func (e Element) keyText(key []Field) string {
 		case FieldSaddr, FieldDaddr:
 			parts = append(parts, e.Key.Addr.String())
 		case FieldL4Proto:
-			parts = append(parts, protoName(e.Key.Proto))
+			parts = append(parts, ProtoName(e.Key.Proto))
 		case FieldDport:
 			parts = append(parts, strconv.Itoa(int(e.Key.Port)))
 		}

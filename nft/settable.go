@@ -151,7 +151,7 @@ func (s *Set) elementText(e SetElement) string {
 				parts = append(parts, e.Saddr.Masked().String())
 			}
 		case FieldL4Proto:
-			parts = append(parts, protoName(e.Proto))
+			parts = append(parts, ProtoName(e.Proto))
 		case FieldDport:
 			parts = append(parts, strconv.Itoa(int(e.Port)))
 		}
@@ -262,7 +262,7 @@ func (l SetLookup) text(f Family) string {
 	for i, fl := range l.Key[:l.N] {
 		parts[i] = fl.text(f)
 		if fl == FieldDport && l.Proto != 0 {
-			parts[i] = protoName(l.Proto) + " dport"
+			parts[i] = ProtoName(l.Proto) + " dport"
 		}
 	}
 	return strings.Join(parts, " . ") + " @" + l.Set

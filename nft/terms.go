@@ -146,7 +146,7 @@ func (m AddrMatch) exprs(f Family) []expr.Any {
 // ProtoMatch is `meta l4proto tcp`.
 type ProtoMatch struct{ Proto uint8 }
 
-func (m ProtoMatch) text(Family) string { return "meta l4proto " + protoName(m.Proto) }
+func (m ProtoMatch) text(Family) string { return "meta l4proto " + ProtoName(m.Proto) }
 
 func (m ProtoMatch) exprs(Family) []expr.Any {
 	return []expr.Any{
@@ -459,7 +459,8 @@ func (v Verdict) expr() *expr.Verdict {
 
 func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
 
-func protoName(p uint8) string {
+// ProtoName is nft's name of an L4 protocol number (tcp, udp, sctp).
+func ProtoName(p uint8) string {
 	switch p {
 	case unix.IPPROTO_TCP:
 		return "tcp"

@@ -120,7 +120,7 @@ func writeTrace(w io.Writer, p nft.Packet, outs []nft.Outcome) error {
 		hook = "sent by the node"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "packet: %s %s -> %s (%s)\n", protoText(p.Proto), p.Src, netip.AddrPortFrom(p.Dst, p.Dport), hook)
+	fmt.Fprintf(&b, "packet: %s %s -> %s (%s)\n", nft.ProtoName(p.Proto), p.Src, netip.AddrPortFrom(p.Dst, p.Dport), hook)
 	targets := map[string]float64{}
 	verdicts := map[string]float64{}
 	masq := 0.0
@@ -202,13 +202,3 @@ func weighted(m map[string]float64) string {
 }
 
 func percent(p float64) string { return strconv.FormatFloat(100*p, 'g', 4, 64) + "%" }
-
-func protoText(p uint8) string {
-	switch p {
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	}
-	return "tcp"
-}
