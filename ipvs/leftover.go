@@ -70,12 +70,13 @@ func DeleteUpstreamLeftovers(netnsPath string, k Kernel) (servers int, link bool
 			if err != nil {
 				return 0, false, fmt.Errorf("deleting IPVS services on %s: %w", DummyName, err)
 			}
+			// Apply's per-command errors: nil (or shorter) when all went.
+			servers = len(ops)
 			var errs []error
 			for i, e := range opErrs {
 				if e != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ops[i], e))
-				} else {
-					servers++
+					servers--
 				}
 			}
 			if len(errs) > 0 {
