@@ -52,6 +52,12 @@ type Builder struct {
 	dirty         map[serviceKey]struct{}
 	// snap is the last snapshot handed out, nil once anything changed.
 	snap *proxier.State
+	// The snapshots' lineage and the last one's generation; the service
+	// ports refreshed and whether the Node changed since it.
+	lineage     *proxier.Lineage
+	gen         uint64
+	changed     []proxier.ServicePortName
+	nodeChanged bool
 
 	// For kube-proxy's change metrics (ChangeCounts, StateWithTriggers):
 	// events seen since started; the Services changed since the last
@@ -88,6 +94,7 @@ func NewBuilder(nodeName string) *Builder {
 		liveEndpoints: map[proxier.ServicePortName][]proxier.Endpoint{},
 		published:     map[serviceKey][]proxier.ServicePortName{},
 		dirty:         map[serviceKey]struct{}{},
+		lineage:       &proxier.Lineage{},
 
 		started:        time.Now(),
 		servicesBefore: map[serviceKey][]*proxier.ServicePort{},
@@ -353,6 +360,7 @@ func (b *Builder) UpsertNode(node *corev1.Node) error {
 	b.setErr(objectRef{"node", "", node.Name}, err)
 	b.node = &n
 	b.snap = nil
+	b.nodeChanged = true
 	return err
 }
 
@@ -366,6 +374,7 @@ func (b *Builder) DeleteNode(name string) {
 	delete(b.errs, objectRef{"node", "", name})
 	b.node = nil
 	b.snap = nil
+	b.nodeChanged = true
 }
 
 func (b *Builder) setErr(ref objectRef, err error) {
@@ -465,11 +474,15 @@ func (b *Builder) stateLocked() *proxier.State {
 	if b.snap != nil {
 		return b.snap
 	}
+	b.gen++
 	st := &proxier.State{
 		Node:      proxier.Node{Name: b.nodeName},
 		Services:  maps.Clone(b.liveServices),
 		Endpoints: maps.Clone(b.liveEndpoints),
+		Delta: proxier.StateDelta{Lineage: b.lineage, Gen: b.gen, Changed: b.changed,
+			NodeChanged: b.nodeChanged || b.gen == 1},
 	}
+	b.changed, b.nodeChanged = nil, false
 	if b.node != nil {
 		st.Node = *b.node
 	}
@@ -483,6 +496,7 @@ func (b *Builder) refreshLocked(key serviceKey) {
 		delete(b.liveServices, n)
 		delete(b.liveEndpoints, n)
 	}
+	b.changed = append(b.changed, b.published[key]...)
 	e := b.services[key]
 	if e == nil {
 		delete(b.published, key)
@@ -499,4 +513,5 @@ func (b *Builder) refreshLocked(key serviceKey) {
 	}
 	maps.Copy(b.liveEndpoints, e.endpoints)
 	b.published[key] = names
+	b.changed = append(b.changed, names...)
 }

@@ -2,6 +2,7 @@ package informers
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -253,4 +254,36 @@ func TestBuilderConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 	checkUniqueKeys(t, "concurrent, at the end", b.State())
+}
+
+// Each new snapshot says which service ports changed since the one before,
+// so that backends can look at those alone.
+func TestBuilderStateDelta(t *testing.T) {
+	b := NewBuilder("node-1")
+	if err := b.UpsertService(decodeService(t, builderWeb)); err != nil {
+		t.Fatal(err)
+	}
+	first := b.State()
+	if d := first.Delta; d.Lineage == nil || d.Gen != 1 || !d.NodeChanged {
+		t.Fatalf("first snapshot's delta: %+v, want generation 1 with the node changed (nothing before)", d)
+	}
+	if again := b.State(); again.Delta.Gen != 1 {
+		t.Errorf("the same snapshot again has generation %d", again.Delta.Gen)
+	}
+	if err := b.UpsertEndpointSlice(decodeSlices(t, sliceYAML("web-a", "web", "10.0.0.1"))[0]); err != nil {
+		t.Fatal(err)
+	}
+	second := b.State()
+	d := second.Delta
+	if !d.Follows(first.Delta.Lineage, 1) || !slices.Contains(d.Changed, spn("http")) {
+		t.Errorf("after a slice change: %+v, want generation 2 following 1 with %s changed", d, spn("http"))
+	}
+	b.DeleteService("default", "web")
+	third := b.State()
+	if !third.Delta.Follows(d.Lineage, 2) || !slices.Contains(third.Delta.Changed, spn("http")) || len(third.Services) != 0 {
+		t.Errorf("after the Service went: %+v", third.Delta)
+	}
+	if other := NewBuilder("node-1"); other.State().Delta.Follows(d.Lineage, 3) {
+		t.Error("another Builder's snapshot follows this one's")
+	}
 }

@@ -35,6 +35,15 @@ func (c Config) scheduler() string {
 // set elements. It is a plain value, built without the kernel.
 type Plan struct {
 	Services map[proxier.ServicePortName]*Fragment
+
+	// From a Planner: its identity and generation, the generation this
+	// plan follows (0: none, or unknown) and the service ports whose
+	// fragments were added, changed or removed since then, so that the
+	// Syncer touches only those.
+	planner *Planner
+	gen     uint64
+	prevGen uint64
+	changed []proxier.ServicePortName
 }
 
 // Fragment is what one service port contributes. Fragments of different
@@ -71,13 +80,19 @@ func BuildPlan(st *proxier.State, cfg Config, nodeAddrs []netip.Addr) *Plan {
 // Planner builds plans and reuses the fragment of every service port whose
 // ServicePort and endpoints are the same objects as last time (sources
 // share unchanged ones), so that an unchanged port costs a pointer
-// comparison here and in the Syncer.
+// comparison here and nothing in the Syncer. Its plans share one map of
+// fragments, updated in place: a plan is valid until the next call of
+// Plan (a change of one endpoint costs no copy of every service port).
 type Planner struct {
-	cfg    Config
-	node   proxier.Node
-	addrs  []netip.Addr
-	inputs map[proxier.ServicePortName]planInput
-	last   map[proxier.ServicePortName]*Fragment
+	cfg      Config
+	node     proxier.Node
+	addrs    []netip.Addr
+	inputs   map[proxier.ServicePortName]planInput
+	services map[proxier.ServicePortName]*Fragment
+	gen      uint64
+	// The lineage and generation of the last State planned.
+	lineage  *proxier.Lineage
+	stateGen uint64
 }
 
 type planInput struct {
@@ -90,29 +105,81 @@ func NewPlanner(cfg Config) *Planner { return &Planner{cfg: cfg} }
 
 // Plan builds the plan of st; see BuildPlan.
 func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
-	if !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs) {
-		p.inputs, p.last = nil, nil
+	prevGen := p.gen
+	fresh := p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs)
+	if fresh {
+		p.inputs = make(map[proxier.ServicePortName]planInput, len(st.Services))
+		p.services = make(map[proxier.ServicePortName]*Fragment, len(st.Services))
+		prevGen = 0 // nothing to follow: the Syncer compares everything
 	}
+	// The State says what changed since the one planned last: only those.
+	delta := !fresh && st.Delta.Follows(p.lineage, p.stateGen)
+	if !fresh && st.Delta.Lineage != nil && st.Delta.Lineage == p.lineage && st.Delta.Gen == p.stateGen {
+		// The same State again (a periodic sync): nothing changed.
+		return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen}
+	}
+	p.lineage, p.stateGen = st.Delta.Lineage, st.Delta.Gen
 	p.node, p.addrs = st.Node, slices.Clone(nodeAddrs)
+	p.gen++
 	b := newBuilder(p.cfg, st.Node, nodeAddrs)
-	inputs := make(map[proxier.ServicePortName]planInput, len(st.Services))
-	plan := &Plan{Services: make(map[proxier.ServicePortName]*Fragment, len(st.Services))}
-	for name, svc := range st.Services {
-		eps := st.Endpoints[name]
-		in := planInput{svc, eps}
-		inputs[name] = in
-		if old, ok := p.inputs[name]; ok && sameInput(old, in) {
-			if fr := p.last[name]; fr != nil {
-				plan.Services[name] = fr
-			}
-			continue
+	var changed []proxier.ServicePortName
+	set := func(name proxier.ServicePortName, fr *Fragment) {
+		old, had := p.services[name]
+		switch {
+		case fr != nil:
+			p.services[name] = fr
+		case had:
+			delete(p.services, name)
 		}
-		if fr := b.fragment(svc, eps); fr != nil {
-			plan.Services[name] = fr
+		if had || fr != nil {
+			if !old.Equal(fr) {
+				changed = append(changed, name)
+			} else if fr != nil {
+				p.services[name] = old // same objects: keep the one the Syncer has
+			}
 		}
 	}
-	p.inputs, p.last = inputs, plan.Services
-	return plan
+	if delta {
+		for _, name := range st.Delta.Changed {
+			svc, ok := st.Services[name]
+			if !ok {
+				if _, had := p.inputs[name]; had {
+					delete(p.inputs, name)
+					set(name, nil)
+				}
+				continue
+			}
+			in := planInput{svc, st.Endpoints[name]}
+			if old, ok := p.inputs[name]; ok && sameInput(old, in) {
+				continue
+			}
+			p.inputs[name] = in
+			set(name, b.fragment(svc, in.eps))
+		}
+		return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen, changed: changed}
+	}
+	known, kept := len(p.inputs), 0
+	for name, svc := range st.Services {
+		in := planInput{svc, st.Endpoints[name]}
+		if old, ok := p.inputs[name]; ok {
+			kept++
+			if sameInput(old, in) {
+				continue
+			}
+		}
+		p.inputs[name] = in
+		set(name, b.fragment(svc, in.eps))
+	}
+	// Service ports gone: only looked for when some are.
+	if kept < known {
+		for name := range p.inputs {
+			if _, ok := st.Services[name]; !ok {
+				delete(p.inputs, name)
+				set(name, nil)
+			}
+		}
+	}
+	return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen, changed: changed}
 }
 
 func sameInput(a, b planInput) bool {

@@ -271,6 +271,8 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	first := pl.Plan(st, nodeAddrs)
 	dns := spn("kube-system", "kube-dns", "dns")
 	web := spn("shop", "web", "http")
+	// A plan is valid until the next: keep what is compared.
+	firstWeb, firstDNS := first.Services[web], first.Services[dns]
 
 	next := proxier.NewState()
 	next.Node = st.Node
@@ -279,19 +281,38 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	}
 	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
 	second := pl.Plan(next, nodeAddrs)
-	if second.Services[web] != first.Services[web] {
+	if second.Services[web] != firstWeb {
 		t.Error("unchanged service port got a new fragment")
 	}
-	if second.Services[dns] == first.Services[dns] || second.Services[dns].Equal(first.Services[dns]) {
+	if second.Services[dns] == firstDNS || second.Services[dns].Equal(firstDNS) {
 		t.Error("changed endpoints kept the old fragment")
 	}
+	if len(second.changed) != 1 || second.changed[0] != dns || second.prevGen != first.gen {
+		t.Errorf("second plan names %v as changed since generation %d, want [%s] since %d", second.changed, second.prevGen, dns, first.gen)
+	}
+	secondWeb := second.Services[web]
 	if got, want := second.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
 		t.Errorf("incremental plan differs from a fresh one:\n%s\nfresh:\n%s", got, want)
 	}
 	// New node addresses change NodePort servers: nothing is reused.
 	third := pl.Plan(next, nodeAddrs[:1])
-	if third.Services[web] == second.Services[web] {
+	if third.Services[web] == secondWeb || third.prevGen != 0 {
 		t.Error("fragment reused across a change of node addresses")
+	}
+	// Service ports removed are named as changed; the plan equals a fresh one.
+	fourth := proxier.NewState()
+	fourth.Node = next.Node
+	for n, s := range next.Services {
+		if n != web {
+			fourth.Services[n], fourth.Endpoints[n] = s, next.Endpoints[n]
+		}
+	}
+	p4 := pl.Plan(fourth, nodeAddrs[:1])
+	if !slices.Contains(p4.changed, web) || p4.Services[web] != nil {
+		t.Errorf("removed %s: changed %v", web, p4.changed)
+	}
+	if got, want := p4.String(), BuildPlan(fourth, Config{}, nodeAddrs[:1]).String(); got != want {
+		t.Errorf("plan after a removal differs from a fresh one:\n%s\nfresh:\n%s", got, want)
 	}
 }
 
@@ -338,5 +359,44 @@ func TestPlanLBNodeAccess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With a State that says what changed since the one planned last, the
+// Planner looks at those service ports alone and still plans what a fresh
+// Planner would; a gap in the generations or another lineage falls back to
+// comparing every one.
+func TestPlannerFollowsDelta(t *testing.T) {
+	lin := &proxier.Lineage{}
+	st := demoState()
+	st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+	pl := NewPlanner(Config{})
+	pl.Plan(st, nodeAddrs)
+
+	dns := spn("kube-system", "kube-dns", "dns")
+	web := spn("shop", "web", "http")
+	next := proxier.NewState()
+	next.Node = st.Node
+	for n, s := range st.Services {
+		if n != web {
+			next.Services[n], next.Endpoints[n] = s, st.Endpoints[n]
+		}
+	}
+	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
+	next.Delta = proxier.StateDelta{Lineage: lin, Gen: 2, Changed: []proxier.ServicePortName{dns, web}}
+	p := pl.Plan(next, nodeAddrs)
+	if got, want := p.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
+		t.Errorf("plan from the delta differs from a fresh one:\n%s\nfresh:\n%s", got, want)
+	}
+	if !slices.Contains(p.changed, dns) || !slices.Contains(p.changed, web) || len(p.changed) != 2 {
+		t.Errorf("changed: %v, want %s and %s", p.changed, dns, web)
+	}
+	// A delta that lies (it leaves web's return out) is believed: which is
+	// why only a source that tracks its changes sets one. A gap in the
+	// generations is not: everything is compared.
+	back := demoState()
+	back.Delta = proxier.StateDelta{Lineage: lin, Gen: 4}
+	if got, want := pl.Plan(back, nodeAddrs).String(), BuildPlan(back, Config{}, nodeAddrs).String(); got != want {
+		t.Errorf("after a gap in the generations:\n%s\nfresh:\n%s", got, want)
 	}
 }

@@ -49,6 +49,8 @@ type Syncer struct {
 	// Desired, by owner: fragments as last synced, and for each key the
 	// service ports that want it.
 	frags    map[proxier.ServicePortName]*Fragment
+	planner  *Planner // of the last plan, and its generation
+	planGen  uint64
 	vsOwners map[ServiceKey]map[proxier.ServicePortName]*VirtualServer
 	addrRefs map[netip.Addr]int
 	elemRefs map[Element]int
@@ -258,25 +260,41 @@ func (s *Syncer) readHelper() error {
 }
 
 // updateDesired swaps in the fragments that changed, marking what they
-// touch. An unchanged fragment costs a pointer comparison.
+// touch. After the plan of the same Planner that came before it, only the
+// service ports it names as changed are looked at; otherwise an unchanged
+// fragment costs a pointer comparison.
 func (s *Syncer) updateDesired(p *Plan) {
-	for name, old := range s.frags {
+	defer func() { s.planner, s.planGen = p.planner, p.gen }()
+	if p.planner != nil && p.planner == s.planner && p.prevGen != 0 && p.prevGen == s.planGen {
+		for _, name := range p.changed {
+			s.updateFragment(name, p.Services[name])
+		}
+		return
+	}
+	for name := range s.frags {
 		if _, ok := p.Services[name]; !ok {
-			s.unown(name, old)
-			delete(s.frags, name)
+			s.updateFragment(name, nil)
 		}
 	}
 	for name, fr := range p.Services {
-		old := s.frags[name]
-		if old == fr {
-			continue
-		}
-		if old.Equal(fr) {
-			s.frags[name] = fr
-			continue
-		}
+		s.updateFragment(name, fr)
+	}
+}
+
+// updateFragment makes fr (nil: none) name's wanted fragment.
+func (s *Syncer) updateFragment(name proxier.ServicePortName, fr *Fragment) {
+	old := s.frags[name]
+	switch {
+	case old == fr:
+	case old.Equal(fr):
+		s.frags[name] = fr
+	default:
 		if old != nil {
 			s.unown(name, old)
+		}
+		if fr == nil {
+			delete(s.frags, name)
+			return
 		}
 		s.own(name, fr)
 		s.frags[name] = fr

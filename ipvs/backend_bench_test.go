@@ -1,0 +1,59 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// The userspace side of a one-endpoint change (plan, diff, ops and
+// helper elements) over a fake kernel and helper, at sizes, with the
+// State's delta as the API source's Builder sets it: it must not grow with
+// the number of Services (the kernel's part is in the VM benchmarks).
+func BenchmarkBackendOneEndpointChange(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			st := bulkState(n)
+			for name := range st.Services {
+				eps := make([]proxier.Endpoint, 10)
+				for j := range eps {
+					eps[j] = ready(netip.AddrFrom4([4]byte{100, 64, byte(j), byte(len(st.Endpoints) % 250)}).String(), 8080, "b")
+				}
+				st.Endpoints[name] = eps
+			}
+			be := NewBackend(NewFakeKernel(), BackendConfig{
+				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
+				NewHelper: func(proxier.Node) (Helper, error) { return NewFakeHelper(), nil },
+			})
+			lin := &proxier.Lineage{}
+			st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+			if _, err := be.Sync(context.Background(), st); err != nil {
+				b.Fatal(err)
+			}
+			name := spn("bulk", "s0", "")
+			orig := st.Endpoints[name]
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				// Like the informers: a new State sharing every unchanged
+				// Service's objects, one endpoint list replaced.
+				next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: make(map[proxier.ServicePortName][]proxier.Endpoint, len(st.Endpoints))}
+				for k, v := range st.Endpoints {
+					next.Endpoints[k] = v
+				}
+				eps := append([]proxier.Endpoint(nil), orig...)
+				eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, byte(i >> 8), byte(i)}).String(), 8080, "b")
+				next.Endpoints[name] = eps
+				next.Delta = proxier.StateDelta{Lineage: lin, Gen: uint64(i) + 2, Changed: []proxier.ServicePortName{name}}
+				b.StartTimer()
+				if _, err := be.Sync(context.Background(), next); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+			}
+		})
+	}
+}
