@@ -18,6 +18,9 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			st := bulkState(n)
 			for name := range st.Services {
+				if name.Namespace != "bulk" {
+					continue
+				}
 				eps := make([]proxier.Endpoint, 10)
 				for j := range eps {
 					eps[j] = ready(netip.AddrFrom4([4]byte{100, 64, byte(j), byte(len(st.Endpoints) % 250)}).String(), 8080, "b")

@@ -1,36 +1,110 @@
 package netns
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 )
 
 // AddrsExcept lists the addresses of the current network namespace's
 // interfaces but those named in skip, sorted and without duplicates.
+//
+// The kernel is asked for each wanted interface's addresses alone (a dump
+// filtered by interface index, under strict checking): skip is for
+// interfaces like kube-ipvs0 with an address per Service, which a plain
+// dump (and net.Interface.Addrs, one plain dump per interface) would read
+// on every call.
 func AddrsExcept(skip ...string) ([]netip.Addr, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return nil, fmt.Errorf("listing the node's interfaces: %w", err)
 	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("opening an rtnetlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1); err != nil {
+		return nil, fmt.Errorf("rtnetlink strict checking: %w", err)
+	}
+	buf := make([]byte, 1<<16)
 	var out []netip.Addr
-	for _, ifc := range ifaces {
+	for i, ifc := range ifaces {
 		if slices.Contains(skip, ifc.Name) {
 			continue
 		}
-		addrs, err := ifc.Addrs()
+		addrs, err := ifaceAddrs(fd, buf, uint32(i+1), ifc.Index)
 		if err != nil {
 			return nil, fmt.Errorf("listing the addresses of %s: %w", ifc.Name, err)
 		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
-			}
-		}
+		out = append(out, addrs...)
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out), nil
+}
+
+// ifaceAddrs dumps the addresses of the interface with index ifindex.
+func ifaceAddrs(fd int, buf []byte, seq uint32, ifindex int) ([]netip.Addr, error) {
+	req := make([]byte, nlmsg.HdrLen+unix.SizeofIfAddrmsg)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.RTM_GETADDR)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	binary.NativeEndian.PutUint32(req[8:], seq)
+	// struct ifaddrmsg: family (AF_UNSPEC: both), prefixlen, flags, scope, index.
+	binary.NativeEndian.PutUint32(req[nlmsg.HdrLen+4:], uint32(ifindex))
+	if err := nlmsg.Send(fd, req); err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	var failed error
+	for done := false; !done; {
+		err := nlmsg.Receive(fd, buf, func(typ uint16, s uint32, p []byte) {
+			switch {
+			case s != seq || done:
+			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
+				done = true
+				if e := nlmsg.Errno(p); e != 0 {
+					failed = e
+				}
+			case typ == unix.RTM_NEWADDR && len(p) >= unix.SizeofIfAddrmsg:
+				// Older kernels ignore the filter: check the index too.
+				if int(binary.NativeEndian.Uint32(p[4:8])) != ifindex {
+					return
+				}
+				if a, ok := ifaddr(p[0], p[unix.SizeofIfAddrmsg:]); ok {
+					out = append(out, a)
+				}
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, failed
+}
+
+// ifaddr is an address message's address: IFA_LOCAL for IPv4 (IFA_ADDRESS
+// is the peer on point-to-point links), IFA_ADDRESS otherwise.
+func ifaddr(family byte, attrs []byte) (netip.Addr, bool) {
+	var local, address []byte
+	nlmsg.Walk(attrs, func(typ uint16, data []byte) {
+		switch typ {
+		case unix.IFA_LOCAL:
+			local = data
+		case unix.IFA_ADDRESS:
+			address = data
+		}
+	})
+	raw := address
+	if family == unix.AF_INET && local != nil {
+		raw = local
+	}
+	a, ok := netip.AddrFromSlice(raw)
+	return a.Unmap(), ok
 }

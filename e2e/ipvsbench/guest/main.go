@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -151,7 +150,7 @@ func run(c config, r *Result) error {
 			return err
 		}
 		if time.Since(lastNews) > time.Minute {
-			h, err := syncHistogram(ctx)
+			h, err := syncHistogram(ctx, firstSyncMetric(c.kind))
 			logf("no full sync yet after %v (metrics: %+v %v)", time.Since(started).Round(time.Second), h, err)
 			tail(c.logPath, 5)
 			if out, err := exec.Command("ps", "-o", "pid,stat,time,args").CombinedOutput(); err == nil {
@@ -162,7 +161,7 @@ func run(c config, r *Result) error {
 		if err := alive(proc); err != nil {
 			return err
 		}
-		h, err := syncHistogram(ctx)
+		h, err := syncHistogram(ctx, firstSyncMetric(c.kind))
 		if err == nil && h.count > 0 {
 			vss, err := conn.Read()
 			if err != nil {
@@ -179,9 +178,8 @@ func run(c config, r *Result) error {
 				break
 			}
 		}
-		// Often enough to see the first sync alone (ours takes well under
-		// a second at 1k, upstream minutes).
-		if err := pause(ctx, 20*time.Millisecond); err != nil {
+		// Each poll costs the proxy's only CPU too: a few a second.
+		if err := pause(ctx, 250*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for the first sync: %w", err)
 		}
 	}
@@ -191,7 +189,7 @@ func run(c config, r *Result) error {
 	// One endpoint of Service 0 moves to a new address.
 	key := ipvs.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
 	moved := netip.MustParseAddr("100.127.255.1")
-	before, err := syncHistogram(ctx)
+	before, err := syncHistogram(ctx, syncMetric)
 	if err != nil {
 		return err
 	}
@@ -224,7 +222,7 @@ func run(c config, r *Result) error {
 	// The sync that applied it has ended once the histogram counts it
 	// (the kernel may show the change before the proxy records the sync).
 	for {
-		after, err := syncHistogram(ctx)
+		after, err := syncHistogram(ctx, syncMetric)
 		if err == nil && after.count > before.count {
 			r.ChangeSyncs = after.count - before.count
 			r.ChangeSync = (after.sum - before.sum) / float64(r.ChangeSyncs)
@@ -325,15 +323,31 @@ func hasAddr(ds []ipvs.Dest, a netip.Addr) bool {
 	return false
 }
 
+// The histograms read: every sync's, and the first (full) sync's. Ours
+// records full syncs apart (the first is one, follow-ups are partial);
+// upstream's IPVS mode records every sync in the first, and every sync is
+// a full one.
+const (
+	syncMetric     = "kubeproxy_sync_proxy_rules_duration_seconds"
+	fullSyncMetric = "kubeproxy_sync_full_proxy_rules_duration_seconds"
+)
+
+func firstSyncMetric(kind string) string {
+	if kind == "upstream" {
+		return syncMetric
+	}
+	return fullSyncMetric
+}
+
 type histogram struct {
 	sum   float64
 	count int
 }
 
-// syncHistogram reads kubeproxy_sync_proxy_rules_duration_seconds from the
-// proxy's metrics: upstream's IPv4 series (it labels by ip_family), ours
-// (one series, no label).
-func syncHistogram(ctx context.Context) (histogram, error) {
+// syncHistogram reads the histogram metric from the proxy's metrics:
+// upstream's IPv4 series (it labels by ip_family), ours (one series, no
+// label).
+func syncHistogram(ctx context.Context, metric string) (histogram, error) {
 	var h histogram
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10249/metrics", nil)
 	if err != nil {
@@ -352,7 +366,7 @@ func syncHistogram(ctx context.Context) (histogram, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		const name = "kubeproxy_sync_proxy_rules_duration_seconds_"
+		name := metric + "_"
 		if !strings.HasPrefix(line, name) {
 			continue
 		}
@@ -377,7 +391,7 @@ func syncHistogram(ctx context.Context) (histogram, error) {
 		return h, err
 	}
 	if !found {
-		return h, errors.New("no kubeproxy_sync_proxy_rules_duration_seconds in the metrics")
+		return h, fmt.Errorf("no %s in the metrics", metric)
 	}
 	return h, nil
 }

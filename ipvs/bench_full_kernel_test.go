@@ -1,0 +1,121 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// timedKernel and timedHelper add up the time spent in each phase of a sync.
+type timedKernel struct {
+	Kernel
+	took time.Duration
+}
+
+func (k *timedKernel) Apply(ops []Op) ([]error, error) {
+	t0 := time.Now()
+	defer func() { k.took += time.Since(t0) }()
+	return k.Kernel.Apply(ops)
+}
+
+type timedHelper struct {
+	Helper
+	took time.Duration
+}
+
+func (h *timedHelper) Apply(c HelperChange) error {
+	t0 := time.Now()
+	defer func() { h.took += time.Since(t0) }()
+	return h.Helper.Apply(c)
+}
+
+// A full first sync of the real backend (IPVS, kube-ipvs0, helper tables)
+// in a fresh namespace at sizes, with where the time goes. Real IPVS: the
+// VM tier (hack/vm/run.sh ./ipvs -run '^$' -bench BenchmarkKernelBackendFullSync -benchtime 1x).
+func BenchmarkKernelBackendFullSync(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("services=%dx10", n), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				ns := testNetns(b)
+				// IPVS refuses IPv4 real servers until the namespace has a
+				// local routing table: a node's loopback is up.
+				if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+					b.Fatalf("%v: %s", err, out)
+				}
+				c := dialIn(b, "/run/netns/"+ns)
+				nk, err := nft.OpenKernel("/run/netns/" + ns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				link, err := OpenDummy("/run/netns/" + ns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				st := bulkState(n)
+				for name := range st.Services {
+					if name.Namespace != "bulk" {
+						continue
+					}
+					eps := make([]proxier.Endpoint, 10)
+					for j := range eps {
+						k := len(st.Endpoints)*10 + j
+						eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, "b")
+					}
+					st.Endpoints[name] = eps
+				}
+				lin := &proxier.Lineage{}
+				st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+				tk := &timedKernel{Kernel: c}
+				var th *timedHelper
+				be := NewBackend(tk, BackendConfig{
+					NodeAddrs: func() ([]netip.Addr, error) { return nil, nil },
+					NewHelper: func(node proxier.Node) (Helper, error) {
+						th = &timedHelper{Helper: NewNftHelper(nk, nft.Config{}, node, link)}
+						return th, nil
+					},
+				})
+				b.StartTimer()
+				t0 := time.Now()
+				if _, err := be.Sync(context.Background(), st); err != nil {
+					b.Fatal(err)
+				}
+				total := time.Since(t0)
+				b.StopTimer()
+				b.Logf("%d services x 10: sync %v: IPVS commands %v, kube-ipvs0 and helper tables %v, the rest (plan, diff, reads) %v",
+					n, total.Round(time.Millisecond), tk.took.Round(time.Millisecond), th.took.Round(time.Millisecond),
+					(total - tk.took - th.took).Round(time.Millisecond))
+				// Then one endpoint changed, ten times, as the API source's
+				// States say it (a delta).
+				name := spn("bulk", "s0", "")
+				for i := range 10 {
+					next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: maps.Clone(st.Endpoints),
+						Delta: proxier.StateDelta{Lineage: lin, Gen: uint64(i) + 2, Changed: []proxier.ServicePortName{name}}}
+					eps := slices.Clone(st.Endpoints[name])
+					eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, 0, byte(i)}).String(), 8080, "b")
+					next.Endpoints[name] = eps
+					tk.took, th.took = 0, 0
+					t0 := time.Now()
+					if _, err := be.Sync(context.Background(), next); err != nil {
+						b.Fatal(err)
+					}
+					took := time.Since(t0)
+					b.Logf("one endpoint changed: %v: IPVS commands %v, helper %v, the rest %v", took.Round(10*time.Microsecond),
+						tk.took.Round(10*time.Microsecond), th.took.Round(10*time.Microsecond), (took - tk.took - th.took).Round(10*time.Microsecond))
+					st = next
+				}
+				nk.Close()
+				link.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
