@@ -292,3 +292,42 @@ func Node(ctx context.Context, c *Client, name string, addr netip.Addr) error {
 	}
 	return err
 }
+
+// Depopulate deletes the Services [from, to) and their slices, with
+// workers requests in flight (default 16).
+func Depopulate(ctx context.Context, c *Client, from, to, workers int) error {
+	if workers <= 0 {
+		workers = 16
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	next.Store(int64(from))
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= to || ctx.Err() != nil {
+					return
+				}
+				err := c.Do(ctx, http.MethodDelete, slicesPath+"/"+Name(i)+"-ipv4", nil, nil)
+				if err == nil {
+					err = c.Do(ctx, http.MethodDelete, servicesPath+"/"+Name(i), nil, nil)
+				}
+				if err != nil {
+					once.Do(func() { first = fmt.Errorf("deleting Service %d: %w", i, err); cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,9 +44,12 @@ type Result struct {
 	// real server in the kernel's IPVS table.
 	ChangeToKernel float64 `json:"changeToKernel"`
 	// ChangeSync is the mean duration of the syncs that ended between the
-	// change and its arrival in the kernel (ChangeSyncs of them).
-	ChangeSync  float64 `json:"changeSync"`
-	ChangeSyncs int     `json:"changeSyncs"`
+	// change and its arrival in the kernel (ChangeSyncs of them in all).
+	// Both are medians over the changes, each listed below.
+	ChangeSync          float64   `json:"changeSync"`
+	ChangeSyncs         int       `json:"changeSyncs"`
+	ChangesToKernel     []float64 `json:"changesToKernel"`
+	ChangeSyncDurations []float64 `json:"changeSyncDurations"`
 	// Kernel state after the first sync.
 	VirtualServers int `json:"virtualServers"`
 	RealServers    int `json:"realServers"`
@@ -59,7 +63,7 @@ type config struct {
 	proxy, kind, kubeconfig, logPath string
 	apiURL, serverName, caFile       string
 	token                            string
-	services, perService             int
+	services, perService, changes    int
 	timeout, firstSyncBound          time.Duration
 }
 
@@ -75,6 +79,7 @@ func main() {
 	flag.StringVar(&c.token, "token-file", "", "admin bearer token file (to change an endpoint)")
 	flag.IntVar(&c.services, "services", 1000, "Services the API server has")
 	flag.IntVar(&c.perService, "endpoints", 10, "endpoints per Service")
+	flag.IntVar(&c.changes, "changes", 5, "endpoint changes to measure, one after the other")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "bound for the whole run")
 	flag.DurationVar(&c.firstSyncBound, "first-sync-bound", 30*time.Minute, "give up waiting for the first sync after this long (reported as a lower bound)")
 	flag.Parse()
@@ -186,37 +191,59 @@ func run(c config, r *Result) error {
 	logf("first sync after %.2fs (%.3fs, %d syncs): %d virtual servers, %d real servers",
 		r.StartToSynced, r.FirstSync, first.count, r.VirtualServers, r.RealServers)
 
-	// One endpoint of Service 0 moves to a new address.
+	// One endpoint of Service 0 moves to a new address, changes times in
+	// a row (the first change after a full sync is also the first run of
+	// much code; the median is what a change costs).
 	key := ipvs.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
-	moved := netip.MustParseAddr("100.127.255.1")
+	var walls, syncs []float64
+	for i := range c.changes {
+		wall, took, n, err := changeOne(ctx, c, api, conn, proc, key, netip.AddrFrom4([4]byte{100, 127, 255, byte(i + 1)}))
+		if err != nil {
+			return err
+		}
+		logf("change %d in the kernel after %.4fs (%d syncs of %.4fs)", i+1, wall, n, took)
+		walls, syncs = append(walls, wall), append(syncs, took)
+		r.ChangeSyncs += n
+	}
+	r.ChangesToKernel, r.ChangeSyncDurations = walls, syncs
+	r.ChangeToKernel, r.ChangeSync = median(walls), median(syncs)
+	r.CPUSeconds, r.PeakRSSMiB, err = usage(proc.Process.Pid)
+	return err
+}
+
+// changeOne moves endpoint 0 of Service 0 to addr and waits until the
+// kernel has it and the proxy has recorded the sync that put it there. It
+// returns the time from the request to the kernel, and the mean duration
+// of the syncs that ended meanwhile (n of them).
+func changeOne(ctx context.Context, c config, api *scale.Client, conn *ipvs.Conn, proc *exec.Cmd, key ipvs.ServiceKey, addr netip.Addr) (wall, took float64, n int, err error) {
 	before, err := syncHistogram(ctx, syncMetric)
 	if err != nil {
-		return err
+		return 0, 0, 0, err
 	}
 	sent := time.Now()
-	if _, err := scale.SetEndpoint(ctx, api, 0, 0, moved); err != nil {
-		return err
+	if _, err := scale.SetEndpoint(ctx, api, 0, 0, addr); err != nil {
+		return 0, 0, 0, err
 	}
 	// Our proxy applies it in milliseconds: poll one virtual server's real
-	// servers (one small dump) often; upstream takes minutes.
+	// servers (one small dump) often; upstream takes many seconds.
 	every := 5 * time.Millisecond
 	if c.kind == "upstream" {
 		every = 200 * time.Millisecond
 	}
 	for {
 		if err := alive(proc); err != nil {
-			return err
+			return 0, 0, 0, err
 		}
 		ds, err := conn.Dests(key)
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
-		if hasAddr(ds, moved) {
-			r.ChangeToKernel = time.Since(sent).Seconds()
+		if hasAddr(ds, addr) {
+			wall = time.Since(sent).Seconds()
 			break
 		}
 		if err := pause(ctx, every); err != nil {
-			return fmt.Errorf("waiting for the changed endpoint in the kernel: %w", err)
+			return 0, 0, 0, fmt.Errorf("waiting for the changed endpoint in the kernel: %w", err)
 		}
 	}
 	// The sync that applied it has ended once the histogram counts it
@@ -224,18 +251,22 @@ func run(c config, r *Result) error {
 	for {
 		after, err := syncHistogram(ctx, syncMetric)
 		if err == nil && after.count > before.count {
-			r.ChangeSyncs = after.count - before.count
-			r.ChangeSync = (after.sum - before.sum) / float64(r.ChangeSyncs)
-			break
+			n = after.count - before.count
+			return wall, (after.sum - before.sum) / float64(n), n, nil
 		}
 		if err := pause(ctx, every); err != nil {
-			return fmt.Errorf("waiting for the change's sync to be recorded: %w", err)
+			return 0, 0, 0, fmt.Errorf("waiting for the change's sync to be recorded: %w", err)
 		}
 	}
-	logf("change in the kernel after %.4fs (%d syncs of %.4fs)",
-		r.ChangeToKernel, r.ChangeSyncs, r.ChangeSync)
-	r.CPUSeconds, r.PeakRSSMiB, err = usage(proc.Process.Pid)
-	return err
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // setupGuest loads what upstream needs (the kernel would ask for most of
