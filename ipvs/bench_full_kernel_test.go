@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -68,7 +69,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					eps := make([]proxier.Endpoint, 10)
 					for j := range eps {
 						k := len(st.Endpoints)*10 + j
-						eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, "b")
+						eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, st.Node.Name)
 					}
 					st.Endpoints[name] = eps
 				}
@@ -76,8 +77,17 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
 				tk := &timedKernel{Kernel: c}
 				var th *timedHelper
+				var addrsTook time.Duration
 				be := NewBackend(tk, BackendConfig{
-					NodeAddrs: func() ([]netip.Addr, error) { return nil, nil },
+					NodeAddrs: func() (addrs []netip.Addr, err error) {
+						t0 := time.Now()
+						defer func() { addrsTook += time.Since(t0) }()
+						err = netns.Do("/run/netns/"+ns, func() error {
+							addrs, err = netns.AddrsExcept(DummyName)
+							return err
+						})
+						return addrs, err
+					},
 					NewHelper: func(node proxier.Node) (Helper, error) {
 						th = &timedHelper{Helper: NewNftHelper(nk, nft.Config{}, node, link)}
 						return th, nil
@@ -102,14 +112,15 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					eps := slices.Clone(st.Endpoints[name])
 					eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, 0, byte(i)}).String(), 8080, "b")
 					next.Endpoints[name] = eps
-					tk.took, th.took = 0, 0
+					tk.took, th.took, addrsTook = 0, 0, 0
 					t0 := time.Now()
 					if _, err := be.Sync(context.Background(), next); err != nil {
 						b.Fatal(err)
 					}
 					took := time.Since(t0)
-					b.Logf("one endpoint changed: %v: IPVS commands %v, helper %v, the rest %v", took.Round(10*time.Microsecond),
-						tk.took.Round(10*time.Microsecond), th.took.Round(10*time.Microsecond), (took - tk.took - th.took).Round(10*time.Microsecond))
+					b.Logf("one endpoint changed: %v: IPVS commands %v, helper %v, node addresses %v, the rest %v", took.Round(10*time.Microsecond),
+						tk.took.Round(10*time.Microsecond), th.took.Round(10*time.Microsecond), addrsTook.Round(10*time.Microsecond),
+						(took - tk.took - th.took - addrsTook).Round(10*time.Microsecond))
 					st = next
 				}
 				nk.Close()

@@ -89,10 +89,36 @@ func (d *Dummy) AddAddrs(addrs []netip.Addr) error { return d.addrs(unix.RTM_NEW
 // DelAddrs deletes addresses in one write.
 func (d *Dummy) DelAddrs(addrs []netip.Addr) error { return d.addrs(unix.RTM_DELADDR, addrs) }
 
+// addrsPerWrite bounds one write of address messages: a write must fit the
+// socket's send buffer (10k addresses did not: EMSGSIZE), and its acks,
+// one per message, the receive buffer.
+const addrsPerWrite = 512
+
 func (d *Dummy) addrs(typ uint16, addrs []netip.Addr) error {
-	if len(addrs) == 0 {
-		return nil
+	var errs []error
+	for len(addrs) > 0 {
+		n := min(len(addrs), addrsPerWrite)
+		if err := d.addrsWrite(typ, addrs[:n]); err != nil {
+			if !isPerAddress(err) {
+				return err
+			}
+			errs = append(errs, err)
+		}
+		addrs = addrs[n:]
 	}
+	return errors.Join(errs...)
+}
+
+// perAddressError holds the errors of single addresses in one write (the
+// others in it were applied).
+type perAddressError struct{ error }
+
+func isPerAddress(err error) bool {
+	var pe perAddressError
+	return errors.As(err, &pe)
+}
+
+func (d *Dummy) addrsWrite(typ uint16, addrs []netip.Addr) error {
 	msgs, last := addrMessages(typ, d.index, addrs, d.seq+1)
 	d.seq = last
 	var errs []error
@@ -114,7 +140,10 @@ func (d *Dummy) addrs(typ uint16, addrs []netip.Addr) error {
 			return err
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return perAddressError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 // exchange sends one request and calls fn with each answer until the

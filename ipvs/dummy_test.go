@@ -4,9 +4,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/vmguest"
 )
 
 // The batched address messages, byte for byte: header, ifaddrmsg, then
@@ -50,5 +53,43 @@ func TestAddrMessages(t *testing.T) {
 				t.Errorf("messages\n%s (last seq %d)\nwant\n%s (last seq %d)", hex.EncodeToString(got), last, tc.want, tc.last)
 			}
 		})
+	}
+}
+
+// Ten thousand addresses in one call (one per Service at 10k Services):
+// they go in several writes, all land, and go again. Dummy links: the VM
+// tier.
+func TestKernelDummyManyAddrs(t *testing.T) {
+	vmguest.RequireIPVS(t) // the guest has dummy links; this machine's kernel does not
+	ns := testNetns(t)
+	d, err := OpenDummy("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	addrs := make([]netip.Addr, 10000)
+	for i := range addrs {
+		addrs[i] = netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
+	}
+	if err := d.AddAddrs(addrs); err != nil {
+		t.Fatalf("adding %d addresses: %v", len(addrs), err)
+	}
+	got, err := d.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(addrs) {
+		t.Errorf("kube-ipvs0 holds %d addresses, want %d", len(got), len(addrs))
+	}
+	// One already there among new ones: its error alone, the rest applied.
+	more := []netip.Addr{addrs[0], netip.MustParseAddr("10.97.0.1")}
+	if err := d.AddAddrs(more); err == nil || !strings.Contains(err.Error(), addrs[0].String()) {
+		t.Errorf("re-adding %s: %v, want its EEXIST", addrs[0], err)
+	}
+	if err := d.DelAddrs(append(addrs, more[1])); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Addrs(); err != nil || len(got) != 0 {
+		t.Errorf("after deleting them all: %d addresses (%v)", len(got), err)
 	}
 }

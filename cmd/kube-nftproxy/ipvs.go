@@ -170,15 +170,18 @@ func openIPVS() (*ipvs.Conn, error) {
 	return c, nil
 }
 
-// ipvsNodeAddrs are the node's local addresses but kube-ipvs0's: those
+// ipvsNodeAddrs returns the node's local addresses but kube-ipvs0's: those
 // NodePort virtual servers listen on (the plan drops loopback). IPv6
 // link-local addresses are left out: a virtual server cannot carry a zone.
-func ipvsNodeAddrs() ([]netip.Addr, error) {
-	all, err := netns.AddrsExcept(ipvs.DummyName)
-	if err != nil {
-		return nil, err
+// They are read again only after the kernel says an address changed.
+func ipvsNodeAddrs(c *netns.AddrCache) func() ([]netip.Addr, error) {
+	return func() ([]netip.Addr, error) {
+		all, err := c.Addrs()
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(slices.Clone(all), func(a netip.Addr) bool { return a.Is6() && a.IsLinkLocalUnicast() }), nil
 	}
-	return slices.DeleteFunc(all, func(a netip.Addr) bool { return a.Is6() && a.IsLinkLocalUnicast() }), nil
 }
 
 // newIPVSBackend sets IPVS mode's sysctls and timeouts and returns its
@@ -202,10 +205,14 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nft.Kernel, conn *ipvs.Conn, 
 	if err != nil {
 		return nil, needPrivileges("creating "+ipvs.DummyName, err)
 	}
+	addrs, err := netns.NewAddrCache(ipvs.DummyName)
+	if err != nil {
+		return nil, err
+	}
 	return ipvs.NewBackend(conn, ipvs.BackendConfig{
 		Plan:      planCfg,
 		Sync:      ipvs.SyncConfig{ExcludeCIDRs: exclude, DrainCheck: o.ipvs.drainCheck},
-		NodeAddrs: ipvsNodeAddrs,
+		NodeAddrs: ipvsNodeAddrs(addrs),
 		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
 			return ipvs.NewNftHelper(k, cfg, node, link), nil
 		},

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -107,4 +108,86 @@ func ifaddr(family byte, attrs []byte) (netip.Addr, bool) {
 	}
 	a, ok := netip.AddrFromSlice(raw)
 	return a.Unmap(), ok
+}
+
+// AddrCache is AddrsExcept that reads the kernel again only after an
+// address changed on an interface it does not skip (or it could not
+// tell): the kernel's address events, on a socket of its own, say when.
+// A proxy asks for the node's addresses at every sync; they rarely change,
+// while kube-ipvs0's change with every Service.
+type AddrCache struct {
+	skip   []string
+	fd     int
+	buf    []byte
+	addrs  []netip.Addr
+	skipIx map[int32]bool // the skipped interfaces' indexes, as of the last read
+	valid  bool
+}
+
+// NewAddrCache subscribes to the current network namespace's address
+// events. Close it when done.
+func NewAddrCache(skip ...string) (*AddrCache, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("opening an rtnetlink socket: %w", err)
+	}
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("following address changes: %w", err)
+	}
+	return &AddrCache{skip: skip, fd: fd, buf: make([]byte, 1<<16)}, nil
+}
+
+// Close stops following address changes.
+func (c *AddrCache) Close() error { return unix.Close(c.fd) }
+
+// Addrs returns the addresses of every interface but the skipped ones.
+func (c *AddrCache) Addrs() ([]netip.Addr, error) {
+	if c.valid && !c.changed() {
+		return c.addrs, nil
+	}
+	// Read the indexes first: an event after this is seen next time.
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's interfaces: %w", err)
+	}
+	c.skipIx = map[int32]bool{}
+	for _, ifc := range ifaces {
+		if slices.Contains(c.skip, ifc.Name) {
+			c.skipIx[int32(ifc.Index)] = true
+		}
+	}
+	addrs, err := AddrsExcept(c.skip...)
+	if err != nil {
+		c.valid = false
+		return nil, err
+	}
+	c.addrs, c.valid = addrs, true
+	return addrs, nil
+}
+
+// changed drains the queued events: true when one is for an interface not
+// skipped, or some were lost.
+func (c *AddrCache) changed() bool {
+	changed := false
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, unix.MSG_TRUNC)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return changed
+		case err != nil, n > len(c.buf): // ENOBUFS: events were lost
+			changed = true
+			continue
+		}
+		_ = nlmsg.EachMessage(c.buf[:n], func(typ uint16, _ uint32, p []byte) {
+			if (typ == unix.RTM_NEWADDR || typ == unix.RTM_DELADDR) && len(p) >= unix.SizeofIfAddrmsg &&
+				c.skipIx[int32(binary.NativeEndian.Uint32(p[4:8]))] {
+				return
+			}
+			changed = true
+		})
+	}
 }

@@ -46,3 +46,50 @@ func TestKernelAddrsExcept(t *testing.T) {
 		t.Errorf("AddrsExcept(vips) = %v, want %v", got, want)
 	}
 }
+
+// AddrCache reads again after an address of a followed interface changes,
+// and not after the skipped interface's change.
+func TestKernelAddrCache(t *testing.T) {
+	ns := testns.New(t, "knp-addrc-")
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("link", "add", "eth0", "type", "veth", "peer", "name", "vips")
+	ip("addr", "add", "192.168.7.2/24", "dev", "eth0")
+	err := netns.Do("/run/netns/"+ns, func() error {
+		c, err := netns.NewAddrCache("vips")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		has := func(want string) bool {
+			got, err := c.Addrs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.Contains(got, netip.MustParseAddr(want))
+		}
+		if !has("192.168.7.2") {
+			t.Error("first read misses 192.168.7.2")
+		}
+		ip("addr", "add", "10.96.0.1/32", "dev", "vips")
+		if has("10.96.0.1") {
+			t.Error("the skipped interface's address is listed")
+		}
+		ip("addr", "add", "192.168.8.2/24", "dev", "eth0")
+		if !has("192.168.8.2") {
+			t.Error("a new address of eth0 is not seen")
+		}
+		ip("addr", "del", "192.168.7.2/24", "dev", "eth0")
+		if has("192.168.7.2") {
+			t.Error("a deleted address of eth0 is still listed")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
