@@ -13,20 +13,29 @@ import (
 // helper elements) over a fake kernel and helper, at sizes, with the
 // State's delta as the API source's Builder sets it: it must not grow with
 // the number of Services (the kernel's part is in the VM benchmarks).
+// bulkState10 is bulkState with ten endpoints (on node) per bulk Service,
+// each its own address.
+func bulkState10(n int, node string) *proxier.State {
+	st := bulkState(n)
+	k := 0
+	for name := range st.Services {
+		if name.Namespace != "bulk" {
+			continue
+		}
+		eps := make([]proxier.Endpoint, 10)
+		for j := range eps {
+			eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, node)
+			k++
+		}
+		st.Endpoints[name] = eps
+	}
+	return st
+}
+
 func BenchmarkBackendOneEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			st := bulkState(n)
-			for name := range st.Services {
-				if name.Namespace != "bulk" {
-					continue
-				}
-				eps := make([]proxier.Endpoint, 10)
-				for j := range eps {
-					eps[j] = ready(netip.AddrFrom4([4]byte{100, 64, byte(j), byte(len(st.Endpoints) % 250)}).String(), 8080, "b")
-				}
-				st.Endpoints[name] = eps
-			}
+			st := bulkState10(n, "b")
 			be := NewBackend(NewFakeKernel(), BackendConfig{
 				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
 				NewHelper: func(proxier.Node) (Helper, error) { return NewFakeHelper(), nil },

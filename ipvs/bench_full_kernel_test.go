@@ -61,18 +61,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				st := bulkState(n)
-				for name := range st.Services {
-					if name.Namespace != "bulk" {
-						continue
-					}
-					eps := make([]proxier.Endpoint, 10)
-					for j := range eps {
-						k := len(st.Endpoints)*10 + j
-						eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, st.Node.Name)
-					}
-					st.Endpoints[name] = eps
-				}
+				st := bulkState10(n, demoState().Node.Name)
 				lin := &proxier.Lineage{}
 				st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
 				tk := &timedKernel{Kernel: c}

@@ -206,14 +206,29 @@ type Spec struct {
 // right after its Service, with spec.Workers requests in flight. It
 // returns at the first error.
 func Populate(ctx context.Context, c *Client, spec Spec) error {
-	workers := spec.Workers
+	return forEach(ctx, spec.From, spec.To, spec.Workers, func(ctx context.Context, i int) error {
+		nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
+		if err := c.Do(ctx, http.MethodPost, servicesPath, Service(i, nodePort), nil); err != nil {
+			return fmt.Errorf("creating Service %d: %w", i, err)
+		}
+		if err := c.Do(ctx, http.MethodPost, slicesPath, Slice(i, spec.PerService, spec.Node), nil); err != nil {
+			return fmt.Errorf("creating Service %d's slice: %w", i, err)
+		}
+		return nil
+	})
+}
+
+// forEach calls fn for every i in [from, to) with workers calls in flight
+// (default 16), and returns the first error, after which it starts no
+// more.
+func forEach(ctx context.Context, from, to, workers int, fn func(ctx context.Context, i int) error) error {
 	if workers <= 0 {
 		workers = 16
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var next atomic.Int64
-	next.Store(int64(spec.From))
+	next.Store(int64(from))
 	var (
 		wg    sync.WaitGroup
 		once  sync.Once
@@ -225,16 +240,11 @@ func Populate(ctx context.Context, c *Client, spec Spec) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= spec.To || ctx.Err() != nil {
+				if i >= to || ctx.Err() != nil {
 					return
 				}
-				nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
-				err := c.Do(ctx, http.MethodPost, servicesPath, Service(i, nodePort), nil)
-				if err == nil {
-					err = c.Do(ctx, http.MethodPost, slicesPath, Slice(i, spec.PerService, spec.Node), nil)
-				}
-				if err != nil {
-					once.Do(func() { first = fmt.Errorf("creating Service %d: %w", i, err); cancel() })
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
 					return
 				}
 			}
@@ -296,38 +306,13 @@ func Node(ctx context.Context, c *Client, name string, addr netip.Addr) error {
 // Depopulate deletes the Services [from, to) and their slices, with
 // workers requests in flight (default 16).
 func Depopulate(ctx context.Context, c *Client, from, to, workers int) error {
-	if workers <= 0 {
-		workers = 16
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var next atomic.Int64
-	next.Store(int64(from))
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= to || ctx.Err() != nil {
-					return
-				}
-				err := c.Do(ctx, http.MethodDelete, slicesPath+"/"+Name(i)+"-ipv4", nil, nil)
-				if err == nil {
-					err = c.Do(ctx, http.MethodDelete, servicesPath+"/"+Name(i), nil, nil)
-				}
-				if err != nil {
-					once.Do(func() { first = fmt.Errorf("deleting Service %d: %w", i, err); cancel() })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
+	return forEach(ctx, from, to, workers, func(ctx context.Context, i int) error {
+		if err := c.Do(ctx, http.MethodDelete, slicesPath+"/"+Name(i)+"-ipv4", nil, nil); err != nil {
+			return fmt.Errorf("deleting Service %d's slice: %w", i, err)
+		}
+		if err := c.Do(ctx, http.MethodDelete, servicesPath+"/"+Name(i), nil, nil); err != nil {
+			return fmt.Errorf("deleting Service %d: %w", i, err)
+		}
+		return nil
+	})
 }
