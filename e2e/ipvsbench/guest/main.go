@@ -7,10 +7,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +16,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -139,7 +136,7 @@ func run(c config, r *Result) error {
 	// The first sync: the metric counts one, and every Service has its
 	// virtual server (the kernel's table is read only once the proxy says
 	// it synced: a read of 100k real servers costs the VM's only CPU).
-	var first histogram
+	var first scale.Histogram
 	lastNews := time.Now()
 	for {
 		if time.Since(started) > c.firstSyncBound {
@@ -163,14 +160,14 @@ func run(c config, r *Result) error {
 			return err
 		}
 		h, err := syncHistogram(ctx)
-		if err == nil && h.count > 0 {
+		if err == nil && h.Count > 0 {
 			vss, err := conn.Read()
 			if err != nil {
 				return err
 			}
 			if len(vss) >= c.services {
 				r.StartToSynced = time.Since(started).Seconds()
-				r.FirstSync = h.sum / float64(h.count)
+				r.FirstSync = h.Sum / float64(h.Count)
 				first = h
 				r.VirtualServers = len(vss)
 				for _, v := range vss {
@@ -186,7 +183,7 @@ func run(c config, r *Result) error {
 		}
 	}
 	logf("first sync after %.2fs (%.3fs, %d syncs): %d virtual servers, %d real servers",
-		r.StartToSynced, r.FirstSync, first.count, r.VirtualServers, r.RealServers)
+		r.StartToSynced, r.FirstSync, first.Count, r.VirtualServers, r.RealServers)
 
 	// One endpoint of Service 0 moves to a new address.
 	key := ipvs.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
@@ -225,9 +222,8 @@ func run(c config, r *Result) error {
 	// (the kernel may show the change before the proxy records the sync).
 	for {
 		after, err := syncHistogram(ctx)
-		if err == nil && after.count > before.count {
-			r.ChangeSyncs = after.count - before.count
-			r.ChangeSync = (after.sum - before.sum) / float64(r.ChangeSyncs)
+		if err == nil && after.Count > before.Count {
+			r.ChangeSync, r.ChangeSyncs = after.Since(before)
 			break
 		}
 		if err := pause(ctx, every); err != nil {
@@ -325,104 +321,15 @@ func hasAddr(ds []ipvs.Dest, a netip.Addr) bool {
 	return false
 }
 
-type histogram struct {
-	sum   float64
-	count int
+// syncHistogram reads the proxy's sync histogram (scale.SyncMetric).
+func syncHistogram(ctx context.Context) (scale.Histogram, error) {
+	return scale.SyncHistogram(ctx, http.DefaultClient, "http://127.0.0.1:10249/metrics")
 }
 
-// syncHistogram reads kubeproxy_sync_proxy_rules_duration_seconds from the
-// proxy's metrics: upstream's IPv4 series (it labels by ip_family), ours
-// (one series, no label).
-func syncHistogram(ctx context.Context) (histogram, error) {
-	var h histogram
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10249/metrics", nil)
-	if err != nil {
-		return h, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return h, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return h, fmt.Errorf("metrics: HTTP %d", resp.StatusCode)
-	}
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		const name = "kubeproxy_sync_proxy_rules_duration_seconds_"
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		field, labels, value, ok := splitSample(rest)
-		if !ok || (labels != "" && !strings.Contains(labels, `ip_family="IPv4"`)) {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		switch field {
-		case "sum":
-			h.sum = v
-			found = true
-		case "count":
-			h.count = int(v)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return h, err
-	}
-	if !found {
-		return h, errors.New("no kubeproxy_sync_proxy_rules_duration_seconds in the metrics")
-	}
-	return h, nil
-}
-
-// splitSample splits `sum{labels} value` (labels optional).
-func splitSample(s string) (field, labels, value string, ok bool) {
-	sp := strings.LastIndexByte(s, ' ')
-	if sp < 0 {
-		return "", "", "", false
-	}
-	value = s[sp+1:]
-	s = s[:sp]
-	if i := strings.IndexByte(s, '{'); i >= 0 {
-		return s[:i], s[i:], value, true
-	}
-	return s, "", value, true
-}
-
-// usage returns a process's CPU seconds (user+system) and peak RSS.
+// usage returns a process's own CPU seconds (user+system) and peak RSS.
 func usage(pid int) (cpu, rssMiB float64, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 12th and 13th after it, in clock ticks (100 Hz).
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: too short", pid)
-	}
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	cpu = (ut + st) / 100
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			rssMiB = kb / 1024
-		}
-	}
-	return cpu, rssMiB, nil
+	u, err := scale.ProcessUsage(pid)
+	return u.CPUSeconds, u.PeakRSSMiB, err
 }
 
 func tail(path string, n int) {
