@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +56,9 @@ type result struct {
 	// sync's duration, by the proxy's own histogram.
 	StartToSynced, FirstSync float64
 	// Unfinished: no first sync within the bound; StartToSynced is the
-	// time waited, a lower bound, and nothing else but usage is measured.
+	// time waited and FirstSync the time since upstream's log said the
+	// sync began (0 if it did not), both lower bounds; nothing else but
+	// usage is measured.
 	Unfinished bool
 	// Add: the Service created (its slice, with one endpoint on the pod,
 	// exists already) -> a connection to its ClusterIP answered by the
@@ -68,6 +71,9 @@ type result struct {
 	ChangeSyncs                 int
 	// Usage at the end, of the proxy process (children: nft for upstream).
 	Usage scale.Usage
+	// ChildPeakRSSMiB is the peak RSS of the largest of its children, when
+	// larger than its own (else 0).
+	ChildPeakRSSMiB float64
 	// The proxy's tables once idle after its first sync: chains, rules
 	// (anonymous sets and maps inline in a rule count as part of it), and
 	// the elements of named sets and maps.
@@ -251,6 +257,9 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 		if time.Since(start) > bound {
 			r.Unfinished = true
 			r.StartToSynced = time.Since(start).Seconds()
+			if at, ok := syncStarted(logPath); ok {
+				r.FirstSync = time.Since(at).Seconds()
+			}
 			b.t.Logf("%s: no first sync within %v; log tail:\n%s", kind, bound, logTail(logPath, 5))
 			r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid)
 			return r, err
@@ -323,8 +332,40 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 		return r, err
 	}
 	b.t.Logf("%s: endpoint changed: traffic after %.4fs (%d syncs of %.4fs)", kind, r.ChangeToTraffic, r.ChangeSyncs, r.ChangeSync)
-	r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid)
-	return r, err
+	if r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid); err != nil {
+		return r, err
+	}
+	// Once reaped, the proxy's peak RSS as wait4 reports it is the larger
+	// of its own and its largest child's (upstream's nft).
+	p.stop()
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		if mib := float64(ru.Maxrss) / 1024; mib > r.Usage.PeakRSSMiB+1 {
+			r.ChildPeakRSSMiB = mib
+		}
+	}
+	return r, nil
+}
+
+// syncStarted returns when upstream's log (at -v=2) says its first sync
+// began: "Syncing nftables rules", after a klog header such as
+// "I1123 12:26:23.056496" (local time, no year).
+func syncStarted(logPath string) (time.Time, bool) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.Contains(l, `"Syncing nftables rules"`) || len(l) < 21 {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", l[1:21], time.Local)
+		if err != nil {
+			return time.Time{}, false
+		}
+		now := time.Now()
+		return at.AddDate(now.Year(), 0, 0), true
+	}
+	return time.Time{}, false
 }
 
 // waitQuiet waits until no sync has ended for quiet and returns the
@@ -554,15 +595,19 @@ func formatTable(rs []result) string {
 		by[r.Proxy][r.Services] = r
 		start, first := secs(r.StartToSynced), secs(r.FirstSync)
 		if r.Unfinished {
-			start, first = "> "+start+" (unfinished)", "> "+start
+			start, first = atLeast(start)+" (unfinished)", atLeast(first)
 		}
 		cpu := fmt.Sprintf("%.1f", r.Usage.CPUSeconds+r.Usage.ChildCPUSeconds)
 		if r.Usage.ChildCPUSeconds >= 0.05 {
 			cpu += fmt.Sprintf(" (children %.1f)", r.Usage.ChildCPUSeconds)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", r.Services, r.Proxy,
+		rss := fmt.Sprintf("%.0f", r.Usage.PeakRSSMiB)
+		if r.ChildPeakRSSMiB > 0 {
+			rss += fmt.Sprintf(" (a child %.0f)", r.ChildPeakRSSMiB)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
 			start, first, syncs(r.AddSync, r.AddSyncs), secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
-			secs(r.ChangeToTraffic), cpu, r.Usage.PeakRSSMiB, objects(r))
+			secs(r.ChangeToTraffic), cpu, rss, objects(r))
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | upstream / ours: start to synced | first sync | add: sync | add: to traffic | change: sync | change: to traffic | CPU | peak RSS |")
@@ -574,9 +619,9 @@ func formatTable(rs []result) string {
 		}
 		cpuU, cpuO := u.Usage.CPUSeconds+u.Usage.ChildCPUSeconds, o.Usage.CPUSeconds+o.Usage.ChildCPUSeconds
 		if u.Unfinished {
-			fmt.Fprintf(&b, "| %d | > %s | > %s | - | - | - | - | > %s | %s |\n", r.Services,
-				ratio(u.StartToSynced, o.StartToSynced), ratio(u.StartToSynced, o.FirstSync),
-				ratio(cpuU, cpuO), ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
+			fmt.Fprintf(&b, "| %d | %s | %s | - | - | - | - | %s | %s |\n", r.Services,
+				atLeast(ratio(u.StartToSynced, o.StartToSynced)), atLeast(ratio(u.FirstSync, o.FirstSync)),
+				atLeast(ratio(cpuU, cpuO)), ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
 			continue
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services,
@@ -586,6 +631,14 @@ func formatTable(rs []result) string {
 			ratio(cpuU, cpuO), ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
 	}
 	return b.String()
+}
+
+// atLeast marks a figure as a lower bound.
+func atLeast(s string) string {
+	if s == "-" {
+		return s
+	}
+	return "> " + s
 }
 
 func objects(r result) string {
