@@ -144,7 +144,11 @@ func newBench(t *testing.T, kubeProxy string) *bench {
 	b.apiNS = ns
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	b.srv, err = apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: ns, ExtraArgs: []string{"--bind-address=0.0.0.0"}})
+	// Every 10th of 50k Services is a NodePort: more than the default
+	// range's 2768 ports.
+	b.srv, err = apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: ns, ExtraArgs: []string{
+		"--bind-address=0.0.0.0", "--service-node-port-range=30000-39999",
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +274,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	}
 	b.t.Logf("%s: first sync %.3fs after start (%.3fs)", kind, r.StartToSynced, r.FirstSync)
 	// That sync was complete: every endpoint is in the kernel.
-	c, err := countRules(ctx, n.ns)
+	c, err := countRules(ctx, b.t, n.ns)
 	if err != nil {
 		return r, err
 	}
@@ -289,7 +293,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	}
 	// What it wrote, once idle (upstream's IPv6 proxier syncs after its
 	// IPv4 one, whose first sync is the one timed).
-	if c, err = countRules(ctx, n.ns); err != nil {
+	if c, err = countRules(ctx, b.t, n.ns); err != nil {
 		return r, err
 	}
 	r.Chains, r.Rules, r.Elements = c.chains, c.rules, c.elements
@@ -430,12 +434,15 @@ var endpointAddr = regexp.MustCompile(`\b100\.(?:6[4-9]|[7-9][0-9]|1[01][0-9]|12
 // countRules counts, with `nft -j list ruleset` in namespace ns, the
 // chains, rules and set/map elements of the proxy's tables (named kube-*;
 // not iptables-nft's), and the distinct endpoint addresses they hold.
-func countRules(ctx context.Context, ns string) (rulesetCount, error) {
+func countRules(ctx context.Context, t *testing.T, ns string) (rulesetCount, error) {
+	t0 := time.Now()
 	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset").Output()
 	if err != nil {
 		return rulesetCount{}, fmt.Errorf("nft -j list ruleset: %w", err)
 	}
-	return parseRuleset(out)
+	c, err := parseRuleset(out)
+	t.Logf("nft -j list ruleset: %d MB, listed and counted in %v", len(out)>>20, time.Since(t0).Round(time.Millisecond))
+	return c, err
 }
 
 type rulesetCount struct{ chains, rules, elements, endpoints int }
