@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs demo clean
 
 all: build
 
@@ -68,6 +68,29 @@ lint:
 # Benchmarks: ruleset building (no root) and kernel syncs in a namespace (root).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/ ./conntrack/
+
+# Upstream kube-proxy v1.37.1 (nftables mode) and ours side by side against
+# a real API server holding N Services x 10 endpoints (every 10th a
+# NodePort), each in a fresh network namespace (root): start to first sync,
+# one Service added and one endpoint changed (sync, and until real traffic
+# reaches the new backend), CPU, peak RSS, rules. One table, also written to
+# KNP_SCALE_OUT; proxy logs kept in KNP_SCALE_LOGS (a directory). Add 50000
+# to the sizes for 50k: upstream's first sync is waited for KNP_SCALE_BOUND
+# at most, then shown as a lower bound.
+KNP_SCALE_SIZES   ?= 1000,5000,10000
+KNP_SCALE_BOUND   ?= 10m
+KNP_SCALE_PROXIES ?= ours,upstream
+KNP_SCALE_OUT     ?=
+bench-scale:
+	hack/kube-proxy/build.sh
+	KNP_SCALE_BENCH=1 KNP_SCALE_SIZES=$(KNP_SCALE_SIZES) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
+		KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) KNP_SCALE_OUT=$(KNP_SCALE_OUT) \
+		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesSideBySide$$' ./e2e/nftbench/
+
+# The same in IPVS mode, each proxy in a fresh QEMU VM with real IPVS (root;
+# about an hour): e2e/ipvsbench, KNP_IPVS_BENCH_SIZES, KNP_IPVS_BENCH_BOUND.
+bench-ipvs:
+	KNP_IPVS_BENCH=1 $(GO) test -count=1 -v -timeout 4h -run TestIPVSSideBySide ./e2e/ipvsbench/
 
 demo:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo

@@ -38,7 +38,7 @@ func (s *Server) freePort() (int, error) {
 		return freePort()
 	}
 	var port int
-	err := runInNetNS(s.opts.NetNS, func() error {
+	err := RunInNetNS(s.opts.NetNS, func() error {
 		var err error
 		port, err = freePort()
 		return err
@@ -54,10 +54,16 @@ func (s *Server) dialContext() func(ctx context.Context, network, addr string) (
 	if ns == "" {
 		return nil
 	}
+	return DialerInNetNS(ns)
+}
+
+// DialerInNetNS returns a DialContext (for http.Transport) that opens its
+// connections inside the named network namespace ns.
+func DialerInNetNS(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := runInNetNS(ns, func() error {
+		err := RunInNetNS(ns, func() error {
 			var err error
 			// The socket is created on this goroutine's (locked) thread,
 			// so in ns; once created it stays there, whatever thread
@@ -69,11 +75,12 @@ func (s *Server) dialContext() func(ctx context.Context, network, addr string) (
 	}
 }
 
-// runInNetNS runs fn on a fresh goroutine locked to its OS thread, with that
+// RunInNetNS runs fn on a fresh goroutine locked to its OS thread, with that
 // thread switched into the named network namespace ns and back. If the
 // thread cannot be switched back, the goroutine ends still locked, which
-// makes the runtime discard the thread instead of reusing it.
-func runInNetNS(ns string, fn func() error) error {
+// makes the runtime discard the thread instead of reusing it. A socket fn
+// creates stays in ns whichever thread uses it later.
+func RunInNetNS(ns string, fn func() error) error {
 	target, err := os.Open(filepath.Join(netnsDir, ns))
 	if err != nil {
 		return fmt.Errorf("network namespace %s: %w", ns, err)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -34,8 +35,10 @@ const (
 	// ServicePort is every Service's port.
 	ServicePort = 80
 
-	servicesPath = "/api/v1/namespaces/" + Namespace + "/services"
-	slicesPath   = "/apis/discovery.k8s.io/v1/namespaces/" + Namespace + "/endpointslices"
+	// ServicesPath and SlicesPath are the API paths of Namespace's
+	// Services and EndpointSlices.
+	ServicesPath = "/api/v1/namespaces/" + Namespace + "/services"
+	SlicesPath   = "/apis/discovery.k8s.io/v1/namespaces/" + Namespace + "/endpointslices"
 )
 
 // Client is an API server client for one bearer token.
@@ -50,6 +53,13 @@ type Client struct {
 // checked against (the VM reaches the host's server at another address).
 // Up to conns connections are kept open, for as many concurrent requests.
 func NewClient(url, token string, caPEM []byte, serverName string, conns int) (*Client, error) {
+	return NewClientDialer(url, token, caPEM, serverName, conns, nil)
+}
+
+// NewClientDialer is NewClient with the connections opened by dial (nil:
+// the default dialer), e.g. inside the API server's network namespace.
+func NewClientDialer(url, token string, caPEM []byte, serverName string, conns int,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*Client, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("scale: no certificate in the CA PEM")
@@ -58,6 +68,8 @@ func NewClient(url, token string, caPEM []byte, serverName string, conns int) (*
 		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: conns,
 		ForceAttemptHTTP2:   false,
+		Proxy:               nil, // test servers only, whatever HTTPS_PROXY says
+		DialContext:         dial,
 	}
 	return &Client{URL: url, Token: token, http: &http.Client{Timeout: time.Minute, Transport: tr}}, nil
 }
@@ -136,13 +148,18 @@ func ptr[T any](v T) *T { return &v }
 // Service is Service i: a single-stack IPv4 ClusterIP Service, or a
 // NodePort one when nodePort is set.
 func Service(i int, nodePort bool) *corev1.Service {
+	return ServiceNamed(Name(i), nodePort)
+}
+
+// ServiceNamed is Service with another name.
+func ServiceNamed(name string, nodePort bool) *corev1.Service {
 	typ := corev1.ServiceTypeClusterIP
 	if nodePort {
 		typ = corev1.ServiceTypeNodePort
 	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name(i), Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{
 			Type:           typ,
 			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol},
@@ -170,10 +187,20 @@ func EndpointAddr(i, j, perService int) netip.Addr {
 // Slice is the EndpointSlice of Service i with perService ready endpoints
 // on node.
 func Slice(i, perService int, node string) *discoveryv1.EndpointSlice {
+	addrs := make([]netip.Addr, perService)
+	for j := range addrs {
+		addrs[j] = EndpointAddr(i, j, perService)
+	}
+	return SliceOf(Name(i), addrs, node)
+}
+
+// SliceOf is the EndpointSlice "<service>-ipv4" of Service service with a
+// ready endpoint on node at each of addrs.
+func SliceOf(service string, addrs []netip.Addr, node string) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name(i) + "-ipv4", Namespace: Namespace, Labels: map[string]string{
-			discoveryv1.LabelServiceName: Name(i),
+		ObjectMeta: metav1.ObjectMeta{Name: service + "-ipv4", Namespace: Namespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: service,
 			discoveryv1.LabelManagedBy:   "kube-nftproxy-scale",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -181,9 +208,9 @@ func Slice(i, perService int, node string) *discoveryv1.EndpointSlice {
 			Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(TargetPort)),
 		}},
 	}
-	for j := range perService {
+	for _, a := range addrs {
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{EndpointAddr(i, j, perService).String()},
+			Addresses:  []string{a.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
 			NodeName:   ptr(node),
 		})
@@ -208,10 +235,10 @@ type Spec struct {
 func Populate(ctx context.Context, c *Client, spec Spec) error {
 	return forEach(ctx, spec.From, spec.To, spec.Workers, func(ctx context.Context, i int) error {
 		nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
-		if err := c.Do(ctx, http.MethodPost, servicesPath, Service(i, nodePort), nil); err != nil {
+		if err := c.Do(ctx, http.MethodPost, ServicesPath, Service(i, nodePort), nil); err != nil {
 			return fmt.Errorf("creating Service %d: %w", i, err)
 		}
-		if err := c.Do(ctx, http.MethodPost, slicesPath, Slice(i, spec.PerService, spec.Node), nil); err != nil {
+		if err := c.Do(ctx, http.MethodPost, SlicesPath, Slice(i, spec.PerService, spec.Node), nil); err != nil {
 			return fmt.Errorf("creating Service %d's slice: %w", i, err)
 		}
 		return nil
@@ -257,16 +284,48 @@ func forEach(ctx context.Context, from, to, workers int, fn func(ctx context.Con
 // ClusterIP returns Service i's ClusterIP.
 func ClusterIP(ctx context.Context, c *Client, i int) (netip.Addr, error) {
 	var svc corev1.Service
-	if err := c.Do(ctx, http.MethodGet, servicesPath+"/"+Name(i), nil, &svc); err != nil {
+	if err := c.Do(ctx, http.MethodGet, ServicesPath+"/"+Name(i), nil, &svc); err != nil {
 		return netip.Addr{}, err
 	}
 	return netip.ParseAddr(svc.Spec.ClusterIP)
 }
 
+// CreateService creates svc and returns its ClusterIP.
+func CreateService(ctx context.Context, c *Client, svc *corev1.Service) (netip.Addr, error) {
+	var created corev1.Service
+	if err := c.Do(ctx, http.MethodPost, ServicesPath, svc, &created); err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(created.Spec.ClusterIP)
+}
+
+// CreateSlice creates es.
+func CreateSlice(ctx context.Context, c *Client, es *discoveryv1.EndpointSlice) error {
+	return c.Do(ctx, http.MethodPost, SlicesPath, es, nil)
+}
+
+// DeleteService deletes Service name and its slice "<name>-ipv4"; either
+// being absent already is no error.
+func DeleteService(ctx context.Context, c *Client, name string) error {
+	for _, path := range []string{ServicesPath + "/" + name, SlicesPath + "/" + name + "-ipv4"} {
+		err := c.Do(ctx, http.MethodDelete, path, nil, nil)
+		var se *StatusError
+		if err != nil && !(errors.As(err, &se) && se.Code == http.StatusNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
 // SetEndpoint makes endpoint j of Service i's slice addr, and returns the
 // address it had.
 func SetEndpoint(ctx context.Context, c *Client, i, j int, addr netip.Addr) (netip.Addr, error) {
-	path := slicesPath + "/" + Name(i) + "-ipv4"
+	return SetEndpointOf(ctx, c, Name(i), j, addr)
+}
+
+// SetEndpointOf is SetEndpoint for the slice of Service service.
+func SetEndpointOf(ctx context.Context, c *Client, service string, j int, addr netip.Addr) (netip.Addr, error) {
+	path := SlicesPath + "/" + service + "-ipv4"
 	var es discoveryv1.EndpointSlice
 	if err := c.Do(ctx, http.MethodGet, path, nil, &es); err != nil {
 		return netip.Addr{}, err
@@ -307,12 +366,6 @@ func Node(ctx context.Context, c *Client, name string, addr netip.Addr) error {
 // workers requests in flight (default 16).
 func Depopulate(ctx context.Context, c *Client, from, to, workers int) error {
 	return forEach(ctx, from, to, workers, func(ctx context.Context, i int) error {
-		if err := c.Do(ctx, http.MethodDelete, slicesPath+"/"+Name(i)+"-ipv4", nil, nil); err != nil {
-			return fmt.Errorf("deleting Service %d's slice: %w", i, err)
-		}
-		if err := c.Do(ctx, http.MethodDelete, servicesPath+"/"+Name(i), nil, nil); err != nil {
-			return fmt.Errorf("deleting Service %d: %w", i, err)
-		}
-		return nil
+		return DeleteService(ctx, c, Name(i))
 	})
 }

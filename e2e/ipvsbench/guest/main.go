@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -143,7 +141,7 @@ func run(c config, r *Result) error {
 	// The first sync: the metric counts one, and every Service has its
 	// virtual server (the kernel's table is read only once the proxy says
 	// it synced: a read of 100k real servers costs the VM's only CPU).
-	var first histogram
+	var first scale.Histogram
 	lastNews := time.Now()
 	for {
 		if time.Since(started) > c.firstSyncBound {
@@ -167,14 +165,14 @@ func run(c config, r *Result) error {
 			return err
 		}
 		h, err := syncHistogram(ctx, firstSyncMetric(c.kind))
-		if err == nil && h.count > 0 {
+		if err == nil && h.Count > 0 {
 			vss, err := conn.Read()
 			if err != nil {
 				return err
 			}
 			if len(vss) >= c.services {
 				r.StartToSynced = time.Since(started).Seconds()
-				r.FirstSync = h.sum / float64(h.count)
+				r.FirstSync = h.Sum / float64(h.Count)
 				first = h
 				r.VirtualServers = len(vss)
 				for _, v := range vss {
@@ -189,7 +187,7 @@ func run(c config, r *Result) error {
 		}
 	}
 	logf("first sync after %.2fs (%.3fs, %d syncs): %d virtual servers, %d real servers",
-		r.StartToSynced, r.FirstSync, first.count, r.VirtualServers, r.RealServers)
+		r.StartToSynced, r.FirstSync, first.Count, r.VirtualServers, r.RealServers)
 
 	// One endpoint of Service 0 moves to a new address, changes times in
 	// a row (the first change after a full sync is also the first run of
@@ -216,7 +214,7 @@ func run(c config, r *Result) error {
 // returns the time from the request to the kernel, and the mean duration
 // of the syncs that ended meanwhile (n of them).
 func changeOne(ctx context.Context, c config, api *scale.Client, conn *ipvs.Conn, proc *exec.Cmd, key ipvs.ServiceKey, addr netip.Addr) (wall, took float64, n int, err error) {
-	before, err := syncHistogram(ctx, syncMetric)
+	before, err := syncHistogram(ctx, scale.SyncMetric)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -249,10 +247,10 @@ func changeOne(ctx context.Context, c config, api *scale.Client, conn *ipvs.Conn
 	// The sync that applied it has ended once the histogram counts it
 	// (the kernel may show the change before the proxy records the sync).
 	for {
-		after, err := syncHistogram(ctx, syncMetric)
-		if err == nil && after.count > before.count {
-			n = after.count - before.count
-			return wall, (after.sum - before.sum) / float64(n), n, nil
+		after, err := syncHistogram(ctx, scale.SyncMetric)
+		if err == nil && after.Count > before.Count {
+			took, n = after.Since(before)
+			return wall, took, n, nil
 		}
 		if err := pause(ctx, every); err != nil {
 			return 0, 0, 0, fmt.Errorf("waiting for the change's sync to be recorded: %w", err)
@@ -354,120 +352,25 @@ func hasAddr(ds []ipvs.Dest, a netip.Addr) bool {
 	return false
 }
 
-// The histograms read: every sync's, and the first (full) sync's. Ours
-// records full syncs apart (the first is one, follow-ups are partial);
-// upstream's IPVS mode records every sync in the first, and every sync is
-// a full one.
-const (
-	syncMetric     = "kubeproxy_sync_proxy_rules_duration_seconds"
-	fullSyncMetric = "kubeproxy_sync_full_proxy_rules_duration_seconds"
-)
-
+// firstSyncMetric is the histogram whose first observation is the first
+// sync: ours records full syncs apart (follow-ups are partial); upstream's
+// IPVS mode records every sync, each a full one, in the other only.
 func firstSyncMetric(kind string) string {
 	if kind == "upstream" {
-		return syncMetric
+		return scale.SyncMetric
 	}
-	return fullSyncMetric
+	return scale.FullSyncMetric
 }
 
-type histogram struct {
-	sum   float64
-	count int
+func syncHistogram(ctx context.Context, metric string) (scale.Histogram, error) {
+	return scale.SyncHistogram(ctx, http.DefaultClient, "http://127.0.0.1:10249/metrics", metric)
 }
 
-// syncHistogram reads the histogram metric from the proxy's metrics:
-// upstream's IPv4 series (it labels by ip_family), ours (one series, no
-// label).
-func syncHistogram(ctx context.Context, metric string) (histogram, error) {
-	var h histogram
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10249/metrics", nil)
-	if err != nil {
-		return h, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return h, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return h, fmt.Errorf("metrics: HTTP %d", resp.StatusCode)
-	}
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name := metric + "_"
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		field, labels, value, ok := splitSample(rest)
-		if !ok || (labels != "" && !strings.Contains(labels, `ip_family="IPv4"`)) {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		switch field {
-		case "sum":
-			h.sum = v
-			found = true
-		case "count":
-			h.count = int(v)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return h, err
-	}
-	if !found {
-		return h, fmt.Errorf("no %s in the metrics", metric)
-	}
-	return h, nil
-}
-
-// splitSample splits `sum{labels} value` (labels optional).
-func splitSample(s string) (field, labels, value string, ok bool) {
-	sp := strings.LastIndexByte(s, ' ')
-	if sp < 0 {
-		return "", "", "", false
-	}
-	value = s[sp+1:]
-	s = s[:sp]
-	if i := strings.IndexByte(s, '{'); i >= 0 {
-		return s[:i], s[i:], value, true
-	}
-	return s, "", value, true
-}
-
-// usage returns a process's CPU seconds (user+system) and peak RSS.
+// usage returns a process's CPU seconds (its own and its children's:
+// upstream runs ipset and iptables) and peak RSS.
 func usage(pid int) (cpu, rssMiB float64, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 12th and 13th after it, in clock ticks (100 Hz).
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: too short", pid)
-	}
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	cpu = (ut + st) / 100
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			rssMiB = kb / 1024
-		}
-	}
-	return cpu, rssMiB, nil
+	u, err := scale.ProcessUsage(pid)
+	return u.CPUSeconds + u.ChildCPUSeconds, u.PeakRSSMiB, err
 }
 
 func tail(path string, n int) {

@@ -1,0 +1,171 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The histograms both upstream kube-proxy and kube-nftproxy export: every
+// sync of their rules, and the full ones (ours records its first sync
+// there alone; upstream's IPVS mode records only the first, where every
+// sync is a full one).
+const (
+	SyncMetric     = "kubeproxy_sync_proxy_rules_duration_seconds"
+	FullSyncMetric = "kubeproxy_sync_full_proxy_rules_duration_seconds"
+)
+
+// Histogram is the sum and count of one histogram series.
+type Histogram struct {
+	Sum   float64
+	Count int
+}
+
+// Since returns the mean duration of the observations between before and
+// h, and how many there were (0: none).
+func (h Histogram) Since(before Histogram) (mean float64, n int) {
+	n = h.Count - before.Count
+	if n <= 0 {
+		return 0, 0
+	}
+	return (h.Sum - before.Sum) / float64(n), n
+}
+
+// SyncHistogram reads the histogram metric (SyncMetric, FullSyncMetric)
+// from the /metrics page at url.
+func SyncHistogram(ctx context.Context, hc *http.Client, url, metric string) (Histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Histogram{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Histogram{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Histogram{}, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
+	}
+	h, err := ParseHistogram(resp.Body, metric)
+	if err != nil {
+		return h, fmt.Errorf("%s: %w", url, err)
+	}
+	return h, nil
+}
+
+// ParseHistogram reads histogram metric from a Prometheus text page: the
+// IPv4 series of upstream's (labelled by ip_family; its IPv6 proxier syncs
+// on its own), or ours (one series, no label).
+func ParseHistogram(r io.Reader, metric string) (Histogram, error) {
+	var h Histogram
+	found := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), metric+"_")
+		if !ok {
+			continue
+		}
+		field, labels, value, ok := splitSample(rest)
+		if !ok || (labels != "" && !strings.Contains(labels, `ip_family="IPv4"`)) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch field {
+		case "sum":
+			h.Sum = v
+			found = true
+		case "count":
+			h.Count = int(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return h, err
+	}
+	if !found {
+		return h, errors.New("no " + metric + " in the metrics")
+	}
+	return h, nil
+}
+
+// splitSample splits `sum{labels} value` (labels optional).
+func splitSample(s string) (field, labels, value string, ok bool) {
+	sp := strings.LastIndexByte(s, ' ')
+	if sp < 0 {
+		return "", "", "", false
+	}
+	value = s[sp+1:]
+	s = s[:sp]
+	if i := strings.IndexByte(s, '{'); i >= 0 {
+		return s[:i], s[i:], value, true
+	}
+	return s, "", value, true
+}
+
+// Usage is what a process has used so far.
+type Usage struct {
+	// CPUSeconds is its own user+system time; ChildCPUSeconds that of the
+	// children it has waited for (upstream runs nft, ipset, iptables-restore).
+	CPUSeconds, ChildCPUSeconds float64
+	// PeakRSSMiB is its own peak resident set (VmHWM), children not included.
+	PeakRSSMiB float64
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
+// every Linux architecture Go supports).
+const clockTicks = 100
+
+// ProcessUsage reads a running process's Usage from /proc.
+func ProcessUsage(pid int) (Usage, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Usage{}, err
+	}
+	u, err := parseStat(string(stat))
+	if err != nil {
+		return Usage{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Usage{}, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			u.PeakRSSMiB = kb / 1024
+		}
+	}
+	return u, nil
+}
+
+// parseStat reads utime, stime, cutime and cstime from a /proc/<pid>/stat
+// line: the 12th to 15th fields after the command name (which may hold
+// spaces and parentheses, so it is skipped up to its last ')').
+func parseStat(s string) (Usage, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return Usage{}, errors.New("no command name")
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 15 {
+		return Usage{}, errors.New("too short")
+	}
+	var t [4]float64
+	for k := range t {
+		v, err := strconv.ParseFloat(fields[11+k], 64)
+		if err != nil {
+			return Usage{}, fmt.Errorf("field %d: %w", 14+k, err)
+		}
+		t[k] = v / clockTicks
+	}
+	return Usage{CPUSeconds: t[0] + t[1], ChildCPUSeconds: t[2] + t[3]}, nil
+}
