@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,16 +52,9 @@ func sizes(t *testing.T) []int {
 }
 
 func parseSizes(t *testing.T, spec string) []int {
-	if spec == "" {
-		spec = "1000,5000,10000"
-	}
-	var out []int
-	for _, f := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			t.Fatalf("KNP_IPVS_BENCH_SIZES: %q is not a positive number", f)
-		}
-		out = append(out, n)
+	out, err := scale.Sizes(spec)
+	if err != nil {
+		t.Fatalf("KNP_IPVS_BENCH_SIZES: %v", err)
 	}
 	return out
 }

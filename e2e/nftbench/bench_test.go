@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -492,17 +491,9 @@ func parseRuleset(data []byte) (rulesetCount, error) {
 
 // sizes reads KNP_SCALE_SIZES (default 1000,5000,10000).
 func sizes(t *testing.T) []int {
-	spec := os.Getenv("KNP_SCALE_SIZES")
-	if spec == "" {
-		spec = "1000,5000,10000"
-	}
-	var out []int
-	for _, f := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			t.Fatalf("KNP_SCALE_SIZES: %q is not a positive number", f)
-		}
-		out = append(out, n)
+	out, err := scale.Sizes(os.Getenv("KNP_SCALE_SIZES"))
+	if err != nil {
+		t.Fatalf("KNP_SCALE_SIZES: %v", err)
 	}
 	return out
 }

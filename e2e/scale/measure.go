@@ -169,3 +169,20 @@ func parseStat(s string) (Usage, error) {
 	}
 	return Usage{CPUSeconds: t[0] + t[1], ChildCPUSeconds: t[2] + t[3]}, nil
 }
+
+// Sizes parses a comma-separated list of Service counts (empty: 1k, 5k,
+// 10k), for the benchmarks' size settings.
+func Sizes(spec string) ([]int, error) {
+	if spec == "" {
+		spec = "1000,5000,10000"
+	}
+	var out []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
