@@ -129,11 +129,12 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 	res := f.stop(t)
 	t.Logf("API server back: a change made through it reached the kernel %v after it was ready", converged.Round(time.Millisecond))
 	logFault(t, "proxy restarted while the API server is down, then the API server back", converged, res)
-	// One timed-out connection is forgiven: with etcd and kube-apiserver
+	// Three timed-out connections are forgiven: with etcd and kube-apiserver
 	// busy in the node namespace of this shared 2-core machine, one SYN in
-	// about 10,000 missed the 1s timeout (3 of 11 runs), at moments when
-	// the proxy did nothing and the sampled ruleset was unchanged. A proxy
-	// that drops or rewrites the rules fails many (40 in a minute).
-	res.expectFailuresAtMost(t, "API server down across a proxy restart", 1)
+	// about 10,000 missed the 1s timeout (3 of 11 runs), two once while a
+	// QEMU benchmark held the other core, at moments when the proxy did
+	// nothing and the sampled ruleset was unchanged. A proxy that drops or
+	// rewrites the rules fails many (40 in a minute).
+	res.expectFailuresAtMost(t, "API server down across a proxy restart", 3)
 	a.proxy.checkRunning(t)
 }
