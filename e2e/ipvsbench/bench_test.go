@@ -295,12 +295,12 @@ func printTable(t *testing.T, rs []result) {
 			by[r.Proxy] = map[int]result{}
 		}
 		by[r.Proxy][r.Services] = r
-		start, full := secs(r.StartToSynced), secs(r.FirstSync)
+		start, full := scale.Secs(r.StartToSynced), scale.Secs(r.FirstSync)
 		if r.Unfinished {
 			start, full = "> "+start+" (unfinished)", "> "+start
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.1f | %.0f |\n", r.Services, r.Proxy,
-			start, full, secs(r.ChangeToKernel), secs(r.ChangeSync), r.CPUSeconds, r.PeakRSSMiB)
+			start, full, scale.Secs(r.ChangeToKernel), scale.Secs(r.ChangeSync), r.CPUSeconds, r.PeakRSSMiB)
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | full sync: upstream / ours | one change sync: upstream / ours | change to kernel: upstream / ours |")
@@ -314,33 +314,13 @@ func printTable(t *testing.T, rs []result) {
 			fmt.Fprintf(&b, "| %d | > %.0fx | - | - |\n", r.Services, u.StartToSynced/o.FirstSync)
 			continue
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", r.Services, ratio(u.FirstSync, o.FirstSync),
-			ratio(u.ChangeSync, o.ChangeSync), ratio(u.ChangeToKernel, o.ChangeToKernel))
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", r.Services, scale.Ratio(u.FirstSync, o.FirstSync),
+			scale.Ratio(u.ChangeSync, o.ChangeSync), scale.Ratio(u.ChangeToKernel, o.ChangeToKernel))
 	}
 	t.Logf("MEASURED IPVS mode side by side (QEMU TCG, 1 vCPU, Debian 6.1 kernel):\n%s", b.String())
 	if path := os.Getenv("KNP_IPVS_BENCH_OUT"); path != "" {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 			t.Error(err)
 		}
-	}
-}
-
-func ratio(upstream, ours float64) string {
-	if upstream == 0 || ours == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fx", upstream/ours)
-}
-
-func secs(s float64) string {
-	switch {
-	case s == 0:
-		return "-"
-	case s < 0.01:
-		return fmt.Sprintf("%.2f ms", s*1000)
-	case s < 1:
-		return fmt.Sprintf("%.0f ms", s*1000)
-	default:
-		return fmt.Sprintf("%.1f s", s)
 	}
 }

@@ -592,7 +592,7 @@ func formatTable(rs []result) string {
 			by[r.Proxy] = map[int]result{}
 		}
 		by[r.Proxy][r.Services] = r
-		start, first := secs(r.StartToSynced), secs(r.FirstSync)
+		start, first := scale.Secs(r.StartToSynced), scale.Secs(r.FirstSync)
 		if r.Unfinished {
 			start, first = atLeast(start)+" (unfinished)", atLeast(first)
 		}
@@ -605,8 +605,8 @@ func formatTable(rs []result) string {
 			rss += fmt.Sprintf(" (a child %.0f)", r.ChildPeakRSSMiB)
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
-			start, first, syncs(r.AddSync, r.AddSyncs), secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
-			secs(r.ChangeToTraffic), cpu, rss, objects(r))
+			start, first, syncs(r.AddSync, r.AddSyncs), scale.Secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
+			scale.Secs(r.ChangeToTraffic), cpu, rss, objects(r))
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | upstream / ours: start to synced | first sync | add: sync | add: to traffic | change: sync | change: to traffic | CPU | peak RSS |")
@@ -619,15 +619,15 @@ func formatTable(rs []result) string {
 		cpuU, cpuO := u.Usage.CPUSeconds+u.Usage.ChildCPUSeconds, o.Usage.CPUSeconds+o.Usage.ChildCPUSeconds
 		if u.Unfinished {
 			fmt.Fprintf(&b, "| %d | %s | %s | - | - | - | - | %s | %s |\n", r.Services,
-				atLeast(ratio(u.StartToSynced, o.StartToSynced)), atLeast(ratio(u.FirstSync, o.FirstSync)),
-				atLeast(ratio(cpuU, cpuO)), ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
+				atLeast(scale.Ratio(u.StartToSynced, o.StartToSynced)), atLeast(scale.Ratio(u.FirstSync, o.FirstSync)),
+				atLeast(scale.Ratio(cpuU, cpuO)), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
 			continue
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services,
-			ratio(u.StartToSynced, o.StartToSynced), ratio(u.FirstSync, o.FirstSync),
-			ratio(u.AddSync, o.AddSync), ratio(u.AddToTraffic, o.AddToTraffic),
-			ratio(u.ChangeSync, o.ChangeSync), ratio(u.ChangeToTraffic, o.ChangeToTraffic),
-			ratio(cpuU, cpuO), ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
+			scale.Ratio(u.StartToSynced, o.StartToSynced), scale.Ratio(u.FirstSync, o.FirstSync),
+			scale.Ratio(u.AddSync, o.AddSync), scale.Ratio(u.AddToTraffic, o.AddToTraffic),
+			scale.Ratio(u.ChangeSync, o.ChangeSync), scale.Ratio(u.ChangeToTraffic, o.ChangeToTraffic),
+			scale.Ratio(cpuU, cpuO), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
 	}
 	return b.String()
 }
@@ -649,31 +649,7 @@ func objects(r result) string {
 
 func syncs(mean float64, n int) string {
 	if n <= 1 {
-		return secs(mean)
+		return scale.Secs(mean)
 	}
-	return fmt.Sprintf("%s (%d syncs)", secs(mean), n)
-}
-
-func ratio(upstream, ours float64) string {
-	if upstream == 0 || ours == 0 {
-		return "-"
-	}
-	q := upstream / ours
-	if q < 10 {
-		return fmt.Sprintf("%.1fx", q)
-	}
-	return fmt.Sprintf("%.0fx", q)
-}
-
-func secs(s float64) string {
-	switch {
-	case s == 0:
-		return "-"
-	case s < 0.01:
-		return fmt.Sprintf("%.2f ms", s*1000)
-	case s < 1:
-		return fmt.Sprintf("%.0f ms", s*1000)
-	default:
-		return fmt.Sprintf("%.2f s", s)
-	}
+	return fmt.Sprintf("%s (%d syncs)", scale.Secs(mean), n)
 }
