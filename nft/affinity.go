@@ -145,7 +145,7 @@ func affinityUserdata(f Family) []byte {
 // addAffinitySet creates the affinity set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
 func (b *batch) addAffinitySet(f Family, table string, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f, op{"add set", setAffinity})
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, setAffinity)
 	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)

@@ -90,6 +90,10 @@ type Backend struct {
 	// now is the clock of staleSince (tests move it).
 	now      func() time.Time
 	needFull bool
+	// lineage and stateGen identify the State applied last, so that the
+	// next one's Delta (if it follows) says what changed.
+	lineage  *proxier.Lineage
+	stateGen uint64
 }
 
 // staleChainAge is how long a chain stays after the transaction that
@@ -174,9 +178,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		for _, id := range tableIDs() {
 			want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 		}
-		for name, svc := range st.Services {
-			b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints[name])
-		}
+		b.placeAll(want, st)
 	} else {
 		// The applied tables are updated in place (cloning maps of every
 		// service port would cost more than the rest of a small sync);
@@ -189,14 +191,26 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 		inDelta = maps.Clone(inDelta)
 		added := 0
-		for name, svc := range st.Services {
+		// examine moves a service port that differs from what was
+		// applied (added, changed or removed) to its new table.
+		examine := func(name proxier.ServicePortName) {
+			svc, ok := st.Services[name]
+			if !ok {
+				if _, had := b.inputs[name]; had {
+					names = append(names, name)
+					b.remember(have, want, name)
+					b.unplace(want, name)
+					delete(inDelta, name)
+				}
+				return
+			}
 			eps := st.Endpoints[name]
 			if known, ok := b.known[svc]; ok && sameEndpoints(known, eps) {
-				continue // the very ServicePort we applied: no lookup by name
+				return // the very ServicePort we applied: no lookup by name
 			}
 			in, ok := b.inputs[name]
 			if ok && sameInput(in, svc, eps) {
-				continue
+				return
 			}
 			if !ok {
 				added++
@@ -215,13 +229,25 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 			}
 			b.place(want, name, kind, st.Node, svc, eps)
 		}
-		if len(b.inputs)+added != len(st.Services) {
-			for name := range b.inputs {
-				if _, ok := st.Services[name]; !ok {
-					names = append(names, name)
-					b.remember(have, want, name)
-					b.unplace(want, name)
-					delete(inDelta, name)
+		if st.Delta.Follows(b.lineage, b.stateGen) {
+			// The source says which service ports changed since the State
+			// applied last: only those are looked at.
+			seen := make(map[proxier.ServicePortName]bool, len(st.Delta.Changed))
+			for _, name := range st.Delta.Changed {
+				if !seen[name] { // a Service changed twice is listed twice
+					seen[name] = true
+					examine(name)
+				}
+			}
+		} else if !b.sameState(st) {
+			for name := range st.Services {
+				examine(name)
+			}
+			if len(b.inputs)+added != len(st.Services) {
+				for name := range b.inputs {
+					if _, ok := st.Services[name]; !ok {
+						examine(name)
+					}
 				}
 			}
 		}
@@ -300,6 +326,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	b.applied = want
+	b.lineage, b.stateGen = st.Delta.Lineage, st.Delta.Gen
 	res.FollowUpAt = b.keepStale(stale, kept, b.now())
 	b.needFull = false
 	b.node = st.Node
@@ -509,6 +536,12 @@ func (b *Backend) checkTables(tables map[tableID]*Table) (bool, error) {
 	return found, nil
 }
 
+// sameState reports whether st is the State applied last (a periodic
+// sync, or a follow-up that deletes stale chains): nothing to look at.
+func (b *Backend) sameState(st *proxier.State) bool {
+	return st.Delta.Lineage != nil && st.Delta.Lineage == b.lineage && st.Delta.Gen == b.stateGen
+}
+
 // sameInput reports whether a service port is what its fragment was built
 // from: by pointer first (the cheap, common case), else by value.
 func sameInput(in fragmentInput, svc *proxier.ServicePort, eps []proxier.Endpoint) bool {
@@ -554,6 +587,32 @@ func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, k
 	for _, f := range families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
 			want[tableID{f, kind}].Services[name] = fr
+		}
+	}
+}
+
+// placeAll builds every service port of st into the tables of its home,
+// the fragments on all CPUs (they depend on their own inputs alone).
+func (b *Backend) placeAll(want map[tableID]*Table, st *proxier.State) {
+	names := make([]proxier.ServicePortName, 0, len(st.Services))
+	for name := range st.Services {
+		names = append(names, name)
+	}
+	built := make([][2]*Fragment, len(names)) // per family: IPv4, IPv6
+	inParallel(len(names), func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			svc := st.Services[names[i]]
+			for j, f := range families {
+				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints[names[i]])
+			}
+		}
+	})
+	for i, name := range names {
+		kind := homeTable(st.Services[name])
+		for j, f := range families {
+			if fr := built[i][j]; fr != nil {
+				want[tableID{f, kind}].Services[name] = fr
+			}
 		}
 	}
 }

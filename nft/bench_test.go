@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"os/exec"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,14 +49,26 @@ func shallowCopy(st *proxier.State) *proxier.State {
 }
 
 // withOneEndpointChanged returns a copy of st sharing every service and
-// endpoint list but one, whose first endpoint moved.
+// endpoint list but one, whose first endpoint moved. When st has a lineage
+// (as a Builder's States do), the copy is its generation gen+1 of it, with
+// a Delta naming that service port.
 func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
 	out := shallowCopy(st)
 	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
 	eps := append([]proxier.Endpoint(nil), st.Endpoints[name]...)
 	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})
 	out.Endpoints[name] = eps
+	if st.Delta.Lineage != nil {
+		out.Delta = proxier.StateDelta{Lineage: st.Delta.Lineage, Gen: st.Delta.Gen + uint64(gen), Changed: []proxier.ServicePortName{name}}
+	}
 	return out
+}
+
+// withLineage makes st generation 1 of a source's States, as the
+// Builder's first.
+func withLineage(st *proxier.State) *proxier.State {
+	st.Delta = proxier.StateDelta{Lineage: &proxier.Lineage{}, Gen: 1, NodeChanged: true}
+	return st
 }
 
 func BenchmarkBuild(b *testing.B) {
@@ -71,8 +87,12 @@ func BenchmarkBuild(b *testing.B) {
 // endpoints into an empty network namespace, transaction included; with
 // the drift check's change monitor listening (as the proxy runs) and
 // without, since the kernel builds its notifications for every commit.
+//
+// Besides ns/op it reports the kernel's part (kernel-ms: the transaction's
+// sendmsg to its ack), the whole sync over it (x-kernel), and the heap the
+// backend keeps once the sync is done (heap-MiB, live after a GC).
 func BenchmarkKernelFullSync(b *testing.B) {
-	for _, n := range []int{1000, 5000, 10000} {
+	for _, n := range benchSizes(b, 1000, 5000, 10000) {
 		st := scaleState(n, 10)
 		for _, monitor := range []bool{false, true} {
 			b.Run(fmt.Sprintf("services=%d/monitor=%v", n, monitor), func(b *testing.B) {
@@ -101,11 +121,15 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 			be.CheckEvery = time.Hour // opens the monitor at the first Sync
 		}
 		b.StartTimer()
+		start := time.Now()
 		res, err := be.Sync(context.Background(), st)
+		took := time.Since(start)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		b.ReportMetric(liveHeapMiB(), "heap-MiB")
+		runtime.KeepAlive(be)
 		k.Close()
 		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 			b.Fatalf("ip netns del %s: %v: %s", ns, err, out)
@@ -114,7 +138,34 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		b.ReportMetric(float64(res.Messages), "msgs")
 		b.ReportMetric(float64(res.Bytes)/(1<<20), "MiB")
 		b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
+		b.ReportMetric(took.Seconds()/res.Kernel.Seconds(), "x-kernel")
 	}
+}
+
+// liveHeapMiB is the heap still reachable after a collection.
+func liveHeapMiB() float64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc) / (1 << 20)
+}
+
+// benchSizes are the numbers of Services a scale benchmark runs at: def,
+// or those of KNP_BENCH_SIZES (e.g. "1000,50000").
+func benchSizes(tb testing.TB, def ...int) []int {
+	spec := os.Getenv("KNP_BENCH_SIZES")
+	if spec == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			tb.Fatalf("KNP_BENCH_SIZES: %q is not a list of counts", spec)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // withAffinity gives session affinity to the service ports pick selects.
@@ -219,14 +270,22 @@ func BenchmarkKernelAffinityMixed(b *testing.B) {
 }
 
 // BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
-// one service while n services are programmed.
+// one service while n services are programmed: with the States carrying a
+// delta (delta=true, as the Builder's do: only the changed service port is
+// looked at) and without (every service port compared by pointer).
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
-	for _, n := range []int{1000, 5000, 10000} {
+	for _, n := range benchSizes(b, 1000, 5000, 10000) {
 		for _, cache := range []string{"warm", "cold"} {
 			for _, monitor := range []bool{false, true} {
-				b.Run(fmt.Sprintf("services=%d/cache=%s/monitor=%v", n, cache, monitor), func(b *testing.B) {
-					benchChangesWith(b, scaleState(n, 10), cache == "cold", monitor)
-				})
+				for _, delta := range []bool{true, false} {
+					b.Run(fmt.Sprintf("services=%d/cache=%s/monitor=%v/delta=%v", n, cache, monitor, delta), func(b *testing.B) {
+						st := scaleState(n, 10)
+						if delta {
+							withLineage(st)
+						}
+						benchChangesWith(b, st, cache == "cold", monitor)
+					})
+				}
 			}
 		}
 	}
@@ -251,7 +310,7 @@ func evictCaches() {
 // for any commit, whoever sends it. Each commit walks every chain of every
 // table in the namespace.
 func BenchmarkKernelCommitFloor(b *testing.B) {
-	for _, n := range []int{0, 1000, 5000, 10000} {
+	for _, n := range append([]int{0}, benchSizes(b, 1000, 5000, 10000)...) {
 		for _, cache := range []string{"warm", "cold"} {
 			b.Run(fmt.Sprintf("services=%d/cache=%s", n, cache), func(b *testing.B) {
 				ns := testNetns(b)

@@ -105,9 +105,13 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	for _, c := range x.delChains {
 		w.delChain(x.f, t.Name, c)
 	}
-	for _, c := range x.rules {
-		for _, r := range c.Rules {
-			w.addRule(x.f, t.Name, c.Name, r)
+	if bt, ok := w.(*batch); ok {
+		bt.addChainRules(x.f, t.Name, x.rules)
+	} else {
+		for _, c := range x.rules {
+			for _, r := range c.Rules {
+				w.addRule(x.f, t.Name, c.Name, r)
+			}
 		}
 	}
 	for _, m := range t.Maps {
@@ -132,6 +136,7 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 	}
 	x.flushTable = have.exists
 	x.newAffinity = want.Affinity
+	names := want.serviceNames()
 	if want.Affinity && have.sets[setAffinity] != nil && affinityMismatch(f, have.sets[setAffinity]) != "" {
 		x.delSets = append(x.delSets, setAffinity)
 	}
@@ -146,7 +151,7 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 		default:
 			x.flushMaps = append(x.flushMaps, m.Name)
 		}
-		x.addElems[m.Name] = want.Elements(m.Name)
+		x.addElems[m.Name] = want.elementsOf(names, m.Name)
 	}
 	for name := range have.sets {
 		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) {
@@ -154,7 +159,7 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 		}
 	}
 	wanted := map[string]bool{}
-	for _, c := range want.AllChains() {
+	for _, c := range want.chainsOf(names) {
 		wanted[c.Name] = true
 		kc := have.chains[c.Name]
 		if kc != nil && chainMismatch(kc, c) != "" {

@@ -239,7 +239,7 @@ func TestKernelOwnedTable(t *testing.T) {
 	}
 	defer owner.Close() // the kernel deletes the table with its owner's socket
 	bt := owner.newBatch()
-	bt.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, IPv6, op{"add table", DefaultTableName})
+	bt.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, IPv6)
 	bt.str(unix.NFTA_TABLE_NAME, DefaultTableName)
 	bt.u32(unix.NFTA_TABLE_FLAGS, nftTableFOwner)
 	bt.end()

@@ -58,8 +58,8 @@ func (a nlAttr) str() string {
 // request encodes one nf_tables request message.
 func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]byte, uint32) {
 	seq := k.seq
-	m := &batch{seq: seq, first: seq}
-	m.begin(typ, flags, f, op{})
+	m := &batch{seq: seq}
+	m.begin(typ, flags, f)
 	// begin leaves the batch markers' numbers alone, which GETGEN shares.
 	binary.NativeEndian.PutUint16(m.buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
 	if attrs != nil {

@@ -2,7 +2,7 @@ package nft
 
 import (
 	"bytes"
-
+	"runtime"
 	"testing"
 
 	"github.com/google/nftables/expr"
@@ -41,4 +41,85 @@ func TestDirectEncodingMatchesLibrary(t *testing.T) {
 		t.Fatalf("only %d expressions checked", seen)
 	}
 
+}
+
+// A transaction encoded on several CPUs is byte for byte the one encoded
+// on one, with each message's sequence number and description in place,
+// whether the rules end the batch or elements follow them.
+func TestParallelEncodingMatchesSerial(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	tbl := Build(scaleState(700, 10), demoConfig()).Table(IPv4)
+	chains := tbl.AllChains()
+	if parallelParts(len(chains)) < 3 {
+		t.Fatalf("%d chains make %d parts, want 3", len(chains), parallelParts(len(chains)))
+	}
+	for _, tail := range []bool{false, true} {
+		encode := func(parallel bool) ([]byte, *batch) {
+			b := newBatch(7)
+			b.addChain(IPv4, tbl.Name, chains[0])
+			if parallel {
+				b.addChainRules(IPv4, tbl.Name, chains)
+			} else {
+				for _, c := range chains {
+					for _, r := range c.Rules {
+						b.addRule(IPv4, tbl.Name, c.Name, r)
+					}
+				}
+			}
+			if tail {
+				m := tbl.Map(mapServiceIPs)
+				b.elements(true, IPv4, tbl.Name, m, tbl.Elements(m.Name))
+			}
+			chunks, _, err := b.finish()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return bytes.Join(chunks, nil), b
+		}
+		serial, sb := encode(false)
+		par, pb := encode(true)
+		if !bytes.Equal(serial, par) {
+			t.Fatalf("elements after the rules=%v: the parallel encoding differs (%d bytes, serial %d)", tail, len(par), len(serial))
+		}
+		if sb.messages() != pb.messages() || sb.describe(7+5000) != pb.describe(7+5000) {
+			t.Errorf("message %d: %q, serial %q", 7+5000, pb.describe(7+5000), sb.describe(7+5000))
+		}
+	}
+}
+
+// A refused message is named by what its encoding says it does.
+func TestDescribeMessage(t *testing.T) {
+	m := &Map{Name: mapServiceIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}}
+	b := newBatch(100)
+	steps := []struct {
+		write func()
+		want  string
+	}{
+		{func() { b.addTable(IPv4, "t", "c") }, "add table t"},
+		{func() { b.addMap(IPv4, "t", m, 1) }, "add map service-ips"},
+		{func() { b.addAffinitySet(IPv4, "t", 2) }, "add set " + setAffinity},
+		{func() { b.addChain(IPv4, "t", &Chain{Name: "KUBE-SVC-X"}) }, "add chain KUBE-SVC-X"},
+		{func() { b.addRule(IPv4, "t", "KUBE-SVC-X", R(Verdict{Kind: Drop})) }, "add rule to KUBE-SVC-X"},
+		{func() { b.flushChain(IPv4, "t", "KUBE-SVC-X") }, "flush chain KUBE-SVC-X"},
+		{func() { b.flushMap(IPv4, "t", mapServiceIPs) }, "flush map service-ips"},
+		{func() { b.elements(true, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}}) }, "add elements to service-ips"},
+		{func() { b.elements(false, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}}) }, "delete elements from service-ips"},
+		{func() { b.delChain(IPv4, "t", "KUBE-SVC-X") }, "delete chain KUBE-SVC-X"},
+		{func() { b.delSet(IPv4, "t", mapServiceIPs) }, "delete set service-ips"},
+		{func() { b.delTable(IPv4, "t") }, "delete table t"},
+	}
+	for i, s := range steps {
+		s.write()
+		if got := b.describe(uint32(101 + i)); got != s.want {
+			t.Errorf("message %d: %q, want %q", 101+i, got, s.want)
+		}
+	}
+	if _, _, err := b.finish(); err != nil {
+		t.Fatal(err)
+	}
+	for seq, want := range map[uint32]string{100: "batch begin", 101 + uint32(len(steps)): "batch end", 3: "message 3"} {
+		if got := b.describe(seq); got != want {
+			t.Errorf("message %d: %q, want %q", seq, got, want)
+		}
+	}
 }

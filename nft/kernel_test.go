@@ -313,3 +313,54 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 		t.Errorf("web's chains remain after the follow-up:\n%s", rs)
 	}
 }
+
+// A State whose Delta follows the one applied last is synced by looking at
+// the service ports it names alone (a change it does not name is not seen:
+// the proof that nothing else was compared); a State that does not follow
+// (a generation skipped, another lineage) is compared whole.
+func TestKernelStateDelta(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	ctx := context.Background()
+	lineage := &proxier.Lineage{}
+	web, dns := proxierName("default", "web", "http"), proxierName("default", "dns-like", "dns")
+	state := func(gen uint64, webEP, dnsEP string, changed ...proxier.ServicePortName) *proxier.State {
+		st := demoState()
+		st.Endpoints[web][0].Addr = mustAddr(webEP)
+		st.Endpoints[dns][0].Addr = mustAddr(dnsEP)
+		st.Delta = proxier.StateDelta{Lineage: lineage, Gen: gen, Changed: changed, NodeChanged: gen == 1}
+		return st
+	}
+	sync := func(st *proxier.State) {
+		t.Helper()
+		if res, err := b.Sync(ctx, st); err != nil || res.Full != (st.Delta.Gen == 1) {
+			t.Fatalf("sync of generation %d: %+v, %v", st.Delta.Gen, res, err)
+		}
+	}
+	expect := func(step string, want, unwanted []string) {
+		t.Helper()
+		got := nftIn(t, ns, "list", "ruleset")
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: the ruleset lacks %q", step, w)
+			}
+		}
+		for _, u := range unwanted {
+			if strings.Contains(got, u) {
+				t.Errorf("%s: the ruleset still has %q", step, u)
+			}
+		}
+	}
+	sync(state(1, "10.244.0.20", "10.244.0.30"))
+	// web listed twice, as a Builder lists a Service refreshed twice.
+	sync(state(2, "10.244.0.21", "10.244.0.31", web, web))
+	expect("delta naming web", []string{"dnat to 10.244.0.21:8080", "dnat to 10.244.0.30:5353"},
+		[]string{"dnat to 10.244.0.20:8080", "dnat to 10.244.0.31:5353"})
+	sync(state(4, "10.244.0.21", "10.244.0.31"))
+	expect("generation 3 skipped", []string{"dnat to 10.244.0.31:5353"}, []string{"dnat to 10.244.0.30:5353"})
+	gone := state(5, "10.244.0.21", "10.244.0.31", dns)
+	delete(gone.Services, dns)
+	delete(gone.Endpoints, dns)
+	sync(gone)
+	expect("delta naming a removed Service", nil, []string{"dnat to 10.244.0.31:5353", "default/dns-like:dns cluster IP"})
+}

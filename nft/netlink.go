@@ -26,8 +26,7 @@ type batch struct {
 	seq    uint32
 	start  int   // offset of the message being written (0: buf holds one message)
 	nests  []int // offsets of open nested attributes
-	ops    []op  // what each message does, by seq-first, for error reports
-	first  uint32
+	count  int   // messages begun
 	err    error
 }
 
@@ -44,8 +43,8 @@ const (
 )
 
 func newBatch(seq uint32) *batch {
-	b := &batch{seq: seq, first: seq}
-	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0, op{"batch begin", ""})
+	b := &batch{seq: seq}
+	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
 	b.buf[b.start+nlmsgHdrLen+2] = 0
 	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
 	b.end()
@@ -54,7 +53,7 @@ func newBatch(seq uint32) *batch {
 
 // begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
 // subsystem is added here).
-func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
+func (b *batch) begin(typ uint16, flags uint16, family Family) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
 		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
 	}
@@ -67,7 +66,7 @@ func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
 	hdr[16] = byte(family)
 	hdr[17] = unix.NFNETLINK_V0
 	b.buf = append(b.buf, hdr[:]...)
-	b.ops = append(b.ops, what)
+	b.count++
 	b.seq++
 }
 
@@ -197,7 +196,7 @@ func sanitizeComment(c string) string {
 func quoteComment(c string) string { return `"` + clampComment(c) + `"` }
 
 func (b *batch) addTable(f Family, name, comment string) {
-	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f, op{"add table", name})
+	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
@@ -207,13 +206,13 @@ func (b *batch) addTable(f Family, name, comment string) {
 }
 
 func (b *batch) delTable(f Family, name string) {
-	b.begin(unix.NFT_MSG_DELTABLE, 0, f, op{"delete table", name})
+	b.begin(unix.NFT_MSG_DELTABLE, 0, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.end()
 }
 
 func (b *batch) delSet(f Family, table, name string) {
-	b.begin(unix.NFT_MSG_DELSET, 0, f, op{"delete set", name})
+	b.begin(unix.NFT_MSG_DELSET, 0, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, name)
 	b.end()
@@ -225,7 +224,7 @@ var hookNumbers = map[string]uint32{
 }
 
 func (b *batch) addChain(f Family, table string, c *Chain) {
-	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f, op{"add chain", c.Name})
+	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_CHAIN_TABLE, table)
 	b.str(unix.NFTA_CHAIN_NAME, c.Name)
 	if h := c.Hook; h != nil {
@@ -243,7 +242,7 @@ func (b *batch) addChain(f Family, table string, c *Chain) {
 }
 
 func (b *batch) delChain(f Family, table, name string) {
-	b.begin(unix.NFT_MSG_DELCHAIN, 0, f, op{"delete chain", name})
+	b.begin(unix.NFT_MSG_DELCHAIN, 0, f)
 	b.str(unix.NFTA_CHAIN_TABLE, table)
 	b.str(unix.NFTA_CHAIN_NAME, name)
 	b.end()
@@ -251,7 +250,7 @@ func (b *batch) delChain(f Family, table, name string) {
 
 // flushChain deletes every rule of a chain; with chain == "" of the whole table.
 func (b *batch) flushChain(f Family, table, chain string) {
-	b.begin(unix.NFT_MSG_DELRULE, 0, f, op{"flush chain", chain})
+	b.begin(unix.NFT_MSG_DELRULE, 0, f)
 	b.str(unix.NFTA_RULE_TABLE, table)
 	if chain != "" {
 		b.str(unix.NFTA_RULE_CHAIN, chain)
@@ -260,7 +259,7 @@ func (b *batch) flushChain(f Family, table, chain string) {
 }
 
 func (b *batch) addRule(f Family, table, chain string, r Rule) {
-	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f, op{"add rule to", chain})
+	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
 	b.str(unix.NFTA_RULE_TABLE, table)
 	b.str(unix.NFTA_RULE_CHAIN, chain)
 	b.nest(unix.NFTA_RULE_EXPRESSIONS)
@@ -274,6 +273,59 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 		b.attr(unix.NFTA_RULE_USERDATA, userdataComment(0, clampComment(r.Comment)))
 	}
 	b.end()
+}
+
+// addChainRules adds the rules of chains, in order. A full sync's hundreds
+// of thousands of rules are encoded on all CPUs, each part into a batch of
+// its own whose messages are numbered as they will stand in this one, then
+// joined in order.
+func (b *batch) addChainRules(f Family, table string, chains []*Chain) {
+	n := len(chains)
+	parts := make([]*batch, parallelParts(n))
+	if len(parts) == 1 {
+		for _, c := range chains {
+			for _, r := range c.Rules {
+				b.addRule(f, table, c.Name, r)
+			}
+		}
+		return
+	}
+	seq := b.seq
+	for p := range parts {
+		parts[p] = &batch{seq: seq}
+		lo, hi := partRange(n, len(parts), p)
+		for _, c := range chains[lo:hi] {
+			seq += uint32(len(c.Rules))
+		}
+	}
+	inParallel(n, func(p, lo, hi int) {
+		for _, c := range chains[lo:hi] {
+			for _, r := range c.Rules {
+				parts[p].addRule(f, table, c.Name, r)
+			}
+		}
+	})
+	for _, part := range parts {
+		b.join(part)
+	}
+}
+
+// join appends the messages of part, which was numbered to follow b's.
+// Like b's own, part's last message is still being written: it stays so.
+func (b *batch) join(part *batch) {
+	if part.count == 0 {
+		return
+	}
+	b.flushMessage()
+	b.chunks = append(b.chunks, part.chunks...)
+	b.total += part.total
+	b.buf = append(b.buf[:0], part.buf...)
+	b.start = part.start
+	b.count += part.count
+	b.seq = part.seq
+	if b.err == nil {
+		b.err = part.err
+	}
 }
 
 // concatType is nft's id for a concatenation of datatypes (6 bits each).
@@ -295,7 +347,7 @@ func keyLen(f Family, key []Field) uint32 {
 }
 
 func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f, op{"add map", m.Name})
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, m.Name)
 	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
@@ -312,7 +364,7 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 
 // flushMap deletes every element of a map.
 func (b *batch) flushMap(f Family, table, m string) {
-	b.begin(unix.NFT_MSG_DELSETELEM, 0, f, op{"flush map", m})
+	b.begin(unix.NFT_MSG_DELSETELEM, 0, f)
 	b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	b.str(unix.NFTA_SET_ELEM_LIST_SET, m)
 	b.end()
@@ -350,12 +402,12 @@ func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Eleme
 // a set or map, elemChunk to a message; elem writes element i's attributes
 // inside its NFTA_LIST_ELEM.
 func (b *batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
-	typ, flags, verb := uint16(unix.NFT_MSG_DELSETELEM), uint16(0), "delete elements from"
+	typ, flags := uint16(unix.NFT_MSG_DELSETELEM), uint16(0)
 	if add {
-		typ, flags, verb = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements to"
+		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
 	}
 	for start := 0; start < n; start += elemChunk {
-		b.begin(typ, flags, f, op{verb, set})
+		b.begin(typ, flags, f)
 		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		b.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
@@ -401,7 +453,7 @@ func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 	flags := binary.NativeEndian.Uint16(b.buf[last+6:])
 	binary.NativeEndian.PutUint16(b.buf[last+6:], flags|unix.NLM_F_ACK)
 	lastSeq = binary.NativeEndian.Uint32(b.buf[last+8:])
-	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0, op{"batch end", ""})
+	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0)
 	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
 	b.end()
 	b.flushMessage()
@@ -409,15 +461,97 @@ func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 }
 
 // messages is how many object messages (not counting begin/end) the batch holds.
-func (b *batch) messages() int { return len(b.ops) - 1 }
+func (b *batch) messages() int { return b.count - 1 }
 
-// op says what one message does, for error reports.
-type op struct{ verb, name string }
-
-// describe says what the message with that sequence number did.
+// describe says what the message with that sequence number did, read back
+// from its encoding (a description kept per message would cost as much
+// memory as a tenth of a full sync's batch, for the rare refusal).
 func (b *batch) describe(seq uint32) string {
-	if i := int(seq - b.first); i >= 0 && i < len(b.ops) {
-		return strings.TrimSpace(b.ops[i].verb + " " + b.ops[i].name)
+	if msg := b.message(seq); msg != nil {
+		if what := describeMessage(msg); what != "" {
+			return what
+		}
 	}
 	return fmt.Sprintf("message %d", seq)
+}
+
+// message finds the encoded message with that sequence number.
+func (b *batch) message(seq uint32) []byte {
+	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.buf) {
+		for len(c) >= nlmsgHdrLen {
+			l := int(binary.NativeEndian.Uint32(c))
+			if l < nlmsgHdrLen || l > len(c) {
+				break
+			}
+			if binary.NativeEndian.Uint32(c[8:]) == seq {
+				return c[:l]
+			}
+			c = c[(l+3)&^3:]
+		}
+	}
+	return nil
+}
+
+// describeMessage says what one of our messages does: a verb by its type,
+// and the object it names.
+func describeMessage(msg []byte) string {
+	typ := binary.NativeEndian.Uint16(msg[4:])
+	switch typ {
+	case unix.NFNL_MSG_BATCH_BEGIN:
+		return "batch begin"
+	case unix.NFNL_MSG_BATCH_END:
+		return "batch end"
+	}
+	if len(msg) < nlmsgHdrLen+nfgenLen {
+		return ""
+	}
+	attrs := msg[nlmsgHdrLen+nfgenLen:]
+	verb, nameAttr := "", uint16(0)
+	switch typ &^ (unix.NFNL_SUBSYS_NFTABLES << 8) {
+	case unix.NFT_MSG_NEWTABLE:
+		verb, nameAttr = "add table", unix.NFTA_TABLE_NAME
+	case unix.NFT_MSG_DELTABLE:
+		verb, nameAttr = "delete table", unix.NFTA_TABLE_NAME
+	case unix.NFT_MSG_NEWCHAIN:
+		verb, nameAttr = "add chain", unix.NFTA_CHAIN_NAME
+	case unix.NFT_MSG_DELCHAIN:
+		verb, nameAttr = "delete chain", unix.NFTA_CHAIN_NAME
+	case unix.NFT_MSG_NEWRULE:
+		verb, nameAttr = "add rule to", unix.NFTA_RULE_CHAIN
+	case unix.NFT_MSG_DELRULE:
+		verb, nameAttr = "flush chain", unix.NFTA_RULE_CHAIN
+	case unix.NFT_MSG_NEWSET:
+		verb, nameAttr = "add set", unix.NFTA_SET_NAME
+		if f, ok := findAttr(attrs, unix.NFTA_SET_FLAGS); ok && len(f) == 4 && binary.BigEndian.Uint32(f)&unix.NFT_SET_MAP != 0 {
+			verb = "add map"
+		}
+	case unix.NFT_MSG_DELSET:
+		verb, nameAttr = "delete set", unix.NFTA_SET_NAME
+	case unix.NFT_MSG_NEWSETELEM:
+		verb, nameAttr = "add elements to", unix.NFTA_SET_ELEM_LIST_SET
+	case unix.NFT_MSG_DELSETELEM:
+		verb, nameAttr = "flush map", unix.NFTA_SET_ELEM_LIST_SET
+		if _, ok := findAttr(attrs, unix.NFTA_SET_ELEM_LIST_ELEMENTS); ok {
+			verb = "delete elements from"
+		}
+	default:
+		return ""
+	}
+	name, _ := findAttr(attrs, nameAttr)
+	return strings.TrimSpace(verb + " " + strings.TrimRight(string(name), "\x00"))
+}
+
+// findAttr returns the payload of the first top-level attribute of that type.
+func findAttr(attrs []byte, typ uint16) ([]byte, bool) {
+	for len(attrs) >= 4 {
+		l := int(binary.NativeEndian.Uint16(attrs))
+		if l < 4 || l > len(attrs) {
+			return nil, false
+		}
+		if binary.NativeEndian.Uint16(attrs[2:])&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) == typ {
+			return attrs[4:l], true
+		}
+		attrs = attrs[(l+3)&^3:]
+	}
+	return nil, false
 }

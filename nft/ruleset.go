@@ -2,7 +2,7 @@ package nft
 
 import (
 	"net/netip"
-	"sort"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -171,8 +171,14 @@ func (t *Table) Map(name string) *Map {
 
 // AllChains lists fixed chains first, then service chains by service name.
 func (t *Table) AllChains() []*Chain {
-	out := append([]*Chain(nil), t.Chains...)
-	for _, n := range t.serviceNames() {
+	return t.chainsOf(t.serviceNames())
+}
+
+// chainsOf is AllChains, with the table's service names already sorted.
+func (t *Table) chainsOf(names []proxier.ServicePortName) []*Chain {
+	out := make([]*Chain, 0, t.chainCount())
+	out = append(out, t.Chains...)
+	for _, n := range names {
 		out = append(out, t.Services[n].Chains...)
 	}
 	return out
@@ -189,11 +195,16 @@ func (t *Table) chainCount() int {
 
 // Elements lists every element of the named map, fixed ones first, then by service.
 func (t *Table) Elements(m string) []Element {
+	return t.elementsOf(t.serviceNames(), m)
+}
+
+// elementsOf is Elements, with the table's service names already sorted.
+func (t *Table) elementsOf(names []proxier.ServicePortName, m string) []Element {
 	var out []Element
 	if mp := t.Map(m); mp != nil {
 		out = append(out, mp.Elements...)
 	}
-	for _, n := range t.serviceNames() {
+	for _, n := range names {
 		for _, e := range t.Services[n].Elements {
 			if e.Map == m {
 				out = append(out, e.Element)
@@ -208,7 +219,7 @@ func (t *Table) serviceNames() []proxier.ServicePortName {
 	for n := range t.Services {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
+	slices.SortFunc(names, proxier.ServicePortName.Compare)
 	return names
 }
 

@@ -291,7 +291,7 @@ func prefixOfRange(lo, hi netip.Addr) (netip.Prefix, bool) {
 
 // addSet declares a plain set (nft's `add set`).
 func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f, op{"add set", s.Name})
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, s.Name)
 	b.u32(unix.NFTA_SET_FLAGS, s.flags())

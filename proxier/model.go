@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -48,6 +47,49 @@ func (n ServicePortName) String() string {
 		return n.Namespace + "/" + n.Name
 	}
 	return n.Namespace + "/" + n.Name + ":" + n.Port
+}
+
+// Compare orders service port names as their String forms are ordered,
+// without building them (sorting thousands of names by String allocates
+// two strings per comparison).
+func (n ServicePortName) Compare(o ServicePortName) int {
+	var a, b [5]string
+	return compareJoined(n.pieces(a[:0]), o.pieces(b[:0]))
+}
+
+// pieces appends the parts of n's String form.
+func (n ServicePortName) pieces(buf []string) []string {
+	buf = append(buf, n.Namespace, "/", n.Name)
+	if n.Port != "" {
+		buf = append(buf, ":", n.Port)
+	}
+	return buf
+}
+
+// compareJoined compares strings.Join(a, "") with strings.Join(b, "").
+func compareJoined(a, b []string) int {
+	var x, y string
+	for {
+		for x == "" && len(a) > 0 {
+			x, a = a[0], a[1:]
+		}
+		for y == "" && len(b) > 0 {
+			y, b = b[0], b[1:]
+		}
+		switch {
+		case x == "" && y == "":
+			return 0
+		case x == "":
+			return -1
+		case y == "":
+			return 1
+		}
+		k := min(len(x), len(y))
+		if c := strings.Compare(x[:k], y[:k]); c != 0 {
+			return c
+		}
+		x, y = x[k:], y[k:]
+	}
 }
 
 // ServicePort is everything the backends need to know about one Service port.
@@ -167,7 +209,7 @@ func (s *State) SortedNames() []ServicePortName {
 	for n := range s.Services {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
+	slices.SortFunc(names, ServicePortName.Compare)
 	return names
 }
 
