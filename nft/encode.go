@@ -12,61 +12,148 @@ import (
 // encoder's allocations cost more than the kernel's work. Anything else
 // goes through expr.Marshal.
 func (b *batch) expr(f Family, e expr.Any) {
-	b.nest(unix.NFTA_LIST_ELEM)
 	switch e := e.(type) {
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad || e.CsumType != 0 {
-			b.marshalled(f, e)
-			break
+			b.marshalledExpr(f, e)
+			return
 		}
-		b.str(unix.NFTA_EXPR_NAME, "payload")
-		b.nest(unix.NFTA_EXPR_DATA)
-		b.u32(unix.NFTA_PAYLOAD_DREG, e.DestRegister)
-		b.u32(unix.NFTA_PAYLOAD_BASE, uint32(e.Base))
-		b.u32(unix.NFTA_PAYLOAD_OFFSET, e.Offset)
-		b.u32(unix.NFTA_PAYLOAD_LEN, e.Len)
-		b.unnest()
+		b.payloadExpr(e.DestRegister, e.Base, e.Offset, e.Len)
 	case *expr.Cmp:
-		b.str(unix.NFTA_EXPR_NAME, "cmp")
-		b.nest(unix.NFTA_EXPR_DATA)
-		b.u32(unix.NFTA_CMP_SREG, e.Register)
-		b.u32(unix.NFTA_CMP_OP, uint32(e.Op))
-		b.nest(unix.NFTA_CMP_DATA)
-		b.attr(unix.NFTA_DATA_VALUE, e.Data)
-		b.unnest()
-		b.unnest()
+		b.cmpExpr(e.Register, e.Op, e.Data)
 	case *expr.Verdict:
-		b.str(unix.NFTA_EXPR_NAME, "immediate")
-		b.nest(unix.NFTA_EXPR_DATA)
-		b.u32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
-		b.nest(unix.NFTA_IMMEDIATE_DATA)
-		b.nest(unix.NFTA_DATA_VERDICT)
-		b.u32(unix.NFTA_VERDICT_CODE, uint32(e.Kind))
-		if e.Chain != "" {
-			b.str(unix.NFTA_VERDICT_CHAIN, e.Chain)
-		}
-		b.unnest()
-		b.unnest()
-		b.unnest()
+		b.verdictExpr(e.Kind, e.Chain)
 	case *expr.Immediate:
-		b.str(unix.NFTA_EXPR_NAME, "immediate")
-		b.nest(unix.NFTA_EXPR_DATA)
-		b.u32(unix.NFTA_IMMEDIATE_DREG, e.Register)
-		b.nest(unix.NFTA_IMMEDIATE_DATA)
-		b.attr(unix.NFTA_DATA_VALUE, e.Data)
-		b.unnest()
-		b.unnest()
+		b.immediateExpr(e.Register, e.Data)
 	case *expr.Numgen:
-		b.str(unix.NFTA_EXPR_NAME, "numgen")
-		b.nest(unix.NFTA_EXPR_DATA)
-		b.u32(unix.NFTA_NG_DREG, e.Register)
-		b.u32(unix.NFTA_NG_MODULUS, e.Modulus)
-		b.u32(unix.NFTA_NG_TYPE, e.Type)
-		b.u32(unix.NFTA_NG_OFFSET, e.Offset)
-		b.unnest()
+		b.numgenExpr(e.Register, e.Modulus, e.Type, e.Offset)
+	case *expr.NAT:
+		b.natExpr(e)
 	default:
-		b.marshalled(f, e)
+		b.marshalledExpr(f, e)
 	}
+}
+
+// The writers below append one whole expression each (an NFTA_LIST_ELEM).
+// Terms that write theirs directly (see directTerm) use them too, so both
+// paths give the same bytes.
+
+func (b *batch) payloadExpr(dreg uint32, base expr.PayloadBase, offset, length uint32) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "payload")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_PAYLOAD_DREG, dreg)
+	b.u32(unix.NFTA_PAYLOAD_BASE, uint32(base))
+	b.u32(unix.NFTA_PAYLOAD_OFFSET, offset)
+	b.u32(unix.NFTA_PAYLOAD_LEN, length)
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) cmpExpr(reg uint32, op expr.CmpOp, data []byte) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "cmp")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_CMP_SREG, reg)
+	b.u32(unix.NFTA_CMP_OP, uint32(op))
+	b.nest(unix.NFTA_CMP_DATA)
+	b.attr(unix.NFTA_DATA_VALUE, data)
+	b.unnest()
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) verdictExpr(kind expr.VerdictKind, chain string) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "immediate")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
+	b.nest(unix.NFTA_IMMEDIATE_DATA)
+	b.nest(unix.NFTA_DATA_VERDICT)
+	b.u32(unix.NFTA_VERDICT_CODE, uint32(kind))
+	if chain != "" {
+		b.str(unix.NFTA_VERDICT_CHAIN, chain)
+	}
+	b.unnest()
+	b.unnest()
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) immediateExpr(reg uint32, data []byte) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "immediate")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_IMMEDIATE_DREG, reg)
+	b.nest(unix.NFTA_IMMEDIATE_DATA)
+	b.attr(unix.NFTA_DATA_VALUE, data)
+	b.unnest()
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) numgenExpr(reg, mod, typ, offset uint32) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "numgen")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_NG_DREG, reg)
+	b.u32(unix.NFTA_NG_MODULUS, mod)
+	b.u32(unix.NFTA_NG_TYPE, typ)
+	b.u32(unix.NFTA_NG_OFFSET, offset)
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) metaLoadExpr(key expr.MetaKey, dreg uint32) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "meta")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_META_KEY, uint32(key))
+	b.u32(unix.NFTA_META_DREG, dreg)
+	b.unnest()
+	b.unnest()
+}
+
+func (b *batch) natExpr(e *expr.NAT) {
+	flags := uint32(0)
+	for _, fl := range [...]struct {
+		set  bool
+		flag uint32
+	}{{e.Random, expr.NF_NAT_RANGE_PROTO_RANDOM}, {e.FullyRandom, expr.NF_NAT_RANGE_PROTO_RANDOM_FULLY},
+		{e.Persistent, expr.NF_NAT_RANGE_PERSISTENT}, {e.Prefix, expr.NF_NAT_RANGE_PREFIX},
+		{e.Specified, expr.NF_NAT_RANGE_PROTO_SPECIFIED}} {
+		if fl.set {
+			flags |= fl.flag
+		}
+	}
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "nat")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_NAT_TYPE, uint32(e.Type))
+	b.u32(unix.NFTA_NAT_FAMILY, e.Family)
+	if e.RegAddrMin != 0 {
+		b.u32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
+		if e.RegAddrMax != 0 {
+			b.u32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
+		}
+	}
+	if e.RegProtoMin != 0 {
+		b.u32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
+		if e.RegProtoMax != 0 {
+			b.u32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
+		}
+	}
+	if flags != 0 {
+		b.u32(unix.NFTA_NAT_FLAGS, flags)
+	}
+	b.unnest()
+	b.unnest()
+}
+
+// marshalledExpr appends the expression as google/nftables encodes it.
+func (b *batch) marshalledExpr(f Family, e expr.Any) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.marshalled(f, e)
 	b.unnest()
 }
 

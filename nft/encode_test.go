@@ -2,6 +2,7 @@ package nft
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -102,8 +103,12 @@ func TestDescribeMessage(t *testing.T) {
 		{func() { b.addRule(IPv4, "t", "KUBE-SVC-X", R(Verdict{Kind: Drop})) }, "add rule to KUBE-SVC-X"},
 		{func() { b.flushChain(IPv4, "t", "KUBE-SVC-X") }, "flush chain KUBE-SVC-X"},
 		{func() { b.flushMap(IPv4, "t", mapServiceIPs) }, "flush map service-ips"},
-		{func() { b.elements(true, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}}) }, "add elements to service-ips"},
-		{func() { b.elements(false, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}}) }, "delete elements from service-ips"},
+		{func() {
+			b.elements(true, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}})
+		}, "add elements to service-ips"},
+		{func() {
+			b.elements(false, IPv4, "t", m, []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}})
+		}, "delete elements from service-ips"},
 		{func() { b.delChain(IPv4, "t", "KUBE-SVC-X") }, "delete chain KUBE-SVC-X"},
 		{func() { b.delSet(IPv4, "t", mapServiceIPs) }, "delete set service-ips"},
 		{func() { b.delTable(IPv4, "t") }, "delete table t"},
@@ -120,6 +125,40 @@ func TestDescribeMessage(t *testing.T) {
 	for seq, want := range map[uint32]string{100: "batch begin", 101 + uint32(len(steps)): "batch end", 3: "message 3"} {
 		if got := b.describe(seq); got != want {
 			t.Errorf("message %d: %q, want %q", seq, got, want)
+		}
+	}
+}
+
+// A term that writes its expressions itself writes exactly what encoding
+// its exprs gives, for every term of every golden state.
+func TestDirectTermsMatchExprs(t *testing.T) {
+	seen := map[string]int{}
+	for _, tc := range goldenCases() {
+		for _, tbl := range Build(tc.st, tc.cfg).Tables {
+			for _, c := range tbl.AllChains() {
+				for _, r := range c.Rules {
+					for _, term := range r.Terms {
+						d, ok := term.(directTerm)
+						if !ok {
+							continue
+						}
+						direct, viaExprs := &batch{}, &batch{}
+						d.encode(direct, tbl.Family)
+						for _, e := range term.exprs(tbl.Family) {
+							viaExprs.expr(tbl.Family, e)
+						}
+						if !bytes.Equal(direct.buf, viaExprs.buf) {
+							t.Errorf("%s %T %+v:\n direct %x\n exprs  %x", tbl.Family, term, term, direct.buf, viaExprs.buf)
+						}
+						seen[fmt.Sprintf("%T", term)]++
+					}
+				}
+			}
+		}
+	}
+	for _, want := range []string{"nft.AddrMatch", "nft.ProtoMatch", "nft.PortMatch", "nft.NumgenZero", "nft.Verdict", "nft.DNAT"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s among the golden rules (seen %v)", want, seen)
 		}
 	}
 }

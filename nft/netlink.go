@@ -122,7 +122,13 @@ func (b *batch) str(typ uint16, s string) {
 	b.pad()
 }
 
-func (b *batch) u32(typ uint16, v uint32) { b.attr(typ, binary.BigEndian.AppendUint32(nil, v)) }
+func (b *batch) u32(typ uint16, v uint32) {
+	var a [8]byte
+	binary.NativeEndian.PutUint16(a[0:], 8)
+	binary.NativeEndian.PutUint16(a[2:], typ)
+	binary.BigEndian.PutUint32(a[4:], v)
+	b.buf = append(b.buf, a[:]...)
+}
 
 func (b *batch) nest(typ uint16) {
 	b.nests = append(b.nests, len(b.buf))
@@ -264,6 +270,10 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	b.str(unix.NFTA_RULE_CHAIN, chain)
 	b.nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
+		if d, ok := t.(directTerm); ok {
+			d.encode(b, f)
+			continue
+		}
 		for _, e := range t.exprs(f) {
 			b.expr(f, e)
 		}
