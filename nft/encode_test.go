@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables/expr"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"golang.org/x/sys/unix"
 )
 
@@ -160,5 +162,40 @@ func TestDirectTermsMatchExprs(t *testing.T) {
 		if seen[want] == 0 {
 			t.Errorf("no %s among the golden rules (seen %v)", want, seen)
 		}
+	}
+}
+
+// A full sync's fragments built on several CPUs are those built one by one.
+func TestPlaceAllMatchesPlace(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	st := scaleState(3*parallelMin+5, 2)
+	withAffinity(st, func(n proxier.ServicePortName) bool { return len(n.Name)%3 == 0 })
+	b, err := NewBackend(demoConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(parallel bool) string {
+		want := map[tableID]*Table{}
+		for _, id := range tableIDs() {
+			want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
+		}
+		if parallel {
+			b.placeAll(want, st)
+		} else {
+			for name, svc := range st.Services {
+				b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints[name])
+			}
+		}
+		var out strings.Builder
+		for _, id := range tableIDs() {
+			want[id].render(&out)
+		}
+		return out.String()
+	}
+	if parallelParts(len(st.Services)) != 3 {
+		t.Fatalf("%d service ports make %d parts, want 3", len(st.Services), parallelParts(len(st.Services)))
+	}
+	if serial, par := render(false), render(true); serial != par {
+		t.Errorf("the tables differ: %d bytes built in parallel, %d one by one", len(par), len(serial))
 	}
 }
