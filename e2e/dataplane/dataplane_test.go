@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -28,34 +30,31 @@ const (
 )
 
 // TestDataplaneSmoke programs 100 Services and checks that new TCP and UDP
-// flows from a pod and from the node reach the real Service's endpoints
-// through its ClusterIP (load-balanced, not masqueraded) and the pod
+// flows from a pod and from the node reach the real Services' endpoints
+// through their ClusterIPs (load-balanced, not masqueraded) and the pod
 // directly, measuring a few samples of each on the way.
 func TestDataplaneSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kernel test: skipped in -short mode")
 	}
-	e := newEnv(t, 100)
-	for _, from := range []string{client, sandbox.Node} {
-		res, err := e.measure(from, 30)
-		if err != nil {
-			t.Fatal(err)
+	res, err := measure([]*env{newEnv(t, 100)}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res {
+		if s.fails > 0 {
+			t.Errorf("%v: %d of %d samples failed, first: %v", s, s.fails, s.fails+len(s.samples), s.firstErr)
 		}
-		for _, s := range res {
-			if s.fails > 0 {
-				t.Errorf("from %s, %s to %s: %d of %d samples failed, first: %v", from, s.proto, s.via, s.fails, s.fails+len(s.samples), s.firstErr)
-			}
-			if s.via == viaClusterIP && len(s.backends) < 2 {
-				t.Errorf("from %s, %s to the ClusterIP: every sample went to %v, want them spread over the endpoints", from, s.proto, s.backends)
-			}
-			t.Logf("from %s, %s to %s: p50/p90/p99 %s us", from, s.proto, s.via, Summarise(s.samples))
+		if s.via == viaClusterIP && len(s.backends) < 2 {
+			t.Errorf("%v: every sample went to %v, want them spread over the endpoints", s, s.backends)
 		}
+		t.Logf("%v: p50/p90/p99 %s us", s, Summarise(s.samples))
 	}
 }
 
-// TestDataplaneLatency is `make bench-dataplane`: for each size of
-// KNP_DATAPLANE_SIZES (default 100,1000,10000) a fresh sandbox with that
-// many Services x 10 endpoints, KNP_DATAPLANE_SAMPLES (default 2000) new
+// TestDataplaneLatency is `make bench-dataplane`: a sandbox per size of
+// KNP_DATAPLANE_SIZES (default 100,1000,10000) with that many Services x 10
+// endpoints, all alive at once, KNP_DATAPLANE_SAMPLES (default 2000) new
 // flows per series, one markdown table (also written to KNP_DATAPLANE_OUT).
 func TestDataplaneLatency(t *testing.T) {
 	if os.Getenv("KNP_DATAPLANE_BENCH") != "1" {
@@ -75,39 +74,39 @@ func TestDataplaneLatency(t *testing.T) {
 			t.Fatalf("KNP_DATAPLANE_SAMPLES=%q: want a number >= 10", s)
 		}
 	}
+	var envs []*env
+	syncs := map[int]time.Duration{}
+	for _, n := range sizes {
+		e := newEnv(t, n)
+		envs = append(envs, e)
+		syncs[n] = e.sync
+	}
+	res, err := measure(envs, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var table strings.Builder
 	table.WriteString("| Services | from | proto | direct to pod p50 / p90 / p99 (us) | ClusterIP p50 / p90 / p99 (us) | ClusterIP - direct p50 (us) | full sync |\n")
 	table.WriteString("| ---: | --- | --- | --- | --- | ---: | ---: |\n")
-	for _, n := range sizes {
-		t.Run(fmt.Sprintf("services=%d", n), func(t *testing.T) {
-			e := newEnv(t, n)
-			for _, from := range []string{client, sandbox.Node} {
-				res, err := e.measure(from, samples)
-				if err != nil {
-					t.Fatal(err)
-				}
-				direct := map[string]Stats{}
-				for _, s := range res {
-					// A few timeouts on a busy machine are noise;
-					// a broken path fails them all.
-					if s.fails*100 > samples {
-						t.Errorf("from %s, %s to %s: %d of %d samples failed, first: %v", from, s.proto, s.via, s.fails, samples, s.firstErr)
-					}
-					if s.via == viaDirect {
-						direct[s.proto] = Summarise(s.samples)
-					}
-				}
-				for _, s := range res {
-					if s.via != viaClusterIP {
-						continue
-					}
-					st, d := Summarise(s.samples), direct[s.proto]
-					fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s |\n", n, from, s.proto, d, st,
-						Micros(st.P50-d.P50), scale.Secs(e.sync.Seconds()))
-				}
-			}
-		})
+	direct := map[[3]any]Stats{}
+	for _, s := range res {
+		// A few timeouts on a busy machine are noise; a broken path
+		// fails them all.
+		if s.fails*100 > samples {
+			t.Errorf("%v: %d of %d samples failed, first: %v", s, s.fails, samples, s.firstErr)
+		}
+		if s.via == viaDirect {
+			direct[[3]any{s.n, s.from, s.proto}] = Summarise(s.samples)
+		}
+	}
+	for _, s := range res {
+		if s.via != viaClusterIP {
+			continue
+		}
+		st, d := Summarise(s.samples), direct[[3]any{s.n, s.from, s.proto}]
+		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s |\n", s.n, s.from, s.proto, d, st,
+			Micros(st.P50-d.P50), scale.Secs(syncs[s.n].Seconds()))
 	}
 	t.Logf("first-packet latency, %d new flows per series:\n%s", samples, table.String())
 	if out := os.Getenv("KNP_DATAPLANE_OUT"); out != "" {
@@ -119,7 +118,7 @@ func TestDataplaneLatency(t *testing.T) {
 
 // env is a sandbox whose node is programmed with n Services.
 type env struct {
-	t    testing.TB
+	n    int
 	sb   *sandbox.Sandbox
 	tg   Targets
 	sync time.Duration // the full sync, transaction included
@@ -172,7 +171,7 @@ func newEnv(t testing.TB, n int) *env {
 	if err != nil {
 		t.Fatalf("syncing %d services: %v", n, err)
 	}
-	e := &env{t: t, sb: sb, tg: tg, sync: time.Since(start)}
+	e := &env{n: n, sb: sb, tg: tg, sync: time.Since(start)}
 	t.Logf("%d services x %d endpoints: full sync %v (kernel %v, %d messages)", n, Endpoints, e.sync.Round(time.Millisecond),
 		res.Kernel.Round(time.Millisecond), res.Messages)
 
@@ -248,8 +247,11 @@ const (
 	viaDirect    = "pod IP"
 )
 
-// series is the samples of one protocol, one way, from one namespace.
+// series is the samples of one protocol, one way, from one namespace of
+// one sandbox.
 type series struct {
+	n          int    // Services programmed
+	from       string // client or the node
 	proto, via string
 	samples    []time.Duration
 	fails      int
@@ -257,67 +259,100 @@ type series struct {
 	backends   map[string]int
 }
 
-// measure takes count samples of each series from namespace from (client
-// or the node), interleaved, so that whatever else runs on the machine
-// weighs on every series alike.
-func (e *env) measure(from string, count int) ([]*series, error) {
-	pod, _ := e.sb.Pod(server)
-	src := sandbox.BridgeIPv4.Addr() // the node's address towards the pods
-	if from != sandbox.Node {
-		p, _ := e.sb.Pod(from)
-		src = p.IPv4
+func (s *series) String() string {
+	return fmt.Sprintf("%d services, from %s, %s to %s", s.n, s.from, s.proto, s.via)
+}
+
+// probe is how one series takes a sample.
+type probe struct {
+	s   *series
+	ns  *os.File       // the network namespace the flows start in
+	src netip.Addr     // the address the servers must see
+	dst netip.AddrPort // the ClusterIP; invalid: the pod, port by port
+	pod netip.Addr
+}
+
+// measure takes rounds samples of every series of every sandbox: from the
+// client pod and from the node, TCP and UDP, to the ClusterIP and to the
+// pod. Each round takes one sample of each series, in a new random order,
+// on one OS thread that enters the series' namespace before each sample:
+// whatever else runs on the machine weighs on every series and every size
+// alike, and no series always follows the same one.
+func measure(envs []*env, rounds int) ([]*series, error) {
+	var probes []probe
+	for _, e := range envs {
+		pod, _ := e.sb.Pod(server)
+		for _, from := range []string{client, sandbox.Node} {
+			src := sandbox.BridgeIPv4.Addr() // the node's address towards the pods
+			if from != sandbox.Node {
+				p, _ := e.sb.Pod(from)
+				src = p.IPv4
+			}
+			f, err := os.Open(nsPath(e.sb, from))
+			if err != nil {
+				return nil, fmt.Errorf("network namespace: %w", err)
+			}
+			defer f.Close()
+			for _, w := range []struct {
+				proto, via string
+				dst        netip.AddrPort
+			}{
+				{"tcp", viaDirect, netip.AddrPort{}},
+				{"tcp", viaClusterIP, e.tg.TCP},
+				{"udp", viaDirect, netip.AddrPort{}},
+				{"udp", viaClusterIP, e.tg.UDP},
+			} {
+				s := &series{n: e.n, from: from, proto: w.proto, via: w.via, backends: map[string]int{}}
+				probes = append(probes, probe{s: s, ns: f, src: src, dst: w.dst, pod: pod.IPv4})
+			}
+		}
 	}
 	all := make([]string, Endpoints)
 	for j := range all {
 		all[j] = BackendName(j)
 	}
-	direct := []string{BackendName(0)}
-	type way struct {
-		s      *series
-		dst    netip.AddrPort
-		wanted []string
-		udp    bool
-	}
-	newWay := func(proto, via string, dst netip.AddrPort, wanted []string) way {
-		return way{&series{proto: proto, via: via, backends: map[string]int{}}, dst, wanted, proto == "udp"}
-	}
-	podDst := netip.AddrPortFrom(pod.IPv4, BackendPort)
-	ways := []way{
-		newWay("tcp", viaDirect, podDst, direct),
-		newWay("tcp", viaClusterIP, e.tg.TCP, all),
-		newWay("udp", viaDirect, podDst, direct),
-		newWay("udp", viaClusterIP, e.tg.UDP, all),
-	}
-	err := inNetns(nsPath(e.sb, from), func() error {
-		for range count {
-			for _, w := range ways {
+	// netns.Do (under inNetns) locks the thread and brings it back to the
+	// test's namespace at the end, whichever namespaces fn entered.
+	err := inNetns(nsPath(envs[0].sb, client), func() error {
+		for i := range rounds {
+			for _, k := range rand.Perm(len(probes)) {
+				p := probes[k]
+				if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+					return fmt.Errorf("entering the namespace of %v: %w", p.s, err)
+				}
+				dst, wanted := p.dst, all
+				if !dst.IsValid() { // round the servers as the ClusterIP does
+					j := i % Endpoints
+					dst, wanted = netip.AddrPortFrom(p.pod, uint16(BackendPort+j)), all[j:j+1]
+				}
+				udp := p.s.proto == "udp"
 				sample := TCPConnect
-				if w.udp {
+				if udp {
 					sample = UDPRequest
 				}
-				d, r, err := sample(w.dst, sampleTimeout)
+				d, r, err := sample(dst, sampleTimeout)
 				if err == nil {
-					err = Check(r, w.wanted, src, w.dst, w.udp)
+					err = Check(r, wanted, p.src, dst, udp)
 				}
 				if err != nil {
-					if w.s.fails == 0 {
-						w.s.firstErr = err
+					if p.s.fails == 0 {
+						p.s.firstErr = err
 					}
-					w.s.fails++
+					p.s.fails++
 					continue
 				}
-				w.s.samples = append(w.s.samples, d)
-				w.s.backends[r.Backend]++
+				p.s.samples = append(p.s.samples, d)
+				p.s.backends[r.Backend]++
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("measuring from %s: %w", from, err)
+		return nil, fmt.Errorf("measuring: %w", err)
 	}
-	out := make([]*series, len(ways))
-	for i, w := range ways {
-		out[i] = w.s
+	out := make([]*series, len(probes))
+	for i, p := range probes {
+		out[i] = p.s
 	}
 	return out, nil
 }
