@@ -95,8 +95,8 @@ bench-ipvs:
 # First-packet latency of new TCP connections and UDP requests to a
 # ClusterIP against the same flows straight to the pod, from a pod and
 # from the node, with N Services x 10 endpoints programmed (root;
-# e2e/dataplane): one sandbox per size, all alive at once, sampled
-# interleaved. One table, also written to KNP_DATAPLANE_OUT. Add 50000 to
+# e2e/dataplane): one sandbox per size and one without any ruleset, all
+# alive at once, sampled interleaved. One table, also written to KNP_DATAPLANE_OUT. Add 50000 to
 # the sizes for 50k (its full sync takes about half a minute here).
 KNP_DATAPLANE_SIZES   ?= 100,1000,10000
 KNP_DATAPLANE_SAMPLES ?= 2000

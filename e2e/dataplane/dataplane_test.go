@@ -54,8 +54,10 @@ func TestDataplaneSmoke(t *testing.T) {
 
 // TestDataplaneLatency is `make bench-dataplane`: a sandbox per size of
 // KNP_DATAPLANE_SIZES (default 100,1000,10000) with that many Services x 10
-// endpoints, all alive at once, KNP_DATAPLANE_SAMPLES (default 2000) new
-// flows per series, one markdown table (also written to KNP_DATAPLANE_OUT).
+// endpoints, and one with no ruleset at all (no conntrack either: the cost
+// of having a proxy), all alive at once, KNP_DATAPLANE_SAMPLES (default
+// 2000) new flows per series, one markdown table (also written to
+// KNP_DATAPLANE_OUT).
 func TestDataplaneLatency(t *testing.T) {
 	if os.Getenv("KNP_DATAPLANE_BENCH") != "1" {
 		t.Skip("the data-plane latency benchmark runs with KNP_DATAPLANE_BENCH=1 (make bench-dataplane)")
@@ -76,7 +78,7 @@ func TestDataplaneLatency(t *testing.T) {
 	}
 	var envs []*env
 	syncs := map[int]time.Duration{}
-	for _, n := range sizes {
+	for _, n := range append([]int{0}, sizes...) {
 		e := newEnv(t, n)
 		envs = append(envs, e)
 		syncs[n] = e.sync
@@ -101,12 +103,14 @@ func TestDataplaneLatency(t *testing.T) {
 		}
 	}
 	for _, s := range res {
-		if s.via != viaClusterIP {
-			continue
+		switch {
+		case s.n == 0:
+			fmt.Fprintf(&table, "| none (no ruleset) | %s | %s | %s | - | - | - |\n", s.from, s.proto, Summarise(s.samples))
+		case s.via == viaClusterIP:
+			st, d := Summarise(s.samples), direct[[3]any{s.n, s.from, s.proto}]
+			fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s |\n", s.n, s.from, s.proto, d, st,
+				Micros(st.P50-d.P50), scale.Secs(syncs[s.n].Seconds()))
 		}
-		st, d := Summarise(s.samples), direct[[3]any{s.n, s.from, s.proto}]
-		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s |\n", s.n, s.from, s.proto, d, st,
-			Micros(st.P50-d.P50), scale.Secs(syncs[s.n].Seconds()))
 	}
 	t.Logf("first-packet latency, %d new flows per series:\n%s", samples, table.String())
 	if out := os.Getenv("KNP_DATAPLANE_OUT"); out != "" {
@@ -116,7 +120,7 @@ func TestDataplaneLatency(t *testing.T) {
 	}
 }
 
-// env is a sandbox whose node is programmed with n Services.
+// env is a sandbox whose node is programmed with n Services (0: not at all).
 type env struct {
 	n    int
 	sb   *sandbox.Sandbox
@@ -125,8 +129,9 @@ type env struct {
 }
 
 // newEnv builds the sandbox, starts the echo servers in pod-a, programs the
-// node with n Services and waits until the TCP Service answers from pod-b.
-// Everything is removed when the test ends.
+// node with n Services (none and no nftables at all for 0) and waits until
+// the TCP Service (for 0: the pod) answers from pod-b. Everything is
+// removed when the test ends.
 func newEnv(t testing.TB, n int) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -143,19 +148,45 @@ func newEnv(t testing.TB, n int) *env {
 		}
 	})
 	pod, _ := sb.Pod(server)
-	st, tg, err := State(n, pod.IPv4)
+	startEcho(t, nsPath(sb, server), pod.IPv4)
+	e := &env{n: n, sb: sb}
+	if n > 0 {
+		e.program(t)
+	}
+	dst := e.tg.TCP
+	if n == 0 {
+		dst = netip.AddrPortFrom(pod.IPv4, BackendPort)
+	}
+	err = sandbox.Poll(ctx, 10*time.Second, 20*time.Millisecond, func(context.Context) error {
+		return inNetns(nsPath(sb, client), func() error {
+			_, _, err := TCPConnect(dst, time.Second)
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatalf("%v never answered: %v", dst, err)
+	}
+	return e
+}
+
+// program syncs e.n Services into the node namespace.
+func (e *env) program(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	pod, _ := e.sb.Pod(server)
+	st, tg, err := State(e.n, pod.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	startEcho(t, nsPath(sb, server), pod.IPv4)
+	e.tg = tg
 
 	// The node has no default route: without this one, its own
 	// connections to a ClusterIP would fail before the output hook.
-	if _, err := sb.Exec(ctx, sandbox.Node, "ip", "route", "add", sandbox.ServiceCIDRs[0].String(), "dev", sandbox.Bridge); err != nil {
+	if _, err := e.sb.Exec(ctx, sandbox.Node, "ip", "route", "add", sandbox.ServiceCIDRs[0].String(), "dev", sandbox.Bridge); err != nil {
 		t.Fatal(err)
 	}
 
-	k, err := nft.OpenKernel(nsPath(sb, sandbox.Node))
+	k, err := nft.OpenKernel(nsPath(e.sb, sandbox.Node))
 	if err != nil {
 		t.Fatalf("opening the node's nftables: %v", err)
 	}
@@ -169,22 +200,11 @@ func newEnv(t testing.TB, n int) *env {
 	start := time.Now()
 	res, err := be.Sync(ctx, st)
 	if err != nil {
-		t.Fatalf("syncing %d services: %v", n, err)
+		t.Fatalf("syncing %d services: %v", e.n, err)
 	}
-	e := &env{n: n, sb: sb, tg: tg, sync: time.Since(start)}
-	t.Logf("%d services x %d endpoints: full sync %v (kernel %v, %d messages)", n, Endpoints, e.sync.Round(time.Millisecond),
+	e.sync = time.Since(start)
+	t.Logf("%d services x %d endpoints: full sync %v (kernel %v, %d messages)", e.n, Endpoints, e.sync.Round(time.Millisecond),
 		res.Kernel.Round(time.Millisecond), res.Messages)
-
-	err = sandbox.Poll(ctx, 10*time.Second, 20*time.Millisecond, func(context.Context) error {
-		return inNetns(nsPath(sb, client), func() error {
-			_, _, err := TCPConnect(tg.TCP, time.Second)
-			return err
-		})
-	})
-	if err != nil {
-		t.Fatalf("the ClusterIP never answered: %v", err)
-	}
-	return e
 }
 
 func nsPath(sb *sandbox.Sandbox, name string) string { return "/run/netns/" + sb.NS(name) }
@@ -302,6 +322,9 @@ func measure(envs []*env, rounds int) ([]*series, error) {
 				{"udp", viaDirect, netip.AddrPort{}},
 				{"udp", viaClusterIP, e.tg.UDP},
 			} {
+				if e.n == 0 && w.via == viaClusterIP {
+					continue
+				}
 				s := &series{n: e.n, from: from, proto: w.proto, via: w.via, backends: map[string]int{}}
 				probes = append(probes, probe{s: s, ns: f, src: src, dst: w.dst, pod: pod.IPv4})
 			}
