@@ -1,9 +1,9 @@
 // Package dataplane measures what a ruleset costs the data plane: the
 // latency of the first packet of new connections to a ClusterIP, for a node
 // programmed with N Services, against the same connections straight to the
-// pod (no DNAT). The first packet of a flow is the one that walks the
-// ruleset (every later one follows its conntrack entry), so every sample is
-// a new flow: a TCP connect (SYN to SYN-ACK) or a UDP request and its reply
+// pod (no DNAT). Only the first packet of a flow walks the NAT chains, the
+// Service lookup among them (every later one follows its conntrack entry),
+// so every sample is a new flow: a TCP connect (SYN to SYN-ACK) or a UDP request and its reply
 // from a fresh socket.
 //
 // The sockets are plain blocking syscalls on a thread locked inside the
