@@ -3,8 +3,8 @@
 // programmed with N Services, against the same connections straight to the
 // pod (no DNAT). Only the first packet of a flow walks the NAT chains, the
 // Service lookup among them (every later one follows its conntrack entry),
-// so every sample is a new flow: a TCP connect (SYN to SYN-ACK) or a UDP request and its reply
-// from a fresh socket.
+// so every sample is a new flow: a TCP connect (SYN to SYN-ACK) or a UDP
+// request and its reply from a fresh socket.
 //
 // The sockets are plain blocking syscalls on a thread locked inside the
 // client's network namespace: no netpoller wake-up, no process per sample,
