@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean
 
 all: build
 
@@ -91,6 +91,20 @@ bench-scale:
 # about an hour): e2e/ipvsbench, KNP_IPVS_BENCH_SIZES, KNP_IPVS_BENCH_BOUND.
 bench-ipvs:
 	KNP_IPVS_BENCH=1 $(GO) test -count=1 -v -timeout 4h -run TestIPVSSideBySide ./e2e/ipvsbench/
+
+# First-packet latency of new TCP connections and UDP requests to a
+# ClusterIP against the same flows straight to the pod, from a pod and
+# from the node, with N Services x 10 endpoints programmed (root;
+# e2e/dataplane): one sandbox per size and one without any ruleset, all
+# alive at once, sampled interleaved. One table, also written to KNP_DATAPLANE_OUT. Add 50000 to
+# the sizes for 50k (its full sync takes about half a minute here).
+KNP_DATAPLANE_SIZES   ?= 100,1000,10000
+KNP_DATAPLANE_SAMPLES ?= 2000
+KNP_DATAPLANE_OUT     ?=
+bench-dataplane:
+	KNP_DATAPLANE_BENCH=1 KNP_DATAPLANE_SIZES=$(KNP_DATAPLANE_SIZES) KNP_DATAPLANE_SAMPLES=$(KNP_DATAPLANE_SAMPLES) \
+		KNP_DATAPLANE_OUT=$(KNP_DATAPLANE_OUT) \
+		$(GO) test -count=1 -v -timeout 1h -run '^TestDataplaneLatency$$' ./e2e/dataplane/
 
 demo:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
