@@ -88,8 +88,12 @@ func (x *tx) write(w txWriter, setID *uint32) {
 		*setID++
 		w.addAffinitySet(x.f, t.Name, *setID)
 	}
-	for _, c := range x.newChains {
-		w.addChain(x.f, t.Name, c)
+	if bt, ok := w.(*batch); ok {
+		bt.addChains(x.f, t.Name, x.newChains)
+	} else {
+		for _, c := range x.newChains {
+			w.addChain(x.f, t.Name, c)
+		}
 	}
 	for _, m := range x.flushMaps {
 		w.flushMap(x.f, t.Name, m)

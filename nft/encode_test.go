@@ -59,10 +59,13 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 	for _, tail := range []bool{false, true} {
 		encode := func(parallel bool) ([]byte, *batch) {
 			b := newBatch(7)
-			b.addChain(IPv4, tbl.Name, chains[0])
 			if parallel {
+				b.addChains(IPv4, tbl.Name, chains)
 				b.addChainRules(IPv4, tbl.Name, chains)
 			} else {
+				for _, c := range chains {
+					b.addChain(IPv4, tbl.Name, c)
+				}
 				for _, c := range chains {
 					for _, r := range c.Rules {
 						b.addRule(IPv4, tbl.Name, c.Name, r)
@@ -84,8 +87,8 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 		if !bytes.Equal(serial, par) {
 			t.Fatalf("elements after the rules=%v: the parallel encoding differs (%d bytes, serial %d)", tail, len(par), len(serial))
 		}
-		if sb.messages() != pb.messages() || sb.describe(7+5000) != pb.describe(7+5000) {
-			t.Errorf("message %d: %q, serial %q", 7+5000, pb.describe(7+5000), sb.describe(7+5000))
+		if sb.messages() != pb.messages() || sb.describe(7+12000) != pb.describe(7+12000) {
+			t.Errorf("message %d: %q, serial %q", 7+12000, pb.describe(7+12000), sb.describe(7+12000))
 		}
 	}
 }

@@ -285,18 +285,32 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	b.end()
 }
 
-// addChainRules adds the rules of chains, in order. A full sync's hundreds
-// of thousands of rules are encoded on all CPUs, each part into a batch of
-// its own whose messages are numbered as they will stand in this one, then
-// joined in order.
+// addChainRules adds the rules of chains, in order.
 func (b *batch) addChainRules(f Family, table string, chains []*Chain) {
-	n := len(chains)
+	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *batch, i int) {
+		for _, r := range chains[i].Rules {
+			part.addRule(f, table, chains[i].Name, r)
+		}
+	})
+}
+
+// addChains adds chains (without their rules), in order.
+func (b *batch) addChains(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(int) int { return 1 }, func(part *batch, i int) {
+		part.addChain(f, table, chains[i])
+	})
+}
+
+// writeEach writes, in order of i, what write(part, i) writes for each of
+// n items, count(i) messages each. A full sync's hundreds of thousands of
+// messages are encoded on all CPUs, each part into a batch of its own
+// whose messages are numbered as they will stand in this one, then joined
+// in order; small ones straight into b.
+func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, i int)) {
 	parts := make([]*batch, parallelParts(n))
 	if len(parts) == 1 {
-		for _, c := range chains {
-			for _, r := range c.Rules {
-				b.addRule(f, table, c.Name, r)
-			}
+		for i := range n {
+			write(b, i)
 		}
 		return
 	}
@@ -304,15 +318,13 @@ func (b *batch) addChainRules(f Family, table string, chains []*Chain) {
 	for p := range parts {
 		parts[p] = &batch{seq: seq}
 		lo, hi := partRange(n, len(parts), p)
-		for _, c := range chains[lo:hi] {
-			seq += uint32(len(c.Rules))
+		for i := lo; i < hi; i++ {
+			seq += uint32(count(i))
 		}
 	}
 	inParallel(n, func(p, lo, hi int) {
-		for _, c := range chains[lo:hi] {
-			for _, r := range c.Rules {
-				parts[p].addRule(f, table, c.Name, r)
-			}
+		for i := lo; i < hi; i++ {
+			write(parts[p], i)
 		}
 	})
 	for _, part := range parts {
