@@ -83,6 +83,40 @@ func BenchmarkBuild(b *testing.B) {
 	}
 }
 
+// BenchmarkFullSyncUserspace times what a full sync does besides the
+// kernel's part, for n services x 10 endpoints: building every table,
+// planning the transaction and encoding it (the critical path, on all
+// CPUs), with the bytes and messages it makes.
+func BenchmarkFullSyncUserspace(b *testing.B) {
+	for _, n := range benchSizes(b, 1000, 5000, 10000) {
+		st := scaleState(n, 10)
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			be, err := NewBackend(demoConfig(), nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				want := map[tableID]*Table{}
+				for _, id := range tableIDs() {
+					want[id] = BuildTable(id.f, be.cfg, st.Node, id.kind)
+				}
+				be.placeAll(want, st)
+				bt := newBatch(1)
+				var setID uint32
+				for _, id := range tableIDs() {
+					x, _ := fullTx(want[id], &kTable{})
+					x.write(bt, &setID)
+				}
+				if _, _, err := bt.finish(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(bt.messages()), "msgs")
+			}
+		})
+	}
+}
+
 // BenchmarkKernelFullSync times a first (full) sync of n services x 10
 // endpoints into an empty network namespace, transaction included; with
 // the drift check's change monitor listening (as the proxy runs) and
