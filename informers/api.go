@@ -71,11 +71,13 @@ func (s *APISource) Run(ctx context.Context) error {
 		return fmt.Errorf("building label selector: %w", err)
 	}
 	objects := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }),
+		informers.WithTransform(slim))
 	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Builder.NodeName()).String()
-		}))
+		}),
+		informers.WithTransform(slim))
 
 	// No sync before every cache has filled: a proxy restarting on a node
 	// must not program a partial view over the rules it left there.
