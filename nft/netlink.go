@@ -20,8 +20,11 @@ import (
 type batch struct {
 	// buf is the message being written; completed messages are copied into
 	// chunks, so a batch of many MiB is never copied again as it grows.
+	// Large chunks are mapped outside the Go heap (see newChunk); mapped
+	// says which, for release.
 	buf    []byte
 	chunks [][]byte
+	mapped []bool
 	total  int
 	seq    uint32
 	start  int   // offset of the message being written (0: buf holds one message)
@@ -80,13 +83,49 @@ func (b *batch) flushMessage() {
 	if n == 0 || len(b.chunks[n-1])+len(b.buf) > cap(b.chunks[n-1]) {
 		// Chunks grow with the batch: small syncs stay small, big ones
 		// take few chunks.
-		size := min(max(b.total/2, 16<<10), 8<<20)
-		b.chunks = append(b.chunks, make([]byte, 0, max(size, len(b.buf))))
+		size := max(min(max(b.total/2, 16<<10), 8<<20), len(b.buf))
+		c, mapped := newChunk(size)
+		b.chunks, b.mapped = append(b.chunks, c), append(b.mapped, mapped)
 		n++
 	}
 	b.chunks[n-1] = append(b.chunks[n-1], b.buf...)
 	b.total += len(b.buf)
 	b.buf = b.buf[:0]
+}
+
+// mapChunksFrom is the chunk size from which chunks are mapped outside the
+// Go heap: only batches of a few MiB and more (full syncs) have them.
+const mapChunksFrom = 1 << 20
+
+// newChunk returns an empty buffer of capacity size. The large chunks of a
+// full sync (97 MiB at 10k Services x 10 endpoints) are anonymous mappings
+// rather than heap memory: on the heap they would raise the garbage
+// collector's goal (twice the live heap) by twice their size while the new
+// rules are alive too, which set the proxy's peak RSS, and their pages
+// would stay with the process until the runtime scavenged them. A mapping
+// is returned to the kernel as soon as the batch is sent (release).
+func newChunk(size int) (c []byte, mapped bool) {
+	if size >= mapChunksFrom {
+		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err == nil {
+			return m[:0], true
+		}
+		// Out of address space or mappings: the heap will do.
+	}
+	return make([]byte, 0, size), false
+}
+
+// release unmaps the batch's mapped chunks; the batch holds no messages
+// afterwards. Kernel.Apply calls it once the batch is sent: nothing may
+// use the chunks finish returned after that.
+func (b *batch) release() {
+	for i, c := range b.chunks {
+		if b.mapped[i] {
+			// Munmap fails only for a range that is not a mapping.
+			_ = unix.Munmap(c[:cap(c)])
+		}
+	}
+	b.chunks, b.mapped = nil, nil
 }
 
 // size is the batch's length in bytes so far.

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +77,34 @@ func TestProxyMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The heap's high-water marks between stages, sampled: the live heap
+	// at the last GC (what sets the next goal), the goal, and the objects
+	// (live and garbage).
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	var mu sync.Mutex
+	peaks := make([]uint64, len(samples))
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.Context().Done():
+				return
+			case <-tick.C:
+			}
+			metrics.Read(samples)
+			mu.Lock()
+			for i, s := range samples {
+				peaks[i] = max(peaks[i], s.Value.Uint64())
+			}
+			mu.Unlock()
+		}
+	}()
 	stage := func(name string) {
+		mu.Lock()
+		t.Logf("%-22s max live at a GC %6.1f MiB  max goal %6.1f MiB  max objects %6.1f MiB", "  until "+name, mib(peaks[0]), mib(peaks[1]), mib(peaks[2]))
+		clear(peaks)
+		mu.Unlock()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
