@@ -110,6 +110,13 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 		}
 		info.endpoints = append(info.endpoints, convertEndpoint(addr, e))
 	}
+	// The usual slice has one port: with it filled in, mergeEndpoints can
+	// often hand out this very list (see shareable).
+	if len(info.ports) == 1 {
+		for i := range info.endpoints {
+			info.endpoints[i].Port = info.ports[0].port
+		}
+	}
 	return info, p.err()
 }
 
@@ -177,15 +184,22 @@ func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName s
 	for _, sp := range ports {
 		// Sized for every candidate (usually all of them are kept): the
 		// merged lists are the largest thing the Builder holds.
-		size := 0
+		size, matches := 0, 0
+		var only *sliceInfo
 		for _, info := range infos {
 			for _, p := range info.ports {
 				if p.name == sp.Name.Port && p.proto == sp.Protocol {
 					size += len(info.endpoints)
+					matches++
+					only = info
 				}
 			}
 		}
 		if size == 0 {
+			continue
+		}
+		if matches == 1 && shareable(only) {
+			out[sp.Name] = slices.Clip(only.endpoints)
 			continue
 		}
 		byAddr := make(map[netip.AddrPort]int, size) // index into eps
@@ -221,6 +235,23 @@ func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName s
 		out[sp.Name] = eps
 	}
 	return out
+}
+
+// shareable reports whether a slice's endpoints are already what merging
+// them alone gives: their port filled in (a single-port slice) and sorted
+// by address without repeats. Then the merged list is the slice's own,
+// which is never modified (parseEndpointSlice makes a new one for every
+// version of the slice), rather than a copy of every endpoint.
+func shareable(info *sliceInfo) bool {
+	if len(info.ports) != 1 {
+		return false
+	}
+	for i := 1; i < len(info.endpoints); i++ {
+		if info.endpoints[i-1].Addr.Compare(info.endpoints[i].Addr) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // EndpointsForService merges the EndpointSlices of the Service whose ports

@@ -457,7 +457,7 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		n := newEndpointNames(svc, ep, name)
 		epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
 		sep := n.chain
-		rules := []Rule{R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq))}
+		rules := []Rule{R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)}
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
@@ -509,6 +509,10 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	}
 	return fr
 }
+
+// jumpMarkMasq is the hairpin rule's verdict, boxed once for the endpoint
+// chains of every Ruleset rather than once per endpoint.
+var jumpMarkMasq Term = JumpTo(chainMarkMasq)
 
 // pickEndpoint chooses among endpoints at random without a set per service:
 // endpoint i is taken with probability 1/(n-i), so each of the n is equally

@@ -3,6 +3,7 @@ package nft
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -29,9 +30,12 @@ type batch struct {
 	seq    uint32
 	start  int   // offset of the message being written (0: buf holds one message)
 	nests  []int // offsets of open nested attributes
-	ops    []op  // what each message does, by seq-first, for error reports
-	first  uint32
-	err    error
+	// ops says what the messages do, for error reports: one entry per run
+	// of messages doing the same (a chain's rules), which halves the
+	// entries of a full sync.
+	ops   []opRun
+	first uint32
+	err   error
 }
 
 // Netlink attribute numbers golang.org/x/sys/unix does not define.
@@ -70,7 +74,9 @@ func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
 	hdr[16] = byte(family)
 	hdr[17] = unix.NFNETLINK_V0
 	b.buf = append(b.buf, hdr[:]...)
-	b.ops = append(b.ops, what)
+	if n := len(b.ops); n == 0 || b.ops[n-1].op != what {
+		b.ops = append(b.ops, opRun{what, b.seq})
+	}
 	b.seq++
 }
 
@@ -448,15 +454,23 @@ func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 }
 
 // messages is how many object messages (not counting begin/end) the batch holds.
-func (b *batch) messages() int { return len(b.ops) - 1 }
+func (b *batch) messages() int { return int(b.seq-b.first) - 1 }
 
 // op says what one message does, for error reports.
 type op struct{ verb, name string }
 
+// opRun is what the messages from seq on do, up to the next run's.
+type opRun struct {
+	op
+	seq uint32
+}
+
 // describe says what the message with that sequence number did.
 func (b *batch) describe(seq uint32) string {
-	if i := int(seq - b.first); i >= 0 && i < len(b.ops) {
-		return strings.TrimSpace(b.ops[i].verb + " " + b.ops[i].name)
+	if i := int(seq - b.first); i >= 0 && i < int(b.seq-b.first) {
+		// The last run starting at or before seq.
+		r := b.ops[sort.Search(len(b.ops), func(j int) bool { return b.ops[j].seq > seq })-1]
+		return strings.TrimSpace(r.verb + " " + r.name)
 	}
 	return fmt.Sprintf("message %d", seq)
 }
