@@ -64,6 +64,53 @@ func (b *batch) expr(f Family, e expr.Any) {
 		b.u32(unix.NFTA_NG_TYPE, e.Type)
 		b.u32(unix.NFTA_NG_OFFSET, e.Offset)
 		b.unnest()
+	case *expr.Meta:
+		// Every service port's protocol match and every mark rule: as
+		// the library, without its intermediate buffers.
+		b.str(unix.NFTA_EXPR_NAME, "meta")
+		b.nest(unix.NFTA_EXPR_DATA)
+		b.u32(unix.NFTA_META_KEY, uint32(e.Key))
+		if e.SourceRegister {
+			b.u32(unix.NFTA_META_SREG, e.Register)
+		} else {
+			b.u32(unix.NFTA_META_DREG, e.Register)
+		}
+		b.unnest()
+	case *expr.NAT:
+		// Every endpoint's DNAT rule.
+		b.str(unix.NFTA_EXPR_NAME, "nat")
+		b.nest(unix.NFTA_EXPR_DATA)
+		b.u32(unix.NFTA_NAT_TYPE, uint32(e.Type))
+		b.u32(unix.NFTA_NAT_FAMILY, e.Family)
+		if e.RegAddrMin != 0 {
+			b.u32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
+			if e.RegAddrMax != 0 {
+				b.u32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
+			}
+		}
+		if e.RegProtoMin != 0 {
+			b.u32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
+			if e.RegProtoMax != 0 {
+				b.u32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
+			}
+		}
+		var flags uint32
+		for _, fl := range []struct {
+			set  bool
+			flag uint32
+		}{
+			{e.Random, expr.NF_NAT_RANGE_PROTO_RANDOM}, {e.FullyRandom, expr.NF_NAT_RANGE_PROTO_RANDOM_FULLY},
+			{e.Persistent, expr.NF_NAT_RANGE_PERSISTENT}, {e.Prefix, expr.NF_NAT_RANGE_PREFIX},
+			{e.Specified, expr.NF_NAT_RANGE_PROTO_SPECIFIED},
+		} {
+			if fl.set {
+				flags |= fl.flag
+			}
+		}
+		if flags != 0 {
+			b.u32(unix.NFTA_NAT_FLAGS, flags)
+		}
+		b.unnest()
 	default:
 		b.marshalled(f, e)
 	}

@@ -75,6 +75,11 @@ func (b *batch) begin(typ uint16, flags uint16, family Family, what op) {
 	hdr[17] = unix.NFNETLINK_V0
 	b.buf = append(b.buf, hdr[:]...)
 	if n := len(b.ops); n == 0 || b.ops[n-1].op != what {
+		if n == cap(b.ops) {
+			// Doubling: append grows large slices by a quarter, which
+			// for a full sync's log copies it over many times.
+			b.ops = append(make([]opRun, 0, max(2*n, 16)), b.ops...)
+		}
 		b.ops = append(b.ops, opRun{what, b.seq})
 	}
 	b.seq++
@@ -168,7 +173,11 @@ func (b *batch) str(typ uint16, s string) {
 	b.pad()
 }
 
-func (b *batch) u32(typ uint16, v uint32) { b.attr(typ, binary.BigEndian.AppendUint32(nil, v)) }
+func (b *batch) u32(typ uint16, v uint32) {
+	var data [4]byte // on the stack: a full sync encodes millions
+	binary.BigEndian.PutUint32(data[:], v)
+	b.attr(typ, data[:])
+}
 
 func (b *batch) nest(typ uint16) {
 	b.nests = append(b.nests, len(b.buf))
@@ -188,6 +197,19 @@ func (b *batch) unnest() {
 
 // userdata encodes a comment as libnftnl does: one TLV (type 0 is the
 // comment for rules, chains, tables and set elements), NUL-terminated.
+// commentAttr appends an attribute holding userdataComment(typ, c)
+// without building it apart: every rule and element has one.
+func (b *batch) commentAttr(attr uint16, typ byte, c string) {
+	var h [6]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
+	binary.NativeEndian.PutUint16(h[2:], attr)
+	h[4], h[5] = typ, byte(len(c)+1)
+	b.buf = append(b.buf, h[:]...)
+	b.buf = append(b.buf, c...)
+	b.buf = append(b.buf, 0)
+	b.pad()
+}
+
 func userdataComment(typ byte, c string) []byte {
 	out := []byte{typ, byte(len(c) + 1)}
 	out = append(out, c...)
@@ -246,7 +268,7 @@ func (b *batch) addTable(f Family, name, comment string) {
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.attr(nftaTableUserdata, userdataComment(0, clampComment(comment)))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
@@ -282,7 +304,7 @@ func (b *batch) addChain(f Family, table string, c *Chain) {
 		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.attr(nftaChainUserdata, userdataComment(0, clampComment(c.Comment)))
+		b.commentAttr(nftaChainUserdata, 0, clampComment(c.Comment))
 	}
 	b.end()
 }
@@ -316,7 +338,7 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	}
 	b.unnest()
 	if r.Comment != "" {
-		b.attr(unix.NFTA_RULE_USERDATA, userdataComment(0, clampComment(r.Comment)))
+		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, clampComment(r.Comment))
 	}
 	b.end()
 }
@@ -350,7 +372,7 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(m.Comment)))
+		b.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
 	}
 	b.end()
 }
@@ -386,7 +408,7 @@ func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Eleme
 		b.unnest()
 		b.unnest()
 		if e.Comment != "" {
-			b.attr(unix.NFTA_SET_ELEM_USERDATA, userdataComment(0, clampComment(e.Comment)))
+			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, clampComment(e.Comment))
 		}
 	})
 }
