@@ -344,6 +344,9 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		// KUBE-SEP chain twice, which the kernel refuses; kube-proxy
 		// keeps the first.
 		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
+			if familyEps == nil {
+				familyEps = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
+			}
 			familyEps = append(familyEps, ep)
 		}
 	}
@@ -457,7 +460,8 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		n := newEndpointNames(svc, ep, name)
 		epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
 		sep := n.chain
-		rules := []Rule{R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)}
+		rules := make([]Rule, 1, 3)
+		rules[0] = R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
@@ -471,18 +475,18 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	// through the same chain keeps its source.
 	masq := clusterMasquerade(f, cfg, node, clusterIP, svc.Port, name)
 	if hasCluster {
-		var rules []Rule
+		rules := make([]Rule, 0, 1+pickRules(svc, cluster))
 		if internalChain == svcChain && masq != nil {
 			rules = append(rules, *masq)
 		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: append(rules, pickEndpoint(svc, cluster, epNames, name)...)})
+		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: pickEndpoint(rules, svc, cluster, epNames, name)})
 	}
 	if hasLocal {
-		var rules []Rule
+		rules := make([]Rule, 0, 1+pickRules(svc, local))
 		if internalChain == svlChain && masq != nil {
 			rules = append(rules, *masq)
 		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: append(rules, pickEndpoint(svc, local, epNames, name)...)})
+		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: pickEndpoint(rules, svc, local, epNames, name)})
 	}
 	if usesExternalChain {
 		var rules []Rule
@@ -517,15 +521,15 @@ var jumpMarkMasq Term = JumpTo(chainMarkMasq)
 // pickEndpoint chooses among endpoints at random without a set per service:
 // endpoint i is taken with probability 1/(n-i), so each of the n is equally
 // likely. Sets per service make the kernel's commit time quadratic.
-// epNames holds the names of the endpoints' chains (see endpointNames).
-func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []Rule {
+// It appends the rules to rules; epNames holds the names of the endpoints'
+// chains (see endpointNames).
+func pickEndpoint(rules []Rule, svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []Rule {
 	namesOf := func(ep proxier.Endpoint) endpointNames {
 		if n, ok := epNames[netip.AddrPortFrom(ep.Addr, ep.Port)]; ok {
 			return n
 		}
 		return newEndpointNames(svc, ep, name)
 	}
-	var rules []Rule
 	if svc.AffinityTimeout > 0 {
 		// A client with affinity to one of these endpoints goes back to it.
 		for _, ep := range eps {
@@ -542,6 +546,14 @@ func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[
 		}
 	}
 	return rules
+}
+
+// pickRules is how many rules pickEndpoint makes.
+func pickRules(svc *proxier.ServicePort, eps []proxier.Endpoint) int {
+	if svc.AffinityTimeout > 0 {
+		return 2 * len(eps)
+	}
+	return len(eps)
 }
 
 // endpointNames are an endpoint's KUBE-SEP chain name and the comment of
