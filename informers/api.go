@@ -70,6 +70,7 @@ func (s *APISource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building label selector: %w", err)
 	}
+	slim := newSlimmer().slim
 	objects := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }),
 		informers.WithTransform(slim))

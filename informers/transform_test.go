@@ -141,6 +141,7 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 		raw, slimmed := NewBuilder(node), NewBuilder(node)
 		feed(raw, func(o any) (any, error) { return o, nil })
 		// Twice: client-go asks for an idempotent transform.
+		slim := newSlimmer().slim
 		feed(slimmed, func(o any) (any, error) {
 			o, err := slim(o)
 			if err != nil {
@@ -164,6 +165,8 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 			t.Errorf("node %s: errors differ with the transform:\n%s\n%s", node, x, y)
 		}
 	}
+	slim := newSlimmer().slim
+	names := map[string]*string{}
 	for _, o := range objs {
 		s, _ := slim(o.Obj)
 		switch v := s.(type) {
@@ -176,6 +179,13 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 				if e.TargetRef != nil || e.Hostname != nil {
 					t.Errorf("%s: slimmed endpoint keeps %+v", o.Source, e)
 				}
+				if e.NodeName == nil {
+					continue
+				}
+				if p, ok := names[*e.NodeName]; ok && p != e.NodeName {
+					t.Errorf("%s: node name %s not shared", o.Source, *e.NodeName)
+				}
+				names[*e.NodeName] = e.NodeName
 			}
 		case *corev1.Node:
 			if v.Status.Images != nil {

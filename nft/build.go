@@ -460,7 +460,11 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		n := newEndpointNames(svc, ep, name)
 		epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
 		sep := n.chain
-		rules := make([]Rule, 1, 3)
+		size := 2 // hairpin masquerade, DNAT
+		if svc.AffinityTimeout > 0 {
+			size++
+		}
+		rules := make([]Rule, 1, size)
 		rules[0] = R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
