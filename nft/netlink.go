@@ -332,6 +332,9 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	b.str(unix.NFTA_RULE_CHAIN, chain)
 	b.nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
+		if d, ok := t.(directTerm); ok && d.direct(b, f) {
+			continue
+		}
 		for _, e := range t.exprs(f) {
 			b.expr(f, e)
 		}

@@ -449,12 +449,14 @@ func (v Verdict) text(Family) string {
 	return "goto " + v.Chain
 }
 
+// verdictKinds maps our verdicts to the kernel's.
+var verdictKinds = map[VerdictKind]expr.VerdictKind{
+	Accept: expr.VerdictAccept, Drop: expr.VerdictDrop, Return: expr.VerdictReturn,
+	Jump: expr.VerdictJump, Goto: expr.VerdictGoto,
+}
+
 func (v Verdict) expr() *expr.Verdict {
-	kinds := map[VerdictKind]expr.VerdictKind{
-		Accept: expr.VerdictAccept, Drop: expr.VerdictDrop, Return: expr.VerdictReturn,
-		Jump: expr.VerdictJump, Goto: expr.VerdictGoto,
-	}
-	return &expr.Verdict{Kind: kinds[v.Kind], Chain: v.Chain}
+	return &expr.Verdict{Kind: verdictKinds[v.Kind], Chain: v.Chain}
 }
 
 func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
