@@ -504,14 +504,16 @@ func (b *Builder) refreshLocked(key serviceKey) {
 	}
 	if e.endpoints == nil {
 		infos := slices.Collect(maps.Values(b.bySvc[key]))
-		e.endpoints = mergeEndpoints(e.ports, infos, b.nodeName)
+		e.endpoints = mergeEndpointList(e.ports, infos, b.nodeName)
 	}
 	names := make([]proxier.ServicePortName, 0, len(e.effective))
 	for _, sp := range e.effective {
 		b.liveServices[sp.Name] = sp
 		names = append(names, sp.Name)
 	}
-	maps.Copy(b.liveEndpoints, e.endpoints)
+	for _, pe := range e.endpoints {
+		b.liveEndpoints[pe.name] = pe.eps
+	}
 	b.published[key] = names
 	b.changed = append(b.changed, names...)
 }

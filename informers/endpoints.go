@@ -177,10 +177,27 @@ func hintNames[H any](hints []H, name func(H) string) []string {
 // so local-traffic policies never lose it, and otherwise the copy from the
 // first slice by name, so the result does not depend on arrival order.
 func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName string) map[proxier.ServicePortName][]proxier.Endpoint {
+	out := map[proxier.ServicePortName][]proxier.Endpoint{}
+	for _, pe := range mergeEndpointList(ports, infos, nodeName) {
+		out[pe.name] = pe.eps
+	}
+	return out
+}
+
+// portEndpoints are the merged endpoints of one service port.
+type portEndpoints struct {
+	name proxier.ServicePortName
+	eps  []proxier.Endpoint
+}
+
+// mergeEndpointList is mergeEndpoints as a list, in the order of ports,
+// never nil: what the Builder keeps per Service, where a map of one or
+// two entries would cost about 600 bytes.
+func mergeEndpointList(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName string) []portEndpoints {
 	infos = slices.Clone(infos)
 	slices.SortFunc(infos, func(a, b *sliceInfo) int { return cmp.Compare(a.name, b.name) })
 
-	out := map[proxier.ServicePortName][]proxier.Endpoint{}
+	out := make([]portEndpoints, 0, len(ports))
 	for _, sp := range ports {
 		// Sized for every candidate (usually all of them are kept): the
 		// merged lists are the largest thing the Builder holds.
@@ -199,7 +216,7 @@ func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName s
 			continue
 		}
 		if matches == 1 && shareable(only) {
-			out[sp.Name] = slices.Clip(only.endpoints)
+			out = append(out, portEndpoints{sp.Name, slices.Clip(only.endpoints)})
 			continue
 		}
 		byAddr := make(map[netip.AddrPort]int, size) // index into eps
@@ -232,7 +249,7 @@ func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName s
 			}
 			return cmp.Compare(a.Port, b.Port)
 		})
-		out[sp.Name] = eps
+		out = append(out, portEndpoints{sp.Name, eps})
 	}
 	return out
 }
