@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -70,12 +72,23 @@ func (s *APISource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building label selector: %w", err)
 	}
+	slim := newSlimmer().slim
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
 	objects := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
+		informers.WithTweakListOptions(tweak), informers.WithTransform(slim))
+	// Without the factory's namespace index: nothing here looks objects
+	// up, and the index holds every object's key once more.
+	services := objects.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredServiceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
+	})
+	slices := objects.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return discoveryinformers.NewFilteredEndpointSliceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
+	})
 	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Builder.NodeName()).String()
-		}))
+		}),
+		informers.WithTransform(slim))
 
 	// No sync before every cache has filled: a proxy restarting on a node
 	// must not program a partial view over the rules it left there.
@@ -95,7 +108,7 @@ func (s *APISource) Run(ctx context.Context) error {
 		upsert   func(any)
 		remove   func(any)
 	}{
-		{objects.Core().V1().Services().Informer(),
+		{services,
 			func(o any) {
 				if svc, ok := o.(*corev1.Service); ok {
 					warn(s.Builder.UpsertService(svc))
@@ -106,7 +119,7 @@ func (s *APISource) Run(ctx context.Context) error {
 					s.Builder.DeleteService(svc.Namespace, svc.Name)
 				}
 			}},
-		{objects.Discovery().V1().EndpointSlices().Informer(),
+		{slices,
 			func(o any) {
 				if es, ok := o.(*discoveryv1.EndpointSlice); ok {
 					warn(s.Builder.UpsertEndpointSlice(es))

@@ -27,8 +27,8 @@ type Builder struct {
 	nodeName string
 
 	services map[serviceKey]*serviceEntry
-	slices   map[serviceKey]*sliceInfo            // keyed by the slice's own namespace/name
-	bySvc    map[serviceKey]map[string]*sliceInfo // service -> slice name -> slice
+	slices   map[serviceKey]*sliceInfo   // keyed by the slice's own namespace/name
+	bySvc    map[serviceKey][]*sliceInfo // service -> its slices (a list: a map per Service costs hundreds of bytes)
 	node     *proxier.Node
 	errs     map[objectRef]error
 
@@ -83,7 +83,7 @@ func NewBuilder(nodeName string) *Builder {
 		nodeName:      nodeName,
 		services:      map[serviceKey]*serviceEntry{},
 		slices:        map[serviceKey]*sliceInfo{},
-		bySvc:         map[serviceKey]map[string]*sliceInfo{},
+		bySvc:         map[serviceKey][]*sliceInfo{},
 		errs:          map[objectRef]error{},
 		owner:         map[claim]*serviceEntry{},
 		rivals:        map[claim][]*serviceEntry{},
@@ -230,10 +230,7 @@ func (b *Builder) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) error {
 		return err
 	}
 	b.slices[key] = info
-	if b.bySvc[info.service] == nil {
-		b.bySvc[info.service] = map[string]*sliceInfo{}
-	}
-	b.bySvc[info.service][info.name] = info
+	b.bySvc[info.service] = append(b.bySvc[info.service], info)
 	b.invalidateEndpoints(info.service)
 	return err
 }
@@ -342,8 +339,9 @@ func (b *Builder) deleteSliceLocked(key serviceKey) {
 		return
 	}
 	delete(b.slices, key)
-	delete(b.bySvc[old.service], old.name)
-	if len(b.bySvc[old.service]) == 0 {
+	if rest := slices.DeleteFunc(b.bySvc[old.service], func(i *sliceInfo) bool { return i == old }); len(rest) > 0 {
+		b.bySvc[old.service] = rest
+	} else {
 		delete(b.bySvc, old.service)
 	}
 	b.invalidateEndpoints(old.service)
@@ -503,15 +501,17 @@ func (b *Builder) refreshLocked(key serviceKey) {
 		return
 	}
 	if e.endpoints == nil {
-		infos := slices.Collect(maps.Values(b.bySvc[key]))
-		e.endpoints = mergeEndpoints(e.ports, infos, b.nodeName)
+		infos := b.bySvc[key] // mergeEndpointList sorts a copy
+		e.endpoints = mergeEndpointList(e.ports, infos, b.nodeName)
 	}
 	names := make([]proxier.ServicePortName, 0, len(e.effective))
 	for _, sp := range e.effective {
 		b.liveServices[sp.Name] = sp
 		names = append(names, sp.Name)
 	}
-	maps.Copy(b.liveEndpoints, e.endpoints)
+	for _, pe := range e.endpoints {
+		b.liveEndpoints[pe.name] = pe.eps
+	}
 	b.published[key] = names
 	b.changed = append(b.changed, names...)
 }

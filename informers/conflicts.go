@@ -106,7 +106,7 @@ type serviceEntry struct {
 	effective []*proxier.ServicePort
 	claims    []claimUse
 	// endpoints caches the merged endpoints; nil until computed.
-	endpoints map[proxier.ServicePortName][]proxier.Endpoint
+	endpoints []portEndpoints
 	// pending is set while the entry waits in Builder.pending.
 	pending bool
 }

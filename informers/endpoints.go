@@ -61,7 +61,10 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 		return nil, p.err()
 	}
 
-	info := &sliceInfo{name: es.Name, service: serviceKey{ns, svcName}}
+	// Sized up front: grown by append, the lists of the Builder's largest
+	// holding would carry up to 60% spare capacity.
+	info := &sliceInfo{name: es.Name, service: serviceKey{ns, svcName},
+		endpoints: make([]proxier.Endpoint, 0, len(es.Endpoints))}
 	for i, ep := range es.Ports {
 		label := "ports[" + strconv.Itoa(i) + "]"
 		if ep.Port == nil {
@@ -106,6 +109,13 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 			continue
 		}
 		info.endpoints = append(info.endpoints, convertEndpoint(addr, e))
+	}
+	// The usual slice has one port: with it filled in, mergeEndpoints can
+	// often hand out this very list (see shareable).
+	if len(info.ports) == 1 {
+		for i := range info.endpoints {
+			info.endpoints[i].Port = info.ports[0].port
+		}
 	}
 	return info, p.err()
 }
@@ -167,13 +177,50 @@ func hintNames[H any](hints []H, name func(H) string) []string {
 // so local-traffic policies never lose it, and otherwise the copy from the
 // first slice by name, so the result does not depend on arrival order.
 func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName string) map[proxier.ServicePortName][]proxier.Endpoint {
+	out := map[proxier.ServicePortName][]proxier.Endpoint{}
+	for _, pe := range mergeEndpointList(ports, infos, nodeName) {
+		out[pe.name] = pe.eps
+	}
+	return out
+}
+
+// portEndpoints are the merged endpoints of one service port.
+type portEndpoints struct {
+	name proxier.ServicePortName
+	eps  []proxier.Endpoint
+}
+
+// mergeEndpointList is mergeEndpoints as a list, in the order of ports,
+// never nil: what the Builder keeps per Service, where a map of one or
+// two entries would cost about 600 bytes.
+func mergeEndpointList(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName string) []portEndpoints {
 	infos = slices.Clone(infos)
 	slices.SortFunc(infos, func(a, b *sliceInfo) int { return cmp.Compare(a.name, b.name) })
 
-	out := map[proxier.ServicePortName][]proxier.Endpoint{}
+	out := make([]portEndpoints, 0, len(ports))
 	for _, sp := range ports {
-		byAddr := map[netip.AddrPort]int{} // index into eps
-		var eps []proxier.Endpoint
+		// Sized for every candidate (usually all of them are kept): the
+		// merged lists are the largest thing the Builder holds.
+		size, matches := 0, 0
+		var only *sliceInfo
+		for _, info := range infos {
+			for _, p := range info.ports {
+				if p.name == sp.Name.Port && p.proto == sp.Protocol {
+					size += len(info.endpoints)
+					matches++
+					only = info
+				}
+			}
+		}
+		if size == 0 {
+			continue
+		}
+		if matches == 1 && shareable(only) {
+			out = append(out, portEndpoints{sp.Name, slices.Clip(only.endpoints)})
+			continue
+		}
+		byAddr := make(map[netip.AddrPort]int, size) // index into eps
+		eps := make([]proxier.Endpoint, 0, size)
 		for _, info := range infos {
 			for _, p := range info.ports {
 				if p.name != sp.Name.Port || p.proto != sp.Protocol {
@@ -202,9 +249,26 @@ func mergeEndpoints(ports []*proxier.ServicePort, infos []*sliceInfo, nodeName s
 			}
 			return cmp.Compare(a.Port, b.Port)
 		})
-		out[sp.Name] = eps
+		out = append(out, portEndpoints{sp.Name, eps})
 	}
 	return out
+}
+
+// shareable reports whether a slice's endpoints are already what merging
+// them alone gives: their port filled in (a single-port slice) and sorted
+// by address without repeats. Then the merged list is the slice's own,
+// which is never modified (parseEndpointSlice makes a new one for every
+// version of the slice), rather than a copy of every endpoint.
+func shareable(info *sliceInfo) bool {
+	if len(info.ports) != 1 {
+		return false
+	}
+	for i := 1; i < len(info.endpoints); i++ {
+		if info.endpoints[i-1].Addr.Compare(info.endpoints[i].Addr) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // EndpointsForService merges the EndpointSlices of the Service whose ports

@@ -284,3 +284,47 @@ func TestEndpointConditions(t *testing.T) {
 		})
 	}
 }
+
+// A single-port slice sorted by address is merged without a copy; any
+// other order, a repeated address or a second slice gives a sorted copy.
+func TestMergeSharesSortedSlice(t *testing.T) {
+	slices := decodeSlices(t, sliceHeader+`  name: web-a
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1], nodeName: node-1}, {addresses: [10.0.0.2], nodeName: node-1}]
+---`+sliceHeader+`  name: web-b
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.2], nodeName: node-1}, {addresses: [10.0.0.1], nodeName: node-1}]
+---`+sliceHeader+`  name: web-c
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.1], nodeName: node-1}, {addresses: [10.0.0.1], nodeName: node-2}]
+`)
+	infos := make([]*sliceInfo, len(slices))
+	for i, es := range slices {
+		info, err := parseEndpointSlice(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos[i] = info
+	}
+	both := []proxier.Endpoint{ep("10.0.0.1", 8080), ep("10.0.0.2", 8080)}
+	for _, c := range []struct {
+		name   string
+		infos  []*sliceInfo
+		want   []proxier.Endpoint
+		shared bool
+	}{
+		{"sorted", infos[:1], both, true},
+		{"unsorted", infos[1:2], both, false},
+		{"repeated", infos[2:3], both[:1], false},
+		{"two slices", infos[:2], both, false},
+	} {
+		got := mergeEndpoints(webPorts(), c.infos, "node-1")
+		mustEqual(t, c.name, got, map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): c.want})
+		if shared := &got[spn("http")][0] == &c.infos[0].endpoints[0]; shared != c.shared {
+			t.Errorf("%s: shared %v, want %v", c.name, shared, c.shared)
+		}
+	}
+}

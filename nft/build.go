@@ -344,6 +344,9 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 		// KUBE-SEP chain twice, which the kernel refuses; kube-proxy
 		// keeps the first.
 		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
+			if familyEps == nil {
+				familyEps = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
+			}
 			familyEps = append(familyEps, ep)
 		}
 	}
@@ -452,9 +455,17 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	}
 
 	// Endpoint chains, for every endpoint some policy can reach.
+	epNames := make(map[netip.AddrPort]endpointNames, len(allReachable))
 	for _, ep := range allReachable {
-		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
-		rules := []Rule{R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, JumpTo(chainMarkMasq))}
+		n := newEndpointNames(svc, ep, name)
+		epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
+		sep := n.chain
+		size := 2 // hairpin masquerade, DNAT
+		if svc.AffinityTimeout > 0 {
+			size++
+		}
+		rules := make([]Rule, 1, size)
+		rules[0] = R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
@@ -468,18 +479,18 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	// through the same chain keeps its source.
 	masq := clusterMasquerade(f, cfg, node, clusterIP, svc.Port, name)
 	if hasCluster {
-		var rules []Rule
+		rules := make([]Rule, 0, 1+pickRules(svc, cluster))
 		if internalChain == svcChain && masq != nil {
 			rules = append(rules, *masq)
 		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: append(rules, pickEndpoint(svc, cluster, name)...)})
+		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: pickEndpoint(rules, svc, cluster, epNames, name)})
 	}
 	if hasLocal {
-		var rules []Rule
+		rules := make([]Rule, 0, 1+pickRules(svc, local))
 		if internalChain == svlChain && masq != nil {
 			rules = append(rules, *masq)
 		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: append(rules, pickEndpoint(svc, local, name)...)})
+		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: pickEndpoint(rules, svc, local, epNames, name)})
 	}
 	if usesExternalChain {
 		var rules []Rule
@@ -507,27 +518,58 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	return fr
 }
 
+// jumpMarkMasq is the hairpin rule's verdict, boxed once for the endpoint
+// chains of every Ruleset rather than once per endpoint.
+var jumpMarkMasq Term = JumpTo(chainMarkMasq)
+
 // pickEndpoint chooses among endpoints at random without a set per service:
 // endpoint i is taken with probability 1/(n-i), so each of the n is equally
 // likely. Sets per service make the kernel's commit time quadratic.
-func pickEndpoint(svc *proxier.ServicePort, eps []proxier.Endpoint, name string) []Rule {
-	var rules []Rule
+// It appends the rules to rules; epNames holds the names of the endpoints'
+// chains (see endpointNames).
+func pickEndpoint(rules []Rule, svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []Rule {
+	namesOf := func(ep proxier.Endpoint) endpointNames {
+		if n, ok := epNames[netip.AddrPortFrom(ep.Addr, ep.Port)]; ok {
+			return n
+		}
+		return newEndpointNames(svc, ep, name)
+	}
 	if svc.AffinityTimeout > 0 {
 		// A client with affinity to one of these endpoints goes back to it.
 		for _, ep := range eps {
-			sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
-			rules = append(rules, R(AffinityMatch{ID: AffinityID(sep)}, GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+			n := namesOf(ep)
+			rules = append(rules, R(AffinityMatch{ID: AffinityID(n.chain)}, GotoChain(n.chain)).WithComment(n.pick))
 		}
 	}
 	for i, ep := range eps {
-		sep := EndpointChain(svc.Name, svc.Protocol, ep.String())
+		n := namesOf(ep)
 		if left := len(eps) - i; left > 1 {
-			rules = append(rules, R(NumgenZero{Mod: uint32(left)}, GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+			rules = append(rules, R(NumgenZero{Mod: uint32(left)}, GotoChain(n.chain)).WithComment(n.pick))
 		} else {
-			rules = append(rules, R(GotoChain(sep)).WithComment(name+" -> "+ep.String()))
+			rules = append(rules, R(GotoChain(n.chain)).WithComment(n.pick))
 		}
 	}
 	return rules
+}
+
+// pickRules is how many rules pickEndpoint makes.
+func pickRules(svc *proxier.ServicePort, eps []proxier.Endpoint) int {
+	if svc.AffinityTimeout > 0 {
+		return 2 * len(eps)
+	}
+	return len(eps)
+}
+
+// endpointNames are an endpoint's KUBE-SEP chain name and the comment of
+// the rules that pick it, made once per endpoint and service port: the
+// endpoint chain, the SVC and SVL chains' rules and the affinity rules
+// share the strings (and the hashing), which a Ruleset holds for every
+// endpoint of the cluster.
+type endpointNames struct{ chain, pick string }
+
+func newEndpointNames(svc *proxier.ServicePort, ep proxier.Endpoint, name string) endpointNames {
+	s := ep.String()
+	return endpointNames{chain: EndpointChain(svc.Name, svc.Protocol, s), pick: name + " -> " + s}
 }
 
 // clusterMasquerade is the rule that marks ClusterIP traffic for SNAT:

@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"encoding/binary"
+
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -15,42 +17,52 @@ func (b *batch) expr(f Family, e expr.Any) {
 	switch e := e.(type) {
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad || e.CsumType != 0 {
-			b.marshalledExpr(f, e)
+			b.marshalledElem(f, e)
 			return
 		}
-		b.payloadExpr(e.DestRegister, e.Base, e.Offset, e.Len)
+		b.payloadLoad(e.DestRegister, e.Base, e.Offset, e.Len)
 	case *expr.Cmp:
-		b.cmpExpr(e.Register, e.Op, e.Data)
+		b.cmp(e.Register, e.Op, e.Data)
 	case *expr.Verdict:
-		b.verdictExpr(e.Kind, e.Chain)
+		b.verdict(e.Kind, e.Chain)
 	case *expr.Immediate:
-		b.immediateExpr(e.Register, e.Data)
+		b.immediate(e.Register, e.Data)
 	case *expr.Numgen:
-		b.numgenExpr(e.Register, e.Modulus, e.Type, e.Offset)
+		b.numgen(e.Register, e.Modulus, e.Type, e.Offset)
+	case *expr.Meta:
+		// Every service port's protocol match and every mark rule: as
+		// the library, without its intermediate buffers.
+		b.meta(e.Key, e.Register, e.SourceRegister)
 	case *expr.NAT:
-		b.natExpr(e)
+		// Every endpoint's DNAT rule.
+		b.nat(e)
 	default:
-		b.marshalledExpr(f, e)
+		b.marshalledElem(f, e)
 	}
 }
 
-// The writers below append one whole expression each (an NFTA_LIST_ELEM).
-// Terms that write theirs directly (see directTerm) use them too, so both
-// paths give the same bytes.
+func (b *batch) marshalledElem(f Family, e expr.Any) {
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.marshalled(f, e)
+	b.unnest()
+}
 
-func (b *batch) payloadExpr(dreg uint32, base expr.PayloadBase, offset, length uint32) {
+// The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
+// full sync call them directly (see directTerm) with values on the stack.
+
+func (b *batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "payload")
 	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_PAYLOAD_DREG, dreg)
+	b.u32(unix.NFTA_PAYLOAD_DREG, reg)
 	b.u32(unix.NFTA_PAYLOAD_BASE, uint32(base))
-	b.u32(unix.NFTA_PAYLOAD_OFFSET, offset)
-	b.u32(unix.NFTA_PAYLOAD_LEN, length)
+	b.u32(unix.NFTA_PAYLOAD_OFFSET, off)
+	b.u32(unix.NFTA_PAYLOAD_LEN, n)
 	b.unnest()
 	b.unnest()
 }
 
-func (b *batch) cmpExpr(reg uint32, op expr.CmpOp, data []byte) {
+func (b *batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "cmp")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -63,7 +75,7 @@ func (b *batch) cmpExpr(reg uint32, op expr.CmpOp, data []byte) {
 	b.unnest()
 }
 
-func (b *batch) verdictExpr(kind expr.VerdictKind, chain string) {
+func (b *batch) verdict(kind expr.VerdictKind, chain string) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "immediate")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -80,7 +92,7 @@ func (b *batch) verdictExpr(kind expr.VerdictKind, chain string) {
 	b.unnest()
 }
 
-func (b *batch) immediateExpr(reg uint32, data []byte) {
+func (b *batch) immediate(reg uint32, data []byte) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "immediate")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -92,40 +104,33 @@ func (b *batch) immediateExpr(reg uint32, data []byte) {
 	b.unnest()
 }
 
-func (b *batch) numgenExpr(reg, mod, typ, offset uint32) {
+func (b *batch) numgen(reg, mod, typ, off uint32) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "numgen")
 	b.nest(unix.NFTA_EXPR_DATA)
 	b.u32(unix.NFTA_NG_DREG, reg)
 	b.u32(unix.NFTA_NG_MODULUS, mod)
 	b.u32(unix.NFTA_NG_TYPE, typ)
-	b.u32(unix.NFTA_NG_OFFSET, offset)
+	b.u32(unix.NFTA_NG_OFFSET, off)
 	b.unnest()
 	b.unnest()
 }
 
-func (b *batch) metaLoadExpr(key expr.MetaKey, dreg uint32) {
+func (b *batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "meta")
 	b.nest(unix.NFTA_EXPR_DATA)
 	b.u32(unix.NFTA_META_KEY, uint32(key))
-	b.u32(unix.NFTA_META_DREG, dreg)
+	if sreg {
+		b.u32(unix.NFTA_META_SREG, reg)
+	} else {
+		b.u32(unix.NFTA_META_DREG, reg)
+	}
 	b.unnest()
 	b.unnest()
 }
 
-func (b *batch) natExpr(e *expr.NAT) {
-	flags := uint32(0)
-	for _, fl := range [...]struct {
-		set  bool
-		flag uint32
-	}{{e.Random, expr.NF_NAT_RANGE_PROTO_RANDOM}, {e.FullyRandom, expr.NF_NAT_RANGE_PROTO_RANDOM_FULLY},
-		{e.Persistent, expr.NF_NAT_RANGE_PERSISTENT}, {e.Prefix, expr.NF_NAT_RANGE_PREFIX},
-		{e.Specified, expr.NF_NAT_RANGE_PROTO_SPECIFIED}} {
-		if fl.set {
-			flags |= fl.flag
-		}
-	}
+func (b *batch) nat(e *expr.NAT) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "nat")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -143,6 +148,19 @@ func (b *batch) natExpr(e *expr.NAT) {
 			b.u32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
 		}
 	}
+	var flags uint32
+	for _, fl := range []struct {
+		set  bool
+		flag uint32
+	}{
+		{e.Random, expr.NF_NAT_RANGE_PROTO_RANDOM}, {e.FullyRandom, expr.NF_NAT_RANGE_PROTO_RANDOM_FULLY},
+		{e.Persistent, expr.NF_NAT_RANGE_PERSISTENT}, {e.Prefix, expr.NF_NAT_RANGE_PREFIX},
+		{e.Specified, expr.NF_NAT_RANGE_PROTO_SPECIFIED},
+	} {
+		if fl.set {
+			flags |= fl.flag
+		}
+	}
 	if flags != 0 {
 		b.u32(unix.NFTA_NAT_FLAGS, flags)
 	}
@@ -150,11 +168,76 @@ func (b *batch) natExpr(e *expr.NAT) {
 	b.unnest()
 }
 
-// marshalledExpr appends the expression as google/nftables encodes it.
-func (b *batch) marshalledExpr(f Family, e expr.Any) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.marshalled(f, e)
-	b.unnest()
+// directTerm is a term that writes its expressions into a batch itself,
+// without building them first: the terms of every endpoint's rules, which
+// are most of a full sync. direct must append exactly what encoding
+// exprs(f) appends (TestDirectTermsMatchExprs), or report false, having
+// appended nothing, to have exprs used.
+type directTerm interface {
+	direct(b *batch, f Family) bool
+}
+
+func (m AddrMatch) direct(b *batch, f Family) bool {
+	bits := m.Prefix.Bits()
+	if bits%8 != 0 || m.Prefix.Addr().Is4() != (f == IPv4) {
+		return false
+	}
+	op := expr.CmpOpEq
+	if m.Negate {
+		op = expr.CmpOpNeq
+	}
+	a := m.Prefix.Addr().As16()
+	addr := a[:]
+	if f == IPv4 {
+		addr = addr[12:]
+	}
+	n := uint32(bits / 8)
+	b.payloadLoad(1, expr.PayloadBaseNetworkHeader, f.addrOffset(m.Field == FieldSaddr), n)
+	b.cmp(1, op, addr[:n])
+	return true
+}
+
+func (m ProtoMatch) direct(b *batch, _ Family) bool {
+	b.meta(expr.MetaKeyL4PROTO, 1, false)
+	b.cmp(1, expr.CmpOpEq, []byte{m.Proto})
+	return true
+}
+
+func (m PortMatch) direct(b *batch, _ Family) bool {
+	b.payloadLoad(1, expr.PayloadBaseTransportHeader, 2, 2)
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], m.Port)
+	b.cmp(1, expr.CmpOpEq, port[:])
+	return true
+}
+
+func (d DNAT) direct(b *batch, f Family) bool {
+	if d.Addr.Is4() != (f == IPv4) {
+		return false
+	}
+	a := d.Addr.As16()
+	addr := a[:]
+	if d.Addr.Is4() {
+		addr = addr[12:]
+	}
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], d.Port)
+	b.immediate(1, addr)
+	b.immediate(2, port[:])
+	b.nat(&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f), RegAddrMin: 1, RegProtoMin: 2, Specified: true})
+	return true
+}
+
+func (n NumgenZero) direct(b *batch, _ Family) bool {
+	b.numgen(1, n.Mod, unix.NFT_NG_RANDOM, 0)
+	var zero [4]byte
+	b.cmp(1, expr.CmpOpEq, zero[:])
+	return true
+}
+
+func (v Verdict) direct(b *batch, _ Family) bool {
+	b.verdict(verdictKinds[v.Kind], v.Chain)
+	return true
 }
 
 // marshalled appends the expression's name and data as google/nftables

@@ -88,6 +88,7 @@ func (e *TxError) Unwrap() error { return e.Errno }
 
 // Apply sends a batch as one transaction and waits for the kernel's verdict.
 func (k *Kernel) Apply(b *batch) error {
+	defer b.release()
 	chunks, lastSeq, err := b.finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)

@@ -3,6 +3,7 @@ package nft
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"unicode/utf8"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -17,38 +18,69 @@ const (
 	prefixSEP = "KUBE-SEP-"
 )
 
-// hash16 is the first 16 characters of base32(sha256(s)), the suffix
-// iptables mode gives its per-service and per-endpoint chains.
-func hash16(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+// chainName is prefix and the first 16 characters of
+// base32(sha256(name.String() + proto.Lower() + endpoint)), as iptables
+// mode names its per-service and per-endpoint chains. It is made in stack
+// buffers with only the result on the heap: a full sync names every chain
+// anew (110k at 10k Services x 10 endpoints).
+func chainName(prefix string, name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
+	var in [192]byte
+	s := append(in[:0], name.Namespace...)
+	s = append(s, '/')
+	s = append(s, name.Name...)
+	if name.Port != "" {
+		s = append(s, ':')
+		s = append(s, name.Port...)
+	}
+	if p := string(proto); isASCII(p) {
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			s = append(s, c)
+		}
+	} else {
+		s = append(s, proto.Lower()...)
+	}
+	s = append(s, endpoint...)
+	sum := sha256.Sum256(s)
+	var enc [56]byte // base32 of 32 bytes, padded
+	base32.StdEncoding.Encode(enc[:], sum[:])
+	var out [32]byte
+	return string(append(append(out[:0], prefix...), enc[:16]...))
 }
 
-func servicePortHash(name proxier.ServicePortName, proto proxier.Protocol) string {
-	return hash16(name.String() + proto.Lower())
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // ServiceChain is KUBE-SVC-<hash>: cluster traffic of one service port.
 func ServiceChain(name proxier.ServicePortName, proto proxier.Protocol) string {
-	return prefixSVC + servicePortHash(name, proto)
+	return chainName(prefixSVC, name, proto, "")
 }
 
 // LocalServiceChain is KUBE-SVL-<hash>: like KUBE-SVC but local endpoints only.
 func LocalServiceChain(name proxier.ServicePortName, proto proxier.Protocol) string {
-	return prefixSVL + servicePortHash(name, proto)
+	return chainName(prefixSVL, name, proto, "")
 }
 
 // ExternalChain is KUBE-EXT-<hash>: external (NodePort, external IP, LB) traffic.
 func ExternalChain(name proxier.ServicePortName, proto proxier.Protocol) string {
-	return prefixEXT + servicePortHash(name, proto)
+	return chainName(prefixEXT, name, proto, "")
 }
 
 // FirewallChain is KUBE-FW-<hash>: loadBalancerSourceRanges.
 func FirewallChain(name proxier.ServicePortName, proto proxier.Protocol) string {
-	return prefixFW + servicePortHash(name, proto)
+	return chainName(prefixFW, name, proto, "")
 }
 
 // EndpointChain is KUBE-SEP-<hash> for one endpoint ("ip:port") of a service port.
 func EndpointChain(name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
-	return prefixSEP + hash16(name.String()+proto.Lower()+endpoint)
+	return chainName(prefixSEP, name, proto, endpoint)
 }

@@ -1,6 +1,9 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -42,6 +45,29 @@ func TestChainNamesDifferByKindAndEndpoint(t *testing.T) {
 	for name := range names {
 		if len(name) > 28 {
 			t.Errorf("%s is longer than iptables' 28-character chain names", name)
+		}
+	}
+}
+
+// chainName is iptables mode's formula, written plainly here.
+func TestChainNameFormula(t *testing.T) {
+	hash16 := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return base32.StdEncoding.EncodeToString(sum[:])[:16]
+	}
+	long := strings.Repeat("n", 253)
+	for _, n := range []proxier.ServicePortName{
+		{Namespace: "default", Name: "kubernetes", Port: "https"},
+		{Namespace: "ns", Name: "unnamed"},
+		{Namespace: long, Name: long, Port: long},
+	} {
+		for _, proto := range []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP, "Tcp\u00c9"} {
+			for _, ep := range []string{"", "10.0.0.1:80", "[fd00::1]:8080"} {
+				want := "KUBE-SEP-" + hash16(n.String()+proto.Lower()+ep)
+				if got := chainName(prefixSEP, n, proto, ep); got != want {
+					t.Errorf("chainName(%v, %q, %q) = %s, want %s", n, proto, ep, got, want)
+				}
+			}
 		}
 	}
 }

@@ -20,8 +20,11 @@ import (
 type batch struct {
 	// buf is the message being written; completed messages are copied into
 	// chunks, so a batch of many MiB is never copied again as it grows.
+	// Large chunks are mapped outside the Go heap (see newChunk); mapped
+	// says which, for release.
 	buf    []byte
 	chunks [][]byte
+	mapped []bool
 	total  int
 	seq    uint32
 	start  int   // offset of the message being written (0: buf holds one message)
@@ -79,13 +82,49 @@ func (b *batch) flushMessage() {
 	if n == 0 || len(b.chunks[n-1])+len(b.buf) > cap(b.chunks[n-1]) {
 		// Chunks grow with the batch: small syncs stay small, big ones
 		// take few chunks.
-		size := min(max(b.total/2, 16<<10), 8<<20)
-		b.chunks = append(b.chunks, make([]byte, 0, max(size, len(b.buf))))
+		size := max(min(max(b.total/2, 16<<10), 8<<20), len(b.buf))
+		c, mapped := newChunk(size)
+		b.chunks, b.mapped = append(b.chunks, c), append(b.mapped, mapped)
 		n++
 	}
 	b.chunks[n-1] = append(b.chunks[n-1], b.buf...)
 	b.total += len(b.buf)
 	b.buf = b.buf[:0]
+}
+
+// mapChunksFrom is the chunk size from which chunks are mapped outside the
+// Go heap: only batches of a few MiB and more (full syncs) have them.
+const mapChunksFrom = 1 << 20
+
+// newChunk returns an empty buffer of capacity size. The large chunks of a
+// full sync (97 MiB at 10k Services x 10 endpoints) are anonymous mappings
+// rather than heap memory: on the heap they would raise the garbage
+// collector's goal (twice the live heap) by twice their size while the new
+// rules are alive too, which set the proxy's peak RSS, and their pages
+// would stay with the process until the runtime scavenged them. A mapping
+// is returned to the kernel as soon as the batch is sent (release).
+func newChunk(size int) (c []byte, mapped bool) {
+	if size >= mapChunksFrom {
+		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err == nil {
+			return m[:0], true
+		}
+		// Out of address space or mappings: the heap will do.
+	}
+	return make([]byte, 0, size), false
+}
+
+// release unmaps the batch's mapped chunks; the batch holds no messages
+// afterwards. Kernel.Apply calls it once the batch is sent: nothing may
+// use the chunks finish returned after that.
+func (b *batch) release() {
+	for i, c := range b.chunks {
+		if b.mapped[i] {
+			// Munmap fails only for a range that is not a mapping.
+			_ = unix.Munmap(c[:cap(c)])
+		}
+	}
+	b.chunks, b.mapped = nil, nil
 }
 
 // size is the batch's length in bytes so far.
@@ -148,6 +187,19 @@ func (b *batch) unnest() {
 
 // userdata encodes a comment as libnftnl does: one TLV (type 0 is the
 // comment for rules, chains, tables and set elements), NUL-terminated.
+// commentAttr appends an attribute holding userdataComment(typ, c)
+// without building it apart: every rule and element has one.
+func (b *batch) commentAttr(attr uint16, typ byte, c string) {
+	var h [6]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
+	binary.NativeEndian.PutUint16(h[2:], attr)
+	h[4], h[5] = typ, byte(len(c)+1)
+	b.buf = append(b.buf, h[:]...)
+	b.buf = append(b.buf, c...)
+	b.buf = append(b.buf, 0)
+	b.pad()
+}
+
 func userdataComment(typ byte, c string) []byte {
 	out := []byte{typ, byte(len(c) + 1)}
 	out = append(out, c...)
@@ -206,7 +258,7 @@ func (b *batch) addTable(f Family, name, comment string) {
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.attr(nftaTableUserdata, userdataComment(0, clampComment(comment)))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
@@ -242,7 +294,7 @@ func (b *batch) addChain(f Family, table string, c *Chain) {
 		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.attr(nftaChainUserdata, userdataComment(0, clampComment(c.Comment)))
+		b.commentAttr(nftaChainUserdata, 0, clampComment(c.Comment))
 	}
 	b.end()
 }
@@ -270,8 +322,7 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	b.str(unix.NFTA_RULE_CHAIN, chain)
 	b.nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
-		if d, ok := t.(directTerm); ok {
-			d.encode(b, f)
+		if d, ok := t.(directTerm); ok && d.direct(b, f) {
 			continue
 		}
 		for _, e := range t.exprs(f) {
@@ -280,7 +331,7 @@ func (b *batch) addRule(f Family, table, chain string, r Rule) {
 	}
 	b.unnest()
 	if r.Comment != "" {
-		b.attr(unix.NFTA_RULE_USERDATA, userdataComment(0, clampComment(r.Comment)))
+		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, clampComment(r.Comment))
 	}
 	b.end()
 }
@@ -340,6 +391,7 @@ func (b *batch) join(part *batch) {
 	}
 	b.flushMessage()
 	b.chunks = append(b.chunks, part.chunks...)
+	b.mapped = append(b.mapped, part.mapped...)
 	b.total += part.total
 	b.buf = append(b.buf[:0], part.buf...)
 	b.start = part.start
@@ -379,7 +431,7 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(m.Comment)))
+		b.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
 	}
 	b.end()
 }
@@ -415,7 +467,7 @@ func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Eleme
 		b.unnest()
 		b.unnest()
 		if e.Comment != "" {
-			b.attr(unix.NFTA_SET_ELEM_USERDATA, userdataComment(0, clampComment(e.Comment)))
+			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, clampComment(e.Comment))
 		}
 	})
 }

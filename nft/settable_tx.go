@@ -311,7 +311,7 @@ func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 		b.unnest()
 	}
 	if s.Comment != "" {
-		b.attr(unix.NFTA_SET_USERDATA, userdataComment(setCommentType, clampComment(s.Comment)))
+		b.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(s.Comment))
 	}
 	b.end()
 }

@@ -23,14 +23,6 @@ type Term interface {
 	exprs(f Family) []expr.Any
 }
 
-// directTerm is a term that also writes its expressions into a batch
-// itself, byte for byte as its exprs would be encoded, without building
-// them: the terms every endpoint and service has, hundreds of thousands in
-// a full sync.
-type directTerm interface {
-	encode(b *batch, f Family)
-}
-
 // Field is a packet field a rule or a map key reads.
 type Field uint8
 
@@ -151,28 +143,6 @@ func (m AddrMatch) exprs(f Family) []expr.Any {
 	}
 }
 
-func (m AddrMatch) encode(b *batch, f Family) {
-	bits := m.Prefix.Bits()
-	if bits%8 != 0 {
-		for _, e := range m.exprs(f) {
-			b.expr(f, e)
-		}
-		return
-	}
-	op := expr.CmpOpEq
-	if m.Negate {
-		op = expr.CmpOpNeq
-	}
-	a := m.Prefix.Addr().As16()
-	addr := a[:]
-	if m.Prefix.Addr().Is4() {
-		addr = addr[12:]
-	}
-	n := uint32(bits / 8)
-	b.payloadExpr(1, expr.PayloadBaseNetworkHeader, f.addrOffset(m.Field == FieldSaddr), n)
-	b.cmpExpr(1, op, addr[:n])
-}
-
 // ProtoMatch is `meta l4proto tcp`.
 type ProtoMatch struct{ Proto uint8 }
 
@@ -183,11 +153,6 @@ func (m ProtoMatch) exprs(Family) []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{m.Proto}},
 	}
-}
-
-func (m ProtoMatch) encode(b *batch, _ Family) {
-	b.metaLoadExpr(expr.MetaKeyL4PROTO, 1)
-	b.cmpExpr(1, expr.CmpOpEq, []byte{m.Proto})
 }
 
 // FibLocal is `fib daddr type local` (the destination is one of the node's
@@ -218,13 +183,6 @@ func (m PortMatch) exprs(f Family) []expr.Any {
 		FieldDport.load(f, 1),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, m.Port)},
 	}
-}
-
-func (m PortMatch) encode(b *batch, _ Family) {
-	b.payloadExpr(1, expr.PayloadBaseTransportHeader, 2, 2)
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], m.Port)
-	b.cmpExpr(1, expr.CmpOpEq, port[:])
 }
 
 // Conntrack states, as the kernel numbers their bits.
@@ -390,11 +348,6 @@ func (n NumgenZero) exprs(Family) []expr.Any {
 	}
 }
 
-func (n NumgenZero) encode(b *batch, _ Family) {
-	b.numgenExpr(1, n.Mod, unix.NFT_NG_RANDOM, 0)
-	b.cmpExpr(1, expr.CmpOpEq, make([]byte, 4))
-}
-
 // MarkZero is `meta mark & BIT == 0x00000000`.
 type MarkZero struct{ Bit uint32 }
 
@@ -453,19 +406,6 @@ func (d DNAT) exprs(f Family) []expr.Any {
 	}
 }
 
-func (d DNAT) encode(b *batch, f Family) {
-	a := d.Addr.As16()
-	addr := a[:]
-	if d.Addr.Is4() {
-		addr = addr[12:]
-	}
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], d.Port)
-	b.immediateExpr(1, addr)
-	b.immediateExpr(2, port[:])
-	b.natExpr(&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f), RegAddrMin: 1, RegProtoMin: 2, Specified: true})
-}
-
 // Masquerade is `masquerade fully-random`, as kube-proxy does by default.
 type Masquerade struct{}
 
@@ -509,8 +449,8 @@ func (v Verdict) text(Family) string {
 	return "goto " + v.Chain
 }
 
-// verdictKinds are the kernel's codes of our verdicts.
-var verdictKinds = [...]expr.VerdictKind{
+// verdictKinds maps our verdicts to the kernel's.
+var verdictKinds = map[VerdictKind]expr.VerdictKind{
 	Accept: expr.VerdictAccept, Drop: expr.VerdictDrop, Return: expr.VerdictReturn,
 	Jump: expr.VerdictJump, Goto: expr.VerdictGoto,
 }
@@ -518,8 +458,6 @@ var verdictKinds = [...]expr.VerdictKind{
 func (v Verdict) expr() *expr.Verdict {
 	return &expr.Verdict{Kind: verdictKinds[v.Kind], Chain: v.Chain}
 }
-
-func (v Verdict) encode(b *batch, _ Family) { b.verdictExpr(verdictKinds[v.Kind], v.Chain) }
 
 func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
 
