@@ -162,9 +162,19 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 			x.delSets = append(x.delSets, name)
 		}
 	}
-	wanted := map[string]bool{}
-	for _, c := range want.chainsOf(names) {
-		wanted[c.Name] = true
+	all := want.chainsOf(names)
+	x.newChains = make([]*Chain, 0, len(all))
+	x.rules = all
+	// Which of the kernel's chains stay: only asked when it has any (not
+	// in a new namespace, where this map would hold every chain for nothing).
+	var wanted map[string]bool
+	if len(have.chains) > 0 {
+		wanted = make(map[string]bool, len(all))
+	}
+	for _, c := range all {
+		if wanted != nil {
+			wanted[c.Name] = true
+		}
 		kc := have.chains[c.Name]
 		if kc != nil && chainMismatch(kc, c) != "" {
 			x.delBase = append(x.delBase, c.Name)
@@ -173,7 +183,6 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 		if kc == nil {
 			x.newChains = append(x.newChains, c)
 		}
-		x.rules = append(x.rules, c)
 	}
 	for name, kc := range have.chains {
 		switch {
