@@ -580,39 +580,41 @@ func describeMessage(msg []byte) string {
 		return ""
 	}
 	attrs := msg[nlmsgHdrLen+nfgenLen:]
-	verb, nameAttr := "", uint16(0)
+	kind, ok := messageKinds[typ&^(unix.NFNL_SUBSYS_NFTABLES<<8)]
+	if !ok {
+		return ""
+	}
+	verb := kind.verb
 	switch typ &^ (unix.NFNL_SUBSYS_NFTABLES << 8) {
-	case unix.NFT_MSG_NEWTABLE:
-		verb, nameAttr = "add table", unix.NFTA_TABLE_NAME
-	case unix.NFT_MSG_DELTABLE:
-		verb, nameAttr = "delete table", unix.NFTA_TABLE_NAME
-	case unix.NFT_MSG_NEWCHAIN:
-		verb, nameAttr = "add chain", unix.NFTA_CHAIN_NAME
-	case unix.NFT_MSG_DELCHAIN:
-		verb, nameAttr = "delete chain", unix.NFTA_CHAIN_NAME
-	case unix.NFT_MSG_NEWRULE:
-		verb, nameAttr = "add rule to", unix.NFTA_RULE_CHAIN
-	case unix.NFT_MSG_DELRULE:
-		verb, nameAttr = "flush chain", unix.NFTA_RULE_CHAIN
 	case unix.NFT_MSG_NEWSET:
-		verb, nameAttr = "add set", unix.NFTA_SET_NAME
 		if f, ok := findAttr(attrs, unix.NFTA_SET_FLAGS); ok && len(f) == 4 && binary.BigEndian.Uint32(f)&unix.NFT_SET_MAP != 0 {
 			verb = "add map"
 		}
-	case unix.NFT_MSG_DELSET:
-		verb, nameAttr = "delete set", unix.NFTA_SET_NAME
-	case unix.NFT_MSG_NEWSETELEM:
-		verb, nameAttr = "add elements to", unix.NFTA_SET_ELEM_LIST_SET
 	case unix.NFT_MSG_DELSETELEM:
-		verb, nameAttr = "flush map", unix.NFTA_SET_ELEM_LIST_SET
 		if _, ok := findAttr(attrs, unix.NFTA_SET_ELEM_LIST_ELEMENTS); ok {
 			verb = "delete elements from"
 		}
-	default:
-		return ""
 	}
-	name, _ := findAttr(attrs, nameAttr)
+	name, _ := findAttr(attrs, kind.name)
 	return strings.TrimSpace(verb + " " + strings.TrimRight(string(name), "\x00"))
+}
+
+// messageKinds are what our messages do, by type: a verb and the
+// attribute that names the object.
+var messageKinds = map[uint16]struct {
+	verb string
+	name uint16
+}{
+	unix.NFT_MSG_NEWTABLE:   {"add table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_DELTABLE:   {"delete table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_NEWCHAIN:   {"add chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_DELCHAIN:   {"delete chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_NEWRULE:    {"add rule to", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_DELRULE:    {"flush chain", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_NEWSET:     {"add set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_DELSET:     {"delete set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_NEWSETELEM: {"add elements to", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_DELSETELEM: {"flush map", unix.NFTA_SET_ELEM_LIST_SET},
 }
 
 // findAttr returns the payload of the first top-level attribute of that type.
