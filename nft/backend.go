@@ -146,9 +146,10 @@ func tableIDs() []tableID { return allTableIDs }
 
 // Sync programs st. The first sync and the one after a failure rewrite
 // everything; the others send only what changed, and cost time in
-// proportion to what changed (plus a pointer comparison per service port:
-// sources hand over States that share unchanged ServicePorts and endpoint
-// slices).
+// proportion to what changed: a State whose Delta follows the one applied
+// last is looked at only where the Delta says it changed; any other is
+// compared by pointer per service port (sources hand over States that
+// share unchanged ServicePorts and endpoint slices).
 func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
