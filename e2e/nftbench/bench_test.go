@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,10 +68,11 @@ type result struct {
 	ChangeToTraffic, ChangeSync float64
 	ChangeSyncs                 int
 	// Usage at the end, of the proxy process (children: nft for upstream).
+	// Its peak RSS is the proxy's own VmHWM. wait4's figure for a process
+	// includes the RSS of the process that spawned it (a Go program's
+	// children start in its address space and exec from there), so it
+	// tells neither upstream's nft children's peak nor ours: not used.
 	Usage scale.Usage
-	// ChildPeakRSSMiB is the peak RSS of the largest of its children, when
-	// larger than its own (else 0).
-	ChildPeakRSSMiB float64
 	// The proxy's tables once idle after its first sync: chains, rules
 	// (anonymous sets and maps inline in a rule count as part of it), and
 	// the elements of named sets and maps.
@@ -339,14 +339,6 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	if r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid); err != nil {
 		return r, err
 	}
-	// Once reaped, the proxy's peak RSS as wait4 reports it is the larger
-	// of its own and its largest child's (upstream's nft).
-	p.stop()
-	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		if mib := float64(ru.Maxrss) / 1024; mib > r.Usage.PeakRSSMiB+1 {
-			r.ChildPeakRSSMiB = mib
-		}
-	}
 	return r, nil
 }
 
@@ -601,9 +593,6 @@ func formatTable(rs []result) string {
 			cpu += fmt.Sprintf(" (children %.1f)", r.Usage.ChildCPUSeconds)
 		}
 		rss := fmt.Sprintf("%.0f", r.Usage.PeakRSSMiB)
-		if r.ChildPeakRSSMiB > 0 {
-			rss += fmt.Sprintf(" (a child %.0f)", r.ChildPeakRSSMiB)
-		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
 			start, first, syncs(r.AddSync, r.AddSyncs), scale.Secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
 			scale.Secs(r.ChangeToTraffic), cpu, rss, objects(r))
