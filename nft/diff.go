@@ -16,10 +16,12 @@ type txWriter interface {
 	addMap(f Family, table string, m *Map, id uint32)
 	addAffinitySet(f Family, table string, id uint32)
 	flushMap(f Family, table, m string)
-	addChain(f Family, table string, c *Chain)
+	// addChains adds chains without their rules, addChainRules their
+	// rules, in order (a batch encodes large lists on all CPUs).
+	addChains(f Family, table string, chains []*Chain)
 	flushChain(f Family, table, chain string)
 	delChain(f Family, table, name string)
-	addRule(f Family, table, chain string, r Rule)
+	addChainRules(f Family, table string, chains []*Chain)
 	elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 
@@ -88,13 +90,7 @@ func (x *tx) write(w txWriter, setID *uint32) {
 		*setID++
 		w.addAffinitySet(x.f, t.Name, *setID)
 	}
-	if bt, ok := w.(*batch); ok {
-		bt.addChains(x.f, t.Name, x.newChains)
-	} else {
-		for _, c := range x.newChains {
-			w.addChain(x.f, t.Name, c)
-		}
-	}
+	w.addChains(x.f, t.Name, x.newChains)
 	for _, m := range x.flushMaps {
 		w.flushMap(x.f, t.Name, m)
 	}
@@ -109,15 +105,7 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	for _, c := range x.delChains {
 		w.delChain(x.f, t.Name, c)
 	}
-	if bt, ok := w.(*batch); ok {
-		bt.addChainRules(x.f, t.Name, x.rules)
-	} else {
-		for _, c := range x.rules {
-			for _, r := range c.Rules {
-				w.addRule(x.f, t.Name, c.Name, r)
-			}
-		}
-	}
+	w.addChainRules(x.f, t.Name, x.rules)
 	for _, m := range t.Maps {
 		if e := x.addElems[m.Name]; len(e) > 0 {
 			w.elements(true, x.f, t.Name, m, e)

@@ -35,6 +35,20 @@ func (s *scriptWriter) addMap(f Family, table string, m *Map, _ uint32) {
 
 func (s *scriptWriter) flushMap(f Family, table, m string) { s.line("flush map %s %s %s", f, table, m) }
 
+func (s *scriptWriter) addChains(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		s.addChain(f, table, c)
+	}
+}
+
+func (s *scriptWriter) addChainRules(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		for _, r := range c.Rules {
+			s.addRule(f, table, c.Name, r)
+		}
+	}
+}
+
 func (s *scriptWriter) addChain(f Family, table string, c *Chain) {
 	s.line("add chain %s %s %s", f, table, c.Name)
 }
