@@ -56,7 +56,18 @@ func canonReg(r uint32) uint32 {
 // canonExprs appends the canonical form of an NFTA_RULE_EXPRESSIONS payload
 // to dst; ok is false when it is not well formed.
 func canonExprs(dst, exprs []byte) (out []byte, ok bool) {
-	ok = forAttrs(exprs, func(el nlAttr) {
+	ok = forExprs(exprs, func(name string, data []byte) {
+		dst = append(dst, name...)
+		dst = append(dst, 0)
+		dst = canonExprData(dst, name, data)
+	})
+	return dst, ok
+}
+
+// forExprs calls fn with the name and NFTA_EXPR_DATA of each expression of
+// an NFTA_RULE_EXPRESSIONS payload and reports whether it was well formed.
+func forExprs(exprs []byte, fn func(name string, data []byte)) bool {
+	return forAttrs(exprs, func(el nlAttr) {
 		var name string
 		var data []byte
 		forAttrs(el.data, func(a nlAttr) {
@@ -67,11 +78,8 @@ func canonExprs(dst, exprs []byte) (out []byte, ok bool) {
 				data = a.data
 			}
 		})
-		dst = append(dst, name...)
-		dst = append(dst, 0)
-		dst = canonExprData(dst, name, data)
+		fn(name, data)
 	})
-	return dst, ok
 }
 
 type canonAttr struct {

@@ -287,6 +287,11 @@ type kElement struct {
 
 // dumpElements calls fn with each element of a map.
 func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) error {
+	return k.dumpRawElements(f, table, set, func(el []byte) { fn(parseElement(el)) })
+}
+
+// dumpRawElements calls fn with the attributes of each element of a set.
+func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)) error {
 	attrs := func(m *batch) {
 		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		m.str(unix.NFTA_SET_ELEM_LIST_SET, set)
@@ -296,7 +301,7 @@ func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) 
 			if a.typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				return
 			}
-			forAttrs(a.data, func(el nlAttr) { fn(parseElement(el.data)) })
+			forAttrs(a.data, func(el nlAttr) { fn(el.data) })
 		})
 		return nil
 	})

@@ -18,10 +18,13 @@ const (
 	IPv6 Family = unix.NFPROTO_IPV6
 )
 
-// String is the family as nft spells it ("ip", "ip6").
+// String is the family as nft spells it ("ip", "ip6", "inet").
 func (f Family) String() string {
-	if f == IPv6 {
+	switch f {
+	case IPv6:
 		return "ip6"
+	case unix.NFPROTO_INET:
+		return "inet"
 	}
 	return "ip"
 }
