@@ -314,10 +314,17 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		err := b.k.Apply(bt)
 		res.Kernel = time.Since(start)
 		b.k.finished(bt)
-		if muted {
-			b.rejoin(gen, genErr, err == nil)
+		commits := uint32(0)
+		if err == nil {
+			commits++
+			if full && bt.messages() >= settleFrom && b.settle(want) == nil {
+				commits++
+			}
 		}
-		b.committed(gen, genErr == nil && err == nil)
+		if muted {
+			b.rejoin(gen, genErr, commits)
+		}
+		b.committed(gen, genErr == nil && err == nil, commits)
 		if err != nil {
 			b.needFull = true
 			if !full {
@@ -395,14 +402,41 @@ func (b *Backend) checkDue() bool {
 // committed keeps the verified generation across our own transaction: the
 // kernel still holds exactly applied when it did before (gen, read just
 // before the commit, is the verified one) and only our commit moved it.
-func (b *Backend) committed(gen uint32, ok bool) {
+func (b *Backend) committed(gen uint32, ok bool, commits uint32) {
 	if !ok || !b.verified || gen != b.verifiedGen {
 		b.verified = false
 		return
 	}
 	after, err := b.k.Generation()
-	b.verified = err == nil && after == gen+1
+	b.verified = err == nil && after == gen+commits
 	b.verifiedGen = after
+}
+
+// settleChain is the chain settle adds and deletes: not a name we build
+// (ours are upper case or hook names).
+const settleChain = "kube-nftproxy-settle"
+
+// settleFrom is the size of a full sync (messages) from which settle
+// follows it: below, the chains are few and their walk costs little.
+const settleFrom = 10000
+
+// settle commits a transaction that changes nothing (a chain added and
+// deleted) right after a full sync. Every commit walks every chain of the
+// namespace, and the first one after a full sync also hands each chain's
+// rules of the generation before to RCU to free: at 10k Services that made
+// the next one-Service change cost 11-17 ms instead of 6 ms. Done here, it
+// is part of the full sync and not of the change that follows.
+func (b *Backend) settle(want map[tableID]*Table) error {
+	id := tableIDs()[0]
+	bt := b.k.newBatch()
+	bt.addChain(id.f, want[id].Name, &Chain{Name: settleChain})
+	bt.delChain(id.f, want[id].Name, settleChain)
+	err := b.k.Apply(bt)
+	b.k.finished(bt)
+	if err != nil {
+		b.log.Warn("could not commit the transaction that settles a full sync; the next sync pays for it", "err", err)
+	}
+	return err
 }
 
 // muteAbove is the transaction size (messages) from which the change
@@ -415,13 +449,10 @@ const muteAbove = 1024
 // our transactions (before is the generation read before the monitor left
 // it). Another process's commit in between went unseen: when the
 // generation shows one, every table is marked for the next check.
-func (b *Backend) rejoin(before uint32, beforeErr error, applied bool) {
+func (b *Backend) rejoin(before uint32, beforeErr error, commits uint32) {
 	joinErr := b.k.mon.setMember(true)
 	after, err := b.k.Generation()
-	want := before
-	if applied {
-		want++
-	}
+	want := before + commits
 	if joinErr != nil || beforeErr != nil || err != nil || after != want {
 		b.k.mon.markAll()
 	}

@@ -225,6 +225,14 @@ func benchChanges(b *testing.B, st *proxier.State, cold bool) {
 // sent with it in the notification group, so the kernel builds their
 // notifications.
 func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
+	benchSteps(b, st, cold, monitor, func(_ *proxier.State, gen int) *proxier.State {
+		return withOneEndpointChanged(st, gen)
+	})
+}
+
+// benchSteps programs st, then times the syncs of the States step makes,
+// each from the one before (st first) and its number from 1.
+func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(prev *proxier.State, gen int) *proxier.State) {
 	ns := testNetns(b)
 	be := openTestBackend(b, ns, demoConfig())
 	if monitor {
@@ -242,7 +250,8 @@ func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
 		gen++
 		b.StopTimer()
 		advance(staleChainAge)
-		next := withOneEndpointChanged(st, gen)
+		next := step(st, gen)
+		st = next
 		if cold {
 			evictCaches()
 		}
@@ -254,7 +263,7 @@ func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
 			b.Fatal(err)
 		}
 		if res.Full {
-			b.Fatal("one-endpoint change made a full sync")
+			b.Fatal("a one-Service change made a full sync")
 		}
 		kernel = append(kernel, res.Kernel)
 		b.ReportMetric(float64(res.Messages), "msgs")
@@ -323,6 +332,30 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkKernelServiceAdded times the sync that programs one new Service
+// (one endpoint, as make bench-scale adds) while n services x 10 endpoints
+// are programmed, each added on top of the ones before.
+func BenchmarkKernelServiceAdded(b *testing.B) {
+	for _, n := range benchSizes(b, 1000, 5000, 10000) {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			benchSteps(b, withLineage(scaleState(n, 10)), false, true, withServiceAdded)
+		})
+	}
+}
+
+// withServiceAdded returns a copy of prev with one more Service, the
+// gen-th added, as generation gen+1 of its lineage.
+func withServiceAdded(prev *proxier.State, gen int) *proxier.State {
+	out := shallowCopy(prev)
+	name := proxier.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}
+	out.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+		ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}}
+	out.Endpoints[name] = []proxier.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
+		Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+	out.Delta = proxier.StateDelta{Lineage: prev.Delta.Lineage, Gen: prev.Delta.Gen + 1, Changed: []proxier.ServicePortName{name}}
+	return out
 }
 
 // evictBuf is larger than this machine's caches.

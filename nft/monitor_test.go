@@ -220,7 +220,7 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-	b.rejoin(gen, nil, false)
+	b.rejoin(gen, nil, 0)
 	if _, all := b.k.mon.take(); !all {
 		t.Fatal("a commit made while the monitor was out of the group left no mark")
 	}
@@ -232,7 +232,7 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if err := b.k.mon.setMember(false); err != nil {
 		t.Fatal(err)
 	}
-	b.rejoin(gen, nil, false)
+	b.rejoin(gen, nil, 0)
 	if marked, all := b.k.mon.take(); all || len(marked) > 0 {
 		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
 	}
