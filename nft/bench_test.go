@@ -250,14 +250,13 @@ func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(p
 		gen++
 		b.StopTimer()
 		advance(staleChainAge)
-		next := step(st, gen)
-		st = next
+		st = step(st, gen)
 		if cold {
 			evictCaches()
 		}
 		b.StartTimer()
 		start := time.Now()
-		res, err := be.Sync(context.Background(), next)
+		res, err := be.Sync(context.Background(), st)
 		total = append(total, time.Since(start))
 		if err != nil {
 			b.Fatal(err)
@@ -346,7 +345,7 @@ func BenchmarkKernelServiceAdded(b *testing.B) {
 }
 
 // withServiceAdded returns a copy of prev with one more Service, the
-// gen-th added, as generation gen+1 of its lineage.
+// gen-th added, as the next generation of prev's lineage.
 func withServiceAdded(prev *proxier.State, gen int) *proxier.State {
 	out := shallowCopy(prev)
 	name := proxier.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}

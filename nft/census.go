@@ -49,41 +49,59 @@ func (k *Kernel) Count(keep func(table string) bool, value func(v []byte)) (Cens
 			return c, fmt.Errorf("listing %s chains: %w", f, err)
 		}
 		for _, table := range tables {
-			c.Chains += len(chains[table])
-			// One dump per chain: a table-wide rule dump is quadratic
-			// (see dumpChainRules).
-			for _, chain := range chains[table] {
-				err := k.dumpChainRules(f, table, chain, func(_ string, exprs, _ []byte) {
-					c.Rules++
-					if value != nil {
-						ruleValues(exprs, value)
-					}
-				})
-				if err != nil {
-					return c, err
-				}
-			}
-			var sets []string
-			err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
-				forAttrs(p, func(a nlAttr) {
-					if a.typ == unix.NFTA_SET_NAME {
-						sets = append(sets, a.str())
-					}
-				})
-				return nil
-			})
-			if err != nil {
-				return c, fmt.Errorf("listing sets of %s %s: %w", f, table, err)
-			}
-			c.Sets += len(sets)
-			for _, set := range sets {
-				if err := k.countElements(f, table, set, &c, value); err != nil {
-					return c, err
-				}
+			if err := k.countTable(f, table, chains[table], &c, value); err != nil {
+				return c, err
 			}
 		}
 	}
 	return c, nil
+}
+
+// countTable adds a table's chains, rules, sets and elements to c.
+func (k *Kernel) countTable(f Family, table string, chains []string, c *Census, value func([]byte)) error {
+	c.Chains += len(chains)
+	// One dump per chain: a table-wide rule dump is quadratic (see
+	// dumpChainRules).
+	for _, chain := range chains {
+		err := k.dumpChainRules(f, table, chain, func(_ string, exprs, _ []byte) {
+			c.Rules++
+			if value != nil {
+				ruleValues(exprs, value)
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	sets, err := k.setNames(f, table)
+	if err != nil {
+		return err
+	}
+	c.Sets += len(sets)
+	for _, set := range sets {
+		if err := k.countElements(f, table, set, c, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setNames lists the names of a table's sets and maps, anonymous ones
+// included.
+func (k *Kernel) setNames(f Family, table string) ([]string, error) {
+	var sets []string
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
+		forAttrs(p, func(a nlAttr) {
+			if a.typ == unix.NFTA_SET_NAME {
+				sets = append(sets, a.str())
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing sets of %s %s: %w", f, table, err)
+	}
+	return sets, nil
 }
 
 // countElements counts a set's elements and passes their keys and data on.

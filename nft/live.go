@@ -109,17 +109,9 @@ func (k *Kernel) readTable(f Family, name string, kind TableKind) (*Table, error
 	}
 	// Maps: the ones we create, with the key fields BuildTable gives them.
 	template := BuildTable(f, DefaultConfig(), proxier.Node{}, MainTable)
-	var sets []string
-	err = k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
-		forAttrs(p, func(a nlAttr) {
-			if a.typ == unix.NFTA_SET_NAME {
-				sets = append(sets, a.str())
-			}
-		})
-		return nil
-	})
+	sets, err := k.setNames(f, name)
 	if err != nil {
-		return nil, fmt.Errorf("listing sets of %s %s: %w", f, name, err)
+		return nil, err
 	}
 	for _, s := range sets {
 		if s == setAffinity {
