@@ -113,9 +113,9 @@ func checkState(t *testing.T, st *proxier.State) {
 }
 
 // validServicePortName is what the API server lets through: DNS labels for
-// the namespace and name, and an IANA service name (or nothing) for the port.
+// the namespace, the name and the port's name (or no port name).
 func validServicePortName(n proxier.ServicePortName) bool {
-	return isDNSLabel(n.Namespace) && isDNSLabel(n.Name) && (n.Port == "" || isPortName(n.Port))
+	return isDNSLabel(n.Namespace) && isDNSLabel(n.Name) && (n.Port == "" || isDNSLabel(n.Port))
 }
 
 func isDNSLabel(s string) bool {
@@ -123,12 +123,6 @@ func isDNSLabel(s string) bool {
 		return false
 	}
 	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
-}
-
-func isPortName(s string) bool {
-	return len(s) <= 15 && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == "" &&
-		strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") && !strings.Contains(s, "--") &&
-		s[0] != '-' && s[len(s)-1] != '-'
 }
 
 // TestDecodeAliasBomb: a "billion laughs" document is refused by the YAML

@@ -107,7 +107,10 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 		sp := &svc.Spec.Ports[i]
 		label := portLabel(sp.Name, i)
 		if sp.Name != "" {
-			if msgs := validation.IsValidPortName(sp.Name); len(msgs) > 0 {
+			// The API server checks a Service port's name as a DNS-1123
+			// label (up to 63 characters), not as a container port's
+			// IANA service name (up to 15).
+			if msgs := validation.IsDNS1123Label(sp.Name); len(msgs) > 0 {
 				p.add("%s: invalid name: %s, port skipped", label, strings.Join(msgs, "; "))
 				continue
 			}

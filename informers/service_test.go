@@ -410,6 +410,31 @@ spec:
 			`service default/web: port "http-again": duplicate TCP port 80, port skipped`,
 		},
 	}, {
+		// The API server accepts any DNS-1123 label as a Service port's
+		// name: 16 to 63 characters, or digits only.
+		name: "port names are DNS-1123 labels, not IANA service names",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 10.96.0.10
+  ports:
+  - {name: port-name-longer-than-fifteen, port: 80}
+  - {name: abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefg, port: 81}
+  - {name: "8443", port: 8443}
+  - {name: abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi, port: 82}
+  - {name: Upper, port: 83}`,
+		want: []*proxier.ServicePort{
+			sp("web", "port-name-longer-than-fifteen", proxier.TCP, 80, "10.96.0.10"),
+			sp("web", "abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefg", proxier.TCP, 81, "10.96.0.10"),
+			sp("web", "8443", proxier.TCP, 8443, "10.96.0.10"),
+		},
+		wantErrs: []string{
+			`service default/web: port "abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi": invalid name: must be no more than 63 characters, port skipped`,
+			`service default/web: port "Upper": invalid name: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?'), port skipped`,
+		},
+	}, {
 		name: "bad nodePort skips the port; nodePort on ClusterIP is ignored",
 		yaml: `
 apiVersion: v1
