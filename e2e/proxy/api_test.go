@@ -25,6 +25,10 @@ const (
 	// trafficDistribution PreferSameNode, its slice with hints.forNodes.
 	apiSameNodeName = "api-samenode"
 	apiSameNodeIP   = "10.96.1.40"
+	// A port name longer than a container port's 15 characters.
+	apiLongPortName = "api-longport"
+	apiLongPortIP   = "10.96.1.50"
+	apiLongPort     = "a-service-port-name-is-a-dns-label-of-up-to-63-chars"
 )
 
 // TestAPI runs the proxy against a real kube-apiserver in the sandbox's
@@ -125,6 +129,24 @@ func TestAPI(t *testing.T) {
 			a.do(t, "PUT", slicesPath+"/"+es.Name, &stored, nil)
 			_, all = a.waitTraffic(t, t0, 5*time.Second, addr, podA.Name, podB.Name)
 			t.Logf("MEASURED a node hint removed -> both pods: %v", all.Round(time.Millisecond))
+		}},
+		{"LongPortNameProgrammed", func(t *testing.T) {
+			// The API server checks a Service port's name as a DNS-1123
+			// label, so names of 16-63 characters are valid and must be
+			// programmed.
+			svc := apiService(apiLongPortName, apiLongPortIP, nil)
+			svc.Spec.Ports[0].Name = apiLongPort
+			es := apiSlice(apiLongPortName, nil, podA)
+			es.Ports[0].Name = ptr(apiLongPort)
+			t0 := time.Now()
+			a.do(t, "POST", servicesPath, svc, nil)
+			a.do(t, "POST", slicesPath, es, nil)
+			_, all := a.waitTraffic(t, t0, 5*time.Second, hostPort(apiLongPortIP, webPort), podA.Name)
+			t.Logf("MEASURED create with a %d-character port name -> answered: %v", len(apiLongPort), all.Round(time.Millisecond))
+			spn := "default/" + apiLongPortName + ":" + apiLongPort
+			if rs := a.nftRuleset(t); !strings.Contains(rs, spn) {
+				t.Errorf("nft list ruleset has no comment naming %s", spn)
+			}
 		}},
 		{"SurvivesAPIServerKill", func(t *testing.T) {
 			if err := a.srv.KillAPIServer(); err != nil {
