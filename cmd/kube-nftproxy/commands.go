@@ -216,6 +216,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := checkMode(o.proxyMode); err != nil {
 				return fmt.Errorf("--proxy-mode: %w", err)
 			}
+			if err := o.validatePeriods(); err != nil {
+				return err
+			}
 			if err := o.ipvs.validate(o.proxyMode); err != nil {
 				return err
 			}
