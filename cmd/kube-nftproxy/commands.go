@@ -65,6 +65,7 @@ type options struct {
 	ipvs             ipvsOptions            // --ipvs-*
 
 	skipConntrackCleanup bool
+	httpIdleTimeout      time.Duration // hidden, for tests
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -279,6 +280,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	// kube-proxy flag, hence hidden.
 	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
 	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
+	fs.DurationVar(&o.httpIdleTimeout, "testing-http-idle-timeout", 0, "close keep-alive connections of the HTTP servers idle this long (0: 30s; tests only)")
+	_ = fs.MarkHidden("testing-http-idle-timeout")
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
@@ -456,7 +459,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	// Health check node ports of externalTrafficPolicy Local Services,
 	// on the node's addresses, as kube-proxy.
-	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg)}
+	// Every HTTP server's connections are counted and capped together,
+	// far below the open file limit.
+	guard := proxier.NewConnGuard(o.serveLimits(), log)
+	guard.OnDropped = metrics.CountDroppedConn
+	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg), Guard: guard}
 	defer hc.Close(ctx)
 	cleanConntrack, err := conntrackCleaner(o, syncPeriod, log, metrics)
 	if err != nil {
@@ -467,14 +474,14 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)
 	}
-	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
+	if err := serve(ctx, log, guard, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
 	}
 	mode := modeNFTables
 	if ipvsBackend != nil {
 		mode = modeIPVS
 	}
-	if err := serve(ctx, log, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
+	if err := serve(ctx, log, guard, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
 		return err
 	}
 
@@ -617,8 +624,9 @@ func refuseUnsupported(fs *pflag.FlagSet) error {
 }
 
 // serve runs an HTTP server until ctx ends; an empty address disables it.
-// It fails at once when the address cannot be bound.
-func serve(ctx context.Context, log *slog.Logger, what, addr string, h http.Handler) error {
+// It fails at once when the address cannot be bound. guard bounds its
+// connections and their idle time.
+func serve(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler) error {
 	if addr == "" {
 		return nil
 	}
@@ -626,18 +634,21 @@ func serve(ctx context.Context, log *slog.Logger, what, addr string, h http.Hand
 	if err != nil {
 		return fmt.Errorf("%s server on %s: %w", what, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(what+" server stopped", "err", err)
-		}
-	}()
-	log.Info(what+" server listening", "address", ln.Addr().String())
+	proxier.Serve(ctx, guard.NewServer(what, h), ln, log, what)
+	l := guard.Limits()
+	log.Info(what+" server listening", "address", ln.Addr().String(),
+		"idle_timeout", l.IdleTimeout, "max_conns", l.MaxConnsPerServer, "max_conns_all_servers", l.MaxConns)
 	return nil
+}
+
+// serveLimits are the HTTP servers' limits: the defaults, but the idle
+// timeout that tests may shorten.
+func (o *options) serveLimits() proxier.ServeLimits {
+	l := proxier.DefaultServeLimits()
+	if o.httpIdleTimeout > 0 {
+		l.IdleTimeout = o.httpIdleTimeout
+	}
+	return l
 }
 
 // apiClient connects as kube-proxy does: --kubeconfig and --master, else
