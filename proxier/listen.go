@@ -142,7 +142,8 @@ func (g *ConnGuard) NewServer(name string, h http.Handler) *Server {
 		WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
 		MaxHeaderBytes: 16 << 10, // requests here are a GET line and a few headers
 		ConnState:      func(c net.Conn, st http.ConnState) { g.connState(s, c, st) },
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		// Accept errors ("too many open files") are worth seeing.
+		ErrorLog: slog.NewLogLogger(g.log.With("server", name).Handler(), slog.LevelWarn),
 	}}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -99,7 +100,8 @@ func waitClosed(c net.Conn, r *bufio.Reader, deadline time.Time) error {
 // connections stay open for good (each an fd of the proxy's).
 func TestConnGuardIdleFlood(t *testing.T) {
 	limits := testLimits()
-	g := NewConnGuard(limits, nil)
+	var logged lockedBuffer
+	g := NewConnGuard(limits, slog.New(slog.NewTextHandler(&logged, nil)))
 	health := NewHealth(time.Minute)
 	health.Updated()
 	metrics := NewMetrics()
@@ -156,6 +158,28 @@ func TestConnGuardIdleFlood(t *testing.T) {
 	if open := g.Open(); open != 0 {
 		t.Errorf("%d connections still counted after every one was closed", open)
 	}
+	// The drops are logged, once per server within a minute.
+	if n := strings.Count(logged.String(), "too many connections"); n < 1 || n > 3 {
+		t.Errorf("%d warnings about dropped connections, want 1 to 3 (one per server at most):\n%s", n, logged.String())
+	}
+}
+
+// lockedBuffer is a log destination written by the servers' goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // hcState is a State with one externalTrafficPolicy Local Service with a

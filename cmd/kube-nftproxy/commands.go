@@ -65,7 +65,6 @@ type options struct {
 	ipvs             ipvsOptions            // --ipvs-*
 
 	skipConntrackCleanup bool
-	httpIdleTimeout      time.Duration // hidden, for tests
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -280,8 +279,6 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	// kube-proxy flag, hence hidden.
 	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
 	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
-	fs.DurationVar(&o.httpIdleTimeout, "testing-http-idle-timeout", 0, "close keep-alive connections of the HTTP servers idle this long (0: 30s; tests only)")
-	_ = fs.MarkHidden("testing-http-idle-timeout")
 	addUnsupported(fs)
 	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
 	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
@@ -461,7 +458,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	// on the node's addresses, as kube-proxy.
 	// Every HTTP server's connections are counted and capped together,
 	// far below the open file limit.
-	guard := proxier.NewConnGuard(o.serveLimits(), log)
+	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), log)
 	guard.OnDropped = metrics.CountDroppedConn
 	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg), Guard: guard}
 	defer hc.Close(ctx)
@@ -639,16 +636,6 @@ func serve(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what
 	log.Info(what+" server listening", "address", ln.Addr().String(),
 		"idle_timeout", l.IdleTimeout, "max_conns", l.MaxConnsPerServer, "max_conns_all_servers", l.MaxConns)
 	return nil
-}
-
-// serveLimits are the HTTP servers' limits: the defaults, but the idle
-// timeout that tests may shorten.
-func (o *options) serveLimits() proxier.ServeLimits {
-	l := proxier.DefaultServeLimits()
-	if o.httpIdleTimeout > 0 {
-		l.IdleTimeout = o.httpIdleTimeout
-	}
-	return l
 }
 
 // apiClient connects as kube-proxy does: --kubeconfig and --master, else

@@ -37,10 +37,7 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
-	if err := checkMode(string(c.Mode)); err != nil {
-		return fmt.Errorf("--config %s: %w", path, err)
-	}
-	if err := checkConfigPeriods(c); err != nil {
+	if err := errors.Join(checkMode(string(c.Mode)), checkConfigPeriods(c)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
 	if c.Mode != "" && !fs.Changed("proxy-mode") {
