@@ -70,7 +70,7 @@ func TestFaultListenFlood(t *testing.T) {
 	sum := e.requests(t, podC.Name, "tcp", hostPort(floodAddedIP, webPort), requestsPerCheck)
 	expectBackends(t, "the Service added during the flood", sum, podA.Name)
 	t.Logf("during the flood: /healthz answered after %v, the added Service was programmed %v after it was written",
-		healthAnswered.Round(time.Millisecond), programmed.Round(time.Millisecond))
+		healthAnswered.Round(10*time.Microsecond), programmed.Round(time.Millisecond))
 
 	res := f.stop(t)
 	logFault(t, fmt.Sprintf("health port flooded with %d idle keep-alive connections (fd limit %d)", listenFlood, listenFDLimit), -1, res)
