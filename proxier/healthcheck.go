@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 )
 
 // HealthChecks serves the healthCheckNodePort of every externalTrafficPolicy
@@ -32,13 +31,17 @@ type HealthChecks struct {
 	// Healthy, when set, reports the proxy's own health (answered as
 	// serviceProxyHealthy; a sick proxy answers 503 too).
 	Healthy func() bool
+	// Guard counts and caps the servers' connections, with those of the
+	// proxy's other HTTP servers (nil: a guard of their own, with the
+	// default limits).
+	Guard *ConnGuard
 
 	mu      sync.Mutex
 	servers map[uint16]*hcServer
 }
 
 type hcServer struct {
-	srv   *http.Server
+	srv   *Server
 	name  ServicePortName
 	count int
 }
@@ -146,6 +149,14 @@ func (h *HealthChecks) Update(st *State) {
 	}
 }
 
+// guard returns h.Guard, made with the default limits if unset. Under h.mu.
+func (h *HealthChecks) guard() *ConnGuard {
+	if h.Guard == nil {
+		h.Guard = NewConnGuard(DefaultServeLimits(), h.log())
+	}
+	return h.Guard
+}
+
 func (h *HealthChecks) log() *slog.Logger {
 	if h.Log == nil {
 		return slog.New(slog.DiscardHandler)
@@ -180,7 +191,7 @@ func (h *HealthChecks) open(port uint16, hosts []string) (*hcServer, error) {
 		lns = append(lns, ln)
 	}
 	s := &hcServer{}
-	s.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	s.srv = h.guard().NewServer("healthcheck", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h.mu.Lock()
 		var body hcBody
 		body.Service.Namespace, body.Service.Name = s.name.Namespace, s.name.Name
@@ -199,7 +210,7 @@ func (h *HealthChecks) open(port uint16, hosts []string) (*hcServer, error) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_, _ = w.Write(out)
-	})}
+	}))
 	for _, ln := range lns {
 		go func() {
 			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

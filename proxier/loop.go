@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -137,6 +138,11 @@ func (l *Loop) current() *State {
 // Run syncs until ctx is done. The first sync happens as soon as there is
 // a complete view.
 func (l *Loop) Run(ctx context.Context) error {
+	// A zero or negative SyncPeriod would fire the periodic timer at once,
+	// every time: a sync loop without pause.
+	if l.SyncPeriod <= 0 || l.MinSyncPeriod < 0 {
+		return fmt.Errorf("sync loop: SyncPeriod %s must be greater than 0 and MinSyncPeriod %s greater than or equal to 0", l.SyncPeriod, l.MinSyncPeriod)
+	}
 	var last time.Time
 	periodic := time.NewTimer(l.SyncPeriod)
 	defer periodic.Stop()

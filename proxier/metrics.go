@@ -38,6 +38,9 @@ type Metrics struct {
 	SourceFailures *prometheus.CounterVec
 	SourceUp       *prometheus.GaugeVec
 	DriftRepairs   *prometheus.CounterVec
+	// HTTPConnsDropped counts the connections to our HTTP servers closed
+	// for ConnGuard's caps, by server and reason (ConnGuard.OnDropped).
+	HTTPConnsDropped *prometheus.CounterVec
 
 	changes *changeCollector
 	now     func() time.Time
@@ -90,14 +93,24 @@ func NewMetrics() *Metrics {
 		DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "kubenftproxy", Name: "drift_repairs_total",
 			Help: "Times our nftables tables differed from what was written and were rewritten"}, []string{"table"}),
+		HTTPConnsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubenftproxy", Name: "http_connections_dropped_total",
+			Help: "Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy)"},
+			[]string{"server", "reason"}),
 		changes: newChangeCollector(),
 		now:     time.Now,
 	}
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSync,
 		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes, m.ProxyHealthz, m.ProxyLivez,
-		m.SourceFailures, m.SourceUp, m.DriftRepairs,
+		m.SourceFailures, m.SourceUp, m.DriftRepairs, m.HTTPConnsDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// CountDroppedConn counts one connection closed for the caps
+// (ConnGuard.OnDropped).
+func (m *Metrics) CountDroppedConn(server, reason string) {
+	m.HTTPConnsDropped.WithLabelValues(server, reason).Inc()
 }
 
 // networkProgrammingBuckets are kube-proxy's: 0, then 0.25 s and 0.5 s,

@@ -216,6 +216,9 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 			if err := checkMode(o.proxyMode); err != nil {
 				return fmt.Errorf("--proxy-mode: %w", err)
 			}
+			if err := o.validatePeriods(); err != nil {
+				return err
+			}
 			if err := o.ipvs.validate(o.proxyMode); err != nil {
 				return err
 			}
@@ -453,7 +456,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	// Health check node ports of externalTrafficPolicy Local Services,
 	// on the node's addresses, as kube-proxy.
-	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg)}
+	// Every HTTP server's connections are counted and capped together,
+	// far below the open file limit.
+	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), log)
+	guard.OnDropped = metrics.CountDroppedConn
+	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg), Guard: guard}
 	defer hc.Close(ctx)
 	cleanConntrack, err := conntrackCleaner(o, syncPeriod, log, metrics)
 	if err != nil {
@@ -464,14 +471,14 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)
 	}
-	if err := serve(ctx, log, "health", o.healthzAddress, health.Handler()); err != nil {
+	if err := serve(ctx, log, guard, "health", o.healthzAddress, health.Handler()); err != nil {
 		return err
 	}
 	mode := modeNFTables
 	if ipvsBackend != nil {
 		mode = modeIPVS
 	}
-	if err := serve(ctx, log, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
+	if err := serve(ctx, log, guard, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
 		return err
 	}
 
@@ -614,8 +621,9 @@ func refuseUnsupported(fs *pflag.FlagSet) error {
 }
 
 // serve runs an HTTP server until ctx ends; an empty address disables it.
-// It fails at once when the address cannot be bound.
-func serve(ctx context.Context, log *slog.Logger, what, addr string, h http.Handler) error {
+// It fails at once when the address cannot be bound. guard bounds its
+// connections and their idle time.
+func serve(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler) error {
 	if addr == "" {
 		return nil
 	}
@@ -623,17 +631,10 @@ func serve(ctx context.Context, log *slog.Logger, what, addr string, h http.Hand
 	if err != nil {
 		return fmt.Errorf("%s server on %s: %w", what, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(what+" server stopped", "err", err)
-		}
-	}()
-	log.Info(what+" server listening", "address", ln.Addr().String())
+	proxier.Serve(ctx, guard.NewServer(what, h), ln, log, what)
+	l := guard.Limits()
+	log.Info(what+" server listening", "address", ln.Addr().String(),
+		"idle_timeout", l.IdleTimeout, "max_conns", l.MaxConnsPerServer, "max_conns_all_servers", l.MaxConns)
 	return nil
 }
 

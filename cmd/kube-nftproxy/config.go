@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
@@ -32,7 +37,7 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
-	if err := checkMode(string(c.Mode)); err != nil {
+	if err := errors.Join(checkMode(string(c.Mode)), checkConfigPeriods(c)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
 	if c.Mode != "" && !fs.Changed("proxy-mode") {
@@ -120,7 +125,14 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 // then logs that error and decodes again leniently, ignoring those fields;
 // we refuse the file instead, so that a misspelt setting is never silently
 // dropped.
+//
+// A file of several YAML documents is refused: kube-proxy's decoder reads
+// the first one and silently drops the rest, so that settings in a later
+// document (or a second KubeProxyConfiguration) would never apply.
 func decodeConfig(data []byte) (*proxyconfig.KubeProxyConfiguration, error) {
+	if err := checkOneDocument(data); err != nil {
+		return nil, err
+	}
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(data, &tm); err != nil {
 		return nil, err
@@ -138,6 +150,85 @@ func decodeConfig(data []byte) (*proxyconfig.KubeProxyConfiguration, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkOneDocument fails when data holds more than one YAML document with
+// content: a leading "---", or an empty or comment-only document, is fine.
+func checkOneDocument(data []byte) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	docs := 0
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("splitting YAML documents: %w", err)
+		}
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err == nil && v == nil {
+			continue // nothing but comments or blanks
+		}
+		if docs++; docs > 1 {
+			return fmt.Errorf("holds more than one YAML document (separated by \"---\"); " +
+				"a KubeProxyConfiguration file must hold exactly one (kube-proxy would use the first and silently ignore the rest)")
+		}
+	}
+}
+
+// checkConfigPeriods checks the sync periods of a config file as kube-proxy's
+// validation does: a zero period means "the default" (as in kube-proxy's
+// defaulting), a negative one is refused, naming the field.
+func checkConfigPeriods(c *proxyconfig.KubeProxyConfiguration) error {
+	for _, p := range []struct {
+		field string
+		d     time.Duration
+		min   bool
+	}{
+		{"nftables.syncPeriod", c.NFTables.SyncPeriod.Duration, false},
+		{"nftables.minSyncPeriod", c.NFTables.MinSyncPeriod.Duration, true},
+		{"ipvs.syncPeriod", c.IPVS.SyncPeriod.Duration, false},
+		{"ipvs.minSyncPeriod", c.IPVS.MinSyncPeriod.Duration, true},
+	} {
+		if p.d == 0 {
+			continue // the default
+		}
+		if err := checkPeriod(p.field, p.d, p.min); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPeriod applies kube-proxy's rule to one sync period: syncPeriod
+// must be greater than 0 (0 would sync without pause), minSyncPeriod
+// greater than or equal to 0 (0: every change syncs at once).
+func checkPeriod(name string, d time.Duration, isMin bool) error {
+	switch {
+	case isMin && d < 0:
+		return fmt.Errorf("%s %s: must be greater than or equal to 0", name, d)
+	case !isMin && d <= 0:
+		return fmt.Errorf("%s %s: must be greater than 0", name, d)
+	}
+	return nil
+}
+
+// validatePeriods checks the effective --iptables-*sync-period settings
+// (those of nftables mode) as kube-proxy validates them: the sync period
+// greater than 0, the minimum one greater than or equal to 0 and not
+// greater than the sync period. The --ipvs-* ones are checked by
+// ipvsOptions.validate in ipvs mode.
+func (o *options) validatePeriods() error {
+	if err := checkPeriod("--iptables-sync-period", o.syncPeriod, false); err != nil {
+		return err
+	}
+	if err := checkPeriod("--iptables-min-sync-period", o.minSyncPeriod, true); err != nil {
+		return err
+	}
+	if o.minSyncPeriod > o.syncPeriod {
+		return fmt.Errorf("--iptables-sync-period %s: must be greater than or equal to --iptables-min-sync-period %s", o.syncPeriod, o.minSyncPeriod)
+	}
+	return nil
 }
 
 // checkMode accepts the proxy modes we implement.

@@ -1,0 +1,292 @@
+package proxier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ServeLimits bound what the clients of our HTTP servers (the health
+// server, the metrics server, every healthCheckNodePort server) can hold,
+// so that connections left open, or opened by the thousand, never take
+// the file descriptors the proxy needs for its own work (netlink sockets,
+// the state directory, conntrack, the API server).
+type ServeLimits struct {
+	// ReadHeaderTimeout bounds the wait for a request's headers (also
+	// for the first request of a connection that sends nothing);
+	// ReadTimeout the whole request, WriteTimeout the answer.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that sends no new
+	// request within it.
+	IdleTimeout time.Duration
+	// MaxConnsPerServer caps one server's open connections; MaxConns
+	// all servers' together.
+	MaxConnsPerServer, MaxConns int
+}
+
+// Defaults of ServeLimits. A prober or a scraper sends a request every few
+// seconds (load balancers every 2-10 s, Prometheus every 15-60 s): the idle
+// timeout keeps their keep-alive connection between probes but not an
+// abandoned one for long. Every answer is small and quick, so 10 s bounds
+// a request and its answer with a wide margin.
+const (
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultWriteTimeout      = 10 * time.Second
+	DefaultIdleTimeout       = 30 * time.Second
+	DefaultMaxConnsPerServer = 1024
+	DefaultMaxConns          = 8192
+	minMaxConns              = 16
+)
+
+// DefaultServeLimits are the defaults, with MaxConns at most half the
+// process's open file limit (Go raises the soft limit to the hard one at
+// start): the other half is kept for the proxy's own work. One server gets
+// at most a quarter of MaxConns, so that a flood of one port leaves room
+// for the others.
+func DefaultServeLimits() ServeLimits {
+	maxConns := DefaultMaxConns
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur/2 < uint64(maxConns) {
+		maxConns = max(int(lim.Cur/2), minMaxConns)
+	}
+	return ServeLimits{
+		ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout,
+		WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
+		MaxConnsPerServer: min(DefaultMaxConnsPerServer, max(maxConns/4, minMaxConns)),
+		MaxConns:          maxConns,
+	}
+}
+
+// ConnGuard counts and caps the connections of all our HTTP servers.
+//
+// When a new connection would go over a cap, the connection that has waited
+// longest without a request in progress (idle between keep-alive requests,
+// or not yet done sending its first request's headers) is closed to make
+// room; only when every connection has a request in progress, which the
+// timeouts bound to seconds, is the new one closed at once. So a flood of
+// idle connections costs a prober nothing: it gets an answer, and the
+// flood's connections are the ones closed. Closing at once rather than
+// leaving new connections in the listen backlog keeps the backlog short,
+// so that a prober arriving after a flood is not queued behind it, and
+// tells the client at once; it costs one descriptor for an instant, per
+// server, as Accept and the close happen in the server's accept loop.
+type ConnGuard struct {
+	limits ServeLimits
+	log    *slog.Logger
+	// OnDropped, when set, is called for each connection closed for the
+	// caps: reason "evicted" (closed to make room) or "refused" (closed
+	// at once). Set it before the first server starts.
+	OnDropped func(server, reason string)
+	now       func() time.Time
+
+	mu      sync.Mutex
+	total   int
+	servers map[*serverConns]bool
+	warned  map[string]time.Time // last warning per server
+	held    map[string]int       // drops not logged since
+}
+
+// dropLogInterval is the least time between two warnings of one server
+// about dropped connections.
+const dropLogInterval = time.Minute
+
+// NewConnGuard returns a guard with the given limits.
+func NewConnGuard(limits ServeLimits, log *slog.Logger) *ConnGuard {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ConnGuard{limits: limits, log: log, now: time.Now,
+		servers: map[*serverConns]bool{}, warned: map[string]time.Time{}, held: map[string]int{}}
+}
+
+// Limits returns the guard's limits.
+func (g *ConnGuard) Limits() ServeLimits { return g.limits }
+
+// Open returns the number of open connections of all servers.
+func (g *ConnGuard) Open() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.total
+}
+
+// serverConns are one server's connections, under ConnGuard.mu.
+type serverConns struct {
+	name  string
+	conns map[net.Conn]*connInfo
+}
+
+type connInfo struct {
+	busy  bool      // a request is in progress
+	since time.Time // when it last became idle (or was accepted)
+}
+
+// NewServer returns an HTTP server for h with the guard's timeouts, its
+// connections counted and capped. name labels it in logs and metrics.
+func (g *ConnGuard) NewServer(name string, h http.Handler) *Server {
+	s := &serverConns{name: name, conns: map[net.Conn]*connInfo{}}
+	g.mu.Lock()
+	g.servers[s] = true
+	g.mu.Unlock()
+	l := g.limits
+	return &Server{guard: g, conns: s, Server: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout, ReadTimeout: l.ReadTimeout,
+		WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
+		MaxHeaderBytes: 16 << 10, // requests here are a GET line and a few headers
+		ConnState:      func(c net.Conn, st http.ConnState) { g.connState(s, c, st) },
+		// Accept errors ("too many open files") are worth seeing.
+		ErrorLog: slog.NewLogLogger(g.log.With("server", name).Handler(), slog.LevelWarn),
+	}}
+}
+
+// connState follows a connection through the server's states (http.Server
+// calls it for StateNew in its accept loop, before serving the connection).
+func (g *ConnGuard) connState(s *serverConns, c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		g.admit(s, c)
+	case http.StateActive, http.StateIdle:
+		g.mu.Lock()
+		if ci := s.conns[c]; ci != nil {
+			ci.busy = st == http.StateActive
+			if !ci.busy {
+				ci.since = g.now()
+			}
+		}
+		g.mu.Unlock()
+	case http.StateHijacked, http.StateClosed:
+		g.mu.Lock()
+		if s.conns[c] != nil {
+			delete(s.conns, c)
+			g.total--
+		}
+		g.mu.Unlock()
+	}
+}
+
+// admit counts a new connection, making room for it over a cap by closing
+// the longest-waiting idle one, or closes it at once when none is idle.
+func (g *ConnGuard) admit(s *serverConns, c net.Conn) {
+	g.mu.Lock()
+	if !g.servers[s] { // closed while this one was accepted
+		g.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	var victim net.Conn
+	var from *serverConns
+	switch {
+	case len(s.conns) >= g.limits.MaxConnsPerServer:
+		from, victim = s, s.oldestWaiting()
+	case g.total >= g.limits.MaxConns:
+		from, victim = g.oldestWaiting()
+	default:
+		s.conns[c] = &connInfo{since: g.now()}
+		g.total++
+		g.mu.Unlock()
+		return
+	}
+	reason := "refused"
+	if victim != nil {
+		delete(from.conns, victim)
+		s.conns[c] = &connInfo{since: g.now()}
+		reason = "evicted"
+	} else {
+		victim = c
+	}
+	logIt, held := g.noteDrop(s.name)
+	g.mu.Unlock()
+	_ = victim.Close()
+	if g.OnDropped != nil {
+		g.OnDropped(s.name, reason)
+	}
+	if logIt {
+		g.log.Warn("too many connections to an HTTP server: closing the longest idle ones, or new ones while all are busy",
+			"server", s.name, "reason", reason, "max_per_server", g.limits.MaxConnsPerServer,
+			"max_all_servers", g.limits.MaxConns, "dropped_since_last_warning", held)
+	}
+}
+
+// noteDrop counts a dropped connection of a server and reports whether to
+// warn now (at most once per dropLogInterval) and how many drops the
+// warning covers. Under g.mu.
+func (g *ConnGuard) noteDrop(server string) (bool, int) {
+	g.held[server]++
+	now := g.now()
+	if last, ok := g.warned[server]; ok && now.Sub(last) < dropLogInterval {
+		return false, 0
+	}
+	n := g.held[server]
+	g.warned[server], g.held[server] = now, 0
+	return true, n
+}
+
+// oldestWaiting is the server's connection that has waited longest without
+// a request in progress, or nil.
+func (s *serverConns) oldestWaiting() net.Conn {
+	var oldest net.Conn
+	var at time.Time
+	for c, ci := range s.conns {
+		if !ci.busy && (oldest == nil || ci.since.Before(at)) {
+			oldest, at = c, ci.since
+		}
+	}
+	return oldest
+}
+
+// oldestWaiting is oldestWaiting over all servers. Under g.mu.
+func (g *ConnGuard) oldestWaiting() (*serverConns, net.Conn) {
+	var from *serverConns
+	var oldest net.Conn
+	var at time.Time
+	for s := range g.servers {
+		if c := s.oldestWaiting(); c != nil && (oldest == nil || s.conns[c].since.Before(at)) {
+			from, oldest, at = s, c, s.conns[c].since
+		}
+	}
+	return from, oldest
+}
+
+// Server is an HTTP server whose connections a ConnGuard counts.
+type Server struct {
+	*http.Server
+	guard *ConnGuard
+	conns *serverConns
+}
+
+// Close closes the server, its listeners and its connections, and takes
+// them off the guard's count.
+func (s *Server) Close() error {
+	err := s.Server.Close()
+	g := s.guard
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.servers[s.conns] {
+		delete(g.servers, s.conns)
+		g.total -= len(s.conns.conns)
+		clear(s.conns.conns)
+	}
+	return err
+}
+
+// Serve runs srv on ln until ctx ends (then closes it, with its
+// connections); an error other than the server closing is logged.
+func Serve(ctx context.Context, srv *Server, ln net.Listener, log *slog.Logger, what string) {
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(fmt.Sprintf("%s server stopped", what), "err", err)
+		}
+	}()
+}
