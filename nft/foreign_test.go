@@ -1,0 +1,205 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// foreignCase adds another process's objects to our ip table with nft.
+type foreignCase struct {
+	name string
+	nft  []string // nft commands, one string each, run in order
+	want string   // a substring of one reported difference
+	// refused: the in-place repair is refused by the kernel, and the
+	// attempt after it replaces the table whole.
+	refused bool
+	// optional: skip where the kernel cannot hold the object at all.
+	optional bool
+	// inject, when set, tampers over netlink instead of with nft.
+	inject func(t *testing.T, ns string)
+}
+
+func foreignCases() []foreignCase {
+	const tbl = "ip " + DefaultTableName + " "
+	return []foreignCase{
+		{name: "rule with an anonymous set", want: "set __set",
+			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr { 1.2.3.4, 5.6.7.8 } counter"}},
+		{name: "rule with an anonymous verdict map", want: "__map",
+			nft: []string{"insert rule " + tbl + "KUBE-SERVICES ip saddr vmap { 1.2.3.4 : drop, 5.6.7.8 : accept }"}},
+		{name: "rule with an anonymous chain", want: "chain __chain",
+			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr 1.2.3.4 jump { counter; }"}},
+		{name: "named set and a rule using it", want: "set foreign: not ours",
+			nft: []string{"add set " + tbl + "foreign { type ipv4_addr; elements = { 1.2.3.4 }; }",
+				"add rule " + tbl + "KUBE-SERVICES ip saddr @foreign drop"}},
+		{name: "counter used by a rule", want: "counter fc: not ours",
+			nft: []string{"add counter " + tbl + "fc", "add rule " + tbl + "KUBE-SERVICES counter name fc"}},
+		{name: "quota", want: "quota fq: not ours", nft: []string{"add quota " + tbl + "fq { over 25 mbytes }"}},
+		{name: "ct helper", want: "ct helper fh: not ours",
+			nft: []string{`add ct helper ` + tbl + `fh { type "ftp" protocol tcp; }`}},
+		{name: "limit, ct timeout, ct expectation and synproxy", want: "synproxy fs: not ours",
+			nft: []string{"add limit " + tbl + "fl { rate 10/second }",
+				"add ct timeout " + tbl + "fto { protocol tcp; policy = { established: 100 }; }",
+				"add ct expectation " + tbl + "fe { protocol tcp; dport 21; timeout 1s; size 10; l3proto ip; }",
+				"add synproxy " + tbl + "fs { mss 1460; wscale 7; }"}},
+		{name: "map of counters", want: "counter fc: not ours",
+			nft: []string{"add counter " + tbl + "fc", `add map ` + tbl + `fcm { type ipv4_addr : counter; elements = { 1.2.3.4 : "fc" }; }`}},
+		{name: "flowtable used by a rule", want: "flowtable ff: not ours", optional: true,
+			nft: []string{"add flowtable " + tbl + "ff { hook ingress priority 0; devices = { lo }; }",
+				"add chain " + tbl + "offload { type filter hook forward priority 0; }",
+				"add rule " + tbl + "offload ip protocol tcp flow add @ff"}},
+		// The map has our type and comment, so the in-place repair keeps
+		// it, and the kernel refuses a second element in it.
+		{name: "map re-created with room for one element", want: "rules, want", refused: true, inject: sizedServiceIPs},
+	}
+}
+
+// injectForeign runs a case's nft commands; an optional case is skipped
+// when the kernel cannot hold its objects.
+func injectForeign(t *testing.T, ns string, tc foreignCase) {
+	t.Helper()
+	if tc.inject != nil {
+		tc.inject(t, ns)
+	}
+	for _, c := range tc.nft {
+		if !tc.optional {
+			nftIn(t, ns, c)
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "exec", ns, "nft", c).CombinedOutput(); err != nil {
+			t.Skipf("this kernel cannot hold it (nft %s: %v: %s)", c, err, out)
+		}
+	}
+}
+
+// sizedServiceIPs does what another process could: in one transaction,
+// it flushes the rules of our ip table and creates its service-ips map
+// again, with our type and comment (nft would add its own userdata) but
+// room for one element.
+func sizedServiceIPs(t *testing.T, ns string) {
+	k, err := OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	m := BuildTable(IPv4, demoConfig(), proxier.Node{}, MainTable).Map(mapServiceIPs)
+	bt := k.newBatch()
+	bt.flushChain(IPv4, DefaultTableName, "")
+	bt.delSet(IPv4, DefaultTableName, m.Name)
+	bt.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, IPv4)
+	bt.str(unix.NFTA_SET_TABLE, DefaultTableName)
+	bt.str(unix.NFTA_SET_NAME, m.Name)
+	bt.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	bt.u32(unix.NFTA_SET_KEY_TYPE, concatType(IPv4, m.Key))
+	bt.u32(unix.NFTA_SET_KEY_LEN, keyLen(IPv4, m.Key))
+	bt.u32(unix.NFTA_SET_DATA_TYPE, verdictType)
+	bt.u32(unix.NFTA_SET_DATA_LEN, 0)
+	bt.u32(unix.NFTA_SET_ID, 1)
+	bt.nest(unix.NFTA_SET_DESC)
+	bt.u32(unix.NFTA_SET_DESC_SIZE, 1)
+	bt.unnest()
+	bt.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
+	bt.end()
+	if err := k.Apply(bt); err != nil {
+		t.Fatalf("re-creating %s with room for one element: %v", m.Name, err)
+	}
+	k.finished(bt)
+}
+
+// syncUntilRepaired syncs st until a sync succeeds: at once, or after one
+// refused transaction when refused (the next one replaces the table).
+func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool) proxier.SyncResult {
+	t.Helper()
+	res, err := b.Sync(context.Background(), st)
+	var txErr *TxError
+	if refused {
+		if !errors.As(err, &txErr) {
+			t.Fatalf("in-place repair: err = %v, want a transaction the kernel refuses", err)
+		}
+		t.Logf("in-place repair refused as expected: %v", err)
+		res, err = b.Sync(context.Background(), st)
+	}
+	if err != nil {
+		t.Fatalf("repairing sync: %v", err)
+	}
+	return res
+}
+
+// Whatever another process adds to our table is found by the drift check
+// and removed by the repair; when the kernel refuses the repair in place,
+// the next sync replaces the table whole. Afterwards the kernel holds
+// exactly our render, the check is clean and a Service change syncs.
+func TestKernelForeignObjectsRepaired(t *testing.T) {
+	for _, tc := range foreignCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, demoConfig())
+			b.CheckEvery = time.Nanosecond
+			var found []string
+			b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+			ctx := context.Background()
+			st := demoState()
+			for i := 0; i < 2; i++ { // program, then check clean
+				if _, err := b.Sync(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			injectForeign(t, ns, tc)
+			if res := syncUntilRepaired(t, b, st, tc.refused); !res.Full {
+				t.Errorf("the repair was not a full sync")
+			}
+			t.Logf("reported: %q", found)
+			if !containsSub(found, tc.want) {
+				t.Errorf("reported %q, want one containing %q", found, tc.want)
+			}
+			assertKernelIsRender(t, ns, st)
+			found = nil
+			if _, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
+				t.Errorf("check after the repair: err=%v drift=%q", err, found)
+			}
+			next := shallowCopy(st)
+			web := proxierName("default", "web", "http")
+			next.Endpoints[web] = next.Endpoints[web][1:]
+			if _, err := b.Sync(ctx, next); err != nil {
+				t.Fatalf("a Service change after the repair: %v", err)
+			}
+			// The follow-up sync deletes the chains the repair flushed.
+			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			if _, err := b.Sync(ctx, next); err != nil {
+				t.Fatalf("the follow-up sync: %v", err)
+			}
+			if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+				t.Errorf("the kernel differs from what the Service change applied: %q", d)
+			}
+		})
+	}
+}
+
+// A restarted proxy (a new Backend, first sync full) onto a table with
+// foreign objects programs its rules: in its first transaction, or in the
+// second, replacing the table, when the kernel refuses the first.
+func TestKernelForeignObjectsAtStartup(t *testing.T) {
+	for _, tc := range foreignCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			st := demoState()
+			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			injectForeign(t, ns, tc)
+			b := openTestBackend(t, ns, demoConfig())
+			syncUntilRepaired(t, b, st, tc.refused)
+			assertKernelIsRender(t, ns, st)
+			if strings.Contains(nftIn(t, ns, "list", "ruleset"), "__") {
+				t.Errorf("an anonymous object survived the restart")
+			}
+		})
+	}
+}
