@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os/exec"
@@ -124,7 +125,19 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 			t.Fatalf("in-place repair: err = %v, want a transaction the kernel refuses", err)
 		}
 		t.Logf("in-place repair refused as expected: %v", err)
-		res, err = b.Sync(context.Background(), st)
+		var trace bytes.Buffer
+		b.Trace = &trace
+		defer func() { b.Trace = nil }()
+		commits := b.k.commits
+		if res, err = b.Sync(context.Background(), st); err != nil {
+			t.Fatalf("the sync after the refused one: %v", err)
+		}
+		replace := "delete table ip " + DefaultTableName + "\nadd table ip " + DefaultTableName + " "
+		if b.k.commits-commits != 1 || !strings.Contains(trace.String(), replace) {
+			t.Errorf("the sync after the refused one took %d transactions, want one that deletes and adds the table:\n%s",
+				b.k.commits-commits, trace.String())
+		}
+		return res
 	}
 	if err != nil {
 		t.Fatalf("repairing sync: %v", err)
@@ -197,9 +210,61 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 			b := openTestBackend(t, ns, demoConfig())
 			syncUntilRepaired(t, b, st, tc.refused)
 			assertKernelIsRender(t, ns, st)
+			// The follow-up sync deletes the chains the first one flushed.
+			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			if _, err := b.Sync(context.Background(), st); err != nil {
+				t.Fatalf("the follow-up sync: %v", err)
+			}
 			if strings.Contains(nftIn(t, ns, "list", "ruleset"), "__") {
 				t.Errorf("an anonymous object survived the restart")
 			}
 		})
+	}
+}
+
+// A full sync over a table holding another process's objects deletes its
+// named sets, objects and flowtables after the flush that drops the rules
+// using them, and leaves anonymous sets and chains to go with their rules;
+// with replace, it deletes and adds the table instead, in the same
+// transaction.
+func TestFullTxForeign(t *testing.T) {
+	want := ipv4(demoState())
+	have := func() *kTable {
+		return &kTable{exists: true, udata: commentUdata(0, want.Comment),
+			chains: map[string]*kChain{"KUBE-SERVICES": {}, "__chain0": {flags: nftChainBinding}, "offload": {base: true}},
+			sets: map[string]*kSet{"__set0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
+				"__map0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
+			objs:       []kObj{{typ: 1, name: "fc"}, {typ: 2, name: "fq"}, {typ: 3, name: "fh"}, {typ: 99, name: "odd"}},
+			flowtables: []string{"ff"}}
+	}
+	script := func(replace bool) string {
+		x, _ := fullTx(want, have(), replace)
+		var w scriptWriter
+		var id uint32
+		x.write(&w, &id)
+		return w.b.String()
+	}
+	got := script(false)
+	order := []string{"flush table ip kube-nftproxy\n", "delete chain ip kube-nftproxy offload\n",
+		"delete set ip kube-nftproxy foreign\n", "delete counter ip kube-nftproxy fc\n", "delete quota ip kube-nftproxy fq\n",
+		"delete ct helper ip kube-nftproxy fh\n", "delete object of type 99 ip kube-nftproxy odd\n",
+		"delete flowtable ip kube-nftproxy ff\n", "add rule"}
+	last := -1
+	for _, l := range order {
+		i := strings.Index(got, l)
+		if i < last {
+			t.Errorf("%q missing or out of order in:\n%s", l, got)
+		}
+		last = i
+	}
+	for _, anon := range []string{"__set0", "__map0", "__chain0"} {
+		if strings.Contains(got, anon) {
+			t.Errorf("the transaction names %s, which goes with its rule:\n%s", anon, got)
+		}
+	}
+	got = script(true)
+	if !strings.HasPrefix(got, "delete table ip kube-nftproxy\nadd table ip kube-nftproxy ") ||
+		strings.Contains(got, "flush") || strings.Contains(got, "delete set") || strings.Contains(got, "delete counter") {
+		t.Errorf("replace: want the table deleted and added, nothing else deleted:\n%s", got)
 	}
 }
