@@ -77,6 +77,52 @@ func (e *env) addForeignService(t *testing.T, name, clusterIP string, timeout ti
 	return answered
 }
 
+// Sync metrics: the time of the last successful sync, and the failed ones.
+const (
+	metricLastSync    = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	metricSyncFailure = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+)
+
+// syncMetrics polls /metrics until it answers.
+func (e *env) syncMetrics(t *testing.T) metrics {
+	t.Helper()
+	var m metrics
+	e.proxy.poll(t, 10*time.Second, "/metrics", func(ctx context.Context) error {
+		var err error
+		m, err = (&apiEnv{env: e}).fetchMetrics(ctx)
+		return err
+	})
+	return m
+}
+
+// waitSyncAttempt polls /metrics until a sync ran that started at or
+// after at (the periodic one at the latest): one succeeded then, or one
+// failed since before was read. It returns the metrics then.
+func (e *env) waitSyncAttempt(t *testing.T, at time.Time, before metrics, timeout time.Duration) metrics {
+	t.Helper()
+	var m metrics
+	e.proxy.poll(t, timeout, "a sync after "+at.UTC().Format("15:04:05.000"), func(ctx context.Context) error {
+		var err error
+		if m, err = (&apiEnv{env: e}).fetchMetrics(ctx); err != nil {
+			return err
+		}
+		if m[metricLastSync] >= float64(at.UnixNano())/1e9 || m[metricSyncFailure] > before[metricSyncFailure] {
+			return nil
+		}
+		return fmt.Errorf("last sync at %v", m[metricLastSync])
+	})
+	return m
+}
+
+// expectNoFailedSync fails the test if a sync failed between the two
+// readings of /metrics: the repair must not need a retry.
+func expectNoFailedSync(t *testing.T, before, after metrics) {
+	t.Helper()
+	if n := after[metricSyncFailure] - before[metricSyncFailure]; n > 0 {
+		t.Errorf("%v syncs failed (see the proxy's log)", n)
+	}
+}
+
 // TestFaultForeignObjects adds another process's objects to the proxy's
 // table (issue "Never stuck, never silent", fault 1), one case at a time
 // under traffic to the example's Services, then adds a Service: the
@@ -93,6 +139,7 @@ func TestFaultForeignObjects(t *testing.T) {
 		ok := t.Run(tc.name, func(t *testing.T) {
 			e.proxy.checkRunning(t)
 			f := e.startExampleFlows(t)
+			before := e.syncMetrics(t)
 			t0 := time.Now()
 			if err := e.nftScript(t.Context(), tc.script); err != nil {
 				t.Fatal(err)
@@ -102,6 +149,10 @@ func TestFaultForeignObjects(t *testing.T) {
 			t.Logf("the Service added after the tampering answered %v after it was written", answered.Round(time.Millisecond))
 			res := f.stop(t)
 			res.expectNoFailures(t, "the example's Services while "+tc.name+" was repaired")
+			// The follow-up sync deletes the chains the repair flushed (a
+			// second later): before the fix, an anonymous chain among them.
+			after := e.waitSyncAttempt(t, time.Now().Add(time.Second), before, 3*tamperSyncPeriod)
+			expectNoFailedSync(t, before, after)
 			logFault(t, "foreign: "+tc.name, repaired, res)
 		})
 		if !ok {
@@ -136,5 +187,6 @@ func TestFaultForeignObjectsAtRestart(t *testing.T) {
 	t.Logf("the Service added after the restart answered %v after it was written", answered.Round(time.Millisecond))
 	res := f.stop(t)
 	res.expectNoFailures(t, "the example's Services across the restart")
+	expectNoFailedSync(t, metrics{}, e.waitSyncAttempt(t, time.Now().Add(time.Second), metrics{}, 3*tamperSyncPeriod))
 	logFault(t, "foreign: restart onto every foreign object above", repaired, res)
 }
