@@ -268,3 +268,34 @@ func TestFullTxForeign(t *testing.T) {
 		t.Errorf("replace: want the table deleted and added, nothing else deleted:\n%s", got)
 	}
 }
+
+// Reading back a table that holds only our chains and sets costs no dump
+// of objects or flowtables (its use count says there are none); one with
+// a foreign object has them read, and only that one.
+func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	if _, err := b.Sync(context.Background(), demoState()); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[tableID]*kTable {
+		t.Helper()
+		kts, err := b.readKernel(b.applied)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kts
+	}
+	for id, kt := range read() {
+		if kt.stateful {
+			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
+		}
+	}
+	nftIn(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
+	for id, kt := range read() {
+		foreign := id == tableID{IPv4, DeltaTable}
+		if kt.stateful != foreign || foreign && (len(kt.objs) != 1 || kt.objs[0].kind() != "quota") {
+			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.stateful, kt.objs)
+		}
+	}
+}
