@@ -61,6 +61,15 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 		{"foreign element added", func(t *testing.T, ns string) {
 			nftIn(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 10.1.2.3 }")
 		}, "ip " + HelperTableName, "set KUBE-IPVS-IPS: element 10.1.2.3 is not ours"},
+		{"rule with an anonymous set", func(t *testing.T, ns string) {
+			nftIn(t, ns, "add rule ip "+HelperTableName+" "+chainIPVSFilter+" ip saddr { 1.2.3.4, 5.6.7.8 } counter")
+		}, "ip " + HelperTableName, "set __set0: not ours"},
+		{"quota, ct helper and a counter used by a rule", func(t *testing.T, ns string) {
+			nftIn(t, ns, "add quota ip6 "+HelperTableName+" fq { over 25 mbytes }")
+			nftIn(t, ns, `add ct helper ip6 `+HelperTableName+` fh { type "ftp" protocol tcp; }`)
+			nftIn(t, ns, "add counter ip6 "+HelperTableName+" fc")
+			nftIn(t, ns, "add rule ip6 "+HelperTableName+" "+chainIPVSFilter+" counter name fc")
+		}, "ip6 " + HelperTableName, "ct helper fh: not ours"},
 		{"table deleted", func(t *testing.T, ns string) {
 			nftIn(t, ns, "delete", "table", "ip6", HelperTableName)
 		}, "ip6 " + HelperTableName, "missing"},

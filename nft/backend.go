@@ -2,6 +2,7 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,6 +91,10 @@ type Backend struct {
 	// now is the clock of staleSince (tests move it).
 	now      func() time.Time
 	needFull bool
+	// replace holds the tables whose repair the kernel refused: the next
+	// full sync deletes and creates them again whole, in its one
+	// transaction, whatever they hold (see markReplace).
+	replace map[tableID]bool
 	// lineage and stateGen identify the State applied last, so that the
 	// next one's Delta (if it follows) says what changed.
 	lineage  *proxier.Lineage
@@ -288,7 +293,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	for _, id := range tableIDs() {
 		var x *tx
 		if full {
-			x, stale[id] = fullTx(want[id], kts[id])
+			x, stale[id] = fullTx(want[id], kts[id], b.replace[id])
 		} else {
 			x, stale[id], kept[id] = diffTx(have[id], want[id], names, b.pending[id], due(id))
 		}
@@ -327,12 +332,15 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		b.committed(gen, genErr == nil && err == nil, commits)
 		if err != nil {
 			b.needFull = true
-			if !full {
+			if full {
+				b.markReplace(err, want)
+			} else {
 				b.undo(have)
 			}
 			return res, fmt.Errorf("applying nftables generation: %w", err)
 		}
 	}
+	b.replace = nil
 	b.applied = want
 	b.lineage, b.stateGen = st.Delta.Lineage, st.Delta.Gen
 	res.FollowUpAt = b.keepStale(stale, kept, b.now())
@@ -358,6 +366,36 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		}
 	}
 	return res, nil
+}
+
+// markReplace makes the next full sync replace the table whose full sync
+// the kernel refused (err), or all of them when the refusal names none of
+// ours. A full sync repairs in place whatever we know of; what the kernel
+// still refuses (another process's object we cannot delete alone, a limit
+// we do not read back) goes with the table, so that a sync never fails
+// for ever on our own table. The replacement loses the affinity set's
+// entries, if it is that table, and only then.
+func (b *Backend) markReplace(err error, want map[tableID]*Table) {
+	var txErr *TxError
+	if !errors.As(err, &txErr) {
+		return // not refused: nothing says the table is at fault
+	}
+	if b.replace == nil {
+		b.replace = map[tableID]bool{}
+	}
+	named := false
+	for _, id := range tableIDs() {
+		if id.f == txErr.Family && want[id].Name == txErr.Table {
+			b.replace[id], named = true, true
+		}
+	}
+	if !named {
+		for _, id := range tableIDs() {
+			b.replace[id] = true
+		}
+	}
+	b.log.Warn("the kernel refused to repair our nftables tables in place; the next sync replaces them whole",
+		"table", txErr.Family.String()+" "+txErr.Table, "err", err)
 }
 
 // keepStale records the chains left to delete after a successful sync: the

@@ -105,7 +105,7 @@ func BenchmarkFullSyncUserspace(b *testing.B) {
 				bt := newBatch(1)
 				var setID uint32
 				for _, id := range tableIDs() {
-					x, _ := fullTx(want[id], &kTable{})
+					x, _ := fullTx(want[id], &kTable{}, false)
 					x.write(bt, &setID)
 				}
 				if _, _, err := bt.finish(); err != nil {

@@ -85,10 +85,31 @@ func metaDrift(t *Table, kt *kTable, stale map[string]bool, d *drift) {
 			d.add("set %s: %s", setAffinity, why)
 		}
 	}
-	for n := range kt.sets {
+	for n, ks := range kt.sets {
 		if t.Map(n) == nil && (n != setAffinity || !t.Affinity) {
-			d.add("set %s: not ours", n)
+			foreignSet(n, ks, d)
 		}
+	}
+	statefulDrift(kt, d)
+}
+
+// foreignSet reports a set that is not ours.
+func foreignSet(name string, ks *kSet, d *drift) {
+	if ks.anonymous() {
+		d.add("set %s: not ours, an anonymous set (goes with its rule)", name)
+		return
+	}
+	d.add("set %s: not ours", name)
+}
+
+// statefulDrift reports a table's stateful objects and flowtables: we
+// create none, so each is another process's.
+func statefulDrift(kt *kTable, d *drift) {
+	for _, o := range kt.objs {
+		d.add("%s %s: not ours", o.kind(), o.name)
+	}
+	for _, ft := range kt.flowtables {
+		d.add("flowtable %s: not ours", ft)
 	}
 }
 

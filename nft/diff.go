@@ -13,6 +13,8 @@ type txWriter interface {
 	addTable(f Family, name, comment string)
 	delTable(f Family, name string)
 	delSet(f Family, table, name string)
+	delObj(f Family, table string, o kObj)
+	delFlowtable(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
 	addAffinitySet(f Family, table string, id uint32)
 	flushMap(f Family, table, m string)
@@ -43,7 +45,11 @@ type tx struct {
 	// (no rule can refer to a base chain, so deleting them is always safe).
 	delSets []string
 	delBase []string
-	newMaps []*Map
+	// delObjs and delFlowtables are another process's: deleted after the
+	// flush and the sets, which drop the references to them.
+	delObjs       []kObj
+	delFlowtables []string
+	newMaps       []*Map
 	// newAffinity creates the affinity set if it does not exist; it is
 	// never flushed (its elements are the clients' live affinities).
 	newAffinity bool
@@ -61,7 +67,8 @@ func newTx(t *Table) *tx {
 }
 
 func (x *tx) empty() bool {
-	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 &&
+		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
 		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.delChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
@@ -81,6 +88,12 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	}
 	for _, s := range x.delSets {
 		w.delSet(x.f, t.Name, s)
+	}
+	for _, o := range x.delObjs {
+		w.delObj(x.f, t.Name, o)
+	}
+	for _, ft := range x.delFlowtables {
+		w.delFlowtable(x.f, t.Name, ft)
 	}
 	for _, m := range x.newMaps {
 		*setID++
@@ -117,18 +130,32 @@ func (x *tx) write(w txWriter, setID *uint32) {
 // is replaced; whatever the kernel holds with other attributes than ours is
 // deleted and created again; chains we no longer want are flushed and
 // returned as stale (to be deleted by the next transaction, once nothing
-// refers to them), but base chains, which nothing can refer to, are deleted.
-func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
+// refers to them), but base chains, which nothing can refer to, are deleted,
+// and so are another process's sets, objects and flowtables. With replace
+// (or when only a re-creation can repair the table), the table is deleted
+// and created again whole, in the same transaction: the kernel never shows
+// it in between.
+func fullTx(want *Table, have *kTable, replace bool) (x *tx, stale []string) {
 	x = newTx(want)
-	f := want.Family
 	x.newTable = true
-	if have.exists && !bytes.Equal(have.udata, commentUdata(0, want.Comment)) {
+	if have.exists && (replace || !bytes.Equal(have.udata, commentUdata(0, want.Comment))) {
 		x.delTable = true // a comment is set only when a table is created
 		have = &kTable{}
 	}
 	x.flushTable = have.exists
 	x.newAffinity = want.Affinity
 	names := want.serviceNames()
+	x.fullSets(have, names)
+	x.delObjs = append(x.delObjs, have.objs...)
+	x.delFlowtables = append(x.delFlowtables, have.flowtables...)
+	return x, x.fullChains(have, want.chainsOf(names))
+}
+
+// fullSets rewrites every map's elements, and deletes the sets that are
+// not ours or not of our type. Anonymous sets go with their rules (the
+// table's flush deletes them): the kernel refuses to delete them alone.
+func (x *tx) fullSets(have *kTable, names []proxier.ServicePortName) {
+	want, f := x.table, x.f
 	if want.Affinity && have.sets[setAffinity] != nil && affinityMismatch(f, have.sets[setAffinity]) != "" {
 		x.delSets = append(x.delSets, setAffinity)
 	}
@@ -145,12 +172,17 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 		}
 		x.addElems[m.Name] = want.elementsOf(names, m.Name)
 	}
-	for name := range have.sets {
-		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) {
+	for name, ks := range have.sets {
+		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
-	all := want.chainsOf(names)
+}
+
+// fullChains creates the chains the kernel lacks, writes every chain's
+// rules, and returns the regular chains not ours, to delete later.
+// Anonymous chains go with the rules that jump to them.
+func (x *tx) fullChains(have *kTable, all []*Chain) (stale []string) {
 	x.newChains = make([]*Chain, 0, len(all))
 	x.rules = all
 	// Which of the kernel's chains stay: only asked when it has any (not
@@ -174,14 +206,14 @@ func fullTx(want *Table, have *kTable) (x *tx, stale []string) {
 	}
 	for name, kc := range have.chains {
 		switch {
-		case wanted[name]:
+		case wanted[name] || kc.binding():
 		case kc.base:
 			x.delBase = append(x.delBase, name)
 		default:
 			stale = append(stale, name)
 		}
 	}
-	return x, stale
+	return stale
 }
 
 // diffTx turns the last applied table into the wanted one, looking only at

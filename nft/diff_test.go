@@ -119,7 +119,7 @@ func TestFullTx(t *testing.T) {
 		chains: map[string]*kChain{"KUBE-SERVICES": {}, "KUBE-SVC-OLD": {}},
 		sets: map[string]*kSet{"service-ips": {flags: unix.NFT_SET_MAP, keyType: concatType(IPv4, want.Map("service-ips").Key),
 			keyLen: keyLen(IPv4, want.Map("service-ips").Key), dataType: verdictType,
-			udata: commentUdata(setCommentType, want.Map("service-ips").Comment)}}})
+			udata: commentUdata(setCommentType, want.Map("service-ips").Comment)}}}, false)
 	var w scriptWriter
 	var id uint32
 	x.write(&w, &id)

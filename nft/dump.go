@@ -17,6 +17,11 @@ const (
 	nftTableFDormant = 1
 	nftTableFOwner   = 2
 	nftChainBase     = 1
+	// NFT_CHAIN_BINDING: an anonymous chain, bound to the rule that jumps to it.
+	nftChainBinding = 4
+	// NFTA_FLOWTABLE_TABLE and NFTA_FLOWTABLE_NAME.
+	nftaFlowtableTable = 1
+	nftaFlowtableName  = 2
 )
 
 // nlAttr is one netlink attribute of a message being read.

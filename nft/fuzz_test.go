@@ -100,7 +100,7 @@ func FuzzBuildEncode(f *testing.F) {
 		bt := newBatch(1)
 		for _, tb := range rs.Tables {
 			checkReferences(t, tb)
-			x, _ := fullTx(tb, &kTable{})
+			x, _ := fullTx(tb, &kTable{}, false)
 			x.write(bt, &setID)
 		}
 		chunks, _, err := bt.finish()

@@ -74,6 +74,10 @@ type TxError struct {
 	Op    string // what the refused message did
 	Errno syscall.Errno
 	Msg   string // the kernel's extended ack text, if any
+	// Family and Table name the table the refused message changed
+	// (Table is "" when it changed none, e.g. the batch's end).
+	Family Family
+	Table  string
 }
 
 func (e *TxError) Error() string {
@@ -125,6 +129,7 @@ func (k *Kernel) Apply(b *batch) error {
 			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
 			if errno != 0 && first == nil {
 				first = &TxError{Op: b.describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+				first.Family, first.Table = messageTable(b.message(seq))
 			}
 			if seq == lastSeq {
 				done = true

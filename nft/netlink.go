@@ -276,6 +276,22 @@ func (b *batch) delSet(f Family, table, name string) {
 	b.end()
 }
 
+// delObj deletes a stateful object, named by its type and name.
+func (b *batch) delObj(f Family, table string, o kObj) {
+	b.begin(unix.NFT_MSG_DELOBJ, 0, f)
+	b.str(unix.NFTA_OBJ_TABLE, table)
+	b.str(unix.NFTA_OBJ_NAME, o.name)
+	b.u32(unix.NFTA_OBJ_TYPE, o.typ)
+	b.end()
+}
+
+func (b *batch) delFlowtable(f Family, table, name string) {
+	b.begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
+	b.str(nftaFlowtableTable, table)
+	b.str(nftaFlowtableName, name)
+	b.end()
+}
+
 var hookNumbers = map[string]uint32{
 	"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN, "forward": unix.NF_INET_FORWARD,
 	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
@@ -599,22 +615,38 @@ func describeMessage(msg []byte) string {
 	return strings.TrimSpace(verb + " " + strings.TrimRight(string(name), "\x00"))
 }
 
+// messageTable returns the family and table an object message changes:
+// every nf_tables object message names its table in attribute 1 (a table
+// message its own name). "" for others (batch begin and end).
+func messageTable(msg []byte) (Family, string) {
+	if len(msg) < nlmsgHdrLen+nfgenLen || binary.NativeEndian.Uint16(msg[4:])>>8 != unix.NFNL_SUBSYS_NFTABLES {
+		return 0, ""
+	}
+	name, ok := findAttr(msg[nlmsgHdrLen+nfgenLen:], 1)
+	if !ok {
+		return 0, ""
+	}
+	return Family(msg[nlmsgHdrLen]), strings.TrimRight(string(name), "\x00")
+}
+
 // messageKinds are what our messages do, by type: a verb and the
 // attribute that names the object.
 var messageKinds = map[uint16]struct {
 	verb string
 	name uint16
 }{
-	unix.NFT_MSG_NEWTABLE:   {"add table", unix.NFTA_TABLE_NAME},
-	unix.NFT_MSG_DELTABLE:   {"delete table", unix.NFTA_TABLE_NAME},
-	unix.NFT_MSG_NEWCHAIN:   {"add chain", unix.NFTA_CHAIN_NAME},
-	unix.NFT_MSG_DELCHAIN:   {"delete chain", unix.NFTA_CHAIN_NAME},
-	unix.NFT_MSG_NEWRULE:    {"add rule to", unix.NFTA_RULE_CHAIN},
-	unix.NFT_MSG_DELRULE:    {"flush chain", unix.NFTA_RULE_CHAIN},
-	unix.NFT_MSG_NEWSET:     {"add set", unix.NFTA_SET_NAME},
-	unix.NFT_MSG_DELSET:     {"delete set", unix.NFTA_SET_NAME},
-	unix.NFT_MSG_NEWSETELEM: {"add elements to", unix.NFTA_SET_ELEM_LIST_SET},
-	unix.NFT_MSG_DELSETELEM: {"flush map", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_NEWTABLE:     {"add table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_DELTABLE:     {"delete table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_NEWCHAIN:     {"add chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_DELCHAIN:     {"delete chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_NEWRULE:      {"add rule to", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_DELRULE:      {"flush chain", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_NEWSET:       {"add set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_DELSET:       {"delete set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_NEWSETELEM:   {"add elements to", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_DELSETELEM:   {"flush map", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_DELOBJ:       {"delete object", unix.NFTA_OBJ_NAME},
+	unix.NFT_MSG_DELFLOWTABLE: {"delete flowtable", nftaFlowtableName},
 }
 
 // findAttr returns the payload of the first top-level attribute of that type.

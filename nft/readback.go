@@ -10,7 +10,9 @@ import (
 )
 
 // kTable is what the kernel holds of one of our tables, as far as the
-// metadata goes (tables, chains and sets: one dump each per family).
+// metadata goes: its chains and sets, and the stateful objects and
+// flowtables that only another process puts there (all the kinds of
+// object a table can hold).
 type kTable struct {
 	exists bool
 	use    uint32 // the kernel's count of the table's chains, sets, objects and flowtables
@@ -19,6 +21,16 @@ type kTable struct {
 	udata  []byte
 	chains map[string]*kChain
 	sets   map[string]*kSet
+	objs   []kObj
+	// flowtables are the names of the table's flowtables.
+	flowtables []string
+	// stateful is set once objs and flowtables were read.
+	stateful bool
+}
+
+// counted is how many of the objects the table's use count counts were read.
+func (kt *kTable) counted() int {
+	return len(kt.chains) + len(kt.sets) + len(kt.objs) + len(kt.flowtables)
 }
 
 // kChain is a chain's attributes as the kernel reports them.
@@ -32,20 +44,91 @@ type kChain struct {
 	udata    []byte
 }
 
+// binding reports an anonymous chain (nft's `jump { ... }`): it belongs to
+// the rule that jumps to it, and goes with that rule.
+func (kc *kChain) binding() bool { return kc.flags&nftChainBinding != 0 }
+
 // kSet is a set's or map's attributes as the kernel reports them.
 type kSet struct {
 	flags, keyType, keyLen, dataType, dataLen uint32
 	udata                                     []byte
 }
 
+// anonymous reports a set or map of one rule (nft's `{ ... }` and
+// `vmap { ... }`): it goes with the rule, and cannot be deleted alone.
+func (ks *kSet) anonymous() bool { return ks.flags&unix.NFT_SET_ANONYMOUS != 0 }
+
+// kObj is a stateful object (counter, quota, ct helper, limit...).
+type kObj struct {
+	typ  uint32 // NFT_OBJECT_*
+	name string
+}
+
+// objectKinds are nft's names of the object types (NFT_OBJECT_*).
+var objectKinds = map[uint32]string{
+	1: "counter", 2: "quota", 3: "ct helper", 4: "limit", 5: "connlimit",
+	6: "tunnel", 7: "ct timeout", 8: "secmark", 9: "ct expectation", 10: "synproxy",
+}
+
+func (o kObj) kind() string {
+	if n, ok := objectKinds[o.typ]; ok {
+		return n
+	}
+	return fmt.Sprintf("object of type %d", o.typ)
+}
+
 // readFamily reads the metadata of the named tables of family f; a table
 // the kernel does not have comes back with exists false. expect, when it
 // has a table's name, lists the chains that table should hold: they are
-// asked for by name, and when the table's use count says it holds more
-// objects than found, its chains are dumped family-wide instead (the
-// kernel has no per-table filter for a chain dump, so that costs the
-// chains of every table of the family).
+// asked for by name. A table's use count says whether it holds more than
+// that: then its objects and flowtables are read (one small dump each)
+// and, when some are still unaccounted for, its chains are dumped
+// family-wide (the kernel has no per-table filter for a chain dump, so
+// that costs the chains of every table of the family).
 func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string) (map[string]*kTable, error) {
+	out, err := k.readTables(f, names)
+	if err != nil {
+		return nil, err
+	}
+	dumpAll := false
+	for name, kt := range out {
+		if !kt.exists {
+			continue
+		}
+		if err := k.readSets(f, name, kt); err != nil {
+			return nil, err
+		}
+		want, ok := expect[name]
+		if !ok {
+			dumpAll = true
+			continue
+		}
+		if err := k.getChains(f, name, want, kt.chains); err != nil {
+			return nil, fmt.Errorf("reading chains of %s %s: %w", f, name, err)
+		}
+		if err := k.readStatefulIfUncounted(f, name, kt); err != nil {
+			return nil, err
+		}
+		dumpAll = dumpAll || kt.counted() != int(kt.use) // chains we did not ask for
+	}
+	if !dumpAll {
+		return out, nil
+	}
+	if err := k.dumpFamilyChains(f, out); err != nil {
+		return nil, err
+	}
+	for name, kt := range out {
+		if kt.exists && !kt.stateful {
+			if err := k.readStatefulIfUncounted(f, name, kt); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// readTables reads the attributes of the named tables of family f.
+func (k *Kernel) readTables(f Family, names []string) (map[string]*kTable, error) {
 	out := make(map[string]*kTable, len(names))
 	for _, n := range names {
 		out[n] = &kTable{chains: map[string]*kChain{}, sets: map[string]*kSet{}}
@@ -75,62 +158,48 @@ func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string
 	if err != nil {
 		return nil, fmt.Errorf("listing %s tables: %w", f, err)
 	}
-	for name, kt := range out {
-		if !kt.exists {
-			continue
-		}
-		err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
-			var set string
-			s := &kSet{}
-			forAttrs(p, func(a nlAttr) {
-				switch a.typ {
-				case unix.NFTA_SET_NAME:
-					set = a.str()
-				case unix.NFTA_SET_FLAGS:
-					s.flags = a.u32()
-				case unix.NFTA_SET_KEY_TYPE:
-					s.keyType = a.u32()
-				case unix.NFTA_SET_KEY_LEN:
-					s.keyLen = a.u32()
-				case unix.NFTA_SET_DATA_TYPE:
-					s.dataType = a.u32()
-				case unix.NFTA_SET_DATA_LEN:
-					s.dataLen = a.u32()
-				case unix.NFTA_SET_USERDATA:
-					s.udata = clone(a.data)
-				}
-			})
-			kt.sets[set] = s
-			return nil
+	return out, nil
+}
+
+// readSets reads the attributes of a table's sets and maps.
+func (k *Kernel) readSets(f Family, name string, kt *kTable) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
+		var set string
+		s := &kSet{}
+		forAttrs(p, func(a nlAttr) {
+			switch a.typ {
+			case unix.NFTA_SET_NAME:
+				set = a.str()
+			case unix.NFTA_SET_FLAGS:
+				s.flags = a.u32()
+			case unix.NFTA_SET_KEY_TYPE:
+				s.keyType = a.u32()
+			case unix.NFTA_SET_KEY_LEN:
+				s.keyLen = a.u32()
+			case unix.NFTA_SET_DATA_TYPE:
+				s.dataType = a.u32()
+			case unix.NFTA_SET_DATA_LEN:
+				s.dataLen = a.u32()
+			case unix.NFTA_SET_USERDATA:
+				s.udata = clone(a.data)
+			}
 		})
-		if err != nil {
-			return nil, fmt.Errorf("listing sets of %s %s: %w", f, name, err)
-		}
+		kt.sets[set] = s
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing sets of %s %s: %w", f, name, err)
 	}
-	dumpAll := false
-	for name, kt := range out {
-		want, ok := expect[name]
-		if !kt.exists {
-			continue
-		}
-		if !ok {
-			dumpAll = true
-			continue
-		}
-		if err := k.getChains(f, name, want, kt.chains); err != nil {
-			return nil, fmt.Errorf("reading chains of %s %s: %w", f, name, err)
-		}
-		if int(kt.use) != len(kt.chains)+len(kt.sets) {
-			dumpAll = true // chains we did not ask for, or objects
-		}
-	}
-	if !dumpAll {
-		return out, nil
-	}
+	return nil
+}
+
+// dumpFamilyChains replaces the chains read of each table with a dump of
+// every chain of the family.
+func (k *Kernel) dumpFamilyChains(f Family, out map[string]*kTable) error {
 	for _, kt := range out {
 		clear(kt.chains)
 	}
-	err = k.dump(unix.NFT_MSG_GETCHAIN, f, nil, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETCHAIN, f, nil, func(p []byte) error {
 		table, name, c := parseChain(p)
 		if kt := out[table]; kt != nil {
 			kt.chains[name] = c
@@ -138,9 +207,47 @@ func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing %s chains: %w", f, err)
+		return fmt.Errorf("listing %s chains: %w", f, err)
 	}
-	return out, nil
+	return nil
+}
+
+// readStatefulIfUncounted reads a table's objects and flowtables when its
+// use count says it holds more than the chains and sets read: our tables
+// have none, so this costs nothing until another process adds some.
+func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *kTable) error {
+	if kt.counted() >= int(kt.use) {
+		return nil
+	}
+	kt.stateful = true
+	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
+		var o kObj
+		forAttrs(p, func(a nlAttr) {
+			switch a.typ {
+			case unix.NFTA_OBJ_NAME:
+				o.name = a.str()
+			case unix.NFTA_OBJ_TYPE:
+				o.typ = a.u32()
+			}
+		})
+		kt.objs = append(kt.objs, o)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing objects of %s %s: %w", f, name, err)
+	}
+	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
+		forAttrs(p, func(a nlAttr) {
+			if a.typ == nftaFlowtableName {
+				kt.flowtables = append(kt.flowtables, a.str())
+			}
+		})
+		return nil
+	})
+	if err != nil && !errors.Is(err, unix.EOPNOTSUPP) { // a kernel without flowtables has none
+		return fmt.Errorf("listing flowtables of %s %s: %w", f, name, err)
+	}
+	return nil
 }
 
 // parseChain reads a chain message's table, name and attributes.

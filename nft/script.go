@@ -24,6 +24,14 @@ func (s *scriptWriter) delSet(f Family, table, name string) {
 	s.line("delete set %s %s %s", f, table, name)
 }
 
+func (s *scriptWriter) delObj(f Family, table string, o kObj) {
+	s.line("delete %s %s %s %s", o.kind(), f, table, o.name)
+}
+
+func (s *scriptWriter) delFlowtable(f Family, table, name string) {
+	s.line("delete flowtable %s %s %s", f, table, name)
+}
+
 func (s *scriptWriter) addMap(f Family, table string, m *Map, _ uint32) {
 	var types []string
 	for _, fl := range m.Key {

@@ -49,11 +49,12 @@ func (k *Kernel) SetTableDrift(want *SetTable) ([]string, error) {
 	if err := k.chainRulesDrift(f, want.Name, chains, kt, &d); err != nil {
 		return nil, err
 	}
-	for n := range kt.sets {
+	for n, ks := range kt.sets {
 		if want.Set(n) == nil {
-			d.add("set %s: not ours", n)
+			foreignSet(n, ks, &d)
 		}
 	}
+	statefulDrift(kt, &d)
 	for _, s := range want.Sets {
 		if why := setMismatch(f, kt.sets[s.Name], s); why != "" {
 			d.add("set %s: %s", s.Name, why)

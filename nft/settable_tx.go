@@ -164,7 +164,9 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 			diffs = append(diffs, "unexpected chain "+name)
 		}
 	}
-	return elems, diffs, nil
+	var d drift
+	statefulDrift(kt, &d)
+	return elems, append(diffs, d.list()...), nil
 }
 
 func setMismatch(f Family, ks *kSet, s *Set) string {

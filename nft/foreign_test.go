@@ -1,0 +1,301 @@
+package nft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// foreignCase adds another process's objects to our ip table with nft.
+type foreignCase struct {
+	name string
+	nft  []string // nft commands, one string each, run in order
+	want string   // a substring of one reported difference
+	// refused: the in-place repair is refused by the kernel, and the
+	// attempt after it replaces the table whole.
+	refused bool
+	// optional: skip where the kernel cannot hold the object at all.
+	optional bool
+	// inject, when set, tampers over netlink instead of with nft.
+	inject func(t *testing.T, ns string)
+}
+
+func foreignCases() []foreignCase {
+	const tbl = "ip " + DefaultTableName + " "
+	return []foreignCase{
+		{name: "rule with an anonymous set", want: "set __set",
+			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr { 1.2.3.4, 5.6.7.8 } counter"}},
+		{name: "rule with an anonymous verdict map", want: "__map",
+			nft: []string{"insert rule " + tbl + "KUBE-SERVICES ip saddr vmap { 1.2.3.4 : drop, 5.6.7.8 : accept }"}},
+		{name: "rule with an anonymous chain", want: "chain __chain",
+			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr 1.2.3.4 jump { counter; }"}},
+		{name: "named set and a rule using it", want: "set foreign: not ours",
+			nft: []string{"add set " + tbl + "foreign { type ipv4_addr; elements = { 1.2.3.4 }; }",
+				"add rule " + tbl + "KUBE-SERVICES ip saddr @foreign drop"}},
+		{name: "counter used by a rule", want: "counter fc: not ours",
+			nft: []string{"add counter " + tbl + "fc", "add rule " + tbl + "KUBE-SERVICES counter name fc"}},
+		{name: "quota", want: "quota fq: not ours", nft: []string{"add quota " + tbl + "fq { over 25 mbytes }"}},
+		{name: "ct helper", want: "ct helper fh: not ours",
+			nft: []string{`add ct helper ` + tbl + `fh { type "ftp" protocol tcp; }`}},
+		{name: "limit, ct timeout, ct expectation and synproxy", want: "synproxy fs: not ours",
+			nft: []string{"add limit " + tbl + "fl { rate 10/second }",
+				"add ct timeout " + tbl + "fto { protocol tcp; policy = { established: 100 }; }",
+				"add ct expectation " + tbl + "fe { protocol tcp; dport 21; timeout 1s; size 10; l3proto ip; }",
+				"add synproxy " + tbl + "fs { mss 1460; wscale 7; }"}},
+		{name: "map of counters", want: "counter fc: not ours",
+			nft: []string{"add counter " + tbl + "fc", `add map ` + tbl + `fcm { type ipv4_addr : counter; elements = { 1.2.3.4 : "fc" }; }`}},
+		{name: "flowtable used by a rule", want: "flowtable ff: not ours", optional: true,
+			nft: []string{"add flowtable " + tbl + "ff { hook ingress priority 0; devices = { lo }; }",
+				"add chain " + tbl + "offload { type filter hook forward priority 0; }",
+				"add rule " + tbl + "offload ip protocol tcp flow add @ff"}},
+		// The map has our type and comment, so the in-place repair keeps
+		// it, and the kernel refuses a second element in it.
+		{name: "map re-created with room for one element", want: "rules, want", refused: true, inject: sizedServiceIPs},
+	}
+}
+
+// injectForeign runs a case's nft commands; an optional case is skipped
+// when the kernel cannot hold its objects.
+func injectForeign(t *testing.T, ns string, tc foreignCase) {
+	t.Helper()
+	if tc.inject != nil {
+		tc.inject(t, ns)
+	}
+	for _, c := range tc.nft {
+		if !tc.optional {
+			nftIn(t, ns, c)
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "exec", ns, "nft", c).CombinedOutput(); err != nil {
+			t.Skipf("this kernel cannot hold it (nft %s: %v: %s)", c, err, out)
+		}
+	}
+}
+
+// sizedServiceIPs does what another process could: in one transaction,
+// it flushes the rules of our ip table and creates its service-ips map
+// again, with our type and comment (nft would add its own userdata) but
+// room for one element.
+func sizedServiceIPs(t *testing.T, ns string) {
+	k, err := OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	m := BuildTable(IPv4, demoConfig(), proxier.Node{}, MainTable).Map(mapServiceIPs)
+	bt := k.newBatch()
+	bt.flushChain(IPv4, DefaultTableName, "")
+	bt.delSet(IPv4, DefaultTableName, m.Name)
+	bt.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, IPv4)
+	bt.str(unix.NFTA_SET_TABLE, DefaultTableName)
+	bt.str(unix.NFTA_SET_NAME, m.Name)
+	bt.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	bt.u32(unix.NFTA_SET_KEY_TYPE, concatType(IPv4, m.Key))
+	bt.u32(unix.NFTA_SET_KEY_LEN, keyLen(IPv4, m.Key))
+	bt.u32(unix.NFTA_SET_DATA_TYPE, verdictType)
+	bt.u32(unix.NFTA_SET_DATA_LEN, 0)
+	bt.u32(unix.NFTA_SET_ID, 1)
+	bt.nest(unix.NFTA_SET_DESC)
+	bt.u32(unix.NFTA_SET_DESC_SIZE, 1)
+	bt.unnest()
+	bt.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
+	bt.end()
+	if err := k.Apply(bt); err != nil {
+		t.Fatalf("re-creating %s with room for one element: %v", m.Name, err)
+	}
+	k.finished(bt)
+}
+
+// syncUntilRepaired syncs st until a sync succeeds: at once, or after one
+// refused transaction when refused (the next one replaces the table).
+func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool) proxier.SyncResult {
+	t.Helper()
+	res, err := b.Sync(context.Background(), st)
+	var txErr *TxError
+	if refused {
+		if !errors.As(err, &txErr) {
+			t.Fatalf("in-place repair: err = %v, want a transaction the kernel refuses", err)
+		}
+		t.Logf("in-place repair refused as expected: %v", err)
+		var trace bytes.Buffer
+		b.Trace = &trace
+		defer func() { b.Trace = nil }()
+		commits := b.k.commits
+		if res, err = b.Sync(context.Background(), st); err != nil {
+			t.Fatalf("the sync after the refused one: %v", err)
+		}
+		replace := "delete table ip " + DefaultTableName + "\nadd table ip " + DefaultTableName + " "
+		if b.k.commits-commits != 1 || !strings.Contains(trace.String(), replace) {
+			t.Errorf("the sync after the refused one took %d transactions, want one that deletes and adds the table:\n%s",
+				b.k.commits-commits, trace.String())
+		}
+		return res
+	}
+	if err != nil {
+		t.Fatalf("repairing sync: %v", err)
+	}
+	return res
+}
+
+// Whatever another process adds to our table is found by the drift check
+// and removed by the repair; when the kernel refuses the repair in place,
+// the next sync replaces the table whole. Afterwards the kernel holds
+// exactly our render, the check is clean and a Service change syncs.
+func TestKernelForeignObjectsRepaired(t *testing.T) {
+	for _, tc := range foreignCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			b := openTestBackend(t, ns, demoConfig())
+			b.CheckEvery = time.Nanosecond
+			var found []string
+			b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+			ctx := context.Background()
+			st := demoState()
+			for i := 0; i < 2; i++ { // program, then check clean
+				if _, err := b.Sync(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			injectForeign(t, ns, tc)
+			if res := syncUntilRepaired(t, b, st, tc.refused); !res.Full {
+				t.Errorf("the repair was not a full sync")
+			}
+			t.Logf("reported: %q", found)
+			if !containsSub(found, tc.want) {
+				t.Errorf("reported %q, want one containing %q", found, tc.want)
+			}
+			assertKernelIsRender(t, ns, st)
+			found = nil
+			if _, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
+				t.Errorf("check after the repair: err=%v drift=%q", err, found)
+			}
+			next := shallowCopy(st)
+			web := proxierName("default", "web", "http")
+			next.Endpoints[web] = next.Endpoints[web][1:]
+			if _, err := b.Sync(ctx, next); err != nil {
+				t.Fatalf("a Service change after the repair: %v", err)
+			}
+			// The follow-up sync deletes the chains the repair flushed.
+			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			if _, err := b.Sync(ctx, next); err != nil {
+				t.Fatalf("the follow-up sync: %v", err)
+			}
+			if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+				t.Errorf("the kernel differs from what the Service change applied: %q", d)
+			}
+		})
+	}
+}
+
+// A restarted proxy (a new Backend, first sync full) onto a table with
+// foreign objects programs its rules: in its first transaction, or in the
+// second, replacing the table, when the kernel refuses the first.
+func TestKernelForeignObjectsAtStartup(t *testing.T) {
+	for _, tc := range foreignCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNetns(t)
+			st := demoState()
+			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			injectForeign(t, ns, tc)
+			b := openTestBackend(t, ns, demoConfig())
+			syncUntilRepaired(t, b, st, tc.refused)
+			assertKernelIsRender(t, ns, st)
+			// The follow-up sync deletes the chains the first one flushed.
+			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			if _, err := b.Sync(context.Background(), st); err != nil {
+				t.Fatalf("the follow-up sync: %v", err)
+			}
+			if strings.Contains(nftIn(t, ns, "list", "ruleset"), "__") {
+				t.Errorf("an anonymous object survived the restart")
+			}
+		})
+	}
+}
+
+// A full sync over a table holding another process's objects deletes its
+// named sets, objects and flowtables after the flush that drops the rules
+// using them, and leaves anonymous sets and chains to go with their rules;
+// with replace, it deletes and adds the table instead, in the same
+// transaction.
+func TestFullTxForeign(t *testing.T) {
+	want := ipv4(demoState())
+	have := func() *kTable {
+		return &kTable{exists: true, udata: commentUdata(0, want.Comment),
+			chains: map[string]*kChain{"KUBE-SERVICES": {}, "__chain0": {flags: nftChainBinding}, "offload": {base: true}},
+			sets: map[string]*kSet{"__set0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
+				"__map0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
+			objs:       []kObj{{typ: 1, name: "fc"}, {typ: 2, name: "fq"}, {typ: 3, name: "fh"}, {typ: 99, name: "odd"}},
+			flowtables: []string{"ff"}}
+	}
+	script := func(replace bool) string {
+		x, _ := fullTx(want, have(), replace)
+		var w scriptWriter
+		var id uint32
+		x.write(&w, &id)
+		return w.b.String()
+	}
+	got := script(false)
+	order := []string{"flush table ip kube-nftproxy\n", "delete chain ip kube-nftproxy offload\n",
+		"delete set ip kube-nftproxy foreign\n", "delete counter ip kube-nftproxy fc\n", "delete quota ip kube-nftproxy fq\n",
+		"delete ct helper ip kube-nftproxy fh\n", "delete object of type 99 ip kube-nftproxy odd\n",
+		"delete flowtable ip kube-nftproxy ff\n", "add rule"}
+	last := -1
+	for _, l := range order {
+		i := strings.Index(got, l)
+		if i < last {
+			t.Errorf("%q missing or out of order in:\n%s", l, got)
+		}
+		last = i
+	}
+	for _, anon := range []string{"__set0", "__map0", "__chain0"} {
+		if strings.Contains(got, anon) {
+			t.Errorf("the transaction names %s, which goes with its rule:\n%s", anon, got)
+		}
+	}
+	got = script(true)
+	if !strings.HasPrefix(got, "delete table ip kube-nftproxy\nadd table ip kube-nftproxy ") ||
+		strings.Contains(got, "flush") || strings.Contains(got, "delete set") || strings.Contains(got, "delete counter") {
+		t.Errorf("replace: want the table deleted and added, nothing else deleted:\n%s", got)
+	}
+}
+
+// Reading back a table that holds only our chains and sets costs no dump
+// of objects or flowtables (its use count says there are none); one with
+// a foreign object has them read, and only that one.
+func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
+	ns := testNetns(t)
+	b := openTestBackend(t, ns, demoConfig())
+	if _, err := b.Sync(context.Background(), demoState()); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[tableID]*kTable {
+		t.Helper()
+		kts, err := b.readKernel(b.applied)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kts
+	}
+	for id, kt := range read() {
+		if kt.stateful {
+			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
+		}
+	}
+	nftIn(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
+	for id, kt := range read() {
+		foreign := id == tableID{IPv4, DeltaTable}
+		if kt.stateful != foreign || foreign && (len(kt.objs) != 1 || kt.objs[0].kind() != "quota") {
+			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.stateful, kt.objs)
+		}
+	}
+}
