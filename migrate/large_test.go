@@ -28,15 +28,27 @@ type largeService struct {
 	podAddresses []string
 }
 
+// largeNodePorts is how many of the Services have a NodePort (the default
+// range has 2768).
+const largeNodePorts = 2000
+
+// largeClusterCIDR holds the endpoints' addresses.
+const largeClusterCIDR = "10.128.0.0/10"
+
+// nthAddr is the IPv4 address base + n + 1.
+func nthAddr(base uint32, n int) string {
+	a := base + uint32(n) + 1
+	return fmt.Sprintf("%d.%d.%d.%d", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
+}
+
 func newLargeService(s, endpoints int) largeService {
 	spn := proxier.ServicePortName{Namespace: fmt.Sprintf("ns-%d", s/100), Name: fmt.Sprintf("svc-%d", s), Port: "http"}
-	ls := largeService{
-		name: spn.String(), ip: fmt.Sprintf("10.96.%d.%d", s/250, s%250+1), nodePort: 30000 + s%2768,
-		svc: nft.ServiceChain(spn, proxier.TCP), ext: nft.ExternalChain(spn, proxier.TCP),
+	ls := largeService{name: spn.String(), ip: nthAddr(0x0a600000, s), svc: nft.ServiceChain(spn, proxier.TCP)}
+	if s < largeNodePorts {
+		ls.nodePort, ls.ext = 30000+s, nft.ExternalChain(spn, proxier.TCP)
 	}
 	for e := range endpoints {
-		n := s*endpoints + e
-		addr := fmt.Sprintf("10.244.%d.%d", n/250, n%250+1)
+		addr := nthAddr(0x0a800000, s*endpoints+e)
 		ls.podAddresses = append(ls.podAddresses, addr)
 		ls.pods = append(ls.pods, addr+":8080")
 		ls.seps = append(ls.seps, nft.EndpointChain(spn, proxier.TCP, addr+":8080"))
@@ -55,7 +67,10 @@ func largeDump(w io.Writer, services, endpoints int) error {
 	b.WriteString(":KUBE-MARK-MASQ - [0:0]\n:KUBE-NODEPORTS - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-SERVICES - [0:0]\n")
 	for s := range services {
 		ls := newLargeService(s, endpoints)
-		fmt.Fprintf(&b, ":%s - [0:0]\n:%s - [0:0]\n", ls.ext, ls.svc)
+		if ls.ext != "" {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", ls.ext)
+		}
+		fmt.Fprintf(&b, ":%s - [0:0]\n", ls.svc)
 		for _, sep := range ls.seps {
 			fmt.Fprintf(&b, ":%s - [0:0]\n", sep)
 		}
@@ -85,10 +100,12 @@ func largeDump(w io.Writer, services, endpoints int) error {
 // writeLargeService writes the rules of one Service.
 func writeLargeService(b *strings.Builder, ls largeService) {
 	fmt.Fprintf(b, "-A KUBE-SERVICES -d %s/32 -p tcp -m comment --comment \"%s cluster IP\" -m tcp --dport 80 -j %s\n", ls.ip, ls.name, ls.svc)
-	fmt.Fprintf(b, "-A KUBE-NODEPORTS -p tcp -m comment --comment \"%s\" -m tcp --dport %d -j %s\n", ls.name, ls.nodePort, ls.ext)
-	fmt.Fprintf(b, "-A %s -m comment --comment \"masquerade traffic for %s external destinations\" -j KUBE-MARK-MASQ\n", ls.ext, ls.name)
-	fmt.Fprintf(b, "-A %s -j %s\n", ls.ext, ls.svc)
-	fmt.Fprintf(b, "-A %s ! -s 10.244.0.0/16 -d %s/32 -p tcp -m comment --comment \"%s cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ\n", ls.svc, ls.ip, ls.name)
+	if ls.ext != "" {
+		fmt.Fprintf(b, "-A KUBE-NODEPORTS -p tcp -m comment --comment \"%s\" -m tcp --dport %d -j %s\n", ls.name, ls.nodePort, ls.ext)
+		fmt.Fprintf(b, "-A %s -m comment --comment \"masquerade traffic for %s external destinations\" -j KUBE-MARK-MASQ\n", ls.ext, ls.name)
+		fmt.Fprintf(b, "-A %s -j %s\n", ls.ext, ls.svc)
+	}
+	fmt.Fprintf(b, "-A %s ! -s "+largeClusterCIDR+" -d %s/32 -p tcp -m comment --comment \"%s cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ\n", ls.svc, ls.ip, ls.name)
 	for e, sep := range ls.seps {
 		prob := ""
 		if left := len(ls.seps) - e; left > 1 {
@@ -130,23 +147,27 @@ func TestWriteLargeDump(t *testing.T) {
 
 // writeLargeState writes, in dir, the Services, EndpointSlices and Node of
 // which largeDump is kube-proxy's iptables mode's rules (on node-1,
-// cluster CIDR 10.244.0.0/16).
+// cluster CIDR largeClusterCIDR).
 func writeLargeState(dir string, services, endpoints int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString("apiVersion: v1\nkind: Node\nmetadata:\n  name: node-1\nspec:\n  podCIDR: 10.244.0.0/24\nstatus:\n  addresses:\n  - {type: InternalIP, address: 10.99.0.1}\n")
+	b.WriteString("apiVersion: v1\nkind: Node\nmetadata:\n  name: node-1\nspec:\n  podCIDR: 10.128.0.0/24\nstatus:\n  addresses:\n  - {type: InternalIP, address: 10.99.0.1}\n")
 	for s := range services {
-		ns, name := fmt.Sprintf("ns-%d", s/100), fmt.Sprintf("svc-%d", s)
+		ls := newLargeService(s, endpoints)
+		ns, name, _ := strings.Cut(strings.TrimSuffix(ls.name, ":http"), "/")
 		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\n", name, ns)
-		fmt.Fprintf(&b, "spec:\n  type: NodePort\n  clusterIP: 10.96.%d.%d\n  clusterIPs: [10.96.%d.%d]\n", s/250, s%250+1, s/250, s%250+1)
-		fmt.Fprintf(&b, "  ports:\n  - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: %d}\n", 30000+s%2768)
+		typ, nodePort := "ClusterIP", ""
+		if ls.nodePort != 0 {
+			typ, nodePort = "NodePort", fmt.Sprintf(", nodePort: %d", ls.nodePort)
+		}
+		fmt.Fprintf(&b, "spec:\n  type: %s\n  clusterIP: %s\n  clusterIPs: [%s]\n", typ, ls.ip, ls.ip)
+		fmt.Fprintf(&b, "  ports:\n  - {name: http, protocol: TCP, port: 80, targetPort: 8080%s}\n", nodePort)
 		fmt.Fprintf(&b, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: %s-1\n  namespace: %s\n  labels: {kubernetes.io/service-name: %s}\n", name, ns, name)
 		b.WriteString("addressType: IPv4\nports:\n- {name: http, protocol: TCP, port: 8080}\nendpoints:\n")
-		for e := range endpoints {
-			sep := s*endpoints + e
-			fmt.Fprintf(&b, "- addresses: [10.244.%d.%d]\n  conditions: {ready: true}\n  nodeName: node-2\n", sep/250, sep%250+1)
+		for _, addr := range ls.podAddresses {
+			fmt.Fprintf(&b, "- addresses: [%s]\n  conditions: {ready: true}\n  nodeName: node-2\n", addr)
 		}
 	}
 	return os.WriteFile(dir+"/objects.yaml", []byte(b.String()), 0o644)
@@ -202,7 +223,7 @@ func newLargeCase(tb testing.TB, shared bool, services int) largeCase {
 		tb.Fatalf("loading %s: %v", dir, problems)
 	}
 	cfg := nft.DefaultConfig()
-	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix(largeClusterCIDR)}
 	return largeCase{dump: []byte(dump.String()), ours: nft.Build(st, cfg)}
 }
 
