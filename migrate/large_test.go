@@ -194,22 +194,47 @@ func sharedChainDump(w io.Writer, n int) error {
 	return err
 }
 
+// sharedFirewallDump writes a dump whose n Service ports' load balancer
+// IPs all lead to one KUBE-FW chain of n source ranges.
+func sharedFirewallDump(w io.Writer, n int) error {
+	var b strings.Builder
+	b.WriteString("*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-FW-AAAAAAAAAAAAAAAA - [0:0]\n:KUBE-EXT-AAAAAAAAAAAAAAAA - [0:0]\n")
+	for i := range n {
+		fmt.Fprintf(&b, "-A KUBE-SERVICES -d %s/32 -p tcp -m comment --comment \"ns/s%d:http loadbalancer IP\" -m tcp --dport 80 -j KUBE-FW-AAAAAAAAAAAAAAAA\n", nthAddr(0xc0000000, i), i)
+		fmt.Fprintf(&b, "-A KUBE-FW-AAAAAAAAAAAAAAAA -s %s/32 -j KUBE-EXT-AAAAAAAAAAAAAAAA\n", nthAddr(0xcb000000, i))
+	}
+	b.WriteString("COMMIT\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 // largeCase is a dump of some size and the ruleset it is compared with.
 type largeCase struct {
 	dump []byte
 	ours *nft.Ruleset
 }
 
+// Shapes of newLargeCase's dumps.
+const (
+	shapeKubeProxy      = "kube-proxy"      // largeDump
+	shapeSharedChain    = "shared chain"    // sharedChainDump
+	shapeSharedFirewall = "shared firewall" // sharedFirewallDump
+)
+
 // newLargeCase makes largeDump's dump of services Services and the render
-// of its objects, or sharedChainDump's (compared with the demo's render).
-func newLargeCase(tb testing.TB, shared bool, services int) largeCase {
+// of its objects, or another shape's dump (compared with the demo's
+// render).
+func newLargeCase(tb testing.TB, shape string, services int) largeCase {
 	tb.Helper()
 	var dump strings.Builder
 	dir := filepath.Join("..", "examples", "demo")
 	var err error
-	if shared {
+	switch shape {
+	case shapeSharedChain:
 		err = sharedChainDump(&dump, services)
-	} else {
+	case shapeSharedFirewall:
+		err = sharedFirewallDump(&dump, services)
+	default:
 		dir = tb.TempDir()
 		if err = largeDump(&dump, services, 2); err == nil {
 			err = writeLargeState(dir, services, 2)
@@ -255,15 +280,15 @@ func allocated(fn func()) uint64 {
 // bytes (a cost in Service ports x chains would make it sixteen).
 func TestDiffLinear(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		shared bool
-		n      int
+		name, shape string
+		n           int
 	}{
-		{"kube-proxy's rules", false, 250},
-		{"every Service port leads to one chain", true, 500},
+		{"kube-proxy's rules", shapeKubeProxy, 250},
+		{"every Service port leads to one chain", shapeSharedChain, 500},
+		{"every load balancer IP leads to one firewall chain", shapeSharedFirewall, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			small, large := newLargeCase(t, tc.shared, tc.n), newLargeCase(t, tc.shared, 4*tc.n)
+			small, large := newLargeCase(t, tc.shape, tc.n), newLargeCase(t, tc.shape, 4*tc.n)
 			var rep *Report
 			a := allocated(func() { rep = small.diff(t) })
 			if len(rep.Results) < tc.n {
@@ -286,7 +311,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func BenchmarkDiff(b *testing.B) {
 	for _, n := range []int{800, 8000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			c := newLargeCase(b, false, n)
+			c := newLargeCase(b, shapeKubeProxy, n)
 			b.SetBytes(int64(len(c.dump)))
 			b.ReportAllocs()
 			var total uint64

@@ -200,9 +200,17 @@ func (v *view) facts() map[Key]*Facts {
 			}
 		}
 	}
+	// A firewall chain's sources are spelled out for the first Service
+	// port that leads to it, as its other chains (see chainFacts).
+	fwOwners := map[string]Key{}
 	for _, fw := range v.firewalls {
 		f := get(fw.service, fw.proto)
-		f.add(catFirewall, "%s from %s; others %s", netip.AddrPortFrom(fw.addr, fw.port), strings.Join(fw.allowed, ", "), fw.others)
+		allowed := "the sources of " + fw.chain
+		if owner, ok := fwOwners[fw.chain]; !ok || owner == f.Key {
+			fwOwners[fw.chain] = f.Key
+			allowed = strings.Join(fw.allowed, ", ")
+		}
+		f.add(catFirewall, "%s from %s; others %s", netip.AddrPortFrom(fw.addr, fw.port), allowed, fw.others)
 		roots[f.Key] = append(roots[f.Key], fw.chain)
 	}
 	v.indexChains()
