@@ -97,3 +97,50 @@ func TestParseFamilyAndCounters(t *testing.T) {
 		t.Errorf("header-only IPv6 dump: %v %+v", err, empty)
 	}
 }
+
+// TestParseRefuses checks the errors for input that is not one
+// iptables-save dump, or more than the limits: each names the line.
+func TestParseRefuses(t *testing.T) {
+	long := `-A KUBE-SERVICES -m comment --comment "` + strings.Repeat("x", 2<<20) + `" -j ACCEPT`
+	// The longest rules iptables-restore takes are about 10 KiB.
+	var comments strings.Builder
+	for range 16 {
+		comments.WriteString(` -m comment --comment "` + strings.Repeat("y", 250) + `"`)
+	}
+	small := Limits{LineLength: 1 << 10, Size: 300, Entries: 4, Words: 12}
+	for _, tc := range []struct {
+		name, dump string
+		lim        Limits
+		want       string // "" for none
+	}{
+		{name: "a 2 MiB line", dump: "*nat\n:KUBE-SERVICES - [0:0]\n" + long + "\nCOMMIT\n",
+			want: "line 3: longer than 64 KiB"},
+		{name: "a 4 KiB rule", dump: "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES" + comments.String() + " -j ACCEPT\nCOMMIT\n"},
+		{name: "two nat tables", dump: "*nat\n:A - [0:0]\nCOMMIT\n*filter\nCOMMIT\n*nat\n:B - [0:0]\nCOMMIT\n",
+			want: "line 6: table nat again (it began at line 1)"},
+		{name: "larger than the limit", lim: small, dump: "*nat\n" + strings.Repeat("# a comment line\n", 20) + "COMMIT\n",
+			want: "larger than 300 bytes"},
+		{name: "a long line within a dump larger than the limit", lim: small, dump: "*nat\n:A - [0:0]\n-A A -j " + strings.Repeat("B", 400) + "\nCOMMIT\n",
+			want: "larger than 300 bytes"},
+		{name: "more entries than the limit", lim: small, dump: "*nat\n:A - [0:0]\n:B - [0:0]\n-A A -j B\n-A A -j B\n-A A -j B\nCOMMIT\n",
+			want: "line 6: more than 4 chains and rules"},
+		{name: "more words than the limit", lim: small, dump: "*nat\n:A - [0:0]\n:B - [0:0]\n-A A -j B\n-A A -p tcp -m tcp --dport 80 -j B\nCOMMIT\n",
+			want: "line 5: more than 12 words in rules"},
+		{name: "a line longer than the limit", lim: Limits{LineLength: 1000, Size: 1 << 20, Entries: 4, Words: 12}, dump: "*nat\n:" + strings.Repeat("A", 1100) + " - [0:0]\nCOMMIT\n",
+			want: "line 2: longer than 1000 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := tc.lim
+			if lim == (Limits{}) {
+				lim = DefaultLimits()
+			}
+			_, err := ParseWithin(strings.NewReader(tc.dump), lim)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Parse: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Parse: %v; want an error with %q", err, tc.want)
+			}
+		})
+	}
+}

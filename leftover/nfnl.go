@@ -2,6 +2,7 @@ package leftover
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -34,6 +35,13 @@ func openConn(netnsPath string) (*conn, error) {
 	const sndBuf = 256 << 20
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndBuf); err != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sndBuf)
+	}
+	// A refused transaction has an error per refused message, queued at
+	// once (as nft/kernel.go's socket, 8 MiB); the *FORCE option passes
+	// net.core.rmem_max, which we may (CAP_NET_ADMIN).
+	const rcvBuf = 8 << 20
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	return &conn{fd: fd, buf: make([]byte, 1<<17)}, nil
@@ -334,8 +342,9 @@ func (t *tx) delChain(tb table, ch string) {
 	t.add(unix.NFT_MSG_DELCHAIN, tb.family, a, "delete chain "+tb.String()+" "+ch)
 }
 
+// add appends a message; commit sets its sequence number and flags.
 func (t *tx) add(msg uint16, family uint8, a nlmsg.Attrs, what string) {
-	t.msgs = append(t.msgs, message(msg, unix.NLM_F_ACK, 0, family, a))
+	t.msgs = append(t.msgs, message(msg, 0, 0, family, a))
 	t.what = append(t.what, what)
 }
 
@@ -351,13 +360,48 @@ func (e *TxError) Error() string {
 
 func (e *TxError) Unwrap() error { return e.Errno }
 
+// errAnswersLost is a transaction whose answers the kernel dropped (the
+// socket's receive queue overflowed): it may have been applied or not, and
+// only reading the state back tells.
+var errAnswersLost = errors.New("the kernel dropped the transaction's answers (receive buffer full)")
+
 // commit sends t as one nftables transaction (batch begin, the messages,
-// batch end) and waits for the kernel's verdict.
+// batch end) and waits for the kernel's verdict. Only the last message asks
+// for an ack: the kernel handles the whole batch before it answers, and
+// reports an error for each refused message whatever its flags, so that a
+// success is one ack, not one per message (tens of thousands of acks
+// overflow any receive buffer). Answers lost all the same (a refusal with
+// an error per message) give errAnswersLost.
 func (c *conn) commit(t *tx) error {
 	if len(t.msgs) == 0 {
 		return nil
 	}
 	first := c.seq + 1
+	b := c.encode(t)
+	last := c.seq - 1
+	if err := nlmsg.Send(c.fd, b); err != nil {
+		return fmt.Errorf("sending a transaction of %d bytes: %w", len(b), err)
+	}
+	refused, err := c.result(first, last)
+	if errors.Is(err, unix.ENOBUFS) {
+		c.drain()
+		return fmt.Errorf("reading the transaction's result: %w", errAnswersLost)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the transaction's result: %w", err)
+	}
+	if refused != nil {
+		if refused.seq > first && refused.seq <= last {
+			refused.Op = t.what[refused.seq-first-1]
+		}
+		return refused.TxError
+	}
+	return nil
+}
+
+// encode numbers t's messages from c.seq on and frames them as one batch,
+// the last message asking for an ack.
+func (c *conn) encode(t *tx) []byte {
 	var b []byte
 	batch := func(typ uint16) {
 		c.seq++
@@ -371,41 +415,59 @@ func (c *conn) commit(t *tx) error {
 		binary.BigEndian.PutUint16(h[nlmsg.HdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
 	}
 	batch(unix.NFNL_MSG_BATCH_BEGIN)
-	for _, m := range t.msgs {
+	for i, m := range t.msgs {
 		c.seq++
 		binary.NativeEndian.PutUint32(m[8:], c.seq)
+		flags := uint16(unix.NLM_F_REQUEST)
+		if i == len(t.msgs)-1 {
+			flags |= unix.NLM_F_ACK
+		}
+		binary.NativeEndian.PutUint16(m[6:], flags)
 		b = append(b, m...)
 	}
-	last := c.seq
 	batch(unix.NFNL_MSG_BATCH_END)
-	if err := nlmsg.Send(c.fd, b); err != nil {
-		return fmt.Errorf("sending a transaction of %d bytes: %w", len(b), err)
-	}
-	var refused *TxError
+	return b
+}
+
+// refusal is the first error of a transaction, with the sequence number
+// of the message it answers.
+type refusal struct {
+	*TxError
+	seq uint32
+}
+
+// result reads a transaction's answers until the ack of its last message
+// (seq last) or, after an error, until nothing more is queued.
+func (c *conn) result(first, last uint32) (*refusal, error) {
+	var refused *refusal
 	for done := false; !done; {
 		err := nlmsg.Receive(c.fd, c.buf, func(typ uint16, s uint32, p []byte) {
-			if typ != unix.NLMSG_ERROR {
+			if typ != unix.NLMSG_ERROR || s < first || s > last+1 {
 				return
 			}
 			if e := nlmsg.Errno(p); e != 0 && refused == nil {
-				refused = &TxError{Op: "batch", Errno: e}
-				if s > first && s <= last {
-					refused.Op = t.what[s-first-1]
-				}
+				refused = &refusal{&TxError{Op: "batch", Errno: e}, s}
 			}
 			done = done || s == last
 		})
 		if err != nil {
-			return fmt.Errorf("reading the transaction's result: %w", err)
+			return refused, err
 		}
 		// The kernel queues every answer of a batch at once: after an
 		// error, what is not queued yet will not come.
 		done = done || (refused != nil && !c.pending())
 	}
-	if refused != nil {
-		return refused
+	return refused, nil
+}
+
+// drain discards what is queued on the socket, after an overflow left
+// part of a transaction's answers there.
+func (c *conn) drain() {
+	for c.pending() {
+		if err := nlmsg.Receive(c.fd, c.buf, func(uint16, uint32, []byte) {}); err != nil && !errors.Is(err, unix.ENOBUFS) {
+			return
+		}
 	}
-	return nil
 }
 
 // pending reports whether answers are queued on the socket.

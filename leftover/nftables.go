@@ -170,22 +170,39 @@ func (c *conn) removeNFTables(f *nftFound) error {
 }
 
 // cleanNFTables finds and removes upstream kube-proxy's objects in
-// nftables. Another process changing them meanwhile (an old kube-proxy
-// still syncing) can make the transaction fail as a whole: then it reads
-// again and retries, a few times.
+// nftables.
 func (c *conn) cleanNFTables() (*nftFound, error) {
+	return c.cleanNFTablesWith(c.removeNFTables)
+}
+
+// cleanNFTablesWith is cleanNFTables with the removal transaction done by
+// remove. Another process changing the objects meanwhile (an old
+// kube-proxy still syncing) can make the transaction fail as a whole: then
+// it reads again and retries, a few times. When the kernel's answers were
+// lost, the state read back says whether the transaction was applied:
+// nothing left is a success, never reported as a failure.
+func (c *conn) cleanNFTablesWith(remove func(*nftFound) error) (*nftFound, error) {
 	var err error
-	for range 4 {
-		var f *nftFound
-		if f, err = c.scanNFTables(); err != nil || f.empty() {
-			return f, err
+	var unsure *nftFound // removed, if nothing is left
+	for attempt := 0; ; attempt++ {
+		f, scanErr := c.scanNFTables()
+		switch {
+		case scanErr != nil:
+			return nil, scanErr
+		case f.empty():
+			return unsure, nil
+		case attempt == 4:
+			return nil, fmt.Errorf("removing upstream kube-proxy's nftables objects: %w", err)
 		}
-		if err = c.removeNFTables(f); err == nil {
+		switch err = remove(f); {
+		case err == nil:
 			return f, nil
-		}
-		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
-			break
+		case errors.Is(err, errAnswersLost):
+			unsure = f
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EBUSY):
+			unsure = nil
+		default:
+			return nil, fmt.Errorf("removing upstream kube-proxy's nftables objects: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("removing upstream kube-proxy's nftables objects: %w", err)
 }

@@ -207,18 +207,25 @@ func diffFacts(theirs, ours *Facts) []string {
 	return out
 }
 
+// setDiff returns what of a is not in b, and what of b is not in a, in
+// their order; in time linear in their lengths, as a Service port with
+// many endpoints has many facts.
 func setDiff(a, b []string) (onlyA, onlyB []string) {
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			onlyA = append(onlyA, x)
-		}
-	}
+	return missingFrom(a, b), missingFrom(b, a)
+}
+
+func missingFrom(a, b []string) []string {
+	in := make(map[string]bool, len(b))
 	for _, x := range b {
-		if !slices.Contains(a, x) {
-			onlyB = append(onlyB, x)
+		in[x] = true
+	}
+	var out []string
+	for _, x := range a {
+		if !in[x] {
+			out = append(out, x)
 		}
 	}
-	return onlyA, onlyB
+	return out
 }
 
 // probTolerance absorbs iptables' rounding of --probability (2^-31 steps,

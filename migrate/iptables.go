@@ -97,24 +97,33 @@ func (v *view) readFirewalls(filter *iptsave.Table) {
 			}
 		}
 	}
+	// A chain's rules are read once, however many addresses lead to it.
+	type fwChain struct {
+		allowed []string
+		pass    string
+	}
+	read := map[string]*fwChain{}
 	for i, e := range v.entries {
 		if !strings.HasPrefix(e.verdict, "KUBE-FW-") {
 			continue
 		}
-		fw := firewall{service: e.service, proto: e.proto, addr: e.addr, port: e.port, chain: e.verdict, others: "go on un-DNATed"}
-		pass := ""
-		for _, r := range v.chains[e.verdict] {
-			src, ok := onlySource(r)
-			if r.action == "goto" && ok {
-				fw.allowed = append(fw.allowed, src)
-				pass = r.target
+		c := read[e.verdict]
+		if c == nil {
+			c = &fwChain{}
+			for _, r := range v.chains[e.verdict] {
+				if src, ok := onlySource(r); r.action == "goto" && ok {
+					c.allowed = append(c.allowed, src)
+					c.pass = r.target
+				}
 			}
+			read[e.verdict] = c
 		}
+		fw := firewall{service: e.service, proto: e.proto, addr: e.addr, port: e.port, chain: e.verdict, others: "go on un-DNATed", allowed: c.allowed}
 		if drops[e.dest()+"/"+e.proto] {
 			fw.others = "drop"
 		}
-		if pass != "" {
-			v.entries[i].verdict = pass
+		if c.pass != "" {
+			v.entries[i].verdict = c.pass
 		}
 		v.firewalls = append(v.firewalls, fw)
 	}

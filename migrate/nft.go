@@ -121,19 +121,29 @@ func verdictText(vd nft.Verdict) string {
 // readOurFirewalls reads our KUBE-FW chains: sources in a range return (the
 // packet goes on to DNAT), the rest meets the final drop.
 func (v *view) readOurFirewalls() {
+	type fwChain struct {
+		allowed []string
+		others  string
+	}
+	read := map[string]*fwChain{} // a chain's rules are read once
 	for i := range v.firewalls {
 		fw := &v.firewalls[i]
-		fw.others = "go on"
-		for _, r := range v.chains[fw.chain] {
-			if src, ok := onlySource(r); ok && r.action == "return" {
-				fw.allowed = append(fw.allowed, src)
-				continue
+		c := read[fw.chain]
+		if c == nil {
+			c = &fwChain{others: "go on"}
+			for _, r := range v.chains[fw.chain] {
+				if src, ok := onlySource(r); ok && r.action == "return" {
+					c.allowed = append(c.allowed, src)
+					continue
+				}
+				if len(r.conds) == 0 && r.prob == 1 && r.action != "" {
+					c.others = r.outcome()
+					break
+				}
 			}
-			if len(r.conds) == 0 && r.prob == 1 && r.action != "" {
-				fw.others = r.outcome()
-				break
-			}
+			read[fw.chain] = c
 		}
+		fw.allowed, fw.others = c.allowed, c.others
 	}
 }
 

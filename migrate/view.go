@@ -13,7 +13,9 @@
 package migrate
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -35,6 +37,10 @@ type view struct {
 	outputChecksExternal bool
 	// masqMark is the bit KUBE-MARK-MASQ sets (0: not found).
 	masqMark uint32
+	// dnats and affinitySets are, by endpoint chain, its first DNAT's
+	// target and its first affinity update's timeout (see indexChains).
+	dnats        map[string]string
+	affinitySets map[string]int
 }
 
 // entry is one way into a Service port: its cluster IP, an external or
@@ -194,13 +200,23 @@ func (v *view) facts() map[Key]*Facts {
 			}
 		}
 	}
+	// A firewall chain's sources are spelled out for the first Service
+	// port that leads to it, as its other chains (see chainFacts).
+	fwOwners := map[string]Key{}
 	for _, fw := range v.firewalls {
 		f := get(fw.service, fw.proto)
-		f.add(catFirewall, "%s from %s; others %s", netip.AddrPortFrom(fw.addr, fw.port), strings.Join(fw.allowed, ", "), fw.others)
+		allowed := "the sources of " + fw.chain
+		if owner, ok := fwOwners[fw.chain]; !ok || owner == f.Key {
+			fwOwners[fw.chain] = f.Key
+			allowed = strings.Join(fw.allowed, ", ")
+		}
+		f.add(catFirewall, "%s from %s; others %s", netip.AddrPortFrom(fw.addr, fw.port), allowed, fw.others)
 		roots[f.Key] = append(roots[f.Key], fw.chain)
 	}
-	for k, r := range roots {
-		v.chainFacts(out[k], r)
+	v.indexChains()
+	owners := map[string]Key{}
+	for _, k := range slices.SortedFunc(maps.Keys(roots), compareKeys) {
+		v.chainFacts(out[k], roots[k], owners)
 	}
 	for _, f := range out {
 		for c := range f.Sets {
@@ -211,17 +227,52 @@ func (v *view) facts() map[Key]*Facts {
 	return out
 }
 
-// chainFacts walks the Service port's chains from its entries.
-func (v *view) chainFacts(f *Facts, roots []string) {
-	seen := map[string]bool{}
-	queue := append([]string(nil), roots...)
+// compareKeys orders Service ports: IPv4 first, then by name and protocol.
+func compareKeys(a, b Key) int {
+	if a.IPv6 != b.IPv6 {
+		if a.IPv6 {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Or(strings.Compare(a.Service, b.Service), strings.Compare(a.Proto, b.Proto))
+}
+
+// indexChains notes, once for all, what each endpoint chain DNATs to and
+// how long the affinity it records lasts: a policy chain's rules look them
+// up (a lookup scanning the chain's rules would cost rules x rules).
+func (v *view) indexChains() {
+	v.dnats, v.affinitySets = map[string]string{}, map[string]int{}
+	for name, rules := range v.chains {
+		for _, r := range rules {
+			if _, ok := v.dnats[name]; !ok && r.action == "dnat" {
+				v.dnats[name] = r.dnat
+			}
+			if _, ok := v.affinitySets[name]; !ok && r.affinitySet {
+				v.affinitySets[name] = r.affinitySetSeconds
+			}
+		}
+	}
+}
+
+// chainFacts walks the Service port's chains from its entries. Each chain
+// is read once, for the first Service port (in key order) that reaches it
+// (owners): kube-proxy gives every Service port chains of its own, so that
+// another Service port reaching it is a difference, said as such. Reading
+// it again for each would make a dump whose Service ports all lead to one
+// chain cost Service ports x chains.
+func (v *view) chainFacts(f *Facts, roots []string, owners map[string]Key) {
+	queue := slices.Clone(roots)
 	for len(queue) > 0 {
 		name := queue[0]
 		queue = queue[1:]
-		if seen[name] {
+		if owner, ok := owners[name]; ok {
+			if owner != f.Key {
+				f.add(catChains, "%s (reached from %s too)", name, owner)
+			}
 			continue
 		}
-		seen[name] = true
+		owners[name] = f.Key
 		rules, ok := v.chains[name]
 		if !ok {
 			f.add(catChains, "%s (missing)", name)
@@ -230,7 +281,7 @@ func (v *view) chainFacts(f *Facts, roots []string) {
 		f.add(catChains, "%s", name)
 		for _, r := range rules {
 			for _, t := range []string{r.target, r.affinityCheck} {
-				if isServiceChain(t) && !seen[t] {
+				if owner, seen := owners[t]; isServiceChain(t) && (!seen || owner != f.Key) {
 					queue = append(queue, t)
 				}
 			}
@@ -287,12 +338,7 @@ func (v *view) affinityTimeout(check irRule) int {
 	if check.affinitySeconds > 0 {
 		return check.affinitySeconds
 	}
-	for _, r := range v.chains[check.affinityCheck] {
-		if r.affinitySet {
-			return r.affinitySetSeconds
-		}
-	}
-	return 0
+	return v.affinitySets[check.affinityCheck]
 }
 
 func seconds(s int) string {
@@ -304,10 +350,8 @@ func seconds(s int) string {
 
 // dnatOf is where an endpoint chain DNATs to.
 func (v *view) dnatOf(sep string) string {
-	for _, r := range v.chains[sep] {
-		if r.action == "dnat" {
-			return r.dnat
-		}
+	if d, ok := v.dnats[sep]; ok {
+		return d
 	}
 	return "?"
 }
