@@ -54,8 +54,6 @@ func cleanupUpstream(out io.Writer, log *slog.Logger) (bool, error) {
 	}
 	res.Removed = nil // printed above
 	leftover.Log(log, res, false)
-	if err != nil {
-		return len(res.Counts) > 0, fmt.Errorf("removing upstream kube-proxy's leftovers: %w", err)
-	}
-	return len(res.Counts) > 0, nil
+	// The caller names what failed.
+	return len(res.Counts) > 0, err
 }
