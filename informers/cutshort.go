@@ -2,7 +2,11 @@ package informers
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 )
 
 // A state file written in place can be read, or left, cut short: its
@@ -24,6 +28,9 @@ import (
 //   - its last document has no kind: kubectl sorts keys, so a List (its
 //     kind after its items) or an EndpointSlice (after its endpoints) cut
 //     anywhere before its kind has none.
+//   - its last object lacks a top-level key ("spec", "status") that the
+//     file's other objects of its kind (two at least) all have: kubectl
+//     prints "status" last, so a Service cut anywhere has none.
 //
 // A document that does not parse at all (most JSON cut short) is a syntax
 // error, kept at the previous contents as before.
@@ -33,6 +40,70 @@ type docTail struct {
 	text     []byte // its text, as split
 	json     bool   // it is a JSON document that parses
 	kindless bool   // it decodes to an object without kind
+	// kind and keys are its kind and top-level keys (YAML only); shapes
+	// are those of the documents before it, by kind.
+	kind   string
+	keys   []string
+	shapes map[string]*docShape
+}
+
+// docShape is what the documents of one kind have in common.
+type docShape struct {
+	count int
+	keys  []string // the top-level keys all of them have
+}
+
+// minShapes is how many other documents of its kind must agree before the
+// last one's missing key is taken as a sign of a cut.
+const minShapes = 2
+
+// addTo counts the document in shapes.
+func (t docTail) addTo(shapes map[string]*docShape) {
+	if t.kind == "" || strings.HasSuffix(t.kind, "List") {
+		return
+	}
+	sh := shapes[t.kind]
+	if sh == nil {
+		shapes[t.kind] = &docShape{count: 1, keys: t.keys}
+		return
+	}
+	sh.count++
+	sh.keys = slices.DeleteFunc(sh.keys, func(k string) bool { return !slices.Contains(t.keys, k) })
+}
+
+// topKeys reads a JSON object's kind and top-level keys.
+func topKeys(js []byte) (kind string, keys []string) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(js, &top) != nil {
+		return "", nil
+	}
+	_ = json.Unmarshal(top["kind"], &kind)
+	for k := range top {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return kind, keys
+}
+
+// missingKey is a top-level key that the other documents of the last one's
+// kind all have and it lacks ("" if none), where a cut could have lost it:
+// after every common key it has, in kubectl's (sorted) order. An object
+// without apiVersion but with spec was written so, not cut.
+func (t docTail) missingKey() (key string, others int) {
+	sh := t.shapes[t.kind]
+	if t.kind == "" || sh == nil || sh.count < minShapes {
+		return "", 0
+	}
+	for _, k := range sh.keys { // sorted
+		if !slices.Contains(t.keys, k) {
+			if key == "" {
+				key = k
+			}
+		} else if key != "" {
+			return "", 0 // a common key after a missing one
+		}
+	}
+	return key, sh.count
 }
 
 // missingKindError is an object without kind, skipped.
@@ -85,6 +156,9 @@ func (t docTail) cutShort(data []byte) (reason string, strong bool) {
 	}
 	if last := lastContentLine(t.text); !t.json && last != nil && opensBlock(last) {
 		return "its last line " + quoteLine(last) + " opens a block that is not there", true
+	}
+	if key, others := t.missingKey(); key != "" {
+		return fmt.Sprintf("its last document, a %s, has no %q, which the %d %ss before it all have", t.kind, key, others, t.kind), true
 	}
 	if data[len(data)-1] != '\n' && !t.json {
 		return "it ends in the middle of a line, without a final newline", false

@@ -74,6 +74,7 @@ func (d *Decoder) decode(data []byte, name string) ([]Object, []error, docTail) 
 	var objs []Object
 	var errs []error
 	var tail docTail
+	shapes := map[string]*docShape{} // of the documents before the last
 	for _, doc := range splitDocuments(data) {
 		src := name + ":" + strconv.Itoa(doc.line)
 		js, isJSON, err := docToJSON(doc)
@@ -91,11 +92,16 @@ func (d *Decoder) decode(data []byte, name string) ([]Object, []error, docTail) 
 		}
 		o, e := d.decodeJSON(js, src)
 		objs, errs = append(objs, o...), append(errs, e...)
+		tail.addTo(shapes)
 		tail = docTail{text: doc.data, json: isJSON, kindless: slices.ContainsFunc(e, func(err error) bool {
 			var m *missingKindError
 			return errors.As(err, &m) && m.src == src
 		})}
+		if !isJSON { // JSON cut short does not parse: no need to look
+			tail.kind, tail.keys = topKeys(js)
+		}
 	}
+	tail.shapes = shapes
 	return objs, errs, tail
 }
 
