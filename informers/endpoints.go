@@ -104,6 +104,10 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 			p.add("%s: %v, endpoint skipped", label, err)
 			continue
 		}
+		if why := notForEndpoint(addr); why != "" {
+			p.add("%s: address %s is %s, endpoint skipped", label, addr, why)
+			continue
+		}
 		if addr.Is4() != wantV4 {
 			p.add("%s: address %s does not match addressType %s, endpoint skipped", label, addr, es.AddressType)
 			continue
