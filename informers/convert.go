@@ -102,6 +102,31 @@ func parseIP(s string) (netip.Addr, error) {
 	return a, nil
 }
 
+// notForTraffic says why an address cannot be a Service's or an
+// endpoint's ("" if it can): traffic to it never leaves the node, or is not
+// for one host. 0.0.0.0 and :: are already refused by parseIP.
+func notForTraffic(a netip.Addr) string {
+	switch {
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsMulticast():
+		return "a multicast address"
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "the broadcast address"
+	}
+	return ""
+}
+
+// notForEndpoint is notForTraffic for an endpoint or an external IP, which
+// the API server also refuses in the link-local range: such addresses are
+// the node's own (a cloud's metadata service at 169.254.169.254).
+func notForEndpoint(a netip.Addr) string {
+	if a.IsLinkLocalUnicast() {
+		return "a link-local address"
+	}
+	return notForTraffic(a)
+}
+
 // parseLegacyIPv4 reads dotted-quad IPv4 whose octets may carry leading zeros.
 func parseLegacyIPv4(s string) (netip.Addr, bool) {
 	parts := strings.Split(s, ".")

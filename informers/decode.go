@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -63,11 +64,20 @@ func NewDecoder() (*Decoder, error) {
 // every Source and message (usually the file name). Bad documents and
 // objects are reported and skipped; the rest is returned.
 func (d *Decoder) Decode(data []byte, name string) ([]Object, []error) {
+	objs, errs, _ := d.decode(data, name)
+	return objs, errs
+}
+
+// decode is Decode, also describing the last document with content, for
+// telling a stream cut short (see docTail.cutShort).
+func (d *Decoder) decode(data []byte, name string) ([]Object, []error, docTail) {
 	var objs []Object
 	var errs []error
+	var tail docTail
+	shapes := map[string]*docShape{} // of the documents before the last
 	for _, doc := range splitDocuments(data) {
 		src := name + ":" + strconv.Itoa(doc.line)
-		js, err := docToJSON(doc)
+		js, isJSON, err := docToJSON(doc)
 		if err != nil {
 			var se *SyntaxError
 			if errors.As(err, &se) {
@@ -82,8 +92,17 @@ func (d *Decoder) Decode(data []byte, name string) ([]Object, []error) {
 		}
 		o, e := d.decodeJSON(js, src)
 		objs, errs = append(objs, o...), append(errs, e...)
+		tail.addTo(shapes)
+		tail = docTail{text: doc.data, json: isJSON, kindless: slices.ContainsFunc(e, func(err error) bool {
+			var m *missingKindError
+			return errors.As(err, &m) && m.src == src
+		})}
+		if !isJSON { // JSON cut short does not parse: no need to look
+			tail.kind, tail.keys = topKeys(js)
+		}
 	}
-	return objs, errs
+	tail.shapes = shapes
+	return objs, errs, tail
 }
 
 // SyntaxError is a document that is not valid YAML (or JSON): nothing in it
@@ -99,25 +118,25 @@ func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // docToJSON converts one document to JSON. YAML problems that lose nothing
 // (a repeated key) come back with the JSON; a SyntaxError comes alone.
-func docToJSON(doc document) ([]byte, error) {
+func docToJSON(doc document) (js []byte, isJSON bool, err error) {
 	// JSON needs no YAML parser, which is far slower on large files.
 	if t := bytes.TrimSpace(doc.data); len(t) > 0 && t[0] == '{' && json.Valid(t) {
-		return t, nil
+		return t, true, nil
 	}
 	// The document is parsed without the lines before it (padding it would
 	// make a file of many documents quadratic), so shift the parser's line
 	// numbers to count from the top of the file.
 	shift := doc.start - 1
-	js, err := yaml.YAMLToJSONStrict(doc.data)
+	js, err = yaml.YAMLToJSONStrict(doc.data)
 	if err == nil {
-		return js, nil
+		return js, false, nil
 	}
 	// Retry leniently: a repeated key loses nothing we can't name.
 	js, lerr := yaml.YAMLToJSON(doc.data)
 	if lerr != nil {
-		return nil, &SyntaxError{Line: doc.line, Err: shiftLines(lerr, shift)}
+		return nil, false, &SyntaxError{Line: doc.line, Err: shiftLines(lerr, shift)}
 	}
-	return js, shiftLines(err, shift)
+	return js, false, shiftLines(err, shift)
 }
 
 // yamlLine finds the line numbers in go-yaml's messages: "yaml: line N: ..."
@@ -179,7 +198,7 @@ func (d *Decoder) decodeJSON(js []byte, src string) ([]Object, []error) {
 	case runtime.IsNotRegisteredError(err):
 		return nil, []error{&Warning{fmt.Errorf("%s: %s: kind %q of apiVersion %q is not used by the proxy, skipped", src, peek, peek.Kind, peek.APIVersion)}}
 	case runtime.IsMissingKind(err):
-		return nil, []error{fmt.Errorf("%s: %s: kind is missing, skipped", src, peek)}
+		return nil, []error{&missingKindError{src: src, what: peek.String()}}
 	case runtime.IsMissingVersion(err):
 		return nil, []error{fmt.Errorf("%s: %s: apiVersion is missing, skipped", src, peek)}
 	case runtime.IsStrictDecodingError(err) && obj != nil:

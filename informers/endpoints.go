@@ -91,6 +91,20 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 		info.ports = append(info.ports, sp)
 	}
 
+	info.endpoints = parseEndpoints(es, wantV4, info.endpoints, p)
+	// The usual slice has one port: with it filled in, mergeEndpoints can
+	// often hand out this very list (see shareable).
+	if len(info.ports) == 1 {
+		for i := range info.endpoints {
+			info.endpoints[i].Port = info.ports[0].port
+		}
+	}
+	return info, p.err()
+}
+
+// parseEndpoints appends the slice's usable endpoints to eps, reporting
+// the others.
+func parseEndpoints(es *discoveryv1.EndpointSlice, wantV4 bool, eps []proxier.Endpoint, p *problems) []proxier.Endpoint {
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
 		label := "endpoints[" + strconv.Itoa(i) + "]"
@@ -104,20 +118,17 @@ func parseEndpointSlice(es *discoveryv1.EndpointSlice) (*sliceInfo, error) {
 			p.add("%s: %v, endpoint skipped", label, err)
 			continue
 		}
+		if why := notForEndpoint(addr); why != "" {
+			p.add("%s: address %s is %s, endpoint skipped", label, addr, why)
+			continue
+		}
 		if addr.Is4() != wantV4 {
 			p.add("%s: address %s does not match addressType %s, endpoint skipped", label, addr, es.AddressType)
 			continue
 		}
-		info.endpoints = append(info.endpoints, convertEndpoint(addr, e))
+		eps = append(eps, convertEndpoint(addr, e))
 	}
-	// The usual slice has one port: with it filled in, mergeEndpoints can
-	// often hand out this very list (see shareable).
-	if len(info.ports) == 1 {
-		for i := range info.endpoints {
-			info.endpoints[i].Port = info.ports[0].port
-		}
-	}
-	return info, p.err()
+	return eps
 }
 
 func ignoredSlice(es *discoveryv1.EndpointSlice) bool {

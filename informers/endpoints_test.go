@@ -177,7 +177,7 @@ ports:
 endpoints:
 - {addresses: [10.0.0.1], nodeName: node-1}
 - {addresses: [10.0.0.300]}
-- {addresses: ["fd00::1"]}
+- {addresses: ["fd00::1"], nodeName: node-1}
 - {addresses: []}
 `,
 		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080)}},
@@ -187,6 +187,52 @@ endpoints:
 			`endpointslice default/web-bad: endpoints[1]: invalid IP address "10.0.0.300", endpoint skipped`,
 			`endpointslice default/web-bad: endpoints[2]: address fd00::1 does not match addressType IPv4, endpoint skipped`,
 			`endpointslice default/web-bad: endpoints[3]: no addresses, endpoint skipped`,
+		},
+	}, {
+		name: "endpoints at addresses traffic cannot be sent to are dropped",
+		yaml: sliceHeader + `  name: web-special
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node-1}
+- {addresses: [127.0.0.1]}
+- {addresses: [169.254.169.254]}
+- {addresses: [224.0.0.251]}
+- {addresses: [239.1.2.3]}
+- {addresses: [255.255.255.255]}
+- {addresses: [0.0.0.0]}
+- {addresses: ["::ffff:127.0.0.2"]}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("10.0.0.1", 8080)}},
+		wantErrs: []string{
+			`endpointslice default/web-special: endpoints[1]: address 127.0.0.1 is a loopback address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[2]: address 169.254.169.254 is a link-local address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[3]: address 224.0.0.251 is a multicast address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[4]: address 239.1.2.3 is a multicast address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[5]: address 255.255.255.255 is the broadcast address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[6]: invalid IP address "0.0.0.0": unspecified address, endpoint skipped`,
+			`endpointslice default/web-special: endpoints[7]: address 127.0.0.2 is a loopback address, endpoint skipped`,
+		},
+	}, {
+		name: "IPv6 endpoints at addresses traffic cannot be sent to are dropped",
+		yaml: sliceHeader + `  name: web-special6
+addressType: IPv6
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: ["fd00::1"], nodeName: node-1}
+- {addresses: ["::1"]}
+- {addresses: ["fe80::1"]}
+- {addresses: ["ff02::fb"]}
+- {addresses: ["ff05::2"]}
+- {addresses: ["::"]}
+`,
+		want: map[proxier.ServicePortName][]proxier.Endpoint{spn("http"): {ep("fd00::1", 8080)}},
+		wantErrs: []string{
+			`endpointslice default/web-special6: endpoints[1]: address ::1 is a loopback address, endpoint skipped`,
+			`endpointslice default/web-special6: endpoints[2]: address fe80::1 is a link-local address, endpoint skipped`,
+			`endpointslice default/web-special6: endpoints[3]: address ff02::fb is a multicast address, endpoint skipped`,
+			`endpointslice default/web-special6: endpoints[4]: address ff05::2 is a multicast address, endpoint skipped`,
+			`endpointslice default/web-special6: endpoints[5]: invalid IP address "::": unspecified address, endpoint skipped`,
 		},
 	}, {
 		name: "slices without the service label, of another Service or with an unknown address type are skipped",

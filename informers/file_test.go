@@ -173,7 +173,7 @@ func TestLoadState(t *testing.T) {
 }
 
 func TestLoadStateSingleFileAnyName(t *testing.T) {
-	dir := writeFiles(t, map[string]string{"state.txt": builderWeb})
+	dir := writeFiles(t, map[string]string{"state.txt": builderWeb + "\n"})
 	st, problems := LoadState(filepath.Join(dir, "state.txt"), "node-1")
 	if len(problems) != 0 || st == nil {
 		t.Fatalf("state %v, problems %v", st, problems)

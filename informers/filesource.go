@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +44,13 @@ type FileSource struct {
 	OnError func(error)
 	// OnRecovered is called when a reload meets no failure after one that did.
 	OnRecovered func()
+	// RetryMin and RetryMax bound the backoff of the reloads that retry a
+	// failure without waiting for a file event (a read error such as EIO
+	// or EMFILE may pass while nothing in the directory changes): the
+	// first comes RetryMin after the failure, each next one twice as late,
+	// up to RetryMax. kube-nftproxy sets them to --iptables-min-sync-period
+	// and --iptables-sync-period, as for a failed sync.
+	RetryMin, RetryMax time.Duration
 
 	log   *slog.Logger
 	set   *fileSet
@@ -50,7 +59,14 @@ type FileSource struct {
 	published *proxier.State // the last State handed to OnState
 	failing   bool
 	conflicts map[string]bool // the conflicts already logged
+	backoff   time.Duration   // the last retry delay; 0 while nothing fails
 }
+
+// Defaults of RetryMin and RetryMax: kube-proxy's sync periods.
+const (
+	defaultRetryMin = time.Second
+	defaultRetryMax = 30 * time.Second
+)
 
 // NewFileSource returns a FileSource for path (a file, or a directory whose
 // *.yaml, *.yml and *.json files are read) building the state of node
@@ -67,7 +83,9 @@ func NewFileSource(path, nodeName string, log *slog.Logger) (*FileSource, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &FileSource{log: log, set: set, watch: defaultWatchOptions()}, nil
+	s := &FileSource{log: log, set: set, watch: defaultWatchOptions(),
+		RetryMin: defaultRetryMin, RetryMax: defaultRetryMax}
+	return s, nil
 }
 
 // Run loads the manifests, then reloads them on every change until ctx is
@@ -95,8 +113,14 @@ func (s *FileSource) Run(ctx context.Context) error {
 			ready()
 		}
 	}
+	// A file held as still being written is judged once it was left
+	// alone for as long as the watcher waits for a file being written.
+	s.set.holdFor = opt.writeWait
 	done := make(chan error, 1)
 	go func() { done <- watch(ctx, s.set.path, signal, opt) }()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,17 +132,50 @@ func (s *FileSource) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-kick:
-			s.reload()
+		case <-retry.C:
+		}
+		// Any reload retries every failed file, so the timer is set anew.
+		if wait := s.reload(); wait > 0 {
+			retry.Reset(wait)
+		} else {
+			retry.Stop()
 		}
 	}
 }
 
-// reload reads what changed and hands out the State if it is complete and new.
-func (s *FileSource) reload() {
+// nextRetry is how long to wait before reading again without an event (0:
+// not before the next one): after a failure, the backoff from RetryMin
+// doubling up to RetryMax; for a file held as still being written, when
+// its hold ends, if that is sooner.
+func (s *FileSource) nextRetry(res reloadResult, now time.Time) time.Duration {
+	var wait time.Duration
+	if len(res.failures) == 0 {
+		s.backoff = 0
+	} else {
+		lo := s.RetryMin
+		if lo <= 0 {
+			lo = defaultRetryMin
+		}
+		s.backoff = min(max(2*s.backoff, lo), max(s.RetryMax, lo))
+		wait = s.backoff
+	}
+	if !res.recheck.IsZero() {
+		// A little past the hold's end, so the hold has surely ended.
+		if until := res.recheck.Sub(now) + time.Millisecond; wait == 0 || until < wait {
+			wait = max(until, time.Millisecond)
+		}
+	}
+	return wait
+}
+
+// reload reads what changed and hands out the State if it is complete and
+// new. It returns when to read again unprompted (see nextRetry).
+func (s *FileSource) reload() time.Duration {
 	res := s.set.reload()
 	for _, p := range res.problems {
 		s.log.Warn("skipping bad input", "err", p)
 	}
+	s.logRemoved(res.removed)
 	for _, err := range res.failures {
 		if s.OnError != nil {
 			s.OnError(err)
@@ -134,19 +191,52 @@ func (s *FileSource) reload() {
 			s.OnRecovered()
 		}
 	}
+	wait := s.nextRetry(res, time.Now())
 	if s.published == nil && !res.complete {
-		s.log.Warn("not programming anything until every manifest can be read", "path", s.set.path, "failures", len(res.failures))
-		return
+		s.log.Warn("not programming anything until every manifest can be read", "path", s.set.path,
+			"failures", len(res.failures), "held", res.held)
+		return wait
 	}
 	s.logConflicts()
 	st := s.set.b.State()
 	if st == s.published {
-		return // the Builder hands out the same snapshot when nothing changed
+		return wait // the Builder hands out the same snapshot when nothing changed
 	}
 	s.published = st
 	if s.OnState != nil {
 		s.OnState(st)
 	}
+	return wait
+}
+
+// maxRemovedNamed bounds the Services named in the log of one removal.
+const maxRemovedNamed = 10
+
+// logRemoved logs the Services a change of the state files took away, and
+// the files that defined them: a file cut short at a document boundary is
+// valid, and this is all that shows it.
+func (s *FileSource) logRemoved(removed []removedService) {
+	if len(removed) == 0 {
+		return
+	}
+	var names, files []string
+	for _, r := range removed {
+		if len(names) < maxRemovedNamed {
+			names = append(names, r.namespace+"/"+r.name)
+		}
+		file := r.source // "file:line", maybe with " items[N]"
+		if i := strings.LastIndexByte(file, ':'); i > 0 {
+			file = file[:i]
+		}
+		if !slices.Contains(files, file) {
+			files = append(files, file)
+		}
+	}
+	list := strings.Join(names, ", ")
+	if more := len(removed) - len(names); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	s.log.Info("Services removed: no state file defines them any more", "count", len(removed), "services", list, "files", strings.Join(files, ", "))
 }
 
 // logConflicts logs the values Services lose to each other, each once
@@ -201,7 +291,12 @@ type fileSet struct {
 	// again even if its identity looks unchanged: file timestamps advance
 	// in ticks of up to a few milliseconds.
 	racyWindow time.Duration
-	reads      int // files read so far
+	// holdFor is how long a file that looks cut short (see cutShort) is
+	// taken as still being written, keeping its previous contents, before
+	// it is a failure; 0 makes it one at once.
+	holdFor  time.Duration
+	readFile func(name string) ([]byte, fileID, error) // readManifest; tests inject errors
+	reads    int                                       // files read so far
 }
 
 // fileEntry is one manifest file as last read.
@@ -213,9 +308,20 @@ type fileEntry struct {
 	good bool
 	// failed holds why the latest read failed; nil if it did not.
 	failed *FileError
+	// failedID is the file whose contents failed (a syntax error, a
+	// special or oversized file, one cut short): while it stays the same,
+	// retries do not read it again. Zero when reading itself failed.
+	failedID fileID
 	// racy is set when the file changed so recently that a change in the
 	// same timestamp tick could leave id unchanged: read it again next time.
 	racy bool
+	// held says why the latest read looked cut short ("" if it did not);
+	// heldID is that version of the file, seen first at heldSince.
+	held      string
+	heldID    fileID
+	heldSince time.Time
+	// newline: the last good read ended with a newline.
+	newline bool
 }
 
 // fileID tells whether a file may have changed since it was read.
@@ -244,7 +350,7 @@ func newFileSet(path, nodeName string) (*fileSet, error) {
 	return &fileSet{
 		path: path, b: NewBuilder(nodeName), dec: dec,
 		files: map[string]*fileEntry{}, current: map[objectRef]Object{},
-		racyWindow: time.Second,
+		racyWindow: time.Second, readFile: readManifest,
 	}, nil
 }
 
@@ -257,6 +363,18 @@ type reloadResult struct {
 	problems []error
 	// complete is set when every file is held as read last time it changed.
 	complete bool
+	// held counts the files that look cut short and keep their previous
+	// contents for now; recheck is when the first of their holds ends.
+	held    int
+	recheck time.Time
+	// removed are the Services this reload took away, in name order.
+	removed []removedService
+}
+
+// removedService is a Service gone from the state files, with where it
+// was defined.
+type removedService struct {
+	namespace, name, source string
 }
 
 // reload re-reads the files that changed and updates the Builder. If the
@@ -277,12 +395,8 @@ func (s *fileSet) reload() reloadResult {
 			e = &fileEntry{}
 			s.files[name] = e
 		}
-		if e.good && e.failed == nil && !e.racy {
-			if fi, err := os.Stat(name); err == nil {
-				if id, ok := idOf(fi); ok && id == e.id {
-					continue
-				}
-			}
+		if s.unchanged(name, e) {
+			continue
 		}
 		fresh, problems := s.read(name, e)
 		changed = changed || fresh
@@ -296,37 +410,115 @@ func (s *fileSet) reload() reloadResult {
 	}
 	res.complete = true
 	for _, name := range names {
-		if e := s.files[name]; e.failed != nil {
+		e := s.files[name]
+		switch {
+		case e.failed != nil:
 			res.failures = append(res.failures, e.failed)
 			res.complete = false
+		case e.held != "":
+			res.held++
+			res.complete = false
+			if end := e.heldSince.Add(s.holdFor); res.recheck.IsZero() || end.Before(res.recheck) {
+				res.recheck = end
+			}
 		}
 	}
 	if changed {
-		res.problems = append(res.problems, s.apply(names)...)
+		var problems []error
+		problems, res.removed = s.apply(names)
+		res.problems = append(res.problems, problems...)
 	}
 	return res
+}
+
+// unchanged reports whether a file need not be read again: it is as it
+// was when it was last read well, or when its contents last failed.
+func (s *fileSet) unchanged(name string, e *fileEntry) bool {
+	var want fileID
+	switch {
+	case e.held != "":
+		return false
+	case e.failed == nil && e.good:
+		want = e.id
+	case e.failed != nil && e.failedID != fileID{}:
+		want = e.failedID
+	default:
+		return false
+	}
+	if s.racy(want) {
+		return false
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return false
+	}
+	id, ok := idOf(fi)
+	return ok && id == want
+}
+
+// racy reports whether a file changed so recently that a change in the
+// same timestamp tick could leave its identity unchanged.
+func (s *fileSet) racy(id fileID) bool {
+	return time.Since(time.Unix(0, id.mtime)) < s.racyWindow || time.Since(time.Unix(0, id.ctime)) < s.racyWindow
 }
 
 // read reads and parses one file into e. fresh reports whether e's objects
 // changed; a file that cannot be read or parsed keeps its old objects.
 func (s *fileSet) read(name string, e *fileEntry) (fresh bool, problems []error) {
 	s.reads++
-	data, id, err := readManifest(name)
+	data, id, err := s.readFile(name)
 	if err != nil {
-		e.failed = &FileError{Path: name, Err: err}
+		// A special or oversized file comes with its identity: it is not
+		// read again until it changes. A failed read is retried.
+		e.failed, e.failedID, e.held = &FileError{Path: name, Err: err}, id, ""
 		return false, nil
 	}
-	objs, errs := s.dec.Decode(data, name)
+	objs, errs, tail := s.dec.decode(data, name)
 	for _, err := range errs {
 		var se *SyntaxError
 		if errors.As(err, &se) {
 			e.failed = &FileError{Path: name, Line: se.Line, Err: fmt.Errorf("invalid YAML in the document starting here: %w", se)}
+			e.failedID, e.held = id, ""
 			return false, nil
 		}
 	}
-	e.id, e.objs, e.good, e.failed = id, objs, true, nil
-	e.racy = time.Since(time.Unix(0, id.mtime)) < s.racyWindow || time.Since(time.Unix(0, id.ctime)) < s.racyWindow
+	if reason, strong := tail.cutShort(data); reason != "" {
+		if held, problem := s.hold(name, e, id, reason, strong); held {
+			return false, problem
+		}
+		errs = append(errs, &Warning{fmt.Errorf("%s: %s; read as it is (it never ended with a newline)", name, reason)})
+	}
+	e.id, e.objs, e.good, e.failed, e.held = id, objs, true, nil, ""
+	e.newline = len(data) > 0 && data[len(data)-1] == '\n'
+	e.racy = s.racy(id)
 	return true, errs
+}
+
+// hold keeps a file that looks cut short at its previous contents while it
+// may still be being written. Once it was left so for holdFor, it is a
+// failure (kept so until it changes), unless the only sign was a missing
+// final newline and the file never had one: then it is read as it is.
+func (s *fileSet) hold(name string, e *fileEntry, id fileID, reason string, strong bool) (held bool, problems []error) {
+	now := time.Now()
+	if e.held == "" || e.heldID != id {
+		e.heldID, e.heldSince = id, now
+		if s.holdFor > 0 {
+			problems = []error{&Warning{fmt.Errorf("%s: %s: taken as still being written; keeping its previous contents, reading it again in %v",
+				name, reason, s.holdFor)}}
+		}
+	}
+	if now.Sub(e.heldSince) < s.holdFor {
+		// This version, not an earlier one, is what the file is now.
+		e.held, e.failed, e.failedID = reason, nil, fileID{}
+		return true, problems
+	}
+	if !strong && !e.newline {
+		return false, problems
+	}
+	e.held, e.failedID = "", id
+	e.failed = &FileError{Path: name, Err: fmt.Errorf("%s, and unchanged for %v: cut short? kept at its previous contents until it changes (write state files atomically: a temporary file renamed over the old one)",
+		reason, s.holdFor)}
+	return true, problems
 }
 
 // readManifest reads a regular file of at most MaxFileSize bytes. The file
@@ -343,13 +535,15 @@ func readManifest(name string) ([]byte, fileID, error) {
 	if err != nil {
 		return nil, fileID{}, fmt.Errorf("reading manifest: %w", err)
 	}
+	// What the file is, not how reading went: it comes with its identity,
+	// so that it is not read again until it changes.
+	id, _ := idOf(fi)
 	if !fi.Mode().IsRegular() {
-		return nil, fileID{}, fmt.Errorf("%s, not a regular file: not read", describeType(fi.Mode()))
+		return nil, id, fmt.Errorf("%s, not a regular file: not read", describeType(fi.Mode()))
 	}
 	if fi.Size() > MaxFileSize {
-		return nil, fileID{}, fmt.Errorf("%d bytes, more than the %d a manifest may have, not read", fi.Size(), MaxFileSize)
+		return nil, id, fmt.Errorf("%d bytes, more than the %d a manifest may have, not read", fi.Size(), MaxFileSize)
 	}
-	id, _ := idOf(fi)
 	// Read at most one byte more than allowed: the file may grow.
 	data := make([]byte, 0, fi.Size()+1)
 	for {
@@ -387,7 +581,8 @@ func describeType(m os.FileMode) string {
 
 // apply feeds the Builder the objects whose definition changed, given the
 // files in name order. An object defined twice takes the later definition.
-func (s *fileSet) apply(names []string) []error {
+// It returns the problems met and the Services no file defines any more.
+func (s *fileSet) apply(names []string) ([]error, []removedService) {
 	var problems []error
 	next := make(map[objectRef]Object, len(s.current))
 	for _, name := range names {
@@ -412,13 +607,20 @@ func (s *fileSet) apply(names []string) []error {
 			problems = append(problems, fmt.Errorf("%s: %w", o.Source, e))
 		}
 	}
-	for ref := range s.current {
+	var removed []removedService
+	for ref, o := range s.current {
 		if _, ok := next[ref]; !ok {
 			remove(s.b, ref)
+			if ref.kind == "service" {
+				removed = append(removed, removedService{ref.namespace, ref.name, o.Source})
+			}
 		}
 	}
+	slices.SortFunc(removed, func(a, b removedService) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+	})
 	s.current = next
-	return problems
+	return problems, removed
 }
 
 func refOf(o Object) (objectRef, bool) {

@@ -25,7 +25,8 @@ type sourceRun struct {
 	done      chan error
 }
 
-func startSource(t *testing.T, path string) *sourceRun {
+// startSource runs a FileSource on path; opts change it before it runs.
+func startSource(t *testing.T, path string, opts ...func(*FileSource)) *sourceRun {
 	t.Helper()
 	src, err := NewFileSource(path, "node-1", nil)
 	if err != nil {
@@ -45,6 +46,9 @@ func startSource(t *testing.T, path string) *sourceRun {
 	src.watch = watchOptions{
 		settle: 10 * time.Millisecond, maxDelay: 100 * time.Millisecond, retry: 10 * time.Millisecond,
 		writeWait: waitLimit, held: func() { r.held <- struct{}{} },
+	}
+	for _, o := range opts {
+		o(src)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { r.done <- src.Run(ctx) }()

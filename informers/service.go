@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -61,7 +62,7 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 	// An address listed under two roles would become two map elements with
 	// one key, which the kernel refuses: the cluster IP keeps it, then the
 	// external IP.
-	externalIPs := parseIPList(svc.Spec.ExternalIPs, "spec.externalIPs", p)
+	externalIPs := parseIPList(svc.Spec.ExternalIPs, "spec.externalIPs", notForEndpoint, p)
 	externalIPs = withoutAddrs(externalIPs, clusterIPs, "spec.externalIPs", "cluster IP", p)
 	lbIPs := loadBalancerIPs(svc, p)
 	lbIPs = withoutAddrs(lbIPs, clusterIPs, lbIngressField, "cluster IP", p)
@@ -201,6 +202,9 @@ func serviceClusterIPs(svc *corev1.Service, p *problems) ([]netip.Addr, bool) {
 		p.add("spec.clusterIP %q differs from spec.clusterIPs[0] %q, using spec.clusterIPs", svc.Spec.ClusterIP, raw[0])
 	}
 	primary, err := parseIP(raw[0])
+	if err == nil {
+		err = refuse(primary, notForTraffic)
+	}
 	if err != nil {
 		p.add("spec.clusterIPs[0]: %v, service skipped", err)
 		return nil, false
@@ -208,6 +212,9 @@ func serviceClusterIPs(svc *corev1.Service, p *problems) ([]netip.Addr, bool) {
 	ips := []netip.Addr{primary}
 	for i, s := range raw[1:] {
 		ip, err := parseIP(s)
+		if err == nil {
+			err = refuse(ip, notForTraffic)
+		}
 		switch {
 		case err != nil:
 			p.add("spec.clusterIPs[%d]: %v, dropped", i+1, err)
@@ -220,12 +227,23 @@ func serviceClusterIPs(svc *corev1.Service, p *problems) ([]netip.Addr, bool) {
 	return ips, true
 }
 
-// parseIPList parses addresses, dropping (and reporting) bad ones and
-// silently dropping repeats.
-func parseIPList(raw []string, field string, p *problems) []netip.Addr {
+// refuse turns what check says against an address into an error.
+func refuse(a netip.Addr, check func(netip.Addr) string) error {
+	if why := check(a); why != "" {
+		return fmt.Errorf("%s is %s", a, why)
+	}
+	return nil
+}
+
+// parseIPList parses addresses, dropping (and reporting) bad ones and the
+// ones check refuses, and silently dropping repeats.
+func parseIPList(raw []string, field string, check func(netip.Addr) string, p *problems) []netip.Addr {
 	var ips []netip.Addr
 	for i, s := range raw {
 		ip, err := parseIP(strings.TrimSpace(s))
+		if err == nil {
+			err = refuse(ip, check)
+		}
 		if err != nil {
 			p.add("%s[%d]: %v, dropped", field, i, err)
 			continue
@@ -271,7 +289,7 @@ func loadBalancerIPs(svc *corev1.Service, p *problems) []netip.Addr {
 		}
 		raw = append(raw, ing.IP)
 	}
-	return parseIPList(raw, lbIngressField, p)
+	return parseIPList(raw, lbIngressField, notForTraffic, p)
 }
 
 // sourceRanges reads spec.loadBalancerSourceRanges, or else the older

@@ -289,6 +289,62 @@ spec:
   ports: [{name: http, port: 80}]`,
 		wantErrs: []string{`service default/bad: spec.clusterIPs[0]: invalid IP address "10.96.0.300", service skipped`},
 	}, {
+		name: "a loopback clusterIP skips the Service",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: bad, namespace: default}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{name: http, port: 80}]`,
+		wantErrs: []string{`service default/bad: spec.clusterIPs[0]: 127.0.0.1 is a loopback address, service skipped`},
+	}, {
+		name: "a multicast clusterIP skips the Service; a special secondary is dropped",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: bad, namespace: default}
+spec:
+  clusterIPs: [224.0.0.251]
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ds, namespace: default}
+spec:
+  clusterIPs: [10.96.0.10, "ff02::1"]
+  ports: [{name: http, port: 80}]`,
+		want: []*proxier.ServicePort{sp("ds", "http", proxier.TCP, 80, "10.96.0.10")},
+		wantErrs: []string{
+			`service default/bad: spec.clusterIPs[0]: 224.0.0.251 is a multicast address, service skipped`,
+			`service default/ds: spec.clusterIPs[1]: ff02::1 is a multicast address, dropped`,
+		},
+	}, {
+		name: "external and load balancer IPs traffic cannot be sent to are dropped",
+		yaml: `
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: default}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.20
+  externalIPs: [192.0.2.10, 127.0.0.1, 169.254.169.254, 239.1.1.1, 255.255.255.255]
+  ports: [{name: https, port: 443}]
+status:
+  loadBalancer: {ingress: [{ip: 127.0.0.53}, {ip: 224.0.0.1}, {ip: 203.0.113.1}]}`,
+		want: []*proxier.ServicePort{with(sp("lb", "https", proxier.TCP, 443, "10.96.0.20"), func(p *proxier.ServicePort) {
+			p.ExternalIPs = addrs("192.0.2.10")
+			p.LoadBalancerIPs = addrs("203.0.113.1")
+		})},
+		wantErrs: []string{
+			`service default/lb: spec.externalIPs[1]: 127.0.0.1 is a loopback address, dropped`,
+			`service default/lb: spec.externalIPs[2]: 169.254.169.254 is a link-local address, dropped`,
+			`service default/lb: spec.externalIPs[3]: 239.1.1.1 is a multicast address, dropped`,
+			`service default/lb: spec.externalIPs[4]: 255.255.255.255 is the broadcast address, dropped`,
+			`service default/lb: status.loadBalancer.ingress ip[0]: 127.0.0.53 is a loopback address, dropped`,
+			`service default/lb: status.loadBalancer.ingress ip[1]: 224.0.0.1 is a multicast address, dropped`,
+		},
+	}, {
 		name: "missing clusterIP skips the Service",
 		yaml: `
 apiVersion: v1

@@ -506,6 +506,8 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 
 	files.OnState = loop.SetState
+	// A file that could not be read is retried as a failed sync is.
+	files.RetryMin, files.RetryMax = minSyncPeriod, syncPeriod
 	status := proxier.NewSourceStatus("file", log, syncPeriod, health, metrics)
 	files.OnError, files.OnRecovered = status.Failing, status.OK
 	go func() {

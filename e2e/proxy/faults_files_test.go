@@ -1,0 +1,205 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+)
+
+// filesSyncPeriod is the proxy's --iptables-sync-period in these tests:
+// /healthz turns 503 after a source failure of twice that, and a failed
+// read is retried at least that often.
+const filesSyncPeriod = 2 * time.Second
+
+// TestFaultFileTransientReadError: the proxy runs out of file descriptors
+// (its RLIMIT_NOFILE lowered from outside, a real EMFILE) just as a new
+// Service is renamed into the state directory, and stays so for longer
+// than /healthz tolerates. When descriptors are free again, nothing in the
+// directory changes: the proxy must read it again by itself, program the
+// Service and report healthy.
+func TestFaultFileTransientReadError(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC},
+		proxyArgs: []string{"--iptables-sync-period", filesSyncPeriod.String()}})
+	// Whatever else needs a descriptor meanwhile fails as well (a sync's
+	// netlink socket): those are the fault, not a bug.
+	e.proxy.expectedErrors = []string{"too many open files"}
+	f := e.startExampleFlows(t)
+
+	const name, ip = "retried", "10.96.2.110"
+	body := documents(
+		service{namespace: "default", name: name, clusterIP: netip.MustParseAddr(ip), portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),
+		endpointSlice{namespace: "default", name: name + "-ipv4", service: name, portName: "http", protocol: "TCP", port: podTCPPort, pods: []sandbox.Pod{podA}}.yaml())
+	tmp := filepath.Join(e.state, ".retried.tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logged := len(e.proxy.log.lines())
+	restore := starveDescriptors(t, e.proxy.proc.Pid())
+	if err := os.Rename(tmp, filepath.Join(e.state, name+".yaml")); err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	e.proxy.waitLog(t, 10*time.Second, "the failure to read the state", func(lines []string) bool {
+		return warned(lines[logged:], e.state, "too many open files")
+	})
+	// The fault lasts past 2x the sync period, when /healthz turns 503
+	// (not checked: its server cannot accept a connection meanwhile).
+	time.Sleep(2*filesSyncPeriod + 500*time.Millisecond) // the fault's duration, not a synchronization
+	restore()
+	released := time.Now()
+
+	var programmed, healthy time.Duration
+	err := e.proxy.try(t.Context(), 4*filesSyncPeriod+5*time.Second, func(ctx context.Context) error {
+		if programmed == 0 {
+			if err := e.probe(ctx, hostPort(ip, "80"), 4, podA.Name); err != nil {
+				return err
+			}
+			programmed = time.Since(released)
+		}
+		code, body, err := e.health(ctx, "/healthz")
+		if err != nil || code != 200 {
+			return fmt.Errorf("/healthz: %d %q %v", code, body, err)
+		}
+		healthy = time.Since(released)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("no file event followed the end of the read failure, and the proxy did not read the state again by itself: %v", err)
+	}
+	res := f.stop(t)
+	t.Logf("descriptors free again -> the new Service programmed after %v, /healthz 200 after %v", programmed.Round(time.Millisecond), healthy.Round(time.Millisecond))
+	logFault(t, "state directory unreadable for 4.5 s (EMFILE), a Service added meanwhile", programmed, res)
+	res.expectNoFailures(t, "transient read error")
+}
+
+// starveDescriptors lowers process pid's RLIMIT_NOFILE to its lowest free
+// descriptor, so that its next open fails with EMFILE; restore undoes it.
+func starveDescriptors(t *testing.T, pid int) (restore func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[uint64]bool{}
+	for _, de := range entries {
+		if n, err := strconv.ParseUint(de.Name(), 10, 64); err == nil {
+			open[n] = true
+		}
+	}
+	low := old
+	for low.Cur = 0; open[low.Cur]; low.Cur++ {
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &low, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the proxy's RLIMIT_NOFILE lowered to %d (from %d)", low.Cur, old.Cur)
+	done := false
+	restore = func() {
+		if done {
+			return
+		}
+		done = true
+		if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+			t.Errorf("restoring the proxy's RLIMIT_NOFILE: %v", err)
+		}
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// manyServices is n ClusterIP Services, one YAML document each, in
+// 10.96.64.0/18 (n at most 16,000).
+func manyServices(n int) string {
+	docs := make([]string, n)
+	for i := range docs {
+		docs[i] = service{namespace: "default", name: fmt.Sprintf("many-%04d", i),
+			clusterIP: netip.AddrFrom4([4]byte{10, 96, byte(64 + i/250), byte(1 + i%250)}), portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml()
+	}
+	return documents(docs...)
+}
+
+// TestFaultFileCutShort: a state file of 300 Services rewritten in place
+// by a writer that stopped half-way (a full disk), at a page boundary in
+// the middle of a document, then at a document boundary. The first must
+// take nothing away (held as being written, then refused, with warnings
+// naming the file); the second, valid, must log the Services it removes.
+func TestFaultFileCutShort(t *testing.T) {
+	const file, count = "many.yaml", 300
+	full := manyServices(count)
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{file: full}})
+	e.proxy.expectedErrors = []string{e.state}
+	path := filepath.Join(e.state, file)
+	last := fmt.Sprintf("10.96.%d.%d ", 64+(count-1)/250, 1+(count-1)%250)
+	e.proxy.poll(t, 10*time.Second, "the 300 Services in the ruleset", func(context.Context) error {
+		if !strings.Contains(e.nftRuleset(t), last) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	f := e.startExampleFlows(t)
+
+	// Cut in the middle of a document, at a 4 KiB page as a full disk cuts.
+	cut := len(full) / 2 &^ 4095
+	if full[cut-1] == '\n' {
+		cut++ // a page that ends a line ends no line of the next one: keep the test about a cut line
+	}
+	logged := len(e.proxy.log.lines())
+	t0 := time.Now()
+	if err := os.WriteFile(path, []byte(full[:cut]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.waitLog(t, 10*time.Second, "a warning that the file is held", func(lines []string) bool {
+		return warned(lines[logged:], path, "still being written")
+	})
+	heldAfter := time.Since(t0)
+	e.proxy.waitLog(t, 15*time.Second, "the file refused as cut short", func(lines []string) bool {
+		return warned(lines[logged:], path, "cut short?")
+	})
+	refusedAfter := time.Since(t0)
+	if rs := e.nftRuleset(t); !strings.Contains(rs, last) {
+		t.Errorf("the file cut at byte %d of %d took the Services after the cut away", cut, len(full))
+	}
+
+	// Cut at a document boundary: a valid file of 200 Services.
+	boundary := strings.Index(full, "  name: many-0200\n")
+	boundary = strings.LastIndex(full[:boundary], "---\n") + len("---\n")
+	logged = len(e.proxy.log.lines())
+	if err := os.WriteFile(path, []byte(full[:boundary]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.waitLog(t, 10*time.Second, "the removal logged", func(lines []string) bool {
+		for _, l := range lines[logged:] {
+			if strings.Contains(l, "Services removed") && strings.Contains(l, "count=100") && strings.Contains(l, "default/many-0200") && strings.Contains(l, path) {
+				return true
+			}
+		}
+		return false
+	})
+	// Whole again.
+	writeAtomic(t, e.state, file, full)
+	e.proxy.poll(t, 10*time.Second, "the 300 Services back", func(context.Context) error {
+		if !strings.Contains(e.nftRuleset(t), last) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	res := f.stop(t)
+	t.Logf("cut at byte %d of %d: warned (held) after %v, refused after %v; no Service lost", cut, len(full), heldAfter.Round(time.Millisecond), refusedAfter.Round(time.Millisecond))
+	logFault(t, "a file of 300 Services cut short mid-document (held, then kept), then at a document boundary (removal of 100 logged)", -1, res)
+	res.expectNoFailures(t, "file cut short")
+}
