@@ -39,6 +39,7 @@ const probeComment = "kube-nftproxy feature probe"
 // and most basic first, so that the error names the first thing missing.
 func features() []Feature {
 	return []Feature{
+		{Name: "tables of this family", Kernel: "CONFIG_NF_TABLES_IPV4, CONFIG_NF_TABLES_IPV6", Since: "3.13"},
 		{Name: "base chains of type nat", Kernel: "chain type nat, module nft_chain_nat", Since: "3.13",
 			write: probeBaseChains},
 		{Name: "verdict maps with concatenated keys: ip daddr . meta l4proto . th dport vmap",

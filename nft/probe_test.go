@@ -19,6 +19,7 @@ type fakeProbeKernel struct {
 	t            *testing.T
 	noExpr       string // an expression the kernel has no module for
 	noConcatSets bool   // no NFT_SET_CONCAT (before 5.6)
+	noFamily     Family // a family without nf_tables (ipv6.disable=1)
 	ignoreAttrs  map[uint16]uint16
 	errno        syscall.Errno // refuse every transaction with this
 	txs          int
@@ -55,6 +56,8 @@ func (k *fakeProbeKernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error)
 		raw = append(raw, m.Data...)
 		refuse := k.errno
 		switch {
+		case k.noFamily != 0 && m.Data[0] == byte(k.noFamily):
+			refuse = unix.EAFNOSUPPORT
 		case typ == unix.NFT_MSG_NEWRULE && k.noExpr != "" && ruleHasExpr(m.Data[nfgenLen:], k.noExpr):
 			refuse = unix.ENOENT
 		case typ == unix.NFT_MSG_NEWSET && k.noConcatSets && setFlags(m.Data[nfgenLen:])&nftSetConcat != 0:
@@ -158,6 +161,9 @@ func TestProbeNamesTheMissingFeature(t *testing.T) {
 			want: []string{"lacks interval sets of concatenations (NFT_SET_CONCAT, nft_set_pipapo, Linux 5.6+)",
 				"operation not supported"}},
 		{name: "nftables mode needs no concatenated intervals", kernel: fakeProbeKernel{noConcatSets: true}},
+		{name: "IPv6 disabled", kernel: fakeProbeKernel{noFamily: IPv6},
+			want: []string{"lacks tables of this family (CONFIG_NF_TABLES_IPV4, CONFIG_NF_TABLES_IPV6, Linux 3.13+) in family ip6: " +
+				"nftables transaction refused at \"add table knp-probe-test\": address family not supported by protocol"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := tc.kernel
