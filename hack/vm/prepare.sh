@@ -57,9 +57,10 @@ fi
 # SUITE-security (on the mirror's debian-security path).
 suite_sources() {
 	local mirror
-	mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+	# (|| true: a missing file fails sed, and the assignment under set -e)
+	mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1) || true
 	[[ -n $mirror ]] || mirror=$(sed -n 's/^deb  *\(\[[^]]*\] *\)\{0,1\}\(http[^ ]*\/debian\)\/* .*/\2/p' \
-		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1)
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1) || true
 	[[ -n $mirror ]] || die "no Debian mirror (a URI ending in /debian) in the host's apt sources"
 	local key=/usr/share/keyrings/debian-archive-keyring.gpg
 	[[ -f $key ]] || die "no $key (install debian-archive-keyring)"
