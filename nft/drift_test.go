@@ -244,6 +244,11 @@ func TestKernelOwnedTable(t *testing.T) {
 	bt.u32(unix.NFTA_TABLE_FLAGS, nftTableFOwner)
 	bt.end()
 	if err := owner.Apply(bt); err != nil {
+		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
+		// own a table, and the kernel refuses the unknown flag.
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			t.Skipf("this kernel has no owned tables (NFT_TABLE_F_OWNER, Linux 5.12+): %v", err)
+		}
 		t.Fatal(err)
 	}
 	b := openTestBackend(t, ns, demoConfig())

@@ -91,7 +91,12 @@ func (e *TxError) Error() string {
 func (e *TxError) Unwrap() error { return e.Errno }
 
 // Apply sends a batch as one transaction and waits for the kernel's verdict.
-func (k *Kernel) Apply(b *batch) error {
+func (k *Kernel) Apply(b *batch) error { return k.apply(b, nil) }
+
+// apply is Apply; echo, when not nil, gets a copy of every message the
+// kernel sends back other than errors and acks (the notifications that
+// NLM_F_ECHO asks for, which come before the final ack).
+func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 	defer b.release()
 	chunks, lastSeq, err := b.finish()
 	if err != nil {
@@ -122,7 +127,13 @@ func (k *Kernel) Apply(b *batch) error {
 		}
 		done := false
 		for _, m := range msgs {
-			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4+nlmsgHdrLen {
+			if m.Header.Type != unix.NLMSG_ERROR {
+				if echo != nil {
+					echo(syscall.NetlinkMessage{Header: m.Header, Data: clone(m.Data)})
+				}
+				continue
+			}
+			if len(m.Data) < 4+nlmsgHdrLen {
 				continue
 			}
 			errno := -int32(binary.NativeEndian.Uint32(m.Data[0:4]))

@@ -393,6 +393,11 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if _, err := k.Generation(); err != nil {
 		return needPrivileges("talking to nftables", err)
 	}
+	// A kernel without something we program fails here, naming it, rather
+	// than at every sync (probed, never read from the version string).
+	if err := k.ProbeFeatures(ipvsConn != nil); err != nil {
+		return err
+	}
 	upstream := cleanUpstream(ipvsConn != nil, log)
 	var backend proxier.Backend
 	var nftBackend *nft.Backend

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepares (or reuses) everything the VM test tier boots: a Debian 6.1 kernel
-# as an ELF vmlinux (booted with PVH, no decompression under TCG), and a base
+# Prepares (or reuses) everything the VM test tier boots: a Debian kernel
+# (12's 6.1 by default, 11's 5.10 with KNP_VM_SUITE=bullseye) as an ELF vmlinux (booted with PVH, no decompression under TCG), and a base
 # initramfs with busybox, the kernel modules the tests need (IPVS, dummy,
 # veth, bridge, nf_tables, conntrack, NAT, 9p over virtio) and userspace
 # tools for the tests and for debugging (ip, nft, ipvsadm, conntrack, ss).
@@ -10,8 +10,16 @@
 #
 # Environment:
 #   KNP_CACHE        cache root (default /var/cache/kube-nftproxy)
+#   KNP_VM_SUITE     Debian suite the kernel comes from: empty (the host's
+#                    apt sources, Debian 12's 6.1) or another suite on the
+#                    host's Debian mirror, e.g. bullseye (Debian 11, 5.10),
+#                    reached through an apt configuration of its own under
+#                    $KNP_CACHE/vm/apt-<suite> (the host's apt is untouched)
 #   KNP_VM_KERNEL    kernel ABI to use, e.g. 6.1.0-56-amd64 (default: the one
-#                    Debian's linux-image-amd64 depends on, per apt-cache)
+#                    the suite's linux-image-amd64 depends on, per apt-cache)
+#
+# The guest's userspace tools (nft, ip, ipvsadm, conntrack, iptables, ipset)
+# always come from the host's sources: they work on every kernel we test.
 #
 # Everything lands in $KNP_CACHE/vm/<kernel ABI>/ and is reused when that
 # directory holds a .complete stamp (written last) of this RECIPE: bump it
@@ -31,26 +39,85 @@ CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}/vm
 # boot) for upstream kube-proxy in the side-by-side benchmark.
 RECIPE=2
 
-# The kernel ABI: pinned, or what linux-image-amd64 currently points at.
+SUITE=${KNP_VM_SUITE:-}
+[[ -z $SUITE || $SUITE =~ ^[a-z]+$ ]] || die "KNP_VM_SUITE=$SUITE is not a Debian suite name (e.g. bullseye)"
+# apt options for the kernel's suite: none for the host's sources; for
+# another suite, a sources list, package lists and archive cache of its own
+# (never the host's /etc/apt or /var/lib/apt/lists).
+kapt=()
+if [[ -n $SUITE ]]; then
+	KAPT_DIR=$CACHE_ROOT/apt-$SUITE
+	kapt=(-o "Dir::Etc::SourceList=$KAPT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$KAPT_DIR/lists" -o "Dir::Cache=$KAPT_DIR/cache"
+		-o APT::Sandbox::User=root)
+fi
+
+# The suite's sources: the host's Debian mirror (the URI of its "main"
+# suite, deb822 or one-line format), with SUITE, SUITE-updates and
+# SUITE-security (on the mirror's debian-security path).
+suite_sources() {
+	local mirror
+	# (|| true: a missing file fails sed, and the assignment under set -e)
+	mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1) || true
+	[[ -n $mirror ]] || mirror=$(sed -n 's/^deb  *\(\[[^]]*\] *\)\{0,1\}\(http[^ ]*\/debian\)\/* .*/\2/p' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1) || true
+	[[ -n $mirror ]] || die "no Debian mirror (a URI ending in /debian) in the host's apt sources"
+	local key=/usr/share/keyrings/debian-archive-keyring.gpg
+	[[ -f $key ]] || die "no $key (install debian-archive-keyring)"
+	echo "deb [signed-by=$key] $mirror $SUITE main"
+	echo "deb [signed-by=$key] $mirror $SUITE-updates main"
+	echo "deb [signed-by=$key] $mirror-security $SUITE-security main"
+}
+
+# Fetches the suite's package lists into KAPT_DIR (packages only, none of
+# the host's extra index targets such as DEP-11 metadata).
+suite_update() {
+	mkdir -p "$KAPT_DIR/lists/partial" "$KAPT_DIR/cache/archives/partial"
+	suite_sources >"$KAPT_DIR/sources.list"
+	log "apt-get update for $SUITE (lists in $KAPT_DIR)"
+	apt-get update -qq "${kapt[@]}" -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false >&2 ||
+		die "apt-get update for suite $SUITE failed"
+}
+
+# The kernel ABI: pinned, or what the suite's linux-image-amd64 points at.
 kernel_abi() {
 	if [[ -n ${KNP_VM_KERNEL:-} ]]; then
 		echo "$KNP_VM_KERNEL"
 		return
 	fi
 	local pkg
-	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+	pkg=$(apt-cache "${kapt[@]}" depends linux-image-amd64 2>/dev/null |
 		sed -n 's/^ *Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -n1)
-	[[ -n $pkg ]] || die "apt-cache shows no linux-image-6.1.0-*-amd64 behind linux-image-amd64 (run apt-get update?)"
+	[[ -n $pkg ]] || return 1
 	echo "$pkg"
 }
 
-KVER=$(kernel_abi)
-OUT=$CACHE_ROOT/$KVER
+complete() {
+	[[ -f $OUT/.complete && -f $OUT/vmlinux && -f $OUT/base.cpio ]] &&
+		grep -qx "recipe=$RECIPE" "$OUT/.complete"
+}
 
+# A suite's lists are fetched when there are none, and refreshed when the
+# kernel they name is not prepared yet (a security update may have replaced
+# that package on the mirror since).
+KVER=
+if [[ -n $SUITE && -s $KAPT_DIR/sources.list ]] || [[ -z $SUITE ]]; then
+	KVER=$(kernel_abi) || KVER=
+fi
+OUT=$CACHE_ROOT/${KVER:-none}
 if [[ ${1:-} == --print ]]; then
+	[[ -n $KVER ]] || die "no kernel known for suite ${SUITE:-of the host} yet (run prepare.sh)"
 	echo "$OUT"
 	exit 0
 fi
+if [[ -n $SUITE && -z ${KNP_VM_KERNEL:-} ]] && { [[ -z $KVER ]] || ! complete; }; then
+	suite_update
+	KVER=$(kernel_abi) || KVER=
+fi
+[[ -n $KVER ]] ||
+	die "apt-cache shows no linux-image-*-amd64 behind linux-image-amd64${SUITE:+ in $SUITE} (run apt-get update?)"
+OUT=$CACHE_ROOT/$KVER
 
 # Host tools: qemu to boot, busybox for the guest's shell, kmod for depmod,
 # cpio for the initramfs.
@@ -72,10 +139,6 @@ if readelf -l /bin/busybox | grep -q INTERP; then
 	die "/bin/busybox is dynamically linked (install busybox-static)"
 fi
 
-complete() {
-	[[ -f $OUT/.complete && -f $OUT/vmlinux && -f $OUT/base.cpio ]] &&
-		grep -qx "recipe=$RECIPE" "$OUT/.complete"
-}
 if complete; then
 	echo "$OUT"
 	exit 0
@@ -103,11 +166,13 @@ tools_pkgs=(iproute2 nftables ipvsadm conntrack netbase iptables ipset)
 mapfile -t user_pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests \
 	--no-conflicts --no-breaks --no-replaces --no-enhances "${tools_pkgs[@]}" |
 	grep '^[a-z0-9]' | sort -u)
-log "downloading linux-image-$KVER and ${#user_pkgs[@]} userspace packages"
+log "downloading linux-image-$KVER${SUITE:+ ($SUITE)} and ${#user_pkgs[@]} userspace packages"
 mkdir debs
 # APT::Sandbox::User=root: the _apt user cannot write into this root-owned
 # temporary directory.
-(cd debs && apt-get download -qq -o APT::Sandbox::User=root "linux-image-$KVER" "${user_pkgs[@]}" >&2)
+(cd debs && apt-get download -qq -o APT::Sandbox::User=root "${user_pkgs[@]}" >&2)
+(cd debs && apt-get download -qq -o APT::Sandbox::User=root "${kapt[@]}" "linux-image-$KVER" >&2) ||
+	die "apt-get download linux-image-$KVER${SUITE:+ from $SUITE} failed"
 
 mkdir kernel user
 dpkg -x debs/linux-image-"$KVER"_*.deb kernel
@@ -288,6 +353,7 @@ cp kernel/boot/config-"$KVER" "$OUT/config"
 printf '%s\n' "${order[@]}" >"$OUT/modules.load"
 {
 	echo "kernel=$KVER"
+	echo "suite=${SUITE:-host}"
 	echo "recipe=$RECIPE"
 	echo "modules=${#order[@]}"
 	echo "prepared=$(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs Go test packages inside a QEMU VM with Debian's 6.1 kernel (real IPVS,
-# dummy links, modules), in one boot, and turns the guest's results into a
+# Runs Go test packages inside a QEMU VM with a Debian kernel (6.1 from the
+# host's apt sources, or 5.10 with KNP_VM_SUITE=bullseye; real IPVS, dummy
+# links, modules), in one boot, and turns the guest's results into a
 # host-side pass/fail.
 #
 #   hack/vm/run.sh PKG... [go test flags]
@@ -17,7 +18,8 @@
 #   KNP_VM_TIMEOUT   seconds for the whole boot (default 900); each binary
 #                    gets -test.timeout a little below it unless given one
 #   KNP_VM_KEEP=1    keep the share and the logs (path printed) for debugging
-#   KNP_VM_MEM, KNP_VM_SMP, KNP_VM_KERNEL, KNP_CACHE: see boot.sh, prepare.sh
+#   KNP_VM_MEM, KNP_VM_SMP, KNP_VM_SUITE, KNP_VM_KERNEL, KNP_CACHE: see
+#                    boot.sh, prepare.sh
 #
 # Exit status: 0 if every package passed; 1 if any failed, or the guest
 # crashed, timed out or never ran a test; 2 on usage or build errors.
@@ -32,7 +34,7 @@ fi
 timeout_s=${KNP_VM_TIMEOUT:-900}
 
 usage() {
-	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
