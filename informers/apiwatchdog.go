@@ -117,6 +117,9 @@ func (w *apiWatchdog) probeOnce(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	err := w.probe(pctx)
+	if refusedByPolicy(err) {
+		return nil
+	}
 	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 		return fmt.Errorf("probing the API server: no answer within %v: %w", time.Since(start).Round(time.Millisecond), err)
 	}
@@ -154,6 +157,18 @@ func (w *apiWatchdog) recovered() {
 	if w.onRecovered != nil {
 		w.onRecovered()
 	}
+}
+
+// refusedByPolicy reports whether err is an answer of 4xx (the probe's path
+// not allowed, say, or throttled): the server is there and well enough to
+// say no, and the informers' own errors would tell if they were refused too.
+func refusedByPolicy(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500
 }
 
 // answered reports whether err carries an HTTP answer from the server.
