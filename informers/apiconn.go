@@ -57,6 +57,10 @@ type requestGate struct {
 	// suspect, when set, is told of a connection that could not be
 	// opened (the watchdog probes at once).
 	suspect func(error)
+	// refused: the last answer to a list or watch was a refusal (401,
+	// 403) or a server error; the server answering probes is not
+	// enough then to say that the source reads fine.
+	refused bool
 }
 
 func newRequestGate() *requestGate {
@@ -112,6 +116,25 @@ func (g *requestGate) suspecter() func(error) {
 	return g.suspect
 }
 
+// answered records the status code of an answer to a list or watch.
+func (g *requestGate) answered(code int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case code < 300:
+		g.refused = false
+	case code == http.StatusUnauthorized || code == http.StatusForbidden || code >= 500:
+		g.refused = true
+	}
+}
+
+// isRefused reports whether the last answer to a list or watch refused it.
+func (g *requestGate) isRefused() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused
+}
+
 // isHeld reports whether requests are held back now.
 func (g *requestGate) isHeld() bool {
 	g.mu.Lock()
@@ -138,6 +161,9 @@ func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.next.RoundTrip(req)
+		if err == nil {
+			t.gate.answered(resp.StatusCode)
+		}
 		suspect := t.gate.suspecter()
 		if err == nil || suspect == nil || !isDialError(err) || ctx.Err() != nil {
 			return resp, err

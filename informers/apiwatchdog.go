@@ -77,9 +77,7 @@ func (w *apiWatchdog) run(ctx context.Context) {
 		}
 		switch {
 		case err == nil:
-			if w.reported.Swap(false) || failing {
-				w.recovered()
-			}
+			w.answered(w.reported.Swap(false) || failing)
 			failing, pause = false, w.every
 		case failing:
 			pause = min(2*pause, w.retryMax)
@@ -149,10 +147,19 @@ func (w *apiWatchdog) probeFailed(err error) {
 	}
 }
 
-// recovered lets held requests go and reports the recovery.
-func (w *apiWatchdog) recovered() {
+// answered lets held requests go after a probe was answered, and reports
+// the recovery if something failed before, unless the informers' last
+// list or watch was refused: then the next answered probe tells again.
+func (w *apiWatchdog) answered(wasFailing bool) {
 	if w.gate != nil {
 		w.gate.release()
+	}
+	if !wasFailing {
+		return
+	}
+	if w.gate != nil && w.gate.isRefused() {
+		w.reported.Store(true)
+		return
 	}
 	if w.onRecovered != nil {
 		w.onRecovered()

@@ -251,3 +251,21 @@ func TestAPIWatchdogHoldsUntilAnswered(t *testing.T) {
 	}
 	r.waitFor(t, "the recovery", func() bool { return r.recovered == 1 })
 }
+
+// An informer refused (403) is not recovered by the server answering
+// probes: the recovery waits for a list or watch to be served again.
+func TestAPIWatchdogRefusedInformer(t *testing.T) {
+	r := &watchdogRecorder{}
+	w, gate := r.start(t, time.Millisecond)
+	gate.answered(http.StatusForbidden)
+	w.failed(errors.New("listing or watching *v1.Service: forbidden"))
+	r.waitFor(t, "more probes", func() bool { return r.probes > 5 })
+	r.mu.Lock()
+	recovered := r.recovered
+	r.mu.Unlock()
+	if recovered != 0 {
+		t.Fatalf("recovery reported while the informers' requests are refused")
+	}
+	gate.answered(http.StatusOK)
+	r.waitFor(t, "the recovery once a list is served", func() bool { return r.recovered == 1 })
+}
