@@ -5,18 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
 )
 
 // The API-gone tests run the proxy with a short sync period: /healthz
 // must turn 503 once the API server has been away for twice this.
-const apiGoneSyncPeriod = 2 * time.Second
+// KNP_APIGONE_SYNC_PERIOD sets another (30s: kube-proxy's default).
+var apiGoneSyncPeriod = envDuration("KNP_APIGONE_SYNC_PERIOD", 2*time.Second)
+
+// apiGoneHold is how long the API server stays away after the proxy has
+// reported it (KNP_APIGONE_HOLD, default 0: the long outages of a real
+// cluster are a matter of setting it to 90s).
+var apiGoneHold = envDuration("KNP_APIGONE_HOLD", 0)
+
+func envDuration(name string, def time.Duration) time.Duration {
+	d, err := time.ParseDuration(os.Getenv(name))
+	if err != nil || d <= 0 {
+		return def
+	}
+	return d
+}
 
 // The Service deleted while (or right after) the API server is away.
 const (
@@ -83,14 +100,15 @@ func testAPIGone(t *testing.T, f apiGoneFault) {
 	if seen.unhealthy < 2*apiGoneSyncPeriod {
 		t.Errorf("/healthz turned 503 %v after the server went away, before twice the sync period (%v)", seen.unhealthy, 2*apiGoneSyncPeriod)
 	}
+	a.holdGone(t, t0)
 	if f.deleteWhileAway {
-		a.do(t, "DELETE", servicesPath+"/"+apiGoneDoomedName, nil, nil)
+		a.deleteDoomed(t)
 	}
 	logged = len(a.proxy.log.lines())
 	f.back(t, a)
 	back := time.Now()
 	if !f.deleteWhileAway {
-		a.do(t, "DELETE", servicesPath+"/"+apiGoneDoomedName, nil, nil)
+		a.deleteDoomed(t)
 	}
 	deleted := time.Now()
 	// A deletion made while the server was away must not wait for the
@@ -112,6 +130,42 @@ func testAPIGone(t *testing.T, f apiGoneFault) {
 		f.name, gone.Sub(back).Round(time.Millisecond), gone.Sub(deleted).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	a.waitTraffic(t, time.Now(), 10*time.Second, web, podA.Name, podB.Name)
 	a.proxy.checkRunning(t)
+}
+
+// deleteDoomed deletes the doomed Service, trying again when the test's
+// own connection to the server did not survive the fault (EOF after a
+// long SIGSTOP); a 404 says an earlier try went through.
+func (a *apiEnv) deleteDoomed(t *testing.T) {
+	t.Helper()
+	a.proxy.poll(t, 30*time.Second, "deleting the doomed Service", func(ctx context.Context) error {
+		err := a.srv.Do(ctx, "DELETE", servicesPath+"/"+apiGoneDoomedName, nil, nil)
+		if se, ok := errors.AsType[*apiserver.StatusError](err); ok && se.Code == http.StatusNotFound {
+			return nil
+		}
+		return err
+	})
+}
+
+// holdGone keeps the server away until apiGoneHold after t0, checking
+// that the proxy keeps saying so.
+func (a *apiEnv) holdGone(t *testing.T, t0 time.Time) {
+	t.Helper()
+	if time.Since(t0) >= apiGoneHold {
+		return
+	}
+	a.proxy.poll(t, apiGoneHold+10*time.Second, fmt.Sprintf("%v away", apiGoneHold), func(ctx context.Context) error {
+		m, err := a.fetchMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		if up := m[`kubenftproxy_source_up{source="api"}`]; up != 0 {
+			t.Errorf("%v after the server went away, source_up is %v", time.Since(t0).Round(time.Millisecond), up)
+		}
+		if time.Since(t0) < apiGoneHold {
+			return errors.New("holding")
+		}
+		return nil
+	})
 }
 
 // launchGoneProxy starts the proxy with the short sync period, through
@@ -195,7 +249,7 @@ func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failur
 	t.Helper()
 	var seen apiGoneSeen
 	var last string
-	err := a.proxy.try(t.Context(), 2*apiGoneSyncPeriod+30*time.Second, func(ctx context.Context) error {
+	err := a.proxy.try(t.Context(), 3*apiGoneSyncPeriod+30*time.Second, func(ctx context.Context) error {
 		if seen.warned == 0 && slices.ContainsFunc(a.proxy.log.lines()[logged:], isGoneWarning) {
 			seen.warned = time.Since(t0)
 		}
