@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -37,14 +38,17 @@ type APISource struct {
 	// object has reached the Builder: its view is complete from then on.
 	OnReady func()
 	// OnError is called when listing or watching fails (the API server
-	// cannot be reached, access is denied); OnRecovered when a probe of
-	// the API server succeeds again after that. The informers keep their
-	// caches meanwhile.
+	// cannot be reached, access is denied) and when a probe of the API
+	// server fails; OnRecovered when a probe succeeds again after that.
+	// The informers keep their caches meanwhile.
 	OnError     func(error)
 	OnRecovered func()
-	// ProbeEvery is how often the API server is probed while failing
-	// (0: every 5 s).
+	// ProbeEvery is how often the API server is probed while it answers
+	// (0: every 30 s); while it does not, more often (every 0.5 s backing
+	// off to at most 5 s or ProbeEvery).
 	ProbeEvery time.Duration
+	// Probe replaces the probe (a GET of /livez), for tests.
+	Probe func(context.Context) error
 }
 
 // ignoredSelector is kube-proxy's: objects of Services handed to another
@@ -68,28 +72,10 @@ func (s *APISource) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sel, err := ignoredSelector()
+	objects, nodes, sources, err := s.informers()
 	if err != nil {
-		return fmt.Errorf("building label selector: %w", err)
+		return err
 	}
-	slim := newSlimmer().slim
-	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
-	objects := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTweakListOptions(tweak), informers.WithTransform(slim))
-	// Without the factory's namespace index: nothing here looks objects
-	// up, and the index holds every object's key once more.
-	services := objects.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredServiceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
-	})
-	slices := objects.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return discoveryinformers.NewFilteredEndpointSliceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
-	})
-	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Builder.NodeName()).String()
-		}),
-		informers.WithTransform(slim))
-
 	// No sync before every cache has filled: a proxy restarting on a node
 	// must not program a partial view over the rules it left there.
 	var synced atomic.Bool
@@ -98,62 +84,12 @@ func (s *APISource) Run(ctx context.Context) error {
 			s.OnChange()
 		}
 	}
-	warn := func(err error) {
-		if err != nil {
-			log.Warn("skipping bad input", "err", err)
-		}
-	}
-	handlers := []struct {
-		informer cache.SharedIndexInformer
-		upsert   func(any)
-		remove   func(any)
-	}{
-		{services,
-			func(o any) {
-				if svc, ok := o.(*corev1.Service); ok {
-					warn(s.Builder.UpsertService(svc))
-				}
-			},
-			func(o any) {
-				if svc, ok := unwrap(o).(*corev1.Service); ok {
-					s.Builder.DeleteService(svc.Namespace, svc.Name)
-				}
-			}},
-		{slices,
-			func(o any) {
-				if es, ok := o.(*discoveryv1.EndpointSlice); ok {
-					warn(s.Builder.UpsertEndpointSlice(es))
-				}
-			},
-			func(o any) {
-				if es, ok := unwrap(o).(*discoveryv1.EndpointSlice); ok {
-					s.Builder.RemoveEndpointSlice(es)
-				}
-			}},
-		{nodes.Core().V1().Nodes().Informer(),
-			func(o any) {
-				if n, ok := o.(*corev1.Node); ok {
-					warn(s.Builder.UpsertNode(n))
-				}
-			},
-			func(o any) {
-				if n, ok := unwrap(o).(*corev1.Node); ok {
-					s.Builder.DeleteNode(n.Name)
-				}
-			}},
-	}
-	failing := make(chan struct{}, 1)
+	dog := s.watchdog()
 	onWatchError := func(r *cache.Reflector, err error) {
-		if s.OnError != nil {
-			s.OnError(fmt.Errorf("listing or watching %s: %w", r.TypeDescription(), err))
-		}
-		select {
-		case failing <- struct{}{}:
-		default:
-		}
+		dog.failed(fmt.Errorf("listing or watching %s: %w", r.TypeDescription(), err))
 	}
 	var handlersSynced []cache.InformerSynced
-	for _, h := range handlers {
+	for _, h := range s.handlers(log, sources) {
 		if err := h.informer.SetWatchErrorHandler(onWatchError); err != nil {
 			return fmt.Errorf("adding watch error handler: %w", err)
 		}
@@ -167,26 +103,13 @@ func (s *APISource) Run(ctx context.Context) error {
 		}
 		handlersSynced = append(handlersSynced, reg.HasSynced)
 	}
-	go s.probeWhileFailing(ctx, failing)
+	go dog.run(ctx)
 	objects.Start(ctx.Done())
 	nodes.Start(ctx.Done())
 	defer objects.Shutdown()
 	defer nodes.Shutdown()
-	for typ, ok := range objects.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("listing %v from the API server did not complete", typ)
-		}
-	}
-	for typ, ok := range nodes.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("listing %v from the API server did not complete", typ)
-		}
-	}
-	// A filled cache is not enough: the handlers must also have passed
-	// every listed object to the Builder (found by the 5k-Service e2e
-	// test, whose first sync had 70 of 50,000 endpoints).
-	if !cache.WaitForCacheSync(ctx.Done(), handlersSynced...) {
-		return fmt.Errorf("handling the first listing from the API server did not complete")
+	if err := waitFilled(ctx, handlersSynced, objects, nodes); err != nil {
+		return err
 	}
 	log.Info("API server caches filled")
 	synced.Store(true)
@@ -198,38 +121,141 @@ func (s *APISource) Run(ctx context.Context) error {
 	return nil
 }
 
-// probeWhileFailing asks the API server for its version after each
-// reported failure, until it answers: the informers retry on their own, but
-// say nothing when they succeed again.
-func (s *APISource) probeWhileFailing(ctx context.Context, failing <-chan struct{}) {
-	every := s.ProbeEvery
-	if every == 0 {
-		every = 5 * time.Second
+// apiInformers are the Service, EndpointSlice and Node informers.
+type apiInformers struct {
+	services, slices, nodes cache.SharedIndexInformer
+}
+
+// informers builds the factories: one for Services and EndpointSlices
+// (without those kube-proxy ignores), one for this node's Node.
+func (s *APISource) informers() (objects, nodes informers.SharedInformerFactory, in apiInformers, err error) {
+	sel, err := ignoredSelector()
+	if err != nil {
+		return nil, nil, in, fmt.Errorf("building label selector: %w", err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-failing:
+	slim := newSlimmer().slim
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
+	objects = informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(tweak), informers.WithTransform(slim))
+	// Without the factory's namespace index: nothing here looks objects
+	// up, and the index holds every object's key once more.
+	in.services = objects.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredServiceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
+	})
+	in.slices = objects.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return discoveryinformers.NewFilteredEndpointSliceInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
+	})
+	nodes = informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Builder.NodeName()).String()
+		}),
+		informers.WithTransform(slim))
+	in.nodes = nodes.Core().V1().Nodes().Informer()
+	return objects, nodes, in, nil
+}
+
+// apiHandler passes one informer's objects to the Builder.
+type apiHandler struct {
+	informer cache.SharedIndexInformer
+	upsert   func(any)
+	remove   func(any)
+}
+
+func (s *APISource) handlers(log *slog.Logger, in apiInformers) []apiHandler {
+	warn := func(err error) {
+		if err != nil {
+			log.Warn("skipping bad input", "err", err)
 		}
-		t := time.NewTicker(every)
-		for up := false; !up; {
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-				_, err := s.Client.Discovery().ServerVersion()
-				up = err == nil
-				if !up && s.OnError != nil {
-					s.OnError(fmt.Errorf("probing the API server: %w", err))
+	}
+	return []apiHandler{
+		{in.services,
+			func(o any) {
+				if svc, ok := o.(*corev1.Service); ok {
+					warn(s.Builder.UpsertService(svc))
 				}
+			},
+			func(o any) {
+				if svc, ok := unwrap(o).(*corev1.Service); ok {
+					s.Builder.DeleteService(svc.Namespace, svc.Name)
+				}
+			}},
+		{in.slices,
+			func(o any) {
+				if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+					warn(s.Builder.UpsertEndpointSlice(es))
+				}
+			},
+			func(o any) {
+				if es, ok := unwrap(o).(*discoveryv1.EndpointSlice); ok {
+					s.Builder.RemoveEndpointSlice(es)
+				}
+			}},
+		{in.nodes,
+			func(o any) {
+				if n, ok := o.(*corev1.Node); ok {
+					warn(s.Builder.UpsertNode(n))
+				}
+			},
+			func(o any) {
+				if n, ok := unwrap(o).(*corev1.Node); ok {
+					s.Builder.DeleteNode(n.Name)
+				}
+			}},
+	}
+}
+
+// waitFilled waits until both factories' caches have filled and the
+// handlers have passed every listed object to the Builder.
+func waitFilled(ctx context.Context, handlersSynced []cache.InformerSynced, factories ...informers.SharedInformerFactory) error {
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("listing %v from the API server did not complete", typ)
 			}
 		}
-		t.Stop()
-		if s.OnRecovered != nil {
-			s.OnRecovered()
+	}
+	// A filled cache is not enough: the handlers must also have passed
+	// every listed object to the Builder (found by the 5k-Service e2e
+	// test, whose first sync had 70 of 50,000 endpoints).
+	if !cache.WaitForCacheSync(ctx.Done(), handlersSynced...) {
+		return fmt.Errorf("handling the first listing from the API server did not complete")
+	}
+	return nil
+}
+
+// watchdog builds the prober of the API server. With an APIClient, a
+// probe without an answer holds the informers' requests back and closes
+// its connections, as does a connection that cannot be opened.
+func (s *APISource) watchdog() *apiWatchdog {
+	every := s.ProbeEvery
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	dog := newAPIWatchdog(s.probe(), every)
+	dog.onError, dog.onRecovered = s.OnError, s.OnRecovered
+	if c, ok := s.Client.(*APIClient); ok {
+		dog.gate, dog.closeConns = c.gate, c.dialer.CloseAll
+		c.gate.watchedBy(dog.failed)
+	}
+	return dog
+}
+
+// probe returns s.Probe, else a GET of /livez: cheap (no storage behind
+// it), exempt from the API server's flow control, and sent on the
+// connection the watches share, so a hung one is noticed.
+func (s *APISource) probe() func(context.Context) error {
+	if s.Probe != nil {
+		return s.Probe
+	}
+	rc := s.Client.Discovery().RESTClient()
+	if rc == nil || reflect.ValueOf(rc).IsNil() { // fake clientsets have none
+		return func(context.Context) error {
+			_, err := s.Client.Discovery().ServerVersion()
+			return err
 		}
+	}
+	return func(ctx context.Context) error {
+		return rc.Get().AbsPath("/livez").MaxRetries(0).Do(ctx).Error()
 	}
 }
 

@@ -499,7 +499,10 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		// Each informer retries with its own URL in the error: one failure.
 		status := proxier.NewSourceStatus("api", log, syncPeriod, health, metrics).AnyText()
 		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
-			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK}
+			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
+			// One small request per sync period notices a server gone
+			// silent (hung, or its packets dropped) within that period.
+			ProbeEvery: syncPeriod}
 		go func() {
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("API source stopped", "err", err)
@@ -660,9 +663,11 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 	}
 	rc.QPS, rc.Burst, rc.ContentType = o.apiQPS, o.apiBurst, o.apiContentType
 	rc.UserAgent = "kube-nftproxy"
-	client, err := kubernetes.NewForConfig(rc)
+	// Its connections can be closed and its requests held back while the
+	// API server is away (informers.APISource's watchdog).
+	client, err := informers.NewAPIClient(rc)
 	if err != nil {
-		return nil, fmt.Errorf("creating the API client: %w", err)
+		return nil, err
 	}
 	return client, nil
 }
