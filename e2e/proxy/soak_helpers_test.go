@@ -384,7 +384,7 @@ func (s *sampler) add(smp procSample) {
 }
 
 // logSoak logs the soak's summary, each line starting with SOAK.
-func logSoak(t *testing.T, cfg soakConfig, sums []*echo.Summary, c *churner, d *disruptor, final soakState, start, end, peak procSample) {
+func logSoak(t *testing.T, cfg soakConfig, loops []*trafficLoop, sums []*echo.Summary, c *churner, d *disruptor, final soakState, start, end, peak procSample) {
 	t.Helper()
 	ok, failed := 0, 0
 	var gap time.Duration
@@ -394,8 +394,10 @@ func logSoak(t *testing.T, cfg soakConfig, sums []*echo.Summary, c *churner, d *
 	}
 	t.Logf("SOAK %v, %d churned Services (+2 targets), a request every %v per flow", cfg.duration, cfg.services, soakInterval)
 	t.Logf("SOAK requests %d, failed %d, longest gap without a reply %v", ok+failed, failed, gap)
-	for _, s := range sums {
-		t.Logf("SOAK   %s: %d ok, %d failed %v, longest gap %v", s.Target, s.OK, s.Failed, s.Errors, msDuration(s.LongestGapMS))
+	for i, s := range sums {
+		at := loops[i].started.Add(msDuration(s.LongestGapAtMS))
+		t.Logf("SOAK   %s: %d ok, %d failed %v, longest gap %v from %s (%s)", loops[i].target,
+			s.OK, s.Failed, s.Errors, msDuration(s.LongestGapMS), at.UTC().Format("15:04:05.000"), during(d.done, at))
 	}
 	t.Logf("SOAK churn: %d endpoint changes, %d Services created and %d deleted, %d make-before-break changes of soak-web's endpoints; %d API requests failed",
 		c.endpointChanges, c.created, c.removed, c.targetChanges, c.apiErrors)

@@ -132,7 +132,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.add(end)
-	logSoak(t, cfg, sums, c, d, final, start, end, s.max)
+	logSoak(t, cfg, flows, sums, c, d, final, start, end, s.max)
 	judgeSoak(t, flows, sums, d.done, start, end)
 	a.proxy.checkRunning(t)
 }
