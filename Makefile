@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
 
 all: build
 
@@ -114,6 +114,27 @@ bench-dataplane:
 	KNP_DATAPLANE_BENCH=1 KNP_DATAPLANE_SIZES=$(KNP_DATAPLANE_SIZES) KNP_DATAPLANE_SAMPLES=$(KNP_DATAPLANE_SAMPLES) \
 		KNP_DATAPLANE_OUT=$(KNP_DATAPLANE_OUT) \
 		$(GO) test -count=1 -v -timeout 1h -run '^TestDataplaneLatency$$' ./e2e/dataplane/
+
+# The soak (e2e/proxy TestSoak; root): the proxy against a real API server
+# for SOAK with SOAK_SERVICES Services (a tenth NodePorts) under four flows
+# (TCP and UDP to two ClusterIPs from a pod and to their NodePorts from the
+# external client, a request every 50ms each), five changes a second of
+# endpoints and Services, and in turn every 3 minutes the API server killed
+# and restarted, etcd killed and restarted, and the API server SIGSTOPped
+# for 60s. It prints the SOAK summary (requests, failed, longest gap,
+# changes, the proxy's RSS, goroutines, fds and threads at start and end)
+# and fails on any failed request, on fds or goroutines growing, or if the
+# kernel does not end up with exactly the API server's Services. The whole
+# log goes to SOAK_LOG. A one-minute version runs with the other tests.
+SOAK          ?= 30m
+SOAK_SERVICES ?= 1000
+SOAK_LOG      ?= $(BIN)/soak.log
+soak:
+	hack/apiserver/build.sh
+	@mkdir -p $(dir $(SOAK_LOG)); echo "soak: $(SOAK), $(SOAK_SERVICES) Services; the whole log in $(SOAK_LOG)"
+	@status=0; KNP_SOAK=$(SOAK) KNP_SOAK_SERVICES=$(SOAK_SERVICES) KNP_REQUIRE_APISERVER=1 \
+		$(GO) test -count=1 -v -timeout 24h -run '^TestSoak$$' ./e2e/proxy/ > $(SOAK_LOG) 2>&1 || status=$$?; \
+		grep -E 'soak_test\.go|soak_helpers_test\.go|logged an error|^--- |^(ok|FAIL)' $(SOAK_LOG); exit $$status
 
 demo:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo

@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// Limits that keep every client run bounded.
+// Limits that keep every client run bounded. MaxDuration leaves room for
+// the flows of a long soak (make soak).
 const (
 	MaxCount    = 1_000_000
-	MaxDuration = 10 * time.Minute
+	MaxDuration = 24 * time.Hour
 	MaxTimeout  = time.Minute
 	MaxResults  = 10_000
 )

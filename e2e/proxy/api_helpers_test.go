@@ -20,7 +20,7 @@ import (
 
 // apiEnv is a sandbox whose node namespace runs etcd, kube-apiserver (on
 // 127.0.0.1 of that namespace) and the proxy in API mode, with agent servers
-// in pod-a and pod-b and pod-c as the client.
+// in pod-a and pod-b (and any extra pods) and pod-c as the client.
 type apiEnv struct {
 	*env
 	srv *apiserver.Server
@@ -29,8 +29,9 @@ type apiEnv struct {
 // newAPIEnv builds an apiEnv that the end of the test takes down, in the
 // reverse order: proxy, API server and etcd, sandbox. It skips the test
 // when the API server harness is unavailable (fails it when
-// KNP_REQUIRE_APISERVER=1) before creating anything.
-func newAPIEnv(t *testing.T) *apiEnv {
+// KNP_REQUIRE_APISERVER=1) before creating anything. Extra pods get agent
+// servers too.
+func newAPIEnv(t *testing.T, extra ...sandbox.Pod) *apiEnv {
 	t.Helper()
 	needRoot(t)
 	if err := apiserver.Available(); err != nil {
@@ -39,8 +40,9 @@ func newAPIEnv(t *testing.T) *apiEnv {
 		}
 		t.Skipf("skipping API server test: %v", err)
 	}
-	e := &env{sb: newSandbox(t, []sandbox.Pod{podA, podB, podC})}
-	for _, p := range []sandbox.Pod{podA, podB} {
+	servers := append([]sandbox.Pod{podA, podB}, extra...)
+	e := &env{sb: newSandbox(t, append(slices.Clone(servers), podC))}
+	for _, p := range servers {
 		e.startServer(t, p)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

@@ -1,0 +1,65 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// RestartEtcd SIGKILLs etcd (as a crash would) and starts it again on the
+// same URLs and data directory, waiting until it is healthy. kube-apiserver
+// keeps running and reconnects to it by itself.
+func (s *Server) RestartEtcd(ctx context.Context) error {
+	s.mu.Lock()
+	etcd, stopped := s.etcd, s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return errors.New("apiserver: server was stopped")
+	}
+	if err := etcd.stop(syscall.SIGKILL, 0); err != nil {
+		return fmt.Errorf("kill etcd: %w", err)
+	}
+	s.mu.Lock()
+	p, err := startProc("etcd", s.etcdLog, s.inNetNS(s.etcdArgv))
+	if err == nil {
+		s.etcd = p
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.waitEtcd(ctx); err != nil {
+		return fmt.Errorf("etcd after a restart: %w; log: %s", err, logTail(s.etcdLog, 20))
+	}
+	return nil
+}
+
+// PauseAPIServer stops kube-apiserver with SIGSTOP: its sockets stay open
+// and connections to it are accepted by the kernel, but nothing answers,
+// as with a hung server. ResumeAPIServer lets it run again; Stop kills it
+// either way.
+func (s *Server) PauseAPIServer() error { return s.signalAPI(syscall.SIGSTOP) }
+
+// ResumeAPIServer sends SIGCONT to a kube-apiserver that PauseAPIServer
+// stopped, and waits until it is ready again.
+func (s *Server) ResumeAPIServer(ctx context.Context) error {
+	if err := s.signalAPI(syscall.SIGCONT); err != nil {
+		return err
+	}
+	return s.WaitReady(ctx)
+}
+
+// signalAPI sends sig to kube-apiserver's process group.
+func (s *Server) signalAPI(sig syscall.Signal) error {
+	s.mu.Lock()
+	api := s.api
+	s.mu.Unlock()
+	if api == nil || api.exited() {
+		return errors.New("apiserver: kube-apiserver is not running")
+	}
+	if err := syscall.Kill(-api.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %s to kube-apiserver[%d]: %w", sig, api.cmd.Process.Pid, err)
+	}
+	return nil
+}
