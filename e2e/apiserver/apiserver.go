@@ -487,18 +487,6 @@ func (s *Server) RestartAPIServer(ctx context.Context) error {
 	return s.StartAPIServer(ctx)
 }
 
-// SignalAPIServer sends sig to kube-apiserver: SIGSTOP hangs it (its
-// connections stay open, unanswered), SIGCONT resumes it.
-func (s *Server) SignalAPIServer(sig syscall.Signal) error {
-	s.mu.Lock()
-	api := s.api
-	s.mu.Unlock()
-	if api == nil || api.exited() {
-		return errors.New("apiserver: kube-apiserver is not running")
-	}
-	return api.cmd.Process.Signal(sig)
-}
-
 // APIServerRunning reports whether the kube-apiserver process is running.
 func (s *Server) APIServerRunning() bool {
 	s.mu.Lock()

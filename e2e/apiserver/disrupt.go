@@ -39,19 +39,20 @@ func (s *Server) RestartEtcd(ctx context.Context) error {
 // and connections to it are accepted by the kernel, but nothing answers,
 // as with a hung server. ResumeAPIServer lets it run again; Stop kills it
 // either way.
-func (s *Server) PauseAPIServer() error { return s.signalAPI(syscall.SIGSTOP) }
+func (s *Server) PauseAPIServer() error { return s.SignalAPIServer(syscall.SIGSTOP) }
 
 // ResumeAPIServer sends SIGCONT to a kube-apiserver that PauseAPIServer
 // stopped, and waits until it is ready again.
 func (s *Server) ResumeAPIServer(ctx context.Context) error {
-	if err := s.signalAPI(syscall.SIGCONT); err != nil {
+	if err := s.SignalAPIServer(syscall.SIGCONT); err != nil {
 		return err
 	}
 	return s.WaitReady(ctx)
 }
 
-// signalAPI sends sig to kube-apiserver's process group.
-func (s *Server) signalAPI(sig syscall.Signal) error {
+// SignalAPIServer sends sig to kube-apiserver's process group: SIGSTOP
+// hangs it (connections are accepted, nothing answers), SIGCONT resumes it.
+func (s *Server) SignalAPIServer(sig syscall.Signal) error {
 	s.mu.Lock()
 	api := s.api
 	s.mu.Unlock()
