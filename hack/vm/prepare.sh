@@ -37,7 +37,8 @@ die() {
 CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}/vm
 # 2: iptables (legacy), ipset and their modules, virtio_net (not loaded at
 # boot) for upstream kube-proxy in the side-by-side benchmark.
-RECIPE=2
+# 3: nf_conntrack_ftp, for the drift tests' foreign `ct helper` object.
+RECIPE=3
 
 SUITE=${KNP_VM_SUITE:-}
 [[ -z $SUITE || $SUITE =~ ^[a-z]+$ ]] || die "KNP_VM_SUITE=$SUITE is not a Debian suite name (e.g. bullseye)"
@@ -208,7 +209,7 @@ depmod -b kernel "$KVER"
 # modules.order); their dependencies come from modules.dep.
 want_re='^kernel/('
 want_re+='net/netfilter/ipvs/ip_vs(_[a-z0-9]+)?\.ko|'
-want_re+='net/netfilter/(nf_tables|nft_[a-z0-9_]+|nf_conntrack|nf_conntrack_netlink|nf_nat|nfnetlink)\.ko|'
+want_re+='net/netfilter/(nf_tables|nft_[a-z0-9_]+|nf_conntrack|nf_conntrack_netlink|nf_conntrack_ftp|nf_nat|nfnetlink)\.ko|'
 want_re+='net/ipv[46]/netfilter/(nft_[a-z0-9_]+|nf_reject_ipv[46])\.ko|'
 want_re+='net/bridge/(bridge|br_netfilter)\.ko|net/bridge/netfilter/nft_[a-z0-9_]+\.ko|'
 want_re+='drivers/net/(dummy|veth)\.ko|'
