@@ -190,13 +190,19 @@ debian_mirror() {
 	echo "${uri:-http://deb.debian.org/debian}"
 }
 
+# base_layer_path: where the base layer of this suite, mirror and package
+# list is (its name is the stamp: a hash of them).
+base_layer_path() {
+	local key
+	key=$(echo "base/2 $DEBIAN_SUITE $(debian_mirror) $DEBIAN_PACKAGES" | sha256sum | cut -c1-12)
+	echo "$WORK/debian-$DEBIAN_SUITE-$key.tar.gz"
+}
+
 # build_base_layer: debootstrap --variant=minbase with DEBIAN_PACKAGES, the
 # agnhost user and group, tarred and gzip'd once into BASE_LAYER.
 build_base_layer() {
-	local mirror key rootfs
+	local mirror rootfs
 	mirror=$(debian_mirror)
-	key=$(echo "base/2 $DEBIAN_SUITE $mirror $DEBIAN_PACKAGES" | sha256sum | cut -c1-12)
-	BASE_LAYER=$WORK/debian-$DEBIAN_SUITE-$key.tar.gz
 	[[ -s $BASE_LAYER ]] && return
 	command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
 	rootfs=$(mktemp -d "$WORK/rootfs.XXXXXX")
@@ -371,11 +377,16 @@ timed() {
 	log "$label: $(since "$start")"
 }
 
+# debootstrap waits on the network and dpkg, the Go builds on the CPU: the
+# base layer is built meanwhile.
+BASE_LAYER=$(base_layer_path)
+timed "Debian base layer" build_base_layer &
+base_pid=$!
 timed "cluster-images tool" build_tool
 timed "kube-nftproxy binary" build_kube_nftproxy
 timed "regression-issue-74839 binary" build_regression_74839
 timed "flannel install-conf binary" build_install_conf
-timed "Debian base layer" build_base_layer
+wait "$base_pid" || die "building the Debian base layer failed"
 timed "busybox layer" build_busybox_layer
 timed "images" build_images
 write_images_txt

@@ -30,6 +30,7 @@ func TestParseSpec(t *testing.T) {
 		{name: "bad env", args: []string{"-out", "x", "-ref", "a/b:c", "-env", "PATH"}, wantErr: "want KEY=VALUE"},
 		{name: "bad entrypoint", args: []string{"-out", "x", "-ref", "a/b:c", "-entrypoint", "/pause"}, wantErr: "JSON array"},
 		{name: "relative path", args: []string{"-out", "x", "-ref", "a/b:c", "-file", "pause=/bin/true"}, wantErr: "must be absolute"},
+		{name: "dot-dot path", args: []string{"-out", "x", "-ref", "a/b:c", "-dir", "/a/../etc"}, wantErr: "must be absolute"},
 		{name: "file without source", args: []string{"-out", "x", "-ref", "a/b:c", "-file", "/pause"}, wantErr: "want PATH=SOURCE"},
 		{name: "bad dir mode", args: []string{"-out", "x", "-ref", "a/b:c", "-dir", "/tmp:rwx"}, wantErr: "not octal"},
 		{name: "bad platform", args: []string{"-out", "x", "-ref", "a/b:c", "-platform", "linux"}, wantErr: "want os/arch"},

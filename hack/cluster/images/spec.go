@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -94,8 +95,8 @@ func parseEntry(kind entryKind, v string) (entry, error) {
 }
 
 func checkPath(p string) error {
-	if !strings.HasPrefix(p, "/") || strings.Contains(p, "..") {
-		return fmt.Errorf("image path %q must be absolute and without ..", p)
+	if !strings.HasPrefix(p, "/") || slices.Contains(strings.Split(p, "/"), "..") {
+		return fmt.Errorf("image path %q must be absolute, with no .. element", p)
 	}
 	return nil
 }
