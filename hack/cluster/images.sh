@@ -32,7 +32,7 @@
 # others.
 #
 # Environment: KNP_CACHE (default /var/cache/kube-nftproxy),
-# KNP_BUILD_NICE (default 10), KNP_FLANNEL_VERSION (default v0.28.10),
+# KNP_GOCACHE (default $KNP_CACHE/gocache), KNP_BUILD_NICE (default 10), KNP_FLANNEL_VERSION (default v0.28.10),
 # KNP_FLANNEL_CNI_TAG (default v1.9.1-flannel3), KNP_DEBIAN_MIRROR
 # (default: the first URI in /etc/apt/sources.list.d/debian.sources).
 set -euo pipefail
@@ -55,7 +55,7 @@ if [[ ${1:-} == --print-dir ]]; then
 fi
 
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
-export GOCACHE=$CACHE_ROOT/gocache
+export GOCACHE=${KNP_GOCACHE:-$CACHE_ROOT/gocache}
 niceprefix=()
 if [[ $NICE != 0 ]]; then
 	niceprefix=(nice -n "$NICE")
