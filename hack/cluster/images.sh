@@ -206,6 +206,10 @@ build_base_layer() {
 	[[ -s $BASE_LAYER ]] && return
 	command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
 	rootfs=$(mktemp -d "$WORK/rootfs.XXXXXX")
+	# This runs in a background subshell: its EXIT trap removes the root
+	# file system whether debootstrap succeeded or not (the log stays on
+	# failure).
+	trap 'rm -rf "$rootfs"' EXIT
 	log "debootstrap $DEBIAN_SUITE from $mirror (a few minutes)"
 	# First stage: download and unpack only, in a private mount namespace.
 	unshare --mount --propagation private -- \
@@ -382,6 +386,8 @@ timed() {
 BASE_LAYER=$(base_layer_path)
 timed "Debian base layer" build_base_layer &
 base_pid=$!
+# Never leave debootstrap running behind a failed build.
+trap 'wait' EXIT
 timed "cluster-images tool" build_tool
 timed "kube-nftproxy binary" build_kube_nftproxy
 timed "regression-issue-74839 binary" build_regression_74839
