@@ -209,7 +209,8 @@ build_base_layer() {
 	# This runs in a background subshell: its EXIT trap removes the root
 	# file system whether debootstrap succeeded or not (the log stays on
 	# failure).
-	trap 'rm -rf "$rootfs"' EXIT
+	# shellcheck disable=SC2064 # expanded now: rootfs is local
+	trap "rm -rf '$rootfs'" EXIT
 	log "debootstrap $DEBIAN_SUITE from $mirror (a few minutes)"
 	# First stage: download and unpack only, in a private mount namespace.
 	unshare --mount --propagation private -- \
