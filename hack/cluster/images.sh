@@ -31,10 +31,11 @@
 # missing is left out, reported, and the script exits 1 after building the
 # others.
 #
-# Environment: KNP_CACHE (default /var/cache/kube-nftproxy),
-# KNP_GOCACHE (default $KNP_CACHE/gocache), KNP_BUILD_NICE (default 10), KNP_FLANNEL_VERSION (default v0.28.10),
-# KNP_FLANNEL_CNI_TAG (default v1.9.1-flannel3), KNP_DEBIAN_MIRROR
-# (default: the first URI in /etc/apt/sources.list.d/debian.sources).
+# Environment: KNP_CACHE (default /var/cache/kube-nftproxy), KNP_GOCACHE
+# (default $KNP_CACHE/gocache), KNP_BUILD_NICE (default 10),
+# KNP_FLANNEL_VERSION (default v0.28.10), KNP_FLANNEL_CNI_TAG (default
+# v1.9.1-flannel3), KNP_DEBIAN_MIRROR (default: the first URI in
+# /etc/apt/sources.list.d/debian.sources).
 set -euo pipefail
 
 K8S_VERSION=v1.37.1
@@ -137,8 +138,9 @@ build_kube_nftproxy() {
 	mv -f "$KNP_BIN.tmp" "$KNP_BIN"
 }
 
-# build_helper_module OUT GOMOD_REQUIRE PKG [FILES...]: builds PKG (or, with
-# FILES, a main package of those files) in a throwaway module.
+# build_in_module OUT REQUIRE PKG [FILES...]: builds PKG (with FILES: the
+# main package of those files, copied from the module cache) in a throwaway
+# module requiring REQUIRE ("module version"); nothing lands in the repository.
 build_in_module() {
 	local out=$1 require=$2 pkg=$3
 	shift 3
