@@ -143,3 +143,13 @@ demo:
 
 clean:
 	rm -rf $(BIN)
+
+# The test cluster's container images as docker archives in
+# $KNP_CACHE/cluster/images (hack/cluster/images.sh; run cluster-build
+# first), and the image tool's own tests (a separate Go module).
+.PHONY: cluster-images cluster-images-test
+cluster-images:
+	hack/cluster/images.sh
+
+cluster-images-test:
+	cd hack/cluster/images && GOWORK=off GOFLAGS=-mod=mod $(GO) test -count=1 ./...

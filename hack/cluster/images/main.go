@@ -1,0 +1,121 @@
+// Command cluster-images assembles container images as docker archives
+// without a registry or a container engine: prebuilt layer tarballs plus one
+// layer generated from host files, and an image config, written with
+// go-containerregistry. hack/cluster/images.sh drives it, one image per
+// call; the nodes import the archives with `ctr -n k8s.io images import`.
+//
+//	cluster-images build -out pause.tar -ref registry.k8s.io/pause:3.10.2 \
+//	    -file /pause=/tmp/pause -user 65535:65535 -entrypoint '["/pause"]'
+//	cluster-images layer -out coredns.tar.gz -file /coredns=bin/coredns
+//	cluster-images inspect pause.tar
+//
+// layer writes one layer tarball that several images share (-layer): the
+// same inputs always give the same bytes, so the same digest. Both skip
+// the work when the archive's stamp (a hash of the flags and of
+// every input file) is unchanged.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster-images:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: cluster-images build|layer|inspect ... (build -h for flags)")
+	}
+	switch args[0] {
+	case "build":
+		return runBuild(args[1:], stdout, stderr)
+	case "layer":
+		return runLayer(args[1:], stdout, stderr)
+	case "inspect":
+		if len(args) != 2 {
+			return fmt.Errorf("usage: cluster-images inspect ARCHIVE")
+		}
+		return inspect(args[1], stdout)
+	}
+	return fmt.Errorf("unknown command %q (want build, layer or inspect)", args[0])
+}
+
+func runBuild(args []string, stdout, stderr io.Writer) error {
+	spec, err := parseSpec(args, false, stderr)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := build(spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", spec.Refs[0], err)
+	}
+	if res.Cached {
+		fmt.Fprintf(stdout, "cached  %s (%s)\n", spec.Refs[0], spec.Out)
+		return nil
+	}
+	fmt.Fprintf(stdout, "built   %s (%s, %s) in %.1fs\n", spec.Refs[0], spec.Out, res.Digest[:19],
+		time.Since(start).Seconds())
+	return nil
+}
+
+func runLayer(args []string, stdout, stderr io.Writer) error {
+	spec, err := parseSpec(args, true, stderr)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	cached, err := buildLayer(spec)
+	if err != nil {
+		return err
+	}
+	if cached {
+		fmt.Fprintf(stdout, "cached  layer %s\n", spec.Out)
+		return nil
+	}
+	fmt.Fprintf(stdout, "built   layer %s in %.1fs\n", spec.Out, time.Since(start).Seconds())
+	return nil
+}
+
+// inspect prints an archive's tags, layers and config, as a debugging aid.
+func inspect(archive string, stdout io.Writer) error {
+	manifest, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(archive) })
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	img, err := tarball.ImageFromPath(archive, nil)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	var tags []string
+	for _, d := range manifest {
+		tags = append(tags, d.RepoTags...)
+	}
+	out := struct {
+		RepoTags []string
+		Layers   int
+		OS, Arch string
+		Config   any
+	}{tags, len(layers), cf.OS, cf.Architecture, cf.Config}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
