@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean cluster-build
 
 all: build
 
@@ -114,6 +114,14 @@ bench-dataplane:
 	KNP_DATAPLANE_BENCH=1 KNP_DATAPLANE_SIZES=$(KNP_DATAPLANE_SIZES) KNP_DATAPLANE_SAMPLES=$(KNP_DATAPLANE_SAMPLES) \
 		KNP_DATAPLANE_OUT=$(KNP_DATAPLANE_OUT) \
 		$(GO) test -count=1 -v -timeout 1h -run '^TestDataplaneLatency$$' ./e2e/dataplane/
+
+# The real two-node cluster's binaries (hack/cluster/build.sh: Kubernetes
+# v1.37.1 with agnhost and e2e.test, etcd, containerd, CoreDNS, flannel and
+# the CNI plugins), cached in /var/cache/kube-nftproxy; an hour or more cold
+# on 2 cores, nothing when cached. CLUSTER_PARTS picks parts (k8s etcd ...).
+CLUSTER_PARTS ?= all
+cluster-build:
+	hack/cluster/build.sh $(CLUSTER_PARTS)
 
 demo:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo

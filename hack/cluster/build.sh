@@ -372,7 +372,15 @@ CNI_REFERENCE=(bridge host-local loopback portmap)
 # host-local config to the bridge plugin built above.
 CNI_FLANNEL_MODULE_VERSION=v0.9.1
 
-flannel_key() { stamp_key "flannel $FLANNEL_VERSION cni $CNI_PLUGINS_VERSION flannel-cni $CNI_FLANNEL_MODULE_VERSION"; }
+# flanneld links every backend, tencent-vpc too, and the module proxy
+# serves only the .mod of the tencentcloud vpc SDK version flannel requires
+# (v1.3.188: its zip is refused with 403), so the build pins v1.0.1000, whose
+# zip is served and whose vpc/v20170312 API the backend compiles against.
+# The cluster uses the vxlan backend; tencent-vpc is never run.
+TENCENT_VPC=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/vpc
+TENCENT_VPC_VERSION=v1.0.1000
+
+flannel_key() { stamp_key "flannel $FLANNEL_VERSION vpc $TENCENT_VPC_VERSION cni $CNI_PLUGINS_VERSION flannel-cni $CNI_FLANNEL_MODULE_VERSION"; }
 
 flannel_valid() {
 	all_stamped "$(flannel_key)" flanneld cni/flannel "${CNI_REFERENCE[@]/#/cni/}" &&
@@ -395,6 +403,7 @@ build_flannel() {
 	local bv=pkg/utils/buildversion.BuildVersion
 	flannel_valid && log "flannel: cached in $CLUSTER_BIN" && return
 	helper_module "$CLUSTER_DIR/src/flannel" flannel "github.com/flannel-io/flannel $FLANNEL_VERSION"
+	echo "replace $TENCENT_VPC => $TENCENT_VPC $TENCENT_VPC_VERSION" >>"$CLUSTER_DIR/src/flannel/go.mod"
 	go_build_into flannel "$tmp" \
 		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
 		-o "$tmp/flanneld" github.com/flannel-io/flannel
