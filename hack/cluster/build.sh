@@ -37,10 +37,11 @@ CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}
 K8S_VERSION=${KNP_K8S_VERSION:-v1.37.1}
 NICE=${KNP_BUILD_NICE:-10}
 
-# Pinned versions. ETCD_VERSION is the one k8s.io/kubernetes v1.37.1 lists
-# in build/dependencies.yaml (etcd_k8s_version); build_etcd checks it against
-# the module when it builds.
-ETCD_VERSION=v3.6.16
+# Pinned versions. ETCD_VERSION is the etcd k8s.io/kubernetes v1.37.1 is
+# built and tested with: its go.mod requires go.etcd.io/etcd/server/v3
+# v3.7.0, build/dependencies.yaml says 3.7.0 and kubeadm's DefaultEtcdVersion
+# 3.7.0-0. build_etcd warns when the downloaded go.mod says otherwise.
+ETCD_VERSION=v3.7.0
 CONTAINERD_VERSION=v2.4.2
 CONTAINERD_TAGS="no_btrfs no_devmapper no_zfs no_aufs"
 COREDNS_VERSION=v1.15.0
@@ -53,6 +54,7 @@ CLUSTER_DIR=$CACHE_ROOT/cluster
 CLUSTER_BIN=$CLUSTER_DIR/bin
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy)
 K8S_ALL=("${K8S_COMMANDS[@]}" agnhost e2e.test)
+K8S_MODULE_DIR= # set by k8s_module: where the k8s.io/kubernetes module is unpacked
 
 log() { echo "cluster/build.sh: $*" >&2; }
 die() {
@@ -153,6 +155,8 @@ timed() {
 # Kubernetes: one helper module, one go build for the six commands and
 # agnhost, then go test -c for e2e.test, all from the same build cache.
 
+# k8s_ldflags prints the version stamps; k8s_module must have run (it sets
+# K8S_MODULE_DIR).
 k8s_ldflags() {
 	local minor p flags="-s -w"
 	minor=$(echo "$K8S_VERSION" | cut -d. -f2)
@@ -162,6 +166,8 @@ k8s_ldflags() {
 		flags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
 		flags+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	done
+	# agnhost's main.Version (the other main packages have none).
+	flags+=" -X main.Version=$(cat "$K8S_MODULE_DIR/test/images/agnhost/VERSION")"
 	echo "$flags"
 }
 
@@ -170,7 +176,11 @@ k8s_valid() {
 	stamped "$K8S_BIN" "$name" "$(stamp_key "k8s $K8S_VERSION")" || return 1
 	case $name in
 	kubectl) reports "$K8S_VERSION" "$K8S_BIN/kubectl" version --client ;;
-	agnhost | e2e.test) true ;; # they carry no version flag of their own
+	e2e.test) reports "$K8S_VERSION" "$K8S_BIN/e2e.test" --version ;;
+	# agnhost has its own version (test/images/agnhost/VERSION), which
+	# k8s_ldflags stamps; unstamped it says "development".
+	agnhost) reports "agnhost version" "$K8S_BIN/agnhost" --version &&
+		! reports development "$K8S_BIN/agnhost" --version ;;
 	*) reports "Kubernetes $K8S_VERSION" "$K8S_BIN/$name" --version ;;
 	esac
 }
@@ -180,12 +190,14 @@ k8s_valid() {
 # replaces it with ./staging/src/..., absent from the module zip), so each
 # staging module is replaced by its published v0.X.Y tag instead.
 k8s_module() {
-	local dir=$K8S_DIR/module gomod replaced required staging
+	local dir=$K8S_DIR/module json gomod replaced required staging
 	local staging_version=v0.${K8S_VERSION#v1.}
 	helper_module "$dir" "k8s-$K8S_VERSION" "k8s.io/kubernetes $K8S_VERSION"
-	gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
-		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
-	[[ -n $gomod && -f $gomod ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+	json=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION")
+	gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p' <<<"$json")
+	K8S_MODULE_DIR=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$json")
+	[[ -n $gomod && -f $gomod && -d $K8S_MODULE_DIR ]] ||
+		die "could not download k8s.io/kubernetes@$K8S_VERSION"
 	replaced=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\/src\// { print $1 }' "$gomod" | sort -u)
 	required=$(awk '/^require[[:space:]]*\(/ { inreq = 1; next }
 		inreq && /^\)/ { inreq = 0; next }
@@ -228,9 +240,11 @@ build_k8s() {
 			-trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
 	fi
 	if [[ " ${todo[*]} " == *" e2e.test "* ]]; then
+		# -vet=off: go test -c would otherwise vet all of test/e2e's
+		# packages, minutes of CPU for code we do not change.
 		timed "k8s: go test -c e2e.test" \
 			niced bash -c 'cd "$1" && shift && go test "$@"' _ "$dir" \
-			-c -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
+			-c -vet=off -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
 	fi
 	for name in "${todo[@]}"; do
 		mv -f "$tmp/$name" "$K8S_BIN/$name"
@@ -478,4 +492,6 @@ main() {
 	done
 }
 
-main "$@"
+# "; exit" on the same line: bash reads a script as it runs it, so a build
+# that outlives an edit (or a git checkout) of this file stops here cleanly.
+main "$@"; exit
