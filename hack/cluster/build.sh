@@ -179,7 +179,7 @@ k8s_valid() {
 	e2e.test) reports "$K8S_VERSION" "$K8S_BIN/e2e.test" --version ;;
 	# agnhost has its own version (test/images/agnhost/VERSION), which
 	# k8s_ldflags stamps; unstamped it says "development".
-	agnhost) reports "agnhost version" "$K8S_BIN/agnhost" --version &&
+	agnhost) reports " version " "$K8S_BIN/agnhost" --version &&
 		! reports development "$K8S_BIN/agnhost" --version ;;
 	*) reports "Kubernetes $K8S_VERSION" "$K8S_BIN/$name" --version ;;
 	esac
@@ -249,7 +249,7 @@ build_k8s() {
 	for name in "${todo[@]}"; do
 		mv -f "$tmp/$name" "$K8S_BIN/$name"
 		stamp "$K8S_BIN" "$name" "$(stamp_key "k8s $K8S_VERSION")"
-		k8s_valid "$name" || die "k8s: $K8S_BIN/$name does not report $K8S_VERSION"
+		k8s_valid "$name" || die "k8s: $K8S_BIN/$name fails its version check"
 	done
 	rm -rf "$tmp"
 	log "k8s: built ${todo[*]} in $K8S_BIN"
