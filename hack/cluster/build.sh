@@ -94,13 +94,18 @@ stamped() {
 	[[ -x $1/$2 ]] && grep -qxF "$2 $3" "$1/.stamps" 2>/dev/null
 }
 
-# stamp DIR NAME KEY records that NAME was built from KEY.
+# stamp DIR NAME KEY records that NAME was built from KEY. Parts of
+# cluster/bin build under separate locks but share its stamp file, hence
+# the lock around the rewrite.
 stamp() {
 	local f=$1/.stamps
-	touch "$f"
-	grep -v "^$2 " "$f" >"$f.tmp" || true
-	echo "$2 $3" >>"$f.tmp"
-	mv -f "$f.tmp" "$f"
+	(
+		flock 8
+		touch "$f"
+		awk -v name="$2" '$1 != name' "$f" >"$f.tmp"
+		echo "$2 $3" >>"$f.tmp"
+		mv -f "$f.tmp" "$f"
+	) 8>>"$1/.stamps.lock"
 }
 
 # reports VERSION CMD...: CMD runs and prints VERSION (a cheap sanity check
@@ -259,7 +264,7 @@ build_k8s() {
 # The cluster's other binaries: each from its own helper module (their
 # dependency graphs differ), into $CLUSTER_BIN, sharing the build cache.
 
-# go_build_into PART KEY OUTDIR GO_BUILD_ARGS...: one go build in the
+# go_build_into PART OUTDIR GO_BUILD_ARGS...: one go build in the
 # part's helper module ($CLUSTER_DIR/src/PART), into a scratch directory.
 go_build_into() {
 	local part=$1 out=$2
@@ -335,7 +340,8 @@ containerd_valid() {
 # or kernel features this machine lacks; overlayfs stays.
 build_containerd() {
 	local tmp=$CLUSTER_DIR/tmp-containerd m=github.com/containerd/containerd/v2
-	ensure_runc
+	# The shim runs runc from PATH; Debian's (1.1) serves containerd 2.
+	ensure_package runc runc
 	containerd_valid && log "containerd: cached in $CLUSTER_BIN" && return
 	helper_module "$CLUSTER_DIR/src/containerd" containerd "$m $CONTAINERD_VERSION"
 	go_build_into containerd "$tmp" -tags "$CONTAINERD_TAGS" \
@@ -347,15 +353,17 @@ build_containerd() {
 	log "containerd: built containerd containerd-shim-runc-v2 ctr in $CLUSTER_BIN"
 }
 
-# ensure_runc installs Debian's runc (the shim runs it from PATH), the way
-# .ci/run installs the tests' packages.
-ensure_runc() {
-	command -v runc >/dev/null && return
-	log "containerd: installing Debian's runc"
+# ensure_package CMD PKG...: installs Debian's PKGs when CMD is missing, the
+# way .ci/run installs the tests' packages.
+ensure_package() {
+	local cmd=$1
+	shift
+	command -v "$cmd" >/dev/null && return
+	log "installing Debian's $*"
 	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -qq --no-install-recommends runc; then
+	if ! apt-get install -y -qq --no-install-recommends "$@"; then
 		apt-get update -qq
-		apt-get install -y -qq --no-install-recommends runc
+		apt-get install -y -qq --no-install-recommends "$@"
 	fi
 }
 
@@ -409,8 +417,8 @@ cni_reports() {
 	env -u CNI_COMMAND "$CLUSTER_BIN/cni/$1" 2>&1 | grep -qF "$2"
 }
 
-# build_flannel builds flanneld (vxlan backend; the udp backend needs cgo)
-# and the CNI plugins: flannel delegates to bridge + host-local, portmap
+# build_flannel builds flanneld (the cluster uses its vxlan backend) and the
+# CNI plugins: flannel delegates to bridge + host-local, portmap
 # serves hostPort, loopback the pods' lo.
 build_flannel() {
 	local tmp=$CLUSTER_DIR/tmp-flannel p=github.com/containernetworking/plugins
@@ -418,8 +426,13 @@ build_flannel() {
 	flannel_valid && log "flannel: cached in $CLUSTER_BIN" && return
 	helper_module "$CLUSTER_DIR/src/flannel" flannel "github.com/flannel-io/flannel $FLANNEL_VERSION"
 	echo "replace $TENCENT_VPC => $TENCENT_VPC $TENCENT_VPC_VERSION" >>"$CLUSTER_DIR/src/flannel/go.mod"
-	go_build_into flannel "$tmp" \
-		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
+	# flanneld needs cgo on amd64: main links every backend, and the udp
+	# backend's amd64 code calls its C proxy (pkg/backend/udp/cproxy_amd64.go),
+	# so CGO_ENABLED=0 fails with "undefined: runCProxy". Linked statically,
+	# as flannel's own Makefile does, so it runs anywhere.
+	ensure_package gcc gcc libc6-dev
+	CGO_ENABLED=1 go_build_into flannel "$tmp" \
+		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION -extldflags -static" \
 		-o "$tmp/flanneld" github.com/flannel-io/flannel
 	helper_module "$CLUSTER_DIR/src/cni" cni "$p $CNI_PLUGINS_VERSION"
 	go_build_into cni "$tmp/cni" -ldflags "-s -w -X $p/$bv=$CNI_PLUGINS_VERSION" -o "$tmp/cni/" \
