@@ -48,6 +48,10 @@ COREDNS_VERSION=v1.15.0
 FLANNEL_VERSION=v0.28.10
 CNI_PLUGINS_VERSION=v1.10.0
 
+# Bump RECIPE when a change to this script (flags, ldflags, tags) must
+# rebuild binaries whose versions did not change.
+RECIPE=1
+
 K8S_DIR=$CACHE_ROOT/k8s-$K8S_VERSION
 K8S_BIN=$K8S_DIR/bin
 CLUSTER_DIR=$CACHE_ROOT/cluster
@@ -84,10 +88,10 @@ niced() {
 	fi
 }
 
-# stamp_key is what a cached binary must have been built from: the recipe
-# (versions, tags, ldflags kind) and the Go version, so a new toolchain or a
-# version bump rebuilds.
-stamp_key() { echo "$1 $(go env GOVERSION)"; }
+# stamp_key is what a cached binary must have been built from: the part's
+# versions and tags, this script's recipe revision and the Go version, so a
+# version bump, a new toolchain or a changed recipe rebuilds.
+stamp_key() { echo "$1 r$RECIPE $(go env GOVERSION)"; }
 
 # stamped DIR NAME KEY: NAME in DIR is executable and was built from KEY.
 stamped() {
@@ -402,7 +406,9 @@ CNI_FLANNEL_MODULE_VERSION=v0.9.1
 TENCENT_VPC=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/vpc
 TENCENT_VPC_VERSION=v1.0.1000
 
-flannel_key() { stamp_key "flannel $FLANNEL_VERSION vpc $TENCENT_VPC_VERSION cni $CNI_PLUGINS_VERSION flannel-cni $CNI_FLANNEL_MODULE_VERSION"; }
+FLANNELD_TAGS="netgo osusergo"
+
+flannel_key() { stamp_key "flannel $FLANNEL_VERSION $FLANNELD_TAGS vpc $TENCENT_VPC_VERSION cni $CNI_PLUGINS_VERSION flannel-cni $CNI_FLANNEL_MODULE_VERSION"; }
 
 flannel_valid() {
 	all_stamped "$(flannel_key)" flanneld cni/flannel "${CNI_REFERENCE[@]/#/cni/}" &&
@@ -429,9 +435,11 @@ build_flannel() {
 	# flanneld needs cgo on amd64: main links every backend, and the udp
 	# backend's amd64 code calls its C proxy (pkg/backend/udp/cproxy_amd64.go),
 	# so CGO_ENABLED=0 fails with "undefined: runCProxy". Linked statically,
-	# as flannel's own Makefile does, so it runs anywhere.
+	# as flannel's own Makefile does, so it runs anywhere; netgo and osusergo
+	# keep name and user lookups in Go, not in glibc's NSS, which a static
+	# binary cannot load.
 	ensure_package gcc gcc libc6-dev
-	CGO_ENABLED=1 go_build_into flannel "$tmp" \
+	CGO_ENABLED=1 go_build_into flannel "$tmp" -tags "$FLANNELD_TAGS" \
 		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION -extldflags -static" \
 		-o "$tmp/flanneld" github.com/flannel-io/flannel
 	helper_module "$CLUSTER_DIR/src/cni" cni "$p $CNI_PLUGINS_VERSION"
