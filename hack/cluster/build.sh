@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Most functions run through with_lock "$@", which shellcheck cannot follow.
+# shellcheck disable=SC2317
 # Builds and caches every binary of the real two-node test cluster from Go
 # modules (through the Go module proxy): nothing from Kubernetes, etcd,
 # containerd, CoreDNS or flannel is kept in this repository.
@@ -245,15 +247,13 @@ build_k8s() {
 		# With -o DIR/ one go build writes every main package: shared
 		# packages are compiled once for all of them.
 		timed "k8s: go build ${pkgs[*]##*/}" \
-			niced bash -c 'cd "$1" && shift && go build "$@"' _ "$dir" \
-			-trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+			niced go -C "$dir" build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
 	fi
 	if [[ " ${todo[*]} " == *" e2e.test "* ]]; then
 		# -vet=off: go test -c would otherwise vet all of test/e2e's
 		# packages, minutes of CPU for code we do not change.
 		timed "k8s: go test -c e2e.test" \
-			niced bash -c 'cd "$1" && shift && go test "$@"' _ "$dir" \
-			-c -vet=off -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
+			niced go -C "$dir" test -c -vet=off -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e
 	fi
 	for name in "${todo[@]}"; do
 		mv -f "$tmp/$name" "$K8S_BIN/$name"
@@ -274,8 +274,7 @@ go_build_into() {
 	local part=$1 out=$2
 	shift 2
 	rm -rf "$out" && mkdir -p "$out"
-	timed "$part: go build" niced bash -c 'cd "$1" && shift && go build "$@"' _ \
-		"$CLUSTER_DIR/src/$part" -trimpath "$@"
+	timed "$part: go build" niced go -C "$CLUSTER_DIR/src/$part" build -trimpath "$@"
 }
 
 # install_outputs TMP KEY NAME...: moves TMP/NAME to cluster/bin/NAME (NAME
@@ -473,7 +472,7 @@ bin_path() {
 }
 
 usage() {
-	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+	sed -n '/^# Builds and caches/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
 	exit 2
 }
 
