@@ -117,8 +117,9 @@ bench-dataplane:
 
 # The real two-node cluster's binaries (hack/cluster/build.sh: Kubernetes
 # v1.37.1 with agnhost and e2e.test, etcd, containerd, CoreDNS, flannel and
-# the CNI plugins), cached in /var/cache/kube-nftproxy; an hour or more cold
-# on 2 cores, nothing when cached. CLUSTER_PARTS picks parts (k8s etcd ...).
+# the CNI plugins), cached in /var/cache/kube-nftproxy; about 21 minutes
+# cold on 2 cores, nothing when cached. CLUSTER_PARTS picks parts (k8s etcd
+# containerd coredns flannel, or single Kubernetes binaries).
 CLUSTER_PARTS ?= all
 cluster-build:
 	hack/cluster/build.sh $(CLUSTER_PARTS)
