@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean cluster-build
 
 all: build
 
@@ -135,6 +135,15 @@ soak:
 	@status=0; KNP_SOAK=$(SOAK) KNP_SOAK_SERVICES=$(SOAK_SERVICES) KNP_REQUIRE_APISERVER=1 \
 		$(GO) test -count=1 -v -timeout 24h -run '^TestSoak$$' ./e2e/proxy/ > $(SOAK_LOG) 2>&1 || status=$$?; \
 		grep -E 'soak_test\.go|soak_helpers_test\.go|logged an error|^--- |^(ok|FAIL)' $(SOAK_LOG); exit $$status
+
+# The real two-node cluster's binaries (hack/cluster/build.sh: Kubernetes
+# v1.37.1 with agnhost and e2e.test, etcd, containerd, CoreDNS, flannel and
+# the CNI plugins), cached in /var/cache/kube-nftproxy; about 21 minutes
+# cold on 2 cores, nothing when cached. CLUSTER_PARTS picks parts (k8s etcd
+# containerd coredns flannel, or single Kubernetes binaries).
+CLUSTER_PARTS ?= all
+cluster-build:
+	hack/cluster/build.sh $(CLUSTER_PARTS)
 
 demo:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo

@@ -3,7 +3,7 @@
 //
 // The kube-apiserver binary is built from the k8s.io/kubernetes Go module by
 // hack/apiserver/build.sh and cached under
-// ${KNP_CACHE:-/var/cache/kube-nftproxy}/kube-apiserver-<version>/; etcd is
+// ${KNP_CACHE:-/var/cache/kube-nftproxy}/k8s-<version>/bin/; etcd is
 // Debian's etcd-server (/usr/bin/etcd). When either is missing, Start skips
 // the test with a message saying how to get it (or fails it when
 // KNP_REQUIRE_APISERVER=1, which CI sets so that a missing build cannot pass
@@ -42,7 +42,7 @@ import (
 )
 
 // DefaultVersion is the Kubernetes version hack/apiserver/build.sh builds.
-const DefaultVersion = "v1.36.3"
+const DefaultVersion = "v1.37.1"
 
 const (
 	// DefaultServiceCIDR is the dual-stack Service range the server is
@@ -114,7 +114,7 @@ type Server struct {
 
 // BinaryPath is where the harness looks for kube-apiserver: $KNP_KUBE_APISERVER
 // if set, else hack/apiserver/build.sh's cache path
-// ${KNP_CACHE:-/var/cache/kube-nftproxy}/kube-apiserver-${KNP_K8S_VERSION:-DefaultVersion}/kube-apiserver.
+// ${KNP_CACHE:-/var/cache/kube-nftproxy}/k8s-${KNP_K8S_VERSION:-DefaultVersion}/bin/kube-apiserver.
 func BinaryPath() string {
 	if p := os.Getenv("KNP_KUBE_APISERVER"); p != "" {
 		return p
@@ -127,7 +127,7 @@ func BinaryPath() string {
 	if v == "" {
 		v = DefaultVersion
 	}
-	return filepath.Join(root, "kube-apiserver-"+v, "kube-apiserver")
+	return filepath.Join(root, "k8s-"+v, "bin", "kube-apiserver")
 }
 
 // EtcdPath is where the harness looks for etcd: $KNP_ETCD if set, else etcd
@@ -147,7 +147,7 @@ func EtcdPath() string {
 func Available() error {
 	var missing []string
 	if !executable(BinaryPath()) {
-		missing = append(missing, fmt.Sprintf("kube-apiserver not found at %s: run hack/apiserver/build.sh (builds it from the k8s.io/kubernetes module, about 10 minutes on 2 cores; cached afterwards)", BinaryPath()))
+		missing = append(missing, fmt.Sprintf("kube-apiserver not found at %s: run hack/apiserver/build.sh (builds it from the k8s.io/kubernetes module, 10-20 minutes on 2 cores; cached afterwards)", BinaryPath()))
 	}
 	if !executable(EtcdPath()) {
 		missing = append(missing, "etcd not found: apt-get install -y etcd-server")

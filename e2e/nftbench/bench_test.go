@@ -105,7 +105,7 @@ func needs(t *testing.T) string {
 		if cache == "" {
 			cache = "/var/cache/kube-nftproxy"
 		}
-		kubeProxy = filepath.Join(cache, "kube-proxy-v1.37.1", "kube-proxy")
+		kubeProxy = filepath.Join(cache, "k8s-v1.37.1", "bin", "kube-proxy")
 	}
 	var missing error
 	if err := apiserver.Available(); err != nil {

@@ -23,7 +23,7 @@ func upstreamKubeProxy(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("KNP_KUBE_PROXY")
 	if p == "" {
-		p = "/var/cache/kube-nftproxy/kube-proxy-v1.37.1/kube-proxy"
+		p = "/var/cache/kube-nftproxy/k8s-v1.37.1/bin/kube-proxy"
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no upstream kube-proxy (build it with hack/kube-proxy/build.sh): %v", err)

@@ -37,7 +37,7 @@ func kubeProxyPath() string {
 	if cache == "" {
 		cache = "/var/cache/kube-nftproxy"
 	}
-	return filepath.Join(cache, "kube-proxy-v1.37.1", "kube-proxy")
+	return filepath.Join(cache, "k8s-v1.37.1", "bin", "kube-proxy")
 }
 
 // legacyTools are the iptables-legacy binaries kube-proxy runs under their
