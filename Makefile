@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean
+.PHONY: cluster cluster-down cluster-status all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane demo clean
 
 all: build
 
@@ -122,3 +122,19 @@ demo:
 
 clean:
 	rm -rf $(BIN)
+
+# A real two-node Kubernetes v1.37.1 cluster on this machine (root), with
+# kube-nftproxy from deploy/ as its only service proxy: control plane in
+# network namespace "nodenet", nodes node1 and node2 in their own, each with
+# its own containerd and kubelet; binaries and images from
+# hack/cluster/build.sh and hack/cluster/images.sh under KNP_CACHE. Prints
+# each node Ready, the DaemonSet pod on each, and a smoke check.
+# hack/cluster/kubectl.sh talks to it; make cluster-down removes it all.
+cluster:
+	$(GO) run ./e2e/cluster/cmd up
+
+cluster-down:
+	$(GO) run ./e2e/cluster/cmd down
+
+cluster-status:
+	$(GO) run ./e2e/cluster/cmd status
