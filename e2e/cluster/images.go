@@ -57,17 +57,23 @@ func FindImage(imgs []Image, name string) string {
 	return ""
 }
 
-// importImages loads every archive into the node's containerd, in the
-// namespace the CRI uses.
-func (l Layout) importImages(ctx context.Context, n Node, imgs []Image) error {
+// importImages loads every archive (once: several references may name the
+// same file, which carries them all) into the node's containerd, in the
+// namespace the CRI uses. It returns how many archives it imported.
+func (l Layout) importImages(ctx context.Context, n Node, imgs []Image) (int, error) {
+	done := map[string]bool{}
 	for _, im := range imgs {
+		if done[im.File] {
+			continue
+		}
+		done[im.File] = true
 		err := run(ctx, l.ctrBin(), "--address", l.ContainerdSocket(n), "-n", "k8s.io",
 			"images", "import", im.File)
 		if err != nil {
-			return fmt.Errorf("import %s into %s: %w", im.Ref, n.Name, err)
+			return len(done), fmt.Errorf("import %s into %s: %w", im.File, n.Name, err)
 		}
 	}
-	return nil
+	return len(done), nil
 }
 
 // ctrBin is the contract's ctr, else Debian's.

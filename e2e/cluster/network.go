@@ -101,6 +101,18 @@ func (l Layout) setupNetwork(ctx context.Context) error {
 	return nil
 }
 
+// routeNodeNet routes each node's pod CIDR from the node network (where
+// the API server is) to that node: pods reach the API server through the
+// kubernetes Service unmasqueraded, and the replies must find them.
+func (l Layout) routeNodeNet(ctx context.Context, podCIDRs map[string]string) error {
+	for _, n := range l.Nodes {
+		if err := run(ctx, "ip", "-n", l.NodeNet, "route", "replace", podCIDRs[n.Name], "via", n.IP); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // routePodCIDRs is the fallback (no flannel) pod network: each node routes
 // every other node's pod CIDR via that node's IP.
 func (l Layout) routePodCIDRs(ctx context.Context, podCIDRs map[string]string) error {

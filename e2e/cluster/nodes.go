@@ -54,6 +54,9 @@ func (l Layout) waitPodCIDRs(ctx context.Context) (map[string]string, error) {
 // CNI plugin exist (and KNP_CLUSTER_CNI is not "bridge"), else the bridge
 // plugin on each node with routes to the other nodes' pod CIDRs.
 func (l Layout) setupPodNetwork(ctx context.Context, refs imageRefs, cidrs map[string]string, logf func(string, ...any)) error {
+	if err := l.routeNodeNet(ctx, cidrs); err != nil {
+		return err
+	}
 	if l.useFlannel(refs) {
 		for _, n := range l.Nodes {
 			if err := os.WriteFile(l.nodeFile(n, "cni-net.d/10-flannel.conflist"), []byte(l.FlannelCNIConfig(n)), 0o644); err != nil {

@@ -34,6 +34,17 @@ func (l Layout) Smoke(ctx context.Context) (*SmokeResult, error) {
 	if agnhost == "" {
 		return nil, fmt.Errorf("images.txt has no agnhost image")
 	}
+	// Pods are refused until the namespace's default ServiceAccount exists.
+	if err := l.apply(ctx, "smoke-namespace", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: knp-smoke\n"); err != nil {
+		return nil, err
+	}
+	err = poll(ctx, time.Minute, func() (bool, error) {
+		_, err := l.kubectl(ctx, "-n", "knp-smoke", "get", "serviceaccount", "default")
+		return err == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ServiceAccount knp-smoke/default: %w", err)
+	}
 	if err := l.apply(ctx, "smoke", l.SmokeManifests(agnhost)); err != nil {
 		return nil, err
 	}

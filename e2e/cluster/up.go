@@ -257,10 +257,11 @@ func (l Layout) startNode(ctx context.Context, n Node, imgs []Image, logf func(s
 		return err
 	}
 	start := time.Now()
-	if err := l.importImages(ctx, n, imgs); err != nil {
+	count, err := l.importImages(ctx, n, imgs)
+	if err != nil {
 		return err
 	}
-	logf("%s: %d images imported in %v", n.Name, len(imgs), time.Since(start).Round(100*time.Millisecond))
+	logf("%s: %d image archives imported in %v", n.Name, count, time.Since(start).Round(100*time.Millisecond))
 	_, err = l.startDaemon("kubelet-"+n.Name, n.Name, append([]string{l.K8sBin("kubelet")}, l.KubeletArgs(n)...))
 	return err
 }
@@ -291,7 +292,7 @@ func (l Layout) apply(ctx context.Context, name, manifests string) error {
 func poll(ctx context.Context, timeout time.Duration, check func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		done, err := check()
