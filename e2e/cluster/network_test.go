@@ -58,6 +58,12 @@ func TestNodeNetwork(t *testing.T) {
 	if err := l.routePodCIDRs(ctx, cidrs); err != nil {
 		t.Fatal(err)
 	}
+	if err := l.routeNodeNet(ctx, cidrs); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := output(ctx, "ip", "-n", l.NodeNet, "route", "show", "10.244.0.0/24"); err != nil || !strings.Contains(out, "via "+n1.IP) {
+		t.Errorf("node network's route to %s's pods: %q, %v", n1.Name, out, err)
+	}
 	out, err := output(ctx, "ip", "-n", n1.Name, "route", "show", "10.244.1.0/24")
 	if err != nil || !strings.Contains(out, "via "+n2.IP) {
 		t.Errorf("%s's route to %s's pods: %q, %v", n1.Name, n2.Name, out, err)
