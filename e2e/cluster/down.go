@@ -85,10 +85,7 @@ func (l Layout) ownedDirs(created string) []string {
 	for _, n := range l.Nodes {
 		dirs = append(dirs, l.ContainerdState(n))
 	}
-	for _, p := range strings.Fields(created) {
-		dirs = append(dirs, p)
-	}
-	return dirs
+	return append(dirs, strings.Fields(created)...)
 }
 
 // clusterProcesses lists the processes in the cluster's network
