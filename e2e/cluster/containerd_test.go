@@ -23,6 +23,7 @@ func TestContainerdPerNode(t *testing.T) {
 	if err := l.prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
+	forgetGlobalPaths(t, l)
 	for _, n := range l.Nodes {
 		d, err := l.startDaemon("containerd-"+n.Name, n.Name,
 			[]string{l.containerdBin(), "--config", l.nodeFile(n, "containerd.toml")})

@@ -25,6 +25,7 @@ func TestDownRemovesEverything(t *testing.T) {
 	if err := l.prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
+	forgetGlobalPaths(t, l)
 	n := l.Nodes[0]
 	d, err := l.startDaemon("kubelet-"+n.Name, n.Name, []string{"sleep", "1000"})
 	if err != nil {

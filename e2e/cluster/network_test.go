@@ -148,3 +148,12 @@ func TestCgroupRoots(t *testing.T) {
 		t.Errorf("left behind: %v", dirs)
 	}
 }
+
+// forgetGlobalPaths keeps a test's Down away from /var/lib/cni and the
+// like: a real cluster may be using them.
+func forgetGlobalPaths(t *testing.T, l Layout) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(l.Dir, createdFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
