@@ -41,6 +41,7 @@ func (l Layout) recordGlobalPaths() error {
 // is left: processes, mounts, network namespaces, cgroups, directories.
 func (l Layout) Down(ctx context.Context, logf func(string, ...any)) error {
 	created, _ := os.ReadFile(filepath.Join(l.Dir, createdFile))
+	sysctls, _ := os.ReadFile(filepath.Join(l.Dir, sysctlFile))
 	// kubelets first, so that none restarts a container being killed.
 	for _, n := range l.Nodes {
 		if err := l.stopDaemon("kubelet-"+n.Name, 10*time.Second); err != nil {
@@ -66,6 +67,9 @@ func (l Layout) Down(ctx context.Context, logf func(string, ...any)) error {
 		logf("%v", err)
 	}
 	l.removeCgroups(logf)
+	for _, err := range restoreSysctls(string(sysctls)) {
+		logf("%v", err)
+	}
 	for _, d := range l.ownedDirs(string(created)) {
 		if err := os.RemoveAll(d); err != nil {
 			logf("remove %s: %v", d, err)

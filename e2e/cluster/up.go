@@ -138,6 +138,9 @@ func (l Layout) prepare(ctx context.Context) error {
 	if err := l.recordGlobalPaths(); err != nil {
 		return err
 	}
+	if err := l.saveSysctls(); err != nil {
+		return err
+	}
 	if err := l.writePKI(); err != nil {
 		return err
 	}
