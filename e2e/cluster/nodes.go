@@ -93,6 +93,9 @@ func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRe
 	if err := l.apply(ctx, "kube-nftproxy", proxy); err != nil {
 		return err
 	}
+	if refs.coredns == "" {
+		return nil // Up reports it
+	}
 	return l.apply(ctx, "coredns", CoreDNSManifests(refs.coredns))
 }
 

@@ -55,6 +55,9 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.waitDaemonSet(ctx, "kube-nftproxy", logf); err != nil {
 		return err
 	}
+	if refs.coredns == "" {
+		return errors.New("cluster up without CoreDNS: images.txt has no coredns image (hack/cluster/images.sh)")
+	}
 	if err := l.waitRollout(ctx, "kube-system", "deployment/coredns"); err != nil {
 		return err
 	}
@@ -115,7 +118,7 @@ func requiredImages(imgs []Image) (imageRefs, error) {
 		flannel: FindImage(imgs, "flannel"),
 	}
 	var missing []string
-	for name, ref := range map[string]string{"pause": r.pause, "coredns": r.coredns, "kube-nftproxy": r.proxy, "agnhost": r.agnhost} {
+	for name, ref := range map[string]string{"pause": r.pause, "kube-nftproxy": r.proxy} {
 		if ref == "" {
 			missing = append(missing, name)
 		}
