@@ -202,7 +202,9 @@ func (l Layout) BridgeCNIConfig(n Node, podCIDR string) (string, error) {
 // FlannelCNIConfig is a node's CNI configuration for flannel: the flannel
 // plugin reading the subnet file that node's flanneld writes (the two
 // nodes share one file system, so each has its own), delegating to the
-// bridge plugin with hairpin mode, and portmap.
+// bridge plugin with hairpin mode and no masquerading (the plugin would
+// otherwise masquerade pod traffic with iptables, since flanneld runs
+// with --ip-masq=false), and portmap.
 func (l Layout) FlannelCNIConfig(n Node) string {
 	return fmt.Sprintf(`{
   "cniVersion": "0.3.1",
@@ -212,7 +214,7 @@ func (l Layout) FlannelCNIConfig(n Node) string {
       "type": "flannel",
       "subnetFile": %q,
       "dataDir": %q,
-      "delegate": {"hairpinMode": true, "isDefaultGateway": true}
+      "delegate": {"hairpinMode": true, "isDefaultGateway": true, "ipMasq": false}
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -257,6 +258,45 @@ func TestContainerdMajor(t *testing.T) {
 	} {
 		if got := parseContainerdMajor(out); got != want {
 			t.Errorf("parseContainerdMajor(%q) = %d, want %d", out, got, want)
+		}
+	}
+}
+
+func TestCNIConfigs(t *testing.T) {
+	l := testLayout(t)
+	names := map[string]bool{}
+	for _, n := range l.Nodes {
+		var flannel struct {
+			Name    string `json:"name"`
+			Plugins []struct {
+				Type       string         `json:"type"`
+				SubnetFile string         `json:"subnetFile"`
+				Delegate   map[string]any `json:"delegate"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal([]byte(l.FlannelCNIConfig(n)), &flannel); err != nil {
+			t.Fatalf("%s flannel: %v", n.Name, err)
+		}
+		p := flannel.Plugins[0]
+		if p.Type != "flannel" || p.SubnetFile != FlannelSubnetFile(n) || p.Delegate["ipMasq"] != false {
+			t.Errorf("%s flannel plugin = %+v", n.Name, p)
+		}
+		bridge, err := l.BridgeCNIConfig(n, "10.244.7.0/24")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal([]byte(bridge), &b); err != nil || !strings.Contains(bridge, `"subnet": "10.244.7.0/24"`) {
+			t.Errorf("%s bridge: %v\n%s", n.Name, err, bridge)
+		}
+		// host-local keeps its leases per network name: one per node.
+		for _, name := range []string{flannel.Name, b.Name} {
+			if names[name] {
+				t.Errorf("network name %q used twice", name)
+			}
+			names[name] = true
 		}
 	}
 }
