@@ -151,6 +151,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
 
+# Both nodes' containerds would bind the one NRI socket, /var/run/nri/nri.sock.
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]

@@ -65,6 +65,9 @@ func TestContainerdConfig(t *testing.T) {
 			}
 		}
 	}
+	if !strings.Contains(l.ContainerdConfig(l.Nodes[0], 2), "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true") {
+		t.Error("containerd 2.x: NRI enabled (both nodes would bind /var/run/nri/nri.sock)")
+	}
 	if !strings.HasPrefix(l.ContainerdConfig(l.Nodes[0], 1), "version = 2\n") ||
 		!strings.HasPrefix(l.ContainerdConfig(l.Nodes[0], 2), "version = 3\n") {
 		t.Error("containerd 1.x wants configuration version 2, 2.x version 3")

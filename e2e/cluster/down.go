@@ -21,7 +21,7 @@ import (
 // records which of them it found missing (createdFile); Down removes those.
 var globalPaths = []string{
 	"/var/lib/cni", "/run/containerd", "/opt/containerd", "/var/lib/kubelet",
-	"/run/flannel", "/etc/cni", "/var/log/containers", "/var/log/pods",
+	"/run/flannel", "/etc/cni", "/var/log/containers", "/var/log/pods", "/run/nri",
 }
 
 const createdFile = "created-paths"

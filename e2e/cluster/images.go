@@ -88,3 +88,24 @@ func executable(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
+
+// missingImages returns the references in refs that the node's containerd
+// does not have (images.sh rebuilding an archive with a new tag while Up
+// imports it, for instance).
+func (l Layout) missingImages(ctx context.Context, n Node, refs []string) ([]string, error) {
+	out, err := output(ctx, l.ctrBin(), "--address", l.ContainerdSocket(n), "-n", "k8s.io", "images", "ls", "-q")
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, r := range strings.Fields(out) {
+		have[r] = true
+	}
+	var missing []string
+	for _, r := range refs {
+		if r != "" && !have[r] {
+			missing = append(missing, r)
+		}
+	}
+	return missing, nil
+}

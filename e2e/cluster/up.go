@@ -38,6 +38,15 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.startNodes(ctx, imgs, logf); err != nil {
 		return err
 	}
+	for _, n := range l.Nodes {
+		missing, err := l.missingImages(ctx, n, []string{refs.pause, refs.proxy, refs.coredns, refs.agnhost, refs.flannel})
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%s lacks %v after the import: did images.txt change meanwhile (hack/cluster/images.sh running)?", n.Name, missing)
+		}
+	}
 	cidrs, err := l.waitPodCIDRs(ctx)
 	if err != nil {
 		return err
