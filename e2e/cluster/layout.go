@@ -14,6 +14,18 @@
 // (hack/cluster/build.sh), the images from $KNP_CACHE/cluster/images
 // (hack/cluster/images.sh). All state lives under Layout.Dir
 // (/var/lib/knp-cluster) and /run/containerd-<node>.
+//
+// The pod network is flannel (vxlan, kube subnet manager) when its image
+// and CNI plugin exist, else (or with KNP_CLUSTER_CNI=bridge) the CNI
+// bridge plugin with routes between the nodes. kube-nftproxy comes from
+// deploy/ with only its image and API server address changed; CoreDNS as
+// kubeadm deploys it.
+//
+// Usage (root, from the repository root): make cluster, make
+// cluster-status, make cluster-down; hack/cluster/kubectl.sh and
+// hack/cluster/e2e.sh run kubectl and the upstream e2e.test inside the node
+// network. Down removes processes, mounts, namespaces, cgroups,
+// directories, and puts back the machine-wide sysctls kubelet changed.
 package cluster
 
 import (
