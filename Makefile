@@ -12,7 +12,8 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean cluster-build
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
+.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test
 
 all: build
 
@@ -156,9 +157,26 @@ clean:
 # The test cluster's container images as docker archives in
 # $KNP_CACHE/cluster/images (hack/cluster/images.sh; run cluster-build
 # first), and the image tool's own tests (a separate Go module).
-.PHONY: cluster-images cluster-images-test
 cluster-images:
 	hack/cluster/images.sh
 
 cluster-images-test:
 	cd hack/cluster/images && GOWORK=off GOFLAGS=-mod=mod $(GO) test -count=1 ./...
+
+# A real two-node Kubernetes v1.37.1 cluster on this machine (root), with
+# kube-nftproxy from deploy/ as its only service proxy: control plane in
+# network namespace "nodenet", nodes node1 and node2 in their own, each with
+# its own containerd and kubelet; binaries and images from
+# hack/cluster/build.sh and hack/cluster/images.sh under KNP_CACHE. Prints
+# each node Ready, the DaemonSet pod on each, and a smoke check.
+# hack/cluster/kubectl.sh talks to it; make cluster-down removes it all.
+# From nothing it first builds what is not cached (cluster-build, about 21
+# minutes cold; cluster-images, about a minute).
+cluster: cluster-build cluster-images
+	$(GO) run ./e2e/cluster/cmd up
+
+cluster-down:
+	$(GO) run ./e2e/cluster/cmd down
+
+cluster-status:
+	$(GO) run ./e2e/cluster/cmd status

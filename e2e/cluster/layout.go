@@ -1,0 +1,145 @@
+// Package cluster brings up a real two-node Kubernetes cluster on this one
+// machine, with kube-nftproxy as its only service proxy, and tears it down.
+//
+// Topology (every address lives in network namespaces the package creates;
+// the host's root namespace is never changed):
+//
+//	netns "nodenet" (Layout.NodeNet): bridge br0 10.200.0.1/24 (the node network) and the
+//	    control plane: etcd, kube-apiserver (https://10.200.0.1:6443),
+//	    kube-controller-manager, kube-scheduler.
+//	netns "node1", "node2": eth0 10.200.0.11/24, 10.200.0.12/24 (veth peers
+//	    enslaved to br0), each with its own containerd and kubelet.
+//
+// The binaries come from the cluster build contract under $KNP_CACHE
+// (hack/cluster/build.sh), the images from $KNP_CACHE/cluster/images
+// (hack/cluster/images.sh). All state lives under Layout.Dir
+// (/var/lib/knp-cluster) and /run/containerd-<node>.
+//
+// The pod network is flannel (vxlan, kube subnet manager) when its image
+// and CNI plugin exist, else (or with KNP_CLUSTER_CNI=bridge) the CNI
+// bridge plugin with routes between the nodes. kube-nftproxy comes from
+// deploy/ with only its image and API server address changed; CoreDNS as
+// kubeadm deploys it.
+//
+// Usage (root, from the repository root): make cluster, make
+// cluster-status, make cluster-down; hack/cluster/kubectl.sh and
+// hack/cluster/e2e.sh run kubectl and the upstream e2e.test inside the node
+// network. Down removes processes, mounts, namespaces, cgroups,
+// directories, and puts back the machine-wide sysctls kubelet changed.
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Kubernetes addressing, matching e2e/TOPOLOGY.md where it overlaps.
+const (
+	ServiceCIDR    = "10.96.0.0/16"
+	ClusterCIDR    = "10.244.0.0/16"
+	DNSServiceIP   = "10.96.0.10"
+	KubernetesIP   = "10.96.0.1"
+	ClusterDomain  = "cluster.local"
+	BridgeName     = "br0"
+	BridgeIP       = "10.200.0.1"
+	NodeNetPrefix  = 24
+	APIServerPort  = 6443
+	K8sVersion     = "v1.37.1"
+	PauseImage     = "registry.k8s.io/pause:3.10.2"
+	defaultDir     = "/var/lib/knp-cluster"
+	defaultCache   = "/var/cache/kube-nftproxy"
+	containerdRun  = "/run/containerd-"
+	etcdClientPort = 2379
+	etcdPeerPort   = 2380
+)
+
+// Node is one kubelet + containerd in its own network namespace.
+type Node struct {
+	Name string // node name, network namespace and cgroup root (/Name)
+	IP   string // eth0's address on the node network
+}
+
+// Layout says where everything lives.
+type Layout struct {
+	NodeNet string // the node network's namespace, home of the control plane
+	Dir     string // state: certificates, configs, data, logs, pid files
+	Cache   string // $KNP_CACHE: binaries and images
+	Nodes   []Node
+}
+
+// DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
+// KNP_CLUSTER_DIR override the cache and state directories.
+func DefaultLayout() Layout {
+	l := Layout{NodeNet: "nodenet", Dir: defaultDir, Cache: defaultCache, Nodes: []Node{
+		{Name: "node1", IP: "10.200.0.11"},
+		{Name: "node2", IP: "10.200.0.12"},
+	}}
+	if v := os.Getenv("KNP_CACHE"); v != "" {
+		l.Cache = v
+	}
+	if v := os.Getenv("KNP_CLUSTER_DIR"); v != "" {
+		l.Dir = v
+	}
+	return l
+}
+
+// APIServerURL is the API server's address on the node network.
+func (l Layout) APIServerURL() string {
+	return fmt.Sprintf("https://%s:%d", BridgeIP, APIServerPort)
+}
+
+// K8sBin is a Kubernetes binary from hack/cluster/build.sh.
+func (l Layout) K8sBin(name string) string {
+	return filepath.Join(l.Cache, "k8s-"+K8sVersion, "bin", name)
+}
+
+// ClusterBin is a non-Kubernetes binary (etcd, containerd, ...).
+func (l Layout) ClusterBin(name string) string {
+	return filepath.Join(l.Cache, "cluster", "bin", name)
+}
+
+// ImagesDir holds the docker archives and images.txt.
+func (l Layout) ImagesDir() string { return filepath.Join(l.Cache, "cluster", "images") }
+
+func (l Layout) pki(name string) string     { return filepath.Join(l.Dir, "pki", name) }
+func (l Layout) logFile(name string) string { return filepath.Join(l.Dir, "logs", name+".log") }
+func (l Layout) pidFile(name string) string { return filepath.Join(l.Dir, "pids", name+".pid") }
+
+// Kubeconfig is the admin kubeconfig (user "admin", group system:masters).
+func (l Layout) Kubeconfig() string { return filepath.Join(l.Dir, "admin.kubeconfig") }
+
+func (l Layout) kubeconfigFor(user string) string {
+	return filepath.Join(l.Dir, user+".kubeconfig")
+}
+
+// NodeDir is the node's own directory: containerd root, kubelet root, pod
+// logs, CNI configuration, resolv.conf.
+func (l Layout) NodeDir(n Node) string { return filepath.Join(l.Dir, n.Name) }
+
+// ContainerdState is the node's containerd state directory (its socket,
+// shim bundles, CRI network namespace mounts).
+func (l Layout) ContainerdState(n Node) string { return containerdRun + n.Name }
+
+// ContainerdSocket is the node's CRI endpoint.
+func (l Layout) ContainerdSocket(n Node) string {
+	return filepath.Join(l.ContainerdState(n), "containerd.sock")
+}
+
+func (l Layout) kubeletRoot(n Node) string { return filepath.Join(l.NodeDir(n), "kubelet") }
+func (l Layout) cniConfDir(n Node) string  { return filepath.Join(l.NodeDir(n), "cni-net.d") }
+func (l Layout) resolvConf(n Node) string  { return filepath.Join(l.NodeDir(n), "resolv.conf") }
+func (l Layout) podLogsDir(n Node) string  { return filepath.Join(l.NodeDir(n), "pod-logs") }
+func (l Layout) containerdRoot(n Node) string {
+	return filepath.Join(l.NodeDir(n), "containerd")
+}
+
+// CNIBinDir is where containerd finds the CNI plugins: the contract's
+// cluster/bin/cni, else Debian's containernetworking-plugins.
+func (l Layout) CNIBinDir() string {
+	d := filepath.Join(l.Cache, "cluster", "bin", "cni")
+	if _, err := os.Stat(filepath.Join(d, "bridge")); err == nil {
+		return d
+	}
+	return "/usr/lib/cni"
+}

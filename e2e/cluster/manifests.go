@@ -1,0 +1,284 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DeployManifests reads deploy/*.yaml (rbac, configmap, daemonset) and
+// changes only the image and the API server address, each of which must
+// occur exactly once.
+func DeployManifests(deployDir, image, apiServer string) (string, error) {
+	var docs []string
+	for _, f := range []string{"rbac.yaml", "configmap.yaml", "daemonset.yaml"} {
+		b, err := os.ReadFile(filepath.Join(deployDir, f))
+		if err != nil {
+			return "", err
+		}
+		docs = append(docs, string(b))
+	}
+	out := strings.Join(docs, "\n---\n")
+	for _, r := range []struct{ old, new string }{
+		{"image: kube-nftproxy:latest", "image: " + image},
+		{"server: https://API-SERVER:6443", "server: " + apiServer},
+	} {
+		if n := strings.Count(out, r.old); n != 1 {
+			return "", fmt.Errorf("deploy manifests: %q occurs %d times, want 1", r.old, n)
+		}
+		out = strings.Replace(out, r.old, r.new, 1)
+	}
+	return out, nil
+}
+
+// CoreDNSManifests are the objects kubeadm deploys for cluster DNS: RBAC,
+// the Corefile, a two-replica Deployment, and Service kube-dns at
+// DNSServiceIP.
+func CoreDNSManifests(image string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+rules:
+- apiGroups: [""]
+  resources: ["endpoints", "services", "pods", "namespaces"]
+  verbs: ["list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:coredns
+subjects:
+- kind: ServiceAccount
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health {
+           lameduck 5s
+        }
+        ready
+        kubernetes %[2]s in-addr.arpa ip6.arpa {
+           pods insecure
+           fallthrough in-addr.arpa ip6.arpa
+           ttl 30
+        }
+        prometheus :9153
+        forward . /etc/resolv.conf {
+           max_concurrent 1000
+        }
+        cache 30
+        loop
+        reload
+        loadbalance
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: coredns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+spec:
+  replicas: 2
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 1
+  selector:
+    matchLabels:
+      k8s-app: kube-dns
+  template:
+    metadata:
+      labels:
+        k8s-app: kube-dns
+    spec:
+      priorityClassName: system-cluster-critical
+      serviceAccountName: coredns
+      tolerations:
+      - key: CriticalAddonsOnly
+        operator: Exists
+      - key: node-role.kubernetes.io/control-plane
+        effect: NoSchedule
+      nodeSelector:
+        kubernetes.io/os: linux
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              labelSelector:
+                matchExpressions:
+                - key: k8s-app
+                  operator: In
+                  values: ["kube-dns"]
+              topologyKey: kubernetes.io/hostname
+      containers:
+      - name: coredns
+        image: %[1]s
+        imagePullPolicy: IfNotPresent
+        resources:
+          limits:
+            memory: 170Mi
+          requests:
+            cpu: 100m
+            memory: 70Mi
+        args: ["-conf", "/etc/coredns/Corefile"]
+        volumeMounts:
+        - name: config-volume
+          mountPath: /etc/coredns
+          readOnly: true
+        ports:
+        - containerPort: 53
+          name: dns
+          protocol: UDP
+        - containerPort: 53
+          name: dns-tcp
+          protocol: TCP
+        - containerPort: 9153
+          name: metrics
+          protocol: TCP
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities:
+            add: ["NET_BIND_SERVICE"]
+            drop: ["ALL"]
+          readOnlyRootFilesystem: true
+        livenessProbe:
+          httpGet:
+            path: /health
+            port: 8080
+            scheme: HTTP
+          initialDelaySeconds: 60
+          timeoutSeconds: 5
+          successThreshold: 1
+          failureThreshold: 5
+        readinessProbe:
+          httpGet:
+            path: /ready
+            port: 8181
+            scheme: HTTP
+      dnsPolicy: Default
+      volumes:
+      - name: config-volume
+        configMap:
+          name: coredns
+          items:
+          - key: Corefile
+            path: Corefile
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+    kubernetes.io/cluster-service: "true"
+    kubernetes.io/name: CoreDNS
+spec:
+  selector:
+    k8s-app: kube-dns
+  clusterIP: %[3]s
+  ports:
+  - name: dns
+    port: 53
+    protocol: UDP
+  - name: dns-tcp
+    port: 53
+    protocol: TCP
+  - name: metrics
+    port: 9153
+    protocol: TCP
+`, image, ClusterDomain, DNSServiceIP)
+}
+
+// SmokeManifests are the smoke check's workloads in namespace knp-smoke:
+// an agnhost netexec backend pinned to each node behind Service "web"
+// (ClusterIP) and "web-np" (NodePort), and a netexec client on the first
+// node whose /dial endpoint makes requests from inside the pod.
+func (l Layout) SmokeManifests(agnhost string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: knp-smoke\n")
+	pod := func(name, node, role string) {
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: knp-smoke
+  labels:
+    role: %s
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: netexec
+    image: %s
+    imagePullPolicy: IfNotPresent
+    args: ["netexec", "--http-port=8080", "--udp-port=8081"]
+    readinessProbe:
+      httpGet:
+        path: /healthz
+        port: 8080
+      periodSeconds: 1
+`, name, role, node, agnhost)
+	}
+	for _, n := range l.Nodes {
+		pod("web-"+n.Name, n.Name, "web")
+	}
+	pod("client", l.Nodes[0].Name, "client")
+	b.WriteString(`---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: knp-smoke
+spec:
+  selector:
+    role: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-np
+  namespace: knp-smoke
+spec:
+  type: NodePort
+  selector:
+    role: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+    nodePort: 30080
+`)
+	return b.String()
+}

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+const netnsDir = "/run/netns"
+
+// NetNSPath is the bind mount of a named network namespace.
+func NetNSPath(name string) string { return filepath.Join(netnsDir, name) }
+
+// netnsNames are the namespaces the cluster owns: the node network and one
+// per node.
+func (l Layout) netnsNames() []string {
+	names := []string{l.NodeNet}
+	for _, n := range l.Nodes {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+// run runs a command and returns its error with the command's output.
+func run(ctx context.Context, argv ...string) error {
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// output runs a command and returns its standard output.
+func output(ctx context.Context, argv ...string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return string(out), nil
+}
+
+// nsenter prefixes argv so that it runs in the named network namespace
+// (and only that: unlike `ip netns exec`, no private mount namespace,
+// which would hide kubelet's volume mounts from runc).
+func nsenter(ns string, argv ...string) []string {
+	return append([]string{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...)
+}
+
+// networkSteps are the commands that build the node network: a bridge in
+// NodeNet holding BridgeIP, and per node a veth whose eth0 end (in the
+// node's namespace) has the node's IP and a default route via the bridge.
+// Forwarding is on in every namespace, and bridged traffic goes through
+// the node's netfilter (br_netfilter), as kube-proxy expects on a node.
+func (l Layout) networkSteps() [][]string {
+	gw := BridgeIP
+	steps := [][]string{
+		{"ip", "netns", "add", l.NodeNet},
+		{"ip", "-n", l.NodeNet, "link", "set", "lo", "up"},
+		{"ip", "-n", l.NodeNet, "link", "add", BridgeName, "type", "bridge"},
+		{"ip", "-n", l.NodeNet, "addr", "add", fmt.Sprintf("%s/%d", gw, NodeNetPrefix), "dev", BridgeName},
+		{"ip", "-n", l.NodeNet, "link", "set", BridgeName, "up"},
+		nsenter(l.NodeNet, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
+	}
+	for _, n := range l.Nodes {
+		host := "veth-" + n.Name
+		steps = append(steps,
+			[]string{"ip", "netns", "add", n.Name},
+			[]string{"ip", "-n", n.Name, "link", "set", "lo", "up"},
+			[]string{"ip", "-n", l.NodeNet, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.Name},
+			[]string{"ip", "-n", l.NodeNet, "link", "set", host, "master", BridgeName, "up"},
+			[]string{"ip", "-n", n.Name, "addr", "add", fmt.Sprintf("%s/%d", n.IP, NodeNetPrefix), "dev", "eth0"},
+			[]string{"ip", "-n", n.Name, "link", "set", "eth0", "up"},
+			[]string{"ip", "-n", n.Name, "route", "add", "default", "via", gw},
+			nsenter(n.Name, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
+			nsenter(n.Name, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"),
+			nsenter(n.Name, "sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0"),
+		)
+	}
+	return steps
+}
+
+// setupNetwork creates the namespaces, bridge and veths.
+func (l Layout) setupNetwork(ctx context.Context) error {
+	for _, ns := range l.netnsNames() {
+		if _, err := os.Stat(NetNSPath(ns)); err == nil {
+			return fmt.Errorf("network namespace %s already exists: run `make cluster-down` first", ns)
+		}
+	}
+	for _, argv := range l.networkSteps() {
+		if err := run(ctx, argv...); err != nil {
+			return fmt.Errorf("node network: %w", err)
+		}
+	}
+	return nil
+}
+
+// routeNodeNet routes each node's pod CIDR from the node network (where
+// the API server is) to that node: pods reach the API server through the
+// kubernetes Service unmasqueraded, and the replies must find them.
+func (l Layout) routeNodeNet(ctx context.Context, podCIDRs map[string]string) error {
+	for _, n := range l.Nodes {
+		if err := run(ctx, "ip", "-n", l.NodeNet, "route", "replace", podCIDRs[n.Name], "via", n.IP); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routePodCIDRs is the fallback (no flannel) pod network: each node routes
+// every other node's pod CIDR via that node's IP.
+func (l Layout) routePodCIDRs(ctx context.Context, podCIDRs map[string]string) error {
+	for _, n := range l.Nodes {
+		for _, peer := range l.Nodes {
+			if peer.Name == n.Name {
+				continue
+			}
+			err := run(ctx, "ip", "-n", n.Name, "route", "replace", podCIDRs[peer.Name], "via", peer.IP)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// deleteNetwork deletes the cluster's namespaces (their links go with
+// them).
+func (l Layout) deleteNetwork(ctx context.Context) []error {
+	var errs []error
+	for _, ns := range l.netnsNames() {
+		if _, err := os.Stat(NetNSPath(ns)); err != nil {
+			continue
+		}
+		if err := run(ctx, "ip", "netns", "delete", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// nodeStatus is one line of `kubectl get nodes`: name, pod CIDR, Ready.
+type nodeStatus struct {
+	name, podCIDR, ready string
+}
+
+func (l Layout) nodeStatuses(ctx context.Context) (map[string]nodeStatus, error) {
+	out, err := l.kubectl(ctx, "get", "nodes", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	if err != nil {
+		return nil, err
+	}
+	st := map[string]nodeStatus{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 {
+			st[f[0]] = nodeStatus{f[0], f[1], f[2]}
+		}
+	}
+	return st, nil
+}
+
+// waitPodCIDRs waits until every node has registered and been given a pod
+// CIDR by kube-controller-manager.
+func (l Layout) waitPodCIDRs(ctx context.Context) (map[string]string, error) {
+	cidrs := map[string]string{}
+	err := poll(ctx, 3*time.Minute, func() (bool, error) {
+		st, _ := l.nodeStatuses(ctx)
+		for _, n := range l.Nodes {
+			s, ok := st[n.Name]
+			if !ok || !strings.Contains(s.podCIDR, "/") {
+				return false, nil
+			}
+			cidrs[n.Name] = s.podCIDR
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodes registered with pod CIDRs: %w (kubelet logs in %s)", err, l.logFile("kubelet-*"))
+	}
+	return cidrs, nil
+}
+
+// setupPodNetwork installs the pod network: flannel when its image and
+// CNI plugin exist (and KNP_CLUSTER_CNI is not "bridge"), else the bridge
+// plugin on each node with routes to the other nodes' pod CIDRs.
+func (l Layout) setupPodNetwork(ctx context.Context, refs imageRefs, cidrs map[string]string, logf func(string, ...any)) error {
+	if err := l.routeNodeNet(ctx, cidrs); err != nil {
+		return err
+	}
+	if l.useFlannel(refs) {
+		for _, n := range l.Nodes {
+			if err := os.WriteFile(l.nodeFile(n, "cni-net.d/10-flannel.conflist"), []byte(l.FlannelCNIConfig(n)), 0o644); err != nil {
+				return err
+			}
+		}
+		logf("pod network: flannel (vxlan, kube subnet manager)")
+		return l.apply(ctx, "flannel", FlannelManifests(refs.flannel))
+	}
+	for _, n := range l.Nodes {
+		conf, err := l.BridgeCNIConfig(n, cidrs[n.Name])
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(l.nodeFile(n, "cni-net.d/10-bridge.conflist"), []byte(conf), 0o644); err != nil {
+			return err
+		}
+	}
+	logf("pod network: CNI bridge plugin with routes between the nodes")
+	return l.routePodCIDRs(ctx, cidrs)
+}
+
+func (l Layout) useFlannel(refs imageRefs) bool {
+	return refs.flannel != "" && executable(l.CNIBinDir()+"/flannel") && os.Getenv("KNP_CLUSTER_CNI") != "bridge"
+}
+
+// deployAddons applies kube-nftproxy from deploy/ (image and API server
+// address changed) and CoreDNS.
+func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRefs) error {
+	proxy, err := DeployManifests(deployDir, refs.proxy, l.APIServerURL())
+	if err != nil {
+		return err
+	}
+	if err := l.apply(ctx, "kube-nftproxy", proxy); err != nil {
+		return err
+	}
+	if refs.coredns == "" {
+		return nil // Up reports it
+	}
+	return l.apply(ctx, "coredns", CoreDNSManifests(refs.coredns))
+}
+
+// waitNodesReady waits until every node is Ready, printing each as it
+// becomes so.
+func (l Layout) waitNodesReady(ctx context.Context, logf func(string, ...any)) error {
+	seen := map[string]bool{}
+	return poll(ctx, 5*time.Minute, func() (bool, error) {
+		st, _ := l.nodeStatuses(ctx)
+		for _, n := range l.Nodes {
+			if st[n.Name].ready == "True" && !seen[n.Name] {
+				seen[n.Name] = true
+				logf("node %s Ready", n.Name)
+			}
+		}
+		return len(seen) == len(l.Nodes), nil
+	})
+}
+
+// waitDaemonSet waits until the kube-system DaemonSet's pod runs and is
+// ready on every node, printing each as it does.
+func (l Layout) waitDaemonSet(ctx context.Context, name string, logf func(string, ...any)) error {
+	seen := map[string]bool{}
+	err := poll(ctx, 5*time.Minute, func() (bool, error) {
+		out, _ := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app="+name, "-o",
+			`jsonpath={range .items[*]}{.spec.nodeName} {.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 4 && f[2] == "Running" && f[3] == "True" && !seen[f[0]] {
+				seen[f[0]] = true
+				logf("%s pod %s running and ready on %s", name, f[1], f[0])
+			}
+		}
+		return len(seen) == len(l.Nodes), nil
+	})
+	if err != nil {
+		return fmt.Errorf("DaemonSet %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitRollout waits for a workload's rollout.
+func (l Layout) waitRollout(ctx context.Context, ns, what string) error {
+	_, err := l.kubectl(ctx, "-n", ns, "rollout", "status", what, "--timeout=5m")
+	return err
+}
