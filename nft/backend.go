@@ -370,23 +370,27 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 
 // markReplace makes the next full sync replace the table whose full sync
 // the kernel refused (err), or all of them when the refusal names none of
-// ours. A full sync repairs in place whatever we know of; what the kernel
-// still refuses (another process's object we cannot delete alone, a limit
-// we do not read back) goes with the table, so that a sync never fails
-// for ever on our own table. The replacement loses the affinity set's
-// entries, if it is that table, and only then.
+// ours or its answer was lost (a refusal of thousands of messages can
+// overflow the socket's receive buffer, so that no TxError says which).
+// A full sync repairs in place whatever we know of; what the kernel still
+// refuses (another process's object we cannot delete alone, a limit we do
+// not read back) goes with the table, so that a sync never fails for ever
+// on our own table. The replacement loses the affinity set's entries, if
+// it is that table, and only then.
 func (b *Backend) markReplace(err error, want map[tableID]*Table) {
-	var txErr *TxError
-	if !errors.As(err, &txErr) {
-		return // not refused: nothing says the table is at fault
-	}
 	if b.replace == nil {
 		b.replace = map[tableID]bool{}
 	}
-	named := false
-	for _, id := range tableIDs() {
-		if id.f == txErr.Family && want[id].Name == txErr.Table {
-			b.replace[id], named = true, true
+	var txErr *TxError
+	named, which := false, "all"
+	if errors.As(err, &txErr) {
+		for _, id := range tableIDs() {
+			if id.f == txErr.Family && want[id].Name == txErr.Table {
+				b.replace[id], named = true, true
+			}
+		}
+		if named {
+			which = txErr.Family.String() + " " + txErr.Table
 		}
 	}
 	if !named {
@@ -395,7 +399,7 @@ func (b *Backend) markReplace(err error, want map[tableID]*Table) {
 		}
 	}
 	b.log.Warn("the kernel refused to repair our nftables tables in place; the next sync replaces them whole",
-		"table", txErr.Family.String()+" "+txErr.Table, "err", err)
+		"table", which, "err", err)
 }
 
 // keepStale records the chains left to delete after a successful sync: the
