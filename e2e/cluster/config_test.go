@@ -103,7 +103,7 @@ func TestWritePKI(t *testing.T) {
 	}
 	for _, s := range l.certSpecs() {
 		for _, ext := range []string{".crt", ".key"} {
-			if _, err := os.Stat(l.pki(s.file + ext)); err != nil {
+			if _, err := os.Stat(l.pki(s.File + ext)); err != nil {
 				t.Error(err)
 			}
 		}
