@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // RestartEtcd SIGKILLs etcd (as a crash would) and starts it again on the
@@ -37,9 +41,48 @@ func (s *Server) RestartEtcd(ctx context.Context) error {
 
 // PauseAPIServer stops kube-apiserver with SIGSTOP: its sockets stay open
 // and connections to it are accepted by the kernel, but nothing answers,
-// as with a hung server. ResumeAPIServer lets it run again; Stop kills it
-// either way.
-func (s *Server) PauseAPIServer() error { return s.SignalAPIServer(syscall.SIGSTOP) }
+// as with a hung server. It returns once every thread has stopped (the
+// signal stops them one by one, and a running thread could still answer
+// a request sent right after kill returned). ResumeAPIServer lets it run
+// again; Stop kills it either way.
+func (s *Server) PauseAPIServer() error {
+	if err := s.SignalAPIServer(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	pid := s.api.cmd.Process.Pid
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !allThreadsStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver[%d]: threads still running 10s after SIGSTOP", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// allThreadsStopped reports whether every thread of pid is in state T
+// (stopped), from /proc/PID/task/*/stat.
+func allThreadsStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// The state follows the command, which is in parentheses and
+		// may itself hold spaces or parentheses.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		if f := strings.Fields(rest); len(f) == 0 || f[0] != "T" {
+			return false
+		}
+	}
+	return true
+}
 
 // ResumeAPIServer sends SIGCONT to a kube-apiserver that PauseAPIServer
 // stopped, and waits until it is ready again.
