@@ -66,6 +66,10 @@ type Layout struct {
 	Dir     string // state: certificates, configs, data, logs, pid files
 	Cache   string // $KNP_CACHE: binaries and images
 	Nodes   []Node
+	// Proxy is the cluster's Service proxy: ProxyOurs (kube-nftproxy from
+	// deploy/, the default) or ProxyUpstream (kube-proxy v1.37.1 in
+	// iptables mode, the baseline); KNP_CLUSTER_PROXY sets it.
+	Proxy string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -80,6 +84,10 @@ func DefaultLayout() Layout {
 	}
 	if v := os.Getenv("KNP_CLUSTER_DIR"); v != "" {
 		l.Dir = v
+	}
+	l.Proxy = ProxyOurs
+	if v := os.Getenv("KNP_CLUSTER_PROXY"); v != "" {
+		l.Proxy = v
 	}
 	return l
 }
