@@ -1,6 +1,9 @@
 package cluster
 
-import "fmt"
+import (
+	"fmt"
+	"path/filepath"
+)
 
 // The cluster's Service proxy, by KNP_CLUSTER_PROXY.
 const (
@@ -28,7 +31,7 @@ func (l Layout) proxyName() string {
 // proxyManifests are the objects that run the cluster's proxy on every node.
 func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 	if l.Proxy == ProxyUpstream {
-		return UpstreamProxyManifests(image, l.APIServerURL()), nil
+		return UpstreamProxyManifests(image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock")), nil
 	}
 	return DeployManifests(deployDir, image, l.APIServerURL())
 }
@@ -39,8 +42,10 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 // a privileged hostNetwork DaemonSet labelled k8s-app=kube-proxy (the label
 // e2e's "restarting kube-proxy" spec looks for) mounting /run/xtables.lock
 // and /lib/modules. The mode is iptables. conntrack.maxPerCore 0 leaves
-// nf_conntrack_max alone: it is machine-wide, not the node namespace's.
-func UpstreamProxyManifests(image, apiServer string) string {
+// nf_conntrack_max alone: it is machine-wide, not the node namespace's. The
+// xtables lock is xtablesLock, a file under the cluster's state directory
+// (not the host's /run/xtables.lock), so Down leaves nothing behind.
+func UpstreamProxyManifests(image, apiServer, xtablesLock string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -152,10 +157,10 @@ spec:
           name: kube-proxy
       - name: xtables-lock
         hostPath:
-          path: /run/xtables.lock
+          path: %[4]s
           type: FileOrCreate
       - name: lib-modules
         hostPath:
           path: /lib/modules
-`, image, apiServer, ClusterCIDR)
+`, image, apiServer, ClusterCIDR, xtablesLock)
 }
