@@ -33,7 +33,7 @@ func TestClusterConformanceSubset(t *testing.T) {
 	}
 	l := DefaultLayout()
 	if missing := l.coldCache(); len(missing) > 0 {
-		skip("cluster cache is cold, missing %s: run `make cluster-build cluster-images`", strings.Join(missing, ", "))
+		skip("cluster cache is cold, missing %s: run `make cluster-build cluster-images`", groupByDir(missing))
 	}
 	if up := l.alreadyUp(); up != "" {
 		skip("a cluster is already up (%s): not clobbering it; `make cluster-down` frees the machine", up)
@@ -105,6 +105,9 @@ func (l Layout) coldCache() []string {
 			missing = append(missing, l.ClusterBin(b))
 		}
 	}
+	if !executable(runcPath()) {
+		missing = append(missing, runcPath())
+	}
 	imgs, err := ReadImages(l.ImagesDir())
 	if err != nil {
 		return append(missing, filepath.Join(l.ImagesDir(), "images.txt"))
@@ -134,4 +137,43 @@ func (l Layout) alreadyUp() string {
 		}
 	}
 	return ""
+}
+
+// groupByDir writes paths as "dir/{a,b}; dir2/c", keeping their order, so
+// a cold cache's skip message stays one readable line.
+func groupByDir(paths []string) string {
+	var dirs []string
+	names := map[string][]string{}
+	for _, p := range paths {
+		d, n := filepath.Split(p)
+		if _, ok := names[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		names[d] = append(names[d], n)
+	}
+	parts := make([]string, len(dirs))
+	for i, d := range dirs {
+		if len(names[d]) == 1 {
+			parts[i] = d + names[d][0]
+		} else {
+			parts[i] = d + "{" + strings.Join(names[d], ",") + "}"
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func TestGroupByDir(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"/c/bin/etcd"}, "/c/bin/etcd"},
+		{[]string{"/c/k/kubelet", "/c/bin/etcd", "/c/k/e2e.test", "image agnhost"},
+			"/c/k/{kubelet,e2e.test}; /c/bin/etcd; image agnhost"},
+	} {
+		if got := groupByDir(tc.in); got != tc.want {
+			t.Errorf("groupByDir(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
