@@ -18,8 +18,9 @@
 // The pod network is flannel (vxlan, kube subnet manager) when its image
 // and CNI plugin exist, else (or with KNP_CLUSTER_CNI=bridge) the CNI
 // bridge plugin with routes between the nodes. kube-nftproxy comes from
-// deploy/ with only its image and API server address changed; CoreDNS as
-// kubeadm deploys it.
+// deploy/ with only its image and API server address changed, or with
+// KNP_CLUSTER_PROXY=upstream kube-proxy v1.37.1 in iptables mode as kubeadm
+// deploys it (the conformance baseline); CoreDNS as kubeadm deploys it.
 //
 // Usage (root, from the repository root): make cluster, make
 // cluster-status, make cluster-down; hack/cluster/kubectl.sh and
