@@ -13,7 +13,7 @@ LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
 .PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
-.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test
+.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance
 
 all: build
 
@@ -180,3 +180,14 @@ cluster-down:
 
 cluster-status:
 	$(GO) run ./e2e/cluster/cmd status
+
+# Upstream's e2e.test v1.37.1 on the cluster: all [sig-network] Services
+# specs, the sig-network [Conformance] set and the other proxy specs
+# (Networking Granular Checks, Conntrack, KubeProxy), minus what cannot run
+# here (hack/cluster/conformance.sh names each skip and its reason), on 4
+# ginkgo processes; JUnit report and log in bin/conformance/$(PROXY).
+# PROXY=upstream runs kube-proxy v1.37.1 (iptables mode) as the baseline.
+# Brings the cluster up with that proxy if none is up; leaves it up.
+PROXY ?= ours
+conformance: cluster-build cluster-images
+	PROXY=$(PROXY) hack/cluster/conformance.sh

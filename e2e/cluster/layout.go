@@ -18,8 +18,9 @@
 // The pod network is flannel (vxlan, kube subnet manager) when its image
 // and CNI plugin exist, else (or with KNP_CLUSTER_CNI=bridge) the CNI
 // bridge plugin with routes between the nodes. kube-nftproxy comes from
-// deploy/ with only its image and API server address changed; CoreDNS as
-// kubeadm deploys it.
+// deploy/ with only its image and API server address changed, or with
+// KNP_CLUSTER_PROXY=upstream kube-proxy v1.37.1 in iptables mode as kubeadm
+// deploys it (the conformance baseline); CoreDNS as kubeadm deploys it.
 //
 // Usage (root, from the repository root): make cluster, make
 // cluster-status, make cluster-down; hack/cluster/kubectl.sh and
@@ -66,6 +67,10 @@ type Layout struct {
 	Dir     string // state: certificates, configs, data, logs, pid files
 	Cache   string // $KNP_CACHE: binaries and images
 	Nodes   []Node
+	// Proxy is the cluster's Service proxy: ProxyOurs (kube-nftproxy from
+	// deploy/, the default) or ProxyUpstream (kube-proxy v1.37.1 in
+	// iptables mode, the baseline); KNP_CLUSTER_PROXY sets it.
+	Proxy string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -80,6 +85,10 @@ func DefaultLayout() Layout {
 	}
 	if v := os.Getenv("KNP_CLUSTER_DIR"); v != "" {
 		l.Dir = v
+	}
+	l.Proxy = ProxyOurs
+	if v := os.Getenv("KNP_CLUSTER_PROXY"); v != "" {
+		l.Proxy = v
 	}
 	return l
 }

@@ -83,14 +83,15 @@ func (l Layout) useFlannel(refs imageRefs) bool {
 	return refs.flannel != "" && executable(l.CNIBinDir()+"/flannel") && os.Getenv("KNP_CLUSTER_CNI") != "bridge"
 }
 
-// deployAddons applies kube-nftproxy from deploy/ (image and API server
-// address changed) and CoreDNS.
+// deployAddons applies the Service proxy (kube-nftproxy from deploy/ with
+// its image and API server address changed, or upstream's kube-proxy) and
+// CoreDNS.
 func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRefs) error {
-	proxy, err := DeployManifests(deployDir, refs.proxy, l.APIServerURL())
+	proxy, err := l.proxyManifests(deployDir, refs.proxy)
 	if err != nil {
 		return err
 	}
-	if err := l.apply(ctx, "kube-nftproxy", proxy); err != nil {
+	if err := l.apply(ctx, l.proxyName(), proxy); err != nil {
 		return err
 	}
 	if refs.coredns == "" {

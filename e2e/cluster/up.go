@@ -13,6 +13,9 @@ import (
 // Up brings the cluster up from nothing, printing progress through logf,
 // and leaves it running. deployDir is the repository's deploy/.
 func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...any)) error {
+	if err := l.checkProxy(); err != nil {
+		return err
+	}
 	if err := l.checkBinaries(); err != nil {
 		return err
 	}
@@ -20,7 +23,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err != nil {
 		return fmt.Errorf("images (run hack/cluster/images.sh): %w", err)
 	}
-	refs, err := requiredImages(imgs)
+	refs, err := l.requiredImages(imgs)
 	if err != nil {
 		return err
 	}
@@ -61,7 +64,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.waitNodesReady(ctx, logf); err != nil {
 		return err
 	}
-	if err := l.waitDaemonSet(ctx, "kube-nftproxy", logf); err != nil {
+	if err := l.waitDaemonSet(ctx, l.proxyName(), logf); err != nil {
 		return err
 	}
 	if refs.coredns == "" {
@@ -120,14 +123,14 @@ type imageRefs struct {
 	pause, coredns, proxy, agnhost, flannel string
 }
 
-func requiredImages(imgs []Image) (imageRefs, error) {
+func (l Layout) requiredImages(imgs []Image) (imageRefs, error) {
 	r := imageRefs{
 		pause: FindImage(imgs, "pause"), coredns: FindImage(imgs, "coredns"),
-		proxy: FindImage(imgs, "kube-nftproxy"), agnhost: FindImage(imgs, "agnhost"),
+		proxy: FindImage(imgs, l.proxyName()), agnhost: FindImage(imgs, "agnhost"),
 		flannel: FindImage(imgs, "flannel"),
 	}
 	var missing []string
-	for name, ref := range map[string]string{"pause": r.pause, "kube-nftproxy": r.proxy} {
+	for name, ref := range map[string]string{"pause": r.pause, l.proxyName(): r.proxy} {
 		if ref == "" {
 			missing = append(missing, name)
 		}

@@ -6,6 +6,7 @@
 //	go run ./e2e/cluster/cmd status  # nodes and pods
 //	go run ./e2e/cluster/cmd down    # remove everything, check nothing is left
 //	go run ./e2e/cluster/cmd kubectl get pods -A
+//	go run ./e2e/cluster/cmd junit bin/conformance/ours/junit_01.xml
 //
 // Run it as root from the repository root (up applies deploy/).
 package main
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up|smoke|status|down|kubectl ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: cluster up|smoke|status|down|kubectl ARGS...|junit FILES...")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -49,6 +50,8 @@ func main() {
 		err = kubectl(ctx, l, "get", "nodes,pods", "-A", "-o", "wide")
 	case "kubectl":
 		err = kubectl(ctx, l, os.Args[2:]...)
+	case "junit":
+		err = junit(os.Args[2:]...)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -87,4 +90,18 @@ func kubectl(ctx context.Context, l cluster.Layout, args ...string) error {
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = os.Stdout, os.Stderr, os.Stdin
 	return cmd.Run()
+}
+
+// junit prints the counts of e2e.test's JUnit reports, and fails when a
+// spec failed.
+func junit(paths ...string) error {
+	s, err := cluster.ReadJUnit(paths...)
+	if err != nil {
+		return err
+	}
+	fmt.Print(s)
+	if s.Failed > 0 {
+		return fmt.Errorf("%d failed", s.Failed)
+	}
+	return nil
 }

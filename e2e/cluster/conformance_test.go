@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ciFocus is the CI subset of upstream's e2e suite: the Services
+// [Conformance] specs that can run in parallel with others (15 specs, about
+// 150 s serially on this machine).
+const (
+	ciFocus = `\[sig-network\] Services .*\[Conformance\]`
+	ciSkip  = `\[Serial\]|\[Disruptive\]`
+)
+
+// TestClusterConformanceSubset brings the two-node cluster up with
+// kube-nftproxy (KNP_CLUSTER_PROXY picks another), runs the smoke check and
+// e2e.test on the CI subset, and tears the cluster down. It needs root and a
+// warm cache (binaries and images); a cold cache skips, or fails with
+// KNP_REQUIRE_CLUSTER=1. It never touches a cluster that is already up.
+func TestClusterConformanceSubset(t *testing.T) {
+	require := os.Getenv("KNP_REQUIRE_CLUSTER") == "1"
+	skip := t.Skipf
+	if require {
+		skip = t.Fatalf
+	}
+	if os.Geteuid() != 0 {
+		skip("needs root: brings up a two-node Kubernetes cluster in network namespaces")
+	}
+	l := DefaultLayout()
+	if missing := l.coldCache(); len(missing) > 0 {
+		skip("cluster cache is cold, missing %s: run `make cluster-build cluster-images`", groupByDir(missing))
+	}
+	if up := l.alreadyUp(); up != "" {
+		skip("a cluster is already up (%s): not clobbering it; `make cluster-down` frees the machine", up)
+	}
+	ctx, cancel := testContext(t)
+	defer cancel()
+	start := time.Now()
+	t.Cleanup(func() {
+		down := time.Now()
+		if err := l.Down(context.Background(), t.Logf); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+		t.Logf("down in %v; whole test %v", time.Since(down).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+	})
+	if err := l.Up(ctx, filepath.Join("..", "..", "deploy"), t.Logf); err != nil {
+		t.Fatalf("cluster up: %v (logs in %s/logs)", err, l.Dir)
+	}
+	if _, err := l.Smoke(ctx); err != nil {
+		t.Fatalf("smoke: %v", err)
+	}
+	t.Logf("up and smoke-checked in %v", time.Since(start).Round(100*time.Millisecond))
+	s := l.runE2E(ctx, t, ciFocus, ciSkip)
+	t.Logf("e2e.test %s", s)
+	if s.Failed > 0 || s.Ran == 0 {
+		t.Errorf("conformance subset: ran %d, failed %d: %v", s.Ran, s.Failed, s.Failures)
+	}
+}
+
+// testContext ends a minute before the test binary's deadline, leaving
+// time for Down.
+func testContext(t *testing.T) (context.Context, context.CancelFunc) {
+	if d, ok := t.Deadline(); ok {
+		return context.WithDeadline(context.Background(), d.Add(-time.Minute))
+	}
+	return context.WithCancel(context.Background())
+}
+
+// runE2E runs e2e.test serially inside the node network and sums its JUnit
+// report; its output goes to the test log only on failure.
+func (l Layout) runE2E(ctx context.Context, t *testing.T, focus, skip string) JUnitSummary {
+	t.Helper()
+	dir := t.TempDir()
+	begin := time.Now()
+	out, err := output(ctx, nsenter(l.NodeNet, l.K8sBin("e2e.test"),
+		"--kubeconfig="+l.Kubeconfig(), "--provider=skeleton", "--num-nodes=2",
+		"--report-dir="+dir, "--ginkgo.no-color",
+		"--ginkgo.focus="+focus, "--ginkgo.skip="+skip)...)
+	elapsed := time.Since(begin).Round(time.Second)
+	s, jerr := ReadJUnit(filepath.Join(dir, "junit_01.xml"))
+	if err != nil || jerr != nil {
+		t.Logf("e2e.test output:\n%s", out)
+		t.Fatalf("e2e.test after %v: %v; report: %v", elapsed, err, jerr)
+	}
+	t.Logf("e2e.test ran in %v", elapsed)
+	return s
+}
+
+// coldCache names what the cluster needs and the cache lacks: binaries
+// (hack/cluster/build.sh) and image archives (hack/cluster/images.sh).
+func (l Layout) coldCache() []string {
+	var missing []string
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "e2e.test"} {
+		if !executable(l.K8sBin(b)) {
+			missing = append(missing, l.K8sBin(b))
+		}
+	}
+	for _, b := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "ctr", "flanneld", "cni/bridge", "cni/flannel"} {
+		if !executable(l.ClusterBin(b)) {
+			missing = append(missing, l.ClusterBin(b))
+		}
+	}
+	if !executable(runcPath()) {
+		missing = append(missing, runcPath())
+	}
+	imgs, err := ReadImages(l.ImagesDir())
+	if err != nil {
+		return append(missing, filepath.Join(l.ImagesDir(), "images.txt"))
+	}
+	for _, name := range []string{"pause", l.proxyName(), "coredns", "agnhost", "flannel"} {
+		if FindImage(imgs, name) == "" {
+			missing = append(missing, "image "+name)
+		}
+	}
+	for _, im := range imgs {
+		if _, err := os.Stat(im.File); err != nil {
+			missing = append(missing, im.File)
+		}
+	}
+	return missing
+}
+
+// alreadyUp says why a cluster seems up: its state directory or one of its
+// network namespaces exists.
+func (l Layout) alreadyUp() string {
+	if _, err := os.Stat(l.Dir); err == nil {
+		return l.Dir + " exists"
+	}
+	for _, ns := range append([]string{l.NodeNet}, l.Nodes[0].Name, l.Nodes[1].Name) {
+		if _, err := os.Stat(NetNSPath(ns)); err == nil {
+			return "network namespace " + ns + " exists"
+		}
+	}
+	return ""
+}
+
+// groupByDir writes paths as "dir/{a,b}; dir2/c", keeping their order, so
+// a cold cache's skip message stays one readable line.
+func groupByDir(paths []string) string {
+	var dirs []string
+	names := map[string][]string{}
+	for _, p := range paths {
+		d, n := filepath.Split(p)
+		if _, ok := names[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		names[d] = append(names[d], n)
+	}
+	parts := make([]string, len(dirs))
+	for i, d := range dirs {
+		if len(names[d]) == 1 {
+			parts[i] = d + names[d][0]
+		} else {
+			parts[i] = d + "{" + strings.Join(names[d], ",") + "}"
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func TestGroupByDir(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"/c/bin/etcd"}, "/c/bin/etcd"},
+		{[]string{"/c/k/kubelet", "/c/bin/etcd", "/c/k/e2e.test", "image agnhost"},
+			"/c/k/{kubelet,e2e.test}; /c/bin/etcd; image agnhost"},
+	} {
+		if got := groupByDir(tc.in); got != tc.want {
+			t.Errorf("groupByDir(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

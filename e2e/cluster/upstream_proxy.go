@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// The cluster's Service proxy, by KNP_CLUSTER_PROXY.
+const (
+	ProxyOurs     = "ours"     // kube-nftproxy from deploy/
+	ProxyUpstream = "upstream" // kube-proxy v1.37.1, iptables mode: the baseline
+)
+
+// checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
+func (l Layout) checkProxy() error {
+	switch l.Proxy {
+	case "", ProxyOurs, ProxyUpstream:
+		return nil
+	}
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q or %q", l.Proxy, ProxyOurs, ProxyUpstream)
+}
+
+// proxyName is the proxy's image name, DaemonSet name and k8s-app label.
+func (l Layout) proxyName() string {
+	if l.Proxy == ProxyUpstream {
+		return "kube-proxy"
+	}
+	return "kube-nftproxy"
+}
+
+// proxyManifests are the objects that run the cluster's proxy on every node.
+func (l Layout) proxyManifests(deployDir, image string) (string, error) {
+	if l.Proxy == ProxyUpstream {
+		return UpstreamProxyManifests(image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock")), nil
+	}
+	return DeployManifests(deployDir, image, l.APIServerURL())
+}
+
+// UpstreamProxyManifests run kube-proxy as kubeadm deploys it: ServiceAccount
+// kube-proxy bound to system:node-proxier, a ConfigMap with the
+// KubeProxyConfiguration and a kubeconfig naming the API server directly, and
+// a privileged hostNetwork DaemonSet labelled k8s-app=kube-proxy (the label
+// e2e's "restarting kube-proxy" spec looks for) mounting /run/xtables.lock
+// and /lib/modules. The mode is iptables. conntrack.maxPerCore 0 leaves
+// nf_conntrack_max alone: it is machine-wide, not the node namespace's. The
+// xtables lock is xtablesLock, a file under the cluster's state directory
+// (not the host's /run/xtables.lock), so Down leaves nothing behind.
+func UpstreamProxyManifests(image, apiServer, xtablesLock string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: kube-proxy
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-proxier
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:node-proxier
+subjects:
+- kind: ServiceAccount
+  name: kube-proxy
+  namespace: kube-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kube-proxy
+  namespace: kube-system
+  labels:
+    app: kube-proxy
+data:
+  config.conf: |
+    apiVersion: kubeproxy.config.k8s.io/v1alpha1
+    kind: KubeProxyConfiguration
+    bindAddress: 0.0.0.0
+    clientConnection:
+      kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+    clusterCIDR: %[3]s
+    mode: iptables
+    conntrack:
+      maxPerCore: 0
+  kubeconfig.conf: |
+    apiVersion: v1
+    kind: Config
+    clusters:
+    - name: default
+      cluster:
+        server: %[2]s
+        certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+    users:
+    - name: default
+      user:
+        tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+    contexts:
+    - name: default
+      context:
+        cluster: default
+        namespace: default
+        user: default
+    current-context: default
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-proxy
+  namespace: kube-system
+  labels:
+    k8s-app: kube-proxy
+spec:
+  selector:
+    matchLabels:
+      k8s-app: kube-proxy
+  updateStrategy:
+    type: RollingUpdate
+  template:
+    metadata:
+      labels:
+        k8s-app: kube-proxy
+    spec:
+      serviceAccountName: kube-proxy
+      priorityClassName: system-node-critical
+      hostNetwork: true
+      tolerations:
+      - operator: Exists
+      nodeSelector:
+        kubernetes.io/os: linux
+      containers:
+      - name: kube-proxy
+        image: %[1]s
+        imagePullPolicy: IfNotPresent
+        command:
+        - /usr/local/bin/kube-proxy
+        - --config=/var/lib/kube-proxy/config.conf
+        - --hostname-override=$(NODE_NAME)
+        env:
+        - name: NODE_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: spec.nodeName
+        securityContext:
+          privileged: true
+        volumeMounts:
+        - name: kube-proxy
+          mountPath: /var/lib/kube-proxy
+        - name: xtables-lock
+          mountPath: /run/xtables.lock
+        - name: lib-modules
+          mountPath: /lib/modules
+          readOnly: true
+      volumes:
+      - name: kube-proxy
+        configMap:
+          name: kube-proxy
+      - name: xtables-lock
+        hostPath:
+          path: %[4]s
+          type: FileOrCreate
+      - name: lib-modules
+        hostPath:
+          path: /lib/modules
+`, image, apiServer, ClusterCIDR, xtablesLock)
+}

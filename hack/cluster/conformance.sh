@@ -1,0 +1,117 @@
+#!/bin/sh
+# Runs upstream's e2e.test v1.37.1 against the two-node cluster (make cluster)
+# on the Service proxy's part of the suite, and writes a JUnit report.
+#
+#   hack/cluster/conformance.sh            # PROXY=ours: kube-nftproxy from deploy/
+#   PROXY=upstream hack/cluster/conformance.sh   # kube-proxy v1.37.1, iptables mode
+#   hack/cluster/conformance.sh --list     # print the selection, run nothing
+#
+# It brings the cluster up with that proxy if none is up (KNP_CLUSTER_PROXY),
+# and refuses to run on a cluster that runs the other proxy. The cluster stays
+# up afterwards (make cluster-down). Environment:
+#   PROXY                ours (default) or upstream
+#   CONFORMANCE_PROCS    parallel ginkgo processes (default 4; [Serial] specs
+#                        run alone at the end); 1 runs e2e.test by itself
+#   CONFORMANCE_FOCUS    replaces the focus regular expression below
+#   CONFORMANCE_SKIP     replaces the skip regular expression below
+#   CONFORMANCE_OUT      report directory (default bin/conformance/$PROXY)
+# Prints ginkgo's summary and the JUnit counts (ran / passed / failed / skipped).
+set -eu
+cd "$(dirname "$0")/../.."
+cache=${KNP_CACHE:-/var/cache/kube-nftproxy}
+dir=${KNP_CLUSTER_DIR:-/var/lib/knp-cluster}
+proxy=${PROXY:-ours}
+procs=${CONFORMANCE_PROCS:-4}
+out=${CONFORMANCE_OUT:-bin/conformance/$proxy}
+e2e=$cache/k8s-v1.37.1/bin/e2e.test
+ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
+
+case $proxy in
+ours) ds=kube-nftproxy ;;
+upstream) ds=kube-proxy ;;
+*) echo "conformance.sh: PROXY must be ours or upstream, not $proxy" >&2; exit 2 ;;
+esac
+
+# The selection: all of "[sig-network] Services" (Conformance or not, Serial
+# and Disruptive included), every sig-network [Conformance] spec, and the
+# other proxy specs: Networking Granular Checks (pod/node/endpoint -> Service,
+# session affinity, NodePort, hostNetwork endpoints), Conntrack, KubeProxy,
+# LocalhostNodePorts, LoadBalancers (skipped below: kept so the list says why).
+# "[sig-network] [Feature:IPv6DualStack] Granular Checks" is not selected: the
+# cluster is IPv4 single-stack. 134 specs match the focus, 108 remain (on a
+# kernel without SCTP).
+focus=${CONFORMANCE_FOCUS:-'\[sig-network\] (Services |Networking Granular Checks|Conntrack |KubeProxy |LocalhostNodePorts |LoadBalancers )|\[sig-network\] .*\[Conformance\]'}
+
+# What cannot run here, each with its reason. Specs the suite skips itself
+# are not listed: "should work after restarting apiserver [Disruptive]" (the
+# API server is not a pod), "restarting kube-proxy [Disruptive]" (needs pods
+# labelled k8s-app=kube-proxy: runs with PROXY=upstream only), specs needing
+# zones, three nodes or a cloud provider (they say so in their skip message).
+skips=
+skip() { skips=${skips:+$skips|}$1; }
+# Cloud load balancers: provider "skeleton" has no load-balancer controller,
+# so a type=LoadBalancer Service never gets an ingress address.
+skip '\[Feature:LoadBalancer\]'
+# Feature-gated or optional proxy behaviour not enabled in this cluster:
+# NFAcct metrics need the nfnetlink_acct counters kube-proxy's iptables mode
+# reads; localhost NodePorts (route_localnet) are iptables-mode only and
+# kube-nftproxy refuses --iptables-localhost-nodeports as nftables mode does.
+skip '\[Feature:KubeProxyNFAcct\]'
+skip '\[Feature:LocalhostNodePorts\]'
+# SCTP traffic: only when the kernel has the protocol (this machine's kernel
+# has no sctp and no modules to load, so the SCTP connectivity specs would
+# time out). "should allow creating a basic SCTP service [Serial]" runs: it
+# sends no SCTP, only checks the endpoints and that no sctp module got loaded.
+if [ ! -e /proc/net/sctp ]; then
+	skip '\[Feature:SCTPConnectivity\]'
+fi
+skip=${CONFORMANCE_SKIP:-$skips}
+
+if [ "${1:-}" = --list ]; then
+	echo "focus: $focus"
+	echo "skip:  $skip"
+	"$e2e" --list-tests | sed -n 's/^ *k8s.io[^:]*:[0-9]*: //p' |
+		grep -E -- "$focus" | grep -v -E -- "$skip"
+	exit 0
+fi
+
+# ginkgo CLI (parallel runs), built once into the cache from a helper
+# module, as build.sh builds everything else.
+ginkgo=$cache/cluster/bin/ginkgo
+if [ "$procs" -gt 1 ] && ! "$ginkgo" version 2>/dev/null | grep -q "${ginkgo_version#v}"; then
+	mod=$cache/cluster/ginkgo-module
+	mkdir -p "$mod"
+	printf 'module knp/ginkgo-cli\n\ngo 1.24\n\nrequire github.com/onsi/ginkgo/v2 %s\n' "$ginkgo_version" >"$mod/go.mod"
+	printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/onsi/ginkgo/v2/ginkgo"\n' >"$mod/tools.go"
+	(cd "$mod" && GOCACHE=$cache/gocache GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+		nice -n 10 go build -trimpath -o "$ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
+fi
+
+kubectl() { nsenter --net=/run/netns/nodenet -- "$cache/k8s-v1.37.1/bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
+if [ -d "$dir" ]; then
+	if ! kubectl -n kube-system get daemonset "$ds" >/dev/null 2>&1; then
+		echo "conformance.sh: the cluster that is up has no DaemonSet $ds (PROXY=$proxy): make cluster-down first" >&2
+		exit 1
+	fi
+else
+	KNP_CLUSTER_PROXY=$proxy go run ./e2e/cluster/cmd up
+fi
+
+rm -rf "$out"
+mkdir -p "$out"
+echo "conformance.sh: PROXY=$proxy, $procs process(es), report in $out"
+common="--kubeconfig=$dir/admin.kubeconfig --provider=skeleton --num-nodes=2 --report-dir=$(pwd)/$out"
+start=$(date +%s)
+set +e
+if [ "$procs" -gt 1 ]; then
+	# shellcheck disable=SC2086
+	nsenter --net=/run/netns/nodenet -- "$ginkgo" run --procs="$procs" --no-color --timeout=4h \
+		--focus="$focus" --skip="$skip" "$e2e" -- $common 2>&1 | tee "$out/e2e.log"
+else
+	# shellcheck disable=SC2086
+	nsenter --net=/run/netns/nodenet -- "$e2e" $common --ginkgo.no-color --ginkgo.timeout=4h \
+		--ginkgo.focus="$focus" --ginkgo.skip="$skip" 2>&1 | tee "$out/e2e.log"
+fi
+set -e
+echo "conformance.sh: e2e.test ran $(($(date +%s) - start)) s"
+exec go run ./e2e/cluster/cmd junit "$out"/junit_*.xml
