@@ -186,7 +186,9 @@ cluster-status:
 # (Networking Granular Checks, Conntrack, KubeProxy), minus what cannot run
 # here (hack/cluster/conformance.sh names each skip and its reason), on 4
 # ginkgo processes; JUnit report and log in bin/conformance/$(PROXY).
-# PROXY=upstream runs kube-proxy v1.37.1 (iptables mode) as the baseline.
+# PROXY=privileged runs deploy/ with deploy/privileged/patch.yaml (the
+# conntrack sysctls set); PROXY=upstream runs kube-proxy v1.37.1 (iptables
+# mode) as the baseline.
 # Brings the cluster up with that proxy if none is up; leaves it up.
 PROXY ?= ours
 conformance: cluster-build cluster-images

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -94,6 +95,16 @@ func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRe
 	if err := l.apply(ctx, l.proxyName(), proxy); err != nil {
 		return err
 	}
+	if l.Proxy == ProxyPrivileged {
+		patch, err := filepath.Abs(privilegedPatch(deployDir))
+		if err != nil {
+			return err
+		}
+		if _, err := l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", l.proxyName(),
+			"--patch-file", patch); err != nil {
+			return fmt.Errorf("the privileged variant: %w", err)
+		}
+	}
 	if refs.coredns == "" {
 		return nil // Up reports it
 	}
@@ -121,7 +132,7 @@ func (l Layout) waitNodesReady(ctx context.Context, logf func(string, ...any)) e
 func (l Layout) waitDaemonSet(ctx context.Context, name string, logf func(string, ...any)) error {
 	seen := map[string]bool{}
 	err := poll(ctx, 5*time.Minute, func() (bool, error) {
-		out, _ := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app="+name, "-o",
+		out, _ := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", podSelector(name), "-o",
 			`jsonpath={range .items[*]}{.spec.nodeName} {.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 		for _, line := range strings.Split(out, "\n") {
 			f := strings.Fields(line)

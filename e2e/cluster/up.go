@@ -67,6 +67,10 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.waitDaemonSet(ctx, l.proxyName(), logf); err != nil {
 		return err
 	}
+	// A patched DaemonSet (ProxyPrivileged) may have replaced its first pods.
+	if err := l.waitRollout(ctx, "kube-system", "daemonset/"+l.proxyName()); err != nil {
+		return err
+	}
 	if refs.coredns == "" {
 		return errors.New("cluster up without CoreDNS: images.txt has no coredns image (hack/cluster/images.sh)")
 	}

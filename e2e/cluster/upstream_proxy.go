@@ -7,25 +7,42 @@ import (
 
 // The cluster's Service proxy, by KNP_CLUSTER_PROXY.
 const (
-	ProxyOurs     = "ours"     // kube-nftproxy from deploy/
-	ProxyUpstream = "upstream" // kube-proxy v1.37.1, iptables mode: the baseline
+	ProxyOurs       = "ours"       // kube-nftproxy from deploy/
+	ProxyPrivileged = "privileged" // deploy/ patched with deploy/privileged/patch.yaml
+	ProxyUpstream   = "upstream"   // kube-proxy v1.37.1, iptables mode: the baseline
 )
 
 // checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
 func (l Layout) checkProxy() error {
 	switch l.Proxy {
-	case "", ProxyOurs, ProxyUpstream:
+	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream:
 		return nil
 	}
-	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q or %q", l.Proxy, ProxyOurs, ProxyUpstream)
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream)
 }
 
-// proxyName is the proxy's image name, DaemonSet name and k8s-app label.
+// proxyName is the proxy's image name and DaemonSet name.
 func (l Layout) proxyName() string {
 	if l.Proxy == ProxyUpstream {
 		return "kube-proxy"
 	}
 	return "kube-nftproxy"
+}
+
+// podSelector is the label selector of a kube-system DaemonSet's pods: ours
+// select on app.kubernetes.io/name (their k8s-app label is kube-proxy's, so
+// that what looks for kube-proxy finds them), the others on k8s-app.
+func podSelector(daemonSet string) string {
+	if daemonSet == "kube-nftproxy" {
+		return "app.kubernetes.io/name=kube-nftproxy"
+	}
+	return "k8s-app=" + daemonSet
+}
+
+// privilegedPatch is the file a user applies, with kubectl patch, for the
+// privileged variant of deploy/'s DaemonSet.
+func privilegedPatch(deployDir string) string {
+	return filepath.Join(deployDir, "privileged", "patch.yaml")
 }
 
 // proxyManifests are the objects that run the cluster's proxy on every node.

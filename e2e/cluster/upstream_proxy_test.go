@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,10 @@ func TestProxyChoice(t *testing.T) {
 		wantErr     bool
 	}{
 		{proxy: "", name: "kube-nftproxy", contains: []string{"image: img"}},
-		{proxy: ProxyOurs, name: "kube-nftproxy", contains: []string{"k8s-app: kube-nftproxy"}},
+		{proxy: ProxyOurs, name: "kube-nftproxy", contains: []string{
+			"k8s-app: kube-proxy", "app.kubernetes.io/name: kube-nftproxy", "kubernetes.io/os: linux",
+		}},
+		{proxy: ProxyPrivileged, name: "kube-nftproxy", contains: []string{"app.kubernetes.io/name: kube-nftproxy"}},
 		{proxy: ProxyUpstream, name: "kube-proxy", contains: []string{
 			"k8s-app: kube-proxy", "mode: iptables", "maxPerCore: 0", "name: system:node-proxier",
 			"privileged: true", "path: /lib/modules", "server: https://10.200.0.1:6443",
@@ -63,5 +67,35 @@ func TestUpstreamProxyLockInClusterDir(t *testing.T) {
 	}
 	if want := "path: " + filepath.Join(l.Dir, "xtables.lock"); !strings.Contains(m, want) {
 		t.Errorf("manifests lack %q", want)
+	}
+}
+
+// TestPrivilegedPatch applies deploy/privileged/patch.yaml to
+// deploy/daemonset.yaml with kubectl's own strategic merge (kubectl patch
+// --local, no server), as the README tells a user to: the container must
+// come out privileged, without the fields the API server refuses beside it
+// (allowPrivilegeEscalation: false) and with the rest kept.
+func TestPrivilegedPatch(t *testing.T) {
+	l := testLayout(t)
+	kubectl := l.KubectlBin()
+	if _, err := exec.LookPath(kubectl); err != nil {
+		t.Skipf("no kubectl (hack/cluster/build.sh kubectl builds it): %v", err)
+	}
+	deploy := filepath.Join("..", "..", "deploy")
+	out, err := exec.Command(kubectl, "patch", "--local", "--kubeconfig=/dev/null", "-o", "yaml",
+		"-f", filepath.Join(deploy, "daemonset.yaml"), "--patch-file", privilegedPatch(deploy)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl patch --local: %v\n%s", err, out)
+	}
+	y := string(out)
+	for _, want := range []string{"privileged: true", "readOnlyRootFilesystem: true", "name: kube-nftproxy"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("patched DaemonSet lacks %q:\n%s", want, y)
+		}
+	}
+	for _, gone := range []string{"allowPrivilegeEscalation", "capabilities", "NET_ADMIN"} {
+		if strings.Contains(y, gone) {
+			t.Errorf("patched DaemonSet still has %q:\n%s", gone, y)
+		}
 	}
 }

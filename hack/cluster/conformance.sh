@@ -3,13 +3,14 @@
 # on the Service proxy's part of the suite, and writes a JUnit report.
 #
 #   hack/cluster/conformance.sh            # PROXY=ours: kube-nftproxy from deploy/
+#   PROXY=privileged hack/cluster/conformance.sh # deploy/ + deploy/privileged/patch.yaml
 #   PROXY=upstream hack/cluster/conformance.sh   # kube-proxy v1.37.1, iptables mode
 #   hack/cluster/conformance.sh --list     # print the selection, run nothing
 #
 # It brings the cluster up with that proxy if none is up (KNP_CLUSTER_PROXY),
 # and refuses to run on a cluster that runs the other proxy. The cluster stays
 # up afterwards (make cluster-down). Environment:
-#   PROXY                ours (default) or upstream
+#   PROXY                ours (default), privileged or upstream
 #   CONFORMANCE_PROCS    parallel ginkgo processes (default 4; [Serial] specs
 #                        run alone at the end); 1 runs e2e.test by itself
 #   CONFORMANCE_FOCUS    replaces the focus regular expression below
@@ -27,9 +28,9 @@ e2e=$cache/k8s-v1.37.1/bin/e2e.test
 ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
 
 case $proxy in
-ours) ds=kube-nftproxy ;;
+ours | privileged) ds=kube-nftproxy ;;
 upstream) ds=kube-proxy ;;
-*) echo "conformance.sh: PROXY must be ours or upstream, not $proxy" >&2; exit 2 ;;
+*) echo "conformance.sh: PROXY must be ours, privileged or upstream, not $proxy" >&2; exit 2 ;;
 esac
 
 # The selection: all of "[sig-network] Services" (Conformance or not, Serial
@@ -44,9 +45,8 @@ focus=${CONFORMANCE_FOCUS:-'\[sig-network\] (Services |Networking Granular Check
 
 # What cannot run here, each with its reason. Specs the suite skips itself
 # are not listed: "should work after restarting apiserver [Disruptive]" (the
-# API server is not a pod), "restarting kube-proxy [Disruptive]" (needs pods
-# labelled k8s-app=kube-proxy: runs with PROXY=upstream only), specs needing
-# zones, three nodes or a cloud provider (they say so in their skip message).
+# API server is not a pod), specs needing zones, three nodes or a cloud
+# provider (they say so in their skip message).
 skips=
 skip() { skips=${skips:+$skips|}$1; }
 # Cloud load balancers: provider "skeleton" has no load-balancer controller,
@@ -92,6 +92,15 @@ if [ -d "$dir" ]; then
 	if ! kubectl -n kube-system get daemonset "$ds" >/dev/null 2>&1; then
 		echo "conformance.sh: the cluster that is up has no DaemonSet $ds (PROXY=$proxy): make cluster-down first" >&2
 		exit 1
+	fi
+	if [ "$ds" = kube-nftproxy ]; then
+		privileged=$(kubectl -n kube-system get daemonset "$ds" -o 'jsonpath={.spec.template.spec.containers[0].securityContext.privileged}')
+		want=false
+		[ "$proxy" = privileged ] && want=true
+		if [ "${privileged:-false}" != "$want" ]; then
+			echo "conformance.sh: the DaemonSet that is up is privileged=${privileged:-false}, PROXY=$proxy: make cluster-down first" >&2
+			exit 1
+		fi
 	fi
 else
 	KNP_CLUSTER_PROXY=$proxy go run ./e2e/cluster/cmd up
