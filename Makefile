@@ -27,10 +27,13 @@ image:
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
 # network namespaces the tests create and delete; the kernel tests again on
 # Debian's 6.1 and 5.10 kernels in a QEMU VM (root: it installs and caches
-# what it needs); then a short fuzz run.
+# what it needs); the cluster tier's subset on a real two-node cluster (root;
+# it skips, saying so, while the cluster cache is cold, unless
+# KNP_REQUIRE_CLUSTER=1 as CI sets); then a short fuzz run.
 test: build lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) vm-test; else echo "vm-test skipped: it needs root"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) cluster-test; else echo "cluster-test skipped: it needs root"; fi
 	$(MAKE) fuzz
 
 # A short run of each fuzz target beyond its seed corpus (the corpus itself
@@ -197,6 +200,7 @@ conformance: cluster-build cluster-images
 # The cluster tier's CI subset (e2e/cluster TestClusterConformanceSubset):
 # the cluster up, the smoke check, upstream's 15 Services [Conformance]
 # specs, the cluster down; about 3.5 minutes with a warm cache; it skips,
-# saying what is missing, when the binaries or images are not cached.
+# saying what is missing, when the binaries or images are not cached. It
+# waits its turn on /run/knp-cluster.lock: one cluster on a machine at a time.
 cluster-test:
-	KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 20m -run '^TestClusterConformanceSubset$$' ./e2e/cluster/
+	flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 20m -run '^TestClusterConformanceSubset$$' ./e2e/cluster/
