@@ -1,7 +1,5 @@
 package nft
 
-
-
 // syncDiff is one sync's transaction, per table, and what it leaves for
 // later: the chains it flushes (stale) and the older flushed ones not due
 // yet (kept), to delete once staleChainAge has passed.
@@ -86,4 +84,3 @@ func expectedChains(f Family, tables map[tableID]*Table, pending map[tableID][]s
 	}
 	return names, expect
 }
-
