@@ -337,7 +337,8 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	if !ok {
 		return nil
 	}
-	fb := newFragmentBuilder(f, cfg, node, svc, eps)
+	var fb fragmentBuilder // on the stack: one per fragment of a full sync
+	fb.init(f, cfg, node, svc, eps)
 	fb.clusterIPElement(clusterIP)
 	fb.externalElements()
 	fb.firewallChain()
@@ -378,8 +379,8 @@ type fragmentBuilder struct {
 	epNames            map[netip.AddrPort]endpointNames
 }
 
-func newFragmentBuilder(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) *fragmentBuilder {
-	fb := &fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: protoNumber(svc.Protocol), fr: &Fragment{},
+func (fb *fragmentBuilder) init(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: protoNumber(svc.Protocol), fr: &Fragment{},
 		svcChain: ServiceChain(svc.Name, svc.Protocol), svlChain: LocalServiceChain(svc.Name, svc.Protocol),
 		extChain: ExternalChain(svc.Name, svc.Protocol), fwChain: FirewallChain(svc.Name, svc.Protocol)}
 	fb.cluster, fb.local, fb.allReachable, fb.hasAny = proxier.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
@@ -399,7 +400,6 @@ func newFragmentBuilder(f Family, cfg Config, node proxier.Node, svc *proxier.Se
 	externallyAccessible := fb.nodePort != 0 || len(fb.externalIPs) > 0 || len(fb.lbIPs) > 0
 	fb.usesExternalChain = fb.hasAny && externallyAccessible
 	fb.noEndpointFilters()
-	return fb
 }
 
 // familyEndpoints are the endpoints of family f. A repeated ip:port (one
@@ -546,19 +546,20 @@ func (fb *fragmentBuilder) endpointChains() {
 // source.
 func (fb *fragmentBuilder) policyChains(clusterIP netip.Addr) {
 	masq := clusterMasquerade(fb.f, fb.cfg, fb.node, clusterIP, fb.svc.Port, fb.name)
-	for _, pc := range []struct {
-		chain string
-		eps   []proxier.Endpoint
-	}{{fb.svcChain, fb.cluster}, {fb.svlChain, fb.local}} {
-		if len(pc.eps) == 0 {
-			continue
-		}
-		rules := make([]Rule, 0, 1+pickRules(fb.svc, pc.eps))
-		if fb.internalChain == pc.chain && masq != nil {
-			rules = append(rules, *masq)
-		}
-		fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: pc.chain, Comment: fb.name, Rules: pickEndpoint(rules, fb.svc, pc.eps, fb.epNames, fb.name)})
+	fb.policyChain(fb.svcChain, fb.cluster, masq)
+	fb.policyChain(fb.svlChain, fb.local, masq)
+}
+
+// policyChain is one policy's chain, when it has endpoints.
+func (fb *fragmentBuilder) policyChain(chain string, eps []proxier.Endpoint, masq *Rule) {
+	if len(eps) == 0 {
+		return
 	}
+	rules := make([]Rule, 0, 1+pickRules(fb.svc, eps))
+	if fb.internalChain == chain && masq != nil {
+		rules = append(rules, *masq)
+	}
+	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: chain, Comment: fb.name, Rules: pickEndpoint(rules, fb.svc, eps, fb.epNames, fb.name)})
 }
 
 // externalChain is KUBE-EXT, for traffic to external destinations.
