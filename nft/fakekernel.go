@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -87,7 +88,7 @@ func (k *FakeKernel) commit(kt kernelTx) error {
 		}
 		if err != nil {
 			txErr := &TxError{Op: op.text, Family: op.table.f, Table: op.table.name}
-			if !errorsAs(err, &txErr.Errno) {
+			if !errors.As(err, &txErr.Errno) {
 				txErr.Errno = syscall.EINVAL
 				txErr.Msg = err.Error()
 			}
@@ -107,14 +108,6 @@ func (k *FakeKernel) refused(text string) error {
 		return nil
 	}
 	return k.Refuse(text)
-}
-
-func errorsAs(err error, errno *syscall.Errno) bool {
-	e, ok := err.(syscall.Errno)
-	if ok {
-		*errno = e
-	}
-	return ok
 }
 
 func (t *fakeTable) clone() *fakeTable {
