@@ -78,26 +78,19 @@ func BuildPlan(st *proxier.State, cfg Config, nodeAddrs []netip.Addr) *Plan {
 }
 
 // Planner builds plans and reuses the fragment of every service port whose
-// ServicePort and endpoints are the same objects as last time (sources
-// share unchanged ones), so that an unchanged port costs a pointer
-// comparison here and nothing in the Syncer. Its plans share one map of
-// fragments, updated in place: a plan is valid until the next call of
-// Plan (a change of one endpoint costs no copy of every service port).
+// ServicePort and endpoints are the ones it planned last time (a
+// proxier.ChangeTracker tells which changed), so that an unchanged port
+// costs a pointer comparison here and nothing in the Syncer. Its plans
+// share one map of fragments, updated in place: a plan is valid until the
+// next call of Plan (a change of one endpoint costs no copy of every
+// service port).
 type Planner struct {
 	cfg      Config
 	node     proxier.Node
 	addrs    []netip.Addr
-	inputs   map[proxier.ServicePortName]planInput
+	changes  proxier.ChangeTracker
 	services map[proxier.ServicePortName]*Fragment
 	gen      uint64
-	// The lineage and generation of the last State planned.
-	lineage  *proxier.Lineage
-	stateGen uint64
-}
-
-type planInput struct {
-	svc *proxier.ServicePort
-	eps []proxier.Endpoint
 }
 
 // NewPlanner returns a Planner with nothing to reuse.
@@ -106,84 +99,49 @@ func NewPlanner(cfg Config) *Planner { return &Planner{cfg: cfg} }
 // Plan builds the plan of st; see BuildPlan.
 func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
 	prevGen := p.gen
-	fresh := p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs)
-	if fresh {
-		p.inputs = make(map[proxier.ServicePortName]planInput, len(st.Services))
+	if p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs) {
+		p.changes.Reset()
 		p.services = make(map[proxier.ServicePortName]*Fragment, len(st.Services))
 		prevGen = 0 // nothing to follow: the Syncer compares everything
-	}
-	// The State says what changed since the one planned last: only those.
-	delta := !fresh && st.Delta.Follows(p.lineage, p.stateGen)
-	if !fresh && st.Delta.Lineage != nil && st.Delta.Lineage == p.lineage && st.Delta.Gen == p.stateGen {
+	} else if p.changes.Same(st) {
 		// The same State again (a periodic sync): nothing changed.
 		return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen}
 	}
-	p.lineage, p.stateGen = st.Delta.Lineage, st.Delta.Gen
 	p.node, p.addrs = st.Node, slices.Clone(nodeAddrs)
 	p.gen++
+	names := p.changes.Changes(st)
+	p.changes.Record(st, names)
 	b := newBuilder(p.cfg, st.Node, nodeAddrs)
 	var changed []proxier.ServicePortName
-	set := func(name proxier.ServicePortName, fr *Fragment) {
-		old, had := p.services[name]
-		switch {
-		case fr != nil:
-			p.services[name] = fr
-		case had:
-			delete(p.services, name)
+	for _, name := range names {
+		var fr *Fragment
+		if svc, ok := st.Services[name]; ok {
+			fr = b.fragment(svc, st.Endpoints[name])
 		}
-		if had || fr != nil {
-			if !old.Equal(fr) {
-				changed = append(changed, name)
-			} else if fr != nil {
-				p.services[name] = old // same objects: keep the one the Syncer has
-			}
-		}
-	}
-	if delta {
-		for _, name := range st.Delta.Changed {
-			svc, ok := st.Services[name]
-			if !ok {
-				if _, had := p.inputs[name]; had {
-					delete(p.inputs, name)
-					set(name, nil)
-				}
-				continue
-			}
-			in := planInput{svc, st.Endpoints[name]}
-			if old, ok := p.inputs[name]; ok && sameInput(old, in) {
-				continue
-			}
-			p.inputs[name] = in
-			set(name, b.fragment(svc, in.eps))
-		}
-		return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen, changed: changed}
-	}
-	known, kept := len(p.inputs), 0
-	for name, svc := range st.Services {
-		in := planInput{svc, st.Endpoints[name]}
-		if old, ok := p.inputs[name]; ok {
-			kept++
-			if sameInput(old, in) {
-				continue
-			}
-		}
-		p.inputs[name] = in
-		set(name, b.fragment(svc, in.eps))
-	}
-	// Service ports gone: only looked for when some are.
-	if kept < known {
-		for name := range p.inputs {
-			if _, ok := st.Services[name]; !ok {
-				delete(p.inputs, name)
-				set(name, nil)
-			}
+		if p.setFragment(name, fr) {
+			changed = append(changed, name)
 		}
 	}
 	return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen, changed: changed}
 }
 
-func sameInput(a, b planInput) bool {
-	return a.svc == b.svc && len(a.eps) == len(b.eps) && (len(a.eps) == 0 || &a.eps[0] == &b.eps[0])
+// setFragment puts a service port's new fragment (nil: none) in place of
+// its old one and reports whether they differ; an equal one keeps the old
+// fragment, the one the Syncer has.
+func (p *Planner) setFragment(name proxier.ServicePortName, fr *Fragment) bool {
+	old, had := p.services[name]
+	if !had && fr == nil {
+		return false
+	}
+	if old.Equal(fr) {
+		return false
+	}
+	if fr == nil {
+		delete(p.services, name)
+	} else {
+		p.services[name] = fr
+	}
+	return true
 }
 
 // builder holds what every fragment of one plan shares.
@@ -276,12 +234,12 @@ func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fr
 	return fr
 }
 
+// family adds one IP family's part of a service port to fr.
 func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []proxier.Endpoint) {
 	clusterIPs := addrsOfFamily(v6, svc.ClusterIPs)
 	if len(clusterIPs) == 0 {
 		return
 	}
-	clusterIP := clusterIPs[0]
 	var eps []proxier.Endpoint
 	for _, ep := range all {
 		if ep.Addr.Unmap().Is6() == v6 {
@@ -289,9 +247,21 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 		}
 	}
 	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, b.node)
-	internal := realServers(svc.InternalPolicyLocal, cluster, local)
-	external := realServers(svc.ExternalPolicyLocal, cluster, local)
+	fb := &familyBuild{builder: b, fr: fr, v6: v6, svc: svc, base: b.virtualBase(v6, svc),
+		internal: realServers(svc.InternalPolicyLocal, cluster, local),
+		external: realServers(svc.ExternalPolicyLocal, cluster, local)}
+	fb.clusterIP(clusterIPs[0])
+	fb.externalIPs()
+	fb.loadBalancerIPs()
+	fb.nodePorts()
+	if svc.HealthCheckNodePort != 0 {
+		fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetHealthCheckNodePort, Port: svc.HealthCheckNodePort})
+	}
+	fb.hairpin(eps)
+}
 
+// virtualBase is what every virtual server of a service port shares.
+func (b *builder) virtualBase(v6 bool, svc *proxier.ServicePort) Service {
 	base := Service{Scheduler: b.cfg.scheduler(), Netmask: 0xffffffff}
 	if v6 {
 		base.Netmask = 128
@@ -303,109 +273,139 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 	if base.Scheduler == "mh" {
 		base.Flags |= FlagSched2
 	}
-	vs := func(a netip.Addr, port uint16, dests []Dest) {
-		s := base
-		s.ServiceKey = ServiceKey{Addr: a, Protocol: svc.Protocol, Port: port}
-		fr.Virtual = append(fr.Virtual, VirtualServer{Service: s, Dests: dests})
-	}
-	elem := func(set string, a netip.Addr, port uint16) {
-		fr.Elements = append(fr.Elements, Element{V6: v6, Set: set, Addr: a, Protocol: svc.Protocol, Port: port})
-	}
-	bind := func(a netip.Addr) {
-		fr.Addrs = append(fr.Addrs, a)
-		fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetIPVSIPs, Addr: a})
-	}
+	return base
+}
 
-	vs(clusterIP, svc.Port, internal)
-	bind(clusterIP)
-	elem(SetClusterIP, clusterIP, svc.Port)
+// familyBuild builds one IP family's part of one service port's fragment.
+type familyBuild struct {
+	*builder
+	fr                 *Fragment
+	v6                 bool
+	svc                *proxier.ServicePort
+	base               Service
+	internal, external []Dest
+}
 
-	for _, ip := range addrsOfFamily(v6, svc.ExternalIPs) {
-		vs(ip, svc.Port, external)
-		if !b.local[ip] {
-			bind(ip)
+func (fb *familyBuild) virtual(a netip.Addr, port uint16, dests []Dest) {
+	s := fb.base
+	s.ServiceKey = ServiceKey{Addr: a, Protocol: fb.svc.Protocol, Port: port}
+	fb.fr.Virtual = append(fb.fr.Virtual, VirtualServer{Service: s, Dests: dests})
+}
+
+func (fb *familyBuild) elem(set string, a netip.Addr, port uint16) {
+	fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: set, Addr: a, Protocol: fb.svc.Protocol, Port: port})
+}
+
+// bind puts an address on kube-ipvs0.
+func (fb *familyBuild) bind(a netip.Addr) {
+	fb.fr.Addrs = append(fb.fr.Addrs, a)
+	fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: SetIPVSIPs, Addr: a})
+}
+
+func (fb *familyBuild) clusterIP(ip netip.Addr) {
+	fb.virtual(ip, fb.svc.Port, fb.internal)
+	fb.bind(ip)
+	fb.elem(SetClusterIP, ip, fb.svc.Port)
+}
+
+func (fb *familyBuild) externalIPs() {
+	for _, ip := range addrsOfFamily(fb.v6, fb.svc.ExternalIPs) {
+		fb.virtual(ip, fb.svc.Port, fb.external)
+		if !fb.local[ip] {
+			fb.bind(ip)
 		}
-		if svc.ExternalPolicyLocal {
-			elem(SetExternalIPLocal, ip, svc.Port)
+		if fb.svc.ExternalPolicyLocal {
+			fb.elem(SetExternalIPLocal, ip, fb.svc.Port)
 		} else {
-			elem(SetExternalIP, ip, svc.Port)
+			fb.elem(SetExternalIP, ip, fb.svc.Port)
 		}
 	}
+}
 
-	// As upstream, the node may reach an LB IP with source ranges when a
-	// range holds its primary address of the family (kube-proxy knows one
-	// node IP per family); otherwise its own requests, which come from the
-	// LB IP, are dropped.
+// loadBalancerIPs adds the LB IPs' virtual servers and elements. As
+// upstream, the node may reach an LB IP with source ranges when a range
+// holds its primary address of the family (kube-proxy knows one node IP
+// per family); otherwise its own requests, which come from the LB IP, are
+// dropped.
+func (fb *familyBuild) loadBalancerIPs() {
+	svc, v6 := fb.svc, fb.v6
 	ranges := ofFamily(v6, svc.LoadBalancerSourceRanges)
 	nodeInRange := false
-	if primary, ok := primaryIP(b.node, v6); ok {
+	if primary, ok := primaryIP(fb.node, v6); ok {
 		for _, p := range ranges {
 			nodeInRange = nodeInRange || p.Contains(primary)
 		}
 	}
 	for _, ip := range addrsOfFamily(v6, svc.LoadBalancerIPs) {
-		vs(ip, svc.Port, external)
-		if !b.local[ip] {
-			bind(ip)
+		fb.virtual(ip, svc.Port, fb.external)
+		if !fb.local[ip] {
+			fb.bind(ip)
 		}
-		elem(SetLoadBalancer, ip, svc.Port)
+		fb.elem(SetLoadBalancer, ip, svc.Port)
 		if svc.ExternalPolicyLocal {
-			elem(SetLoadBalancerLocal, ip, svc.Port)
+			fb.elem(SetLoadBalancerLocal, ip, svc.Port)
 		}
 		if len(ranges) == 0 {
 			continue
 		}
-		elem(SetLoadBalancerFW, ip, svc.Port)
+		fb.elem(SetLoadBalancerFW, ip, svc.Port)
 		for _, p := range ranges {
-			fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetLBSourceCIDR, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Net: p.Masked()})
+			fb.fr.Elements = append(fb.fr.Elements, Element{V6: v6, Set: SetLBSourceCIDR, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Net: p.Masked()})
 		}
 		// The node's requests to an LB IP it holds come from that IP.
 		self := Element{V6: v6, Set: SetLBSourceIP, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Addr2: ip}
 		if !nodeInRange {
 			self.Set = SetLBNoNodeAccess
 		}
-		fr.Elements = append(fr.Elements, self)
+		fb.fr.Elements = append(fb.fr.Elements, self)
 	}
+}
 
-	if nodePort := svc.NodePortIn(v6); nodePort != 0 {
-		nodeAddrs := addrsOfFamily(v6, b.nodePort)
+func (fb *familyBuild) nodePorts() {
+	svc, v6 := fb.svc, fb.v6
+	nodePort := svc.NodePortIn(v6)
+	if nodePort == 0 {
+		return
+	}
+	nodeAddrs := addrsOfFamily(v6, fb.nodePort)
+	for _, a := range nodeAddrs {
+		fb.virtual(a, nodePort, fb.external)
+	}
+	add := func(set string, a netip.Addr) {
+		fb.fr.Elements = append(fb.fr.Elements, Element{V6: v6, Set: set, Addr: a, Port: nodePort})
+	}
+	if svc.Protocol == proxier.SCTP {
 		for _, a := range nodeAddrs {
-			vs(a, nodePort, external)
-		}
-		switch svc.Protocol {
-		case proxier.SCTP:
-			for _, a := range nodeAddrs {
-				fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortSCTP, Addr: a, Port: nodePort})
-				if svc.ExternalPolicyLocal {
-					fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetNodePortLocalSCTP, Addr: a, Port: nodePort})
-				}
-			}
-		default:
-			set, localSet := SetNodePortTCP, SetNodePortLocalTCP
-			if svc.Protocol == proxier.UDP {
-				set, localSet = SetNodePortUDP, SetNodePortLocalUDP
-			}
-			fr.Elements = append(fr.Elements, Element{V6: v6, Set: set, Port: nodePort})
+			add(SetNodePortSCTP, a)
 			if svc.ExternalPolicyLocal {
-				fr.Elements = append(fr.Elements, Element{V6: v6, Set: localSet, Port: nodePort})
+				add(SetNodePortLocalSCTP, a)
 			}
 		}
+		return
 	}
-	if svc.HealthCheckNodePort != 0 {
-		fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetHealthCheckNodePort, Port: svc.HealthCheckNodePort})
+	set, localSet := SetNodePortTCP, SetNodePortLocalTCP
+	if svc.Protocol == proxier.UDP {
+		set, localSet = SetNodePortUDP, SetNodePortLocalUDP
 	}
+	add(set, netip.Addr{})
+	if svc.ExternalPolicyLocal {
+		add(localSet, netip.Addr{})
+	}
+}
 
-	// Hairpin: a local endpoint that may reach itself through the service.
+// hairpin adds the elements of local endpoints that may reach themselves
+// through the service.
+func (fb *familyBuild) hairpin(eps []proxier.Endpoint) {
 	localEps := map[netip.AddrPort]bool{}
 	for _, ep := range eps {
-		if ep.IsLocal(b.node.Name) {
+		if ep.IsLocal(fb.node.Name) {
 			localEps[netip.AddrPortFrom(ep.Addr.Unmap(), ep.Port)] = true
 		}
 	}
-	for _, v := range fr.Virtual {
+	for _, v := range fb.fr.Virtual {
 		for _, d := range v.Dests {
 			if localEps[d.Addr] {
-				fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetLoopBack, Addr: d.Addr.Addr(), Protocol: svc.Protocol, Port: d.Addr.Port(), Addr2: d.Addr.Addr()})
+				fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: SetLoopBack, Addr: d.Addr.Addr(), Protocol: fb.svc.Protocol, Port: d.Addr.Port(), Addr2: d.Addr.Addr()})
 			}
 		}
 	}

@@ -76,16 +76,16 @@ func benchTxShapes(b *testing.B, n int) {
 	main, delta, tiny := DefaultTableName, DefaultTableName+deltaSuffix, "tiny"
 	apply := func(bt *batch) time.Duration {
 		start := time.Now()
-		err := be.k.Apply(bt)
+		err := be.kern().Apply(bt)
 		took := time.Since(start)
-		be.k.finished(bt)
+		be.kern().finished(bt)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return took
 	}
 	// Scratch chains: "v" gets the rules, "t" is the jump target.
-	bt := be.k.newBatch()
+	bt := be.kern().newBatch()
 	bt.addTable(IPv4, tiny, "")
 	for _, table := range []string{main, delta, tiny} {
 		bt.addChain(IPv4, table, &Chain{Name: "v"})
@@ -154,12 +154,12 @@ func benchTxShapes(b *testing.B, n int) {
 			for b.Loop() {
 				if v.pre != nil {
 					b.StopTimer()
-					bt := be.k.newBatch()
+					bt := be.kern().newBatch()
 					v.pre(bt)
 					apply(bt)
 					b.StartTimer()
 				}
-				bt := be.k.newBatch()
+				bt := be.kern().newBatch()
 				v.tx(bt)
 				took = append(took, apply(bt))
 			}

@@ -91,7 +91,7 @@ func BenchmarkFullSyncUserspace(b *testing.B) {
 	for _, n := range benchSizes(b, 1000, 5000, 10000) {
 		st := scaleState(n, 10)
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			be, err := NewBackend(demoConfig(), nil, nil)
+			be, err := NewBackend(nil, BackendConfig{Rules: demoConfig()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -147,12 +147,12 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		be, err := NewBackend(demoConfig(), k, nil)
+		be, err := NewBackend(k, BackendConfig{Rules: demoConfig()})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if monitor {
-			be.CheckEvery = time.Hour // opens the monitor at the first Sync
+			be.check.every = time.Hour // opens the monitor at the first Sync
 		}
 		b.StartTimer()
 		start := time.Now()
@@ -236,7 +236,7 @@ func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(p
 	ns := testNetns(b)
 	be := openTestBackend(b, ns, demoConfig())
 	if monitor {
-		be.CheckEvery = time.Hour // the monitor opens at the first Sync
+		be.check.every = time.Hour // the monitor opens at the first Sync
 	}
 	if _, err := be.Sync(context.Background(), st); err != nil {
 		b.Fatal(err)
@@ -387,7 +387,7 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 				add := true
 				var took []time.Duration
 				for b.Loop() {
-					bt := be.k.newBatch()
+					bt := be.kern().newBatch()
 					if add {
 						bt.addChain(IPv4, DefaultTableName+deltaSuffix, &Chain{Name: "floor"})
 					} else {
@@ -400,11 +400,11 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 						b.StartTimer()
 					}
 					start := time.Now()
-					if err := be.k.Apply(bt); err != nil {
+					if err := be.kern().Apply(bt); err != nil {
 						b.Fatal(err)
 					}
 					took = append(took, time.Since(start))
-					be.k.finished(bt)
+					be.kern().finished(bt)
 				}
 				b.ReportMetric(median(took).Seconds()*1000, "median-ms")
 			})
@@ -430,14 +430,14 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		ns := testNetns(b)
 		be := openTestBackend(b, ns, demoConfig())
-		be.CheckEvery = time.Nanosecond
+		be.check.every = time.Nanosecond
 		st := scaleState(n, 10)
 		for i := 0; i < 2; i++ { // program, then verify
 			if _, err := be.Sync(context.Background(), st); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if be.k.mon == nil {
+		if be.kern().mon == nil {
 			b.Fatal("no change monitor")
 		}
 		w := newForeignWriter(b, ns, IPv4, "other")
@@ -449,7 +449,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("services=%d/foreign-commits", n), func(b *testing.B) {
-			reads := be.readBacks
+			reads := be.check.readBacks
 			for b.Loop() {
 				b.StopTimer()
 				w.commit(b, 1)
@@ -458,8 +458,8 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 					b.Fatal("drift")
 				}
 			}
-			if be.readBacks != reads {
-				b.Fatalf("%d tables read back", be.readBacks-reads)
+			if be.check.readBacks != reads {
+				b.Fatalf("%d tables read back", be.check.readBacks-reads)
 			}
 		})
 		for _, kind := range []TableKind{DeltaTable, MainTable} {
@@ -474,14 +474,14 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 						b.Fatal(err)
 					}
 					w.k.finished(bt)
-					reads := be.readBacks
+					reads := be.check.readBacks
 					b.StartTimer()
 					if !be.drifted() {
 						b.Fatal("no drift found")
 					}
 					b.StopTimer()
-					if be.readBacks-reads != 1 {
-						b.Fatalf("%d tables read back, want 1", be.readBacks-reads)
+					if be.check.readBacks-reads != 1 {
+						b.Fatalf("%d tables read back, want 1", be.check.readBacks-reads)
 					}
 					bt = w.k.newBatch()
 					bt.delChain(IPv4, table, "rogue")
@@ -489,7 +489,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 						b.Fatal(err)
 					}
 					w.k.finished(bt)
-					be.k.mon.take() // the repair would be ours
+					be.kern().mon.take() // the repair would be ours
 					b.StartTimer()
 				}
 			})
@@ -497,7 +497,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d/readback-all", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				be.readAll, be.verified = true, false
+				be.check.readAll, be.check.verified = true, false
 				if be.drifted() {
 					b.Fatal("drift")
 				}

@@ -195,44 +195,7 @@ func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table 
 			{Name: mapNoEndpointPorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
 			{Name: mapFirewallIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
 		},
-		Chains: []*Chain{
-			{Name: "nat-prerouting", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100},
-				Rules: []Rule{R(JumpTo(chainServices))}},
-			{Name: "nat-output", Hook: &Hook{Type: "nat", Hook: "output", Priority: -100},
-				Rules: []Rule{R(JumpTo(chainServices))}},
-			{Name: "nat-postrouting", Hook: &Hook{Type: "nat", Hook: "postrouting", Priority: 100},
-				Rules: []Rule{R(JumpTo(chainPostrouting))}},
-			{Name: chainServices, Rules: []Rule{
-				R(Vmap(mapServiceIPs, FieldDaddr, FieldL4Proto, FieldDport)),
-			}},
-			{Name: chainNodePorts, Rules: []Rule{R(Vmap(mapServicePorts, FieldL4Proto, FieldDport))}},
-			{Name: chainMarkMasq, Rules: []Rule{R(MarkSet{Bit: mark})}},
-			{Name: chainPostrouting, Rules: []Rule{
-				R(MarkZero{Bit: mark}, Verdict{Kind: Return}),
-				R(MarkSet{Bit: mark, Toggle: true}),
-				R(Masquerade{}),
-			}},
-			// Filtering: loadBalancerSourceRanges before DNAT; services
-			// without usable endpoints after it (their packets are not
-			// DNATed, so they still carry the service address).
-			{Name: "filter-prerouting", Hook: &Hook{Type: "filter", Hook: "prerouting", Priority: priorityFirewall},
-				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
-			{Name: "filter-output-pre-dnat", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFirewall},
-				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
-			{Name: "filter-input", Hook: &Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
-				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-			{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
-				Rules: []Rule{R(JumpTo(chainForward)), R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-			{Name: "filter-output", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFilter},
-				Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-			{Name: chainFirewall, Rules: []Rule{R(Vmap(mapFirewallIPs, FieldDaddr, FieldL4Proto, FieldDport))}},
-			{Name: chainExternalServices, Rules: []Rule{
-				R(Vmap(mapNoEndpointIPs, FieldDaddr, FieldL4Proto, FieldDport)),
-				R(FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}, Vmap(mapNoEndpointPorts, FieldL4Proto, FieldDport)),
-			}},
-			{Name: chainForward, Rules: forwardRules(cfg, mark)},
-			{Name: chainReject, Rules: []Rule{R(Reject{})}},
-		},
+		Chains:   fixedChains(cfg, mark, loopback),
 		Services: map[proxier.ServicePortName]*Fragment{},
 	}
 	// NodePorts answer on the node's own addresses, never on loopback (no
@@ -243,38 +206,85 @@ func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table 
 		services.Rules = append(services.Rules, R(append(m, JumpTo(chainNodePorts))...))
 	}
 	if kind != MainTable {
-		// The same topology, one priority earlier (two for the affinity
-		// table), without postrouting: the main table's KUBE-POSTROUTING
-		// masquerades what any of them marks.
-		t.Delta = true
-		earlier := int32(1)
-		if kind == DeltaTable {
-			t.Name += deltaSuffix
-			t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
-		} else {
-			t.Name += affinitySuffix
-			t.Affinity = true
-			t.Comment = "kube-nftproxy: service ports with session affinity"
-			earlier = 2
-		}
-		var chains []*Chain
-		for _, c := range t.Chains {
-			switch c.Name {
-			case "nat-postrouting", chainPostrouting, chainForward:
-				continue
-			case "filter-forward":
-				c = &Chain{Name: c.Name, Hook: c.Hook, Rules: c.Rules[1:]}
-			}
-			if c.Hook != nil {
-				h := *c.Hook
-				h.Priority -= earlier
-				c.Hook = &h
-			}
-			chains = append(chains, c)
-		}
-		t.Chains = chains
+		earlierTable(t, cfg, kind)
 	}
 	return t
+}
+
+// fixedChains are a main table's chains besides the service ports'.
+func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*Chain {
+	return []*Chain{
+		{Name: "nat-prerouting", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100},
+			Rules: []Rule{R(JumpTo(chainServices))}},
+		{Name: "nat-output", Hook: &Hook{Type: "nat", Hook: "output", Priority: -100},
+			Rules: []Rule{R(JumpTo(chainServices))}},
+		{Name: "nat-postrouting", Hook: &Hook{Type: "nat", Hook: "postrouting", Priority: 100},
+			Rules: []Rule{R(JumpTo(chainPostrouting))}},
+		{Name: chainServices, Rules: []Rule{
+			R(Vmap(mapServiceIPs, FieldDaddr, FieldL4Proto, FieldDport)),
+		}},
+		{Name: chainNodePorts, Rules: []Rule{R(Vmap(mapServicePorts, FieldL4Proto, FieldDport))}},
+		{Name: chainMarkMasq, Rules: []Rule{R(MarkSet{Bit: mark})}},
+		{Name: chainPostrouting, Rules: []Rule{
+			R(MarkZero{Bit: mark}, Verdict{Kind: Return}),
+			R(MarkSet{Bit: mark, Toggle: true}),
+			R(Masquerade{}),
+		}},
+		// Filtering: loadBalancerSourceRanges before DNAT; services
+		// without usable endpoints after it (their packets are not
+		// DNATed, so they still carry the service address).
+		{Name: "filter-prerouting", Hook: &Hook{Type: "filter", Hook: "prerouting", Priority: priorityFirewall},
+			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
+		{Name: "filter-output-pre-dnat", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFirewall},
+			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
+		{Name: "filter-input", Hook: &Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+		{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+			Rules: []Rule{R(JumpTo(chainForward)), R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+		{Name: "filter-output", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFilter},
+			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
+		{Name: chainFirewall, Rules: []Rule{R(Vmap(mapFirewallIPs, FieldDaddr, FieldL4Proto, FieldDport))}},
+		{Name: chainExternalServices, Rules: []Rule{
+			R(Vmap(mapNoEndpointIPs, FieldDaddr, FieldL4Proto, FieldDport)),
+			R(FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}, Vmap(mapNoEndpointPorts, FieldL4Proto, FieldDport)),
+		}},
+		{Name: chainForward, Rules: forwardRules(cfg, mark)},
+		{Name: chainReject, Rules: []Rule{R(Reject{})}},
+	}
+}
+
+// earlierTable turns a main table into a delta or affinity one: the same
+// topology, one priority earlier (two for the affinity table), without
+// postrouting: the main table's KUBE-POSTROUTING masquerades what any of
+// them marks.
+func earlierTable(t *Table, cfg Config, kind TableKind) {
+	t.Delta = true
+	earlier := int32(1)
+	if kind == DeltaTable {
+		t.Name += deltaSuffix
+		t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
+	} else {
+		t.Name += affinitySuffix
+		t.Affinity = true
+		t.Comment = "kube-nftproxy: service ports with session affinity"
+		earlier = 2
+	}
+	var chains []*Chain
+	for _, c := range t.Chains {
+		switch c.Name {
+		case "nat-postrouting", chainPostrouting, chainForward:
+			continue
+		case "filter-forward":
+			c = &Chain{Name: c.Name, Hook: c.Hook, Rules: c.Rules[1:]}
+		}
+		if c.Hook != nil {
+			h := *c.Hook
+			h.Priority -= earlier
+			c.Hook = &h
+		}
+		chains = append(chains, c)
+	}
+	t.Chains = chains
 }
 
 // nodePortMatches are the matches that send a packet to KUBE-NODEPORTS:
@@ -327,138 +337,192 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 	if !ok {
 		return nil
 	}
-	name := svc.Name.String()
-	proto := protoNumber(svc.Protocol)
-	svcChain := ServiceChain(svc.Name, svc.Protocol)
-	svlChain := LocalServiceChain(svc.Name, svc.Protocol)
-	extChain := ExternalChain(svc.Name, svc.Protocol)
-	fwChain := FirewallChain(svc.Name, svc.Protocol)
-	fr := &Fragment{}
-	elem := func(m string, k Key, v Verdict, comment string) {
-		fr.Elements = append(fr.Elements, MapElement{Map: m, Element: Element{Key: k, Verdict: v, Comment: comment}})
-	}
+	var fb fragmentBuilder // on the stack: one per fragment of a full sync
+	fb.init(f, cfg, node, svc, eps)
+	fb.clusterIPElement(clusterIP)
+	fb.externalElements()
+	fb.firewallChain()
+	fb.endpointChains()
+	fb.policyChains(clusterIP)
+	fb.externalChain()
+	return fb.fr
+}
 
-	var familyEps []proxier.Endpoint
-	for i, ep := range eps {
-		// A repeated ip:port (one endpoint in two slices) would add its
-		// KUBE-SEP chain twice, which the kernel refuses; kube-proxy
-		// keeps the first.
-		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
-			if familyEps == nil {
-				familyEps = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
-			}
-			familyEps = append(familyEps, ep)
-		}
-	}
-	cluster, local, allReachable, hasAny := proxier.CategorizeEndpoints(svc, familyEps, node)
+// fragmentBuilder builds one service port's fragment in one family: what
+// its parts share.
+type fragmentBuilder struct {
+	f     Family
+	cfg   Config
+	node  proxier.Node
+	svc   *proxier.ServicePort
+	name  string
+	proto uint8
+	fr    *Fragment
 
+	svcChain, svlChain, extChain, fwChain string
+	// The endpoints each policy uses, and every endpoint some policy can
+	// reach; hasAny: the service has usable endpoints at all.
+	cluster, local, allReachable []proxier.Endpoint
+	hasAny                       bool
 	// Which chain each kind of traffic goes to, and whether it has
 	// endpoints there (upstream's internal/external policy chains).
+	internalChain, externalPolicyChain string
+	hasInternal, hasExternal           bool
+	// What the filter does with traffic that finds no endpoint.
+	internalFilter, externalFilter Verdict
+	internalNote, externalNote     string
+
+	externalIPs, lbIPs []netip.Addr
+	fwRanges           []netip.Prefix
+	nodePort           uint16
+	usesExternalChain  bool
+	epNames            map[netip.AddrPort]endpointNames
+}
+
+func (fb *fragmentBuilder) init(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: protoNumber(svc.Protocol), fr: &Fragment{},
+		svcChain: ServiceChain(svc.Name, svc.Protocol), svlChain: LocalServiceChain(svc.Name, svc.Protocol),
+		extChain: ExternalChain(svc.Name, svc.Protocol), fwChain: FirewallChain(svc.Name, svc.Protocol)}
+	fb.cluster, fb.local, fb.allReachable, fb.hasAny = proxier.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
 	// KUBE-SVC exists when it has endpoints, KUBE-SVL likewise.
-	hasCluster, hasLocal := len(cluster) > 0, len(local) > 0
-	internalChain, hasInternal := svcChain, hasCluster
+	fb.internalChain, fb.hasInternal = fb.svcChain, len(fb.cluster) > 0
 	if svc.InternalPolicyLocal {
-		internalChain, hasInternal = svlChain, hasLocal
+		fb.internalChain, fb.hasInternal = fb.svlChain, len(fb.local) > 0
 	}
-	externalPolicyChain, hasExternal := svcChain, hasCluster
+	fb.externalPolicyChain, fb.hasExternal = fb.svcChain, len(fb.cluster) > 0
 	if svc.ExternalPolicyLocal {
-		externalPolicyChain, hasExternal = svlChain, hasLocal
+		fb.externalPolicyChain, fb.hasExternal = fb.svlChain, len(fb.local) > 0
 	}
-	var externalIPs, lbIPs []netip.Addr
-	for _, ip := range svc.ExternalIPs {
-		if f.has(ip) {
-			externalIPs = append(externalIPs, ip)
-		}
-	}
-	for _, ip := range svc.LoadBalancerIPs {
-		if f.has(ip) {
-			lbIPs = append(lbIPs, ip)
-		}
-	}
-	nodePort := svc.NodePortIn(f == IPv6)
-	externallyAccessible := nodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0
-	usesExternalChain := hasAny && externallyAccessible
+	fb.externalIPs = familyAddrs(f, svc.ExternalIPs)
+	fb.lbIPs = familyAddrs(f, svc.LoadBalancerIPs)
+	fb.fwRanges = familyPrefixes(f, svc.LoadBalancerSourceRanges)
+	fb.nodePort = svc.NodePortIn(f == IPv6)
+	externallyAccessible := fb.nodePort != 0 || len(fb.externalIPs) > 0 || len(fb.lbIPs) > 0
+	fb.usesExternalChain = fb.hasAny && externallyAccessible
+	fb.noEndpointFilters()
+}
 
-	// What the filter does with traffic that finds no endpoint: reject
-	// when the service has none at all; drop when only the Local policy
-	// leaves none (external traffic from outside, or ClusterIP traffic).
-	internalFilter, externalFilter := Verdict{}, Verdict{}
-	internalNote, externalNote := "", ""
-	if !hasAny {
-		internalFilter, externalFilter = GotoChain(chainReject), GotoChain(chainReject)
-		internalNote, externalNote = name+" has no endpoints", name+" has no endpoints"
-	} else {
-		if !hasInternal {
-			internalFilter, internalNote = Verdict{Kind: Drop}, name+" has no local endpoints"
-		}
-		if !hasExternal {
-			externalFilter, externalNote = Verdict{Kind: Drop}, name+" has no local endpoints"
-		}
-	}
-
-	// ClusterIP.
-	if hasInternal {
-		elem(mapServiceIPs, Key{Addr: clusterIP, Proto: proto, Port: svc.Port}, GotoChain(internalChain), name+" cluster IP")
-	} else {
-		elem(mapNoEndpointIPs, Key{Addr: clusterIP, Proto: proto, Port: svc.Port}, internalFilter, internalNote)
-	}
-	// External IPs, LoadBalancer IPs (through KUBE-FW with source ranges) and the NodePort.
-	fwRanges := familyPrefixes(f, svc.LoadBalancerSourceRanges)
-	for _, ip := range externalIPs {
-		if usesExternalChain {
-			elem(mapServiceIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(extChain), name+" external IP")
-		}
-		if !hasExternal {
-			elem(mapNoEndpointIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, externalFilter, externalNote)
-		}
-	}
-	for _, ip := range lbIPs {
-		if usesExternalChain {
-			elem(mapServiceIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(extChain), name+" loadbalancer IP")
-		}
-		if !hasExternal {
-			elem(mapNoEndpointIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, externalFilter, externalNote)
-		}
-		if len(fwRanges) > 0 {
-			elem(mapFirewallIPs, Key{Addr: ip, Proto: proto, Port: svc.Port}, GotoChain(fwChain), name+" loadbalancer IP")
-		}
-	}
-	if nodePort != 0 {
-		if usesExternalChain {
-			elem(mapServicePorts, Key{Proto: proto, Port: nodePort}, GotoChain(extChain), name)
-		}
-		if !hasExternal {
-			elem(mapNoEndpointPorts, Key{Proto: proto, Port: nodePort}, externalFilter, externalNote)
-		}
-	}
-	if len(fwRanges) > 0 && len(lbIPs) > 0 {
-		// Sources in a range go on; the node's own traffic passes when a
-		// range holds its address, since that is its source.
-		var rules []Rule
-		allowNode := false
-		for _, p := range fwRanges {
-			rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: p}, Verdict{Kind: Return}))
-			for _, ip := range node.IPs {
-				allowNode = allowNode || p.Contains(ip)
+// familyEndpoints are the endpoints of family f. A repeated ip:port (one
+// endpoint in two slices) would add its KUBE-SEP chain twice, which the
+// kernel refuses; kube-proxy keeps the first.
+func familyEndpoints(f Family, eps []proxier.Endpoint) []proxier.Endpoint {
+	var out []proxier.Endpoint
+	for i, ep := range eps {
+		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
+			if out == nil {
+				out = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
 			}
+			out = append(out, ep)
 		}
-		// When a range holds the node's address, the node may use the
-		// service; where the LB IP is also a local address, the node's
-		// requests to it come from the LB IP itself (as upstream allows).
-		if allowNode {
-			for _, ip := range lbIPs {
-				rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, Verdict{Kind: Return}).WithComment(name+" node traffic from its own LB IP"))
-			}
-		}
-		rules = append(rules, R(Verdict{Kind: Drop}).WithComment(name+" traffic not accepted by "+fwChain))
-		fr.Chains = append(fr.Chains, &Chain{Name: fwChain, Comment: name, Rules: rules})
 	}
+	return out
+}
 
-	// Endpoint chains, for every endpoint some policy can reach.
-	epNames := make(map[netip.AddrPort]endpointNames, len(allReachable))
-	for _, ep := range allReachable {
-		n := newEndpointNames(svc, ep, name)
-		epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
+func familyAddrs(f Family, addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range addrs {
+		if f.has(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// noEndpointFilters says what the filter does with traffic that finds no
+// endpoint: reject when the service has none at all; drop when only the
+// Local policy leaves none (external traffic from outside, or ClusterIP
+// traffic).
+func (fb *fragmentBuilder) noEndpointFilters() {
+	if !fb.hasAny {
+		fb.internalFilter, fb.externalFilter = GotoChain(chainReject), GotoChain(chainReject)
+		fb.internalNote, fb.externalNote = fb.name+" has no endpoints", fb.name+" has no endpoints"
+		return
+	}
+	if !fb.hasInternal {
+		fb.internalFilter, fb.internalNote = Verdict{Kind: Drop}, fb.name+" has no local endpoints"
+	}
+	if !fb.hasExternal {
+		fb.externalFilter, fb.externalNote = Verdict{Kind: Drop}, fb.name+" has no local endpoints"
+	}
+}
+
+func (fb *fragmentBuilder) elem(m string, k Key, v Verdict, comment string) {
+	fb.fr.Elements = append(fb.fr.Elements, MapElement{Map: m, Element: Element{Key: k, Verdict: v, Comment: comment}})
+}
+
+func (fb *fragmentBuilder) clusterIPElement(clusterIP netip.Addr) {
+	key := Key{Addr: clusterIP, Proto: fb.proto, Port: fb.svc.Port}
+	if fb.hasInternal {
+		fb.elem(mapServiceIPs, key, GotoChain(fb.internalChain), fb.name+" cluster IP")
+	} else {
+		fb.elem(mapNoEndpointIPs, key, fb.internalFilter, fb.internalNote)
+	}
+}
+
+// externalElements maps the external IPs, the LoadBalancer IPs (through
+// KUBE-FW with source ranges) and the NodePort.
+func (fb *fragmentBuilder) externalElements() {
+	ext := GotoChain(fb.extChain)
+	for _, ip := range fb.externalIPs {
+		fb.externalElement(Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}, ext, fb.name+" external IP", mapServiceIPs, mapNoEndpointIPs)
+	}
+	for _, ip := range fb.lbIPs {
+		key := Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}
+		fb.externalElement(key, ext, fb.name+" loadbalancer IP", mapServiceIPs, mapNoEndpointIPs)
+		if len(fb.fwRanges) > 0 {
+			fb.elem(mapFirewallIPs, key, GotoChain(fb.fwChain), fb.name+" loadbalancer IP")
+		}
+	}
+	if fb.nodePort != 0 {
+		fb.externalElement(Key{Proto: fb.proto, Port: fb.nodePort}, ext, fb.name, mapServicePorts, mapNoEndpointPorts)
+	}
+}
+
+// externalElement maps one external destination to KUBE-EXT, and to the
+// filter's verdict when the external policy leaves it no endpoint.
+func (fb *fragmentBuilder) externalElement(key Key, ext Verdict, comment, toService, toFilter string) {
+	if fb.usesExternalChain {
+		fb.elem(toService, key, ext, comment)
+	}
+	if !fb.hasExternal {
+		fb.elem(toFilter, key, fb.externalFilter, fb.externalNote)
+	}
+}
+
+// firewallChain is KUBE-FW: sources in a range go on; the node's own
+// traffic passes when a range holds its address, since that is its source.
+func (fb *fragmentBuilder) firewallChain() {
+	if len(fb.fwRanges) == 0 || len(fb.lbIPs) == 0 {
+		return
+	}
+	var rules []Rule
+	allowNode := false
+	for _, p := range fb.fwRanges {
+		rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: p}, Verdict{Kind: Return}))
+		for _, ip := range fb.node.IPs {
+			allowNode = allowNode || p.Contains(ip)
+		}
+	}
+	// When a range holds the node's address, the node may use the
+	// service; where the LB IP is also a local address, the node's
+	// requests to it come from the LB IP itself (as upstream allows).
+	if allowNode {
+		for _, ip := range fb.lbIPs {
+			rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, Verdict{Kind: Return}).WithComment(fb.name+" node traffic from its own LB IP"))
+		}
+	}
+	rules = append(rules, R(Verdict{Kind: Drop}).WithComment(fb.name+" traffic not accepted by "+fb.fwChain))
+	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: fb.fwChain, Comment: fb.name, Rules: rules})
+}
+
+// endpointChains are the KUBE-SEP chains, for every endpoint some policy
+// can reach.
+func (fb *fragmentBuilder) endpointChains() {
+	svc := fb.svc
+	fb.epNames = make(map[netip.AddrPort]endpointNames, len(fb.allReachable))
+	for _, ep := range fb.allReachable {
+		n := newEndpointNames(svc, ep, fb.name)
+		fb.epNames[netip.AddrPortFrom(ep.Addr, ep.Port)] = n
 		sep := n.chain
 		size := 2 // hairpin masquerade, DNAT
 		if svc.AffinityTimeout > 0 {
@@ -471,51 +535,60 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 			// affinity, as iptables mode's `recent --set`.
 			rules = append(rules, R(AffinityUpdate{ID: AffinityID(sep), Timeout: svc.AffinityTimeout}))
 		}
-		rules = append(rules, R(ProtoMatch{Proto: proto}, DNAT{Addr: ep.Addr, Port: ep.Port}))
-		fr.Chains = append(fr.Chains, &Chain{Name: sep, Comment: name, Rules: rules})
+		rules = append(rules, R(ProtoMatch{Proto: fb.proto}, DNAT{Addr: ep.Addr, Port: ep.Port}))
+		fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: sep, Comment: fb.name, Rules: rules})
 	}
-	// The masquerade rule for ClusterIP traffic lives in the internal
-	// chain and matches the ClusterIP, so that external traffic passing
-	// through the same chain keeps its source.
-	masq := clusterMasquerade(f, cfg, node, clusterIP, svc.Port, name)
-	if hasCluster {
-		rules := make([]Rule, 0, 1+pickRules(svc, cluster))
-		if internalChain == svcChain && masq != nil {
-			rules = append(rules, *masq)
-		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svcChain, Comment: name, Rules: pickEndpoint(rules, svc, cluster, epNames, name)})
+}
+
+// policyChains are KUBE-SVC and KUBE-SVL. The masquerade rule for
+// ClusterIP traffic lives in the internal chain and matches the ClusterIP,
+// so that external traffic passing through the same chain keeps its
+// source.
+func (fb *fragmentBuilder) policyChains(clusterIP netip.Addr) {
+	masq := clusterMasquerade(fb.f, fb.cfg, fb.node, clusterIP, fb.svc.Port, fb.name)
+	fb.policyChain(fb.svcChain, fb.cluster, masq)
+	fb.policyChain(fb.svlChain, fb.local, masq)
+}
+
+// policyChain is one policy's chain, when it has endpoints.
+func (fb *fragmentBuilder) policyChain(chain string, eps []proxier.Endpoint, masq *Rule) {
+	if len(eps) == 0 {
+		return
 	}
-	if hasLocal {
-		rules := make([]Rule, 0, 1+pickRules(svc, local))
-		if internalChain == svlChain && masq != nil {
-			rules = append(rules, *masq)
-		}
-		fr.Chains = append(fr.Chains, &Chain{Name: svlChain, Comment: name, Rules: pickEndpoint(rules, svc, local, epNames, name)})
+	rules := make([]Rule, 0, 1+pickRules(fb.svc, eps))
+	if fb.internalChain == chain && masq != nil {
+		rules = append(rules, *masq)
 	}
-	if usesExternalChain {
-		var rules []Rule
-		if !svc.ExternalPolicyLocal {
-			rules = append(rules, R(JumpTo(chainMarkMasq)).WithComment("masquerade traffic for "+name+" external destinations"))
-		} else {
-			// Pods and the node itself reach external destinations
-			// cluster-wide, as if going out to a load balancer and back;
-			// the node's traffic is masqueraded (its source is the LB IP
-			// or node address itself). Others keep their source and go to
-			// local endpoints only.
-			if isPod, ok := localMatch(f, cfg, node, false); ok && hasCluster {
-				rules = append(rules, R(isPod, GotoChain(svcChain)).WithComment("pod traffic for "+name+" external destinations"))
-			}
-			rules = append(rules, R(FibLocal{Saddr: true}, JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
-			if hasCluster {
-				rules = append(rules, R(FibLocal{Saddr: true}, GotoChain(svcChain)).WithComment("route LOCAL traffic for "+name+" external destinations"))
-			}
-		}
-		if hasExternal {
-			rules = append(rules, R(GotoChain(externalPolicyChain)))
-		}
-		fr.Chains = append(fr.Chains, &Chain{Name: extChain, Comment: name, Rules: rules})
+	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: chain, Comment: fb.name, Rules: pickEndpoint(rules, fb.svc, eps, fb.epNames, fb.name)})
+}
+
+// externalChain is KUBE-EXT, for traffic to external destinations.
+func (fb *fragmentBuilder) externalChain() {
+	if !fb.usesExternalChain {
+		return
 	}
-	return fr
+	name, hasCluster := fb.name, len(fb.cluster) > 0
+	var rules []Rule
+	if !fb.svc.ExternalPolicyLocal {
+		rules = append(rules, R(JumpTo(chainMarkMasq)).WithComment("masquerade traffic for "+name+" external destinations"))
+	} else {
+		// Pods and the node itself reach external destinations
+		// cluster-wide, as if going out to a load balancer and back; the
+		// node's traffic is masqueraded (its source is the LB IP or node
+		// address itself). Others keep their source and go to local
+		// endpoints only.
+		if isPod, ok := localMatch(fb.f, fb.cfg, fb.node, false); ok && hasCluster {
+			rules = append(rules, R(isPod, GotoChain(fb.svcChain)).WithComment("pod traffic for "+name+" external destinations"))
+		}
+		rules = append(rules, R(FibLocal{Saddr: true}, JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
+		if hasCluster {
+			rules = append(rules, R(FibLocal{Saddr: true}, GotoChain(fb.svcChain)).WithComment("route LOCAL traffic for "+name+" external destinations"))
+		}
+	}
+	if fb.hasExternal {
+		rules = append(rules, R(GotoChain(fb.externalPolicyChain)))
+	}
+	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: fb.extChain, Comment: name, Rules: rules})
 }
 
 // jumpMarkMasq is the hairpin rule's verdict, boxed once for the endpoint

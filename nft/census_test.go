@@ -116,7 +116,7 @@ func TestKernelCountMatchesListing(t *testing.T) {
 			}
 		}
 	}
-	got, err := b.k.Count(func(string) bool { return true }, nil)
+	got, err := b.kern().Count(func(string) bool { return true }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

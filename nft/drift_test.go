@@ -23,7 +23,7 @@ func readBackDrift(t *testing.T, b *Backend, want map[tableID]*Table) map[string
 	}
 	out := map[string][]string{}
 	for _, id := range tableIDs() {
-		diffs, err := b.k.tableDrift(want[id], kts[id], nil)
+		diffs, err := b.kern().tableDrift(want[id], kts[id], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestKernelRuleDumpCanonical(t *testing.T) {
 			for _, id := range tableIDs() {
 				tb := b.applied[id]
 				idx := map[string]int{}
-				err := b.k.dumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
+				err := b.kern().dumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
 					r := tb.Chain(chain).Rules[idx[chain]]
 					idx[chain]++
 					total++
@@ -126,10 +126,10 @@ func TestKernelTamperingRepaired(t *testing.T) {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
 				ns := testNetns(t)
 				b := openTestBackend(t, ns, demoConfig())
-				b.CheckEvery = time.Nanosecond
-				b.monTried = mode == "no-monitor"
+				b.check.every = time.Nanosecond
+				b.check.monTried = mode == "no-monitor"
 				var found []string
-				b.OnDrift = func(table string, diffs []string) { found = append(found, diffs...) }
+				b.check.onDrift = func(table string, diffs []string) { found = append(found, diffs...) }
 				ctx := context.Background()
 				st := demoState()
 				for i := 0; i < 2; i++ { // program, then check clean (verified from here)
@@ -140,25 +140,25 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if len(found) > 0 {
 					t.Fatalf("drift reported before any tampering: %q", found)
 				}
-				if (b.k.mon != nil) != (mode == "monitor") {
-					t.Fatalf("monitor open: %v", b.k.mon != nil)
+				if (b.kern().mon != nil) != (mode == "monitor") {
+					t.Fatalf("monitor open: %v", b.kern().mon != nil)
 				}
 				for _, args := range tc.nft {
 					nftIn(t, ns, args...)
 				}
-				before, reads := b.k.commits, b.readBacks
+				before, reads := b.kern().commits, b.check.readBacks
 				res, err := b.Sync(ctx, st)
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
 				}
-				if !res.Full || b.k.commits-before != 1 {
-					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.k.commits-before)
+				if !res.Full || b.kern().commits-before != 1 {
+					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.kern().commits-before)
 				}
 				wantReads := len(tableIDs())
 				if mode == "monitor" {
 					wantReads = 1 // every case changes ip kube-nftproxy only
 				}
-				if n := b.readBacks - reads; n != wantReads {
+				if n := b.check.readBacks - reads; n != wantReads {
 					t.Errorf("the check read %d tables back, want %d", n, wantReads)
 				}
 				if !containsSub(found, tc.want) {
@@ -192,8 +192,8 @@ func TestKernelTamperingRepairedByRestart(t *testing.T) {
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("first sync after a restart: %v", err)
 			}
-			if b.k.commits != 1 {
-				t.Errorf("restart took %d transactions, want 1", b.k.commits)
+			if b.kern().commits != 1 {
+				t.Errorf("restart took %d transactions, want 1", b.kern().commits)
 			}
 			assertKernelIsRender(t, ns, st)
 		})
@@ -260,8 +260,8 @@ func TestKernelOwnedTable(t *testing.T) {
 	if !strings.Contains(err.Error(), "ip6 kube-nftproxy is owned by another process") {
 		t.Errorf("error does not say who holds what: %v", err)
 	}
-	if b.k.commits != 0 {
-		t.Errorf("sent %d transactions to an owned table", b.k.commits)
+	if b.kern().commits != 0 {
+		t.Errorf("sent %d transactions to an owned table", b.kern().commits)
 	}
 }
 
@@ -270,7 +270,7 @@ func TestKernelOwnedTable(t *testing.T) {
 func TestKernelSendBufferTooSmall(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	if err := b.k.setSendBuffer(4096); err != nil {
+	if err := b.kern().setSendBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.Sync(context.Background(), demoState())
@@ -295,20 +295,20 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 func TestKernelCheckGeneration(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
+	b.check.every = time.Nanosecond
 	var found []string
-	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
 	ctx := context.Background()
 	st := demoState()
 	sync := func(st *proxier.State, what string, wantDumps bool) {
 		t.Helper()
-		dumps, reads := b.k.dumps, b.readBacks
+		dumps, reads := b.kern().dumps, b.check.readBacks
 		res, err := b.Sync(ctx, st)
 		if err != nil || res.Full || len(found) > 0 {
 			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 		}
-		if read := b.k.dumps > dumps; read != wantDumps || b.readBacks != reads {
-			t.Errorf("%s: dumped %v, %d tables read back, want %v and none", what, read, b.readBacks-reads, wantDumps)
+		if read := b.kern().dumps > dumps; read != wantDumps || b.check.readBacks != reads {
+			t.Errorf("%s: dumped %v, %d tables read back, want %v and none", what, read, b.check.readBacks-reads, wantDumps)
 		}
 	}
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -325,8 +325,8 @@ func TestKernelCheckGeneration(t *testing.T) {
 	sync(next, "another table committed", false)
 	sync(next, "verified again", false)
 	nftIn(t, ns, "add", "chain", "ip", DefaultTableName+deltaSuffix, "rogue")
-	reads := b.readBacks
-	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.readBacks-reads != 1 {
-		t.Errorf("a rogue chain in the delta table: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.readBacks-reads)
+	reads := b.check.readBacks
+	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.check.readBacks-reads != 1 {
+		t.Errorf("a rogue chain in the delta table: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.check.readBacks-reads)
 	}
 }

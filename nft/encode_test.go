@@ -191,7 +191,7 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	st := scaleState(3*parallelMin+5, 2)
 	withAffinity(st, func(n proxier.ServicePortName) bool { return len(n.Name)%3 == 0 })
-	b, err := NewBackend(demoConfig(), nil, nil)
+	b, err := NewBackend(nil, BackendConfig{Rules: demoConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,16 +126,16 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 		}
 		t.Logf("in-place repair refused as expected: %v", err)
 		var trace bytes.Buffer
-		b.Trace = &trace
-		defer func() { b.Trace = nil }()
-		commits := b.k.commits
+		b.tx.trace = &trace
+		defer func() { b.tx.trace = nil }()
+		commits := b.kern().commits
 		if res, err = b.Sync(context.Background(), st); err != nil {
 			t.Fatalf("the sync after the refused one: %v", err)
 		}
 		replace := "delete table ip " + DefaultTableName + "\nadd table ip " + DefaultTableName + " "
-		if b.k.commits-commits != 1 || !strings.Contains(trace.String(), replace) {
+		if b.kern().commits-commits != 1 || !strings.Contains(trace.String(), replace) {
 			t.Errorf("the sync after the refused one took %d transactions, want one that deletes and adds the table:\n%s",
-				b.k.commits-commits, trace.String())
+				b.kern().commits-commits, trace.String())
 		}
 		return res
 	}
@@ -154,9 +154,9 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testNetns(t)
 			b := openTestBackend(t, ns, demoConfig())
-			b.CheckEvery = time.Nanosecond
+			b.check.every = time.Nanosecond
 			var found []string
-			b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+			b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
 			ctx := context.Background()
 			st := demoState()
 			for i := 0; i < 2; i++ { // program, then check clean
@@ -184,7 +184,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 				t.Fatalf("a Service change after the repair: %v", err)
 			}
 			// The follow-up sync deletes the chains the repair flushed.
-			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			b.stale.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
 			if _, err := b.Sync(ctx, next); err != nil {
 				t.Fatalf("the follow-up sync: %v", err)
 			}
@@ -211,7 +211,7 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 			syncUntilRepaired(t, b, st, tc.refused)
 			assertKernelIsRender(t, ns, st)
 			// The follow-up sync deletes the chains the first one flushed.
-			b.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
+			b.stale.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("the follow-up sync: %v", err)
 			}

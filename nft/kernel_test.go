@@ -34,7 +34,7 @@ func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
-	b, err := NewBackend(cfg, k, nil)
+	b, err := NewBackend(k, BackendConfig{Rules: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestKernelListingMatchesRender(t *testing.T) {
 // returned function moves it on.
 func fakeClock(b *Backend) (advance func(time.Duration)) {
 	now := time.Now()
-	b.now = func() time.Time { return now }
+	b.stale.now = func() time.Time { return now }
 	return func(d time.Duration) { now = now.Add(d) }
 }
 
@@ -124,7 +124,7 @@ func TestKernelDeltaAndFold(t *testing.T) {
 			t.Errorf("main table still has %q:\n%s", want, main)
 		}
 	}
-	if want := b.now().Add(staleChainAge); !res.FollowUpAt.Equal(want) {
+	if want := b.stale.now().Add(staleChainAge); !res.FollowUpAt.Equal(want) {
 		t.Errorf("the change left chains to delete; FollowUpAt = %v, want %v", res.FollowUpAt, want)
 	}
 	// web's chains: emptied in the main tables, written in the delta ones.
@@ -218,7 +218,7 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 func TestKernelDriftRepaired(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
+	b.check.every = time.Nanosecond
 	ctx := context.Background()
 	st := demoState()
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -243,7 +243,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 func TestKernelFoldWithChanges(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.FoldAt = 1
+	b.foldAt = 1
 	advance := fakeClock(b)
 	ctx := context.Background()
 	st := demoState()
@@ -374,9 +374,9 @@ func TestKernelFullSyncSettles(t *testing.T) {
 		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) {
 			ns := testNetns(t)
 			b := openTestBackend(t, ns, demoConfig())
-			b.CheckEvery = time.Nanosecond
+			b.check.every = time.Nanosecond
 			if !monitor {
-				b.monTried = true // never opened: checks compare generations only
+				b.check.monTried = true // never opened: checks compare generations only
 			}
 			ctx := context.Background()
 			st := scaleState(400, 10)
@@ -389,7 +389,7 @@ func TestKernelFullSyncSettles(t *testing.T) {
 				}
 			}
 			b.ForceFull()
-			before, err := b.k.Generation()
+			before, err := b.kern().Generation()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -400,19 +400,19 @@ func TestKernelFullSyncSettles(t *testing.T) {
 			if res.Messages < settleFrom {
 				t.Fatalf("full sync of %d messages: too small to settle (%d)", res.Messages, settleFrom)
 			}
-			after, err := b.k.Generation()
+			after, err := b.kern().Generation()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if after != before+2 {
 				t.Errorf("generation moved by %d, want 2 (the full sync and the settle)", after-before)
 			}
-			dumps := b.k.dumps
+			dumps := b.kern().dumps
 			if res, err := b.Sync(ctx, st); err != nil || res.Full || res.Changed {
 				t.Fatalf("check after the settle: full=%v changed=%v err=%v, want nothing to do", res.Full, res.Changed, err)
 			}
-			if b.k.dumps != dumps {
-				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.k.dumps-dumps)
+			if b.kern().dumps != dumps {
+				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.kern().dumps-dumps)
 			}
 			if out := nftIn(t, ns, "list", "table", "ip", DefaultTableName); strings.Contains(out, settleChain) {
 				t.Errorf("the settle chain is left:\n%s", out)
@@ -420,3 +420,6 @@ func TestKernelFullSyncSettles(t *testing.T) {
 		})
 	}
 }
+
+// kern is b's real kernel (the kernel tests open one).
+func (b *Backend) kern() *Kernel { return b.k.(*Kernel) }

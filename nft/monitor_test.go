@@ -55,13 +55,13 @@ func (w *foreignWriter) commit(t testing.TB, chains int) {
 func checkedSync(t *testing.T, b *Backend, st *proxier.State, what string) int {
 	t.Helper()
 	var found []string
-	b.OnDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
-	before := b.readBacks
+	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	before := b.check.readBacks
 	res, err := b.Sync(context.Background(), st)
 	if err != nil || res.Full || len(found) > 0 {
 		t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 	}
-	return b.readBacks - before
+	return b.check.readBacks - before
 }
 
 // Busy writers of other tables (through another socket, and with nft,
@@ -71,18 +71,18 @@ func checkedSync(t *testing.T, b *Backend, st *proxier.State, what string) int {
 func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
+	b.check.every = time.Nanosecond
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.k.mon == nil {
+	if b.kern().mon == nil {
 		t.Fatal("no change monitor")
 	}
 	w := newForeignWriter(t, ns, IPv4, "other")
 	nftIn(t, ns, "add", "table", "inet", DefaultTableName)
 	nftIn(t, ns, "add", "chain", "inet", DefaultTableName, "c")
-	gen0, err := b.k.Generation()
+	gen0, err := b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +95,14 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 			t.Fatalf("check %d after foreign commits read %d tables back, want 0", i, n)
 		}
 	}
-	gen, err := b.k.Generation()
+	gen, err := b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if gen-gen0 < 1000 {
 		t.Errorf("generation moved by %d, want >= 1000 foreign commits", gen-gen0)
 	}
-	if events, overruns := b.k.mon.counts(); events < 1000 || overruns > 0 {
+	if events, overruns := b.kern().mon.counts(); events < 1000 || overruns > 0 {
 		t.Errorf("monitor parsed %d events with %d overruns, want >= 1000 and none", events, overruns)
 	}
 	assertKernelIsRender(t, ns, withoutForeign(t, ns, st))
@@ -128,8 +128,8 @@ func withoutForeign(t *testing.T, ns string, st *proxier.State) *proxier.State {
 func TestKernelMonitorOverflowMarksAll(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
-	b.monitorBuf = 4096 // the kernel doubles it
+	b.check.every = time.Nanosecond
+	b.check.monitorBuf = 4096 // the kernel doubles it
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -137,13 +137,13 @@ func TestKernelMonitorOverflowMarksAll(t *testing.T) {
 	w := newForeignWriter(t, ns, IPv4, "other")
 	checkedSync(t, b, st, "first check")
 	// Keep the reader out while thousands of notifications come at once.
-	b.k.mon.mu.Lock()
+	b.kern().mon.mu.Lock()
 	w.commit(t, 5000)
-	b.k.mon.mu.Unlock()
+	b.kern().mon.mu.Unlock()
 	if n := checkedSync(t, b, st, "after an overflow"); n != len(tableIDs()) {
 		t.Errorf("after an overflow the check read %d tables back, want all %d", n, len(tableIDs()))
 	}
-	if _, overruns := b.k.mon.counts(); overruns == 0 {
+	if _, overruns := b.kern().mon.counts(); overruns == 0 {
 		t.Fatal("no overrun: the test did not overflow the monitor")
 	}
 	w.commit(t, 1)
@@ -157,8 +157,8 @@ func TestKernelMonitorOverflowMarksAll(t *testing.T) {
 func TestKernelCheckWithoutMonitor(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
-	b.monTried = true // as if opening had failed
+	b.check.every = time.Nanosecond
+	b.check.monTried = true // as if opening had failed
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -181,16 +181,16 @@ func TestKernelCheckWithoutMonitor(t *testing.T) {
 func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
-	b.monitorBuf = 4096
+	b.check.every = time.Nanosecond
+	b.check.monitorBuf = 4096
 	for i := 0; i < 3; i++ {
 		b.ForceFull()
 		if _, err := b.Sync(context.Background(), scaleState(200, 10)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	marked, all := b.k.mon.take()
-	events, overruns := b.k.mon.counts()
+	marked, all := b.kern().mon.take()
+	events, overruns := b.kern().mon.counts()
 	if len(marked) > 0 || all || events > 0 || overruns > 0 {
 		t.Errorf("after our own syncs: marked %v all=%v events=%d overruns=%d, want nothing", marked, all, events, overruns)
 	}
@@ -202,38 +202,38 @@ func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
 func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Nanosecond
+	b.check.every = time.Nanosecond
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.k.mon == nil {
+	if b.kern().mon == nil {
 		t.Fatal("no change monitor")
 	}
-	gen, err := b.k.Generation()
+	gen, err := b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// What Sync does around a large transaction, with someone else's
 	// commit to our table where ours would be.
-	if err := b.k.mon.setMember(false); err != nil {
+	if err := b.kern().mon.setMember(false); err != nil {
 		t.Fatal(err)
 	}
 	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-	b.rejoin(gen, nil, 0)
-	if _, all := b.k.mon.take(); !all {
+	b.tx.rejoin(b.kern().mon, commitReport{genBefore: gen})
+	if _, all := b.kern().mon.take(); !all {
 		t.Fatal("a commit made while the monitor was out of the group left no mark")
 	}
 	// Without the foreign commit, a muted transaction of ours marks nothing.
-	gen, err = b.k.Generation()
+	gen, err = b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.k.mon.setMember(false); err != nil {
+	if err := b.kern().mon.setMember(false); err != nil {
 		t.Fatal(err)
 	}
-	b.rejoin(gen, nil, 0)
-	if marked, all := b.k.mon.take(); all || len(marked) > 0 {
+	b.tx.rejoin(b.kern().mon, commitReport{genBefore: gen})
+	if marked, all := b.kern().mon.take(); all || len(marked) > 0 {
 		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
 	}
 }
@@ -244,9 +244,9 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	b.CheckEvery = time.Hour
+	b.check.every = time.Hour
 	told := make(chan struct{}, 1)
-	b.OnForeignChange = func() {
+	b.check.onForeign = func() {
 		select {
 		case told <- struct{}{}:
 		default:
@@ -256,7 +256,7 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.k.mon == nil {
+	if b.kern().mon == nil {
 		t.Fatal("no change monitor")
 	}
 	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
@@ -266,7 +266,7 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 		t.Fatal("no OnForeignChange within 10 s of a rogue rule in our table")
 	}
 	var drift []string
-	b.OnDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {
 		t.Fatal(err)

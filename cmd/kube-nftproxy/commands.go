@@ -402,13 +402,16 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	var backend proxier.Backend
 	var nftBackend *nft.Backend
 	var ipvsBackend *ipvs.Backend
+	// The nftables backend's hooks, set once the loop and health exist.
+	var loop *proxier.Loop
+	var onDrift func(table string, diffs []string)
 	if ipvsConn != nil {
 		if ipvsBackend, err = newIPVSBackend(o, cfg, k, ipvsConn, log); err != nil {
 			return err
 		}
 		backend = ipvsBackend
 		// nftables mode's tables would DNAT before IPVS sees a packet.
-		if nb, err := nft.NewBackend(cfg, k, log); err == nil {
+		if nb, err := nft.NewBackend(k, nft.BackendConfig{Rules: cfg, Log: log}); err == nil {
 			if removed, err := nb.Cleanup(ctx); err != nil {
 				log.Warn("could not remove nftables mode's tables", "err", err)
 			} else if removed {
@@ -416,19 +419,18 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 			}
 		}
 	} else {
-		if nftBackend, err = nft.NewBackend(cfg, k, log); err != nil {
+		if nftBackend, err = nft.NewBackend(k, nft.BackendConfig{Rules: cfg, Log: log, CheckEvery: syncPeriod,
+			// Another process changed our tables: check and repair them
+			// now, not at the next periodic sync.
+			OnForeignChange: func() { loop.Changed() },
+			OnDrift:         func(table string, diffs []string) { onDrift(table, diffs) },
+		}); err != nil {
 			return err
 		}
-		nftBackend.CheckEvery = syncPeriod
 		backend = nftBackend
 	}
-	loop := proxier.NewLoop(backend, log)
+	loop = proxier.NewLoop(backend, log)
 	loop.MinSyncPeriod, loop.SyncPeriod = minSyncPeriod, syncPeriod
-	if nftBackend != nil {
-		// Another process changed our tables: check and repair them now,
-		// not at the next periodic sync.
-		nftBackend.OnForeignChange = loop.Changed
-	}
 	if ipvsBackend != nil {
 		// Draining real servers are checked at the times it asks for;
 		// another process's change to a helper table is repaired now.
@@ -443,12 +445,9 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		health.Queued()
 		metrics.LastQueued.SetToCurrentTime()
 	}
-	onDrift := func(table string, _ []string) { // the backend logs what differed
+	onDrift = func(table string, _ []string) { // the backend logs what differed
 		health.Drifted()
 		metrics.DriftRepairs.WithLabelValues(table).Inc()
-	}
-	if nftBackend != nil {
-		nftBackend.OnDrift = onDrift
 	}
 	if ipvsBackend != nil {
 		ipvsBackend.OnDrift = onDrift
@@ -683,7 +682,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 		return needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
-	b, err := nft.NewBackend(nft.DefaultConfig(), k, log)
+	b, err := nft.NewBackend(k, nft.BackendConfig{Rules: nft.DefaultConfig(), Log: log})
 	if err != nil {
 		return err
 	}

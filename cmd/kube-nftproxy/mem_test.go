@@ -75,7 +75,7 @@ func TestProxyMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer k.Close()
-		if be, err = nft.NewBackend(cfg, k, nil); err != nil {
+		if be, err = nft.NewBackend(k, nft.BackendConfig{Rules: cfg}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -193,7 +193,7 @@ func (e *env) program(t testing.TB) {
 	t.Cleanup(func() { k.Close() })
 	cfg := nft.DefaultConfig()
 	cfg.ClusterCIDRs = sandbox.ClusterCIDRs
-	be, err := nft.NewBackend(cfg, k, nil)
+	be, err := nft.NewBackend(k, nft.BackendConfig{Rules: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

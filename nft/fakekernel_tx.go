@@ -1,0 +1,265 @@
+package nft
+
+import (
+	"strings"
+	"syscall"
+)
+
+// The fake transaction's commands: each keeps its nft text (as the trace
+// writes it) and its change to the tables.
+
+func (x *fakeTx) messages() int { return len(x.ops) }
+func (x *fakeTx) size() int     { return x.bytes }
+
+// add records one command; write prints it with a scriptWriter.
+func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply func(t *fakeTable, all map[tableName]*fakeTable) error) {
+	var w scriptWriter
+	write(&w)
+	text := strings.TrimSuffix(w.b.String(), "\n")
+	x.bytes += len(text) + 1
+	n := tableName{f, table}
+	x.ops = append(x.ops, fakeOp{text: text, table: n, apply: func(t *fakeTable, all map[tableName]*fakeTable) error {
+		if t == nil && apply != nil {
+			return syscall.ENOENT
+		}
+		if apply == nil {
+			return nil
+		}
+		return apply(t, all)
+	}})
+}
+
+func (x *fakeTx) addTable(f Family, name, comment string) {
+	n := tableName{f, name}
+	x.bytes += len(name)
+	var w scriptWriter
+	w.addTable(f, name, comment)
+	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.b.String()), table: n, apply: func(t *fakeTable, all map[tableName]*fakeTable) error {
+		if t == nil { // an existing table keeps its comment
+			all[n] = &fakeTable{comment: comment, sets: map[string]*fakeSet{}, chains: map[string]*Chain{}}
+		}
+		return nil
+	}})
+}
+
+func (x *fakeTx) delTable(f Family, name string) {
+	n := tableName{f, name}
+	x.add(f, name, func(w *scriptWriter) { w.delTable(f, name) }, func(_ *fakeTable, all map[tableName]*fakeTable) error {
+		delete(all, n)
+		return nil
+	})
+}
+
+func (x *fakeTx) delSet(f Family, table, name string) {
+	x.add(f, table, func(w *scriptWriter) { w.delSet(f, table, name) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		if t.sets[name] == nil {
+			return syscall.ENOENT
+		}
+		if t.setUsed(name) {
+			return syscall.EBUSY
+		}
+		delete(t.sets, name)
+		return nil
+	})
+}
+
+// The fake holds no stateful objects or flowtables.
+func (x *fakeTx) delObj(f Family, table string, o kObj) {
+	x.add(f, table, func(w *scriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[tableName]*fakeTable) error { return syscall.ENOENT })
+}
+
+func (x *fakeTx) delFlowtable(f Family, table, name string) {
+	x.add(f, table, func(w *scriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[tableName]*fakeTable) error { return syscall.ENOENT })
+}
+
+func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addMap(f, table, m, id) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		if s := t.sets[m.Name]; s != nil {
+			if s.m == nil || mapMismatch(f, fakeKSet(f, s), m) != "" {
+				return syscall.EEXIST
+			}
+			return nil
+		}
+		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment}, elems: map[Key]Element{}}
+		return nil
+	})
+}
+
+func (x *fakeTx) addAffinitySet(f Family, table string, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addAffinitySet(f, table, id) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		if t.sets[setAffinity] == nil {
+			t.sets[setAffinity] = &fakeSet{elems: map[Key]Element{}}
+		}
+		return nil
+	})
+}
+
+func (x *fakeTx) flushMap(f Family, table, m string) {
+	x.add(f, table, func(w *scriptWriter) { w.flushMap(f, table, m) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		s := t.sets[m]
+		if s == nil {
+			return syscall.ENOENT
+		}
+		s.elems = map[Key]Element{}
+		return nil
+	})
+}
+
+func (x *fakeTx) addChains(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		x.add(f, table, func(w *scriptWriter) { w.addChain(f, table, c) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+			old := t.chains[c.Name]
+			if old == nil {
+				t.chains[c.Name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+				return nil
+			}
+			if (old.Hook == nil) != (c.Hook == nil) || old.Hook != nil && *old.Hook != *c.Hook {
+				return syscall.EOPNOTSUPP // a chain's hook cannot change
+			}
+			return nil
+		})
+	}
+}
+
+func (x *fakeTx) flushChain(f Family, table, chain string) {
+	x.add(f, table, func(w *scriptWriter) { w.flushChain(f, table, chain) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		if chain == "" {
+			for name, c := range t.chains {
+				t.chains[name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+			}
+			return nil
+		}
+		c := t.chains[chain]
+		if c == nil {
+			return syscall.ENOENT
+		}
+		t.chains[chain] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+		return nil
+	})
+}
+
+// delChain deletes a chain and its rules; EBUSY while a rule or a map
+// element of the table still jumps or goes to it.
+func (x *fakeTx) delChain(f Family, table, name string) {
+	x.add(f, table, func(w *scriptWriter) { w.delChain(f, table, name) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		if t.chains[name] == nil {
+			return syscall.ENOENT
+		}
+		if t.chainUsed(name) {
+			return syscall.EBUSY
+		}
+		delete(t.chains, name)
+		return nil
+	})
+}
+
+func (x *fakeTx) addChainRules(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		for _, r := range c.Rules {
+			x.add(f, table, func(w *scriptWriter) { w.addRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+				return t.addRule(c.Name, r)
+			})
+		}
+	}
+}
+
+func (x *fakeTx) elements(add bool, f Family, table string, m *Map, elems []Element) {
+	for _, e := range elems {
+		x.add(f, table, func(w *scriptWriter) { w.elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+			return t.element(add, m.Name, e)
+		})
+	}
+}
+
+func (t *fakeTable) addRule(chain string, r Rule) error {
+	c := t.chains[chain]
+	if c == nil {
+		return syscall.ENOENT
+	}
+	for _, term := range r.Terms {
+		if !t.refersToExisting(term) {
+			return syscall.ENOENT
+		}
+	}
+	n := *c
+	n.Rules = append(append([]Rule(nil), c.Rules...), r)
+	t.chains[chain] = &n
+	return nil
+}
+
+// refersToExisting reports whether the chain or set a term names exists.
+func (t *fakeTable) refersToExisting(term Term) bool {
+	switch v := term.(type) {
+	case Verdict:
+		return v.Chain == "" || t.chains[v.Chain] != nil
+	case VmapLookup:
+		return t.sets[v.Map] != nil
+	case AffinityMatch, AffinityUpdate:
+		return t.sets[setAffinity] != nil
+	}
+	return true
+}
+
+func (t *fakeTable) element(add bool, set string, e Element) error {
+	s := t.sets[set]
+	if s == nil {
+		return syscall.ENOENT
+	}
+	old, ok := s.elems[e.Key]
+	switch {
+	case !add && !ok:
+		return syscall.ENOENT
+	case !add:
+		delete(s.elems, e.Key)
+	case ok && old.Verdict != e.Verdict:
+		return syscall.EBUSY
+	case ok:
+	case e.Verdict.Chain != "" && t.chains[e.Verdict.Chain] == nil:
+		return syscall.ENOENT
+	default:
+		s.elems[e.Key] = e
+	}
+	return nil
+}
+
+// chainUsed reports whether a rule or map element refers to the chain.
+func (t *fakeTable) chainUsed(name string) bool {
+	for _, c := range t.chains {
+		for _, r := range c.Rules {
+			for _, term := range r.Terms {
+				if v, ok := term.(Verdict); ok && v.Chain == name {
+					return true
+				}
+			}
+		}
+	}
+	for _, s := range t.sets {
+		for _, e := range s.elems {
+			if e.Verdict.Chain == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// setUsed reports whether a rule looks the set up.
+func (t *fakeTable) setUsed(name string) bool {
+	for _, c := range t.chains {
+		for _, r := range c.Rules {
+			for _, term := range r.Terms {
+				switch v := term.(type) {
+				case VmapLookup:
+					if v.Map == name {
+						return true
+					}
+				case AffinityMatch, AffinityUpdate:
+					if name == setAffinity {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,86 @@
+package nft
+
+// syncDiff is one sync's transaction, per table, and what it leaves for
+// later: the chains it flushes (stale) and the older flushed ones not due
+// yet (kept), to delete once staleChainAge has passed.
+type syncDiff struct {
+	txs         []*tx // in tableIDs order
+	stale, kept map[tableID][]string
+	deleted     int // stale chains it deletes
+}
+
+// diff turns a plan into table transactions: a full plan against what the
+// kernel holds (read first), any other against the applied tables, at the
+// service ports the plan names.
+func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
+	var kts map[tableID]*kTable
+	if p.full {
+		var err error
+		if kts, err = b.readKernel(p.want); err != nil {
+			return nil, err
+		}
+	}
+	d := &syncDiff{stale: map[tableID][]string{}, kept: map[tableID][]string{}}
+	for _, id := range tableIDs() {
+		var x *tx
+		if p.full {
+			x, d.stale[id] = fullTx(p.want[id], kts[id], b.replace[id])
+		} else {
+			x, d.stale[id], d.kept[id] = diffTx(p.have[id], p.want[id], p.names, b.stale.pending[id], b.stale.due(id, p.now))
+		}
+		d.deleted += len(x.delChains)
+		d.txs = append(d.txs, x)
+	}
+	return d, nil
+}
+
+// readKernel reads what the kernel holds of the given tables (see
+// readKernel).
+func (b *Backend) readKernel(tables map[tableID]*Table) (map[tableID]*kTable, error) {
+	return readKernel(b.k, tables, b.stale.pending)
+}
+
+// readKernel reads what the kernel holds of the given tables (their
+// metadata, not rules or elements), and refuses tables another process
+// owns. pending are the stale chains each table may still hold.
+func readKernel(k Dataplane, tables map[tableID]*Table, pending map[tableID][]string) (map[tableID]*kTable, error) {
+	out := make(map[tableID]*kTable, len(tables))
+	me := k.portID()
+	for _, f := range families {
+		names, expect := expectedChains(f, tables, pending)
+		if len(names) == 0 {
+			continue
+		}
+		kts, err := k.readFamily(f, names, expect)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range tableIDs() {
+			if id.f != f || tables[id] == nil {
+				continue
+			}
+			kt := kts[tables[id].Name]
+			if kt.exists && kt.flags&nftTableFOwner != 0 && kt.owner != me {
+				return nil, &TableOwnedError{Family: f, Table: tables[id].Name, Owner: kt.owner}
+			}
+			out[id] = kt
+		}
+	}
+	return out, nil
+}
+
+// expectedChains lists the tables of family f and the chains each should
+// hold: ours, and those flushed for deletion that may remain.
+func expectedChains(f Family, tables map[tableID]*Table, pending map[tableID][]string) ([]string, map[string][]string) {
+	var names []string
+	expect := map[string][]string{}
+	for _, id := range tableIDs() {
+		if t := tables[id]; id.f == f && t != nil {
+			names = append(names, t.Name)
+			want := make([]string, 0, t.chainCount()+len(pending[id]))
+			t.eachChain(func(c *Chain) { want = append(want, c.Name) })
+			expect[t.Name] = append(want, pending[id]...)
+		}
+	}
+	return names, expect
+}

@@ -1,0 +1,174 @@
+package nft
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// driftChecker finds out whether the kernel still holds what we applied.
+// It asks for the ruleset generation; when another transaction than ours
+// committed since the last verified state, it reads back and compares
+// (every attribute, rule and element) only the tables that the change
+// monitor saw another process change, or all of them when the monitor
+// lost events or could not be opened.
+type driftChecker struct {
+	k   Dataplane
+	log *slog.Logger
+	// every is how often a sync checks (0: never); onForeign and onDrift
+	// are BackendConfig's OnForeignChange and OnDrift.
+	every     time.Duration
+	lastCheck time.Time
+	onForeign func()
+	onDrift   func(table string, diffs []string)
+
+	// monTried is set once the first sync with every tried to open the
+	// change monitor; readAll makes the next check read every table (the
+	// monitor was opened after tables were written).
+	monTried, readAll bool
+	// monitorBuf is the monitor's receive buffer (0: monitorRcvBuf), for
+	// tests that make it overflow.
+	monitorBuf int
+	// readBacks counts the tables the checks read back (for tests).
+	readBacks int
+
+	// verifiedGen is the generation at which the kernel was known to hold
+	// exactly what was applied (valid when verified).
+	verifiedGen uint32
+	verified    bool
+}
+
+// start opens the change monitor before the first check needs it
+// (normally before the first, full, sync); without one, checks read every
+// table back whenever the generation moved. applied says whether tables
+// were written already.
+func (c *driftChecker) start(cfg Config, applied bool) {
+	if c.every <= 0 || c.monTried {
+		return
+	}
+	c.monTried = true
+	if c.k.monitor() != nil {
+		return
+	}
+	var watch []tableName
+	for _, id := range tableIDs() {
+		watch = append(watch, tableName{id.f, tableNameOf(cfg, id.kind)})
+	}
+	size := c.monitorBuf
+	if size == 0 {
+		size = monitorRcvBuf
+	}
+	if err := c.k.watch(watch, size, c.onForeign); err != nil {
+		c.log.Warn("cannot follow nftables changes; each drift check reads all our tables back when another process committed", "err", err)
+		return
+	}
+	// Changes made before the monitor was there are unknown, unless the
+	// next sync rewrites everything anyway.
+	c.readAll = applied
+}
+
+func tableNameOf(cfg Config, kind TableKind) string {
+	return BuildTable(IPv4, cfg, proxier.Node{}, kind).Name
+}
+
+// due reports whether a sync checks first: every `every`, and at once
+// when the monitor saw another process change one of our tables.
+func (c *driftChecker) due() bool {
+	if c.every > 0 && time.Since(c.lastCheck) >= c.every {
+		return true
+	}
+	m := c.k.monitor()
+	return m != nil && m.pending()
+}
+
+// drifted reports whether the kernel holds something else than applied:
+// nothing when the generation is the verified one and the monitor saw no
+// change; else the tables the monitor saw another process change (all of
+// them without a monitor, or when it lost events) are read back and
+// compared with the applied ones. Differences are logged and handed to
+// onDrift. pending are the stale chains each table may still hold.
+func (c *driftChecker) drifted(applied map[tableID]*Table, pending map[tableID][]string) bool {
+	c.lastCheck = time.Now()
+	// The monitor first: every event it has read belongs to a transaction
+	// the generation read after it counts.
+	var marked map[tableName]bool
+	m := c.k.monitor()
+	all, lost := m == nil || c.readAll, false
+	if m != nil {
+		marked, lost = m.take()
+	}
+	c.readAll = false
+	gen, genErr := c.k.generation()
+	if genErr == nil && c.verified && gen == c.verifiedGen && !lost && len(marked) == 0 {
+		return false
+	}
+	c.verified = false
+	check := map[tableID]*Table{}
+	for _, id := range tableIDs() {
+		if t := applied[id]; all || lost || marked[tableName{id.f, t.Name}] {
+			check[id] = t
+		}
+	}
+	found, err := c.checkTables(check, pending)
+	if err != nil {
+		c.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
+		return true
+	}
+	if !found && genErr == nil {
+		// Verified only if nobody committed while we read. A transaction
+		// that the generation counts but whose events the monitor had not
+		// yet read leaves marks, which keep the next check off the fast
+		// path.
+		after, err := c.k.generation()
+		c.verified, c.verifiedGen = err == nil && after == gen, gen
+	}
+	return found
+}
+
+// checkTables reads back and compares the given tables.
+func (c *driftChecker) checkTables(tables map[tableID]*Table, pending map[tableID][]string) (bool, error) {
+	if len(tables) == 0 {
+		return false, nil
+	}
+	c.readBacks += len(tables)
+	kts, err := readKernel(c.k, tables, pending)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for _, id := range tableIDs() {
+		t := tables[id]
+		if t == nil {
+			continue
+		}
+		diffs, err := c.k.tableDrift(t, kts[id], pending[id])
+		if err != nil {
+			return false, err
+		}
+		if len(diffs) == 0 {
+			continue
+		}
+		found = true
+		name := t.Family.String() + " " + t.Name
+		c.log.Warn("nftables table changed behind our back; rewriting everything", "table", name, "differences", diffs)
+		if c.onDrift != nil {
+			c.onDrift(name, diffs)
+		}
+	}
+	return found, nil
+}
+
+// committed keeps the verified generation across our own transaction: the
+// kernel still holds exactly what was applied when it did before (the
+// generation read just before the commit is the verified one) and only
+// our commits moved it.
+func (c *driftChecker) committed(r commitReport) {
+	if !r.ok() || !c.verified || r.genBefore != c.verifiedGen {
+		c.verified = false
+		return
+	}
+	after, err := c.k.generation()
+	c.verified = err == nil && after == r.genBefore+r.commits
+	c.verifiedGen = after
+}

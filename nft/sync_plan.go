@@ -1,0 +1,197 @@
+package nft
+
+import (
+	"maps"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// syncPlan is what one sync wants the kernel to hold: the tables, and,
+// for a sync that is not full, the service ports whose place changed.
+//
+// A full plan builds every table afresh. Any other updates the applied
+// tables in place (cloning maps of every service port would cost more
+// than the rest of a small sync): have keeps, per table, what each touched
+// service port had there before (nil: nothing), for the diff and to undo
+// a failed commit.
+type syncPlan struct {
+	full bool
+	want map[tableID]*Table
+	have map[tableID]*Table
+	// changed are the service ports added, changed or removed since the
+	// applied State; names those the diff must look at: the changed ones
+	// and those a fold moves, each once.
+	changed, names []proxier.ServicePortName
+	// inDelta are the service ports the delta tables hold after the sync.
+	inDelta map[proxier.ServicePortName]bool
+	// now is the stale-chain clock's time of the sync.
+	now time.Time
+}
+
+// plan builds the plan of st.
+func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
+	now := b.stale.now()
+	if full {
+		p := b.planFull(st)
+		p.now = now
+		return p
+	}
+	p := b.planChanges(st)
+	p.now = now
+	if b.shouldFold(len(p.names), b.stale.anyDue(now), p.inDelta, len(st.Services)) {
+		b.planFold(p)
+	}
+	return p
+}
+
+// planFull puts every service port of st in the tables of its home.
+func (b *Backend) planFull(st *proxier.State) *syncPlan {
+	p := &syncPlan{full: true, want: map[tableID]*Table{}, inDelta: map[proxier.ServicePortName]bool{}}
+	for _, id := range tableIDs() {
+		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
+	}
+	b.placeAll(p.want, st)
+	return p
+}
+
+// planChanges moves each service port that differs from what was applied
+// (added, changed or removed) to its new table: a changed port goes to the
+// delta table, unless its home is the affinity table.
+func (b *Backend) planChanges(st *proxier.State) *syncPlan {
+	p := &syncPlan{want: map[tableID]*Table{}, have: map[tableID]*Table{}, inDelta: maps.Clone(b.inDelta)}
+	for _, id := range tableIDs() {
+		t := *b.applied[id]
+		t.Services = map[proxier.ServicePortName]*Fragment{}
+		p.have[id] = &t
+		p.want[id] = b.applied[id]
+	}
+	p.changed = b.changes.Changes(st)
+	p.names = p.changed
+	for _, name := range p.changed {
+		p.remember(name)
+		unplace(p.want, name)
+		svc, ok := st.Services[name]
+		if !ok {
+			delete(p.inDelta, name)
+			continue
+		}
+		kind := homeTable(svc)
+		if kind == MainTable {
+			kind = DeltaTable
+			p.inDelta[name] = true
+		} else {
+			delete(p.inDelta, name)
+		}
+		b.place(p.want, name, kind, st.Node, svc, st.Endpoints[name])
+	}
+	return p
+}
+
+// planFold moves every service port of the delta tables back to the main
+// ones.
+func (b *Backend) planFold(p *syncPlan) {
+	changed := make(map[proxier.ServicePortName]bool, len(p.names))
+	for _, name := range p.names {
+		changed[name] = true
+	}
+	names := append([]proxier.ServicePortName(nil), p.names...)
+	for name := range p.inDelta {
+		if !changed[name] { // a port is diffed once, wherever it goes
+			names = append(names, name)
+		}
+		p.remember(name)
+		for _, f := range families {
+			delta, main := p.want[tableID{f, DeltaTable}], p.want[tableID{f, MainTable}]
+			if fr := delta.Services[name]; fr != nil {
+				main.Services[name] = fr
+				delete(delta.Services, name)
+			}
+		}
+	}
+	p.names = names
+	p.inDelta = map[proxier.ServicePortName]bool{}
+}
+
+// shouldFold folds the delta into the main table when a sync has no change
+// of its own to make (a periodic sync; not the follow-up that deletes stale
+// chains, which would otherwise fold a second after every change), or when
+// the delta has grown so that validating it costs more than a fold is
+// worth.
+func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.ServicePortName]bool, total int) bool {
+	n := len(inDelta)
+	if n == 0 {
+		return false
+	}
+	limit := b.foldAt
+	if limit == 0 {
+		limit = max(64, total/16)
+	}
+	return changed == 0 && !cleanupDue || n > limit
+}
+
+// remember saves, once per sync, what the applied tables hold for a service
+// port before it is changed: have[id].Services gets the old fragment, or nil
+// when there was none.
+func (p *syncPlan) remember(name proxier.ServicePortName) {
+	for _, id := range tableIDs() {
+		if _, done := p.have[id].Services[name]; !done {
+			p.have[id].Services[name] = p.want[id].Services[name]
+		}
+	}
+}
+
+// undo puts back what remember saved, after a failed transaction.
+func (b *Backend) undo(have map[tableID]*Table) {
+	for id, t := range have {
+		for name, fr := range t.Services {
+			if fr == nil {
+				delete(b.applied[id].Services, name)
+			} else {
+				b.applied[id].Services[name] = fr
+			}
+		}
+	}
+}
+
+// place builds a service port's fragments into the tables of that kind.
+func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	for _, f := range families {
+		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
+			want[tableID{f, kind}].Services[name] = fr
+		}
+	}
+}
+
+// placeAll builds every service port of st into the tables of its home,
+// the fragments on all CPUs (they depend on their own inputs alone).
+func (b *Backend) placeAll(want map[tableID]*Table, st *proxier.State) {
+	names := make([]proxier.ServicePortName, 0, len(st.Services))
+	for name := range st.Services {
+		names = append(names, name)
+	}
+	built := make([][2]*Fragment, len(names)) // per family: IPv4, IPv6
+	inParallel(len(names), func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			svc := st.Services[names[i]]
+			for j, f := range families {
+				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints[names[i]])
+			}
+		}
+	})
+	for i, name := range names {
+		kind := homeTable(st.Services[name])
+		for j, f := range families {
+			if fr := built[i][j]; fr != nil {
+				want[tableID{f, kind}].Services[name] = fr
+			}
+		}
+	}
+}
+
+// unplace removes a service port from whichever table holds it.
+func unplace(want map[tableID]*Table, name proxier.ServicePortName) {
+	for _, id := range tableIDs() {
+		delete(want[id].Services, name)
+	}
+}
