@@ -21,12 +21,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // options are the flags shared by the proxy and `render`, with kube-proxy's
@@ -331,7 +333,7 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, problems := informers.LoadState(o.statePath, node)
+	st, problems := filesource.LoadState(o.statePath, node)
 	for _, p := range problems {
 		log.Warn("bad input", "err", p)
 	}
@@ -364,12 +366,12 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 	var client kubernetes.Interface
-	var files *informers.FileSource
+	var files *filesource.FileSource
 	if o.statePath == "" {
 		if client, err = o.apiClient(); err != nil {
 			return err
 		}
-	} else if files, err = informers.NewFileSource(o.statePath, node, log); err != nil {
+	} else if files, err = filesource.NewFileSource(o.statePath, node, log); err != nil {
 		return fmt.Errorf("--state: %w", err)
 	}
 	// One instance per network namespace: two would rewrite each other's
@@ -488,7 +490,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 
 	if client != nil {
-		b := informers.NewBuilder(node)
+		b := model.NewBuilder(node)
 		metrics.CountChanges(b.ChangeCounts)
 		loop.SetSource(func() *proxier.State {
 			st, triggers := b.StateWithTriggers()
@@ -498,7 +500,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 		})
 		// Each informer retries with its own URL in the error: one failure.
 		status := proxier.NewSourceStatus("api", log, syncPeriod, health, metrics).AnyText()
-		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
+		src := &apisource.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
 			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
 			// One small request per sync period notices a server gone
 			// silent (hung, or its packets dropped) within that period.
@@ -664,8 +666,8 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 	rc.QPS, rc.Burst, rc.ContentType = o.apiQPS, o.apiBurst, o.apiContentType
 	rc.UserAgent = "kube-nftproxy"
 	// Its connections can be closed and its requests held back while the
-	// API server is away (informers.APISource's watchdog).
-	client, err := informers.NewAPIClient(rc)
+	// API server is away (apisource.APISource's watchdog).
+	client, err := apisource.NewAPIClient(rc)
 	if err != nil {
 		return nil, err
 	}
