@@ -66,25 +66,10 @@ type watcher struct {
 }
 
 func watch(ctx context.Context, path string, onChange func(), opt watchOptions) error {
-	abs, err := filepath.Abs(path)
+	w, err := newWatcher(path)
 	if err != nil {
-		return fmt.Errorf("watching %s: %w", path, err)
+		return err
 	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return fmt.Errorf("watching %s: %w", path, err)
-	}
-	w := &watcher{dir: abs, parentWd: -1, writing: map[string]time.Time{}}
-	if !fi.IsDir() {
-		w.dir, w.base = filepath.Dir(abs), filepath.Base(abs)
-	}
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("watching %s: inotify_init1: %w", path, err)
-	}
-	// A non-blocking fd in an os.File goes through the runtime poller, so
-	// reads honour deadlines and Close wakes a blocked Read.
-	w.f = os.NewFile(uintptr(fd), "inotify")
 	defer w.f.Close()
 	stop := context.AfterFunc(ctx, func() { w.f.Close() })
 	defer stop()
@@ -99,30 +84,43 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 	if opt.ready != nil {
 		opt.ready()
 	}
+	d := &debounce{opt: opt, writing: w.writing}
+	return w.loop(ctx, path, onChange, d)
+}
 
-	buf := make([]byte, 64*1024)
-	var pending bool
-	var first, last time.Time
-	// fireAt is when a pending onChange is due: after the settle time or
-	// the longest delay, and not before the files being written are
-	// closed or waited for long enough.
-	fireAt := func() time.Time {
-		at := minTime(last.Add(opt.settle), first.Add(opt.maxDelay))
-		for _, since := range w.writing {
-			if until := since.Add(opt.writeWait); until.After(at) {
-				at = until
-			}
-		}
-		return at
+// newWatcher opens an inotify instance for path (a file is watched
+// through its directory); nothing is watched yet.
+func newWatcher(path string) (*watcher, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", path, err)
 	}
-	held := false
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", path, err)
+	}
+	w := &watcher{dir: abs, parentWd: -1, writing: map[string]time.Time{}}
+	if !fi.IsDir() {
+		w.dir, w.base = filepath.Dir(abs), filepath.Base(abs)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: inotify_init1: %w", path, err)
+	}
+	// A non-blocking fd in an os.File goes through the runtime poller, so
+	// reads honour deadlines and Close wakes a blocked Read.
+	w.f = os.NewFile(uintptr(fd), "inotify")
+	return w, nil
+}
+
+// loop reads events until ctx is done or reading fails, calling onChange
+// when d says a change is due.
+func (w *watcher) loop(ctx context.Context, path string, onChange func(), d *debounce) error {
+	buf := make([]byte, 64*1024)
 	for {
-		var deadline time.Time
-		if pending {
-			deadline = fireAt()
-		}
+		deadline := d.deadline()
 		if !w.alive {
-			if r := time.Now().Add(opt.retry); deadline.IsZero() || r.Before(deadline) {
+			if r := time.Now().Add(d.opt.retry); deadline.IsZero() || r.Before(deadline) {
 				deadline = r
 			}
 		}
@@ -135,50 +133,99 @@ func watch(ctx context.Context, path string, onChange func(), opt watchOptions) 
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if !w.alive && w.add() == nil {
 				// It came back; what it holds now may differ from before.
-				if opt.ready != nil {
-					opt.ready()
-				}
-				pending, first, last = markPending(pending, first, now)
+				d.ready()
+				d.mark(now)
 			}
 		case err != nil:
 			return doneOr(ctx, fmt.Errorf("watching %s: reading inotify events: %w", path, err))
 		case w.relevant(buf[:n], now):
-			pending, first, last = markPending(pending, first, now)
+			d.mark(now)
 		}
 		if w.repoint {
 			// The path's entry changed: watch what it names now.
 			w.repoint = false
 			w.remove()
 			w.alive = false
-			if w.add() == nil && opt.ready != nil {
-				opt.ready()
+			if w.add() == nil {
+				d.ready()
 			}
-			pending, first, last = markPending(pending, first, now)
+			d.mark(now)
 		}
-		if !pending {
-			continue
+		if d.due(now) {
+			onChange()
 		}
-		if at := fireAt(); now.Before(at) {
-			if !held && at.After(minTime(last.Add(opt.settle), first.Add(opt.maxDelay))) {
-				held = true
-				if opt.held != nil {
-					opt.held()
-				}
-			}
-			continue
-		}
-		// Waited long enough for any file still open: read it as it is.
-		clear(w.writing)
-		pending, held = false, false
-		onChange()
 	}
 }
 
-func markPending(pending bool, first, now time.Time) (bool, time.Time, time.Time) {
-	if !pending {
-		first = now
+// debounce coalesces events into onChange calls: one is pending from the
+// first event on, due after the settle time since the last event or the
+// longest delay since the first, and not before the files being written
+// (writing, shared with the watcher) are closed or waited for long enough.
+type debounce struct {
+	opt         watchOptions
+	writing     map[string]time.Time
+	pending     bool
+	first, last time.Time
+	held        bool // opt.held was called for the pending change
+}
+
+func (d *debounce) mark(now time.Time) {
+	if !d.pending {
+		d.first = now
 	}
-	return true, first, now
+	d.pending, d.last = true, now
+}
+
+func (d *debounce) ready() {
+	if d.opt.ready != nil {
+		d.opt.ready()
+	}
+}
+
+// settled is when the pending change is due, files being written aside.
+func (d *debounce) settled() time.Time {
+	return minTime(d.last.Add(d.opt.settle), d.first.Add(d.opt.maxDelay))
+}
+
+// fireAt is when the pending change is due.
+func (d *debounce) fireAt() time.Time {
+	at := d.settled()
+	for _, since := range d.writing {
+		if until := since.Add(d.opt.writeWait); until.After(at) {
+			at = until
+		}
+	}
+	return at
+}
+
+// deadline is when to stop waiting for events: when the pending change is
+// due; zero (none) when nothing is pending.
+func (d *debounce) deadline() time.Time {
+	if !d.pending {
+		return time.Time{}
+	}
+	return d.fireAt()
+}
+
+// due reports whether the pending change is due at now, and then clears
+// it. While it waits for a file being written, opt.held is called once.
+func (d *debounce) due(now time.Time) bool {
+	if !d.pending {
+		return false
+	}
+	if at := d.fireAt(); now.Before(at) {
+		if !d.held && at.After(d.settled()) {
+			d.held = true
+			if d.opt.held != nil {
+				d.opt.held()
+			}
+		}
+		return false
+	}
+	// Waited long enough for any file still open: read it as it is.
+	clear(d.writing)
+	d.pending, d.held = false, false
+	return true
 }
 
 func minTime(a, b time.Time) time.Time {

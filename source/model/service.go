@@ -31,34 +31,69 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 	}
 	ns := NamespaceOrDefault(svc.Namespace)
 	p := &problems{kind: "service", namespace: ns, name: svc.Name}
+	if !checkServiceMeta(svc, ns, p) {
+		return nil, p.err()
+	}
+	clusterIPs, ok := serviceClusterIPs(svc, p)
+	if !ok {
+		return nil, p.err()
+	}
+	tmpl := portTemplate(svc, clusterIPs, p)
+	ports := make([]*proxier.ServicePort, 0, len(svc.Spec.Ports))
+	seen := newPortsSeen()
+	for i := range svc.Spec.Ports {
+		sp := &svc.Spec.Ports[i]
+		proto, port, nodePort, ok := seen.check(svc, sp, portLabel(sp.Name, i), p)
+		if !ok {
+			continue
+		}
+		out := tmpl // the slices are shared: nothing modifies a ServicePort
+		out.Name = proxier.ServicePortName{Namespace: ns, Name: svc.Name, Port: sp.Name}
+		out.Protocol = proto
+		out.Port = port
+		out.NodePort = nodePort
+		ports = append(ports, &out)
+	}
+	if len(ports) == 0 {
+		p.add("no valid ports, service skipped")
+		return nil, p.err()
+	}
+	return ports, p.err()
+}
+
+// checkServiceMeta checks what a Service needs before its ports are
+// looked at: valid names and at least one port. A Service of unknown type
+// is only noted (it is treated as ClusterIP).
+func checkServiceMeta(svc *corev1.Service, ns string, p *problems) bool {
 	if svc.Name == "" {
 		p.add("metadata.name is empty")
-		return nil, p.err()
+		return false
 	}
 	// The API server allows nothing else; from a file, anything could come,
 	// and the names end up in kernel objects (comments of at most 128 bytes).
 	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 		p.add("metadata.namespace %q: %s, service skipped", ns, strings.Join(msgs, "; "))
-		return nil, p.err()
+		return false
 	}
 	if msgs := validation.IsDNS1123Label(svc.Name); len(msgs) > 0 {
 		p.add("metadata.name %q: %s, service skipped", svc.Name, strings.Join(msgs, "; "))
-		return nil, p.err()
+		return false
 	}
 	if len(svc.Spec.Ports) == 0 {
 		p.add("has no ports")
-		return nil, p.err()
+		return false
 	}
 	switch svc.Spec.Type {
 	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 	default:
 		p.add("unknown type %q, treated as ClusterIP", svc.Spec.Type)
 	}
-	clusterIPs, ok := serviceClusterIPs(svc, p)
-	if !ok {
-		return nil, p.err()
-	}
+	return true
+}
 
+// portTemplate is what every port of the Service shares: its addresses,
+// policies, affinity and load balancer settings.
+func portTemplate(svc *corev1.Service, clusterIPs []netip.Addr, p *problems) proxier.ServicePort {
 	// An address listed under two roles would become two map elements with
 	// one key, which the kernel refuses: the cluster IP keeps it, then the
 	// external IP.
@@ -95,72 +130,71 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 		p.add("no valid load balancer source range: load balancer IPs not programmed")
 		tmpl.LoadBalancerIPs = nil
 	}
+	return tmpl
+}
 
-	ports := make([]*proxier.ServicePort, 0, len(svc.Spec.Ports))
-	seenNames := map[string]bool{}
-	type protoPort struct {
-		proto proxier.Protocol
-		port  uint16
-	}
-	seenPorts := map[protoPort]bool{}
-	nodePortUsers := map[protoPort]string{} // node port -> label of the port using it
-	for i := range svc.Spec.Ports {
-		sp := &svc.Spec.Ports[i]
-		label := portLabel(sp.Name, i)
-		if sp.Name != "" {
-			// The API server checks a Service port's name as a DNS-1123
-			// label (up to 63 characters), not as a container port's
-			// IANA service name (up to 15).
-			if msgs := validation.IsDNS1123Label(sp.Name); len(msgs) > 0 {
-				p.add("%s: invalid name: %s, port skipped", label, strings.Join(msgs, "; "))
-				continue
-			}
-		}
-		proto, err := proxier.ParseProtocol(string(sp.Protocol))
-		if err != nil {
-			p.add("%s: %v, port skipped", label, err)
-			continue
-		}
-		port, ok := port16(sp.Port)
-		if !ok {
-			p.add("%s: port %d out of range 1-65535, port skipped", label, sp.Port)
-			continue
-		}
-		if seenNames[sp.Name] {
-			p.add("%s: duplicate port name, port skipped", label)
-			continue
-		}
-		if seenPorts[protoPort{proto, port}] {
-			p.add("%s: duplicate %s port %d, port skipped", label, proto, port)
-			continue
-		}
-		nodePort, ok := servicePortNodePort(svc, sp, label, p)
-		if !ok {
-			continue
-		}
-		if nodePort != 0 {
-			if other, dup := nodePortUsers[protoPort{proto, nodePort}]; dup {
-				p.add("%s: nodePort %d/%s is already used by %s, ignored", label, nodePort, proto, other)
-				nodePort = 0
-			} else {
-				nodePortUsers[protoPort{proto, nodePort}] = label
-			}
-		}
-		seenNames[sp.Name] = true
-		seenPorts[protoPort{proto, port}] = true
+type protoPort struct {
+	proto proxier.Protocol
+	port  uint16
+}
 
-		out := tmpl // the slices are shared: nothing modifies a ServicePort
-		out.Name = proxier.ServicePortName{Namespace: ns, Name: svc.Name, Port: sp.Name}
-		out.Protocol = proto
-		out.Port = port
-		out.NodePort = nodePort
-		ports = append(ports, &out)
+// portsSeen is what the ports of one Service checked so far took: names,
+// protocol and port pairs, and node ports (with the label of the port
+// using each).
+type portsSeen struct {
+	names     map[string]bool
+	ports     map[protoPort]bool
+	nodePorts map[protoPort]string
+}
+
+func newPortsSeen() *portsSeen {
+	return &portsSeen{names: map[string]bool{}, ports: map[protoPort]bool{}, nodePorts: map[protoPort]string{}}
+}
+
+// check converts one spec.ports entry. ok is false when the port is
+// skipped (the problem is noted); a node port another port of the Service
+// uses already is dropped alone.
+func (s *portsSeen) check(svc *corev1.Service, sp *corev1.ServicePort, label string, p *problems) (proto proxier.Protocol, port, nodePort uint16, ok bool) {
+	if sp.Name != "" {
+		// The API server checks a Service port's name as a DNS-1123
+		// label (up to 63 characters), not as a container port's
+		// IANA service name (up to 15).
+		if msgs := validation.IsDNS1123Label(sp.Name); len(msgs) > 0 {
+			p.add("%s: invalid name: %s, port skipped", label, strings.Join(msgs, "; "))
+			return "", 0, 0, false
+		}
 	}
-	if len(ports) == 0 {
-		p.add("no valid ports, service skipped")
-		return nil, p.err()
+	proto, err := proxier.ParseProtocol(string(sp.Protocol))
+	if err != nil {
+		p.add("%s: %v, port skipped", label, err)
+		return "", 0, 0, false
 	}
-	return ports, p.err()
+	if port, ok = port16(sp.Port); !ok {
+		p.add("%s: port %d out of range 1-65535, port skipped", label, sp.Port)
+		return "", 0, 0, false
+	}
+	if s.names[sp.Name] {
+		p.add("%s: duplicate port name, port skipped", label)
+		return "", 0, 0, false
+	}
+	if s.ports[protoPort{proto, port}] {
+		p.add("%s: duplicate %s port %d, port skipped", label, proto, port)
+		return "", 0, 0, false
+	}
+	if nodePort, ok = servicePortNodePort(svc, sp, label, p); !ok {
+		return "", 0, 0, false
+	}
+	if nodePort != 0 {
+		if other, dup := s.nodePorts[protoPort{proto, nodePort}]; dup {
+			p.add("%s: nodePort %d/%s is already used by %s, ignored", label, nodePort, proto, other)
+			nodePort = 0
+		} else {
+			s.nodePorts[protoPort{proto, nodePort}] = label
+		}
+	}
+	s.names[sp.Name] = true
+	s.ports[protoPort{proto, port}] = true
+	return proto, port, nodePort, true
 }
 
 func ignoredService(svc *corev1.Service) bool {
