@@ -143,3 +143,18 @@ func writeConfigYAML(t *testing.T, c *proxyconfig.KubeProxyConfiguration) string
 	}
 	return string(data)
 }
+
+// Every config field names a flag of the proxy command, once.
+func TestConfigFieldsNameFlags(t *testing.T) {
+	root := newRootCommand()
+	seen := map[string]bool{}
+	for _, f := range configFields() {
+		if root.Flags().Lookup(f.flag) == nil && root.PersistentFlags().Lookup(f.flag) == nil {
+			t.Errorf("config field of --%s: no such flag", f.flag)
+		}
+		if seen[f.flag] {
+			t.Errorf("--%s is bound twice", f.flag)
+		}
+		seen[f.flag] = true
+	}
+}
