@@ -243,22 +243,11 @@ func doneOr(ctx context.Context, err error) error {
 	return err
 }
 
-// add places the inotify watch. It runs inside Control so the fd cannot be
-// closed (and its number reused) underneath it.
+// add places the inotify watch on dir.
 func (w *watcher) add() error {
-	rc, err := w.f.SyscallConn()
+	wd, err := w.addWatch(w.dir, watchMask)
 	if err != nil {
 		return err
-	}
-	var wd int
-	var addErr error
-	if err := rc.Control(func(fd uintptr) {
-		wd, addErr = unix.InotifyAddWatch(int(fd), w.dir, watchMask)
-	}); err != nil {
-		return err
-	}
-	if addErr != nil {
-		return fmt.Errorf("inotify_add_watch %s: %w", w.dir, addErr)
 	}
 	w.wd, w.alive = wd, true
 	return nil
@@ -266,23 +255,32 @@ func (w *watcher) add() error {
 
 // addParent watches dir's parent for dir's own entry being replaced.
 func (w *watcher) addParent() error {
-	rc, err := w.f.SyscallConn()
+	wd, err := w.addWatch(filepath.Dir(w.dir), unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
 	if err != nil {
 		return err
+	}
+	w.parentWd = wd
+	return nil
+}
+
+// addWatch adds an inotify watch on path. It runs inside Control so the
+// fd cannot be closed (and its number reused) underneath it.
+func (w *watcher) addWatch(path string, mask uint32) (int, error) {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return 0, err
 	}
 	var wd int
 	var addErr error
 	if err := rc.Control(func(fd uintptr) {
-		wd, addErr = unix.InotifyAddWatch(int(fd), filepath.Dir(w.dir),
-			unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
+		wd, addErr = unix.InotifyAddWatch(int(fd), path, mask)
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	if addErr != nil {
-		return fmt.Errorf("inotify_add_watch %s: %w", filepath.Dir(w.dir), addErr)
+		return 0, fmt.Errorf("inotify_add_watch %s: %w", path, addErr)
 	}
-	w.parentWd = wd
-	return nil
+	return wd, nil
 }
 
 // remove drops the watch after the directory was moved away: the watch
