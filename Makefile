@@ -40,7 +40,7 @@ test: build lint
 # runs with the unit tests). FUZZTIME=5m for a longer one.
 FUZZTIME ?= 15s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./informers/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./source/filesource/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuildEncode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./nft/
 
 unit:

@@ -8,15 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
 // ours renders a state directory as the command does for --state.
 func ours(t *testing.T, dir, node string, clusterCIDR string) *nft.Ruleset {
 	t.Helper()
-	st, problems := informers.LoadState(dir, node)
+	st, problems := filesource.LoadState(dir, node)
 	if st == nil || len(problems) > 0 {
 		t.Fatalf("loading %s: %v", dir, problems)
 	}

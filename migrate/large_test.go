@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
 // largeService names the chains of largeDump's Service s.
@@ -243,7 +243,7 @@ func newLargeCase(tb testing.TB, shape string, services int) largeCase {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, problems := informers.LoadState(dir, "node-1")
+	st, problems := filesource.LoadState(dir, "node-1")
 	if st == nil || len(problems) > 0 {
 		tb.Fatalf("loading %s: %v", dir, problems)
 	}

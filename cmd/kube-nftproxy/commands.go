@@ -21,12 +21,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
 // options are the flags shared by the proxy and `render`, with kube-proxy's
@@ -204,53 +205,74 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := refuseUnsupported(cmd.Flags()); err != nil {
-				return err
-			}
-			if o.configFile != "" {
-				if err := o.loadConfig(o.configFile, cmd.Flags()); err != nil {
-					return err
-				}
-			}
-			if err := checkMode(o.proxyMode); err != nil {
-				return fmt.Errorf("--proxy-mode: %w", err)
-			}
-			if err := o.validatePeriods(); err != nil {
-				return err
-			}
-			if err := o.ipvs.validate(o.proxyMode); err != nil {
-				return err
-			}
-			if err := o.conntrackTuning().Validate(); err != nil {
-				return err
-			}
-			if err := validateOOMScoreAdj("--oom-score-adj", o.oomScoreAdj); err != nil {
-				return err
-			}
-			gates, err := parseFeatureGates(o.featureGates)
-			if err != nil {
-				return err
-			}
-			log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			defer flushLog()
-			if len(gates) > 0 {
-				log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
-			}
-			if o.writeConfigTo != "" {
-				return o.writeConfig(o.writeConfigTo)
-			}
-			if o.cleanup {
-				return runCleanup(cmd.Context(), o, cmd.OutOrStdout(), log)
-			}
-			return runProxy(cmd.Context(), o, log)
-		},
+		RunE:          func(cmd *cobra.Command, _ []string) error { return runRoot(cmd, o) },
 	}
 	fs := root.Flags()
 	o.addRuleFlags(fs)
+	o.addProxyFlags(fs)
+	addUnsupported(fs)
+	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
+	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
+	o.logStreams.addFlags(root.PersistentFlags())
+	addVersionFlag(root)
+	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
+	return root
+}
+
+// runRoot validates the settings (flags, then --config under them) and
+// does what they ask: write the configuration, clean up, or run the proxy.
+func runRoot(cmd *cobra.Command, o *options) error {
+	if err := refuseUnsupported(cmd.Flags()); err != nil {
+		return err
+	}
+	if o.configFile != "" {
+		if err := o.loadConfig(o.configFile, cmd.Flags()); err != nil {
+			return err
+		}
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	gates, err := parseFeatureGates(o.featureGates)
+	if err != nil {
+		return err
+	}
+	log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer flushLog()
+	if len(gates) > 0 {
+		log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
+	}
+	if o.writeConfigTo != "" {
+		return o.writeConfig(o.writeConfigTo)
+	}
+	if o.cleanup {
+		return runCleanup(cmd.Context(), o, cmd.OutOrStdout(), log)
+	}
+	return runProxy(cmd.Context(), o, log)
+}
+
+// validate checks the effective settings as kube-proxy does.
+func (o *options) validate() error {
+	if err := checkMode(o.proxyMode); err != nil {
+		return fmt.Errorf("--proxy-mode: %w", err)
+	}
+	if err := o.validatePeriods(); err != nil {
+		return err
+	}
+	if err := o.ipvs.validate(o.proxyMode); err != nil {
+		return err
+	}
+	if err := o.conntrackTuning().Validate(); err != nil {
+		return err
+	}
+	return validateOOMScoreAdj("--oom-score-adj", o.oomScoreAdj)
+}
+
+// addProxyFlags adds the proxy command's flags but the rule flags.
+func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
 	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
@@ -268,6 +290,15 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.DurationVar(&o.minSyncPeriod, "iptables-min-sync-period", time.Second, "the least time between two syncs (also the nftables one)")
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
 	o.ipvs.addFlags(fs)
+	o.addConntrackFlags(fs)
+	// For tests that show what goes wrong without the cleanup; not a
+	// kube-proxy flag, hence hidden.
+	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
+	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
+}
+
+// addConntrackFlags adds the --conntrack-* flags but be-liberal, a rule flag.
+func (o *options) addConntrackFlags(fs *pflag.FlagSet) {
 	ct := conntrack.DefaultTuning()
 	fs.Int32Var(&o.ctTuning.MaxPerCore, "conntrack-max-per-core", ct.MaxPerCore, "maximum number of NAT connections to track per CPU core (0 to leave the limit as-is and ignore conntrack-min)")
 	fs.Int32Var(&o.ctTuning.Min, "conntrack-min", ct.Min, "minimum number of conntrack entries to allocate, regardless of conntrack-max-per-core (set conntrack-max-per-core=0 to leave the limit as-is)")
@@ -275,17 +306,6 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs.DurationVar(&o.ctTuning.TCPCloseWaitTimeout, "conntrack-tcp-timeout-close-wait", ct.TCPCloseWaitTimeout, "NAT timeout for TCP connections in the CLOSE_WAIT state (0 to leave as-is)")
 	fs.DurationVar(&o.ctTuning.UDPTimeout, "conntrack-udp-timeout", ct.UDPTimeout, "idle timeout for UNREPLIED UDP connections (0 to leave as-is)")
 	fs.DurationVar(&o.ctTuning.UDPStreamTimeout, "conntrack-udp-timeout-stream", ct.UDPStreamTimeout, "idle timeout for ASSURED UDP connections (0 to leave as-is)")
-	// For tests that show what goes wrong without the cleanup; not a
-	// kube-proxy flag, hence hidden.
-	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
-	_ = fs.MarkHidden("testing-skip-conntrack-cleanup")
-	addUnsupported(fs)
-	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
-	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
-	o.logStreams.addFlags(root.PersistentFlags())
-	addVersionFlag(root)
-	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
-	return root
 }
 
 func newRenderCommand() *cobra.Command {
@@ -331,7 +351,7 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, problems := informers.LoadState(o.statePath, node)
+	st, problems := filesource.LoadState(o.statePath, node)
 	for _, p := range problems {
 		log.Warn("bad input", "err", p)
 	}
@@ -339,191 +359,6 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 		return nil, fmt.Errorf("reading state from %s failed: a file could not be read or parsed (see above)", o.statePath)
 	}
 	return st, nil
-}
-
-func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
-	cfg, err := o.nftConfig()
-	if err != nil {
-		return err
-	}
-	applyOOMScoreAdj(oomScoreAdjPath, o.oomScoreAdj, log)
-	minSyncPeriod, syncPeriod := o.periods()
-	var ipvsConn *ipvs.Conn
-	if o.proxyMode == modeIPVS {
-		// Before anything else: a kernel without IPVS is a clear error.
-		if ipvsConn, err = openIPVS(); err != nil {
-			return err
-		}
-		defer ipvsConn.Close()
-		if _, err := ipvsPlanConfig(o, cfg); err != nil {
-			return err
-		}
-	}
-	node, err := o.nodeName()
-	if err != nil {
-		return err
-	}
-	var client kubernetes.Interface
-	var files *informers.FileSource
-	if o.statePath == "" {
-		if client, err = o.apiClient(); err != nil {
-			return err
-		}
-	} else if files, err = informers.NewFileSource(o.statePath, node, log); err != nil {
-		return fmt.Errorf("--state: %w", err)
-	}
-	// One instance per network namespace: two would rewrite each other's
-	// tables at every sync.
-	lock, err := instance.Acquire()
-	if err != nil {
-		return fmt.Errorf("%w; stop it first", err)
-	}
-	defer lock.Release()
-	// kube-proxy's conntrack sysctls, once, before the first sync. A key
-	// that is missing or read-only here is a warning; other errors stop us.
-	if _, err := conntrack.NewTuner(log).Apply(o.conntrackTuning()); err != nil {
-		return fmt.Errorf("could not set conntrack parameters: %w", err)
-	}
-	k, err := nft.OpenKernel("")
-	if err != nil {
-		return needPrivileges("opening nftables", err)
-	}
-	defer k.Close()
-	// Fail now, not at every sync, when nftables cannot be used here.
-	if _, err := k.Generation(); err != nil {
-		return needPrivileges("talking to nftables", err)
-	}
-	// A kernel without something we program fails here, naming it, rather
-	// than at every sync (probed, never read from the version string).
-	if err := k.ProbeFeatures(ipvsConn != nil); err != nil {
-		return err
-	}
-	upstream := cleanUpstream(ipvsConn != nil, log)
-	var backend proxier.Backend
-	var nftBackend *nft.Backend
-	var ipvsBackend *ipvs.Backend
-	// The nftables backend's hooks, set once the loop and health exist.
-	var loop *proxier.Loop
-	var onDrift func(table string, diffs []string)
-	if ipvsConn != nil {
-		if ipvsBackend, err = newIPVSBackend(o, cfg, k, ipvsConn, log); err != nil {
-			return err
-		}
-		backend = ipvsBackend
-		// nftables mode's tables would DNAT before IPVS sees a packet.
-		if nb, err := nft.NewBackend(k, nft.BackendConfig{Rules: cfg, Log: log}); err == nil {
-			if removed, err := nb.Cleanup(ctx); err != nil {
-				log.Warn("could not remove nftables mode's tables", "err", err)
-			} else if removed {
-				log.Info("removed nftables mode's tables")
-			}
-		}
-	} else {
-		if nftBackend, err = nft.NewBackend(k, nft.BackendConfig{Rules: cfg, Log: log, CheckEvery: syncPeriod,
-			// Another process changed our tables: check and repair them
-			// now, not at the next periodic sync.
-			OnForeignChange: func() { loop.Changed() },
-			OnDrift:         func(table string, diffs []string) { onDrift(table, diffs) },
-		}); err != nil {
-			return err
-		}
-		backend = nftBackend
-	}
-	loop = proxier.NewLoop(backend, log)
-	loop.MinSyncPeriod, loop.SyncPeriod = minSyncPeriod, syncPeriod
-	if ipvsBackend != nil {
-		// Draining real servers are checked at the times it asks for;
-		// another process's change to a helper table is repaired now.
-		ipvsBackend.SyncAt = loop.SyncAt
-		ipvsBackend.OnForeignChange = loop.Changed
-	}
-	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
-	metrics := proxier.NewMetrics()
-	upstream.watch(ctx, log, metrics)
-	health.Answered = metrics.CountProbe
-	loop.OnQueued = func() {
-		health.Queued()
-		metrics.LastQueued.SetToCurrentTime()
-	}
-	onDrift = func(table string, _ []string) { // the backend logs what differed
-		health.Drifted()
-		metrics.DriftRepairs.WithLabelValues(table).Inc()
-	}
-	if ipvsBackend != nil {
-		ipvsBackend.OnDrift = onDrift
-	}
-	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
-		metrics.Observe(res, took, err)
-		if err == nil {
-			health.Updated()
-		}
-	}
-	// Health check node ports of externalTrafficPolicy Local Services,
-	// on the node's addresses, as kube-proxy.
-	// Every HTTP server's connections are counted and capped together,
-	// far below the open file limit.
-	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), log)
-	guard.OnDropped = metrics.CountDroppedConn
-	hc := &proxier.HealthChecks{Log: log, Healthy: health.Healthy, Addrs: nodePortAddrs(cfg), Guard: guard}
-	defer hc.Close(ctx)
-	cleanConntrack, err := conntrackCleaner(o, syncPeriod, log, metrics)
-	if err != nil {
-		return err
-	}
-	loop.OnApplied = func(st *proxier.State) {
-		hc.Update(st)
-		metrics.CountNoLocalEndpoints(st)
-		cleanConntrack(st)
-	}
-	if err := serve(ctx, log, guard, "health", o.healthzAddress, health.Handler()); err != nil {
-		return err
-	}
-	mode := modeNFTables
-	if ipvsBackend != nil {
-		mode = modeIPVS
-	}
-	if err := serve(ctx, log, guard, "metrics", o.metricsAddress, metrics.Handler(mode)); err != nil {
-		return err
-	}
-
-	if client != nil {
-		b := informers.NewBuilder(node)
-		metrics.CountChanges(b.ChangeCounts)
-		loop.SetSource(func() *proxier.State {
-			st, triggers := b.StateWithTriggers()
-			metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
-			health.SetNodeEligible(!st.Node.Leaving)
-			return st
-		})
-		// Each informer retries with its own URL in the error: one failure.
-		status := proxier.NewSourceStatus("api", log, syncPeriod, health, metrics).AnyText()
-		src := &informers.APISource{Client: client, Builder: b, Log: log, OnChange: loop.Changed,
-			OnReady: loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
-			// One small request per sync period notices a server gone
-			// silent (hung, or its packets dropped) within that period.
-			ProbeEvery: syncPeriod}
-		go func() {
-			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("API source stopped", "err", err)
-			}
-		}()
-		log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
-			"source", "API server", "node", node, "mode", mode)
-		return runLoop(ctx, loop, log)
-	}
-
-	files.OnState = loop.SetState
-	// A file that could not be read is retried as a failed sync is.
-	files.RetryMin, files.RetryMax = minSyncPeriod, syncPeriod
-	status := proxier.NewSourceStatus("file", log, syncPeriod, health, metrics)
-	files.OnError, files.OnRecovered = status.Failing, status.OK
-	go func() {
-		if err := files.Run(ctx); err != nil {
-			log.Error("watching the state stopped; changes are no longer followed", "err", err)
-		}
-	}()
-	log.Info("kube-nftproxy running", "state", o.statePath, "node", node, "mode", mode)
-	return runLoop(ctx, loop, log)
 }
 
 // runLoop runs the sync loop until a signal, and says so when it stops: the
@@ -629,10 +464,10 @@ func refuseUnsupported(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// serve runs an HTTP server until ctx ends; an empty address disables it.
+// serveHTTP runs an HTTP server until ctx ends; an empty address disables it.
 // It fails at once when the address cannot be bound. guard bounds its
 // connections and their idle time.
-func serve(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler) error {
+func serveHTTP(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler) error {
 	if addr == "" {
 		return nil
 	}
@@ -663,8 +498,8 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 	rc.QPS, rc.Burst, rc.ContentType = o.apiQPS, o.apiBurst, o.apiContentType
 	rc.UserAgent = "kube-nftproxy"
 	// Its connections can be closed and its requests held back while the
-	// API server is away (informers.APISource's watchdog).
-	client, err := informers.NewAPIClient(rc)
+	// API server is away (apisource.APISource's watchdog).
+	client, err := apisource.NewAPIClient(rc)
 	if err != nil {
 		return nil, err
 	}

@@ -26,8 +26,9 @@ const (
 )
 
 // loadConfig reads a KubeProxyConfiguration (strictly: unknown fields are
-// errors) and takes the settings we support from it, except those given as
-// flags, which win. Settings we do not support are refused, not ignored.
+// errors) and takes the settings we support from it (configFields), except
+// those given as flags, which win. Settings we do not support are refused,
+// not ignored.
 func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -40,79 +41,18 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err := errors.Join(checkMode(string(c.Mode)), checkConfigPeriods(c)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
-	if c.Mode != "" && !fs.Changed("proxy-mode") {
-		o.proxyMode = string(c.Mode)
-	}
-	set := func(flag string, apply func()) {
-		if !fs.Changed(flag) {
-			apply()
-		}
-	}
-	str := func(flag string, dst *string, v string) {
-		if v != "" {
-			set(flag, func() { *dst = v })
-		}
-	}
-	dur := func(flag string, dst *time.Duration, v metav1.Duration) {
-		if v.Duration != 0 {
-			set(flag, func() { *dst = v.Duration })
-		}
-	}
-	str("hostname-override", &o.hostnameOverride, c.HostnameOverride)
-	str("cluster-cidr", &o.clusterCIDR, c.ClusterCIDR)
-	str("healthz-bind-address", &o.healthzAddress, c.HealthzBindAddress)
-	str("metrics-bind-address", &o.metricsAddress, c.MetricsBindAddress)
-	str("kubeconfig", &o.kubeconfig, c.ClientConnection.Kubeconfig)
-	str("kube-api-content-type", &o.apiContentType, c.ClientConnection.ContentType)
-	if c.ClientConnection.QPS != 0 {
-		set("kube-api-qps", func() { o.apiQPS = c.ClientConnection.QPS })
-	}
-	if c.ClientConnection.Burst != 0 {
-		set("kube-api-burst", func() { o.apiBurst = int(c.ClientConnection.Burst) })
-	}
-	str("detect-local-mode", &o.detectLocalMode, string(c.DetectLocalMode))
-	str("pod-bridge-interface", &o.bridgeInterface, c.DetectLocal.BridgeInterface)
-	str("pod-interface-name-prefix", &o.ifacePrefix, c.DetectLocal.InterfaceNamePrefix)
-	if len(c.NodePortAddresses) > 0 {
-		set("nodeport-addresses", func() { o.nodePortAddrs = c.NodePortAddresses })
-	}
-	if c.NFTables.MasqueradeAll {
-		set("masquerade-all", func() { o.masqueradeAll = true })
-	}
-	if c.NFTables.MasqueradeBit != nil {
-		set("iptables-masquerade-bit", func() { o.masqueradeBit = int(*c.NFTables.MasqueradeBit) })
-	}
-	dur("iptables-sync-period", &o.syncPeriod, c.NFTables.SyncPeriod)
-	dur("iptables-min-sync-period", &o.minSyncPeriod, c.NFTables.MinSyncPeriod)
-	if c.Conntrack.TCPBeLiberal {
-		set("conntrack-tcp-be-liberal", func() { o.tcpBeLiberal = true })
-	}
-	// As upstream: a nil pointer keeps the default, a zero value leaves the
-	// kernel's setting alone.
-	ct := c.Conntrack
-	if ct.MaxPerCore != nil {
-		set("conntrack-max-per-core", func() { o.ctTuning.MaxPerCore = *ct.MaxPerCore })
-	}
-	if ct.Min != nil {
-		set("conntrack-min", func() { o.ctTuning.Min = *ct.Min })
-	}
-	if ct.TCPEstablishedTimeout != nil {
-		set("conntrack-tcp-timeout-established", func() { o.ctTuning.TCPEstablishedTimeout = ct.TCPEstablishedTimeout.Duration })
-	}
-	if ct.TCPCloseWaitTimeout != nil {
-		set("conntrack-tcp-timeout-close-wait", func() { o.ctTuning.TCPCloseWaitTimeout = ct.TCPCloseWaitTimeout.Duration })
-	}
-	dur("conntrack-udp-timeout", &o.ctTuning.UDPTimeout, ct.UDPTimeout)
-	dur("conntrack-udp-timeout-stream", &o.ctTuning.UDPStreamTimeout, ct.UDPStreamTimeout)
 	if c.OOMScoreAdj != nil {
 		if err := validateOOMScoreAdj("oomScoreAdj", *c.OOMScoreAdj); err != nil {
 			return fmt.Errorf("--config %s: %w", path, err)
 		}
-		set("oom-score-adj", func() { o.oomScoreAdj = *c.OOMScoreAdj })
 	}
-	o.ipvs.loadConfig(c.IPVS, fs)
-	if err := o.loadLoggingConfig(c, fs); err != nil {
+	if err := checkLoggingConfig(c); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	for _, f := range configFields() {
+		if f.load != nil && !fs.Changed(f.flag) {
+			f.load(c, o)
+		}
 	}
 	return nil
 }
@@ -243,41 +183,11 @@ func checkMode(mode string) error {
 // writeConfig writes the effective settings as a KubeProxyConfiguration,
 // as --write-config-to does.
 func (o *options) writeConfig(path string) error {
-	bit := int32(o.masqueradeBit)
-	ct := o.ctTuning
-	c := proxyconfig.KubeProxyConfiguration{
-		TypeMeta:           metav1.TypeMeta{APIVersion: configAPIVersion, Kind: configKind},
-		HostnameOverride:   o.hostnameOverride,
-		ClusterCIDR:        o.clusterCIDR,
-		HealthzBindAddress: o.healthzAddress,
-		MetricsBindAddress: o.metricsAddress,
-		BindAddress:        o.bindAddress,
-		Mode:               proxyconfig.ProxyMode(o.proxyMode),
-		DetectLocalMode:    proxyconfig.LocalMode(o.detectLocalMode),
-		DetectLocal: proxyconfig.DetectLocalConfiguration{
-			BridgeInterface: o.bridgeInterface, InterfaceNamePrefix: o.ifacePrefix,
-		},
-		NodePortAddresses: o.nodePortAddrs,
-		OOMScoreAdj:       &o.oomScoreAdj,
-		NFTables: proxyconfig.KubeProxyNFTablesConfiguration{
-			MasqueradeBit: &bit, MasqueradeAll: o.masqueradeAll,
-			SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
-		},
-		IPVS: o.ipvs.config(),
-		Conntrack: proxyconfig.KubeProxyConntrackConfiguration{
-			MaxPerCore: &ct.MaxPerCore, Min: &ct.Min,
-			TCPEstablishedTimeout: &metav1.Duration{Duration: ct.TCPEstablishedTimeout},
-			TCPCloseWaitTimeout:   &metav1.Duration{Duration: ct.TCPCloseWaitTimeout},
-			TCPBeLiberal:          o.tcpBeLiberal,
-			UDPTimeout:            metav1.Duration{Duration: ct.UDPTimeout},
-			UDPStreamTimeout:      metav1.Duration{Duration: ct.UDPStreamTimeout},
-		},
+	c := kubeProxyConfig{TypeMeta: metav1.TypeMeta{APIVersion: configAPIVersion, Kind: configKind}}
+	for _, f := range configFields() {
+		f.store(o, &c)
 	}
-	c.ClientConnection.Kubeconfig = o.kubeconfig
-	c.ClientConnection.QPS = o.apiQPS
-	c.ClientConnection.Burst = int32(o.apiBurst)
-	c.ClientConnection.ContentType = o.apiContentType
-	o.loggingConfig(&c)
+	c.Logging.FlushFrequency.Duration.Duration, c.Logging.FlushFrequency.SerializeAsString = logFlushPeriod, true
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encoding the configuration: %w", err)

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
@@ -108,33 +106,6 @@ func (o *ipvsOptions) exclude() ([]netip.Prefix, error) {
 
 func (o *ipvsOptions) timeouts() ipvs.Timeouts {
 	return ipvs.Timeouts{TCP: o.tcpTimeout, TCPFin: o.tcpFinTimeout, UDP: o.udpTimeout}
-}
-
-// loadConfig takes the ipvs block of a KubeProxyConfiguration, except what
-// flags given on the command line set.
-func (o *ipvsOptions) loadConfig(c proxyconfig.KubeProxyIPVSConfiguration, fs *pflag.FlagSet) {
-	set := func(flag string, ok bool, apply func()) {
-		if ok && !fs.Changed(flag) {
-			apply()
-		}
-	}
-	set("ipvs-scheduler", c.Scheduler != "", func() { o.scheduler = c.Scheduler })
-	set("ipvs-sync-period", c.SyncPeriod.Duration != 0, func() { o.syncPeriod = c.SyncPeriod.Duration })
-	set("ipvs-min-sync-period", c.MinSyncPeriod.Duration != 0, func() { o.minSyncPeriod = c.MinSyncPeriod.Duration })
-	set("ipvs-exclude-cidrs", len(c.ExcludeCIDRs) > 0, func() { o.excludeCIDRs = c.ExcludeCIDRs })
-	set("ipvs-strict-arp", c.StrictARP, func() { o.strictARP = true })
-	set("ipvs-tcp-timeout", c.TCPTimeout.Duration != 0, func() { o.tcpTimeout = c.TCPTimeout.Duration })
-	set("ipvs-tcpfin-timeout", c.TCPFinTimeout.Duration != 0, func() { o.tcpFinTimeout = c.TCPFinTimeout.Duration })
-	set("ipvs-udp-timeout", c.UDPTimeout.Duration != 0, func() { o.udpTimeout = c.UDPTimeout.Duration })
-}
-
-func (o *ipvsOptions) config() proxyconfig.KubeProxyIPVSConfiguration {
-	return proxyconfig.KubeProxyIPVSConfiguration{
-		SyncPeriod: metav1.Duration{Duration: o.syncPeriod}, MinSyncPeriod: metav1.Duration{Duration: o.minSyncPeriod},
-		Scheduler: o.scheduler, ExcludeCIDRs: o.excludeCIDRs, StrictARP: o.strictARP,
-		TCPTimeout: metav1.Duration{Duration: o.tcpTimeout}, TCPFinTimeout: metav1.Duration{Duration: o.tcpFinTimeout},
-		UDPTimeout: metav1.Duration{Duration: o.udpTimeout},
-	}
 }
 
 // periods are the loop's sync periods: the --ipvs-* ones in ipvs mode,

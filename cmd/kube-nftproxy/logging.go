@@ -172,11 +172,11 @@ func (b *bufferedWriter) flush() {
 	_ = b.w.Flush()
 }
 
-// loadLoggingConfig takes the logging section of a KubeProxyConfiguration
-// (component-base's LoggingConfiguration) as the logging flags: a flag
-// given wins; vmodule and a flush frequency other than the default are
-// refused, as --vmodule and --log-flush-frequency are.
-func (o *options) loadLoggingConfig(c *proxyconfig.KubeProxyConfiguration, fs *pflag.FlagSet) error {
+// checkLoggingConfig refuses the logging settings of a
+// KubeProxyConfiguration (component-base's LoggingConfiguration) that have
+// no flag here: vmodule and a flush frequency other than the default, as
+// --vmodule and --log-flush-frequency are. The others are configFields.
+func checkLoggingConfig(c *proxyconfig.KubeProxyConfiguration) error {
 	lc := c.Logging
 	if len(lc.VModule) > 0 {
 		return errors.New("logging.vmodule is not supported by kube-nftproxy (yet), as --vmodule")
@@ -184,43 +184,5 @@ func (o *options) loadLoggingConfig(c *proxyconfig.KubeProxyConfiguration, fs *p
 	if d := lc.FlushFrequency.Duration.Duration; d != 0 && d != logFlushPeriod {
 		return fmt.Errorf("logging.flushFrequency %s: kube-nftproxy supports only the default, %s (--log-flush-frequency is not supported either)", d, logFlushPeriod)
 	}
-	set := func(flag string, apply func()) {
-		if !fs.Changed(flag) {
-			apply()
-		}
-	}
-	if lc.Format != "" {
-		set("logging-format", func() { o.logFormat = lc.Format })
-	}
-	if lc.Verbosity != 0 {
-		set("v", func() { o.verbosity = int(lc.Verbosity) })
-	}
-	text, json := lc.Options.Text.OutputRoutingOptions, lc.Options.JSON.OutputRoutingOptions
-	if text.SplitStream {
-		set("log-text-split-stream", func() { o.logStreams.textSplit = true })
-	}
-	if !text.InfoBufferSize.IsZero() {
-		set("log-text-info-buffer-size", func() { o.logStreams.textBuffer = text.InfoBufferSize })
-	}
-	if json.SplitStream {
-		set("log-json-split-stream", func() { o.logStreams.jsonSplit = true })
-	}
-	if !json.InfoBufferSize.IsZero() {
-		set("log-json-info-buffer-size", func() { o.logStreams.jsonBuffer = json.InfoBufferSize })
-	}
 	return nil
 }
-
-// loggingConfig is the effective logging settings, for --write-config-to.
-func (o *options) loggingConfig(c *proxyconfig.KubeProxyConfiguration) {
-	lc := &c.Logging
-	lc.Format = o.logFormat
-	setUint32(&lc.Verbosity, uint32(max(o.verbosity, 0)))
-	lc.FlushFrequency.Duration.Duration, lc.FlushFrequency.SerializeAsString = logFlushPeriod, true
-	lc.Options.Text.SplitStream, lc.Options.Text.InfoBufferSize = o.logStreams.textSplit, o.logStreams.textBuffer
-	lc.Options.JSON.SplitStream, lc.Options.JSON.InfoBufferSize = o.logStreams.jsonSplit, o.logStreams.jsonBuffer
-}
-
-// setUint32 sets a uint32-based field without importing its package
-// (component-base's VerbosityLevel).
-func setUint32[T ~uint32](p *T, v uint32) { *p = T(v) }

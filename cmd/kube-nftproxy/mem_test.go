@@ -24,9 +24,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // TestProxyMemory is the proxy's memory at scale without an API server:
@@ -120,9 +121,9 @@ func TestProxyMemory(t *testing.T) {
 	stage("start")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	b := informers.NewBuilder(node)
+	b := model.NewBuilder(node)
 	ready := make(chan struct{})
-	src := &informers.APISource{Client: client, Builder: b, OnReady: func() { close(ready) }}
+	src := &apisource.APISource{Client: client, Builder: b, OnReady: func() { close(ready) }}
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
 	select {

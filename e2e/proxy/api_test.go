@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/kube-nftproxy/kube-nftproxy/informers"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // Names and addresses of the API tests' Services.
@@ -60,11 +60,11 @@ func TestAPI(t *testing.T) {
 			t.Logf("MEASURED update -> pod-b only: %v", all.Round(time.Millisecond))
 		}},
 		{"IgnoredServicesNotProgrammed", func(t *testing.T) {
-			other := map[string]string{informers.LabelServiceProxyName: "other"}
+			other := map[string]string{model.LabelServiceProxyName: "other"}
 			a.do(t, "POST", servicesPath, apiService(apiOtherName, apiOtherIP, other), nil)
 			a.do(t, "POST", slicesPath, apiSlice(apiOtherName, other, podA), nil)
 			a.do(t, "POST", servicesPath, apiService(apiHeadless, "None", nil), nil)
-			a.do(t, "POST", slicesPath, apiSlice(apiHeadless, map[string]string{informers.LabelHeadless: ""}, podA), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiHeadless, map[string]string{model.LabelHeadless: ""}, podA), nil)
 			// A Service of ours created after them: once it is programmed,
 			// the proxy has seen the ignored ones too (one watch stream,
 			// in order).

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
+)
+
+type kubeProxyConfig = proxyconfig.KubeProxyConfiguration
+
+// configField ties one flag to its KubeProxyConfiguration field: --config
+// takes the field, when the file sets it and the flag was not given, and
+// --write-config-to writes the effective value back. One list of them,
+// configFields, serves both, so a setting cannot be read and not written,
+// or the reverse.
+type configField struct {
+	flag string
+	// load copies the field into o if the file sets it (a zero value or a
+	// nil pointer does not); nil for a field that is only written.
+	load  func(c *kubeProxyConfig, o *options)
+	store func(o *options, c *kubeProxyConfig)
+}
+
+// configFields are the settings --config and --write-config-to share.
+func configFields() []configField {
+	var all []configField
+	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), loggingFields()} {
+		all = append(all, group...)
+	}
+	return all
+}
+
+// generalFields are the settings outside the mode and conntrack sections.
+func generalFields() []configField {
+	type c = kubeProxyConfig
+	return []configField{
+		// bindAddress is written, but not taken from the file (as ever):
+		// kube-nftproxy only accepts it for compatibility.
+		{flag: "bind-address", store: func(o *options, c *kubeProxyConfig) { c.BindAddress = o.bindAddress }},
+		text("proxy-mode", func(o *options) *string { return &o.proxyMode }, func(c *c) *proxyconfig.ProxyMode { return &c.Mode }),
+		same("hostname-override", func(o *options) *string { return &o.hostnameOverride }, func(c *c) *string { return &c.HostnameOverride }),
+		same("cluster-cidr", func(o *options) *string { return &o.clusterCIDR }, func(c *c) *string { return &c.ClusterCIDR }),
+		same("healthz-bind-address", func(o *options) *string { return &o.healthzAddress }, func(c *c) *string { return &c.HealthzBindAddress }),
+		same("metrics-bind-address", func(o *options) *string { return &o.metricsAddress }, func(c *c) *string { return &c.MetricsBindAddress }),
+		same("kubeconfig", func(o *options) *string { return &o.kubeconfig }, func(c *c) *string { return &c.ClientConnection.Kubeconfig }),
+		same("kube-api-content-type", func(o *options) *string { return &o.apiContentType }, func(c *c) *string { return &c.ClientConnection.ContentType }),
+		same("kube-api-qps", func(o *options) *float32 { return &o.apiQPS }, func(c *c) *float32 { return &c.ClientConnection.QPS }),
+		integer("kube-api-burst", func(o *options) *int { return &o.apiBurst }, func(c *c) *int32 { return &c.ClientConnection.Burst }),
+		text("detect-local-mode", func(o *options) *string { return &o.detectLocalMode }, func(c *c) *proxyconfig.LocalMode { return &c.DetectLocalMode }),
+		same("pod-bridge-interface", func(o *options) *string { return &o.bridgeInterface }, func(c *c) *string { return &c.DetectLocal.BridgeInterface }),
+		same("pod-interface-name-prefix", func(o *options) *string { return &o.ifacePrefix }, func(c *c) *string { return &c.DetectLocal.InterfaceNamePrefix }),
+		list("nodeport-addresses", func(o *options) *[]string { return &o.nodePortAddrs }, func(c *c) *[]string { return &c.NodePortAddresses }),
+		pointer("oom-score-adj", func(o *options) *int32 { return &o.oomScoreAdj }, func(c *c) **int32 { return &c.OOMScoreAdj }),
+	}
+}
+
+// nftablesFields are the nftables section's settings (the --iptables-*
+// flags, as in kube-proxy).
+func nftablesFields() []configField {
+	type c = kubeProxyConfig
+	return []configField{
+		same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.NFTables.MasqueradeAll }),
+		pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.NFTables.MasqueradeBit }),
+		same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.NFTables.SyncPeriod.Duration }),
+		same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.NFTables.MinSyncPeriod.Duration }),
+	}
+}
+
+// ipvsFields are the ipvs section's settings (the --ipvs-* flags).
+func ipvsFields() []configField {
+	type c = kubeProxyConfig
+	return []configField{
+		same("ipvs-sync-period", func(o *options) *time.Duration { return &o.ipvs.syncPeriod }, func(c *c) *time.Duration { return &c.IPVS.SyncPeriod.Duration }),
+		same("ipvs-min-sync-period", func(o *options) *time.Duration { return &o.ipvs.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPVS.MinSyncPeriod.Duration }),
+		same("ipvs-scheduler", func(o *options) *string { return &o.ipvs.scheduler }, func(c *c) *string { return &c.IPVS.Scheduler }),
+		list("ipvs-exclude-cidrs", func(o *options) *[]string { return &o.ipvs.excludeCIDRs }, func(c *c) *[]string { return &c.IPVS.ExcludeCIDRs }),
+		same("ipvs-strict-arp", func(o *options) *bool { return &o.ipvs.strictARP }, func(c *c) *bool { return &c.IPVS.StrictARP }),
+		same("ipvs-tcp-timeout", func(o *options) *time.Duration { return &o.ipvs.tcpTimeout }, func(c *c) *time.Duration { return &c.IPVS.TCPTimeout.Duration }),
+		same("ipvs-tcpfin-timeout", func(o *options) *time.Duration { return &o.ipvs.tcpFinTimeout }, func(c *c) *time.Duration { return &c.IPVS.TCPFinTimeout.Duration }),
+		same("ipvs-udp-timeout", func(o *options) *time.Duration { return &o.ipvs.udpTimeout }, func(c *c) *time.Duration { return &c.IPVS.UDPTimeout.Duration }),
+	}
+}
+
+// conntrackFields are the conntrack section's settings (the --conntrack-*
+// flags). As upstream: a nil pointer keeps the default, a zero value
+// leaves the kernel's setting alone.
+func conntrackFields() []configField {
+	type c = kubeProxyConfig
+	return []configField{
+		pointer("conntrack-max-per-core", func(o *options) *int32 { return &o.ctTuning.MaxPerCore }, func(c *c) **int32 { return &c.Conntrack.MaxPerCore }),
+		pointer("conntrack-min", func(o *options) *int32 { return &o.ctTuning.Min }, func(c *c) **int32 { return &c.Conntrack.Min }),
+		durationPointer("conntrack-tcp-timeout-established", func(o *options) *time.Duration { return &o.ctTuning.TCPEstablishedTimeout },
+			func(c *c) **metav1.Duration { return &c.Conntrack.TCPEstablishedTimeout }),
+		durationPointer("conntrack-tcp-timeout-close-wait", func(o *options) *time.Duration { return &o.ctTuning.TCPCloseWaitTimeout },
+			func(c *c) **metav1.Duration { return &c.Conntrack.TCPCloseWaitTimeout }),
+		same("conntrack-tcp-be-liberal", func(o *options) *bool { return &o.tcpBeLiberal }, func(c *c) *bool { return &c.Conntrack.TCPBeLiberal }),
+		same("conntrack-udp-timeout", func(o *options) *time.Duration { return &o.ctTuning.UDPTimeout }, func(c *c) *time.Duration { return &c.Conntrack.UDPTimeout.Duration }),
+		same("conntrack-udp-timeout-stream", func(o *options) *time.Duration { return &o.ctTuning.UDPStreamTimeout },
+			func(c *c) *time.Duration { return &c.Conntrack.UDPStreamTimeout.Duration }),
+	}
+}
+
+// loggingFields are the logging section's settings (component-base's
+// LoggingConfiguration) that have flags; see checkLoggingConfig for the
+// ones refused.
+func loggingFields() []configField {
+	type c = kubeProxyConfig
+	return []configField{
+		same("logging-format", func(o *options) *string { return &o.logFormat }, func(c *c) *string { return &c.Logging.Format }),
+		{flag: "v",
+			load: func(c *kubeProxyConfig, o *options) {
+				if v := c.Logging.Verbosity; v != 0 {
+					o.verbosity = int(v)
+				}
+			},
+			store: func(o *options, c *kubeProxyConfig) { setUint32(&c.Logging.Verbosity, uint32(max(o.verbosity, 0))) }},
+		same("log-text-split-stream", func(o *options) *bool { return &o.logStreams.textSplit },
+			func(c *c) *bool { return &c.Logging.Options.Text.SplitStream }),
+		quantity("log-text-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.textBuffer },
+			func(c *c) *resource.QuantityValue { return &c.Logging.Options.Text.InfoBufferSize }),
+		same("log-json-split-stream", func(o *options) *bool { return &o.logStreams.jsonSplit },
+			func(c *c) *bool { return &c.Logging.Options.JSON.SplitStream }),
+		quantity("log-json-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.jsonBuffer },
+			func(c *c) *resource.QuantityValue { return &c.Logging.Options.JSON.InfoBufferSize }),
+	}
+}
+
+// setUint32 sets a uint32-based field without importing its package
+// (component-base's VerbosityLevel).
+func setUint32[T ~uint32](p *T, v uint32) { *p = T(v) }
+
+// field binds an option to a config field through conversions; a zero
+// field is not set.
+func field[O any, C comparable](flag string, opt func(*options) *O, cfg func(*kubeProxyConfig) *C, toOpt func(C) O, toCfg func(O) C) configField {
+	return configField{
+		flag: flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			var zero C
+			if v := *cfg(c); v != zero {
+				*opt(o) = toOpt(v)
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = toCfg(*opt(o)) },
+	}
+}
+
+// same binds an option to a config field of its type.
+func same[T comparable](flag string, opt func(*options) *T, cfg func(*kubeProxyConfig) *T) configField {
+	identity := func(v T) T { return v }
+	return field(flag, opt, cfg, identity, identity)
+}
+
+// text binds a string option to a string-based field (a mode).
+func text[O, C ~string](flag string, opt func(*options) *O, cfg func(*kubeProxyConfig) *C) configField {
+	return field(flag, opt, cfg, func(v C) O { return O(v) }, func(v O) C { return C(v) })
+}
+
+// integer binds an integer option to an integer field of another size.
+func integer[O, C ~int | ~int32](flag string, opt func(*options) *O, cfg func(*kubeProxyConfig) *C) configField {
+	return field(flag, opt, cfg, func(v C) O { return O(v) }, func(v O) C { return C(v) })
+}
+
+// pointer binds an integer option to a pointer field: nil is not set, and
+// the effective value is always written.
+func pointer[O, C ~int | ~int32](flag string, opt func(*options) *O, cfg func(*kubeProxyConfig) **C) configField {
+	return configField{
+		flag: flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			if p := *cfg(c); p != nil {
+				*opt(o) = O(*p)
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) { v := C(*opt(o)); *cfg(c) = &v },
+	}
+}
+
+// durationPointer is pointer for a *metav1.Duration field.
+func durationPointer(flag string, opt func(*options) *time.Duration, cfg func(*kubeProxyConfig) **metav1.Duration) configField {
+	return configField{
+		flag: flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			if p := *cfg(c); p != nil {
+				*opt(o) = p.Duration
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = &metav1.Duration{Duration: *opt(o)} },
+	}
+}
+
+// list binds a list option to a list field; an empty list is not set.
+func list(flag string, opt func(*options) *[]string, cfg func(*kubeProxyConfig) *[]string) configField {
+	return configField{
+		flag: flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			if v := *cfg(c); len(v) > 0 {
+				*opt(o) = v
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = *opt(o) },
+	}
+}
+
+// quantity binds a size option to a size field; zero is not set.
+func quantity(flag string, opt func(*options) *resource.QuantityValue, cfg func(*kubeProxyConfig) *resource.QuantityValue) configField {
+	return configField{
+		flag: flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			if v := *cfg(c); !v.IsZero() {
+				*opt(o) = v
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = *opt(o) },
+	}
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
+	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+)
+
+// proxyServer is the running proxy. runProxy builds it in order: the
+// checks and the source's client or files (prepare), the kernel handles
+// (openKernel), the mode's backend, the sync loop, health and metrics
+// (observe) and their servers (serve); then run starts the source and the
+// loop. What a step opened is closed, last first, when runProxy returns.
+type proxyServer struct {
+	o                         *options
+	log                       *slog.Logger
+	cfg                       nft.Config
+	mode                      string // modeNFTables or modeIPVS
+	node                      string
+	minSyncPeriod, syncPeriod time.Duration
+
+	ipvsConn *ipvs.Conn // IPVS mode only
+	kernel   *nft.Kernel
+	upstream *upstreamCleanup
+	backend  *modeBackend
+	loop     *proxier.Loop
+	health   *proxier.Health
+	metrics  *proxier.Metrics
+	source   stateSource
+
+	closers []func()
+}
+
+func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
+	s := &proxyServer{o: o, log: log}
+	defer s.close()
+	for _, step := range []func(context.Context) error{
+		s.prepare, s.openKernel, s.buildBackend, s.buildLoop, s.observe, s.serve,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return s.run(ctx)
+}
+
+// onClose adds what close undoes.
+func (s *proxyServer) onClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *proxyServer) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// prepare checks the settings and opens what can fail on bad input before
+// anything on the node is touched: IPVS, the API client, the state files.
+func (s *proxyServer) prepare(context.Context) error {
+	cfg, err := s.o.nftConfig()
+	if err != nil {
+		return err
+	}
+	s.cfg = cfg
+	applyOOMScoreAdj(oomScoreAdjPath, s.o.oomScoreAdj, s.log)
+	s.minSyncPeriod, s.syncPeriod = s.o.periods()
+	s.mode = modeNFTables
+	if s.o.proxyMode == modeIPVS {
+		s.mode = modeIPVS
+		// Before anything else: a kernel without IPVS is a clear error.
+		if s.ipvsConn, err = openIPVS(); err != nil {
+			return err
+		}
+		s.onClose(func() { s.ipvsConn.Close() })
+		if _, err := ipvsPlanConfig(s.o, cfg); err != nil {
+			return err
+		}
+	}
+	if s.node, err = s.o.nodeName(); err != nil {
+		return err
+	}
+	s.source, err = newStateSource(s.o, s.node, s.log)
+	return err
+}
+
+// openKernel takes the namespace's instance lock, tunes conntrack, opens
+// nftables, checks that it has what we program, and removes upstream
+// kube-proxy's leftovers.
+func (s *proxyServer) openKernel(context.Context) error {
+	// One instance per network namespace: two would rewrite each other's
+	// tables at every sync.
+	lock, err := instance.Acquire()
+	if err != nil {
+		return fmt.Errorf("%w; stop it first", err)
+	}
+	s.onClose(func() { lock.Release() })
+	// kube-proxy's conntrack sysctls, once, before the first sync. A key
+	// that is missing or read-only here is a warning; other errors stop us.
+	if _, err := conntrack.NewTuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
+		return fmt.Errorf("could not set conntrack parameters: %w", err)
+	}
+	k, err := nft.OpenKernel("")
+	if err != nil {
+		return needPrivileges("opening nftables", err)
+	}
+	s.kernel = k
+	s.onClose(func() { k.Close() })
+	// Fail now, not at every sync, when nftables cannot be used here.
+	if _, err := k.Generation(); err != nil {
+		return needPrivileges("talking to nftables", err)
+	}
+	// A kernel without something we program fails here, naming it, rather
+	// than at every sync (probed, never read from the version string).
+	if err := k.ProbeFeatures(s.mode == modeIPVS); err != nil {
+		return err
+	}
+	s.upstream = cleanUpstream(s.mode == modeIPVS, s.log)
+	return nil
+}
+
+func (s *proxyServer) buildBackend(ctx context.Context) error {
+	b, err := s.newBackend(ctx, s.mode)
+	s.backend = b
+	return err
+}
+
+// modeBackend is a mode's backend and how it is wired to the server.
+type modeBackend struct {
+	proxier.Backend
+	// wire connects the backend to the loop (repairs of another process's
+	// changes, syncs at the times it asks for) and to drift accounting.
+	wire func(loop *proxier.Loop, onDrift func(table string, diff []string))
+}
+
+// newBackend builds the backend of mode over the kernel handles.
+func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend, error) {
+	if mode == modeIPVS {
+		b, err := newIPVSBackend(s.o, s.cfg, s.kernel, s.ipvsConn, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.removeNFTablesMode(ctx)
+		return &modeBackend{Backend: b, wire: func(loop *proxier.Loop, onDrift func(string, []string)) {
+			// Draining real servers are checked at the times it asks for;
+			// another process's change to a helper table is repaired now.
+			b.SyncAt = loop.SyncAt
+			b.OnForeignChange = loop.Changed
+			b.OnDrift = onDrift
+		}}, nil
+	}
+	// The hooks exist once the loop and health do: wire sets them, before
+	// the first Sync, which is when the backend starts calling them.
+	var onForeign func()
+	var onDrift func(string, []string)
+	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
+		OnForeignChange: func() {
+			if onForeign != nil {
+				onForeign()
+			}
+		},
+		OnDrift: func(table string, diffs []string) {
+			if onDrift != nil {
+				onDrift(table, diffs)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &modeBackend{Backend: b, wire: func(loop *proxier.Loop, drift func(string, []string)) {
+		// Another process changed our tables: check and repair them now,
+		// not at the next periodic sync.
+		onForeign, onDrift = loop.Changed, drift
+	}}, nil
+}
+
+// removeNFTablesMode removes nftables mode's tables in IPVS mode: they
+// would DNAT before IPVS sees a packet.
+func (s *proxyServer) removeNFTablesMode(ctx context.Context) {
+	nb, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log})
+	if err != nil {
+		return
+	}
+	if removed, err := nb.Cleanup(ctx); err != nil {
+		s.log.Warn("could not remove nftables mode's tables", "err", err)
+	} else if removed {
+		s.log.Info("removed nftables mode's tables")
+	}
+}
+
+func (s *proxyServer) buildLoop(context.Context) error {
+	s.loop = proxier.NewLoop(s.backend.Backend, s.log)
+	s.loop.MinSyncPeriod, s.loop.SyncPeriod = s.minSyncPeriod, s.syncPeriod
+	return nil
+}
+
+// observe creates the health and metrics the loop and the backend report to.
+func (s *proxyServer) observe(ctx context.Context) error {
+	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
+	s.metrics = proxier.NewMetrics()
+	s.upstream.watch(ctx, s.log, s.metrics)
+	s.health.Answered = s.metrics.CountProbe
+	s.loop.OnQueued = func() {
+		s.health.Queued()
+		s.metrics.LastQueued.SetToCurrentTime()
+	}
+	s.backend.wire(s.loop, func(table string, _ []string) { // the backend logs what differed
+		s.health.Drifted()
+		s.metrics.DriftRepairs.WithLabelValues(table).Inc()
+	})
+	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
+		s.metrics.Observe(res, took, err)
+		if err == nil {
+			s.health.Updated()
+		}
+	}
+	return nil
+}
+
+// serve opens the health check node ports, the conntrack cleanup after
+// each sync, and the health and metrics servers.
+func (s *proxyServer) serve(ctx context.Context) error {
+	// Health check node ports of externalTrafficPolicy Local Services,
+	// on the node's addresses, as kube-proxy.
+	// Every HTTP server's connections are counted and capped together,
+	// far below the open file limit.
+	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), s.log)
+	guard.OnDropped = s.metrics.CountDroppedConn
+	hc := &proxier.HealthChecks{Log: s.log, Healthy: s.health.Healthy, Addrs: nodePortAddrs(s.cfg), Guard: guard}
+	s.onClose(func() { hc.Close(ctx) })
+	cleanConntrack, err := conntrackCleaner(s.o, s.syncPeriod, s.log, s.metrics)
+	if err != nil {
+		return err
+	}
+	s.loop.OnApplied = func(st *proxier.State) {
+		hc.Update(st)
+		s.metrics.CountNoLocalEndpoints(st)
+		cleanConntrack(st)
+	}
+	if err := serveHTTP(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler()); err != nil {
+		return err
+	}
+	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.mode))
+}
+
+// run starts the source and runs the sync loop until ctx ends.
+func (s *proxyServer) run(ctx context.Context) error {
+	s.source.start(ctx, s)
+	return runLoop(ctx, s.loop, s.log)
+}
+
+// stateSource is where the loop's states come from: the API server or
+// the state files.
+type stateSource interface {
+	// start connects the source to the server's loop, health and metrics,
+	// starts it, and logs that the proxy runs.
+	start(ctx context.Context, s *proxyServer)
+}
+
+// newStateSource opens the source the options ask for: the state files
+// with --state, else the API server.
+func newStateSource(o *options, node string, log *slog.Logger) (stateSource, error) {
+	if o.statePath == "" {
+		client, err := o.apiClient()
+		if err != nil {
+			return nil, err
+		}
+		return &apiStateSource{client: client}, nil
+	}
+	files, err := filesource.NewFileSource(o.statePath, node, log)
+	if err != nil {
+		return nil, fmt.Errorf("--state: %w", err)
+	}
+	return &fileStateSource{files: files}, nil
+}
+
+type apiStateSource struct{ client kubernetes.Interface }
+
+func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
+	b := model.NewBuilder(s.node)
+	s.metrics.CountChanges(b.ChangeCounts)
+	s.loop.SetSource(func() *proxier.State {
+		st, triggers := b.StateWithTriggers()
+		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
+		s.health.SetNodeEligible(!st.Node.Leaving)
+		return st
+	})
+	// Each informer retries with its own URL in the error: one failure.
+	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
+	src := &apisource.APISource{Client: a.client, Builder: b, Log: s.log, OnChange: s.loop.Changed,
+		OnReady: s.loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
+		// One small request per sync period notices a server gone
+		// silent (hung, or its packets dropped) within that period.
+		ProbeEvery: s.syncPeriod}
+	go func() {
+		if err := src.Run(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("API source stopped", "err", err)
+		}
+	}()
+	s.log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
+		"source", "API server", "node", s.node, "mode", s.mode)
+}
+
+type fileStateSource struct{ files *filesource.FileSource }
+
+func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
+	f.files.OnState = s.loop.SetState
+	// A file that could not be read is retried as a failed sync is.
+	f.files.RetryMin, f.files.RetryMax = s.minSyncPeriod, s.syncPeriod
+	status := proxier.NewSourceStatus("file", s.log, s.syncPeriod, s.health, s.metrics)
+	f.files.OnError, f.files.OnRecovered = status.Failing, status.OK
+	go func() {
+		if err := f.files.Run(ctx); err != nil {
+			s.log.Error("watching the state stopped; changes are no longer followed", "err", err)
+		}
+	}()
+	s.log.Info("kube-nftproxy running", "state", s.o.statePath, "node", s.node, "mode", s.mode)
+}

@@ -1,0 +1,134 @@
+package apisource
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// slim is the informers' transform: the caches keep of each object only
+// what the Builder reads, in a fresh object. The rest (managedFields,
+// last-applied annotations, owner references, endpoints' targetRefs, a
+// Node's images and conditions) was most of what they held at scale, and
+// copying, rather than trimming in place, also frees the list response
+// the objects were decoded into, which otherwise lives as long as any of
+// its items. Tombstones (cache.DeletedFinalStateUnknown) hold objects
+// already slimmed and are never passed here. Applying it twice gives the
+// same object, as client-go asks.
+//
+// Endpoints also share their node names and conditions: decoded, each
+// endpoint has its own copies, a few dozen bytes per endpoint.
+func (s *slimmer) slim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return slimService(o), nil
+	case *discoveryv1.EndpointSlice:
+		return s.slimSlice(o), nil
+	case *corev1.Node:
+		return slimNode(o), nil
+	}
+	return obj, nil
+}
+
+// slimmer holds what slimmed endpoints share. Each informer calls its
+// transform from a goroutine of its own.
+type slimmer struct {
+	mu    sync.Mutex
+	nodes map[string]*string
+}
+
+// maxNodeNames bounds the node names kept for sharing: nodes come and go
+// over a cluster's life, and the table starts over when it is full.
+const maxNodeNames = 1 << 14
+
+func newSlimmer() *slimmer { return &slimmer{nodes: map[string]*string{}} }
+
+// nodeName returns a shared pointer to the same name.
+func (s *slimmer) nodeName(n *string) *string {
+	if n == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.nodes[*n]; ok {
+		return p
+	}
+	if len(s.nodes) >= maxNodeNames {
+		clear(s.nodes)
+	}
+	s.nodes[*n] = n
+	return n
+}
+
+// Shared condition values; nothing writes through them (client-go's
+// caches are read-only).
+var (
+	condTrue, condFalse = true, false
+)
+
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &condTrue
+	}
+	return &condFalse
+}
+
+// slimMeta keeps the identity, the labels (the ignore rules and a slice's
+// Service are labels) and the named annotations.
+func slimMeta(m *metav1.ObjectMeta, annotations ...string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		Labels: m.Labels,
+	}
+	for _, k := range annotations {
+		if v, ok := m.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = make(map[string]string, len(annotations))
+			}
+			out.Annotations[k] = v
+		}
+	}
+	return out
+}
+
+func slimService(svc *corev1.Service) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: slimMeta(&svc.ObjectMeta, corev1.AnnotationLoadBalancerSourceRangesKey),
+		Spec:       svc.Spec,
+		Status:     corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer},
+	}
+}
+
+func (s *slimmer) slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta:  slimMeta(&es.ObjectMeta, corev1.EndpointsLastChangeTriggerTime),
+		AddressType: es.AddressType,
+		Ports:       es.Ports,
+		Endpoints:   make([]discoveryv1.Endpoint, len(es.Endpoints)),
+	}
+	for i, e := range es.Endpoints {
+		out.Endpoints[i] = discoveryv1.Endpoint{
+			Addresses: e.Addresses,
+			Conditions: discoveryv1.EndpointConditions{
+				Ready: sharedBool(e.Conditions.Ready), Serving: sharedBool(e.Conditions.Serving),
+				Terminating: sharedBool(e.Conditions.Terminating),
+			},
+			NodeName: s.nodeName(e.NodeName), Zone: e.Zone, Hints: e.Hints,
+		}
+	}
+	return out
+}
+
+func slimNode(n *corev1.Node) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: slimMeta(&n.ObjectMeta),
+		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs, Taints: n.Spec.Taints},
+		Status:     corev1.NodeStatus{Addresses: n.Status.Addresses},
+	}
+}
