@@ -32,7 +32,7 @@ func sepChain(spn, proto string, ep netip.AddrPort) string {
 	return "KUBE-SEP-" + hash16(spn+proto+ep.String())
 }
 
-// The examples from docs/design.md, which are kube-proxy's.
+// The examples from docs/architecture.md, which are kube-proxy's.
 func TestChainNames(t *testing.T) {
 	for _, tc := range []struct{ spn, proto, want string }{
 		{"default/kubernetes:https", "tcp", "KUBE-SVC-NPX46M4PTMTKRN6Y"},
