@@ -132,6 +132,16 @@ type LocalDetector struct {
 // localMatch is the term that matches pod traffic (negate: other traffic)
 // for the family, or false when the mode cannot tell (e.g. no CIDR of
 // that family), in which case, like kube-proxy, nothing is treated as local.
+// LocalMatch is the term that matches pod traffic (negate: any other
+// traffic) by the --detect-local-mode in cfg, and false when the mode cannot
+// tell for this family: the test the main tables use.
+func LocalMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, bool) {
+	return localMatch(f, cfg, node, negate)
+}
+
+// MasqueradeMark is the fwmark bit that asks for SNAT.
+func (c Config) MasqueradeMark() uint32 { return c.markBit() }
+
 func localMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, bool) {
 	switch cfg.DetectLocal.Mode {
 	case DetectBridgeInterface:
@@ -166,15 +176,13 @@ func Build(st *proxier.State, cfg Config) *Ruleset {
 		}
 		for name, svc := range st.Services {
 			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
-				tables[homeTable(svc)].Services[name] = fr
+				tables[homeTable(svc)].Fragments[fragmentKey(name)] = fr
 			}
 		}
 		rs.Tables = append(rs.Tables, tables[MainTable], tables[DeltaTable], tables[AffinityTable])
 	}
 	return rs
 }
-
-var families = []Family{IPv4, IPv6}
 
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
@@ -195,8 +203,8 @@ func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table 
 			{Name: mapNoEndpointPorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
 			{Name: mapFirewallIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
 		},
-		Chains:   fixedChains(cfg, mark, loopback),
-		Services: map[proxier.ServicePortName]*Fragment{},
+		Chains:    fixedChains(cfg, mark, loopback),
+		Fragments: map[string]*Fragment{},
 	}
 	// NodePorts answer on the node's own addresses, never on loopback (no
 	// route_localnet, as upstream's nftables mode), optionally only those

@@ -184,7 +184,7 @@ func (t *Table) eachChain(fn func(c *Chain)) {
 	for _, c := range t.Chains {
 		fn(c)
 	}
-	for _, fr := range t.Services {
+	for _, fr := range t.Fragments {
 		for _, c := range fr.Chains {
 			fn(c)
 		}
@@ -198,7 +198,7 @@ func (t *Table) eachElement(m string, fn func(e Element)) {
 			fn(e)
 		}
 	}
-	for _, fr := range t.Services {
+	for _, fr := range t.Fragments {
 		for _, e := range fr.Elements {
 			if e.Map == m {
 				fn(e.Element)

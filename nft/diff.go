@@ -2,8 +2,6 @@ package nft
 
 import (
 	"bytes"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // txWriter receives the operations of one transaction, in the order the
@@ -144,17 +142,17 @@ func fullTx(want *Table, have *kTable, replace bool) (x *tx, stale []string) {
 	}
 	x.flushTable = have.exists
 	x.newAffinity = want.Affinity
-	names := want.serviceNames()
-	x.fullSets(have, names)
+	keys := want.fragmentKeys()
+	x.fullSets(have, keys)
 	x.delObjs = append(x.delObjs, have.objs...)
 	x.delFlowtables = append(x.delFlowtables, have.flowtables...)
-	return x, x.fullChains(have, want.chainsOf(names))
+	return x, x.fullChains(have, want.chainsOf(keys))
 }
 
 // fullSets rewrites every map's elements, and deletes the sets that are
 // not ours or not of our type. Anonymous sets go with their rules (the
 // table's flush deletes them): the kernel refuses to delete them alone.
-func (x *tx) fullSets(have *kTable, names []proxier.ServicePortName) {
+func (x *tx) fullSets(have *kTable, keys []string) {
 	want, f := x.table, x.f
 	if want.Affinity && have.sets[setAffinity] != nil && affinityMismatch(f, have.sets[setAffinity]) != "" {
 		x.delSets = append(x.delSets, setAffinity)
@@ -170,7 +168,7 @@ func (x *tx) fullSets(have *kTable, names []proxier.ServicePortName) {
 		default:
 			x.flushMaps = append(x.flushMaps, m.Name)
 		}
-		x.addElems[m.Name] = want.elementsOf(names, m.Name)
+		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
 	for name, ks := range have.sets {
 		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) && !ks.anonymous() {
@@ -223,7 +221,7 @@ func (x *tx) fullChains(have *kTable, all []*Chain) (stale []string) {
 // staleChainAge) are deleted. It returns the chains this transaction
 // flushes, to be deleted by a later one, and the pending ones it leaves
 // for later (not due yet).
-func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string, due func(chain string) bool) (x *tx, stale, kept []string) {
+func diffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *tx, stale, kept []string) {
 	x = newTx(want)
 	x.newAffinity = want.Affinity && !have.Affinity
 	for _, m := range want.Maps {
@@ -236,8 +234,8 @@ func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string
 		x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
 	}
 	wanted := map[string]bool{}
-	for _, name := range names {
-		old, fr := have.Services[name], want.Services[name]
+	for _, key := range keys {
+		old, fr := have.Fragments[key], want.Fragments[key]
 		if old == fr {
 			continue // same fragment (or absent from both): nothing to do
 		}
@@ -262,18 +260,18 @@ func diffTx(have, want *Table, names []proxier.ServicePortName, pending []string
 	return x, stale, kept
 }
 
-// allNames lists the service ports of either table.
-func allNames(have, want *Table) []proxier.ServicePortName {
-	var names []proxier.ServicePortName
-	for name := range want.Services {
-		names = append(names, name)
+// allKeys lists the fragment keys of either table.
+func allKeys(have, want *Table) []string {
+	var keys []string
+	for key := range want.Fragments {
+		keys = append(keys, key)
 	}
-	for name := range have.Services {
-		if _, ok := want.Services[name]; !ok {
-			names = append(names, name)
+	for key := range have.Fragments {
+		if _, ok := want.Fragments[key]; !ok {
+			keys = append(keys, key)
 		}
 	}
-	return names
+	return keys
 }
 
 func (fr *Fragment) chains() []*Chain {

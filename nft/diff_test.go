@@ -14,7 +14,7 @@ import (
 // script runs one diff of a table and returns its commands, sorted within
 // each kind so the comparison does not depend on map iteration order.
 func script(have, want *Table, pending []string) (string, []string) {
-	x, stale, _ := diffTx(have, want, allNames(have, want), pending, func(string) bool { return true })
+	x, stale, _ := diffTx(have, want, allKeys(have, want), pending, func(string) bool { return true })
 	var w scriptWriter
 	var id uint32
 	x.write(&w, &id)

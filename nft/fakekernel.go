@@ -9,8 +9,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // FakeKernel is an in-memory nftables for tests that run without
@@ -235,7 +233,7 @@ func (k *FakeKernel) String() string {
 
 // table is the fake table as a Table: chains by name, elements by text.
 func (t *fakeTable) table(f Family, name string) *Table {
-	out := &Table{Family: f, Name: name, Comment: t.comment, Services: map[proxier.ServicePortName]*Fragment{}}
+	out := &Table{Family: f, Name: name, Comment: t.comment, Fragments: map[string]*Fragment{}}
 	for _, sn := range slices.Sorted(maps.Keys(t.sets)) {
 		s := t.sets[sn]
 		if s.m == nil {

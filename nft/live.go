@@ -9,55 +9,30 @@ import (
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// ReadRuleset reads our tables (main, delta and affinity, both families) as
-// the kernel holds them back into a Ruleset: chains with their rules decoded
-// into terms, maps with their elements, comments. Every chain and element
-// goes into the table's fixed lists (the kernel does not know which Service
-// port a chain belongs to beyond its comment). It is what `diff` and
-// `trace` read when they look at the live tables; a rule whose expressions
-// are not ones we write is an error naming it.
-func (k *Kernel) ReadRuleset(tableName string) (*Ruleset, error) {
-	rs := &Ruleset{}
-	for _, f := range families {
-		names := map[string]TableKind{tableName: MainTable, tableName + deltaSuffix: DeltaTable, tableName + affinitySuffix: AffinityTable}
-		comments := map[string]string{}
-		err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
-			var name string
-			var udata []byte
-			forAttrs(p, func(a nlAttr) {
-				switch a.typ {
-				case unix.NFTA_TABLE_NAME:
-					name = a.str()
-				case nftaTableUserdata:
-					udata = clone(a.data)
-				}
-			})
-			if _, ok := names[name]; ok {
-				comments[name] = udataComment(udata)
+// TableComments lists the tables of family f that the kernel holds, each
+// with its comment.
+func (k *Kernel) TableComments(f Family) (map[string]string, error) {
+	comments := map[string]string{}
+	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
+		var name string
+		var udata []byte
+		forAttrs(p, func(a nlAttr) {
+			switch a.typ {
+			case unix.NFTA_TABLE_NAME:
+				name = a.str()
+			case nftaTableUserdata:
+				udata = clone(a.data)
 			}
-			return nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("listing %s tables: %w", f, err)
-		}
-		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
-			comment, ok := comments[name]
-			if !ok {
-				continue
-			}
-			t, err := k.readTable(f, name, names[name])
-			if err != nil {
-				return nil, err
-			}
-			t.Comment = comment
-			rs.Tables = append(rs.Tables, t)
-		}
+		comments[name] = udataComment(udata)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s tables: %w", f, err)
 	}
-	return rs, nil
+	return comments, nil
 }
 
 var hookNames = map[uint32]string{
@@ -65,8 +40,14 @@ var hookNames = map[uint32]string{
 	unix.NF_INET_LOCAL_OUT: "output", unix.NF_INET_POST_ROUTING: "postrouting",
 }
 
-func (k *Kernel) readTable(f Family, name string, kind TableKind) (*Table, error) {
-	t := &Table{Family: f, Name: name, Delta: kind != MainTable, Services: map[proxier.ServicePortName]*Fragment{}}
+// ReadTable reads one table as the kernel holds it back into a Table:
+// chains with their rules decoded into terms, maps with their elements.
+// Every chain and element goes into the table's fixed lists (the kernel
+// knows no fragments). The maps must be template's (which gives their key
+// fields) or the affinity set; a set or a rule's expressions that are not
+// ones this package writes are an error naming them.
+func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, error) {
+	t := &Table{Family: f, Name: name, Fragments: map[string]*Fragment{}}
 	var order []string
 	chains := map[string]*Chain{}
 	err := k.dump(unix.NFT_MSG_GETCHAIN, f, nil, func(p []byte) error {
@@ -107,8 +88,7 @@ func (k *Kernel) readTable(f Family, name string, kind TableKind) (*Table, error
 		}
 		t.Chains = append(t.Chains, c)
 	}
-	// Maps: the ones we create, with the key fields BuildTable gives them.
-	template := BuildTable(f, DefaultConfig(), proxier.Node{}, MainTable)
+	// Maps: the template's, with the key fields it gives them.
 	sets, err := k.setNames(f, name)
 	if err != nil {
 		return nil, err

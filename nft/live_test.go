@@ -21,7 +21,7 @@ func TestKernelReadRuleset(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer k.Close()
-			got, err := k.ReadRuleset(tc.cfg.TableName)
+			got, err := ReadRuleset(k, tc.cfg.TableName)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,9 +5,11 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
+
+// families are the families of the tables the modes write: one table each,
+// like upstream (no inet table).
+var families = []Family{IPv4, IPv6}
 
 // Family is a table's address family.
 type Family uint8
@@ -71,12 +73,14 @@ type Table struct {
 	Affinity bool
 	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
 	Chains []*Chain
-	// Services hold each service port's chains and map elements, kept apart
-	// so that a sync rebuilds and diffs only the service ports that changed.
-	Services map[proxier.ServicePortName]*Fragment
+	// Fragments hold chains and map elements kept apart by key (the
+	// nftables mode keys them by service port), so that a sync rebuilds and
+	// diffs only the fragments that changed. They are listed in key order.
+	Fragments map[string]*Fragment
 }
 
-// Fragment is what one service port contributes to a table.
+// Fragment is what one key (for the nftables mode, one service port)
+// contributes to a table.
 type Fragment struct {
 	Chains   []*Chain
 	Elements []MapElement
@@ -120,7 +124,7 @@ type Map struct {
 	Name    string
 	Key     []Field
 	Comment string
-	// Elements are the map's fixed elements; service fragments add theirs.
+	// Elements are the map's fixed elements; fragments add theirs.
 	Elements []Element
 }
 
@@ -138,12 +142,12 @@ type Key struct {
 	Port  uint16
 }
 
-// Chain returns the fixed or per-service chain of that name, or nil.
+// Chain returns the fixed or fragment chain of that name, or nil.
 func (t *Table) Chain(name string) *Chain {
 	if c := t.fixedChain(name); c != nil {
 		return c
 	}
-	for _, fr := range t.Services {
+	for _, fr := range t.Fragments {
 		for _, c := range fr.Chains {
 			if c.Name == name {
 				return c
@@ -172,17 +176,17 @@ func (t *Table) Map(name string) *Map {
 	return nil
 }
 
-// AllChains lists fixed chains first, then service chains by service name.
+// AllChains lists fixed chains first, then fragment chains by key.
 func (t *Table) AllChains() []*Chain {
-	return t.chainsOf(t.serviceNames())
+	return t.chainsOf(t.fragmentKeys())
 }
 
-// chainsOf is AllChains, with the table's service names already sorted.
-func (t *Table) chainsOf(names []proxier.ServicePortName) []*Chain {
+// chainsOf is AllChains, with the table's fragment keys already sorted.
+func (t *Table) chainsOf(keys []string) []*Chain {
 	out := make([]*Chain, 0, t.chainCount())
 	out = append(out, t.Chains...)
-	for _, n := range names {
-		out = append(out, t.Services[n].Chains...)
+	for _, k := range keys {
+		out = append(out, t.Fragments[k].Chains...)
 	}
 	return out
 }
@@ -190,25 +194,25 @@ func (t *Table) chainsOf(names []proxier.ServicePortName) []*Chain {
 // chainCount is len(AllChains()) without building the list.
 func (t *Table) chainCount() int {
 	n := len(t.Chains)
-	for _, fr := range t.Services {
+	for _, fr := range t.Fragments {
 		n += len(fr.Chains)
 	}
 	return n
 }
 
-// Elements lists every element of the named map, fixed ones first, then by service.
+// Elements lists every element of the named map, fixed ones first, then by fragment key.
 func (t *Table) Elements(m string) []Element {
-	return t.elementsOf(t.serviceNames(), m)
+	return t.elementsOf(t.fragmentKeys(), m)
 }
 
-// elementsOf is Elements, with the table's service names already sorted.
-func (t *Table) elementsOf(names []proxier.ServicePortName, m string) []Element {
+// elementsOf is Elements, with the table's fragment keys already sorted.
+func (t *Table) elementsOf(keys []string, m string) []Element {
 	var out []Element
 	if mp := t.Map(m); mp != nil {
 		out = append(out, mp.Elements...)
 	}
-	for _, n := range names {
-		for _, e := range t.Services[n].Elements {
+	for _, k := range keys {
+		for _, e := range t.Fragments[k].Elements {
 			if e.Map == m {
 				out = append(out, e.Element)
 			}
@@ -217,13 +221,14 @@ func (t *Table) elementsOf(names []proxier.ServicePortName, m string) []Element 
 	return out
 }
 
-func (t *Table) serviceNames() []proxier.ServicePortName {
-	names := make([]proxier.ServicePortName, 0, len(t.Services))
-	for n := range t.Services {
-		names = append(names, n)
+// fragmentKeys lists the table's fragment keys in order.
+func (t *Table) fragmentKeys() []string {
+	keys := make([]string, 0, len(t.Fragments))
+	for k := range t.Fragments {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(names, proxier.ServicePortName.Compare)
-	return names
+	slices.Sort(keys)
+	return keys
 }
 
 // Table returns the ruleset's main table of that family, or nil.

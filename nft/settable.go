@@ -12,8 +12,6 @@ import (
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // SetTable is a table of plain named sets and constant chains: every
@@ -284,13 +282,3 @@ func (l SetLookup) exprs(f Family) []expr.Any {
 	}
 	return append(out, &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: l.Set})
 }
-
-// LocalMatch is the term that matches pod traffic (negate: any other
-// traffic) by the --detect-local-mode in cfg, and false when the mode cannot
-// tell for this family: the test the main tables use.
-func LocalMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, bool) {
-	return localMatch(f, cfg, node, negate)
-}
-
-// MasqueradeMark is the fwmark bit that asks for SNAT.
-func (c Config) MasqueradeMark() uint32 { return c.markBit() }

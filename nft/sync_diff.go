@@ -21,12 +21,13 @@ func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
 		}
 	}
 	d := &syncDiff{stale: map[tableID][]string{}, kept: map[tableID][]string{}}
+	keys := fragmentKeys(p.names)
 	for _, id := range tableIDs() {
 		var x *tx
 		if p.full {
 			x, d.stale[id] = fullTx(p.want[id], kts[id], b.replace[id])
 		} else {
-			x, d.stale[id], d.kept[id] = diffTx(p.have[id], p.want[id], p.names, b.stale.pending[id], b.stale.due(id, p.now))
+			x, d.stale[id], d.kept[id] = diffTx(p.have[id], p.want[id], keys, b.stale.pending[id], b.stale.due(id, p.now))
 		}
 		d.deleted += len(x.delChains)
 		d.txs = append(d.txs, x)

@@ -62,7 +62,7 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 	p := &syncPlan{want: map[tableID]*Table{}, have: map[tableID]*Table{}, inDelta: maps.Clone(b.inDelta)}
 	for _, id := range tableIDs() {
 		t := *b.applied[id]
-		t.Services = map[proxier.ServicePortName]*Fragment{}
+		t.Fragments = map[string]*Fragment{}
 		p.have[id] = &t
 		p.want[id] = b.applied[id]
 	}
@@ -101,11 +101,12 @@ func (b *Backend) planFold(p *syncPlan) {
 			names = append(names, name)
 		}
 		p.remember(name)
+		key := fragmentKey(name)
 		for _, f := range families {
 			delta, main := p.want[tableID{f, DeltaTable}], p.want[tableID{f, MainTable}]
-			if fr := delta.Services[name]; fr != nil {
-				main.Services[name] = fr
-				delete(delta.Services, name)
+			if fr := delta.Fragments[key]; fr != nil {
+				main.Fragments[key] = fr
+				delete(delta.Fragments, key)
 			}
 		}
 	}
@@ -131,12 +132,13 @@ func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.S
 }
 
 // remember saves, once per sync, what the applied tables hold for a service
-// port before it is changed: have[id].Services gets the old fragment, or nil
+// port before it is changed: have[id].Fragments gets the old fragment, or nil
 // when there was none.
 func (p *syncPlan) remember(name proxier.ServicePortName) {
+	key := fragmentKey(name)
 	for _, id := range tableIDs() {
-		if _, done := p.have[id].Services[name]; !done {
-			p.have[id].Services[name] = p.want[id].Services[name]
+		if _, done := p.have[id].Fragments[key]; !done {
+			p.have[id].Fragments[key] = p.want[id].Fragments[key]
 		}
 	}
 }
@@ -144,11 +146,11 @@ func (p *syncPlan) remember(name proxier.ServicePortName) {
 // undo puts back what remember saved, after a failed transaction.
 func (b *Backend) undo(have map[tableID]*Table) {
 	for id, t := range have {
-		for name, fr := range t.Services {
+		for key, fr := range t.Fragments {
 			if fr == nil {
-				delete(b.applied[id].Services, name)
+				delete(b.applied[id].Fragments, key)
 			} else {
-				b.applied[id].Services[name] = fr
+				b.applied[id].Fragments[key] = fr
 			}
 		}
 	}
@@ -156,9 +158,10 @@ func (b *Backend) undo(have map[tableID]*Table) {
 
 // place builds a service port's fragments into the tables of that kind.
 func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	key := fragmentKey(name)
 	for _, f := range families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
-			want[tableID{f, kind}].Services[name] = fr
+			want[tableID{f, kind}].Fragments[key] = fr
 		}
 	}
 }
@@ -180,10 +183,10 @@ func (b *Backend) placeAll(want map[tableID]*Table, st *proxier.State) {
 		}
 	})
 	for i, name := range names {
-		kind := homeTable(st.Services[name])
+		kind, key := homeTable(st.Services[name]), fragmentKey(name)
 		for j, f := range families {
 			if fr := built[i][j]; fr != nil {
-				want[tableID{f, kind}].Services[name] = fr
+				want[tableID{f, kind}].Fragments[key] = fr
 			}
 		}
 	}
@@ -191,7 +194,8 @@ func (b *Backend) placeAll(want map[tableID]*Table, st *proxier.State) {
 
 // unplace removes a service port from whichever table holds it.
 func unplace(want map[tableID]*Table, name proxier.ServicePortName) {
+	key := fragmentKey(name)
 	for _, id := range tableIDs() {
-		delete(want[id].Services, name)
+		delete(want[id].Fragments, key)
 	}
 }

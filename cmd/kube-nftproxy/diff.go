@@ -119,7 +119,7 @@ func oursFor(o *options, stderr io.Writer) (*nft.Ruleset, error) {
 		return nil, needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
-	rs, err := k.ReadRuleset(nft.DefaultTableName)
+	rs, err := nft.ReadRuleset(k, nft.DefaultTableName)
 	if err != nil {
 		return nil, needPrivileges("reading our tables", err)
 	}
