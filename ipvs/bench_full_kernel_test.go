@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -53,7 +54,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					b.Fatalf("%v: %s", err, out)
 				}
 				c := dialIn(b, "/run/netns/"+ns)
-				nk, err := nft.OpenKernel("/run/netns/" + ns)
+				nk, err := nftlib.OpenKernel("/run/netns/" + ns)
 				if err != nil {
 					b.Fatal(err)
 				}

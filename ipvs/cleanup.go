@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -39,7 +40,7 @@ func delLinkMessage(name string, seq uint32) []byte {
 
 // CleanupHelpers deletes kube-ipvs0 and both helper tables; removed is
 // false when neither was there.
-func CleanupHelpers(k *nft.Kernel, netnsPath string) (removed bool, err error) {
+func CleanupHelpers(k *nftlib.Kernel, netnsPath string) (removed bool, err error) {
 	dummy, derr := DeleteDummy(netnsPath)
 	tables, terr := k.DeleteSetTables(HelperTables(nft.DefaultConfig(), proxier.Node{}, nil)...)
 	if terr != nil {

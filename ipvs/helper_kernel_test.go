@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // testNetns creates a network namespace for one test and deletes it after.
@@ -23,7 +24,7 @@ func nftIn(t testing.TB, ns string, args ...string) string {
 
 func openHelper(t *testing.T, ns string, cfg nft.Config) *NftHelper {
 	t.Helper()
-	k, err := nft.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -119,7 +120,7 @@ func TestHelperGolden(t *testing.T) {
 // What the rules must say, whatever the layout: a change that loses one
 // of these fails here and not only in the golden diff.
 func TestHelperRules(t *testing.T) {
-	tbl := BuildHelperTable(nft.IPv4, helperConfig(), proxier.Node{})
+	tbl := BuildHelperTable(nftlib.IPv4, helperConfig(), proxier.Node{})
 	text := tbl.String()
 	for _, want := range []string{
 		"type nat hook prerouting priority dstnat; policy accept;",
@@ -171,7 +172,7 @@ func TestHelperElementChanges(t *testing.T) {
 		},
 		DelElems: []Element{{Set: SetLBSourceCIDR, Addr: ip("198.51.100.1"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("10.0.0.0/8")}},
 	}
-	got, err := nft.SetElementScript(h.elementChanges(c))
+	got, err := nftlib.SetElementScript(h.elementChanges(c))
 	if err != nil {
 		t.Fatal(err)
 	}

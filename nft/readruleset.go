@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -11,9 +12,9 @@ import (
 // port a chain belongs to beyond its comment). It is what `diff` and
 // `trace` read when they look at the live tables; a rule whose expressions
 // are not ones we write is an error naming it.
-func ReadRuleset(k *Kernel, tableName string) (*Ruleset, error) {
-	rs := &Ruleset{}
-	for _, f := range families {
+func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
+	rs := &nftlib.Ruleset{}
+	for _, f := range nftlib.Families {
 		names := map[string]TableKind{tableName: MainTable, tableName + deltaSuffix: DeltaTable, tableName + affinitySuffix: AffinityTable}
 		comments, err := k.TableComments(f)
 		if err != nil {

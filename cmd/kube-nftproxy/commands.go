@@ -25,6 +25,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
@@ -512,7 +513,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 		return fmt.Errorf("%w: stop it before --cleanup, or it writes its tables again", err)
 	}
 	defer lock.Release()
-	k, err := nft.OpenKernel("")
+	k, err := nftlib.OpenKernel("")
 	if err != nil {
 		return needPrivileges("opening nftables", err)
 	}

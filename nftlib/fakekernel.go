@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ import (
 // monitor, so drift checks read every table back when the generation
 // moved. The kernel tests prove the same behaviour on the real kernel.
 type FakeKernel struct {
-	tables map[tableName]*fakeTable
+	tables map[TableName]*fakeTable
 	gen    uint32
 	// Refuse, when set, is asked about each command of a transaction
 	// (as nft text) before it applies; an error refuses the transaction,
@@ -50,7 +50,7 @@ type fakeSet struct {
 var _ Dataplane = (*FakeKernel)(nil)
 
 // NewFakeKernel returns an empty ruleset.
-func NewFakeKernel() *FakeKernel { return &FakeKernel{tables: map[tableName]*fakeTable{}} }
+func NewFakeKernel() *FakeKernel { return &FakeKernel{tables: map[TableName]*fakeTable{}} }
 
 // fakeTx is a transaction for a FakeKernel: its commands as text and as
 // changes to apply.
@@ -61,20 +61,20 @@ type fakeTx struct {
 
 type fakeOp struct {
 	text  string
-	table tableName
-	apply func(t *fakeTable, tables map[tableName]*fakeTable) error
+	table TableName
+	apply func(t *fakeTable, tables map[TableName]*fakeTable) error
 }
 
-func (k *FakeKernel) newTx() kernelTx { return &fakeTx{} }
+func (k *FakeKernel) NewTx() KernelTx { return &fakeTx{} }
 
 // commit applies every command to a copy of the tables, which replaces
 // them only when all applied.
-func (k *FakeKernel) commit(kt kernelTx) error {
+func (k *FakeKernel) CommitTx(kt KernelTx) error {
 	x, ok := kt.(*fakeTx)
 	if !ok {
 		return fmt.Errorf("committing a %T: not a transaction of the fake kernel", kt)
 	}
-	tables := make(map[tableName]*fakeTable, len(k.tables))
+	tables := make(map[TableName]*fakeTable, len(k.tables))
 	for n, t := range k.tables {
 		tables[n] = t.clone()
 	}
@@ -85,7 +85,7 @@ func (k *FakeKernel) commit(kt kernelTx) error {
 			err = op.apply(tables[op.table], tables)
 		}
 		if err != nil {
-			txErr := &TxError{Op: op.text, Family: op.table.f, Table: op.table.name}
+			txErr := &TxError{Op: op.text, Family: op.table.Family, Table: op.table.Name}
 			if !errors.As(err, &txErr.Errno) {
 				txErr.Errno = syscall.EINVAL
 				txErr.Msg = err.Error()
@@ -116,58 +116,58 @@ func (t *fakeTable) clone() *fakeTable {
 	return c // chains are replaced, never changed in place
 }
 
-func (k *FakeKernel) generation() (uint32, error) { return k.gen, nil }
-func (k *FakeKernel) portID() uint32              { return 1 }
-func (k *FakeKernel) monitor() changeMonitor      { return nil }
+func (k *FakeKernel) Generation() (uint32, error) { return k.gen, nil }
+func (k *FakeKernel) PortID() uint32              { return 1 }
+func (k *FakeKernel) Monitor() Watcher            { return nil }
 
-func (k *FakeKernel) watch([]tableName, int, func()) error {
+func (k *FakeKernel) Watch([]TableName, int, func()) error {
 	return fmt.Errorf("the fake kernel has no change monitor")
 }
 
 // readFamily reports the named tables' metadata as the kernel would.
-func (k *FakeKernel) readFamily(f Family, names []string, _ map[string][]string) (map[string]*kTable, error) {
-	out := make(map[string]*kTable, len(names))
+func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string) (map[string]*KernelTable, error) {
+	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
 		k.Reads++
-		kt := &kTable{chains: map[string]*kChain{}, sets: map[string]*kSet{}, stateful: true}
+		kt := &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}, Stateful: true}
 		out[n] = kt
-		t := k.tables[tableName{f, n}]
+		t := k.tables[TableName{f, n}]
 		if t == nil {
 			continue
 		}
-		kt.exists, kt.udata = true, commentUdata(0, t.comment)
+		kt.Exists, kt.Udata = true, CommentUdata(0, t.comment)
 		for name, c := range t.chains {
-			kt.chains[name] = fakeKChain(c)
+			kt.Chains[name] = fakeKChain(c)
 		}
 		for name, s := range t.sets {
-			kt.sets[name] = fakeKSet(f, s)
+			kt.Sets[name] = fakeKSet(f, s)
 		}
 		kt.use = uint32(kt.counted())
 	}
 	return out, nil
 }
 
-func fakeKChain(c *Chain) *kChain {
-	kc := &kChain{udata: commentUdata(0, c.Comment)}
+func fakeKChain(c *Chain) *KernelChain {
+	kc := &KernelChain{udata: CommentUdata(0, c.Comment)}
 	if h := c.Hook; h != nil {
-		kc.base, kc.typ, kc.hook, kc.priority, kc.policy, kc.flags = true, h.Type, hookNumbers[h.Hook], h.Priority, nfAccept, nftChainBase
+		kc.Base, kc.typ, kc.hook, kc.priority, kc.policy, kc.Flags = true, h.Type, hookNumbers[h.Hook], h.Priority, nfAccept, nftChainBase
 	}
 	return kc
 }
 
-func fakeKSet(f Family, s *fakeSet) *kSet {
+func fakeKSet(f Family, s *fakeSet) *KernelSet {
 	if s.m == nil {
-		return &kSet{flags: affinityFlags, keyType: affinityKeyType(f), keyLen: affinityKeyLen(f), udata: affinityUserdata(f)}
+		return &KernelSet{Flags: affinityFlags, KeyType: affinityKeyType(f), KeyLen: affinityKeyLen(f), Udata: affinityUserdata(f)}
 	}
-	return &kSet{flags: unix.NFT_SET_MAP, keyType: concatType(f, s.m.Key), keyLen: keyLen(f, s.m.Key),
-		dataType: verdictType, udata: commentUdata(setCommentType, s.m.Comment)}
+	return &KernelSet{Flags: unix.NFT_SET_MAP, KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key),
+		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
 }
 
 // tableDrift compares the table's objects, as nft text, with t's; the
 // empty chains named stale may remain.
-func (k *FakeKernel) tableDrift(t *Table, kt *kTable, stale []string) ([]string, error) {
+func (k *FakeKernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	have := map[string]bool{}
-	if ft := k.tables[tableName{t.Family, t.Name}]; ft != nil && kt.exists {
+	if ft := k.tables[TableName{t.Family, t.Name}]; ft != nil && kt.Exists {
 		for _, o := range tableObjects(ft.table(t.Family, t.Name)) {
 			have[o] = true
 		}
@@ -200,18 +200,18 @@ func tableObjects(t *Table) []string {
 	for _, m := range t.Maps {
 		out = append(out, "map "+m.Name+" "+fmt.Sprint(m.Key)+" "+quoteComment(m.Comment))
 		for _, e := range t.Elements(m.Name) {
-			out = append(out, "map "+m.Name+" element "+e.text(t.Family, m.Key))
+			out = append(out, "map "+m.Name+" element "+e.Text(t.Family, m.Key))
 		}
 	}
 	if t.Affinity {
-		out = append(out, "set "+setAffinity)
+		out = append(out, "set "+SetAffinity)
 	}
 	return out
 }
 
 func chainObject(c *Chain, f Family) string {
 	var b strings.Builder
-	c.render(&b, f)
+	c.RenderTo(&b, f)
 	return b.String()
 }
 
@@ -219,14 +219,14 @@ func chainObject(c *Chain, f Family) string {
 // ruleset` would (families and tables, chains and elements sorted).
 func (k *FakeKernel) String() string {
 	var b strings.Builder
-	names := slices.SortedFunc(maps.Keys(k.tables), func(a, b tableName) int {
-		if a.f != b.f {
-			return int(a.f) - int(b.f)
+	names := slices.SortedFunc(maps.Keys(k.tables), func(a, b TableName) int {
+		if a.Family != b.Family {
+			return int(a.Family) - int(b.Family)
 		}
-		return strings.Compare(a.name, b.name)
+		return strings.Compare(a.Name, b.Name)
 	})
 	for _, n := range names {
-		k.tables[n].table(n.f, n.name).render(&b)
+		k.tables[n].table(n.Family, n.Name).RenderTo(&b)
 	}
 	return b.String()
 }
@@ -244,7 +244,7 @@ func (t *fakeTable) table(f Family, name string) *Table {
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}
-		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(a.text(f, m.Key), b.text(f, m.Key)) })
+		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(a.Text(f, m.Key), b.Text(f, m.Key)) })
 		out.Maps = append(out.Maps, m)
 	}
 	for _, cn := range slices.Sorted(maps.Keys(t.chains)) {
@@ -258,21 +258,21 @@ func (t *fakeTable) table(f Family, name string) *Table {
 func (k *FakeKernel) Commit(fn func(w *FakeWriter)) error {
 	x := &fakeTx{}
 	fn(&FakeWriter{x})
-	return k.commit(x)
+	return k.CommitTx(x)
 }
 
 // FakeWriter writes another process's commands for FakeKernel.Commit.
 type FakeWriter struct{ x *fakeTx }
 
 // FlushChain deletes every rule of a chain.
-func (w *FakeWriter) FlushChain(f Family, table, chain string) { w.x.flushChain(f, table, chain) }
+func (w *FakeWriter) FlushChain(f Family, table, chain string) { w.x.FlushChain(f, table, chain) }
 
 // AddRule appends a rule to a chain.
 func (w *FakeWriter) AddRule(f Family, table, chain string, r Rule) {
-	w.x.addChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
+	w.x.AddChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
 }
 
 // AddChain adds a regular chain.
 func (w *FakeWriter) AddChain(f Family, table, chain string) {
-	w.x.addChains(f, table, []*Chain{{Name: chain}})
+	w.x.AddChains(f, table, []*Chain{{Name: chain}})
 }

@@ -1,25 +1,25 @@
-package nft
+package nftlib
 
 import "fmt"
 
 // DeleteSetTables deletes those of the tables (by family and name) that the
 // kernel has, in one transaction; removed is false when none was there.
 func (k *Kernel) DeleteSetTables(tables ...*SetTable) (removed bool, err error) {
-	b := k.newBatch()
+	b := k.NewBatch()
 	for _, t := range tables {
-		kts, err := k.readFamily(t.Family, []string{t.Name}, nil)
+		kts, err := k.ReadFamily(t.Family, []string{t.Name}, nil)
 		if err != nil {
 			return false, err
 		}
-		if kts[t.Name].exists {
-			b.delTable(t.Family, t.Name)
+		if kts[t.Name].Exists {
+			b.DelTable(t.Family, t.Name)
 		}
 	}
-	if b.messages() == 0 {
+	if b.Messages() == 0 {
 		return false, nil
 	}
 	err = k.Apply(b)
-	k.finished(b)
+	k.Finished(b)
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}

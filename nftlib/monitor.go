@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -14,9 +14,9 @@ import (
 )
 
 // tableName names a table of one family, as notifications do.
-type tableName struct {
-	f    Family
-	name string
+type TableName struct {
+	Family Family
+	Name   string
 }
 
 // monitor follows the nf_tables notifications of the Kernel's network
@@ -34,14 +34,14 @@ type tableName struct {
 type monitor struct {
 	f     *os.File
 	me    uint32 // our Kernel's port id
-	watch map[tableName]bool
+	watch map[TableName]bool
 	done  chan struct{}
 	// onMark, when set, is called (from the reader) when a table gets
 	// marked while none was.
 	onMark func()
 
-	mu     sync.Mutex
-	marked map[tableName]bool
+	Mu     sync.Mutex
+	marked map[TableName]bool
 	all    bool // events were lost or not understood: everything may differ
 	broken bool // the socket failed: no more events will come
 	buf    []byte
@@ -53,13 +53,13 @@ type monitor struct {
 // monitorRcvBuf is the monitor socket's receive buffer: room for the
 // notifications of a burst of foreign commits (ours are filtered out
 // before they are queued).
-const monitorRcvBuf = 16 << 20
+const MonitorRcvBuf = 16 << 20
 
 // openMonitor opens a monitor in k's network namespace for the given
 // tables. It filters out the notifications of k's own transactions in the
 // kernel, so that our large commits cannot fill its buffer.
-func (k *Kernel) openMonitor(watch []tableName, rcvBuf int, onMark func()) (*monitor, error) {
-	me := k.portID()
+func (k *Kernel) openMonitor(watch []TableName, rcvBuf int, onMark func()) (*monitor, error) {
+	me := k.PortID()
 	if me == 0 {
 		return nil, errors.New("cannot read our netlink port id")
 	}
@@ -100,9 +100,9 @@ func (k *Kernel) openMonitor(watch []tableName, rcvBuf int, onMark func()) (*mon
 	m := &monitor{
 		f:      os.NewFile(uintptr(fd), "nftables-monitor"),
 		me:     me,
-		watch:  map[tableName]bool{},
+		watch:  map[TableName]bool{},
 		done:   make(chan struct{}),
-		marked: map[tableName]bool{},
+		marked: map[TableName]bool{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
 	}
@@ -122,20 +122,20 @@ func (k *Kernel) openMonitor(watch []tableName, rcvBuf int, onMark func()) (*mon
 func (m *monitor) run(rc syscall.RawConn) {
 	defer close(m.done)
 	err := rc.Read(func(fd uintptr) bool {
-		m.mu.Lock()
+		m.Mu.Lock()
 		before := m.pendingLocked()
 		stop := m.drainLocked(int(fd)) // false: wait for more
 		marked := !before && m.pendingLocked()
-		m.mu.Unlock()
+		m.Mu.Unlock()
 		if marked && m.onMark != nil {
 			m.onMark()
 		}
 		return stop
 	})
 	if err != nil {
-		m.mu.Lock()
+		m.Mu.Lock()
 		m.broken, m.all = true, true
-		m.mu.Unlock()
+		m.Mu.Unlock()
 	}
 }
 
@@ -180,7 +180,7 @@ func (m *monitor) parse(b []byte) {
 		if typ == unix.NLMSG_NOOP || typ == unix.NLMSG_DONE {
 			continue
 		}
-		if typ>>8 != unix.NFNL_SUBSYS_NFTABLES || len(msg.Data) < nfgenLen {
+		if typ>>8 != unix.NFNL_SUBSYS_NFTABLES || len(msg.Data) < NfgenLen {
 			m.all = true
 			continue
 		}
@@ -189,16 +189,16 @@ func (m *monitor) parse(b []byte) {
 		}
 		var table string
 		found := false
-		ok := forAttrs(msg.Data[nfgenLen:], func(a nlAttr) {
+		ok := ForAttrs(msg.Data[NfgenLen:], func(a Attr) {
 			if a.typ == 1 && !found { // the table's name, in every object message
-				table, found = a.str(), true
+				table, found = a.Str(), true
 			}
 		})
 		if !ok || !found {
 			m.all = true
 			continue
 		}
-		t := tableName{Family(msg.Data[0]), table}
+		t := TableName{Family(msg.Data[0]), table}
 		if m.watch[t] {
 			m.marked[t] = true
 		}
@@ -210,9 +210,9 @@ func (m *monitor) pendingLocked() bool { return m.all || len(m.marked) > 0 }
 
 // pending reports whether another process changed one of our tables since
 // the last take, as far as the events read so far tell.
-func (m *monitor) pending() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *monitor) Pending() bool {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	return m.pendingLocked()
 }
 
@@ -220,10 +220,10 @@ func (m *monitor) pending() bool {
 // tables another process changed since the last take, or all when events
 // were lost or the monitor broke (it then stays all). Events that arrive
 // after take stay for the next one.
-func (m *monitor) take() (marked map[tableName]bool, all bool) {
+func (m *monitor) Take() (marked map[TableName]bool, all bool) {
 	rc, err := m.f.SyscallConn()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	if err == nil {
 		err = rc.Control(func(fd uintptr) {
 			if m.drainLocked(int(fd)) {
@@ -235,14 +235,14 @@ func (m *monitor) take() (marked map[tableName]bool, all bool) {
 		m.broken = true
 	}
 	marked, all = m.marked, m.all || m.broken
-	m.marked, m.all = map[tableName]bool{}, false
+	m.marked, m.all = map[TableName]bool{}, false
 	return marked, all
 }
 
 // counts returns the events parsed and the overruns seen, for tests.
-func (m *monitor) counts() (events, overruns int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *monitor) Counts() (events, overruns int) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	return m.events, m.overruns
 }
 
@@ -259,7 +259,7 @@ func (m *monitor) close() error {
 // filter above drops ours only once they are built. So a large
 // transaction of ours is sent with the monitor out of the group (see
 // Backend.rejoin for what it may miss meanwhile).
-func (m *monitor) setMember(join bool) error {
+func (m *monitor) SetMember(join bool) error {
 	rc, err := m.f.SyscallConn()
 	if err != nil {
 		return err
@@ -278,10 +278,10 @@ func (m *monitor) setMember(join bool) error {
 }
 
 // markAll makes the next take report every table: events may have been missed.
-func (m *monitor) markAll() {
-	m.mu.Lock()
+func (m *monitor) MarkAll() {
+	m.Mu.Lock()
 	m.all = true
-	m.mu.Unlock()
+	m.Mu.Unlock()
 }
 
 // TableRef names a table of one family.
@@ -302,11 +302,11 @@ type ChangeMonitor struct{ m *monitor }
 // gets changed while none was marked: take the marks with Take. Close it
 // when done (Kernel.Close does not).
 func (k *Kernel) WatchTables(tables []TableRef, onChange func()) (*ChangeMonitor, error) {
-	watch := make([]tableName, len(tables))
+	watch := make([]TableName, len(tables))
 	for i, t := range tables {
-		watch[i] = tableName{t.Family, t.Name}
+		watch[i] = TableName{t.Family, t.Name}
 	}
-	m, err := k.openMonitor(watch, monitorRcvBuf, onChange)
+	m, err := k.openMonitor(watch, MonitorRcvBuf, onChange)
 	if err != nil {
 		return nil, fmt.Errorf("following nftables changes: %w", err)
 	}
@@ -315,15 +315,15 @@ func (k *Kernel) WatchTables(tables []TableRef, onChange func()) (*ChangeMonitor
 
 // Pending reports whether another process changed a watched table since
 // the last Take, as far as the events read so far tell.
-func (c *ChangeMonitor) Pending() bool { return c.m.pending() }
+func (c *ChangeMonitor) Pending() bool { return c.m.Pending() }
 
 // Take reads what is queued, then returns and clears the marks: the tables
 // changed since the last Take, or all when events were lost or the monitor
 // broke (then it stays all).
 func (c *ChangeMonitor) Take() (changed []TableRef, all bool) {
-	marked, all := c.m.take()
+	marked, all := c.m.Take()
 	for t := range marked {
-		changed = append(changed, TableRef{t.f, t.name})
+		changed = append(changed, TableRef{t.Family, t.Name})
 	}
 	return changed, all
 }

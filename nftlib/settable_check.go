@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import "bytes"
 
@@ -17,31 +17,31 @@ func (k *Kernel) SetTableDrift(want *SetTable) ([]string, error) {
 		chains[c.Name] = c
 		names = append(names, c.Name)
 	}
-	kts, err := k.readFamily(f, []string{want.Name}, map[string][]string{want.Name: names})
+	kts, err := k.ReadFamily(f, []string{want.Name}, map[string][]string{want.Name: names})
 	if err != nil {
 		return nil, err
 	}
 	kt := kts[want.Name]
 	var d drift
-	if !kt.exists {
+	if !kt.Exists {
 		d.add("table %s %s: missing", f, want.Name)
 		return d.list(), nil
 	}
-	if kt.flags != 0 {
-		d.add("table %s %s: flags 0x%x, want 0", f, want.Name, kt.flags)
+	if kt.Flags != 0 {
+		d.add("table %s %s: flags 0x%x, want 0", f, want.Name, kt.Flags)
 	}
-	if !bytes.Equal(kt.udata, commentUdata(0, want.Comment)) {
+	if !bytes.Equal(kt.Udata, CommentUdata(0, want.Comment)) {
 		d.add("table %s %s: comment differs", f, want.Name)
 	}
 	for _, c := range want.Chains {
-		kc := kt.chains[c.Name]
+		kc := kt.Chains[c.Name]
 		if kc == nil {
 			d.add("chain %s: missing", c.Name)
 		} else if why := chainMismatch(kc, c); why != "" {
 			d.add("chain %s: %s", c.Name, why)
 		}
 	}
-	for n := range kt.chains {
+	for n := range kt.Chains {
 		if chains[n] == nil {
 			d.add("chain %s: not ours", n)
 		}
@@ -49,14 +49,14 @@ func (k *Kernel) SetTableDrift(want *SetTable) ([]string, error) {
 	if err := k.chainRulesDrift(f, want.Name, chains, kt, &d); err != nil {
 		return nil, err
 	}
-	for n, ks := range kt.sets {
+	for n, ks := range kt.Sets {
 		if want.Set(n) == nil {
 			foreignSet(n, ks, &d)
 		}
 	}
 	statefulDrift(kt, &d)
 	for _, s := range want.Sets {
-		if why := setMismatch(f, kt.sets[s.Name], s); why != "" {
+		if why := setMismatch(f, kt.Sets[s.Name], s); why != "" {
 			d.add("set %s: %s", s.Name, why)
 			continue
 		}

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"fmt"
@@ -13,81 +13,79 @@ import (
 // can be one.
 type Dataplane interface {
 	// newTx starts a transaction; its operations go in through txWriter.
-	newTx() kernelTx
+	NewTx() KernelTx
 	// commit sends a transaction: all of it applies, or none of it (a
 	// *TxError says which message the kernel refused).
-	commit(tx kernelTx) error
+	CommitTx(tx KernelTx) error
 	// generation is the ruleset's generation: every process's commits
 	// move it.
-	generation() (uint32, error)
+	Generation() (uint32, error)
 	// portID is our netlink port id, which owner-flagged tables record.
-	portID() uint32
+	PortID() uint32
 	// readFamily reads the named tables' metadata (see Kernel.readFamily).
-	readFamily(f Family, names []string, expect map[string][]string) (map[string]*kTable, error)
+	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
 	// tableDrift describes every difference between t and the kernel's.
-	tableDrift(t *Table, kt *kTable, stale []string) ([]string, error)
+	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)
 	// monitor is the open change monitor; nil when there is none.
-	monitor() changeMonitor
+	Monitor() Watcher
 	// watch opens the change monitor of the given tables.
-	watch(tables []tableName, rcvBuf int, onMark func()) error
+	Watch(tables []TableName, rcvBuf int, onMark func()) error
 }
 
 // kernelTx is one transaction being written.
-type kernelTx interface {
+type KernelTx interface {
 	txWriter
-	messages() int // netlink messages so far
-	size() int     // bytes so far
+	Messages() int // netlink messages so far
+	Size() int     // bytes so far
 }
 
 // changeMonitor follows other processes' commits to our tables.
-type changeMonitor interface {
+type Watcher interface {
 	// pending reports marks not taken yet.
-	pending() bool
+	Pending() bool
 	// take returns and clears the marked tables; all: events were lost.
-	take() (marked map[tableName]bool, all bool)
+	Take() (marked map[TableName]bool, all bool)
 	// setMember joins or leaves the notification group.
-	setMember(join bool) error
+	SetMember(join bool) error
 	// markAll marks every table, for a commit that went unseen.
-	markAll()
+	MarkAll()
 }
 
 var _ Dataplane = (*Kernel)(nil)
 
-func (k *Kernel) newTx() kernelTx { return k.newBatch() }
+func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
 
-func (k *Kernel) commit(tx kernelTx) error {
-	bt, ok := tx.(*batch)
+func (k *Kernel) CommitTx(tx KernelTx) error {
+	bt, ok := tx.(*Batch)
 	if !ok {
 		return fmt.Errorf("committing a %T: not a transaction of this kernel", tx)
 	}
 	err := k.Apply(bt)
-	k.finished(bt)
+	k.Finished(bt)
 	return err
 }
 
-func (k *Kernel) generation() (uint32, error) { return k.Generation() }
-
-func (k *Kernel) monitor() changeMonitor {
-	if k.mon == nil {
+func (k *Kernel) Monitor() Watcher {
+	if k.Mon == nil {
 		return nil // not a typed nil in the interface
 	}
-	return k.mon
+	return k.Mon
 }
 
-func (k *Kernel) watch(tables []tableName, rcvBuf int, onMark func()) error {
-	if k.mon != nil {
+func (k *Kernel) Watch(tables []TableName, rcvBuf int, onMark func()) error {
+	if k.Mon != nil {
 		return nil
 	}
 	m, err := k.openMonitor(tables, rcvBuf, onMark)
 	if err != nil {
 		return err
 	}
-	k.mon = m
+	k.Mon = m
 	return nil
 }
 
 // timed runs fn and says how long it took.
-func timed(fn func() error) (time.Duration, error) {
+func Timed(fn func() error) (time.Duration, error) {
 	start := time.Now()
 	err := fn()
 	return time.Since(start), err

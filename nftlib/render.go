@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 func (rs *Ruleset) Render(w io.Writer) error {
 	var b strings.Builder
 	for _, t := range rs.Tables {
-		t.render(&b)
+		t.RenderTo(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -26,7 +26,7 @@ func (rs *Ruleset) String() string {
 	return b.String()
 }
 
-func (t *Table) render(b *strings.Builder) {
+func (t *Table) RenderTo(b *strings.Builder) {
 	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
 	if t.Comment != "" {
 		fmt.Fprintf(b, "\tcomment %s\n", quoteComment(t.Comment))
@@ -48,7 +48,7 @@ func (t *Table) render(b *strings.Builder) {
 	}
 	for _, c := range t.AllChains() {
 		sep()
-		c.render(b, t.Family)
+		c.RenderTo(b, t.Family)
 	}
 	b.WriteString("}\n")
 }
@@ -71,7 +71,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 		} else {
 			b.WriteString(",\n\t\t\t     ")
 		}
-		b.WriteString(e.text(t.Family, m.Key))
+		b.WriteString(e.Text(t.Family, m.Key))
 	}
 	if len(elems) > 0 {
 		b.WriteString(" }\n")
@@ -79,7 +79,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	b.WriteString("\t}\n")
 }
 
-func (c *Chain) render(b *strings.Builder, f Family) {
+func (c *Chain) RenderTo(b *strings.Builder, f Family) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 	if c.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(c.Comment))
@@ -89,16 +89,17 @@ func (c *Chain) render(b *strings.Builder, f Family) {
 	}
 	for _, r := range c.Rules {
 		b.WriteString("\t\t")
-		b.WriteString(r.text(f))
+		b.WriteString(r.Text(f))
 		b.WriteString("\n")
 	}
 	b.WriteString("\t}\n")
 }
 
-func (r Rule) text(f Family) string {
+// Text is the rule as `nft list ruleset` prints it in a chain of family f.
+func (r Rule) Text(f Family) string {
 	parts := make([]string, 0, len(r.Terms)+1)
 	for _, t := range r.Terms {
-		parts = append(parts, t.text(f))
+		parts = append(parts, t.Text(f))
 	}
 	if r.Comment != "" {
 		parts = append(parts, "comment "+quoteComment(r.Comment))
@@ -106,12 +107,12 @@ func (r Rule) text(f Family) string {
 	return strings.Join(parts, " ")
 }
 
-func (e Element) text(f Family, key []Field) string {
+func (e Element) Text(f Family, key []Field) string {
 	s := e.keyText(key)
 	if e.Comment != "" {
 		s += " comment " + quoteComment(e.Comment)
 	}
-	return s + " : " + e.Verdict.text(f)
+	return s + " : " + e.Verdict.Text(f)
 }
 
 func (e Element) keyText(key []Field) string {

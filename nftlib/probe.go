@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"crypto/rand"
@@ -24,7 +24,7 @@ type Feature struct {
 	IPVS   bool   // needed by the IPVS mode only
 	// write adds the objects that use the feature to the scratch table,
 	// which the probe creates (with a comment) before and deletes after.
-	write func(b *batch, f Family, table string)
+	write func(b *Batch, f Family, table string)
 	// kept, for a feature that an older kernel ignores without an error
 	// (an attribute it does not know), checks the kernel's echo of the
 	// objects written with NLM_F_ECHO.
@@ -95,11 +95,11 @@ func (e *MissingFeatureError) Unwrap() error { return e.Err }
 // probeKernel is what the probe needs of a Kernel (tests fake it): one
 // transaction, and the messages the kernel echoed.
 type probeKernel interface {
-	probeApply(b *batch) ([]syscall.NetlinkMessage, error)
+	probeApply(b *Batch) ([]syscall.NetlinkMessage, error)
 }
 
-func (k *Kernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error) {
-	defer k.finished(b)
+func (k *Kernel) probeApply(b *Batch) ([]syscall.NetlinkMessage, error) {
+	defer k.Finished(b)
 	var echo []syscall.NetlinkMessage
 	err := k.apply(b, func(m syscall.NetlinkMessage) { echo = append(echo, m) })
 	return echo, err
@@ -115,12 +115,12 @@ func (k *Kernel) ProbeFeatures(ipvs bool) error {
 }
 
 func probeFeatures(k probeKernel, ipvs bool, table string, seq uint32) error {
-	for _, f := range families {
+	for _, f := range Families {
 		for _, feat := range features() {
 			if feat.IPVS && !ipvs {
 				continue
 			}
-			b := newBatch(seq)
+			b := NewBatch(seq)
 			writeProbe(b, f, table, feat)
 			seq = b.seq
 			echo, err := k.probeApply(b)
@@ -142,16 +142,16 @@ func probeFeatures(k probeKernel, ipvs bool, table string, seq uint32) error {
 // writeProbe writes one feature's transaction: create the scratch table
 // (NLM_F_EXCL: never someone else's table of that name), the feature's
 // objects, and delete the table.
-func writeProbe(b *batch, f Family, table string, feat Feature) {
-	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ECHO, f)
-	b.str(unix.NFTA_TABLE_NAME, table)
-	b.u32(unix.NFTA_TABLE_FLAGS, 0)
-	b.commentAttr(nftaTableUserdata, 0, probeComment)
-	b.end()
+func writeProbe(b *Batch, f Family, table string, feat Feature) {
+	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ECHO, f)
+	b.Str(unix.NFTA_TABLE_NAME, table)
+	b.U32(unix.NFTA_TABLE_FLAGS, 0)
+	b.CommentAttr(nftaTableUserdata, 0, probeComment)
+	b.End()
 	if feat.write != nil {
 		feat.write(b, f, table)
 	}
-	b.delTable(f, table)
+	b.DelTable(f, table)
 }
 
 // scratchTableName is unique to this process and run.
@@ -165,15 +165,15 @@ func scratchTableName() string {
 // nameAttr is name and which carries attribute want.
 func echoHas(echo []syscall.NetlinkMessage, typ uint16, nameAttr uint16, name string, want uint16) bool {
 	for _, m := range echo {
-		if m.Header.Type != unix.NFNL_SUBSYS_NFTABLES<<8|typ || len(m.Data) < nfgenLen {
+		if m.Header.Type != unix.NFNL_SUBSYS_NFTABLES<<8|typ || len(m.Data) < NfgenLen {
 			continue
 		}
 		var n string
 		has := false
-		forAttrs(m.Data[nfgenLen:], func(a nlAttr) {
+		ForAttrs(m.Data[NfgenLen:], func(a Attr) {
 			switch a.typ {
 			case nameAttr:
-				n = a.str()
+				n = a.Str()
 			case want:
 				has = len(a.data) > 0
 			}

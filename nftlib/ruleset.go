@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"net/netip"
@@ -9,7 +9,7 @@ import (
 
 // families are the families of the tables the modes write: one table each,
 // like upstream (no inet table).
-var families = []Family{IPv4, IPv6}
+var Families = []Family{IPv4, IPv6}
 
 // Family is a table's address family.
 type Family uint8
@@ -52,7 +52,7 @@ func (f Family) addrOffset(src bool) uint32 {
 }
 
 // has reports whether addr belongs to this family.
-func (f Family) has(addr netip.Addr) bool { return addr.Is4() == (f == IPv4) }
+func (f Family) Has(addr netip.Addr) bool { return addr.Is4() == (f == IPv4) }
 
 // Ruleset is everything we program: one Table per family. It is a plain
 // value: build it, print it, diff it, trace packets through it.
@@ -144,7 +144,7 @@ type Key struct {
 
 // Chain returns the fixed or fragment chain of that name, or nil.
 func (t *Table) Chain(name string) *Chain {
-	if c := t.fixedChain(name); c != nil {
+	if c := t.FixedChain(name); c != nil {
 		return c
 	}
 	for _, fr := range t.Fragments {
@@ -157,7 +157,7 @@ func (t *Table) Chain(name string) *Chain {
 	return nil
 }
 
-func (t *Table) fixedChain(name string) *Chain {
+func (t *Table) FixedChain(name string) *Chain {
 	for _, c := range t.Chains {
 		if c.Name == name {
 			return c
@@ -183,7 +183,7 @@ func (t *Table) AllChains() []*Chain {
 
 // chainsOf is AllChains, with the table's fragment keys already sorted.
 func (t *Table) chainsOf(keys []string) []*Chain {
-	out := make([]*Chain, 0, t.chainCount())
+	out := make([]*Chain, 0, t.ChainCount())
 	out = append(out, t.Chains...)
 	for _, k := range keys {
 		out = append(out, t.Fragments[k].Chains...)
@@ -192,7 +192,7 @@ func (t *Table) chainsOf(keys []string) []*Chain {
 }
 
 // chainCount is len(AllChains()) without building the list.
-func (t *Table) chainCount() int {
+func (t *Table) ChainCount() int {
 	n := len(t.Chains)
 	for _, fr := range t.Fragments {
 		n += len(fr.Chains)
@@ -241,7 +241,7 @@ func (rs *Ruleset) Table(f Family) *Table {
 	return nil
 }
 
-func equalChains(a, b *Chain) bool {
+func EqualChains(a, b *Chain) bool {
 	if a == b {
 		return true
 	}

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"strings"
@@ -8,17 +8,17 @@ import (
 // The fake transaction's commands: each keeps its nft text (as the trace
 // writes it) and its change to the tables.
 
-func (x *fakeTx) messages() int { return len(x.ops) }
-func (x *fakeTx) size() int     { return x.bytes }
+func (x *fakeTx) Messages() int { return len(x.ops) }
+func (x *fakeTx) Size() int     { return x.bytes }
 
 // add records one command; write prints it with a scriptWriter.
-func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply func(t *fakeTable, all map[tableName]*fakeTable) error) {
-	var w scriptWriter
+func (x *fakeTx) add(f Family, table string, write func(w *ScriptWriter), apply func(t *fakeTable, all map[TableName]*fakeTable) error) {
+	var w ScriptWriter
 	write(&w)
-	text := strings.TrimSuffix(w.b.String(), "\n")
+	text := strings.TrimSuffix(w.B.String(), "\n")
 	x.bytes += len(text) + 1
-	n := tableName{f, table}
-	x.ops = append(x.ops, fakeOp{text: text, table: n, apply: func(t *fakeTable, all map[tableName]*fakeTable) error {
+	n := TableName{f, table}
+	x.ops = append(x.ops, fakeOp{text: text, table: n, apply: func(t *fakeTable, all map[TableName]*fakeTable) error {
 		if t == nil && apply != nil {
 			return syscall.ENOENT
 		}
@@ -29,12 +29,12 @@ func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply 
 	}})
 }
 
-func (x *fakeTx) addTable(f Family, name, comment string) {
-	n := tableName{f, name}
+func (x *fakeTx) AddTable(f Family, name, comment string) {
+	n := TableName{f, name}
 	x.bytes += len(name)
-	var w scriptWriter
-	w.addTable(f, name, comment)
-	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.b.String()), table: n, apply: func(t *fakeTable, all map[tableName]*fakeTable) error {
+	var w ScriptWriter
+	w.AddTable(f, name, comment)
+	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.B.String()), table: n, apply: func(t *fakeTable, all map[TableName]*fakeTable) error {
 		if t == nil { // an existing table keeps its comment
 			all[n] = &fakeTable{comment: comment, sets: map[string]*fakeSet{}, chains: map[string]*Chain{}}
 		}
@@ -42,16 +42,16 @@ func (x *fakeTx) addTable(f Family, name, comment string) {
 	}})
 }
 
-func (x *fakeTx) delTable(f Family, name string) {
-	n := tableName{f, name}
-	x.add(f, name, func(w *scriptWriter) { w.delTable(f, name) }, func(_ *fakeTable, all map[tableName]*fakeTable) error {
+func (x *fakeTx) DelTable(f Family, name string) {
+	n := TableName{f, name}
+	x.add(f, name, func(w *ScriptWriter) { w.DelTable(f, name) }, func(_ *fakeTable, all map[TableName]*fakeTable) error {
 		delete(all, n)
 		return nil
 	})
 }
 
-func (x *fakeTx) delSet(f Family, table, name string) {
-	x.add(f, table, func(w *scriptWriter) { w.delSet(f, table, name) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+func (x *fakeTx) DelSet(f Family, table, name string) {
+	x.add(f, table, func(w *ScriptWriter) { w.DelSet(f, table, name) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 		if t.sets[name] == nil {
 			return syscall.ENOENT
 		}
@@ -64,16 +64,16 @@ func (x *fakeTx) delSet(f Family, table, name string) {
 }
 
 // The fake holds no stateful objects or flowtables.
-func (x *fakeTx) delObj(f Family, table string, o kObj) {
-	x.add(f, table, func(w *scriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[tableName]*fakeTable) error { return syscall.ENOENT })
+func (x *fakeTx) delObj(f Family, table string, o KernelObject) {
+	x.add(f, table, func(w *ScriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableName]*fakeTable) error { return syscall.ENOENT })
 }
 
 func (x *fakeTx) delFlowtable(f Family, table, name string) {
-	x.add(f, table, func(w *scriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[tableName]*fakeTable) error { return syscall.ENOENT })
+	x.add(f, table, func(w *ScriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[TableName]*fakeTable) error { return syscall.ENOENT })
 }
 
-func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
-	x.add(f, table, func(w *scriptWriter) { w.addMap(f, table, m, id) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+func (x *fakeTx) AddMap(f Family, table string, m *Map, id uint32) {
+	x.add(f, table, func(w *ScriptWriter) { w.AddMap(f, table, m, id) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 		if s := t.sets[m.Name]; s != nil {
 			if s.m == nil || mapMismatch(f, fakeKSet(f, s), m) != "" {
 				return syscall.EEXIST
@@ -85,17 +85,17 @@ func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
 	})
 }
 
-func (x *fakeTx) addAffinitySet(f Family, table string, id uint32) {
-	x.add(f, table, func(w *scriptWriter) { w.addAffinitySet(f, table, id) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
-		if t.sets[setAffinity] == nil {
-			t.sets[setAffinity] = &fakeSet{elems: map[Key]Element{}}
+func (x *fakeTx) AddAffinitySet(f Family, table string, id uint32) {
+	x.add(f, table, func(w *ScriptWriter) { w.AddAffinitySet(f, table, id) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
+		if t.sets[SetAffinity] == nil {
+			t.sets[SetAffinity] = &fakeSet{elems: map[Key]Element{}}
 		}
 		return nil
 	})
 }
 
-func (x *fakeTx) flushMap(f Family, table, m string) {
-	x.add(f, table, func(w *scriptWriter) { w.flushMap(f, table, m) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+func (x *fakeTx) FlushMap(f Family, table, m string) {
+	x.add(f, table, func(w *ScriptWriter) { w.FlushMap(f, table, m) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 		s := t.sets[m]
 		if s == nil {
 			return syscall.ENOENT
@@ -105,9 +105,9 @@ func (x *fakeTx) flushMap(f Family, table, m string) {
 	})
 }
 
-func (x *fakeTx) addChains(f Family, table string, chains []*Chain) {
+func (x *fakeTx) AddChains(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
-		x.add(f, table, func(w *scriptWriter) { w.addChain(f, table, c) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		x.add(f, table, func(w *ScriptWriter) { w.AddChain(f, table, c) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 			old := t.chains[c.Name]
 			if old == nil {
 				t.chains[c.Name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
@@ -121,8 +121,8 @@ func (x *fakeTx) addChains(f Family, table string, chains []*Chain) {
 	}
 }
 
-func (x *fakeTx) flushChain(f Family, table, chain string) {
-	x.add(f, table, func(w *scriptWriter) { w.flushChain(f, table, chain) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+func (x *fakeTx) FlushChain(f Family, table, chain string) {
+	x.add(f, table, func(w *ScriptWriter) { w.FlushChain(f, table, chain) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 		if chain == "" {
 			for name, c := range t.chains {
 				t.chains[name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
@@ -140,8 +140,8 @@ func (x *fakeTx) flushChain(f Family, table, chain string) {
 
 // delChain deletes a chain and its rules; EBUSY while a rule or a map
 // element of the table still jumps or goes to it.
-func (x *fakeTx) delChain(f Family, table, name string) {
-	x.add(f, table, func(w *scriptWriter) { w.delChain(f, table, name) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+func (x *fakeTx) DelChain(f Family, table, name string) {
+	x.add(f, table, func(w *ScriptWriter) { w.DelChain(f, table, name) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 		if t.chains[name] == nil {
 			return syscall.ENOENT
 		}
@@ -153,25 +153,25 @@ func (x *fakeTx) delChain(f Family, table, name string) {
 	})
 }
 
-func (x *fakeTx) addChainRules(f Family, table string, chains []*Chain) {
+func (x *fakeTx) AddChainRules(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
 		for _, r := range c.Rules {
-			x.add(f, table, func(w *scriptWriter) { w.addRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
-				return t.addRule(c.Name, r)
+			x.add(f, table, func(w *ScriptWriter) { w.AddRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
+				return t.AddRule(c.Name, r)
 			})
 		}
 	}
 }
 
-func (x *fakeTx) elements(add bool, f Family, table string, m *Map, elems []Element) {
+func (x *fakeTx) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	for _, e := range elems {
-		x.add(f, table, func(w *scriptWriter) { w.elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[tableName]*fakeTable) error {
+		x.add(f, table, func(w *ScriptWriter) { w.Elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {
 			return t.element(add, m.Name, e)
 		})
 	}
 }
 
-func (t *fakeTable) addRule(chain string, r Rule) error {
+func (t *fakeTable) AddRule(chain string, r Rule) error {
 	c := t.chains[chain]
 	if c == nil {
 		return syscall.ENOENT
@@ -195,7 +195,7 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 	case VmapLookup:
 		return t.sets[v.Map] != nil
 	case AffinityMatch, AffinityUpdate:
-		return t.sets[setAffinity] != nil
+		return t.sets[SetAffinity] != nil
 	}
 	return true
 }
@@ -254,7 +254,7 @@ func (t *fakeTable) setUsed(name string) bool {
 						return true
 					}
 				case AffinityMatch, AffinityUpdate:
-					if name == setAffinity {
+					if name == SetAffinity {
 						return true
 					}
 				}

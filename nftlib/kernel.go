@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -20,13 +20,13 @@ type Kernel struct {
 	netns string // "" for the current network namespace
 	seq   uint32
 	// commits counts the transactions the kernel accepted (for tests).
-	commits int
+	Commits int
 	// dumps counts the dump requests sent (for tests).
-	dumps   int
+	Dumps   int
 	dumpBuf []byte
 	// mon, when open, follows other processes' nftables commits (see
 	// monitor); Close closes it.
-	mon *monitor
+	Mon *monitor
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
@@ -62,9 +62,9 @@ func socketIn(netnsPath string) (int, error) {
 
 // Close releases the socket, and the change monitor's if one was opened.
 func (k *Kernel) Close() error {
-	if k.mon != nil {
-		k.mon.close()
-		k.mon = nil
+	if k.Mon != nil {
+		k.Mon.close()
+		k.Mon = nil
 	}
 	return unix.Close(k.fd)
 }
@@ -91,14 +91,14 @@ func (e *TxError) Error() string {
 func (e *TxError) Unwrap() error { return e.Errno }
 
 // Apply sends a batch as one transaction and waits for the kernel's verdict.
-func (k *Kernel) Apply(b *batch) error { return k.apply(b, nil) }
+func (k *Kernel) Apply(b *Batch) error { return k.apply(b, nil) }
 
 // apply is Apply; echo, when not nil, gets a copy of every message the
 // kernel sends back other than errors and acks (the notifications that
 // NLM_F_ECHO asks for, which come before the final ack).
-func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
-	defer b.release()
-	chunks, lastSeq, err := b.finish()
+func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
+	defer b.Release()
+	chunks, lastSeq, err := b.Finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
 	}
@@ -107,7 +107,7 @@ func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 	}
 	// One sendmsg: the kernel gathers the chunks into one batch.
 	if _, err := unix.SendmsgBuffers(k.fd, chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
-		return fmt.Errorf("sending transaction of %d bytes: %w", b.size(), err)
+		return fmt.Errorf("sending transaction of %d bytes: %w", b.Size(), err)
 	}
 	// The kernel handles the whole batch inside sendmsg and then queues its
 	// answers: errors for refused messages and the ack of the last one.
@@ -139,21 +139,21 @@ func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 			errno := -int32(binary.NativeEndian.Uint32(m.Data[0:4]))
 			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
 			if errno != 0 && first == nil {
-				first = &TxError{Op: b.describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+				first = &TxError{Op: b.Describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
 				first.Family, first.Table = messageTable(b.message(seq))
 			}
 			if seq == lastSeq {
 				done = true
 			}
 		}
-		if done || (first != nil && !k.pending()) {
+		if done || (first != nil && !k.Pending()) {
 			break
 		}
 	}
 	if first != nil {
 		return first
 	}
-	k.commits++
+	k.Commits++
 	return nil
 }
 
@@ -177,12 +177,12 @@ func (k *Kernel) fits(chunks [][]byte) error {
 
 // setSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
 // that need a small buffer.
-func (k *Kernel) setSendBuffer(n int) error {
+func (k *Kernel) SetSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
 // pending reports whether more answers are queued on the socket.
-func (k *Kernel) pending() bool {
+func (k *Kernel) Pending() bool {
 	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0
@@ -214,10 +214,10 @@ func extAckMsg(m syscall.NetlinkMessage) string {
 }
 
 // nextSeq hands out the sequence numbers of a new batch.
-func (k *Kernel) newBatch() *batch {
-	b := newBatch(k.seq)
+func (k *Kernel) NewBatch() *Batch {
+	b := NewBatch(k.seq)
 	return b
 }
 
 // finished advances the sequence past a batch.
-func (k *Kernel) finished(b *batch) { k.seq = b.seq }
+func (k *Kernel) Finished(b *Batch) { k.seq = b.seq }

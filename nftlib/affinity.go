@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"crypto/sha256"
@@ -23,7 +23,7 @@ import (
 // as an expression it can type, so the id is written as
 // `numgen random mod 1 offset ID`, which always yields ID.
 const (
-	setAffinity = "affinity"
+	SetAffinity = "affinity"
 	// affinitySetSize bounds the set: a client that finds it full gets no
 	// affinity (its connection still goes through, at random).
 	affinitySetSize = 1 << 20
@@ -61,10 +61,10 @@ func affinityKeyText(f Family, id uint32) string {
 // client has affinity to the endpoint with this id.
 type AffinityMatch struct{ ID uint32 }
 
-func (m AffinityMatch) text(f Family) string { return affinityKeyText(f, m.ID) + " @" + setAffinity }
+func (m AffinityMatch) Text(f Family) string { return affinityKeyText(f, m.ID) + " @" + SetAffinity }
 
-func (m AffinityMatch) exprs(f Family) []expr.Any {
-	return append(affinityKey(f, m.ID), &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: setAffinity})
+func (m AffinityMatch) Exprs(f Family) []expr.Any {
+	return append(affinityKey(f, m.ID), &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: SetAffinity})
 }
 
 // AffinityUpdate is `update @affinity { ip saddr . numgen random mod 1
@@ -75,18 +75,18 @@ type AffinityUpdate struct {
 	Timeout time.Duration
 }
 
-func (u AffinityUpdate) text(f Family) string {
-	return fmt.Sprintf("update @%s { %s timeout %s }", setAffinity, affinityKeyText(f, u.ID), nftDuration(u.Timeout))
+func (u AffinityUpdate) Text(f Family) string {
+	return fmt.Sprintf("update @%s { %s timeout %s }", SetAffinity, affinityKeyText(f, u.ID), NftDuration(u.Timeout))
 }
 
-func (u AffinityUpdate) exprs(f Family) []expr.Any {
+func (u AffinityUpdate) Exprs(f Family) []expr.Any {
 	return append(affinityKey(f, u.ID), &expr.Dynset{
-		SrcRegKey: unix.NFT_REG_1, SetName: setAffinity, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: u.Timeout,
+		SrcRegKey: unix.NFT_REG_1, SetName: SetAffinity, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: u.Timeout,
 	})
 }
 
 // nftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
-func nftDuration(d time.Duration) string {
+func NftDuration(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms == 0 {
 		return "0s"
@@ -144,28 +144,28 @@ func affinityUserdata(f Family) []byte {
 
 // addAffinitySet creates the affinity set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
-func (b *batch) addAffinitySet(f Family, table string, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.str(unix.NFTA_SET_TABLE, table)
-	b.str(unix.NFTA_SET_NAME, setAffinity)
-	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
-	b.u32(unix.NFTA_SET_KEY_TYPE, affinityKeyType(f))
-	b.u32(unix.NFTA_SET_KEY_LEN, affinityKeyLen(f))
-	b.u32(unix.NFTA_SET_ID, id)
-	b.nest(unix.NFTA_SET_DESC)
-	b.u32(unix.NFTA_SET_DESC_SIZE, affinitySetSize)
-	b.unnest()
-	b.attr(unix.NFTA_SET_USERDATA, affinityUserdata(f))
-	b.end()
+func (b *Batch) AddAffinitySet(f Family, table string, id uint32) {
+	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, SetAffinity)
+	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
+	b.U32(unix.NFTA_SET_KEY_TYPE, affinityKeyType(f))
+	b.U32(unix.NFTA_SET_KEY_LEN, affinityKeyLen(f))
+	b.U32(unix.NFTA_SET_ID, id)
+	b.Nest(unix.NFTA_SET_DESC)
+	b.U32(unix.NFTA_SET_DESC_SIZE, affinitySetSize)
+	b.Unnest()
+	b.Attr(unix.NFTA_SET_USERDATA, affinityUserdata(f))
+	b.End()
 }
 
-func (s *scriptWriter) addAffinitySet(f Family, table string, _ uint32) {
+func (s *ScriptWriter) AddAffinitySet(f Family, table string, _ uint32) {
 	s.line("add set %s %s %s { typeof %s saddr . numgen random mod 1; size %d; flags dynamic,timeout; }",
-		f, table, setAffinity, f, affinitySetSize)
+		f, table, SetAffinity, f, affinitySetSize)
 }
 
 func (t *Table) renderAffinitySet(b *strings.Builder) {
-	fmt.Fprintf(b, "\tset %s {\n", setAffinity)
+	fmt.Fprintf(b, "\tset %s {\n", SetAffinity)
 	fmt.Fprintf(b, "\t\ttypeof %s saddr . numgen random mod 1\n", t.Family)
 	fmt.Fprintf(b, "\t\tsize %d\n", affinitySetSize)
 	b.WriteString("\t\tflags dynamic,timeout\n")

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -18,10 +18,10 @@ func (k *Kernel) TableComments(f Family) (map[string]string, error) {
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
 		var udata []byte
-		forAttrs(p, func(a nlAttr) {
+		ForAttrs(p, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_TABLE_NAME:
-				name = a.str()
+				name = a.Str()
 			case nftaTableUserdata:
 				udata = clone(a.data)
 			}
@@ -56,7 +56,7 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 			return nil
 		}
 		c := &Chain{Name: cname, Comment: udataComment(kc.udata)}
-		if kc.base {
+		if kc.Base {
 			c.Hook = &Hook{Type: kc.typ, Hook: hookNames[kc.hook], Priority: kc.priority}
 		}
 		order = append(order, cname)
@@ -94,7 +94,7 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		return nil, err
 	}
 	for _, s := range sets {
-		if s == setAffinity {
+		if s == SetAffinity {
 			t.Affinity = true
 			continue
 		}
@@ -141,7 +141,7 @@ func decodeElement(f Family, key []Field, e kElement) (Element, error) {
 	el := Element{Comment: udataComment(e.udata)}
 	b := e.key
 	for _, fl := range key {
-		n := int((fl.size(f) + 3) &^ 3)
+		n := int((fl.Size(f) + 3) &^ 3)
 		if len(b) < n {
 			return el, fmt.Errorf("element key of %d bytes is too short", len(e.key))
 		}
@@ -177,13 +177,13 @@ func decodeElement(f Family, key []Field, e kElement) (Element, error) {
 func parseExprs(f Family, b []byte) ([]expr.Any, error) {
 	var out []expr.Any
 	var err error
-	ok := forAttrs(b, func(el nlAttr) {
+	ok := ForAttrs(b, func(el Attr) {
 		var name string
 		decoded := false
-		forAttrs(el.data, func(a nlAttr) {
+		ForAttrs(el.data, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_EXPR_NAME:
-				name = a.str()
+				name = a.Str()
 			case unix.NFTA_EXPR_DATA:
 				decoded = true
 				if err != nil {
@@ -312,7 +312,7 @@ func decodeRule(f Family, b []byte) ([]Term, error) {
 			reset()
 		case *expr.Lookup:
 			switch {
-			case ng != nil && e.SetName == setAffinity:
+			case ng != nil && e.SetName == SetAffinity:
 				terms = append(terms, AffinityMatch{ID: ng.Offset})
 			case e.IsDestRegSet:
 				terms = append(terms, Vmap(e.SetName, loads...))
@@ -323,7 +323,7 @@ func decodeRule(f Family, b []byte) ([]Term, error) {
 			}
 			reset()
 		case *expr.Dynset:
-			if ng == nil || e.SetName != setAffinity {
+			if ng == nil || e.SetName != SetAffinity {
 				return nil, fmt.Errorf("dynset on %s is not one we write", e.SetName)
 			}
 			terms = append(terms, AffinityUpdate{ID: ng.Offset, Timeout: e.Timeout})

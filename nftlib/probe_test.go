@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -26,9 +26,9 @@ type fakeProbeKernel struct {
 }
 
 // batchMessages splits a finished batch into its netlink messages.
-func batchMessages(t *testing.T, b *batch) []syscall.NetlinkMessage {
+func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	t.Helper()
-	chunks, _, err := b.finish()
+	chunks, _, err := b.Finish()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func batchMessages(t *testing.T, b *batch) []syscall.NetlinkMessage {
 	for _, c := range chunks {
 		all = append(all, c...)
 	}
-	b.release()
+	b.Release()
 	msgs, err := syscall.ParseNetlinkMessage(all)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func batchMessages(t *testing.T, b *batch) []syscall.NetlinkMessage {
 	return msgs
 }
 
-func (k *fakeProbeKernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error) {
+func (k *fakeProbeKernel) probeApply(b *Batch) ([]syscall.NetlinkMessage, error) {
 	k.txs++
 	msgs := batchMessages(k.t, b)
 	k.checkScratch(msgs)
@@ -58,9 +58,9 @@ func (k *fakeProbeKernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error)
 		switch {
 		case k.noFamily != 0 && m.Data[0] == byte(k.noFamily):
 			refuse = unix.EAFNOSUPPORT
-		case typ == unix.NFT_MSG_NEWRULE && k.noExpr != "" && ruleHasExpr(m.Data[nfgenLen:], k.noExpr):
+		case typ == unix.NFT_MSG_NEWRULE && k.noExpr != "" && ruleHasExpr(m.Data[NfgenLen:], k.noExpr):
 			refuse = unix.ENOENT
-		case typ == unix.NFT_MSG_NEWSET && k.noConcatSets && setFlags(m.Data[nfgenLen:])&nftSetConcat != 0:
+		case typ == unix.NFT_MSG_NEWSET && k.noConcatSets && setFlags(m.Data[NfgenLen:])&nftSetConcat != 0:
 			refuse = unix.EOPNOTSUPP
 		}
 		if refuse != 0 {
@@ -79,7 +79,7 @@ func (k *fakeProbeKernel) checkScratch(msgs []syscall.NetlinkMessage) {
 	k.t.Helper()
 	first, last := msgs[1], msgs[len(msgs)-2] // inside the batch markers
 	nameOf := func(m syscall.NetlinkMessage) string {
-		v, _ := findAttr(m.Data[nfgenLen:], unix.NFTA_TABLE_NAME)
+		v, _ := findAttr(m.Data[NfgenLen:], unix.NFTA_TABLE_NAME)
 		return strings.TrimRight(string(v), "\x00")
 	}
 	if first.Header.Type&0xff != unix.NFT_MSG_NEWTABLE || first.Header.Flags&unix.NLM_F_EXCL == 0 {
@@ -95,27 +95,27 @@ func (k *fakeProbeKernel) checkScratch(msgs []syscall.NetlinkMessage) {
 
 // without drops the attributes this kernel ignores from an echoed object.
 func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
-	out := append([]byte(nil), data[:nfgenLen]...)
-	forAttrs(data[nfgenLen:], func(a nlAttr) {
+	out := append([]byte(nil), data[:NfgenLen]...)
+	ForAttrs(data[NfgenLen:], func(a Attr) {
 		if drop, ok := k.ignoreAttrs[typ]; ok && drop == a.typ {
 			return
 		}
-		b := &batch{}
-		b.attr(a.typ, a.data)
-		out = append(out, b.buf...)
+		b := &Batch{}
+		b.Attr(a.typ, a.data)
+		out = append(out, b.Buf...)
 	})
 	return out
 }
 
 func ruleHasExpr(attrs []byte, name string) bool {
 	found := false
-	forAttrs(attrs, func(a nlAttr) {
+	ForAttrs(attrs, func(a Attr) {
 		if a.typ != unix.NFTA_RULE_EXPRESSIONS {
 			return
 		}
-		forAttrs(a.data, func(e nlAttr) {
-			forAttrs(e.data, func(x nlAttr) {
-				if x.typ == unix.NFTA_EXPR_NAME && x.str() == name {
+		ForAttrs(a.data, func(e Attr) {
+			ForAttrs(e.data, func(x Attr) {
+				if x.typ == unix.NFTA_EXPR_NAME && x.Str() == name {
 					found = true
 				}
 			})
@@ -218,7 +218,7 @@ func TestKernelProbeFeatures(t *testing.T) {
 		t.Fatalf("probe on this kernel: %v", err)
 	}
 	t.Logf("probe: %d features x 2 families in %v", len(features()), time.Since(start))
-	for _, f := range families {
+	for _, f := range Families {
 		err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 			v, _ := findAttr(p, unix.NFTA_TABLE_NAME)
 			t.Errorf("table %s %s left behind", f, strings.TrimRight(string(v), "\x00"))
@@ -229,12 +229,12 @@ func TestKernelProbeFeatures(t *testing.T) {
 		}
 	}
 	uncommented := Feature{Name: "chain comments", Kernel: "NFTA_CHAIN_USERDATA", Since: "5.10",
-		write: func(b *batch, f Family, table string) {
-			b.addChain(f, table, &Chain{Name: "probe-comment"})
+		write: func(b *Batch, f Family, table string) {
+			b.AddChain(f, table, &Chain{Name: "probe-comment"})
 			b.echoLast()
 		},
 		kept: features()[len(features())-1].kept}
-	b := k.newBatch()
+	b := k.NewBatch()
 	writeProbe(b, IPv4, scratchTableName(), uncommented)
 	echo, err := k.probeApply(b)
 	if err != nil {

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -17,12 +17,12 @@ import (
 // We encode the messages ourselves (google/nftables' Conn asks for an ack
 // and an echo of every message, hundreds of thousands of replies for a full
 // sync) and use google/nftables only for the expressions.
-type batch struct {
+type Batch struct {
 	// buf is the message being written; completed messages are copied into
 	// chunks, so a batch of many MiB is never copied again as it grows.
 	// Large chunks are mapped outside the Go heap (see newChunk); mapped
-	// says which, for release.
-	buf    []byte
+	// says which, for Release.
+	Buf    []byte
 	chunks [][]byte
 	mapped []bool
 	total  int
@@ -42,54 +42,54 @@ const (
 
 const (
 	nlmsgHdrLen = 16
-	nfgenLen    = 4
+	NfgenLen    = 4
 )
 
-func newBatch(seq uint32) *batch {
-	b := &batch{seq: seq}
-	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
-	b.buf[b.start+nlmsgHdrLen+2] = 0
-	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
-	b.end()
+func NewBatch(seq uint32) *Batch {
+	b := &Batch{seq: seq}
+	b.Begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
+	b.Buf[b.start+nlmsgHdrLen+2] = 0
+	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.End()
 	return b
 }
 
 // begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
 // subsystem is added here).
-func (b *batch) begin(typ uint16, flags uint16, family Family) {
+func (b *Batch) Begin(typ uint16, flags uint16, family Family) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
 		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
 	}
 	b.flushMessage()
-	b.start = len(b.buf)
-	var hdr [nlmsgHdrLen + nfgenLen]byte
+	b.start = len(b.Buf)
+	var hdr [nlmsgHdrLen + NfgenLen]byte
 	binary.NativeEndian.PutUint16(hdr[4:], typ)
 	binary.NativeEndian.PutUint16(hdr[6:], unix.NLM_F_REQUEST|flags)
 	binary.NativeEndian.PutUint32(hdr[8:], b.seq)
 	hdr[16] = byte(family)
 	hdr[17] = unix.NFNETLINK_V0
-	b.buf = append(b.buf, hdr[:]...)
+	b.Buf = append(b.Buf, hdr[:]...)
 	b.count++
 	b.seq++
 }
 
 // flushMessage moves the completed message into the chunk list.
-func (b *batch) flushMessage() {
-	if len(b.buf) == 0 {
+func (b *Batch) flushMessage() {
+	if len(b.Buf) == 0 {
 		return
 	}
 	n := len(b.chunks)
-	if n == 0 || len(b.chunks[n-1])+len(b.buf) > cap(b.chunks[n-1]) {
+	if n == 0 || len(b.chunks[n-1])+len(b.Buf) > cap(b.chunks[n-1]) {
 		// Chunks grow with the batch: small syncs stay small, big ones
 		// take few chunks.
-		size := max(min(max(b.total/2, 16<<10), 8<<20), len(b.buf))
+		size := max(min(max(b.total/2, 16<<10), 8<<20), len(b.Buf))
 		c, mapped := newChunk(size)
 		b.chunks, b.mapped = append(b.chunks, c), append(b.mapped, mapped)
 		n++
 	}
-	b.chunks[n-1] = append(b.chunks[n-1], b.buf...)
-	b.total += len(b.buf)
-	b.buf = b.buf[:0]
+	b.chunks[n-1] = append(b.chunks[n-1], b.Buf...)
+	b.total += len(b.Buf)
+	b.Buf = b.Buf[:0]
 }
 
 // mapChunksFrom is the chunk size from which chunks are mapped outside the
@@ -102,7 +102,7 @@ const mapChunksFrom = 1 << 20
 // collector's goal (twice the live heap) by twice their size while the new
 // rules are alive too, which set the proxy's peak RSS, and their pages
 // would stay with the process until the runtime scavenged them. A mapping
-// is returned to the kernel as soon as the batch is sent (release).
+// is returned to the kernel as soon as the batch is sent (Release).
 func newChunk(size int) (c []byte, mapped bool) {
 	if size >= mapChunksFrom {
 		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -114,10 +114,10 @@ func newChunk(size int) (c []byte, mapped bool) {
 	return make([]byte, 0, size), false
 }
 
-// release unmaps the batch's mapped chunks; the batch holds no messages
+// Release unmaps the batch's mapped chunks; the batch holds no messages
 // afterwards. Kernel.Apply calls it once the batch is sent: nothing may
 // use the chunks finish returned after that.
-func (b *batch) release() {
+func (b *Batch) Release() {
 	for i, c := range b.chunks {
 		if b.mapped[i] {
 			// Munmap fails only for a range that is not a mapping.
@@ -128,75 +128,75 @@ func (b *batch) release() {
 }
 
 // size is the batch's length in bytes so far.
-func (b *batch) size() int { return b.total + len(b.buf) }
+func (b *Batch) Size() int { return b.total + len(b.Buf) }
 
-func (b *batch) end() {
-	binary.NativeEndian.PutUint32(b.buf[b.start:], uint32(len(b.buf)-b.start))
+func (b *Batch) End() {
+	binary.NativeEndian.PutUint32(b.Buf[b.start:], uint32(len(b.Buf)-b.start))
 }
 
-func (b *batch) attr(typ uint16, data []byte) {
+func (b *Batch) Attr(typ uint16, data []byte) {
 	l := 4 + len(data)
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
 	binary.NativeEndian.PutUint16(h[2:], typ)
-	b.buf = append(b.buf, h[:]...)
-	b.buf = append(b.buf, data...)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, data...)
 	b.pad()
 }
 
-func (b *batch) pad() {
-	for len(b.buf)%4 != 0 {
-		b.buf = append(b.buf, 0)
+func (b *Batch) pad() {
+	for len(b.Buf)%4 != 0 {
+		b.Buf = append(b.Buf, 0)
 	}
 }
 
-func (b *batch) str(typ uint16, s string) {
+func (b *Batch) Str(typ uint16, s string) {
 	l := 4 + len(s) + 1
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
 	binary.NativeEndian.PutUint16(h[2:], typ)
-	b.buf = append(b.buf, h[:]...)
-	b.buf = append(b.buf, s...)
-	b.buf = append(b.buf, 0)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, s...)
+	b.Buf = append(b.Buf, 0)
 	b.pad()
 }
 
-func (b *batch) u32(typ uint16, v uint32) {
+func (b *Batch) U32(typ uint16, v uint32) {
 	var a [8]byte
 	binary.NativeEndian.PutUint16(a[0:], 8)
 	binary.NativeEndian.PutUint16(a[2:], typ)
 	binary.BigEndian.PutUint32(a[4:], v)
-	b.buf = append(b.buf, a[:]...)
+	b.Buf = append(b.Buf, a[:]...)
 }
 
-func (b *batch) nest(typ uint16) {
-	b.nests = append(b.nests, len(b.buf))
-	b.buf = append(b.buf, 0, 0, 0, 0)
-	binary.NativeEndian.PutUint16(b.buf[len(b.buf)-2:], typ|unix.NLA_F_NESTED)
+func (b *Batch) Nest(typ uint16) {
+	b.nests = append(b.nests, len(b.Buf))
+	b.Buf = append(b.Buf, 0, 0, 0, 0)
+	binary.NativeEndian.PutUint16(b.Buf[len(b.Buf)-2:], typ|unix.NLA_F_NESTED)
 }
 
-func (b *batch) unnest() {
+func (b *Batch) Unnest() {
 	off := b.nests[len(b.nests)-1]
 	b.nests = b.nests[:len(b.nests)-1]
-	l := len(b.buf) - off
+	l := len(b.Buf) - off
 	if l > 0xffff && b.err == nil {
 		b.err = fmt.Errorf("netlink attribute of %d bytes is over the 64 KiB limit", l)
 	}
-	binary.NativeEndian.PutUint16(b.buf[off:], uint16(l))
+	binary.NativeEndian.PutUint16(b.Buf[off:], uint16(l))
 }
 
 // userdata encodes a comment as libnftnl does: one TLV (type 0 is the
 // comment for rules, chains, tables and set elements), NUL-terminated.
 // commentAttr appends an attribute holding userdataComment(typ, c)
 // without building it apart: every rule and element has one.
-func (b *batch) commentAttr(attr uint16, typ byte, c string) {
+func (b *Batch) CommentAttr(attr uint16, typ byte, c string) {
 	var h [6]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
 	binary.NativeEndian.PutUint16(h[2:], attr)
 	h[4], h[5] = typ, byte(len(c)+1)
-	b.buf = append(b.buf, h[:]...)
-	b.buf = append(b.buf, c...)
-	b.buf = append(b.buf, 0)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, c...)
+	b.Buf = append(b.Buf, 0)
 	b.pad()
 }
 
@@ -208,20 +208,20 @@ func userdataComment(typ byte, c string) []byte {
 
 // maxComment bounds a comment in bytes: nft refuses comments over 128
 // bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
-const maxComment = 127
+const MaxComment = 127
 
 // clampComment makes a comment that nft accepts and prints back as it is,
 // the same in render text and netlink userdata: at most maxComment bytes,
 // cut at a rune boundary, and without what nft's quoted strings cannot
 // hold (a quote; nor escapes, so no backslash or unprintable rune).
-func clampComment(c string) string {
+func ClampComment(c string) string {
 	if !plainComment(c) {
 		c = sanitizeComment(c)
 	}
-	if len(c) <= maxComment {
+	if len(c) <= MaxComment {
 		return c
 	}
-	n := maxComment
+	n := MaxComment
 	for n > 0 && !utf8.RuneStart(c[n]) {
 		n--
 	}
@@ -251,45 +251,45 @@ func sanitizeComment(c string) string {
 }
 
 // quoteComment is a comment as nft prints it.
-func quoteComment(c string) string { return `"` + clampComment(c) + `"` }
+func quoteComment(c string) string { return `"` + ClampComment(c) + `"` }
 
-func (b *batch) addTable(f Family, name, comment string) {
-	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
-	b.str(unix.NFTA_TABLE_NAME, name)
-	b.u32(unix.NFTA_TABLE_FLAGS, 0)
+func (b *Batch) AddTable(f Family, name, comment string) {
+	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_TABLE_NAME, name)
+	b.U32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
+		b.CommentAttr(nftaTableUserdata, 0, ClampComment(comment))
 	}
-	b.end()
+	b.End()
 }
 
-func (b *batch) delTable(f Family, name string) {
-	b.begin(unix.NFT_MSG_DELTABLE, 0, f)
-	b.str(unix.NFTA_TABLE_NAME, name)
-	b.end()
+func (b *Batch) DelTable(f Family, name string) {
+	b.Begin(unix.NFT_MSG_DELTABLE, 0, f)
+	b.Str(unix.NFTA_TABLE_NAME, name)
+	b.End()
 }
 
-func (b *batch) delSet(f Family, table, name string) {
-	b.begin(unix.NFT_MSG_DELSET, 0, f)
-	b.str(unix.NFTA_SET_TABLE, table)
-	b.str(unix.NFTA_SET_NAME, name)
-	b.end()
+func (b *Batch) DelSet(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELSET, 0, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, name)
+	b.End()
 }
 
 // delObj deletes a stateful object, named by its type and name.
-func (b *batch) delObj(f Family, table string, o kObj) {
-	b.begin(unix.NFT_MSG_DELOBJ, 0, f)
-	b.str(unix.NFTA_OBJ_TABLE, table)
-	b.str(unix.NFTA_OBJ_NAME, o.name)
-	b.u32(unix.NFTA_OBJ_TYPE, o.typ)
-	b.end()
+func (b *Batch) delObj(f Family, table string, o KernelObject) {
+	b.Begin(unix.NFT_MSG_DELOBJ, 0, f)
+	b.Str(unix.NFTA_OBJ_TABLE, table)
+	b.Str(unix.NFTA_OBJ_NAME, o.Name)
+	b.U32(unix.NFTA_OBJ_TYPE, o.Type)
+	b.End()
 }
 
-func (b *batch) delFlowtable(f Family, table, name string) {
-	b.begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
-	b.str(nftaFlowtableTable, table)
-	b.str(nftaFlowtableName, name)
-	b.end()
+func (b *Batch) delFlowtable(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
+	b.Str(nftaFlowtableTable, table)
+	b.Str(nftaFlowtableName, name)
+	b.End()
 }
 
 var hookNumbers = map[string]uint32{
@@ -297,74 +297,74 @@ var hookNumbers = map[string]uint32{
 	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
 }
 
-func (b *batch) addChain(f Family, table string, c *Chain) {
-	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
-	b.str(unix.NFTA_CHAIN_TABLE, table)
-	b.str(unix.NFTA_CHAIN_NAME, c.Name)
+func (b *Batch) AddChain(f Family, table string, c *Chain) {
+	b.Begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_CHAIN_TABLE, table)
+	b.Str(unix.NFTA_CHAIN_NAME, c.Name)
 	if h := c.Hook; h != nil {
-		b.nest(unix.NFTA_CHAIN_HOOK)
-		b.u32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
-		b.u32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
-		b.unnest()
-		b.u32(unix.NFTA_CHAIN_POLICY, nfAccept)
-		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
+		b.Nest(unix.NFTA_CHAIN_HOOK)
+		b.U32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
+		b.U32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
+		b.Unnest()
+		b.U32(unix.NFTA_CHAIN_POLICY, nfAccept)
+		b.Str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.commentAttr(nftaChainUserdata, 0, clampComment(c.Comment))
+		b.CommentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
 	}
-	b.end()
+	b.End()
 }
 
-func (b *batch) delChain(f Family, table, name string) {
-	b.begin(unix.NFT_MSG_DELCHAIN, 0, f)
-	b.str(unix.NFTA_CHAIN_TABLE, table)
-	b.str(unix.NFTA_CHAIN_NAME, name)
-	b.end()
+func (b *Batch) DelChain(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELCHAIN, 0, f)
+	b.Str(unix.NFTA_CHAIN_TABLE, table)
+	b.Str(unix.NFTA_CHAIN_NAME, name)
+	b.End()
 }
 
 // flushChain deletes every rule of a chain; with chain == "" of the whole table.
-func (b *batch) flushChain(f Family, table, chain string) {
-	b.begin(unix.NFT_MSG_DELRULE, 0, f)
-	b.str(unix.NFTA_RULE_TABLE, table)
+func (b *Batch) FlushChain(f Family, table, chain string) {
+	b.Begin(unix.NFT_MSG_DELRULE, 0, f)
+	b.Str(unix.NFTA_RULE_TABLE, table)
 	if chain != "" {
-		b.str(unix.NFTA_RULE_CHAIN, chain)
+		b.Str(unix.NFTA_RULE_CHAIN, chain)
 	}
-	b.end()
+	b.End()
 }
 
-func (b *batch) addRule(f Family, table, chain string, r Rule) {
-	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
-	b.str(unix.NFTA_RULE_TABLE, table)
-	b.str(unix.NFTA_RULE_CHAIN, chain)
-	b.nest(unix.NFTA_RULE_EXPRESSIONS)
+func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
+	b.Begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
+	b.Str(unix.NFTA_RULE_TABLE, table)
+	b.Str(unix.NFTA_RULE_CHAIN, chain)
+	b.Nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
-		if d, ok := t.(directTerm); ok && d.direct(b, f) {
+		if d, ok := t.(DirectTerm); ok && d.Direct(b, f) {
 			continue
 		}
-		for _, e := range t.exprs(f) {
-			b.expr(f, e)
+		for _, e := range t.Exprs(f) {
+			b.Expr(f, e)
 		}
 	}
-	b.unnest()
+	b.Unnest()
 	if r.Comment != "" {
-		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, clampComment(r.Comment))
+		b.CommentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
 	}
-	b.end()
+	b.End()
 }
 
 // addChainRules adds the rules of chains, in order.
-func (b *batch) addChainRules(f Family, table string, chains []*Chain) {
-	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *batch, i int) {
+func (b *Batch) AddChainRules(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *Batch, i int) {
 		for _, r := range chains[i].Rules {
-			part.addRule(f, table, chains[i].Name, r)
+			part.AddRule(f, table, chains[i].Name, r)
 		}
 	})
 }
 
 // addChains adds chains (without their rules), in order.
-func (b *batch) addChains(f Family, table string, chains []*Chain) {
-	b.writeEach(len(chains), func(int) int { return 1 }, func(part *batch, i int) {
-		part.addChain(f, table, chains[i])
+func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(int) int { return 1 }, func(part *Batch, i int) {
+		part.AddChain(f, table, chains[i])
 	})
 }
 
@@ -373,8 +373,8 @@ func (b *batch) addChains(f Family, table string, chains []*Chain) {
 // messages are encoded on all CPUs, each part into a batch of its own
 // whose messages are numbered as they will stand in this one, then joined
 // in order; small ones straight into b.
-func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, i int)) {
-	parts := make([]*batch, parallelParts(n))
+func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, i int)) {
+	parts := make([]*Batch, ParallelParts(n))
 	if len(parts) == 1 {
 		for i := range n {
 			write(b, i)
@@ -383,13 +383,13 @@ func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, 
 	}
 	seq := b.seq
 	for p := range parts {
-		parts[p] = &batch{seq: seq}
+		parts[p] = &Batch{seq: seq}
 		lo, hi := partRange(n, len(parts), p)
 		for i := lo; i < hi; i++ {
 			seq += uint32(count(i))
 		}
 	}
-	inParallel(n, func(p, lo, hi int) {
+	InParallel(n, func(p, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			write(parts[p], i)
 		}
@@ -401,7 +401,7 @@ func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, 
 
 // join appends the messages of part, which was numbered to follow b's.
 // Like b's own, part's last message is still being written: it stays so.
-func (b *batch) join(part *batch) {
+func (b *Batch) join(part *Batch) {
 	if part.count == 0 {
 		return
 	}
@@ -409,7 +409,7 @@ func (b *batch) join(part *batch) {
 	b.chunks = append(b.chunks, part.chunks...)
 	b.mapped = append(b.mapped, part.mapped...)
 	b.total += part.total
-	b.buf = append(b.buf[:0], part.buf...)
+	b.Buf = append(b.Buf[:0], part.Buf...)
 	b.start = part.start
 	b.count += part.count
 	b.seq = part.seq
@@ -419,7 +419,7 @@ func (b *batch) join(part *batch) {
 }
 
 // concatType is nft's id for a concatenation of datatypes (6 bits each).
-func concatType(f Family, key []Field) uint32 {
+func ConcatType(f Family, key []Field) uint32 {
 	var t uint32
 	for _, fl := range key {
 		_, id := fl.datatype(f)
@@ -428,62 +428,62 @@ func concatType(f Family, key []Field) uint32 {
 	return t
 }
 
-func keyLen(f Family, key []Field) uint32 {
+func KeyLen(f Family, key []Field) uint32 {
 	var n uint32
 	for _, fl := range key {
-		n += (fl.size(f) + 3) &^ 3
+		n += (fl.Size(f) + 3) &^ 3
 	}
 	return n
 }
 
-func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.str(unix.NFTA_SET_TABLE, table)
-	b.str(unix.NFTA_SET_NAME, m.Name)
-	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
-	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, m.Key))
-	b.u32(unix.NFTA_SET_KEY_LEN, keyLen(f, m.Key))
-	b.u32(unix.NFTA_SET_DATA_TYPE, 0xffffff00) // verdict
-	b.u32(unix.NFTA_SET_DATA_LEN, 0)
-	b.u32(unix.NFTA_SET_ID, id)
+func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
+	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, m.Name)
+	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
+	b.U32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
+	b.U32(unix.NFTA_SET_DATA_TYPE, 0xffffff00) // verdict
+	b.U32(unix.NFTA_SET_DATA_LEN, 0)
+	b.U32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
+		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
 	}
-	b.end()
+	b.End()
 }
 
 // flushMap deletes every element of a map.
-func (b *batch) flushMap(f Family, table, m string) {
-	b.begin(unix.NFT_MSG_DELSETELEM, 0, f)
-	b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-	b.str(unix.NFTA_SET_ELEM_LIST_SET, m)
-	b.end()
+func (b *Batch) FlushMap(f Family, table, m string) {
+	b.Begin(unix.NFT_MSG_DELSETELEM, 0, f)
+	b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	b.Str(unix.NFTA_SET_ELEM_LIST_SET, m)
+	b.End()
 }
 
 // elemChunk keeps each message's element list well under the 64 KiB
 // attribute limit.
 const elemChunk = 256
 
-func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Element) {
+func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	b.elementMessages(add, f, table, m.Name, len(elems), func(i int) {
 		e := elems[i]
-		b.nest(unix.NFTA_SET_ELEM_KEY)
-		b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
-		b.unnest()
+		b.Nest(unix.NFTA_SET_ELEM_KEY)
+		b.Attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
+		b.Unnest()
 		if !add {
 			return
 		}
-		b.nest(unix.NFTA_SET_ELEM_DATA)
-		b.nest(unix.NFTA_DATA_VERDICT)
-		v := e.Verdict.expr()
-		b.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+		b.Nest(unix.NFTA_SET_ELEM_DATA)
+		b.Nest(unix.NFTA_DATA_VERDICT)
+		v := e.Verdict.Expr()
+		b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
 		if v.Chain != "" {
-			b.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+			b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)
 		}
-		b.unnest()
-		b.unnest()
+		b.Unnest()
+		b.Unnest()
 		if e.Comment != "" {
-			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, clampComment(e.Comment))
+			b.CommentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
 		}
 	})
 }
@@ -491,23 +491,23 @@ func (b *batch) elements(add bool, f Family, table string, m *Map, elems []Eleme
 // elementMessages adds (NEWSETELEM) or deletes (DELSETELEM) n elements of
 // a set or map, elemChunk to a message; elem writes element i's attributes
 // inside its NFTA_LIST_ELEM.
-func (b *batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
+func (b *Batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
 	typ, flags := uint16(unix.NFT_MSG_DELSETELEM), uint16(0)
 	if add {
 		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
 	}
 	for start := 0; start < n; start += elemChunk {
-		b.begin(typ, flags, f)
-		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		b.str(unix.NFTA_SET_ELEM_LIST_SET, set)
-		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		b.Begin(typ, flags, f)
+		b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		b.Str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		b.Nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 		for i := start; i < min(n, start+elemChunk); i++ {
-			b.nest(unix.NFTA_LIST_ELEM)
+			b.Nest(unix.NFTA_LIST_ELEM)
 			elem(i)
-			b.unnest()
+			b.Unnest()
 		}
-		b.unnest()
-		b.end()
+		b.Unnest()
+		b.End()
 	}
 }
 
@@ -535,28 +535,28 @@ func encodeKey(f Family, key []Field, k Key) []byte {
 // finish closes the batch, asking for an ack on the last real message only:
 // errors are reported whatever the flags, and the kernel processes the whole
 // batch before it answers, so that one ack tells us the batch is done.
-func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
+func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
 	if b.err != nil {
 		return nil, 0, b.err
 	}
 	last := b.start
-	flags := binary.NativeEndian.Uint16(b.buf[last+6:])
-	binary.NativeEndian.PutUint16(b.buf[last+6:], flags|unix.NLM_F_ACK)
-	lastSeq = binary.NativeEndian.Uint32(b.buf[last+8:])
-	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0)
-	binary.BigEndian.PutUint16(b.buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
-	b.end()
+	flags := binary.NativeEndian.Uint16(b.Buf[last+6:])
+	binary.NativeEndian.PutUint16(b.Buf[last+6:], flags|unix.NLM_F_ACK)
+	lastSeq = binary.NativeEndian.Uint32(b.Buf[last+8:])
+	b.Begin(unix.NFNL_MSG_BATCH_END, 0, 0)
+	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.End()
 	b.flushMessage()
 	return b.chunks, lastSeq, nil
 }
 
 // messages is how many object messages (not counting begin/end) the batch holds.
-func (b *batch) messages() int { return b.count - 1 }
+func (b *Batch) Messages() int { return b.count - 1 }
 
 // describe says what the message with that sequence number did, read back
 // from its encoding (a description kept per message would cost as much
 // memory as a tenth of a full sync's batch, for the rare refusal).
-func (b *batch) describe(seq uint32) string {
+func (b *Batch) Describe(seq uint32) string {
 	if msg := b.message(seq); msg != nil {
 		if what := describeMessage(msg); what != "" {
 			return what
@@ -566,8 +566,8 @@ func (b *batch) describe(seq uint32) string {
 }
 
 // message finds the encoded message with that sequence number.
-func (b *batch) message(seq uint32) []byte {
-	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.buf) {
+func (b *Batch) message(seq uint32) []byte {
+	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.Buf) {
 		for len(c) >= nlmsgHdrLen {
 			l := int(binary.NativeEndian.Uint32(c))
 			if l < nlmsgHdrLen || l > len(c) {
@@ -592,10 +592,10 @@ func describeMessage(msg []byte) string {
 	case unix.NFNL_MSG_BATCH_END:
 		return "batch end"
 	}
-	if len(msg) < nlmsgHdrLen+nfgenLen {
+	if len(msg) < nlmsgHdrLen+NfgenLen {
 		return ""
 	}
-	attrs := msg[nlmsgHdrLen+nfgenLen:]
+	attrs := msg[nlmsgHdrLen+NfgenLen:]
 	kind, ok := messageKinds[typ&^(unix.NFNL_SUBSYS_NFTABLES<<8)]
 	if !ok {
 		return ""
@@ -619,10 +619,10 @@ func describeMessage(msg []byte) string {
 // every nf_tables object message names its table in attribute 1 (a table
 // message its own name). "" for others (batch begin and end).
 func messageTable(msg []byte) (Family, string) {
-	if len(msg) < nlmsgHdrLen+nfgenLen || binary.NativeEndian.Uint16(msg[4:])>>8 != unix.NFNL_SUBSYS_NFTABLES {
+	if len(msg) < nlmsgHdrLen+NfgenLen || binary.NativeEndian.Uint16(msg[4:])>>8 != unix.NFNL_SUBSYS_NFTABLES {
 		return 0, ""
 	}
-	name, ok := findAttr(msg[nlmsgHdrLen+nfgenLen:], 1)
+	name, ok := findAttr(msg[nlmsgHdrLen+NfgenLen:], 1)
 	if !ok {
 		return 0, ""
 	}

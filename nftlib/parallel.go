@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"runtime"
@@ -8,20 +8,20 @@ import (
 // parallelMin is the least amount of work (service ports, chains) worth
 // splitting across CPUs: below it, starting goroutines costs more than it
 // saves, and small syncs stay on one goroutine.
-const parallelMin = 2048
+const ParallelMin = 2048
 
 // parallelParts is how many parts inParallel splits n items into: one per
 // CPU, each of at least parallelMin items.
-func parallelParts(n int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), n/parallelMin))
+func ParallelParts(n int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), n/ParallelMin))
 }
 
 // inParallel runs fn over [0, n) split into parallelParts(n) contiguous
 // ranges, part p covering [lo, hi) (ranges in order of p), each on a
 // goroutine of its own unless there is one part, and returns once all are
 // done.
-func inParallel(n int, fn func(p, lo, hi int)) {
-	parts := parallelParts(n)
+func InParallel(n int, fn func(p, lo, hi int)) {
+	parts := ParallelParts(n)
 	if parts == 1 {
 		fn(0, 0, n)
 		return

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"bytes"
@@ -94,9 +94,9 @@ const nftSetConcat = 0x80
 // a concatenation with each field padded to 4 bytes.
 func (s *Set) keyLen(f Family) uint32 {
 	if len(s.Key) == 1 {
-		return s.Key[0].size(f)
+		return s.Key[0].Size(f)
 	}
-	return keyLen(f, s.Key)
+	return KeyLen(f, s.Key)
 }
 
 // key encodes an element's key; with end, the last address of an
@@ -162,9 +162,9 @@ func (s *Set) perLine(f Family) int {
 	switch {
 	case len(s.Key) > 1:
 		return 1
-	case s.Key[0].size(f) <= 2:
+	case s.Key[0].Size(f) <= 2:
 		return 5
-	case s.Key[0].size(f) <= 4:
+	case s.Key[0].Size(f) <= 4:
 		return 2
 	}
 	return 1
@@ -228,7 +228,7 @@ func (t *SetTable) String() string {
 	}
 	for _, c := range t.Chains {
 		sep()
-		c.render(&b, t.Family)
+		c.RenderTo(&b, t.Family)
 	}
 	b.WriteString("}\n")
 	return b.String()
@@ -255,10 +255,10 @@ func LookupSet(set string, key ...Field) SetLookup {
 // WithProto returns the lookup after a `meta l4proto P` match.
 func (l SetLookup) WithProto(p uint8) SetLookup { l.Proto = p; return l }
 
-func (l SetLookup) text(f Family) string {
+func (l SetLookup) Text(f Family) string {
 	parts := make([]string, l.N)
 	for i, fl := range l.Key[:l.N] {
-		parts[i] = fl.text(f)
+		parts[i] = fl.Text(f)
 		if fl == FieldDport && l.Proto != 0 {
 			parts[i] = ProtoName(l.Proto) + " dport"
 		}
@@ -266,10 +266,10 @@ func (l SetLookup) text(f Family) string {
 	return strings.Join(parts, " . ") + " @" + l.Set
 }
 
-func (l SetLookup) exprs(f Family) []expr.Any {
+func (l SetLookup) Exprs(f Family) []expr.Any {
 	var out []expr.Any
 	if l.Proto != 0 {
-		out = append(out, ProtoMatch{Proto: l.Proto}.exprs(f)...)
+		out = append(out, ProtoMatch{Proto: l.Proto}.Exprs(f)...)
 	}
 	if l.N == 1 {
 		out = append(out, l.Key[0].load(f, unix.NFT_REG_1))
@@ -277,7 +277,7 @@ func (l SetLookup) exprs(f Family) []expr.Any {
 		reg := uint32(unix.NFT_REG32_00)
 		for _, fl := range l.Key[:l.N] {
 			out = append(out, fl.load(f, reg))
-			reg += (fl.size(f) + 3) / 4
+			reg += (fl.Size(f) + 3) / 4
 		}
 	}
 	return append(out, &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: l.Set})

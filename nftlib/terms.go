@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -19,8 +19,8 @@ import (
 // Terms are plain comparable values: two rules are equal when their terms
 // are, which is how the diff decides what changed.
 type Term interface {
-	text(f Family) string
-	exprs(f Family) []expr.Any
+	Text(f Family) string
+	Exprs(f Family) []expr.Any
 }
 
 // Field is a packet field a rule or a map key reads.
@@ -34,7 +34,7 @@ const (
 	FieldDport                // th dport (TCP, UDP and SCTP keep it at offset 2)
 )
 
-func (fl Field) text(f Family) string {
+func (fl Field) Text(f Family) string {
 	switch fl {
 	case FieldSaddr:
 		return f.String() + " saddr"
@@ -49,7 +49,7 @@ func (fl Field) text(f Family) string {
 }
 
 // size is the field's length in bytes in a key.
-func (fl Field) size(f Family) uint32 {
+func (fl Field) Size(f Family) uint32 {
 	switch fl {
 	case FieldSaddr, FieldDaddr:
 		return uint32(f.addrLen())
@@ -95,7 +95,7 @@ type AddrMatch struct {
 	Prefix netip.Prefix
 }
 
-func (m AddrMatch) text(f Family) string {
+func (m AddrMatch) Text(f Family) string {
 	op := ""
 	if m.Negate {
 		op = "!= "
@@ -104,10 +104,10 @@ func (m AddrMatch) text(f Family) string {
 	if m.Prefix.IsSingleIP() {
 		v = m.Prefix.Addr().String()
 	}
-	return fmt.Sprintf("%s %s%s", m.Field.text(f), op, v)
+	return fmt.Sprintf("%s %s%s", m.Field.Text(f), op, v)
 }
 
-func (m AddrMatch) exprs(f Family) []expr.Any {
+func (m AddrMatch) Exprs(f Family) []expr.Any {
 	addr := m.Prefix.Addr().AsSlice()
 	bits := m.Prefix.Bits()
 	op := expr.CmpOpEq
@@ -146,9 +146,9 @@ func (m AddrMatch) exprs(f Family) []expr.Any {
 // ProtoMatch is `meta l4proto tcp`.
 type ProtoMatch struct{ Proto uint8 }
 
-func (m ProtoMatch) text(Family) string { return "meta l4proto " + ProtoName(m.Proto) }
+func (m ProtoMatch) Text(Family) string { return "meta l4proto " + ProtoName(m.Proto) }
 
-func (m ProtoMatch) exprs(Family) []expr.Any {
+func (m ProtoMatch) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{m.Proto}},
@@ -159,14 +159,14 @@ func (m ProtoMatch) exprs(Family) []expr.Any {
 // addresses) or, with Saddr, `fib saddr type local` (the node sent it).
 type FibLocal struct{ Saddr bool }
 
-func (m FibLocal) text(Family) string {
+func (m FibLocal) Text(Family) string {
 	if m.Saddr {
 		return "fib saddr type local"
 	}
 	return "fib daddr type local"
 }
 
-func (m FibLocal) exprs(Family) []expr.Any {
+func (m FibLocal) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Fib{Register: 1, FlagDADDR: !m.Saddr, FlagSADDR: m.Saddr, ResultADDRTYPE: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)},
@@ -176,9 +176,9 @@ func (m FibLocal) exprs(Family) []expr.Any {
 // PortMatch is `th dport PORT`.
 type PortMatch struct{ Port uint16 }
 
-func (m PortMatch) text(Family) string { return fmt.Sprintf("th dport %d", m.Port) }
+func (m PortMatch) Text(Family) string { return fmt.Sprintf("th dport %d", m.Port) }
 
-func (m PortMatch) exprs(f Family) []expr.Any {
+func (m PortMatch) Exprs(f Family) []expr.Any {
 	return []expr.Any{
 		FieldDport.load(f, 1),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, m.Port)},
@@ -196,7 +196,7 @@ const (
 // CtState is `ct state S[,S...]`: the connection is in one of the states.
 type CtState struct{ Bits uint32 }
 
-func (m CtState) text(Family) string {
+func (m CtState) Text(Family) string {
 	var names []string
 	for _, st := range []struct {
 		bit  uint32
@@ -209,7 +209,7 @@ func (m CtState) text(Family) string {
 	return "ct state " + strings.Join(names, ",")
 }
 
-func (m CtState) exprs(Family) []expr.Any {
+func (m CtState) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bits), Xor: le32(0)},
@@ -220,11 +220,11 @@ func (m CtState) exprs(Family) []expr.Any {
 // MarkIsSet is `meta mark & BIT == BIT`.
 type MarkIsSet struct{ Bit uint32 }
 
-func (m MarkIsSet) text(Family) string {
+func (m MarkIsSet) Text(Family) string {
 	return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", m.Bit, m.Bit)
 }
 
-func (m MarkIsSet) exprs(Family) []expr.Any {
+func (m MarkIsSet) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bit), Xor: le32(0)},
@@ -240,7 +240,7 @@ type IfName struct {
 	Negate bool
 }
 
-func (m IfName) text(Family) string {
+func (m IfName) Text(Family) string {
 	op, name := "", m.Name
 	if m.Negate {
 		op = "!= "
@@ -251,7 +251,7 @@ func (m IfName) text(Family) string {
 	return fmt.Sprintf("iifname %s%s", op, strconv.Quote(name))
 }
 
-func (m IfName) exprs(Family) []expr.Any {
+func (m IfName) Exprs(Family) []expr.Any {
 	data := []byte(m.Name)
 	if !m.Prefix {
 		data = make([]byte, unix.IFNAMSIZ)
@@ -273,9 +273,9 @@ type SetMatch struct {
 	Set   string
 }
 
-func (m SetMatch) text(f Family) string { return m.Field.text(f) + " @" + m.Set }
+func (m SetMatch) Text(f Family) string { return m.Field.Text(f) + " @" + m.Set }
 
-func (m SetMatch) exprs(f Family) []expr.Any {
+func (m SetMatch) Exprs(f Family) []expr.Any {
 	return []expr.Any{m.Field.load(f, 1), &expr.Lookup{SourceRegister: 1, SetName: m.Set}}
 }
 
@@ -283,9 +283,9 @@ func (m SetMatch) exprs(f Family) []expr.Any {
 // sees as "connection refused" at once.
 type Reject struct{}
 
-func (Reject) text(Family) string { return "reject" }
+func (Reject) Text(Family) string { return "reject" }
 
-func (Reject) exprs(f Family) []expr.Any {
+func (Reject) Exprs(f Family) []expr.Any {
 	code := uint8(3) // ICMP_PORT_UNREACH
 	if f == IPv6 {
 		code = 4 // ICMPV6_PORT_UNREACH
@@ -309,18 +309,18 @@ func Vmap(m string, key ...Field) VmapLookup {
 
 func (v VmapLookup) fields() []Field { return v.Key[:v.N] }
 
-func (v VmapLookup) text(f Family) string {
+func (v VmapLookup) Text(f Family) string {
 	s := ""
 	for i, fl := range v.fields() {
 		if i > 0 {
 			s += " . "
 		}
-		s += fl.text(f)
+		s += fl.Text(f)
 	}
 	return s + " vmap @" + v.Map
 }
 
-func (v VmapLookup) exprs(f Family) []expr.Any {
+func (v VmapLookup) Exprs(f Family) []expr.Any {
 	var out []expr.Any
 	if v.N == 1 {
 		out = append(out, v.Key[0].load(f, 1))
@@ -330,7 +330,7 @@ func (v VmapLookup) exprs(f Family) []expr.Any {
 		reg := uint32(unix.NFT_REG32_00)
 		for _, fl := range v.fields() {
 			out = append(out, fl.load(f, reg))
-			reg += (fl.size(f) + 3) / 4
+			reg += (fl.Size(f) + 3) / 4
 		}
 	}
 	return append(out, &expr.Lookup{SourceRegister: 1, SetName: v.Map, IsDestRegSet: true, DestRegister: 0})
@@ -339,9 +339,9 @@ func (v VmapLookup) exprs(f Family) []expr.Any {
 // NumgenZero is `numgen random mod N 0`: true with probability 1/N.
 type NumgenZero struct{ Mod uint32 }
 
-func (n NumgenZero) text(Family) string { return fmt.Sprintf("numgen random mod %d 0", n.Mod) }
+func (n NumgenZero) Text(Family) string { return fmt.Sprintf("numgen random mod %d 0", n.Mod) }
 
-func (n NumgenZero) exprs(Family) []expr.Any {
+func (n NumgenZero) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Numgen{Register: 1, Modulus: n.Mod, Type: unix.NFT_NG_RANDOM},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
@@ -351,11 +351,11 @@ func (n NumgenZero) exprs(Family) []expr.Any {
 // MarkZero is `meta mark & BIT == 0x00000000`.
 type MarkZero struct{ Bit uint32 }
 
-func (m MarkZero) text(Family) string {
+func (m MarkZero) Text(Family) string {
 	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.Bit)
 }
 
-func (m MarkZero) exprs(Family) []expr.Any {
+func (m MarkZero) Exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bit), Xor: le32(0)},
@@ -370,7 +370,7 @@ type MarkSet struct {
 	Toggle bool
 }
 
-func (m MarkSet) text(Family) string {
+func (m MarkSet) Text(Family) string {
 	op := "|"
 	if m.Toggle {
 		op = "^"
@@ -378,7 +378,7 @@ func (m MarkSet) text(Family) string {
 	return fmt.Sprintf("meta mark set meta mark %s 0x%08x", op, m.Bit)
 }
 
-func (m MarkSet) exprs(Family) []expr.Any {
+func (m MarkSet) Exprs(Family) []expr.Any {
 	mask, xor := ^m.Bit, m.Bit // x | b == (x & ^b) ^ b
 	if m.Toggle {
 		mask = 0xffffffff
@@ -396,9 +396,9 @@ type DNAT struct {
 	Port uint16
 }
 
-func (d DNAT) text(Family) string { return "dnat to " + netip.AddrPortFrom(d.Addr, d.Port).String() }
+func (d DNAT) Text(Family) string { return "dnat to " + netip.AddrPortFrom(d.Addr, d.Port).String() }
 
-func (d DNAT) exprs(f Family) []expr.Any {
+func (d DNAT) Exprs(f Family) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: d.Addr.AsSlice()},
 		&expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, d.Port)},
@@ -409,9 +409,9 @@ func (d DNAT) exprs(f Family) []expr.Any {
 // Masquerade is `masquerade fully-random`, as kube-proxy does by default.
 type Masquerade struct{}
 
-func (Masquerade) text(Family) string { return "masquerade fully-random" }
+func (Masquerade) Text(Family) string { return "masquerade fully-random" }
 
-func (Masquerade) exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+func (Masquerade) Exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
 
 // VerdictKind is what a verdict does.
 type VerdictKind uint8
@@ -435,7 +435,7 @@ type Verdict struct {
 func JumpTo(chain string) Verdict    { return Verdict{Kind: Jump, Chain: chain} }
 func GotoChain(chain string) Verdict { return Verdict{Kind: Goto, Chain: chain} }
 
-func (v Verdict) text(Family) string {
+func (v Verdict) Text(Family) string {
 	switch v.Kind {
 	case Accept:
 		return "accept"
@@ -455,11 +455,11 @@ var verdictKinds = map[VerdictKind]expr.VerdictKind{
 	Jump: expr.VerdictJump, Goto: expr.VerdictGoto,
 }
 
-func (v Verdict) expr() *expr.Verdict {
+func (v Verdict) Expr() *expr.Verdict {
 	return &expr.Verdict{Kind: verdictKinds[v.Kind], Chain: v.Chain}
 }
 
-func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
+func (v Verdict) Exprs(Family) []expr.Any { return []expr.Any{v.Expr()} }
 
 // ProtoName is nft's name of an L4 protocol number (tcp, udp, sctp).
 func ProtoName(p uint8) string {

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 // a full sync encodes hundreds of thousands of them, and the generic
 // encoder's allocations cost more than the kernel's work. Anything else
 // goes through expr.Marshal.
-func (b *batch) expr(f Family, e expr.Any) {
+func (b *Batch) Expr(f Family, e expr.Any) {
 	switch e := e.(type) {
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad || e.CsumType != 0 {
@@ -41,111 +41,111 @@ func (b *batch) expr(f Family, e expr.Any) {
 	}
 }
 
-func (b *batch) marshalledElem(f Family, e expr.Any) {
-	b.nest(unix.NFTA_LIST_ELEM)
+func (b *Batch) marshalledElem(f Family, e expr.Any) {
+	b.Nest(unix.NFTA_LIST_ELEM)
 	b.marshalled(f, e)
-	b.unnest()
+	b.Unnest()
 }
 
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
 // full sync call them directly (see directTerm) with values on the stack.
 
-func (b *batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "payload")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_PAYLOAD_DREG, reg)
-	b.u32(unix.NFTA_PAYLOAD_BASE, uint32(base))
-	b.u32(unix.NFTA_PAYLOAD_OFFSET, off)
-	b.u32(unix.NFTA_PAYLOAD_LEN, n)
-	b.unnest()
-	b.unnest()
+func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "payload")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_PAYLOAD_DREG, reg)
+	b.U32(unix.NFTA_PAYLOAD_BASE, uint32(base))
+	b.U32(unix.NFTA_PAYLOAD_OFFSET, off)
+	b.U32(unix.NFTA_PAYLOAD_LEN, n)
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "cmp")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_CMP_SREG, reg)
-	b.u32(unix.NFTA_CMP_OP, uint32(op))
-	b.nest(unix.NFTA_CMP_DATA)
-	b.attr(unix.NFTA_DATA_VALUE, data)
-	b.unnest()
-	b.unnest()
-	b.unnest()
+func (b *Batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "cmp")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_CMP_SREG, reg)
+	b.U32(unix.NFTA_CMP_OP, uint32(op))
+	b.Nest(unix.NFTA_CMP_DATA)
+	b.Attr(unix.NFTA_DATA_VALUE, data)
+	b.Unnest()
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) verdict(kind expr.VerdictKind, chain string) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "immediate")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
-	b.nest(unix.NFTA_IMMEDIATE_DATA)
-	b.nest(unix.NFTA_DATA_VERDICT)
-	b.u32(unix.NFTA_VERDICT_CODE, uint32(kind))
+func (b *Batch) verdict(kind expr.VerdictKind, chain string) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "immediate")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
+	b.Nest(unix.NFTA_IMMEDIATE_DATA)
+	b.Nest(unix.NFTA_DATA_VERDICT)
+	b.U32(unix.NFTA_VERDICT_CODE, uint32(kind))
 	if chain != "" {
-		b.str(unix.NFTA_VERDICT_CHAIN, chain)
+		b.Str(unix.NFTA_VERDICT_CHAIN, chain)
 	}
-	b.unnest()
-	b.unnest()
-	b.unnest()
-	b.unnest()
+	b.Unnest()
+	b.Unnest()
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) immediate(reg uint32, data []byte) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "immediate")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_IMMEDIATE_DREG, reg)
-	b.nest(unix.NFTA_IMMEDIATE_DATA)
-	b.attr(unix.NFTA_DATA_VALUE, data)
-	b.unnest()
-	b.unnest()
-	b.unnest()
+func (b *Batch) immediate(reg uint32, data []byte) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "immediate")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_IMMEDIATE_DREG, reg)
+	b.Nest(unix.NFTA_IMMEDIATE_DATA)
+	b.Attr(unix.NFTA_DATA_VALUE, data)
+	b.Unnest()
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) numgen(reg, mod, typ, off uint32) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "numgen")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_NG_DREG, reg)
-	b.u32(unix.NFTA_NG_MODULUS, mod)
-	b.u32(unix.NFTA_NG_TYPE, typ)
-	b.u32(unix.NFTA_NG_OFFSET, off)
-	b.unnest()
-	b.unnest()
+func (b *Batch) numgen(reg, mod, typ, off uint32) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "numgen")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_NG_DREG, reg)
+	b.U32(unix.NFTA_NG_MODULUS, mod)
+	b.U32(unix.NFTA_NG_TYPE, typ)
+	b.U32(unix.NFTA_NG_OFFSET, off)
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "meta")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_META_KEY, uint32(key))
+func (b *Batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "meta")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_META_KEY, uint32(key))
 	if sreg {
-		b.u32(unix.NFTA_META_SREG, reg)
+		b.U32(unix.NFTA_META_SREG, reg)
 	} else {
-		b.u32(unix.NFTA_META_DREG, reg)
+		b.U32(unix.NFTA_META_DREG, reg)
 	}
-	b.unnest()
-	b.unnest()
+	b.Unnest()
+	b.Unnest()
 }
 
-func (b *batch) nat(e *expr.NAT) {
-	b.nest(unix.NFTA_LIST_ELEM)
-	b.str(unix.NFTA_EXPR_NAME, "nat")
-	b.nest(unix.NFTA_EXPR_DATA)
-	b.u32(unix.NFTA_NAT_TYPE, uint32(e.Type))
-	b.u32(unix.NFTA_NAT_FAMILY, e.Family)
+func (b *Batch) nat(e *expr.NAT) {
+	b.Nest(unix.NFTA_LIST_ELEM)
+	b.Str(unix.NFTA_EXPR_NAME, "nat")
+	b.Nest(unix.NFTA_EXPR_DATA)
+	b.U32(unix.NFTA_NAT_TYPE, uint32(e.Type))
+	b.U32(unix.NFTA_NAT_FAMILY, e.Family)
 	if e.RegAddrMin != 0 {
-		b.u32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
+		b.U32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
 		if e.RegAddrMax != 0 {
-			b.u32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
+			b.U32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
 		}
 	}
 	if e.RegProtoMin != 0 {
-		b.u32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
+		b.U32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
 		if e.RegProtoMax != 0 {
-			b.u32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
+			b.U32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
 		}
 	}
 	var flags uint32
@@ -162,10 +162,10 @@ func (b *batch) nat(e *expr.NAT) {
 		}
 	}
 	if flags != 0 {
-		b.u32(unix.NFTA_NAT_FLAGS, flags)
+		b.U32(unix.NFTA_NAT_FLAGS, flags)
 	}
-	b.unnest()
-	b.unnest()
+	b.Unnest()
+	b.Unnest()
 }
 
 // directTerm is a term that writes its expressions into a batch itself,
@@ -173,11 +173,11 @@ func (b *batch) nat(e *expr.NAT) {
 // are most of a full sync. direct must append exactly what encoding
 // exprs(f) appends (TestDirectTermsMatchExprs), or report false, having
 // appended nothing, to have exprs used.
-type directTerm interface {
-	direct(b *batch, f Family) bool
+type DirectTerm interface {
+	Direct(b *Batch, f Family) bool
 }
 
-func (m AddrMatch) direct(b *batch, f Family) bool {
+func (m AddrMatch) Direct(b *Batch, f Family) bool {
 	bits := m.Prefix.Bits()
 	if bits%8 != 0 || m.Prefix.Addr().Is4() != (f == IPv4) {
 		return false
@@ -197,13 +197,13 @@ func (m AddrMatch) direct(b *batch, f Family) bool {
 	return true
 }
 
-func (m ProtoMatch) direct(b *batch, _ Family) bool {
+func (m ProtoMatch) Direct(b *Batch, _ Family) bool {
 	b.meta(expr.MetaKeyL4PROTO, 1, false)
 	b.cmp(1, expr.CmpOpEq, []byte{m.Proto})
 	return true
 }
 
-func (m PortMatch) direct(b *batch, _ Family) bool {
+func (m PortMatch) Direct(b *Batch, _ Family) bool {
 	b.payloadLoad(1, expr.PayloadBaseTransportHeader, 2, 2)
 	var port [2]byte
 	binary.BigEndian.PutUint16(port[:], m.Port)
@@ -211,7 +211,7 @@ func (m PortMatch) direct(b *batch, _ Family) bool {
 	return true
 }
 
-func (d DNAT) direct(b *batch, f Family) bool {
+func (d DNAT) Direct(b *Batch, f Family) bool {
 	if d.Addr.Is4() != (f == IPv4) {
 		return false
 	}
@@ -228,25 +228,25 @@ func (d DNAT) direct(b *batch, f Family) bool {
 	return true
 }
 
-func (n NumgenZero) direct(b *batch, _ Family) bool {
+func (n NumgenZero) Direct(b *Batch, _ Family) bool {
 	b.numgen(1, n.Mod, unix.NFT_NG_RANDOM, 0)
 	var zero [4]byte
 	b.cmp(1, expr.CmpOpEq, zero[:])
 	return true
 }
 
-func (v Verdict) direct(b *batch, _ Family) bool {
+func (v Verdict) Direct(b *Batch, _ Family) bool {
 	b.verdict(verdictKinds[v.Kind], v.Chain)
 	return true
 }
 
 // marshalled appends the expression's name and data as google/nftables
 // encodes them.
-func (b *batch) marshalled(f Family, e expr.Any) {
+func (b *Batch) marshalled(f Family, e expr.Any) {
 	data, err := expr.Marshal(byte(f), e)
 	if err != nil && b.err == nil {
 		b.err = err
 	}
-	b.buf = append(b.buf, data...)
+	b.Buf = append(b.Buf, data...)
 	b.pad()
 }

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -13,55 +13,55 @@ import (
 // metadata goes: its chains and sets, and the stateful objects and
 // flowtables that only another process puts there (all the kinds of
 // object a table can hold).
-type kTable struct {
-	exists bool
+type KernelTable struct {
+	Exists bool
 	use    uint32 // the kernel's count of the table's chains, sets, objects and flowtables
-	flags  uint32
-	owner  uint32 // the netlink port id of an owner-flagged table's owner
-	udata  []byte
-	chains map[string]*kChain
-	sets   map[string]*kSet
-	objs   []kObj
+	Flags  uint32
+	Owner  uint32 // the netlink port id of an owner-flagged table's owner
+	Udata  []byte
+	Chains map[string]*KernelChain
+	Sets   map[string]*KernelSet
+	Objs   []KernelObject
 	// flowtables are the names of the table's flowtables.
-	flowtables []string
+	Flowtables []string
 	// stateful is set once objs and flowtables were read.
-	stateful bool
+	Stateful bool
 }
 
 // counted is how many of the objects the table's use count counts were read.
-func (kt *kTable) counted() int {
-	return len(kt.chains) + len(kt.sets) + len(kt.objs) + len(kt.flowtables)
+func (kt *KernelTable) counted() int {
+	return len(kt.Chains) + len(kt.Sets) + len(kt.Objs) + len(kt.Flowtables)
 }
 
 // kChain is a chain's attributes as the kernel reports them.
-type kChain struct {
-	base     bool
+type KernelChain struct {
+	Base     bool
 	typ      string
 	hook     uint32
 	priority int32
 	policy   uint32
-	flags    uint32
+	Flags    uint32
 	udata    []byte
 }
 
 // binding reports an anonymous chain (nft's `jump { ... }`): it belongs to
 // the rule that jumps to it, and goes with that rule.
-func (kc *kChain) binding() bool { return kc.flags&nftChainBinding != 0 }
+func (kc *KernelChain) binding() bool { return kc.Flags&NftChainBinding != 0 }
 
 // kSet is a set's or map's attributes as the kernel reports them.
-type kSet struct {
-	flags, keyType, keyLen, dataType, dataLen uint32
-	udata                                     []byte
+type KernelSet struct {
+	Flags, KeyType, KeyLen, DataType, dataLen uint32
+	Udata                                     []byte
 }
 
 // anonymous reports a set or map of one rule (nft's `{ ... }` and
 // `vmap { ... }`): it goes with the rule, and cannot be deleted alone.
-func (ks *kSet) anonymous() bool { return ks.flags&unix.NFT_SET_ANONYMOUS != 0 }
+func (ks *KernelSet) anonymous() bool { return ks.Flags&unix.NFT_SET_ANONYMOUS != 0 }
 
 // kObj is a stateful object (counter, quota, ct helper, limit...).
-type kObj struct {
-	typ  uint32 // NFT_OBJECT_*
-	name string
+type KernelObject struct {
+	Type uint32 // NFT_OBJECT_*
+	Name string
 }
 
 // objectKinds are nft's names of the object types (NFT_OBJECT_*).
@@ -70,11 +70,11 @@ var objectKinds = map[uint32]string{
 	6: "tunnel", 7: "ct timeout", 8: "secmark", 9: "ct expectation", 10: "synproxy",
 }
 
-func (o kObj) kind() string {
-	if n, ok := objectKinds[o.typ]; ok {
+func (o KernelObject) Kind() string {
+	if n, ok := objectKinds[o.Type]; ok {
 		return n
 	}
-	return fmt.Sprintf("object of type %d", o.typ)
+	return fmt.Sprintf("object of type %d", o.Type)
 }
 
 // readFamily reads the metadata of the named tables of family f; a table
@@ -85,14 +85,14 @@ func (o kObj) kind() string {
 // and, when some are still unaccounted for, its chains are dumped
 // family-wide (the kernel has no per-table filter for a chain dump, so
 // that costs the chains of every table of the family).
-func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string) (map[string]*kTable, error) {
+func (k *Kernel) ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error) {
 	out, err := k.readTables(f, names)
 	if err != nil {
 		return nil, err
 	}
 	dumpAll := false
 	for name, kt := range out {
-		if !kt.exists {
+		if !kt.Exists {
 			continue
 		}
 		if err := k.readSets(f, name, kt); err != nil {
@@ -103,7 +103,7 @@ func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string
 			dumpAll = true
 			continue
 		}
-		if err := k.getChains(f, name, want, kt.chains); err != nil {
+		if err := k.getChains(f, name, want, kt.Chains); err != nil {
 			return nil, fmt.Errorf("reading chains of %s %s: %w", f, name, err)
 		}
 		if err := k.readStatefulIfUncounted(f, name, kt); err != nil {
@@ -118,7 +118,7 @@ func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string
 		return nil, err
 	}
 	for name, kt := range out {
-		if kt.exists && !kt.stateful {
+		if kt.Exists && !kt.Stateful {
 			if err := k.readStatefulIfUncounted(f, name, kt); err != nil {
 				return nil, err
 			}
@@ -128,30 +128,30 @@ func (k *Kernel) readFamily(f Family, names []string, expect map[string][]string
 }
 
 // readTables reads the attributes of the named tables of family f.
-func (k *Kernel) readTables(f Family, names []string) (map[string]*kTable, error) {
-	out := make(map[string]*kTable, len(names))
+func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, error) {
+	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
-		out[n] = &kTable{chains: map[string]*kChain{}, sets: map[string]*kSet{}}
+		out[n] = &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}}
 	}
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
-		var t kTable
-		forAttrs(p, func(a nlAttr) {
+		var t KernelTable
+		ForAttrs(p, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_TABLE_NAME:
-				name = a.str()
+				name = a.Str()
 			case unix.NFTA_TABLE_FLAGS:
-				t.flags = a.u32()
+				t.Flags = a.U32()
 			case unix.NFTA_TABLE_USE:
-				t.use = a.u32()
+				t.use = a.U32()
 			case nftaTableOwner:
-				t.owner = a.u32()
+				t.Owner = a.U32()
 			case nftaTableUserdata:
-				t.udata = clone(a.data)
+				t.Udata = clone(a.data)
 			}
 		})
 		if kt := out[name]; kt != nil {
-			kt.exists, kt.flags, kt.use, kt.owner, kt.udata = true, t.flags, t.use, t.owner, t.udata
+			kt.Exists, kt.Flags, kt.use, kt.Owner, kt.Udata = true, t.Flags, t.use, t.Owner, t.Udata
 		}
 		return nil
 	})
@@ -162,29 +162,29 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*kTable, error
 }
 
 // readSets reads the attributes of a table's sets and maps.
-func (k *Kernel) readSets(f Family, name string, kt *kTable) error {
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
+func (k *Kernel) readSets(f Family, name string, kt *KernelTable) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.Str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
 		var set string
-		s := &kSet{}
-		forAttrs(p, func(a nlAttr) {
+		s := &KernelSet{}
+		ForAttrs(p, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_SET_NAME:
-				set = a.str()
+				set = a.Str()
 			case unix.NFTA_SET_FLAGS:
-				s.flags = a.u32()
+				s.Flags = a.U32()
 			case unix.NFTA_SET_KEY_TYPE:
-				s.keyType = a.u32()
+				s.KeyType = a.U32()
 			case unix.NFTA_SET_KEY_LEN:
-				s.keyLen = a.u32()
+				s.KeyLen = a.U32()
 			case unix.NFTA_SET_DATA_TYPE:
-				s.dataType = a.u32()
+				s.DataType = a.U32()
 			case unix.NFTA_SET_DATA_LEN:
-				s.dataLen = a.u32()
+				s.dataLen = a.U32()
 			case unix.NFTA_SET_USERDATA:
-				s.udata = clone(a.data)
+				s.Udata = clone(a.data)
 			}
 		})
-		kt.sets[set] = s
+		kt.Sets[set] = s
 		return nil
 	})
 	if err != nil {
@@ -195,14 +195,14 @@ func (k *Kernel) readSets(f Family, name string, kt *kTable) error {
 
 // dumpFamilyChains replaces the chains read of each table with a dump of
 // every chain of the family.
-func (k *Kernel) dumpFamilyChains(f Family, out map[string]*kTable) error {
+func (k *Kernel) dumpFamilyChains(f Family, out map[string]*KernelTable) error {
 	for _, kt := range out {
-		clear(kt.chains)
+		clear(kt.Chains)
 	}
 	err := k.dump(unix.NFT_MSG_GETCHAIN, f, nil, func(p []byte) error {
 		table, name, c := parseChain(p)
 		if kt := out[table]; kt != nil {
-			kt.chains[name] = c
+			kt.Chains[name] = c
 		}
 		return nil
 	})
@@ -215,31 +215,31 @@ func (k *Kernel) dumpFamilyChains(f Family, out map[string]*kTable) error {
 // readStatefulIfUncounted reads a table's objects and flowtables when its
 // use count says it holds more than the chains and sets read: our tables
 // have none, so this costs nothing until another process adds some.
-func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *kTable) error {
+func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable) error {
 	if kt.counted() >= int(kt.use) {
 		return nil
 	}
-	kt.stateful = true
-	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
-		var o kObj
-		forAttrs(p, func(a nlAttr) {
+	kt.Stateful = true
+	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.Str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
+		var o KernelObject
+		ForAttrs(p, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_OBJ_NAME:
-				o.name = a.str()
+				o.Name = a.Str()
 			case unix.NFTA_OBJ_TYPE:
-				o.typ = a.u32()
+				o.Type = a.U32()
 			}
 		})
-		kt.objs = append(kt.objs, o)
+		kt.Objs = append(kt.Objs, o)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("listing objects of %s %s: %w", f, name, err)
 	}
-	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
-		forAttrs(p, func(a nlAttr) {
+	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *Batch) { m.Str(nftaFlowtableTable, name) }, func(p []byte) error {
+		ForAttrs(p, func(a Attr) {
 			if a.typ == nftaFlowtableName {
-				kt.flowtables = append(kt.flowtables, a.str())
+				kt.Flowtables = append(kt.Flowtables, a.Str())
 			}
 		})
 		return nil
@@ -251,30 +251,30 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *kTable) erro
 }
 
 // parseChain reads a chain message's table, name and attributes.
-func parseChain(p []byte) (table, name string, c *kChain) {
-	c = &kChain{}
-	forAttrs(p, func(a nlAttr) {
+func parseChain(p []byte) (table, name string, c *KernelChain) {
+	c = &KernelChain{}
+	ForAttrs(p, func(a Attr) {
 		switch a.typ {
 		case unix.NFTA_CHAIN_TABLE:
-			table = a.str()
+			table = a.Str()
 		case unix.NFTA_CHAIN_NAME:
-			name = a.str()
+			name = a.Str()
 		case unix.NFTA_CHAIN_HOOK:
-			c.base = true
-			forAttrs(a.data, func(h nlAttr) {
+			c.Base = true
+			ForAttrs(a.data, func(h Attr) {
 				switch h.typ {
 				case unix.NFTA_HOOK_HOOKNUM:
-					c.hook = h.u32()
+					c.hook = h.U32()
 				case unix.NFTA_HOOK_PRIORITY:
-					c.priority = int32(h.u32())
+					c.priority = int32(h.U32())
 				}
 			})
 		case unix.NFTA_CHAIN_POLICY:
-			c.policy = a.u32()
+			c.policy = a.U32()
 		case unix.NFTA_CHAIN_TYPE:
-			c.typ = a.str()
+			c.typ = a.Str()
 		case nftaChainFlags:
-			c.flags = a.u32()
+			c.Flags = a.U32()
 		case nftaChainUserdata:
 			c.udata = clone(a.data)
 		}
@@ -288,7 +288,7 @@ const getChainsBatch = 256
 
 // getChains asks for the named chains of a table, many requests per
 // message, and puts those the kernel has into chains.
-func (k *Kernel) getChains(f Family, table string, names []string, chains map[string]*kChain) error {
+func (k *Kernel) getChains(f Family, table string, names []string, chains map[string]*KernelChain) error {
 	if k.dumpBuf == nil {
 		k.dumpBuf = make([]byte, 64<<10)
 	}
@@ -297,14 +297,14 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 		var req []byte
 		first := k.seq
 		for _, name := range names[:n] {
-			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *batch) {
-				m.str(unix.NFTA_CHAIN_TABLE, table)
-				m.str(unix.NFTA_CHAIN_NAME, name)
+			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *Batch) {
+				m.Str(unix.NFTA_CHAIN_TABLE, table)
+				m.Str(unix.NFTA_CHAIN_NAME, name)
 			})
 			req = append(req, m...)
 		}
 		names = names[n:]
-		k.dumps++
+		k.Dumps++
 		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return fmt.Errorf("asking for chains: %w", err)
 		}
@@ -334,10 +334,10 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 					}
 					continue
 				}
-				if len(m.Data) < nfgenLen {
+				if len(m.Data) < NfgenLen {
 					continue
 				}
-				if t, name, c := parseChain(m.Data[nfgenLen:]); t == table {
+				if t, name, c := parseChain(m.Data[NfgenLen:]); t == table {
 					chains[name] = c
 				}
 			}
@@ -348,7 +348,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 
 // dumpRules calls fn with each rule of a table, chain by chain in order:
 // the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
-func (k *Kernel) dumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
+func (k *Kernel) DumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
 	return k.dumpChainRules(f, table, "", fn)
 }
 
@@ -357,19 +357,19 @@ func (k *Kernel) dumpRules(f Family, table string, fn func(chain string, exprs, 
 // rules from the first again, which makes a table-wide dump quadratic in
 // its rules; one dump per chain stays linear.
 func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain string, exprs, udata []byte)) error {
-	attrs := func(m *batch) {
-		m.str(unix.NFTA_RULE_TABLE, table)
+	attrs := func(m *Batch) {
+		m.Str(unix.NFTA_RULE_TABLE, table)
 		if chain != "" {
-			m.str(unix.NFTA_RULE_CHAIN, chain)
+			m.Str(unix.NFTA_RULE_CHAIN, chain)
 		}
 	}
 	err := k.dump(unix.NFT_MSG_GETRULE, f, attrs, func(p []byte) error {
 		var chain string
 		var exprs, udata []byte
-		forAttrs(p, func(a nlAttr) {
+		ForAttrs(p, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_RULE_CHAIN:
-				chain = a.str()
+				chain = a.Str()
 			case unix.NFTA_RULE_EXPRESSIONS:
 				exprs = a.data
 			case unix.NFTA_RULE_USERDATA:
@@ -399,16 +399,16 @@ func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) 
 
 // dumpRawElements calls fn with the attributes of each element of a set.
 func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)) error {
-	attrs := func(m *batch) {
-		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		m.str(unix.NFTA_SET_ELEM_LIST_SET, set)
+	attrs := func(m *Batch) {
+		m.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		m.Str(unix.NFTA_SET_ELEM_LIST_SET, set)
 	}
 	err := k.dump(unix.NFT_MSG_GETSETELEM, f, attrs, func(p []byte) error {
-		forAttrs(p, func(a nlAttr) {
+		ForAttrs(p, func(a Attr) {
 			if a.typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				return
 			}
-			forAttrs(a.data, func(el nlAttr) { fn(el.data) })
+			ForAttrs(a.data, func(el Attr) { fn(el.data) })
 		})
 		return nil
 	})
@@ -420,25 +420,25 @@ func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)
 
 func parseElement(b []byte) kElement {
 	var e kElement
-	forAttrs(b, func(a nlAttr) {
+	ForAttrs(b, func(a Attr) {
 		switch a.typ {
 		case unix.NFTA_SET_ELEM_KEY:
-			forAttrs(a.data, func(v nlAttr) {
+			ForAttrs(a.data, func(v Attr) {
 				if v.typ == unix.NFTA_DATA_VALUE {
 					e.key = v.data
 				}
 			})
 		case unix.NFTA_SET_ELEM_DATA:
-			forAttrs(a.data, func(d nlAttr) {
+			ForAttrs(a.data, func(d Attr) {
 				if d.typ != unix.NFTA_DATA_VERDICT {
 					return
 				}
-				forAttrs(d.data, func(v nlAttr) {
+				ForAttrs(d.data, func(v Attr) {
 					switch v.typ {
 					case unix.NFTA_VERDICT_CODE:
 						e.verdict = int32(binary.BigEndian.Uint32(v.data))
 					case unix.NFTA_VERDICT_CHAIN:
-						e.chain = v.str()
+						e.chain = v.Str()
 					}
 				})
 			})

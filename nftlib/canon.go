@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -67,13 +67,13 @@ func canonExprs(dst, exprs []byte) (out []byte, ok bool) {
 // forExprs calls fn with the name and NFTA_EXPR_DATA of each expression of
 // an NFTA_RULE_EXPRESSIONS payload and reports whether it was well formed.
 func forExprs(exprs []byte, fn func(name string, data []byte)) bool {
-	return forAttrs(exprs, func(el nlAttr) {
+	return ForAttrs(exprs, func(el Attr) {
 		var name string
 		var data []byte
-		forAttrs(el.data, func(a nlAttr) {
+		ForAttrs(el.data, func(a Attr) {
 			switch a.typ {
 			case unix.NFTA_EXPR_NAME:
-				name = a.str()
+				name = a.Str()
 			case unix.NFTA_EXPR_DATA:
 				data = a.data
 			}
@@ -91,11 +91,11 @@ type canonAttr struct {
 func canonExprData(dst []byte, name string, data []byte) []byte {
 	var buf [16]canonAttr
 	attrs := buf[:0]
-	forAttrs(data, func(a nlAttr) {
+	ForAttrs(data, func(a Attr) {
 		c := canonAttr{typ: a.typ, val: a.data}
 		switch {
 		case slices.Contains(regAttrs[name], a.typ):
-			c.val, c.u32 = nil, canonReg(a.u32())
+			c.val, c.u32 = nil, canonReg(a.U32())
 		case slices.Contains(dataAttrs[name], a.typ):
 			c.val = canonData(nil, a.data)
 		}
@@ -118,7 +118,7 @@ func canonExprData(dst []byte, name string, data []byte) []byte {
 
 // canonData rewrites a nested nft_data without the attribute flags.
 func canonData(dst, b []byte) []byte {
-	forAttrs(b, func(a nlAttr) {
+	ForAttrs(b, func(a Attr) {
 		dst = binary.BigEndian.AppendUint16(dst, a.typ)
 		if a.typ == unix.NFTA_DATA_VERDICT {
 			inner := canonData(nil, a.data)
@@ -173,7 +173,7 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 	if find(unix.NFTA_NAT_REG_ADDR_MIN) >= 0 {
 		flags := uint32(0)
 		if i := find(unix.NFTA_NAT_FLAGS); i >= 0 {
-			flags = nlAttr{data: attrs[i].val}.u32()
+			flags = Attr{data: attrs[i].val}.U32()
 			attrs = slices.Delete(attrs, i, i+1)
 		}
 		attrs = append(attrs, canonAttr{typ: unix.NFTA_NAT_FLAGS, u32: flags | nfNATMapIPs})
@@ -183,12 +183,12 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 
 // ruleExprs encodes a rule's expressions as addRule sends them (the content
 // of NFTA_RULE_EXPRESSIONS), reusing scratch.
-func ruleExprs(scratch *batch, f Family, r Rule) []byte {
-	scratch.buf = scratch.buf[:0]
+func RuleExprs(scratch *Batch, f Family, r Rule) []byte {
+	scratch.Buf = scratch.Buf[:0]
 	for _, t := range r.Terms {
-		for _, e := range t.exprs(f) {
-			scratch.expr(f, e)
+		for _, e := range t.Exprs(f) {
+			scratch.Expr(f, e)
 		}
 	}
-	return scratch.buf
+	return scratch.Buf
 }

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"bytes"
@@ -8,28 +8,28 @@ import (
 // kernel must see them. *batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
-	addTable(f Family, name, comment string)
-	delTable(f Family, name string)
-	delSet(f Family, table, name string)
-	delObj(f Family, table string, o kObj)
+	AddTable(f Family, name, comment string)
+	DelTable(f Family, name string)
+	DelSet(f Family, table, name string)
+	delObj(f Family, table string, o KernelObject)
 	delFlowtable(f Family, table, name string)
-	addMap(f Family, table string, m *Map, id uint32)
-	addAffinitySet(f Family, table string, id uint32)
-	flushMap(f Family, table, m string)
+	AddMap(f Family, table string, m *Map, id uint32)
+	AddAffinitySet(f Family, table string, id uint32)
+	FlushMap(f Family, table, m string)
 	// addChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
-	addChains(f Family, table string, chains []*Chain)
-	flushChain(f Family, table, chain string)
-	delChain(f Family, table, name string)
-	addChainRules(f Family, table string, chains []*Chain)
-	elements(add bool, f Family, table string, m *Map, elems []Element)
+	AddChains(f Family, table string, chains []*Chain)
+	FlushChain(f Family, table, chain string)
+	DelChain(f Family, table, name string)
+	AddChainRules(f Family, table string, chains []*Chain)
+	Elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 
 // tx collects one table's changes and writes them in a safe order: objects
 // are created before anything refers to them, and references are dropped
 // (elements deleted, chains flushed) before the chains they point to are
 // deleted.
-type tx struct {
+type Tx struct {
 	f          Family
 	table      *Table
 	newTable   bool
@@ -45,7 +45,7 @@ type tx struct {
 	delBase []string
 	// delObjs and delFlowtables are another process's: deleted after the
 	// flush and the sets, which drop the references to them.
-	delObjs       []kObj
+	delObjs       []KernelObject
 	delFlowtables []string
 	newMaps       []*Map
 	// newAffinity creates the affinity set if it does not exist; it is
@@ -55,37 +55,37 @@ type tx struct {
 	newChains   []*Chain
 	delElems    map[string][]Element
 	flush       []string
-	delChains   []string
+	DelChains   []string
 	rules       []*Chain // chains whose rules are (re)written
 	addElems    map[string][]Element
 }
 
-func newTx(t *Table) *tx {
-	return &tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
+func newTx(t *Table) *Tx {
+	return &Tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
 }
 
-func (x *tx) empty() bool {
+func (x *Tx) Empty() bool {
 	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 &&
 		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
-		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.delChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
+		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
-func (x *tx) write(w txWriter, setID *uint32) {
+func (x *Tx) Write(w txWriter, setID *uint32) {
 	t := x.table
 	if x.delTable {
-		w.delTable(x.f, t.Name)
+		w.DelTable(x.f, t.Name)
 	}
 	if x.newTable {
-		w.addTable(x.f, t.Name, t.Comment)
+		w.AddTable(x.f, t.Name, t.Comment)
 	}
 	if x.flushTable {
-		w.flushChain(x.f, t.Name, "")
+		w.FlushChain(x.f, t.Name, "")
 	}
 	for _, c := range x.delBase {
-		w.delChain(x.f, t.Name, c)
+		w.DelChain(x.f, t.Name, c)
 	}
 	for _, s := range x.delSets {
-		w.delSet(x.f, t.Name, s)
+		w.DelSet(x.f, t.Name, s)
 	}
 	for _, o := range x.delObjs {
 		w.delObj(x.f, t.Name, o)
@@ -95,31 +95,31 @@ func (x *tx) write(w txWriter, setID *uint32) {
 	}
 	for _, m := range x.newMaps {
 		*setID++
-		w.addMap(x.f, t.Name, m, *setID)
+		w.AddMap(x.f, t.Name, m, *setID)
 	}
 	if x.newAffinity {
 		*setID++
-		w.addAffinitySet(x.f, t.Name, *setID)
+		w.AddAffinitySet(x.f, t.Name, *setID)
 	}
-	w.addChains(x.f, t.Name, x.newChains)
+	w.AddChains(x.f, t.Name, x.newChains)
 	for _, m := range x.flushMaps {
-		w.flushMap(x.f, t.Name, m)
+		w.FlushMap(x.f, t.Name, m)
 	}
 	for _, m := range t.Maps {
 		if e := x.delElems[m.Name]; len(e) > 0 {
-			w.elements(false, x.f, t.Name, m, e)
+			w.Elements(false, x.f, t.Name, m, e)
 		}
 	}
 	for _, c := range x.flush {
-		w.flushChain(x.f, t.Name, c)
+		w.FlushChain(x.f, t.Name, c)
 	}
-	for _, c := range x.delChains {
-		w.delChain(x.f, t.Name, c)
+	for _, c := range x.DelChains {
+		w.DelChain(x.f, t.Name, c)
 	}
-	w.addChainRules(x.f, t.Name, x.rules)
+	w.AddChainRules(x.f, t.Name, x.rules)
 	for _, m := range t.Maps {
 		if e := x.addElems[m.Name]; len(e) > 0 {
-			w.elements(true, x.f, t.Name, m, e)
+			w.Elements(true, x.f, t.Name, m, e)
 		}
 	}
 }
@@ -133,32 +133,32 @@ func (x *tx) write(w txWriter, setID *uint32) {
 // (or when only a re-creation can repair the table), the table is deleted
 // and created again whole, in the same transaction: the kernel never shows
 // it in between.
-func fullTx(want *Table, have *kTable, replace bool) (x *tx, stale []string) {
+func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string) {
 	x = newTx(want)
 	x.newTable = true
-	if have.exists && (replace || !bytes.Equal(have.udata, commentUdata(0, want.Comment))) {
+	if have.Exists && (replace || !bytes.Equal(have.Udata, CommentUdata(0, want.Comment))) {
 		x.delTable = true // a comment is set only when a table is created
-		have = &kTable{}
+		have = &KernelTable{}
 	}
-	x.flushTable = have.exists
+	x.flushTable = have.Exists
 	x.newAffinity = want.Affinity
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
-	x.delObjs = append(x.delObjs, have.objs...)
-	x.delFlowtables = append(x.delFlowtables, have.flowtables...)
+	x.delObjs = append(x.delObjs, have.Objs...)
+	x.delFlowtables = append(x.delFlowtables, have.Flowtables...)
 	return x, x.fullChains(have, want.chainsOf(keys))
 }
 
 // fullSets rewrites every map's elements, and deletes the sets that are
 // not ours or not of our type. Anonymous sets go with their rules (the
 // table's flush deletes them): the kernel refuses to delete them alone.
-func (x *tx) fullSets(have *kTable, keys []string) {
+func (x *Tx) fullSets(have *KernelTable, keys []string) {
 	want, f := x.table, x.f
-	if want.Affinity && have.sets[setAffinity] != nil && affinityMismatch(f, have.sets[setAffinity]) != "" {
-		x.delSets = append(x.delSets, setAffinity)
+	if want.Affinity && have.Sets[SetAffinity] != nil && affinityMismatch(f, have.Sets[SetAffinity]) != "" {
+		x.delSets = append(x.delSets, SetAffinity)
 	}
 	for _, m := range want.Maps {
-		ks := have.sets[m.Name]
+		ks := have.Sets[m.Name]
 		switch {
 		case ks == nil:
 			x.newMaps = append(x.newMaps, m)
@@ -170,8 +170,8 @@ func (x *tx) fullSets(have *kTable, keys []string) {
 		}
 		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
-	for name, ks := range have.sets {
-		if want.Map(name) == nil && (name != setAffinity || !want.Affinity) && !ks.anonymous() {
+	for name, ks := range have.Sets {
+		if want.Map(name) == nil && (name != SetAffinity || !want.Affinity) && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
@@ -180,20 +180,20 @@ func (x *tx) fullSets(have *kTable, keys []string) {
 // fullChains creates the chains the kernel lacks, writes every chain's
 // rules, and returns the regular chains not ours, to delete later.
 // Anonymous chains go with the rules that jump to them.
-func (x *tx) fullChains(have *kTable, all []*Chain) (stale []string) {
+func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 	x.newChains = make([]*Chain, 0, len(all))
 	x.rules = all
 	// Which of the kernel's chains stay: only asked when it has any (not
 	// in a new namespace, where this map would hold every chain for nothing).
 	var wanted map[string]bool
-	if len(have.chains) > 0 {
+	if len(have.Chains) > 0 {
 		wanted = make(map[string]bool, len(all))
 	}
 	for _, c := range all {
 		if wanted != nil {
 			wanted[c.Name] = true
 		}
-		kc := have.chains[c.Name]
+		kc := have.Chains[c.Name]
 		if kc != nil && chainMismatch(kc, c) != "" {
 			x.delBase = append(x.delBase, c.Name)
 			kc = nil
@@ -202,10 +202,10 @@ func (x *tx) fullChains(have *kTable, all []*Chain) (stale []string) {
 			x.newChains = append(x.newChains, c)
 		}
 	}
-	for name, kc := range have.chains {
+	for name, kc := range have.Chains {
 		switch {
 		case wanted[name] || kc.binding():
-		case kc.base:
+		case kc.Base:
 			x.delBase = append(x.delBase, name)
 		default:
 			stale = append(stale, name)
@@ -221,7 +221,7 @@ func (x *tx) fullChains(have *kTable, all []*Chain) (stale []string) {
 // staleChainAge) are deleted. It returns the chains this transaction
 // flushes, to be deleted by a later one, and the pending ones it leaves
 // for later (not due yet).
-func diffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *tx, stale, kept []string) {
+func DiffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *Tx, stale, kept []string) {
 	x = newTx(want)
 	x.newAffinity = want.Affinity && !have.Affinity
 	for _, m := range want.Maps {
@@ -250,9 +250,9 @@ func diffTx(have, want *Table, keys []string, pending []string, due func(chain s
 	// is among names, or it is a fixed chain) or it is not due yet.
 	for _, name := range pending {
 		switch {
-		case wanted[name] || want.fixedChain(name) != nil:
+		case wanted[name] || want.FixedChain(name) != nil:
 		case due(name):
-			x.delChains = append(x.delChains, name)
+			x.DelChains = append(x.DelChains, name)
 		default:
 			kept = append(kept, name)
 		}
@@ -261,7 +261,7 @@ func diffTx(have, want *Table, keys []string, pending []string, due func(chain s
 }
 
 // allKeys lists the fragment keys of either table.
-func allKeys(have, want *Table) []string {
+func AllKeys(have, want *Table) []string {
 	var keys []string
 	for key := range want.Fragments {
 		keys = append(keys, key)
@@ -298,7 +298,7 @@ func mapElements(maps []*Map) []MapElement {
 	return out
 }
 
-func (x *tx) diffChains(have, want []*Chain, stale *[]string) {
+func (x *Tx) diffChains(have, want []*Chain, stale *[]string) {
 	old := make(map[string]*Chain, len(have))
 	for _, c := range have {
 		old[c.Name] = c
@@ -310,7 +310,7 @@ func (x *tx) diffChains(have, want []*Chain, stale *[]string) {
 		case !ok:
 			x.newChains = append(x.newChains, c)
 			x.rules = append(x.rules, c)
-		case !equalChains(o, c):
+		case !EqualChains(o, c):
 			x.flush = append(x.flush, c.Name)
 			x.rules = append(x.rules, c)
 		}
@@ -328,7 +328,7 @@ type elemKey struct {
 	k Key
 }
 
-func (x *tx) diffElements(have, want []MapElement) {
+func (x *Tx) diffElements(have, want []MapElement) {
 	old := make(map[elemKey]Element, len(have))
 	for _, e := range have {
 		old[elemKey{e.Map, e.Key}] = e.Element

@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"bytes"
@@ -14,36 +14,36 @@ import (
 // txWriter's table, chain and rule operations (batch and scriptWriter
 // implement both) plus plain sets and their elements.
 type setTxWriter interface {
-	addTable(f Family, name, comment string)
-	delTable(f Family, name string)
-	addChain(f Family, table string, c *Chain)
-	addRule(f Family, table, chain string, r Rule)
+	AddTable(f Family, name, comment string)
+	DelTable(f Family, name string)
+	AddChain(f Family, table string, c *Chain)
+	AddRule(f Family, table, chain string, r Rule)
 	addSet(f Family, table string, s *Set, id uint32)
 	setElements(add bool, f Family, table string, s *Set, elems []SetElement)
 }
 
 var (
-	_ setTxWriter = (*batch)(nil)
-	_ setTxWriter = (*scriptWriter)(nil)
+	_ setTxWriter = (*Batch)(nil)
+	_ setTxWriter = (*ScriptWriter)(nil)
 )
 
 // writeReplace writes the whole table: add it (which does nothing when it
 // exists), delete it, and create it with its sets, chains, rules and
 // elements. In one transaction the kernel never shows a table in between.
 func (t *SetTable) writeReplace(w setTxWriter, setID *uint32) {
-	w.addTable(t.Family, t.Name, t.Comment)
-	w.delTable(t.Family, t.Name)
-	w.addTable(t.Family, t.Name, t.Comment)
+	w.AddTable(t.Family, t.Name, t.Comment)
+	w.DelTable(t.Family, t.Name)
+	w.AddTable(t.Family, t.Name, t.Comment)
 	for _, s := range t.Sets {
 		*setID++
 		w.addSet(t.Family, t.Name, s, *setID)
 	}
 	for _, c := range t.Chains {
-		w.addChain(t.Family, t.Name, c)
+		w.AddChain(t.Family, t.Name, c)
 	}
 	for _, c := range t.Chains {
 		for _, r := range c.Rules {
-			w.addRule(t.Family, t.Name, c.Name, r)
+			w.AddRule(t.Family, t.Name, c.Name, r)
 		}
 	}
 	for _, s := range t.Sets {
@@ -79,13 +79,13 @@ func writeElementChanges(w setTxWriter, changes []SetElementChange) error {
 // ReplaceSetTables writes the tables whole, with their elements, in one
 // transaction.
 func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
-	b := k.newBatch()
+	b := k.NewBatch()
 	var id uint32
 	for _, t := range tables {
 		t.writeReplace(b, &id)
 	}
 	err := k.Apply(b)
-	k.finished(b)
+	k.Finished(b)
 	return err
 }
 
@@ -93,31 +93,31 @@ func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
 // all of them or, when the kernel refuses one (an element added twice with
 // other data, one deleted that is not there), none.
 func (k *Kernel) ApplySetElements(changes []SetElementChange) error {
-	b := k.newBatch()
+	b := k.NewBatch()
 	if err := writeElementChanges(b, changes); err != nil {
 		return err
 	}
-	if b.messages() == 0 {
+	if b.Messages() == 0 {
 		return nil
 	}
 	err := k.Apply(b)
-	k.finished(b)
+	k.Finished(b)
 	return err
 }
 
 // SetElementScript is element changes as nft commands, for tests and debugging.
 func SetElementScript(changes []SetElementChange) (string, error) {
-	var s scriptWriter
+	var s ScriptWriter
 	err := writeElementChanges(&s, changes)
-	return s.b.String(), err
+	return s.B.String(), err
 }
 
 // ReplaceScript is what ReplaceSetTables sends for t, as nft commands.
 func (t *SetTable) ReplaceScript() string {
-	var s scriptWriter
+	var s ScriptWriter
 	var id uint32
 	t.writeReplace(&s, &id)
-	return s.b.String()
+	return s.B.String()
 }
 
 // ReadSetTable reads back what the kernel holds of want's table: the
@@ -125,17 +125,17 @@ func (t *SetTable) ReplaceScript() string {
 // empty), and a description of each difference in table, sets and chains
 // (rules are not compared: whoever adopts the table rewrites them).
 func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, diffs []string, err error) {
-	kts, err := k.readFamily(want.Family, []string{want.Name}, nil) // chains dumped family-wide: a helper table is small
+	kts, err := k.ReadFamily(want.Family, []string{want.Name}, nil) // chains dumped family-wide: a helper table is small
 	if err != nil {
 		return nil, nil, err
 	}
 	kt := kts[want.Name]
 	elems = map[string][]SetElement{}
-	if !kt.exists {
+	if !kt.Exists {
 		return elems, []string{"table missing"}, nil
 	}
 	for _, s := range want.Sets {
-		ks := kt.sets[s.Name]
+		ks := kt.Sets[s.Name]
 		if d := setMismatch(want.Family, ks, s); d != "" {
 			diffs = append(diffs, "set "+s.Name+": "+d)
 			continue
@@ -146,20 +146,20 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 		}
 		elems[s.Name] = got
 	}
-	for name := range kt.sets {
+	for name := range kt.Sets {
 		if want.Set(name) == nil {
 			diffs = append(diffs, "unexpected set "+name)
 		}
 	}
 	for _, c := range want.Chains {
-		kc := kt.chains[c.Name]
+		kc := kt.Chains[c.Name]
 		if kc == nil {
 			diffs = append(diffs, "chain "+c.Name+": missing")
 		} else if d := chainMismatch(kc, c); d != "" {
 			diffs = append(diffs, "chain "+c.Name+": "+d)
 		}
 	}
-	for name := range kt.chains {
+	for name := range kt.Chains {
 		if want.Chain(name) == nil {
 			diffs = append(diffs, "unexpected chain "+name)
 		}
@@ -169,14 +169,14 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 	return elems, append(diffs, d.list()...), nil
 }
 
-func setMismatch(f Family, ks *kSet, s *Set) string {
+func setMismatch(f Family, ks *KernelSet, s *Set) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.flags != s.flags() || ks.keyType != concatType(f, s.Key) || ks.keyLen != s.keyLen(f) || ks.dataType != 0:
+	case ks.Flags != s.flags() || ks.KeyType != ConcatType(f, s.Key) || ks.KeyLen != s.keyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.flags, ks.keyType, ks.keyLen, s.flags(), concatType(f, s.Key), s.keyLen(f))
-	case !bytes.Equal(ks.udata, commentUdata(setCommentType, s.Comment)):
+			ks.Flags, ks.KeyType, ks.KeyLen, s.flags(), ConcatType(f, s.Key), s.keyLen(f))
+	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, s.Comment)):
 		return "comment differs"
 	}
 	return ""
@@ -195,22 +195,22 @@ const (
 func (k *Kernel) readSetElements(f Family, table string, s *Set) ([]SetElement, error) {
 	var out []SetElement
 	var bad error
-	attrs := func(m *batch) {
-		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		m.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
+	attrs := func(m *Batch) {
+		m.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		m.Str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 	}
 	err := k.dump(unix.NFT_MSG_GETSETELEM, f, attrs, func(p []byte) error {
-		forAttrs(p, func(a nlAttr) {
+		ForAttrs(p, func(a Attr) {
 			if a.typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				return
 			}
-			forAttrs(a.data, func(el nlAttr) {
+			ForAttrs(a.data, func(el Attr) {
 				var key, end []byte
-				forAttrs(el.data, func(x nlAttr) {
+				ForAttrs(el.data, func(x Attr) {
 					if x.typ != unix.NFTA_SET_ELEM_KEY && x.typ != nftaSetElemKeyEnd {
 						return
 					}
-					forAttrs(x.data, func(v nlAttr) {
+					ForAttrs(x.data, func(v Attr) {
 						if v.typ != unix.NFTA_DATA_VALUE {
 							return
 						}
@@ -252,7 +252,7 @@ func (s *Set) decode(f Family, key, end []byte) (SetElement, error) {
 	}
 	off := 0
 	for _, fl := range s.Key {
-		n := int(fl.size(f))
+		n := int(fl.Size(f))
 		v := key[off : off+n]
 		switch fl {
 		case FieldDaddr:
@@ -292,47 +292,47 @@ func prefixOfRange(lo, hi netip.Addr) (netip.Prefix, bool) {
 }
 
 // addSet declares a plain set (nft's `add set`).
-func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
-	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.str(unix.NFTA_SET_TABLE, table)
-	b.str(unix.NFTA_SET_NAME, s.Name)
-	b.u32(unix.NFTA_SET_FLAGS, s.flags())
-	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, s.Key))
-	b.u32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
-	b.u32(unix.NFTA_SET_ID, id)
+func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
+	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, s.Name)
+	b.U32(unix.NFTA_SET_FLAGS, s.flags())
+	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, s.Key))
+	b.U32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
+	b.U32(unix.NFTA_SET_ID, id)
 	if s.Interval {
 		// The kernel's pipapo set needs each field's length.
-		b.nest(unix.NFTA_SET_DESC)
-		b.nest(nftaSetDescConcat)
+		b.Nest(unix.NFTA_SET_DESC)
+		b.Nest(nftaSetDescConcat)
 		for _, fl := range s.Key {
-			b.nest(unix.NFTA_LIST_ELEM)
-			b.u32(nftaSetFieldLen, fl.size(f))
-			b.unnest()
+			b.Nest(unix.NFTA_LIST_ELEM)
+			b.U32(nftaSetFieldLen, fl.Size(f))
+			b.Unnest()
 		}
-		b.unnest()
-		b.unnest()
+		b.Unnest()
+		b.Unnest()
 	}
 	if s.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(s.Comment))
+		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(s.Comment))
 	}
-	b.end()
+	b.End()
 }
 
 // setElements adds or deletes elements of a plain set.
-func (b *batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
+func (b *Batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
 	b.elementMessages(add, f, table, s.Name, len(elems), func(i int) {
-		b.nest(unix.NFTA_SET_ELEM_KEY)
-		b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
-		b.unnest()
+		b.Nest(unix.NFTA_SET_ELEM_KEY)
+		b.Attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
+		b.Unnest()
 		if s.Interval {
-			b.nest(nftaSetElemKeyEnd)
-			b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], true))
-			b.unnest()
+			b.Nest(nftaSetElemKeyEnd)
+			b.Attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], true))
+			b.Unnest()
 		}
 	})
 }
 
-func (s *scriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
+func (s *ScriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
 	flags := ""
 	if set.Interval {
 		flags = " flags interval;"
@@ -340,7 +340,7 @@ func (s *scriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
 	s.line("add set %s %s %s { type %s;%s comment %s; }", f, table, set.Name, set.Type(f), flags, quoteComment(set.Comment))
 }
 
-func (s *scriptWriter) setElements(add bool, f Family, table string, set *Set, elems []SetElement) {
+func (s *ScriptWriter) setElements(add bool, f Family, table string, set *Set, elems []SetElement) {
 	verb := "delete"
 	if add {
 		verb = "add"

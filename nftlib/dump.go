@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"encoding/binary"
@@ -15,36 +15,36 @@ const (
 	nftaTableOwner   = 7
 	nftaChainFlags   = 10
 	nftTableFDormant = 1
-	nftTableFOwner   = 2
+	NftTableFOwner   = 2
 	nftChainBase     = 1
 	// NFT_CHAIN_BINDING: an anonymous chain, bound to the rule that jumps to it.
-	nftChainBinding = 4
+	NftChainBinding = 4
 	// NFTA_FLOWTABLE_TABLE and NFTA_FLOWTABLE_NAME.
 	nftaFlowtableTable = 1
 	nftaFlowtableName  = 2
 )
 
 // nlAttr is one netlink attribute of a message being read.
-type nlAttr struct {
+type Attr struct {
 	typ  uint16 // without the nested and byte-order flags
 	data []byte
 }
 
 // forAttrs calls fn for each attribute in b, in order, and reports whether
 // b was well formed.
-func forAttrs(b []byte, fn func(a nlAttr)) bool {
+func ForAttrs(b []byte, fn func(a Attr)) bool {
 	for len(b) >= 4 {
 		l := int(binary.NativeEndian.Uint16(b[0:]))
 		if l < 4 || l > len(b) {
 			return false
 		}
-		fn(nlAttr{typ: binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER), data: b[4:l]})
+		fn(Attr{typ: binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER), data: b[4:l]})
 		b = b[min((l+3)&^3, len(b)):]
 	}
 	return len(b) == 0
 }
 
-func (a nlAttr) u32() uint32 {
+func (a Attr) U32() uint32 {
 	if len(a.data) < 4 {
 		return 0
 	}
@@ -52,7 +52,7 @@ func (a nlAttr) u32() uint32 {
 }
 
 // str is a NUL-terminated string attribute.
-func (a nlAttr) str() string {
+func (a Attr) Str() string {
 	s := a.data
 	for len(s) > 0 && s[len(s)-1] == 0 {
 		s = s[:len(s)-1]
@@ -61,26 +61,26 @@ func (a nlAttr) str() string {
 }
 
 // request encodes one nf_tables request message.
-func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]byte, uint32) {
+func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *Batch)) ([]byte, uint32) {
 	seq := k.seq
-	m := &batch{seq: seq}
-	m.begin(typ, flags, f)
+	m := &Batch{seq: seq}
+	m.Begin(typ, flags, f)
 	// begin leaves the batch markers' numbers alone, which GETGEN shares.
-	binary.NativeEndian.PutUint16(m.buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
+	binary.NativeEndian.PutUint16(m.Buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
 	if attrs != nil {
 		attrs(m)
 	}
-	m.end()
+	m.End()
 	k.seq++
-	return m.buf, seq
+	return m.Buf, seq
 }
 
 // dump sends a dump request and calls fn with the attributes (after the
 // nfgenmsg) of each object the kernel returns. fn must copy what it keeps:
 // the buffer is reused.
-func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payload []byte) error) error {
+func (k *Kernel) dump(typ uint16, f Family, attrs func(m *Batch), fn func(payload []byte) error) error {
 	req, seq := k.request(typ, unix.NLM_F_DUMP, f, attrs)
-	k.dumps++
+	k.Dumps++
 	if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sending dump request: %w", err)
 	}
@@ -117,8 +117,8 @@ func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payloa
 				}
 				return fnErr
 			}
-			if fnErr == nil && len(m.Data) >= nfgenLen {
-				fnErr = fn(m.Data[nfgenLen:])
+			if fnErr == nil && len(m.Data) >= NfgenLen {
+				fnErr = fn(m.Data[NfgenLen:])
 			}
 		}
 	}
@@ -154,14 +154,14 @@ func (k *Kernel) Generation() (uint32, error) {
 				}
 				return 0, errors.New("nftables generation: short error")
 			}
-			if len(m.Data) < nfgenLen {
+			if len(m.Data) < NfgenLen {
 				continue
 			}
 			var gen uint32
 			var found bool
-			forAttrs(m.Data[nfgenLen:], func(a nlAttr) {
+			ForAttrs(m.Data[NfgenLen:], func(a Attr) {
 				if a.typ == unix.NFTA_GEN_ID {
-					gen, found = a.u32(), true
+					gen, found = a.U32(), true
 				}
 			})
 			if !found {
@@ -174,7 +174,7 @@ func (k *Kernel) Generation() (uint32, error) {
 
 // portID is the netlink port id the kernel gave our socket, which an
 // owner-flagged table of ours would carry.
-func (k *Kernel) portID() uint32 {
+func (k *Kernel) PortID() uint32 {
 	sa, err := unix.Getsockname(k.fd)
 	if nl, ok := sa.(*unix.SockaddrNetlink); err == nil && ok {
 		return nl.Pid

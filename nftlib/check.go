@@ -1,4 +1,4 @@
-package nft
+package nftlib
 
 import (
 	"bytes"
@@ -33,60 +33,60 @@ func (d *drift) list() []string {
 }
 
 // commentUdata is the userdata we send for a comment (nil for none).
-func commentUdata(typ byte, c string) []byte {
+func CommentUdata(typ byte, c string) []byte {
 	if c == "" {
 		return nil
 	}
-	return userdataComment(typ, clampComment(c))
+	return userdataComment(typ, ClampComment(c))
 }
 
-const setCommentType = 7 // NFTNL_UDATA_SET_COMMENT
+const SetCommentType = 7 // NFTNL_UDATA_SET_COMMENT
 
 // metaDrift compares a table's, chains' and sets' attributes; stale are
 // chains we flushed and will delete, which may still be there.
-func metaDrift(t *Table, kt *kTable, stale map[string]bool, d *drift) {
+func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 	name := t.Family.String() + " " + t.Name
-	if !kt.exists {
+	if !kt.Exists {
 		d.add("table %s: missing", name)
 		return
 	}
-	if kt.flags != 0 {
-		d.add("table %s: flags 0x%x, want 0", name, kt.flags)
+	if kt.Flags != 0 {
+		d.add("table %s: flags 0x%x, want 0", name, kt.Flags)
 	}
-	if !bytes.Equal(kt.udata, commentUdata(0, t.Comment)) {
+	if !bytes.Equal(kt.Udata, CommentUdata(0, t.Comment)) {
 		d.add("table %s: comment differs", name)
 	}
-	wanted := make(map[string]bool, t.chainCount())
-	t.eachChain(func(c *Chain) {
+	wanted := make(map[string]bool, t.ChainCount())
+	t.EachChain(func(c *Chain) {
 		wanted[c.Name] = true
-		kc := kt.chains[c.Name]
+		kc := kt.Chains[c.Name]
 		if kc == nil {
 			d.add("chain %s: missing", c.Name)
 		} else if why := chainMismatch(kc, c); why != "" {
 			d.add("chain %s: %s", c.Name, why)
 		}
 	})
-	for n, kc := range kt.chains {
+	for n, kc := range kt.Chains {
 		switch {
-		case wanted[n] || (stale[n] && !kc.base):
-		case kc.base:
-			d.add("chain %s: not ours, a base chain (%s)", n, kc.describe())
+		case wanted[n] || (stale[n] && !kc.Base):
+		case kc.Base:
+			d.add("chain %s: not ours, a base chain (%s)", n, kc.Describe())
 		default:
 			d.add("chain %s: not ours", n)
 		}
 	}
 	for _, m := range t.Maps {
-		if why := mapMismatch(t.Family, kt.sets[m.Name], m); why != "" {
+		if why := mapMismatch(t.Family, kt.Sets[m.Name], m); why != "" {
 			d.add("map %s: %s", m.Name, why)
 		}
 	}
 	if t.Affinity {
-		if why := affinityMismatch(t.Family, kt.sets[setAffinity]); why != "" {
-			d.add("set %s: %s", setAffinity, why)
+		if why := affinityMismatch(t.Family, kt.Sets[SetAffinity]); why != "" {
+			d.add("set %s: %s", SetAffinity, why)
 		}
 	}
-	for n, ks := range kt.sets {
-		if t.Map(n) == nil && (n != setAffinity || !t.Affinity) {
+	for n, ks := range kt.Sets {
+		if t.Map(n) == nil && (n != SetAffinity || !t.Affinity) {
 			foreignSet(n, ks, d)
 		}
 	}
@@ -94,7 +94,7 @@ func metaDrift(t *Table, kt *kTable, stale map[string]bool, d *drift) {
 }
 
 // foreignSet reports a set that is not ours.
-func foreignSet(name string, ks *kSet, d *drift) {
+func foreignSet(name string, ks *KernelSet, d *drift) {
 	if ks.anonymous() {
 		d.add("set %s: not ours, an anonymous set (goes with its rule)", name)
 		return
@@ -104,34 +104,34 @@ func foreignSet(name string, ks *kSet, d *drift) {
 
 // statefulDrift reports a table's stateful objects and flowtables: we
 // create none, so each is another process's.
-func statefulDrift(kt *kTable, d *drift) {
-	for _, o := range kt.objs {
-		d.add("%s %s: not ours", o.kind(), o.name)
+func statefulDrift(kt *KernelTable, d *drift) {
+	for _, o := range kt.Objs {
+		d.add("%s %s: not ours", o.Kind(), o.Name)
 	}
-	for _, ft := range kt.flowtables {
+	for _, ft := range kt.Flowtables {
 		d.add("flowtable %s: not ours", ft)
 	}
 }
 
 // chainMismatch says how a chain in the kernel differs from ours, or "".
-func chainMismatch(kc *kChain, c *Chain) string {
-	want := kChain{flags: 0}
+func chainMismatch(kc *KernelChain, c *Chain) string {
+	want := KernelChain{Flags: 0}
 	if h := c.Hook; h != nil {
-		want = kChain{base: true, typ: h.Type, hook: hookNumbers[h.Hook], priority: h.Priority, policy: nfAccept, flags: nftChainBase}
+		want = KernelChain{Base: true, typ: h.Type, hook: hookNumbers[h.Hook], priority: h.Priority, policy: nfAccept, Flags: nftChainBase}
 	}
-	if kc.base != want.base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
-		kc.policy != want.policy || kc.flags != want.flags {
-		return fmt.Sprintf("%s, want %s", kc.describe(), want.describe())
+	if kc.Base != want.Base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
+		kc.policy != want.policy || kc.Flags != want.Flags {
+		return fmt.Sprintf("%s, want %s", kc.Describe(), want.Describe())
 	}
-	if !bytes.Equal(kc.udata, commentUdata(0, c.Comment)) {
+	if !bytes.Equal(kc.udata, CommentUdata(0, c.Comment)) {
 		return "comment differs"
 	}
 	return ""
 }
 
-func (kc *kChain) describe() string {
-	if !kc.base {
-		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.flags)
+func (kc *KernelChain) Describe() string {
+	if !kc.Base {
+		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.Flags)
 	}
 	hook := fmt.Sprint(kc.hook)
 	for n, v := range hookNumbers {
@@ -143,20 +143,20 @@ func (kc *kChain) describe() string {
 	if policy == "" {
 		policy = fmt.Sprint(kc.policy)
 	}
-	return fmt.Sprintf("type %s hook %s priority %d policy %s flags 0x%x", kc.typ, hook, kc.priority, policy, kc.flags)
+	return fmt.Sprintf("type %s hook %s priority %d policy %s flags 0x%x", kc.typ, hook, kc.priority, policy, kc.Flags)
 }
 
-const verdictType = 0xffffff00 // NFT_DATA_VERDICT as a set's data type
+const VerdictType = 0xffffff00 // NFT_DATA_VERDICT as a set's data type
 
 // mapMismatch says how a map in the kernel differs from ours, or "".
-func mapMismatch(f Family, ks *kSet, m *Map) string {
+func mapMismatch(f Family, ks *KernelSet, m *Map) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.flags != unix.NFT_SET_MAP || ks.keyType != concatType(f, m.Key) || ks.keyLen != keyLen(f, m.Key) || ks.dataType != verdictType:
+	case ks.Flags != unix.NFT_SET_MAP || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != VerdictType:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a verdict map with key type 0x%x (%d bytes)",
-			ks.flags, ks.keyType, ks.keyLen, ks.dataType, concatType(f, m.Key), keyLen(f, m.Key))
-	case !bytes.Equal(ks.udata, commentUdata(setCommentType, m.Comment)):
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
+	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, m.Comment)):
 		return "comment differs"
 	}
 	return ""
@@ -165,14 +165,14 @@ func mapMismatch(f Family, ks *kSet, m *Map) string {
 const affinityFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
 // affinityMismatch says how the affinity set in the kernel differs, or "".
-func affinityMismatch(f Family, ks *kSet) string {
+func affinityMismatch(f Family, ks *KernelSet) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.flags != affinityFlags || ks.keyType != affinityKeyType(f) || ks.keyLen != affinityKeyLen(f) || ks.dataType != 0:
+	case ks.Flags != affinityFlags || ks.KeyType != affinityKeyType(f) || ks.KeyLen != affinityKeyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.flags, ks.keyType, ks.keyLen, affinityFlags, affinityKeyType(f), affinityKeyLen(f))
-	case !bytes.Equal(ks.udata, affinityUserdata(f)):
+			ks.Flags, ks.KeyType, ks.KeyLen, affinityFlags, affinityKeyType(f), affinityKeyLen(f))
+	case !bytes.Equal(ks.Udata, affinityUserdata(f)):
 		return "userdata differs"
 	}
 	return ""
@@ -180,7 +180,7 @@ func affinityMismatch(f Family, ks *kSet) string {
 
 // eachChain calls fn for every chain of the table, fixed ones first, in
 // no particular order of services.
-func (t *Table) eachChain(fn func(c *Chain)) {
+func (t *Table) EachChain(fn func(c *Chain)) {
 	for _, c := range t.Chains {
 		fn(c)
 	}
@@ -192,7 +192,7 @@ func (t *Table) eachChain(fn func(c *Chain)) {
 }
 
 // eachElement calls fn for every element of the named map.
-func (t *Table) eachElement(m string, fn func(e Element)) {
+func (t *Table) EachElement(m string, fn func(e Element)) {
 	if mp := t.Map(m); mp != nil {
 		for _, e := range mp.Elements {
 			fn(e)
@@ -209,18 +209,18 @@ func (t *Table) eachElement(m string, fn func(e Element)) {
 
 // rulesDrift compares every rule of the table with the kernel's, in one
 // dump of the table's rules.
-func (k *Kernel) rulesDrift(t *Table, kt *kTable, d *drift) error {
-	want := make(map[string]*Chain, t.chainCount())
-	t.eachChain(func(c *Chain) { want[c.Name] = c })
+func (k *Kernel) rulesDrift(t *Table, kt *KernelTable, d *drift) error {
+	want := make(map[string]*Chain, t.ChainCount())
+	t.EachChain(func(c *Chain) { want[c.Name] = c })
 	return k.chainRulesDrift(t.Family, t.Name, want, kt, d)
 }
 
 // chainRulesDrift compares the rules of the kernel's chains of a table
 // (kt) with want's, by chain name, in canonical form.
-func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *kTable, d *drift) error {
+func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *KernelTable, d *drift) error {
 	seen := make(map[string]int, len(want))
 	bad := map[string]bool{}
-	scratch := &batch{}
+	scratch := &Batch{}
 	var ck, cw []byte
 	compare := func(chain string, exprs, udata []byte) {
 		i := seen[chain]
@@ -232,19 +232,19 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 		r := c.Rules[i]
 		var ok bool
 		ck, ok = canonExprs(ck[:0], exprs)
-		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
-		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, commentUdata(0, r.Comment)) {
+		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, CommentUdata(0, r.Comment)) {
 			bad[chain] = true
-			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.text(f))
+			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.Text(f))
 		}
 	}
-	for name := range kt.chains {
+	for name := range kt.Chains {
 		if err := k.dumpChainRules(f, table, name, compare); err != nil {
 			return err
 		}
 	}
 	for name, c := range want {
-		if kt.chains[name] != nil && seen[name] != len(c.Rules) {
+		if kt.Chains[name] != nil && seen[name] != len(c.Rules) {
 			d.add("chain %s: %d rules, want %d", name, seen[name], len(c.Rules))
 		}
 	}
@@ -258,14 +258,14 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 
 // elementsDrift compares the elements of each of the table's maps that has
 // the right type (the others are rewritten whole anyway).
-func (k *Kernel) elementsDrift(t *Table, kt *kTable, d *drift) error {
+func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
 	f := t.Family
 	for _, m := range t.Maps {
-		if mapMismatch(f, kt.sets[m.Name], m) != "" {
+		if mapMismatch(f, kt.Sets[m.Name], m) != "" {
 			continue
 		}
 		want := map[string]Element{}
-		t.eachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+		t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
 		err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
 			w, ok := want[string(e.key)]
 			if !ok {
@@ -273,10 +273,10 @@ func (k *Kernel) elementsDrift(t *Table, kt *kTable, d *drift) error {
 				return
 			}
 			delete(want, string(e.key))
-			v := w.Verdict.expr()
+			v := w.Verdict.Expr()
 			if e.verdict != int32(v.Kind) || e.chain != v.Chain {
-				d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.text(f))
-			} else if !bytes.Equal(e.udata, commentUdata(0, w.Comment)) {
+				d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
+			} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
 				d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
 			}
 		})
@@ -292,14 +292,14 @@ func (k *Kernel) elementsDrift(t *Table, kt *kTable, d *drift) error {
 
 // tableDrift describes every difference between an applied table and the
 // kernel's.
-func (k *Kernel) tableDrift(t *Table, kt *kTable, stale []string) ([]string, error) {
+func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift
 	staleSet := make(map[string]bool, len(stale))
 	for _, n := range stale {
 		staleSet[n] = true
 	}
 	metaDrift(t, kt, staleSet, &d)
-	if kt.exists {
+	if kt.Exists {
 		if err := k.rulesDrift(t, kt, &d); err != nil {
 			return nil, err
 		}
