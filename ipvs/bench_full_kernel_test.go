@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -79,7 +78,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 						return addrs, err
 					},
 					NewHelper: func(node proxier.Node) (Helper, error) {
-						th = &timedHelper{Helper: NewNftHelper(nk, nft.Config{}, node, link)}
+						th = &timedHelper{Helper: NewNftHelper(nk, proxier.Settings{}, node, link)}
 						return th, nil
 					},
 				})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -29,7 +28,7 @@ var _ Helper = (*NftHelper)(nil)
 
 // NewNftHelper returns a helper that programs through k and link. cfg and
 // node shape the constant rules (masquerade bit and detect-local).
-func NewNftHelper(k *nftlib.Kernel, cfg nft.Config, node proxier.Node, link AddrLink) *NftHelper {
+func NewNftHelper(k *nftlib.Kernel, cfg proxier.Settings, node proxier.Node, link AddrLink) *NftHelper {
 	return &NftHelper{k: k, tables: HelperTables(cfg, node, nil), link: link}
 }
 

@@ -5,9 +5,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
 )
 
 // HelperTableName is the helper table of each family (ip and ip6).
@@ -65,7 +65,7 @@ func keyFields(def SetDef) ([]nftlib.Field, bool) {
 // rules are constant: every per-service fact is a set element. cfg gives
 // the masquerade bit, --masquerade-all and how to tell pod traffic
 // (--cluster-cidr / --detect-local-mode), as for the nftables mode.
-func BuildHelperTable(f nftlib.Family, cfg nft.Config, node proxier.Node) *nftlib.SetTable {
+func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) *nftlib.SetTable {
 	t := &nftlib.SetTable{
 		Family:   f,
 		Name:     HelperTableName,
@@ -89,7 +89,7 @@ func BuildHelperTable(f nftlib.Family, cfg nft.Config, node proxier.Node) *nftli
 	const clusterComment = "Kubernetes service cluster ip + port for masquerade purpose"
 	if cfg.MasqueradeAll {
 		services = append(services, R(in(SetClusterIP), nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
-	} else if notPod, ok := nft.LocalMatch(f, cfg, node, true); ok {
+	} else if notPod, ok := nftlocal.Match(f, cfg, node, true); ok {
 		services = append(services, R(in(SetClusterIP), notPod, nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	}
 	services = append(services,
@@ -182,7 +182,7 @@ func BuildHelperTable(f nftlib.Family, cfg nft.Config, node proxier.Node) *nftli
 }
 
 // HelperTables returns both families' helper tables holding elems.
-func HelperTables(cfg nft.Config, node proxier.Node, elems []Element) []*nftlib.SetTable {
+func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*nftlib.SetTable {
 	v4 := BuildHelperTable(nftlib.IPv4, cfg, node)
 	v6 := BuildHelperTable(nftlib.IPv6, cfg, node)
 	for _, e := range elems {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
 )
 
 // DefaultTableName is the name of our main tables (one per family); the
@@ -76,22 +77,8 @@ const (
 // Config is what shapes the ruleset besides the State: kube-proxy's flags.
 type Config struct {
 	TableName string
-	// ClusterCIDRs: traffic from outside them to a ClusterIP is masqueraded
-	// (--cluster-cidr, detect-local-mode ClusterCIDR).
-	ClusterCIDRs []netip.Prefix
-	// MasqueradeAll masquerades all traffic to ClusterIPs (--masquerade-all).
-	MasqueradeAll bool
-	// MasqueradeBit is the fwmark bit that asks for SNAT (--iptables-masquerade-bit, default 14).
-	MasqueradeBit uint
-	// DetectLocal says how to tell pod traffic from other traffic
-	// (--detect-local-mode and its companions).
-	DetectLocal LocalDetector
-	// NodePortAddresses restricts NodePorts to node addresses within
-	// these prefixes (--nodeport-addresses); empty: every node address.
-	// NodePortPrimary takes the node's primary addresses (the value
-	// "primary"): those of the Node object.
-	NodePortAddresses []netip.Prefix
-	NodePortPrimary   bool
+	// Settings are the flags the IPVS mode shares.
+	proxier.Settings
 	// ConntrackTCPBeLiberal leaves out-of-window TCP packets alone
 	// (--conntrack-tcp-be-liberal): no `ct state invalid drop`.
 	ConntrackTCPBeLiberal bool
@@ -99,13 +86,13 @@ type Config struct {
 
 // DefaultConfig is kube-proxy's defaults.
 func DefaultConfig() Config {
-	return Config{TableName: DefaultTableName, MasqueradeBit: 14}
+	return Config{TableName: DefaultTableName, Settings: proxier.DefaultSettings()}
 }
 
 // Validate reports flag values that cannot work.
 func (c Config) Validate() error {
-	if c.MasqueradeBit > 31 {
-		return fmt.Errorf("masquerade bit %d out of range 0-31", c.MasqueradeBit)
+	if err := c.Settings.Validate(); err != nil {
+		return err
 	}
 	if c.TableName == "" {
 		return fmt.Errorf("empty table name")
@@ -113,56 +100,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) markBit() uint32 { return 1 << c.MasqueradeBit }
-
-// The --detect-local-mode values.
-const (
-	DetectClusterCIDR         = "ClusterCIDR"
-	DetectNodeCIDR            = "NodeCIDR"
-	DetectBridgeInterface     = "BridgeInterface"
-	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
-)
-
-// LocalDetector is kube-proxy's detect-local configuration.
-type LocalDetector struct {
-	Mode            string // one of the Detect* modes; "" is ClusterCIDR
-	BridgeInterface string // --pod-bridge-interface
-	InterfacePrefix string // --pod-interface-name-prefix
-}
-
-// localMatch is the term that matches pod traffic (negate: other traffic)
-// for the family, or false when the mode cannot tell (e.g. no CIDR of
-// that family), in which case, like kube-proxy, nothing is treated as local.
-// LocalMatch is the term that matches pod traffic (negate: any other
-// traffic) by the --detect-local-mode in cfg, and false when the mode cannot
-// tell for this family: the test the main tables use.
-func LocalMatch(f nftlib.Family, cfg Config, node proxier.Node, negate bool) (nftlib.Term, bool) {
-	return localMatch(f, cfg, node, negate)
-}
-
-// MasqueradeMark is the fwmark bit that asks for SNAT.
-func (c Config) MasqueradeMark() uint32 { return c.markBit() }
-
+// localMatch is nftlocal.Match of cfg's shared settings.
 func localMatch(f nftlib.Family, cfg Config, node proxier.Node, negate bool) (nftlib.Term, bool) {
-	switch cfg.DetectLocal.Mode {
-	case DetectBridgeInterface:
-		return nftlib.IfName{Name: cfg.DetectLocal.BridgeInterface, Negate: negate}, cfg.DetectLocal.BridgeInterface != ""
-	case DetectInterfaceNamePrefix:
-		return nftlib.IfName{Name: cfg.DetectLocal.InterfacePrefix, Prefix: true, Negate: negate}, cfg.DetectLocal.InterfacePrefix != ""
-	case DetectNodeCIDR:
-		for _, p := range node.PodCIDRs {
-			if f.Has(p.Addr()) {
-				return nftlib.AddrMatch{Field: nftlib.FieldSaddr, Negate: negate, Prefix: p.Masked()}, true
-			}
-		}
-		return nil, false
-	}
-	for _, cidr := range cfg.ClusterCIDRs {
-		if f.Has(cidr.Addr()) {
-			return nftlib.AddrMatch{Field: nftlib.FieldSaddr, Negate: negate, Prefix: cidr}, true // one CIDR per family
-		}
-	}
-	return nil, false
+	return nftlocal.Match(f, cfg.Settings, node, negate)
 }
 
 // Build returns the whole Ruleset for a State as a full sync programs it:
@@ -188,7 +128,7 @@ func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
 func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) *nftlib.Table {
-	mark := cfg.markBit()
+	mark := cfg.MasqueradeMark()
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
 	if f == nftlib.IPv6 {
 		loopback = netip.MustParsePrefix("::1/128")

@@ -130,15 +130,19 @@ func TestTraceFlags(t *testing.T) {
 		masq bool // whether the ClusterIP packet is masqueraded
 		dnat bool
 	}{
-		{"NodeCIDR: a source in the node's pod CIDR is a pod", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.0.20", ""), false, true},
-		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
-		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.1.2.3", "kbr0"), false, true},
-		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.244.0.20", "eth0"), true, true},
+		{"NodeCIDR: a source in the node's pod CIDR is a pod", cfg(func(c *Config) { c.DetectLocal.Mode = proxier.DetectNodeCIDR }), web("10.244.0.20", ""), false, true},
+		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = proxier.DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
+		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) {
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
+		}), web("10.1.2.3", "kbr0"), false, true},
+		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) {
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
+		}), web("10.244.0.20", "eth0"), true, true},
 		{"InterfaceNamePrefix: veth* is a pod", cfg(func(c *Config) {
-			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 		}), web("10.1.2.3", "veth12ab"), false, true},
 		{"InterfaceNamePrefix: eth0 is not", cfg(func(c *Config) {
-			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 		}), web("10.1.2.3", "eth0"), true, true},
 		{"nodeport-addresses: inside the CIDR", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.99.0.1"), true, true},
 		{"nodeport-addresses: another node address", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.98.0.1"), false, false},

@@ -186,7 +186,7 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Con
 		Sync:      ipvs.SyncConfig{ExcludeCIDRs: exclude, DrainCheck: o.ipvs.drainCheck},
 		NodeAddrs: ipvsNodeAddrs(addrs),
 		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
-			return ipvs.NewNftHelper(k, cfg, node, link), nil
+			return ipvs.NewNftHelper(k, cfg.Settings, node, link), nil
 		},
 		CleanupHelper: func() (bool, error) { return ipvs.CleanupHelpers(k, "") },
 		// Each sync period, IPVS and kube-ipvs0 are read back (IPVS
@@ -214,7 +214,7 @@ func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
 	}
 	plan := ipvs.BuildPlan(st, planCfg, st.Node.IPs)
 	var b strings.Builder
-	for _, t := range ipvs.HelperTables(cfg, st.Node, plan.Elements()) {
+	for _, t := range ipvs.HelperTables(cfg.Settings, st.Node, plan.Elements()) {
 		if err := t.Render(&b); err != nil {
 			return err
 		}
