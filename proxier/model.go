@@ -1,5 +1,8 @@
-// Package proxier holds the service model, endpoint categorisation and the
-// sync loop. It knows nothing of the kernel: backends implement Backend.
+// Package proxier holds what both modes share: the service model, endpoint
+// categorisation, the sync loop, health checks and the Settings both
+// modes read alike (cluster CIDRs, local-traffic detection, the masquerade
+// bit, NodePort addresses). It knows nothing of the kernel: the modes
+// (packages nft and ipvs) implement Backend.
 package proxier
 
 import (
