@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
@@ -329,7 +327,7 @@ type fragmentBuilder struct {
 }
 
 func (fb *fragmentBuilder) init(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
-	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: protoNumber(svc.Protocol), fr: &nftlib.Fragment{},
+	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: svc.Protocol.Number(), fr: &nftlib.Fragment{},
 		svcChain: ServiceChain(svc.Name, svc.Protocol), svlChain: LocalServiceChain(svc.Name, svc.Protocol),
 		extChain: ExternalChain(svc.Name, svc.Protocol), fwChain: FirewallChain(svc.Name, svc.Protocol)}
 	fb.cluster, fb.local, fb.allReachable, fb.hasAny = proxier.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
@@ -627,14 +625,4 @@ func firstOfFamily(f nftlib.Family, addrs []netip.Addr) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-func protoNumber(p proxier.Protocol) uint8 {
-	switch p {
-	case proxier.UDP:
-		return unix.IPPROTO_UDP
-	case proxier.SCTP:
-		return unix.IPPROTO_SCTP
-	}
-	return unix.IPPROTO_TCP
 }

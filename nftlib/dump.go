@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,24 +25,16 @@ const (
 	nftaFlowtableName  = 2
 )
 
-// nlAttr is one netlink attribute of a message being read.
+// Attr is one netlink attribute of a message being read.
 type Attr struct {
 	typ  uint16 // without the nested and byte-order flags
 	data []byte
 }
 
-// forAttrs calls fn for each attribute in b, in order, and reports whether
-// b was well formed.
+// ForAttrs calls fn for each attribute in b, in order, and reports whether
+// b was well formed (nlmsg.Walk).
 func ForAttrs(b []byte, fn func(a Attr)) bool {
-	for len(b) >= 4 {
-		l := int(binary.NativeEndian.Uint16(b[0:]))
-		if l < 4 || l > len(b) {
-			return false
-		}
-		fn(Attr{typ: binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER), data: b[4:l]})
-		b = b[min((l+3)&^3, len(b)):]
-	}
-	return len(b) == 0
+	return nlmsg.Walk(b, func(typ uint16, data []byte) { fn(Attr{typ: typ, data: data}) })
 }
 
 func (a Attr) U32() uint32 {
@@ -51,7 +44,7 @@ func (a Attr) U32() uint32 {
 	return binary.BigEndian.Uint32(a.data)
 }
 
-// str is a NUL-terminated string attribute.
+// Str is a NUL-terminated string attribute.
 func (a Attr) Str() string {
 	s := a.data
 	for len(s) > 0 && s[len(s)-1] == 0 {

@@ -24,6 +24,18 @@ const (
 	SCTP Protocol = "SCTP"
 )
 
+// Number is the protocol's IP protocol number (IPPROTO_TCP, ...); TCP
+// for any other value.
+func (p Protocol) Number() uint8 {
+	switch p {
+	case UDP:
+		return 17 // IPPROTO_UDP
+	case SCTP:
+		return 132 // IPPROTO_SCTP
+	}
+	return 6 // IPPROTO_TCP
+}
+
 // ParseProtocol accepts the Kubernetes spelling; empty means TCP, as the API defaults it.
 func ParseProtocol(s string) (Protocol, error) {
 	switch Protocol(s) {
