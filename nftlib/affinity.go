@@ -85,7 +85,7 @@ func (u AffinityUpdate) Exprs(f Family) []expr.Any {
 	})
 }
 
-// nftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
+// NftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
 func NftDuration(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms == 0 {
@@ -142,7 +142,7 @@ func affinityUserdata(f Family) []byte {
 	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(comment, affinityComment))
 }
 
-// addAffinitySet creates the affinity set, or keeps it as it is when it
+// AddAffinitySet creates the affinity set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
 func (b *Batch) AddAffinitySet(f Family, table string, id uint32) {
 	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)

@@ -181,7 +181,7 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 	return attrs
 }
 
-// ruleExprs encodes a rule's expressions as addRule sends them (the content
+// RuleExprs encodes a rule's expressions as addRule sends them (the content
 // of NFTA_RULE_EXPRESSIONS), reusing scratch.
 func RuleExprs(scratch *Batch, f Family, r Rule) []byte {
 	scratch.Buf = scratch.Buf[:0]

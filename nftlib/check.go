@@ -32,7 +32,7 @@ func (d *drift) list() []string {
 	return append(d.diffs, fmt.Sprintf("and %d more differences", d.more))
 }
 
-// commentUdata is the userdata we send for a comment (nil for none).
+// CommentUdata is the userdata we send for a comment (nil for none).
 func CommentUdata(typ byte, c string) []byte {
 	if c == "" {
 		return nil
@@ -178,7 +178,7 @@ func affinityMismatch(f Family, ks *KernelSet) string {
 	return ""
 }
 
-// eachChain calls fn for every chain of the table, fixed ones first, in
+// EachChain calls fn for every chain of the table, fixed ones first, in
 // no particular order of services.
 func (t *Table) EachChain(fn func(c *Chain)) {
 	for _, c := range t.Chains {
@@ -191,7 +191,7 @@ func (t *Table) EachChain(fn func(c *Chain)) {
 	}
 }
 
-// eachElement calls fn for every element of the named map.
+// EachElement calls fn for every element of the named map.
 func (t *Table) EachElement(m string, fn func(e Element)) {
 	if mp := t.Map(m); mp != nil {
 		for _, e := range mp.Elements {
@@ -290,7 +290,7 @@ func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
 	return nil
 }
 
-// tableDrift describes every difference between an applied table and the
+// TableDrift describes every difference between an applied table and the
 // kernel's.
 func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift

@@ -12,42 +12,42 @@ import (
 // without privileges. Its methods are the package's own: no other type
 // can be one.
 type Dataplane interface {
-	// newTx starts a transaction; its operations go in through txWriter.
+	// NewTx starts a transaction; its operations go in through txWriter.
 	NewTx() KernelTx
-	// commit sends a transaction: all of it applies, or none of it (a
+	// CommitTx sends a transaction: all of it applies, or none of it (a
 	// *TxError says which message the kernel refused).
 	CommitTx(tx KernelTx) error
-	// generation is the ruleset's generation: every process's commits
+	// Generation is the ruleset's generation: every process's commits
 	// move it.
 	Generation() (uint32, error)
-	// portID is our netlink port id, which owner-flagged tables record.
+	// PortID is our netlink port id, which owner-flagged tables record.
 	PortID() uint32
-	// readFamily reads the named tables' metadata (see Kernel.readFamily).
+	// ReadFamily reads the named tables' metadata (see Kernel.readFamily).
 	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
-	// tableDrift describes every difference between t and the kernel's.
+	// TableDrift describes every difference between t and the kernel's.
 	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)
-	// monitor is the open change monitor; nil when there is none.
+	// Monitor is the open change monitor; nil when there is none.
 	Monitor() Watcher
-	// watch opens the change monitor of the given tables.
+	// Watch opens the change monitor of the given tables.
 	Watch(tables []TableName, rcvBuf int, onMark func()) error
 }
 
-// kernelTx is one transaction being written.
+// KernelTx is one transaction being written.
 type KernelTx interface {
 	txWriter
 	Messages() int // netlink messages so far
 	Size() int     // bytes so far
 }
 
-// changeMonitor follows other processes' commits to our tables.
+// Watcher follows other processes' commits to our tables.
 type Watcher interface {
-	// pending reports marks not taken yet.
+	// Pending reports marks not taken yet.
 	Pending() bool
-	// take returns and clears the marked tables; all: events were lost.
+	// Take returns and clears the marked tables; all: events were lost.
 	Take() (marked map[TableName]bool, all bool)
-	// setMember joins or leaves the notification group.
+	// SetMember joins or leaves the notification group.
 	SetMember(join bool) error
-	// markAll marks every table, for a commit that went unseen.
+	// MarkAll marks every table, for a commit that went unseen.
 	MarkAll()
 }
 
@@ -84,7 +84,7 @@ func (k *Kernel) Watch(tables []TableName, rcvBuf int, onMark func()) error {
 	return nil
 }
 
-// timed runs fn and says how long it took.
+// Timed runs fn and says how long it took.
 func Timed(fn func() error) (time.Duration, error) {
 	start := time.Now()
 	err := fn()

@@ -16,7 +16,7 @@ type txWriter interface {
 	AddMap(f Family, table string, m *Map, id uint32)
 	AddAffinitySet(f Family, table string, id uint32)
 	FlushMap(f Family, table, m string)
-	// addChains adds chains without their rules, addChainRules their
+	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
 	FlushChain(f Family, table, chain string)
@@ -25,7 +25,7 @@ type txWriter interface {
 	Elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 
-// tx collects one table's changes and writes them in a safe order: objects
+// Tx collects one table's changes and writes them in a safe order: objects
 // are created before anything refers to them, and references are dropped
 // (elements deleted, chains flushed) before the chains they point to are
 // deleted.
@@ -124,7 +124,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	}
 }
 
-// fullTx rewrites the whole table in one transaction: every rule and element
+// FullTx rewrites the whole table in one transaction: every rule and element
 // is replaced; whatever the kernel holds with other attributes than ours is
 // deleted and created again; chains we no longer want are flushed and
 // returned as stale (to be deleted by the next transaction, once nothing
@@ -214,7 +214,7 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 	return stale
 }
 
-// diffTx turns the last applied table into the wanted one, looking only at
+// DiffTx turns the last applied table into the wanted one, looking only at
 // the fixed objects and the named service ports: the others are known to be
 // the same fragments in both (see allNames). pending are chains flushed by
 // earlier transactions; those due says are safe to delete (see
@@ -260,7 +260,7 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 	return x, stale, kept
 }
 
-// allKeys lists the fragment keys of either table.
+// AllKeys lists the fragment keys of either table.
 func AllKeys(have, want *Table) []string {
 	var keys []string
 	for key := range want.Fragments {

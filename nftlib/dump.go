@@ -165,7 +165,7 @@ func (k *Kernel) Generation() (uint32, error) {
 	}
 }
 
-// portID is the netlink port id the kernel gave our socket, which an
+// PortID is the netlink port id the kernel gave our socket, which an
 // owner-flagged table of ours would carry.
 func (k *Kernel) PortID() uint32 {
 	sa, err := unix.Getsockname(k.fd)

@@ -168,7 +168,7 @@ func (b *Batch) nat(e *expr.NAT) {
 	b.Unnest()
 }
 
-// directTerm is a term that writes its expressions into a batch itself,
+// DirectTerm is a term that writes its expressions into a batch itself,
 // without building them first: the terms of every endpoint's rules, which
 // are most of a full sync. direct must append exactly what encoding
 // exprs(f) appends (TestDirectTermsMatchExprs), or report false, having

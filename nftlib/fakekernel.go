@@ -67,7 +67,7 @@ type fakeOp struct {
 
 func (k *FakeKernel) NewTx() KernelTx { return &fakeTx{} }
 
-// commit applies every command to a copy of the tables, which replaces
+// CommitTx applies every command to a copy of the tables, which replaces
 // them only when all applied.
 func (k *FakeKernel) CommitTx(kt KernelTx) error {
 	x, ok := kt.(*fakeTx)
@@ -124,7 +124,7 @@ func (k *FakeKernel) Watch([]TableName, int, func()) error {
 	return fmt.Errorf("the fake kernel has no change monitor")
 }
 
-// readFamily reports the named tables' metadata as the kernel would.
+// ReadFamily reports the named tables' metadata as the kernel would.
 func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string) (map[string]*KernelTable, error) {
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
@@ -163,7 +163,7 @@ func fakeKSet(f Family, s *fakeSet) *KernelSet {
 		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
 }
 
-// tableDrift compares the table's objects, as nft text, with t's; the
+// TableDrift compares the table's objects, as nft text, with t's; the
 // empty chains named stale may remain.
 func (k *FakeKernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	have := map[string]bool{}

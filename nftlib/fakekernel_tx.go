@@ -138,7 +138,7 @@ func (x *fakeTx) FlushChain(f Family, table, chain string) {
 	})
 }
 
-// delChain deletes a chain and its rules; EBUSY while a rule or a map
+// DelChain deletes a chain and its rules; EBUSY while a rule or a map
 // element of the table still jumps or goes to it.
 func (x *fakeTx) DelChain(f Family, table, name string) {
 	x.add(f, table, func(w *ScriptWriter) { w.DelChain(f, table, name) }, func(t *fakeTable, _ map[TableName]*fakeTable) error {

@@ -19,12 +19,12 @@ type Kernel struct {
 	fd    int
 	netns string // "" for the current network namespace
 	seq   uint32
-	// commits counts the transactions the kernel accepted (for tests).
+	// Commits counts the transactions the kernel accepted (for tests).
 	Commits int
-	// dumps counts the dump requests sent (for tests).
+	// Dumps counts the dump requests sent (for tests).
 	Dumps   int
 	dumpBuf []byte
-	// mon, when open, follows other processes' nftables commits (see
+	// Mon, when open, follows other processes' nftables commits (see
 	// monitor); Close closes it.
 	Mon *monitor
 }
@@ -175,13 +175,13 @@ func (k *Kernel) fits(chunks [][]byte) error {
 	return nil
 }
 
-// setSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
+// SetSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
 // that need a small buffer.
 func (k *Kernel) SetSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
-// pending reports whether more answers are queued on the socket.
+// Pending reports whether more answers are queued on the socket.
 func (k *Kernel) Pending() bool {
 	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
@@ -219,5 +219,5 @@ func (k *Kernel) NewBatch() *Batch {
 	return b
 }
 
-// finished advances the sequence past a batch.
+// Finished advances the sequence past a batch.
 func (k *Kernel) Finished(b *Batch) { k.seq = b.seq }

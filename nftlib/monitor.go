@@ -13,7 +13,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 )
 
-// tableName names a table of one family, as notifications do.
+// TableName names a table of one family, as notifications do.
 type TableName struct {
 	Family Family
 	Name   string
@@ -50,7 +50,7 @@ type monitor struct {
 	events, overruns int
 }
 
-// monitorRcvBuf is the monitor socket's receive buffer: room for the
+// MonitorRcvBuf is the monitor socket's receive buffer: room for the
 // notifications of a burst of foreign commits (ours are filtered out
 // before they are queued).
 const MonitorRcvBuf = 16 << 20
@@ -208,7 +208,7 @@ func (m *monitor) parse(b []byte) {
 // pendingLocked reports whether a table is marked (or all are).
 func (m *monitor) pendingLocked() bool { return m.all || len(m.marked) > 0 }
 
-// pending reports whether another process changed one of our tables since
+// Pending reports whether another process changed one of our tables since
 // the last take, as far as the events read so far tell.
 func (m *monitor) Pending() bool {
 	m.Mu.Lock()
@@ -216,7 +216,7 @@ func (m *monitor) Pending() bool {
 	return m.pendingLocked()
 }
 
-// take reads what is queued, then returns and clears the marks: the
+// Take reads what is queued, then returns and clears the marks: the
 // tables another process changed since the last take, or all when events
 // were lost or the monitor broke (it then stays all). Events that arrive
 // after take stay for the next one.
@@ -239,7 +239,7 @@ func (m *monitor) Take() (marked map[TableName]bool, all bool) {
 	return marked, all
 }
 
-// counts returns the events parsed and the overruns seen, for tests.
+// Counts returns the events parsed and the overruns seen, for tests.
 func (m *monitor) Counts() (events, overruns int) {
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
@@ -253,7 +253,7 @@ func (m *monitor) close() error {
 	return err
 }
 
-// setMember joins or leaves the notification group. While nobody listens
+// SetMember joins or leaves the notification group. While nobody listens
 // the kernel does not even build notifications, which costs a full sync of
 // 10k Services x 10 endpoints 2.5 s of kernel time (1.3 s -> 3.8 s): the
 // filter above drops ours only once they are built. So a large
@@ -277,7 +277,7 @@ func (m *monitor) SetMember(join bool) error {
 	return serr
 }
 
-// markAll makes the next take report every table: events may have been missed.
+// MarkAll makes the next take report every table: events may have been missed.
 func (m *monitor) MarkAll() {
 	m.Mu.Lock()
 	m.all = true

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// batch encodes one nftables transaction: netlink messages between
+// Batch encodes one nftables transaction: netlink messages between
 // NFNL_MSG_BATCH_BEGIN and NFNL_MSG_BATCH_END, in one buffer, sent with one
 // sendmsg. The kernel applies all of it or none of it.
 //
@@ -18,7 +18,7 @@ import (
 // and an echo of every message, hundreds of thousands of replies for a full
 // sync) and use google/nftables only for the expressions.
 type Batch struct {
-	// buf is the message being written; completed messages are copied into
+	// Buf is the message being written; completed messages are copied into
 	// chunks, so a batch of many MiB is never copied again as it grows.
 	// Large chunks are mapped outside the Go heap (see newChunk); mapped
 	// says which, for Release.
@@ -54,7 +54,7 @@ func NewBatch(seq uint32) *Batch {
 	return b
 }
 
-// begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
+// Begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
 // subsystem is added here).
 func (b *Batch) Begin(typ uint16, flags uint16, family Family) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
@@ -127,7 +127,7 @@ func (b *Batch) Release() {
 	b.chunks, b.mapped = nil, nil
 }
 
-// size is the batch's length in bytes so far.
+// Size is the batch's length in bytes so far.
 func (b *Batch) Size() int { return b.total + len(b.Buf) }
 
 func (b *Batch) End() {
@@ -206,11 +206,11 @@ func userdataComment(typ byte, c string) []byte {
 	return append(out, 0)
 }
 
-// maxComment bounds a comment in bytes: nft refuses comments over 128
+// MaxComment bounds a comment in bytes: nft refuses comments over 128
 // bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
 const MaxComment = 127
 
-// clampComment makes a comment that nft accepts and prints back as it is,
+// ClampComment makes a comment that nft accepts and prints back as it is,
 // the same in render text and netlink userdata: at most maxComment bytes,
 // cut at a rune boundary, and without what nft's quoted strings cannot
 // hold (a quote; nor escapes, so no backslash or unprintable rune).
@@ -322,7 +322,7 @@ func (b *Batch) DelChain(f Family, table, name string) {
 	b.End()
 }
 
-// flushChain deletes every rule of a chain; with chain == "" of the whole table.
+// FlushChain deletes every rule of a chain; with chain == "" of the whole table.
 func (b *Batch) FlushChain(f Family, table, chain string) {
 	b.Begin(unix.NFT_MSG_DELRULE, 0, f)
 	b.Str(unix.NFTA_RULE_TABLE, table)
@@ -352,7 +352,7 @@ func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
 	b.End()
 }
 
-// addChainRules adds the rules of chains, in order.
+// AddChainRules adds the rules of chains, in order.
 func (b *Batch) AddChainRules(f Family, table string, chains []*Chain) {
 	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *Batch, i int) {
 		for _, r := range chains[i].Rules {
@@ -361,7 +361,7 @@ func (b *Batch) AddChainRules(f Family, table string, chains []*Chain) {
 	})
 }
 
-// addChains adds chains (without their rules), in order.
+// AddChains adds chains (without their rules), in order.
 func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
 	b.writeEach(len(chains), func(int) int { return 1 }, func(part *Batch, i int) {
 		part.AddChain(f, table, chains[i])
@@ -418,7 +418,7 @@ func (b *Batch) join(part *Batch) {
 	}
 }
 
-// concatType is nft's id for a concatenation of datatypes (6 bits each).
+// ConcatType is nft's id for a concatenation of datatypes (6 bits each).
 func ConcatType(f Family, key []Field) uint32 {
 	var t uint32
 	for _, fl := range key {
@@ -452,7 +452,7 @@ func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
 	b.End()
 }
 
-// flushMap deletes every element of a map.
+// FlushMap deletes every element of a map.
 func (b *Batch) FlushMap(f Family, table, m string) {
 	b.Begin(unix.NFT_MSG_DELSETELEM, 0, f)
 	b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
@@ -532,7 +532,7 @@ func encodeKey(f Family, key []Field, k Key) []byte {
 	return out
 }
 
-// finish closes the batch, asking for an ack on the last real message only:
+// Finish closes the batch, asking for an ack on the last real message only:
 // errors are reported whatever the flags, and the kernel processes the whole
 // batch before it answers, so that one ack tells us the batch is done.
 func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
@@ -550,10 +550,10 @@ func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
 	return b.chunks, lastSeq, nil
 }
 
-// messages is how many object messages (not counting begin/end) the batch holds.
+// Messages is how many object messages (not counting begin/end) the batch holds.
 func (b *Batch) Messages() int { return b.count - 1 }
 
-// describe says what the message with that sequence number did, read back
+// Describe says what the message with that sequence number did, read back
 // from its encoding (a description kept per message would cost as much
 // memory as a tenth of a full sync's batch, for the rare refusal).
 func (b *Batch) Describe(seq uint32) string {

@@ -5,18 +5,18 @@ import (
 	"sync"
 )
 
-// parallelMin is the least amount of work (service ports, chains) worth
+// ParallelMin is the least amount of work (service ports, chains) worth
 // splitting across CPUs: below it, starting goroutines costs more than it
 // saves, and small syncs stay on one goroutine.
 const ParallelMin = 2048
 
-// parallelParts is how many parts inParallel splits n items into: one per
+// ParallelParts is how many parts inParallel splits n items into: one per
 // CPU, each of at least parallelMin items.
 func ParallelParts(n int) int {
 	return max(1, min(runtime.GOMAXPROCS(0), n/ParallelMin))
 }
 
-// inParallel runs fn over [0, n) split into parallelParts(n) contiguous
+// InParallel runs fn over [0, n) split into parallelParts(n) contiguous
 // ranges, part p covering [lo, hi) (ranges in order of p), each on a
 // goroutine of its own unless there is one part, and returns once all are
 // done.

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// kTable is what the kernel holds of one of our tables, as far as the
+// KernelTable is what the kernel holds of one of our tables, as far as the
 // metadata goes: its chains and sets, and the stateful objects and
 // flowtables that only another process puts there (all the kinds of
 // object a table can hold).
@@ -22,9 +22,9 @@ type KernelTable struct {
 	Chains map[string]*KernelChain
 	Sets   map[string]*KernelSet
 	Objs   []KernelObject
-	// flowtables are the names of the table's flowtables.
+	// Flowtables are the names of the table's flowtables.
 	Flowtables []string
-	// stateful is set once objs and flowtables were read.
+	// Stateful is set once objs and flowtables were read.
 	Stateful bool
 }
 
@@ -33,7 +33,7 @@ func (kt *KernelTable) counted() int {
 	return len(kt.Chains) + len(kt.Sets) + len(kt.Objs) + len(kt.Flowtables)
 }
 
-// kChain is a chain's attributes as the kernel reports them.
+// KernelChain is a chain's attributes as the kernel reports them.
 type KernelChain struct {
 	Base     bool
 	typ      string
@@ -48,7 +48,7 @@ type KernelChain struct {
 // the rule that jumps to it, and goes with that rule.
 func (kc *KernelChain) binding() bool { return kc.Flags&NftChainBinding != 0 }
 
-// kSet is a set's or map's attributes as the kernel reports them.
+// KernelSet is a set's or map's attributes as the kernel reports them.
 type KernelSet struct {
 	Flags, KeyType, KeyLen, DataType, dataLen uint32
 	Udata                                     []byte
@@ -58,7 +58,7 @@ type KernelSet struct {
 // `vmap { ... }`): it goes with the rule, and cannot be deleted alone.
 func (ks *KernelSet) anonymous() bool { return ks.Flags&unix.NFT_SET_ANONYMOUS != 0 }
 
-// kObj is a stateful object (counter, quota, ct helper, limit...).
+// KernelObject is a stateful object (counter, quota, ct helper, limit...).
 type KernelObject struct {
 	Type uint32 // NFT_OBJECT_*
 	Name string
@@ -77,7 +77,7 @@ func (o KernelObject) Kind() string {
 	return fmt.Sprintf("object of type %d", o.Type)
 }
 
-// readFamily reads the metadata of the named tables of family f; a table
+// ReadFamily reads the metadata of the named tables of family f; a table
 // the kernel does not have comes back with exists false. expect, when it
 // has a table's name, lists the chains that table should hold: they are
 // asked for by name. A table's use count says whether it holds more than
@@ -346,7 +346,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 	return nil
 }
 
-// dumpRules calls fn with each rule of a table, chain by chain in order:
+// DumpRules calls fn with each rule of a table, chain by chain in order:
 // the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
 func (k *Kernel) DumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
 	return k.dumpChainRules(f, table, "", fn)

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// families are the families of the tables the modes write: one table each,
+// Families are the families of the tables the modes write: one table each,
 // like upstream (no inet table).
 var Families = []Family{IPv4, IPv6}
 
@@ -51,7 +51,7 @@ func (f Family) addrOffset(src bool) uint32 {
 	return 16
 }
 
-// has reports whether addr belongs to this family.
+// Has reports whether addr belongs to this family.
 func (f Family) Has(addr netip.Addr) bool { return addr.Is4() == (f == IPv4) }
 
 // Ruleset is everything we program: one Table per family. It is a plain
@@ -191,7 +191,7 @@ func (t *Table) chainsOf(keys []string) []*Chain {
 	return out
 }
 
-// chainCount is len(AllChains()) without building the list.
+// ChainCount is len(AllChains()) without building the list.
 func (t *Table) ChainCount() int {
 	n := len(t.Chains)
 	for _, fr := range t.Fragments {

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// scriptWriter writes a transaction as nft commands, one per line: what the
+// ScriptWriter writes a transaction as nft commands, one per line: what the
 // kernel is told, readable. Used by tests and by --dry-run style debugging.
 type ScriptWriter struct{ B strings.Builder }
 

@@ -48,7 +48,7 @@ func (fl Field) Text(f Family) string {
 	return "?"
 }
 
-// size is the field's length in bytes in a key.
+// Size is the field's length in bytes in a key.
 func (fl Field) Size(f Family) uint32 {
 	switch fl {
 	case FieldSaddr, FieldDaddr:
