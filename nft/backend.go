@@ -158,10 +158,10 @@ func (b *Backend) drifted() bool { return b.check.drifted(b.applied, b.stale.pen
 // tables as they were (a full sync's refusal marks tables to replace) and
 // makes the next sync a full one.
 func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
-	var settle *nftlib.TableName
+	var settle *nftlib.TableRef
 	if p.full {
 		id := tableIDs()[0]
-		settle = &nftlib.TableName{Family: id.f, Name: p.want[id].Name}
+		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
 	r := b.tx.commit(kt, settle)
 	b.check.committed(r)

@@ -72,7 +72,7 @@ func (c *committer) write(txs []*nftlib.Tx) nftlib.KernelTx {
 
 // commit sends kt; after a full sync (settle: the table settle uses), a
 // large one is settled.
-func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableName) commitReport {
+func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitReport {
 	r := commitReport{messages: kt.Messages(), bytes: kt.Size()}
 	r.genBefore, r.genErr = c.k.Generation()
 	m := c.k.Monitor()
@@ -96,7 +96,7 @@ func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableName) commitR
 // rules of the generation before to RCU to free: at 10k Services that made
 // the next one-Service change cost 11-17 ms instead of 6 ms. Done here, it
 // is part of the full sync and not of the change that follows.
-func (c *committer) settle(t nftlib.TableName) error {
+func (c *committer) settle(t nftlib.TableRef) error {
 	kt := c.k.NewTx()
 	kt.AddChains(t.Family, t.Name, []*nftlib.Chain{{Name: settleChain}})
 	kt.DelChain(t.Family, t.Name, settleChain)

@@ -52,9 +52,9 @@ func (c *driftChecker) start(cfg Config, applied bool) {
 	if c.k.Monitor() != nil {
 		return
 	}
-	var watch []nftlib.TableName
+	var watch []nftlib.TableRef
 	for _, id := range tableIDs() {
-		watch = append(watch, nftlib.TableName{Family: id.f, Name: tableNameOf(cfg, id.kind)})
+		watch = append(watch, nftlib.TableRef{Family: id.f, Name: tableNameOf(cfg, id.kind)})
 	}
 	size := c.monitorBuf
 	if size == 0 {
@@ -93,7 +93,7 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, pending map[ta
 	c.lastCheck = time.Now()
 	// The monitor first: every event it has read belongs to a transaction
 	// the generation read after it counts.
-	var marked map[nftlib.TableName]bool
+	var marked map[nftlib.TableRef]bool
 	m := c.k.Monitor()
 	all, lost := m == nil || c.readAll, false
 	if m != nil {
@@ -107,7 +107,7 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, pending map[ta
 	c.verified = false
 	check := map[tableID]*nftlib.Table{}
 	for _, id := range tableIDs() {
-		if t := applied[id]; all || lost || marked[nftlib.TableName{Family: id.f, Name: t.Name}] {
+		if t := applied[id]; all || lost || marked[nftlib.TableRef{Family: id.f, Name: t.Name}] {
 			check[id] = t
 		}
 	}

@@ -29,7 +29,7 @@ type Dataplane interface {
 	// Monitor is the open change monitor; nil when there is none.
 	Monitor() Watcher
 	// Watch opens the change monitor of the given tables.
-	Watch(tables []TableName, rcvBuf int, onMark func()) error
+	Watch(tables []TableRef, rcvBuf int, onMark func()) error
 }
 
 // KernelTx is one transaction being written.
@@ -44,7 +44,7 @@ type Watcher interface {
 	// Pending reports marks not taken yet.
 	Pending() bool
 	// Take returns and clears the marked tables; all: events were lost.
-	Take() (marked map[TableName]bool, all bool)
+	Take() (marked map[TableRef]bool, all bool)
 	// SetMember joins or leaves the notification group.
 	SetMember(join bool) error
 	// MarkAll marks every table, for a commit that went unseen.
@@ -72,7 +72,7 @@ func (k *Kernel) Monitor() Watcher {
 	return k.Mon
 }
 
-func (k *Kernel) Watch(tables []TableName, rcvBuf int, onMark func()) error {
+func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
 	if k.Mon != nil {
 		return nil
 	}

@@ -23,7 +23,7 @@ import (
 // monitor, so drift checks read every table back when the generation
 // moved. The kernel tests prove the same behaviour on the real kernel.
 type FakeKernel struct {
-	tables map[TableName]*fakeTable
+	tables map[TableRef]*fakeTable
 	gen    uint32
 	// Refuse, when set, is asked about each command of a transaction
 	// (as nft text) before it applies; an error refuses the transaction,
@@ -50,7 +50,7 @@ type fakeSet struct {
 var _ Dataplane = (*FakeKernel)(nil)
 
 // NewFakeKernel returns an empty ruleset.
-func NewFakeKernel() *FakeKernel { return &FakeKernel{tables: map[TableName]*fakeTable{}} }
+func NewFakeKernel() *FakeKernel { return &FakeKernel{tables: map[TableRef]*fakeTable{}} }
 
 // fakeTx is a transaction for a FakeKernel: its commands as text and as
 // changes to apply.
@@ -61,8 +61,8 @@ type fakeTx struct {
 
 type fakeOp struct {
 	text  string
-	table TableName
-	apply func(t *fakeTable, tables map[TableName]*fakeTable) error
+	table TableRef
+	apply func(t *fakeTable, tables map[TableRef]*fakeTable) error
 }
 
 func (k *FakeKernel) NewTx() KernelTx { return &fakeTx{} }
@@ -74,7 +74,7 @@ func (k *FakeKernel) CommitTx(kt KernelTx) error {
 	if !ok {
 		return fmt.Errorf("committing a %T: not a transaction of the fake kernel", kt)
 	}
-	tables := make(map[TableName]*fakeTable, len(k.tables))
+	tables := make(map[TableRef]*fakeTable, len(k.tables))
 	for n, t := range k.tables {
 		tables[n] = t.clone()
 	}
@@ -120,7 +120,7 @@ func (k *FakeKernel) Generation() (uint32, error) { return k.gen, nil }
 func (k *FakeKernel) PortID() uint32              { return 1 }
 func (k *FakeKernel) Monitor() Watcher            { return nil }
 
-func (k *FakeKernel) Watch([]TableName, int, func()) error {
+func (k *FakeKernel) Watch([]TableRef, int, func()) error {
 	return fmt.Errorf("the fake kernel has no change monitor")
 }
 
@@ -131,7 +131,7 @@ func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 		k.Reads++
 		kt := &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}, Stateful: true}
 		out[n] = kt
-		t := k.tables[TableName{f, n}]
+		t := k.tables[TableRef{f, n}]
 		if t == nil {
 			continue
 		}
@@ -167,7 +167,7 @@ func fakeKSet(f Family, s *fakeSet) *KernelSet {
 // empty chains named stale may remain.
 func (k *FakeKernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	have := map[string]bool{}
-	if ft := k.tables[TableName{t.Family, t.Name}]; ft != nil && kt.Exists {
+	if ft := k.tables[TableRef{t.Family, t.Name}]; ft != nil && kt.Exists {
 		for _, o := range tableObjects(ft.table(t.Family, t.Name)) {
 			have[o] = true
 		}
@@ -219,7 +219,7 @@ func chainObject(c *Chain, f Family) string {
 // ruleset` would (families and tables, chains and elements sorted).
 func (k *FakeKernel) String() string {
 	var b strings.Builder
-	names := slices.SortedFunc(maps.Keys(k.tables), func(a, b TableName) int {
+	names := slices.SortedFunc(maps.Keys(k.tables), func(a, b TableRef) int {
 		if a.Family != b.Family {
 			return int(a.Family) - int(b.Family)
 		}

@@ -13,12 +13,6 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 )
 
-// TableName names a table of one family, as notifications do.
-type TableName struct {
-	Family Family
-	Name   string
-}
-
 // monitor follows the nf_tables notifications of the Kernel's network
 // namespace (the NFNLGRP_NFTABLES group) and remembers which of the watched
 // tables another process than our Kernel changed: those, and only those,
@@ -34,14 +28,14 @@ type TableName struct {
 type monitor struct {
 	f     *os.File
 	me    uint32 // our Kernel's port id
-	watch map[TableName]bool
+	watch map[TableRef]bool
 	done  chan struct{}
 	// onMark, when set, is called (from the reader) when a table gets
 	// marked while none was.
 	onMark func()
 
 	Mu     sync.Mutex
-	marked map[TableName]bool
+	marked map[TableRef]bool
 	all    bool // events were lost or not understood: everything may differ
 	broken bool // the socket failed: no more events will come
 	buf    []byte
@@ -58,7 +52,7 @@ const MonitorRcvBuf = 16 << 20
 // openMonitor opens a monitor in k's network namespace for the given
 // tables. It filters out the notifications of k's own transactions in the
 // kernel, so that our large commits cannot fill its buffer.
-func (k *Kernel) openMonitor(watch []TableName, rcvBuf int, onMark func()) (*monitor, error) {
+func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*monitor, error) {
 	me := k.PortID()
 	if me == 0 {
 		return nil, errors.New("cannot read our netlink port id")
@@ -100,9 +94,9 @@ func (k *Kernel) openMonitor(watch []TableName, rcvBuf int, onMark func()) (*mon
 	m := &monitor{
 		f:      os.NewFile(uintptr(fd), "nftables-monitor"),
 		me:     me,
-		watch:  map[TableName]bool{},
+		watch:  map[TableRef]bool{},
 		done:   make(chan struct{}),
-		marked: map[TableName]bool{},
+		marked: map[TableRef]bool{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
 	}
@@ -198,7 +192,7 @@ func (m *monitor) parse(b []byte) {
 			m.all = true
 			continue
 		}
-		t := TableName{Family(msg.Data[0]), table}
+		t := TableRef{Family(msg.Data[0]), table}
 		if m.watch[t] {
 			m.marked[t] = true
 		}
@@ -220,7 +214,7 @@ func (m *monitor) Pending() bool {
 // tables another process changed since the last take, or all when events
 // were lost or the monitor broke (it then stays all). Events that arrive
 // after take stay for the next one.
-func (m *monitor) Take() (marked map[TableName]bool, all bool) {
+func (m *monitor) Take() (marked map[TableRef]bool, all bool) {
 	rc, err := m.f.SyscallConn()
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
@@ -235,7 +229,7 @@ func (m *monitor) Take() (marked map[TableName]bool, all bool) {
 		m.broken = true
 	}
 	marked, all = m.marked, m.all || m.broken
-	m.marked, m.all = map[TableName]bool{}, false
+	m.marked, m.all = map[TableRef]bool{}, false
 	return marked, all
 }
 
@@ -302,11 +296,7 @@ type ChangeMonitor struct{ m *monitor }
 // gets changed while none was marked: take the marks with Take. Close it
 // when done (Kernel.Close does not).
 func (k *Kernel) WatchTables(tables []TableRef, onChange func()) (*ChangeMonitor, error) {
-	watch := make([]TableName, len(tables))
-	for i, t := range tables {
-		watch[i] = TableName{t.Family, t.Name}
-	}
-	m, err := k.openMonitor(watch, MonitorRcvBuf, onChange)
+	m, err := k.openMonitor(tables, MonitorRcvBuf, onChange)
 	if err != nil {
 		return nil, fmt.Errorf("following nftables changes: %w", err)
 	}
@@ -323,7 +313,7 @@ func (c *ChangeMonitor) Pending() bool { return c.m.Pending() }
 func (c *ChangeMonitor) Take() (changed []TableRef, all bool) {
 	marked, all := c.m.Take()
 	for t := range marked {
-		changed = append(changed, TableRef{t.Family, t.Name})
+		changed = append(changed, t)
 	}
 	return changed, all
 }
