@@ -57,7 +57,7 @@ e2e: build
 # hack/vm/README.md. One kernel: make vm-test-5.10 (or VM_KERNELS=6.1).
 # One package's tests there: hack/vm/run.sh ./nft -run TestKernel -v
 # (KNP_VM_SUITE=bullseye for 5.10).
-VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nft ./ipvs
+VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nftlib ./nft ./ipvs
 VM_FLAGS   ?=
 VM_TIMEOUT ?= 600
 VM_KERNELS ?= 6.1 5.10

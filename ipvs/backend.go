@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -45,10 +45,10 @@ type BackendConfig struct {
 }
 
 // ChangeMonitor tells which helper tables another process changed;
-// *nft.ChangeMonitor is one.
+// *nftlib.ChangeMonitor is one.
 type ChangeMonitor interface {
 	Pending() bool
-	Take() (changed []nft.TableRef, all bool)
+	Take() (changed []nftlib.TableRef, all bool)
 }
 
 // Backend is the IPVS mode's proxier.Backend: each sync plans the State

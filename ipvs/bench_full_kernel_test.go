@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -53,7 +53,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					b.Fatalf("%v: %s", err, out)
 				}
 				c := dialIn(b, "/run/netns/"+ns)
-				nk, err := nft.OpenKernel("/run/netns/" + ns)
+				nk, err := nftlib.OpenKernel("/run/netns/" + ns)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -78,7 +78,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 						return addrs, err
 					},
 					NewHelper: func(node proxier.Node) (Helper, error) {
-						th = &timedHelper{Helper: NewNftHelper(nk, nft.Config{}, node, link)}
+						th = &timedHelper{Helper: NewNftHelper(nk, proxier.Settings{}, node, link)}
 						return th, nil
 					},
 				})

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -39,9 +39,9 @@ func delLinkMessage(name string, seq uint32) []byte {
 
 // CleanupHelpers deletes kube-ipvs0 and both helper tables; removed is
 // false when neither was there.
-func CleanupHelpers(k *nft.Kernel, netnsPath string) (removed bool, err error) {
+func CleanupHelpers(k *nftlib.Kernel, netnsPath string) (removed bool, err error) {
 	dummy, derr := DeleteDummy(netnsPath)
-	tables, terr := k.DeleteSetTables(HelperTables(nft.DefaultConfig(), proxier.Node{}, nil)...)
+	tables, terr := k.DeleteSetTables(HelperTables(proxier.DefaultSettings(), proxier.Node{}, nil)...)
 	if terr != nil {
 		terr = fmt.Errorf("deleting the IPVS helper tables: %w", terr)
 	}

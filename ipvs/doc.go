@@ -6,8 +6,8 @@
 // changed, with graceful termination of removed TCP real servers.
 // The helper rules are one nft table per family, kube-nftproxy-ipvs
 // (BuildHelperTable), with upstream's ipset names as nft sets and constant
-// rules; NftHelper is the real Helper: those tables through the nft
-// package's transaction writer and kube-ipvs0's addresses through Dummy
+// rules; NftHelper is the real Helper: those tables through package
+// nftlib's transactions and kube-ipvs0's addresses through Dummy
 // (batched rtnetlink, exercised only in the VM tests). Backend is the
 // proxier.Backend of --proxy-mode ipvs: Planner, then Syncer, asking the
 // loop for a sync when draining real servers are due a check; Sysctls

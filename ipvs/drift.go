@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // DriftScope is what a helper drift check reads back.
@@ -45,13 +45,13 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 		}
 	}
 	for _, t := range h.tables {
-		if (t.Family == nft.IPv4 && !scope.IPv4) || (t.Family == nft.IPv6 && !scope.IPv6) {
+		if (t.Family == nftlib.IPv4 && !scope.IPv4) || (t.Family == nftlib.IPv6 && !scope.IPv6) {
 			continue
 		}
 		want := *t
-		want.Elements = map[string][]nft.SetElement{}
+		want.Elements = map[string][]nftlib.SetElement{}
 		for _, e := range elems {
-			if e.V6 == (t.Family == nft.IPv6) {
+			if e.V6 == (t.Family == nftlib.IPv6) {
 				want.Elements[e.Set] = append(want.Elements[e.Set], setElement(e))
 			}
 		}
@@ -67,17 +67,17 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 }
 
 // HelperTableRefs names the helper tables, for a change monitor.
-func HelperTableRefs() []nft.TableRef {
-	return []nft.TableRef{{Family: nft.IPv4, Name: HelperTableName}, {Family: nft.IPv6, Name: HelperTableName}}
+func HelperTableRefs() []nftlib.TableRef {
+	return []nftlib.TableRef{{Family: nftlib.IPv4, Name: HelperTableName}, {Family: nftlib.IPv6, Name: HelperTableName}}
 }
 
 // scopeOf is the part of the helpers that changed tables name.
-func scopeOf(changed []nft.TableRef) DriftScope {
+func scopeOf(changed []nftlib.TableRef) DriftScope {
 	var s DriftScope
 	for _, t := range changed {
 		if t.Name == HelperTableName {
-			s.IPv4 = s.IPv4 || t.Family == nft.IPv4
-			s.IPv6 = s.IPv6 || t.Family == nft.IPv6
+			s.IPv4 = s.IPv4 || t.Family == nftlib.IPv4
+			s.IPv6 = s.IPv6 || t.Family == nftlib.IPv6
 		}
 	}
 	return s

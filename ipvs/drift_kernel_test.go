@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -76,7 +76,7 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testNetns(t)
-			k, err := nft.OpenKernel("/run/netns/" + ns)
+			k, err := nftlib.OpenKernel("/run/netns/" + ns)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // fakeMonitor is a change monitor the test marks by hand.
 type fakeMonitor struct {
 	mu      sync.Mutex
-	changed []nft.TableRef
+	changed []nftlib.TableRef
 	all     bool
 }
 
-func (m *fakeMonitor) mark(t ...nft.TableRef) {
+func (m *fakeMonitor) mark(t ...nftlib.TableRef) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.changed = append(m.changed, t...)
@@ -28,7 +28,7 @@ func (m *fakeMonitor) Pending() bool {
 	return len(m.changed) > 0 || m.all
 }
 
-func (m *fakeMonitor) Take() ([]nft.TableRef, bool) {
+func (m *fakeMonitor) Take() ([]nftlib.TableRef, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, a := m.changed, m.all
@@ -122,7 +122,7 @@ func TestBackendRepairsHelperDrift(t *testing.T) {
 	if len(drifts) != 0 {
 		t.Fatalf("checked without a change seen or the period passing: %v", drifts)
 	}
-	mon.mark(nft.TableRef{Family: nft.IPv4, Name: HelperTableName})
+	mon.mark(nftlib.TableRef{Family: nftlib.IPv4, Name: HelperTableName})
 	r.sync(t, st)
 	if !r.h.Elems[gone] {
 		t.Errorf("element %s %s not repaired", gone.Set, gone)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -19,8 +19,8 @@ type AddrLink interface {
 // through the nft package's transaction writer, and kube-ipvs0's addresses
 // through an AddrLink (nil: none, where the kernel has no dummy links).
 type NftHelper struct {
-	k      *nft.Kernel
-	tables []*nft.SetTable // ip, ip6; their Elements are not used
+	k      *nftlib.Kernel
+	tables []*nftlib.SetTable // ip, ip6; their Elements are not used
 	link   AddrLink
 }
 
@@ -28,7 +28,7 @@ var _ Helper = (*NftHelper)(nil)
 
 // NewNftHelper returns a helper that programs through k and link. cfg and
 // node shape the constant rules (masquerade bit and detect-local).
-func NewNftHelper(k *nft.Kernel, cfg nft.Config, node proxier.Node, link AddrLink) *NftHelper {
+func NewNftHelper(k *nftlib.Kernel, cfg proxier.Settings, node proxier.Node, link AddrLink) *NftHelper {
 	return &NftHelper{k: k, tables: HelperTables(cfg, node, nil), link: link}
 }
 
@@ -47,7 +47,7 @@ func (h *NftHelper) Read() ([]netip.Addr, []Element, error) {
 		addrs = a
 	}
 	var elems []Element
-	write := make([]*nft.SetTable, len(h.tables))
+	write := make([]*nftlib.SetTable, len(h.tables))
 	for i, t := range h.tables {
 		got, _, err := h.k.ReadSetTable(t)
 		if err != nil {
@@ -58,7 +58,7 @@ func (h *NftHelper) Read() ([]netip.Addr, []Element, error) {
 		write[i] = &w
 		for set, ses := range got {
 			for _, se := range ses {
-				elems = append(elems, fromSetElement(set, t.Family == nft.IPv6, se))
+				elems = append(elems, fromSetElement(set, t.Family == nftlib.IPv6, se))
 			}
 		}
 	}
@@ -91,8 +91,8 @@ func (h *NftHelper) Apply(c HelperChange) error {
 
 // elementChanges groups a change's elements by table and set: additions
 // first, then deletions.
-func (h *NftHelper) elementChanges(c HelperChange) []nft.SetElementChange {
-	var out []nft.SetElementChange
+func (h *NftHelper) elementChanges(c HelperChange) []nftlib.SetElementChange {
+	var out []nftlib.SetElementChange
 	for _, del := range []bool{false, true} {
 		elems := c.AddElems
 		if del {
@@ -109,7 +109,7 @@ func (h *NftHelper) elementChanges(c HelperChange) []nft.SetElementChange {
 			if !ok {
 				i = len(out)
 				at[k] = i
-				out = append(out, nft.SetElementChange{Table: t, Set: e.Set, Delete: del})
+				out = append(out, nftlib.SetElementChange{Table: t, Set: e.Set, Delete: del})
 			}
 			out[i].Elements = append(out[i].Elements, setElement(e))
 		}

@@ -7,7 +7,8 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // testNetns creates a network namespace for one test and deletes it after.
@@ -21,9 +22,9 @@ func nftIn(t testing.TB, ns string, args ...string) string {
 	return testns.NFT(t, ns, args...)
 }
 
-func openHelper(t *testing.T, ns string, cfg nft.Config) *NftHelper {
+func openHelper(t *testing.T, ns string, cfg proxier.Settings) *NftHelper {
 	t.Helper()
-	k, err := nft.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}

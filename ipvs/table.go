@@ -5,8 +5,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
 )
 
 // HelperTableName is the helper table of each family (ip and ip6).
@@ -39,21 +40,21 @@ const (
 
 // keyFields are a helper set's key as the packet fields its lookups load:
 // the address, protocol and port a client asks for, then the source.
-func keyFields(def SetDef) ([]nft.Field, bool) {
-	var out []nft.Field
+func keyFields(def SetDef) ([]nftlib.Field, bool) {
+	var out []nftlib.Field
 	interval := false
 	for _, p := range def.Key {
 		switch p {
 		case PartAddr:
-			out = append(out, nft.FieldDaddr)
+			out = append(out, nftlib.FieldDaddr)
 		case PartProto:
-			out = append(out, nft.FieldL4Proto)
+			out = append(out, nftlib.FieldL4Proto)
 		case PartPort:
-			out = append(out, nft.FieldDport)
+			out = append(out, nftlib.FieldDport)
 		case PartAddr2:
-			out = append(out, nft.FieldSaddr)
+			out = append(out, nftlib.FieldSaddr)
 		case PartNet:
-			out = append(out, nft.FieldSaddr)
+			out = append(out, nftlib.FieldSaddr)
 			interval = true
 		}
 	}
@@ -64,40 +65,40 @@ func keyFields(def SetDef) ([]nft.Field, bool) {
 // rules are constant: every per-service fact is a set element. cfg gives
 // the masquerade bit, --masquerade-all and how to tell pod traffic
 // (--cluster-cidr / --detect-local-mode), as for the nftables mode.
-func BuildHelperTable(f nft.Family, cfg nft.Config, node proxier.Node) *nft.SetTable {
-	t := &nft.SetTable{
+func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) *nftlib.SetTable {
+	t := &nftlib.SetTable{
 		Family:   f,
 		Name:     HelperTableName,
 		Comment:  "kube-nftproxy IPVS mode: masquerade and filter rules around IPVS; sets named as upstream's ipsets",
-		Elements: map[string][]nft.SetElement{},
+		Elements: map[string][]nftlib.SetElement{},
 	}
 	for _, def := range Sets {
 		key, interval := keyFields(def)
-		t.Sets = append(t.Sets, &nft.Set{Name: def.Name, Key: key, Interval: interval, Comment: def.Comment})
+		t.Sets = append(t.Sets, &nftlib.Set{Name: def.Name, Key: key, Interval: interval, Comment: def.Comment})
 	}
 	mark := cfg.MasqueradeMark()
-	svcKey := []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
-	srcKey := []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport, nft.FieldSaddr}
-	in := func(set string) nft.SetLookup { return nft.LookupSet(set, svcKey...) }
-	ret := nft.Verdict{Kind: nft.Return}
-	R := nft.R
+	svcKey := []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}
+	srcKey := []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport, nftlib.FieldSaddr}
+	in := func(set string) nftlib.SetLookup { return nftlib.LookupSet(set, svcKey...) }
+	ret := nftlib.Verdict{Kind: nftlib.Return}
+	R := nftlib.R
 
 	// ClusterIP traffic is masqueraded when it does not come from a pod
 	// (or always, with --masquerade-all); without a way to tell, not at all.
-	var services []nft.Rule
+	var services []nftlib.Rule
 	const clusterComment = "Kubernetes service cluster ip + port for masquerade purpose"
 	if cfg.MasqueradeAll {
-		services = append(services, R(in(SetClusterIP), nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
-	} else if notPod, ok := nft.LocalMatch(f, cfg, node, true); ok {
-		services = append(services, R(in(SetClusterIP), notPod, nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+		services = append(services, R(in(SetClusterIP), nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+	} else if notPod, ok := nftlocal.Match(f, cfg, node, true); ok {
+		services = append(services, R(in(SetClusterIP), notPod, nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	}
 	services = append(services,
 		R(in(SetExternalIPLocal), ret).WithComment("external IPs of Local-policy services keep the source"),
-		R(in(SetExternalIP), nft.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
-		R(in(SetLoadBalancer), nft.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
-		R(nft.FibLocal{}, nft.GotoChain(chainNodePort)),
+		R(in(SetExternalIP), nftlib.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
+		R(in(SetLoadBalancer), nftlib.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
+		R(nftlib.FibLocal{}, nftlib.GotoChain(chainNodePort)),
 	)
-	var nodePort []nft.Rule
+	var nodePort []nftlib.Rule
 	for _, np := range []struct {
 		proto        uint8
 		local, masq  string
@@ -107,83 +108,83 @@ func BuildHelperTable(f nft.Family, cfg nft.Config, node proxier.Node) *nft.SetT
 		{unix.IPPROTO_UDP, SetNodePortLocalUDP, SetNodePortUDP, false},
 		{unix.IPPROTO_SCTP, SetNodePortLocalSCTP, SetNodePortSCTP, true},
 	} {
-		key := []nft.Field{nft.FieldDport}
+		key := []nftlib.Field{nftlib.FieldDport}
 		if np.withAddrSets {
-			key = []nft.Field{nft.FieldDaddr, nft.FieldDport}
+			key = []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldDport}
 		}
 		nodePort = append(nodePort,
-			R(nft.LookupSet(np.local, key...).WithProto(np.proto), ret),
-			R(nft.LookupSet(np.masq, key...).WithProto(np.proto), nft.GotoChain(chainMarkMasq)),
+			R(nftlib.LookupSet(np.local, key...).WithProto(np.proto), ret),
+			R(nftlib.LookupSet(np.masq, key...).WithProto(np.proto), nftlib.GotoChain(chainMarkMasq)),
 		)
 	}
-	hc := nft.LookupSet(SetHealthCheckNodePort, nft.FieldDport)
+	hc := nftlib.LookupSet(SetHealthCheckNodePort, nftlib.FieldDport)
 
-	t.Chains = []*nft.Chain{
-		{Name: "nat-prerouting", Hook: &nft.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
-		{Name: "nat-output", Hook: &nft.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
-		{Name: "nat-postrouting", Hook: &nft.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainPostrouting))}},
-		{Name: "filter-input", Hook: &nft.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
-			Rules: []nft.Rule{
-				R(nft.JumpTo(chainFirewall)),
-				R(hc, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes health check rules"),
-				R(nft.JumpTo(chainIPVSFilter)),
+	t.Chains = []*nftlib.Chain{
+		{Name: "nat-prerouting", Hook: &nftlib.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-output", Hook: &nftlib.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-postrouting", Hook: &nftlib.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainPostrouting))}},
+		{Name: "filter-input", Hook: &nftlib.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+			Rules: []nftlib.Rule{
+				R(nftlib.JumpTo(chainFirewall)),
+				R(hc, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes health check rules"),
+				R(nftlib.JumpTo(chainIPVSFilter)),
 			}},
-		{Name: "filter-forward", Hook: &nft.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
-			Rules: []nft.Rule{R(nft.JumpTo(chainFirewall)), R(nft.JumpTo(chainForward))}},
-		{Name: "filter-output", Hook: &nft.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
-			Rules: []nft.Rule{R(nft.JumpTo(chainIPVSOutFilter))}},
+		{Name: "filter-forward", Hook: &nftlib.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainFirewall)), R(nftlib.JumpTo(chainForward))}},
+		{Name: "filter-output", Hook: &nftlib.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainIPVSOutFilter))}},
 
 		{Name: chainServices, Rules: services},
-		{Name: chainLoadBalancer, Rules: []nft.Rule{
+		{Name: chainLoadBalancer, Rules: []nftlib.Rule{
 			R(in(SetLoadBalancerLocal), ret),
-			R(nft.GotoChain(chainMarkMasq)),
+			R(nftlib.GotoChain(chainMarkMasq)),
 		}},
 		{Name: chainNodePort, Rules: nodePort},
-		{Name: chainMarkMasq, Rules: []nft.Rule{R(nft.MarkSet{Bit: mark})}},
-		{Name: chainPostrouting, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLoopBack, srcKey...), nft.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
-			R(nft.MarkZero{Bit: mark}, ret),
-			R(nft.MarkSet{Bit: mark, Toggle: true}),
-			R(nft.Masquerade{}),
+		{Name: chainMarkMasq, Rules: []nftlib.Rule{R(nftlib.MarkSet{Bit: mark})}},
+		{Name: chainPostrouting, Rules: []nftlib.Rule{
+			R(nftlib.LookupSet(SetLoopBack, srcKey...), nftlib.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
+			R(nftlib.MarkZero{Bit: mark}, ret),
+			R(nftlib.MarkSet{Bit: mark, Toggle: true}),
+			R(nftlib.Masquerade{}),
 		}},
-		{Name: chainFirewall, Rules: []nft.Rule{
-			R(in(SetLoadBalancerFW), nft.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
+		{Name: chainFirewall, Rules: []nftlib.Rule{
+			R(in(SetLoadBalancerFW), nftlib.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
 		}},
-		{Name: chainSourceRanges, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLBSourceCIDR, srcKey...), ret),
-			R(nft.LookupSet(SetLBSourceIP, srcKey...), ret),
-			R(nft.Verdict{Kind: nft.Drop}),
+		{Name: chainSourceRanges, Rules: []nftlib.Rule{
+			R(nftlib.LookupSet(SetLBSourceCIDR, srcKey...), ret),
+			R(nftlib.LookupSet(SetLBSourceIP, srcKey...), ret),
+			R(nftlib.Verdict{Kind: nftlib.Drop}),
 		}},
 		// Upstream #72236: without this, host daemons listening on any
 		// address answer on every virtual address, on every port.
-		{Name: chainIPVSFilter, Rules: []nft.Rule{
+		{Name: chainIPVSFilter, Rules: []nftlib.Rule{
 			R(in(SetLoadBalancer), ret),
 			R(in(SetClusterIP), ret),
 			R(in(SetExternalIP), ret),
 			R(in(SetExternalIPLocal), ret),
 			R(hc, ret),
-			R(nft.CtState{Bits: nft.CtNew}, nft.LookupSet(SetIPVSIPs, nft.FieldDaddr), nft.Reject{}).WithComment("new connections to a virtual address on a port that is no service"),
+			R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.LookupSet(SetIPVSIPs, nftlib.FieldDaddr), nftlib.Reject{}).WithComment("new connections to a virtual address on a port that is no service"),
 		}},
 		// The node's own requests to an LB IP with source ranges that do
 		// not hold the node (#119656): they come from the LB IP.
-		{Name: chainIPVSOutFilter, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLBNoNodeAccess, srcKey...), nft.Verdict{Kind: nft.Drop}),
+		{Name: chainIPVSOutFilter, Rules: []nftlib.Rule{
+			R(nftlib.LookupSet(SetLBNoNodeAccess, srcKey...), nftlib.Verdict{Kind: nftlib.Drop}),
 		}},
-		{Name: chainForward, Rules: []nft.Rule{
-			R(nft.MarkIsSet{Bit: mark}, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes forwarding rules"),
-			R(nft.CtState{Bits: nft.CtEstablished | nft.CtRelated}, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes forwarding conntrack rule"),
+		{Name: chainForward, Rules: []nftlib.Rule{
+			R(nftlib.MarkIsSet{Bit: mark}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding rules"),
+			R(nftlib.CtState{Bits: nftlib.CtEstablished | nftlib.CtRelated}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding conntrack rule"),
 		}},
 	}
 	return t
 }
 
 // HelperTables returns both families' helper tables holding elems.
-func HelperTables(cfg nft.Config, node proxier.Node, elems []Element) []*nft.SetTable {
-	v4 := BuildHelperTable(nft.IPv4, cfg, node)
-	v6 := BuildHelperTable(nft.IPv6, cfg, node)
+func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*nftlib.SetTable {
+	v4 := BuildHelperTable(nftlib.IPv4, cfg, node)
+	v6 := BuildHelperTable(nftlib.IPv6, cfg, node)
 	for _, e := range elems {
 		t := v4
 		if e.V6 {
@@ -191,12 +192,12 @@ func HelperTables(cfg nft.Config, node proxier.Node, elems []Element) []*nft.Set
 		}
 		t.Elements[e.Set] = append(t.Elements[e.Set], setElement(e))
 	}
-	return []*nft.SetTable{v4, v6}
+	return []*nftlib.SetTable{v4, v6}
 }
 
 // setElement is an element as the helper table's set holds it.
-func setElement(e Element) nft.SetElement {
-	se := nft.SetElement{Daddr: e.Addr, Port: e.Port}
+func setElement(e Element) nftlib.SetElement {
+	se := nftlib.SetElement{Daddr: e.Addr, Port: e.Port}
 	def, _ := SetByName(e.Set)
 	for _, p := range def.Key {
 		switch p {
@@ -212,7 +213,7 @@ func setElement(e Element) nft.SetElement {
 }
 
 // fromSetElement is the inverse of setElement.
-func fromSetElement(set string, v6 bool, se nft.SetElement) Element {
+func fromSetElement(set string, v6 bool, se nftlib.SetElement) Element {
 	e := Element{Set: set, V6: v6, Addr: se.Daddr, Port: se.Port}
 	def, _ := SetByName(set)
 	for _, p := range def.Key {

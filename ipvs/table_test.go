@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -53,32 +53,32 @@ func planElements(p *Plan) []Element {
 	return out
 }
 
-func helperConfig() nft.Config {
-	cfg := nft.DefaultConfig()
+func helperConfig() proxier.Settings {
+	cfg := proxier.DefaultSettings()
 	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
 	return cfg
 }
 
 type helperCase struct {
 	file string
-	cfg  nft.Config
+	cfg  proxier.Settings
 }
 
 func helperCases() []helperCase {
-	masqAll := nft.DefaultConfig()
+	masqAll := proxier.DefaultSettings()
 	masqAll.MasqueradeAll = true
 	masqAll.MasqueradeBit = 10
-	iface := nft.DefaultConfig()
-	iface.DetectLocal = nft.LocalDetector{Mode: nft.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+	iface := proxier.DefaultSettings()
+	iface.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 	return []helperCase{
 		{"helper-cluster-cidr.nft", helperConfig()},
 		{"helper-masquerade-all.nft", masqAll},
 		{"helper-interface-prefix.nft", iface},
-		{"helper-no-detect-local.nft", nft.DefaultConfig()},
+		{"helper-no-detect-local.nft", proxier.DefaultSettings()},
 	}
 }
 
-func renderHelper(cfg nft.Config, elems []Element) string {
+func renderHelper(cfg proxier.Settings, elems []Element) string {
 	var b strings.Builder
 	for _, t := range HelperTables(cfg, helperState().Node, elems) {
 		b.WriteString(t.String())
@@ -119,7 +119,7 @@ func TestHelperGolden(t *testing.T) {
 // What the rules must say, whatever the layout: a change that loses one
 // of these fails here and not only in the golden diff.
 func TestHelperRules(t *testing.T) {
-	tbl := BuildHelperTable(nft.IPv4, helperConfig(), proxier.Node{})
+	tbl := BuildHelperTable(nftlib.IPv4, helperConfig(), proxier.Node{})
 	text := tbl.String()
 	for _, want := range []string{
 		"type nat hook prerouting priority dstnat; policy accept;",
@@ -171,7 +171,7 @@ func TestHelperElementChanges(t *testing.T) {
 		},
 		DelElems: []Element{{Set: SetLBSourceCIDR, Addr: ip("198.51.100.1"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("10.0.0.0/8")}},
 	}
-	got, err := nft.SetElementScript(h.elementChanges(c))
+	got, err := nftlib.SetElementScript(h.elementChanges(c))
 	if err != nil {
 		t.Fatal(err)
 	}

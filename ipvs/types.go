@@ -100,15 +100,8 @@ func family(a netip.Addr) uint16 {
 	return unix.AF_INET6
 }
 
-func protoNumber(p proxier.Protocol) uint16 {
-	switch p {
-	case proxier.UDP:
-		return unix.IPPROTO_UDP
-	case proxier.SCTP:
-		return unix.IPPROTO_SCTP
-	}
-	return unix.IPPROTO_TCP
-}
+// protoNumber is p's IP protocol number, as IPVS attributes carry it.
+func protoNumber(p proxier.Protocol) uint16 { return uint16(p.Number()) }
 
 // protocolOf maps a kernel protocol number back; ok is false for the
 // protocols IPVS knows but we never program (AH, ESP).

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Known differences between upstream's iptables and nftables modes, where
@@ -100,7 +100,7 @@ func (r *Report) Write(w io.Writer) error {
 
 // Compare compares iptables-save dumps (one per family at most) with our
 // ruleset, for the families the dumps cover.
-func Compare(dumps []*iptsave.Dump, ours *nft.Ruleset) (*Report, error) {
+func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
 	rep := &Report{}
 	seen := map[bool]bool{}
 	for _, d := range dumps {

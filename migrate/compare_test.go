@@ -10,11 +10,12 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
 // ours renders a state directory as the command does for --state.
-func ours(t *testing.T, dir, node string, clusterCIDR string) *nft.Ruleset {
+func ours(t *testing.T, dir, node string, clusterCIDR string) *nftlib.Ruleset {
 	t.Helper()
 	st, problems := filesource.LoadState(dir, node)
 	if st == nil || len(problems) > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
@@ -211,7 +212,7 @@ func sharedFirewallDump(w io.Writer, n int) error {
 // largeCase is a dump of some size and the ruleset it is compared with.
 type largeCase struct {
 	dump []byte
-	ours *nft.Ruleset
+	ours *nftlib.Ruleset
 }
 
 // Shapes of newLargeCase's dumps.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // The maps of our tables (see nft/build.go) that say where Service
@@ -21,10 +21,10 @@ const (
 
 // fromRuleset reads our tables of one family (main, delta and affinity:
 // a Service port lives in one of them) into a view.
-func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
-	f := nft.IPv4
+func fromRuleset(rs *nftlib.Ruleset, ipv6 bool) *view {
+	f := nftlib.IPv4
 	if ipv6 {
-		f = nft.IPv6
+		f = nftlib.IPv6
 	}
 	v := &view{ipv6: ipv6, chains: map[string][]irRule{}}
 	for _, t := range rs.Tables {
@@ -35,7 +35,7 @@ func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
 		chains := t.AllChains()
 		for _, c := range chains {
 			if strings.HasPrefix(c.Name, "KUBE-SEP-") {
-				ids[nft.AffinityID(c.Name)] = c.Name
+				ids[nftlib.AffinityID(c.Name)] = c.Name
 			}
 		}
 		for _, c := range chains {
@@ -49,7 +49,7 @@ func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
 			case c.Name == "KUBE-MARK-MASQ":
 				for _, r := range c.Rules {
 					for _, term := range r.Terms {
-						if m, ok := term.(nft.MarkSet); ok && !m.Toggle {
+						if m, ok := term.(nftlib.MarkSet); ok && !m.Toggle {
 							v.masqMark = m.Bit
 						}
 					}
@@ -57,7 +57,7 @@ func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
 			case c.Name == "filter-output":
 				for _, r := range c.Rules {
 					for _, term := range r.Terms {
-						if vd, ok := term.(nft.Verdict); ok && vd.Chain == "KUBE-EXTERNAL-SERVICES" {
+						if vd, ok := term.(nftlib.Verdict); ok && vd.Chain == "KUBE-EXTERNAL-SERVICES" {
 							v.outputChecksExternal = true
 						}
 					}
@@ -71,7 +71,7 @@ func fromRuleset(rs *nft.Ruleset, ipv6 bool) *view {
 	return v
 }
 
-func (v *view) readEntries(t *nft.Table) {
+func (v *view) readEntries(t *nftlib.Table) {
 	for _, m := range []string{mapServiceIPs, mapServicePorts, mapNoEndpointIPs, mapNoEndpointPorts, mapFirewallIPs} {
 		for _, el := range t.Elements(m) {
 			service := serviceOf(el.Comment)
@@ -80,7 +80,7 @@ func (v *view) readEntries(t *nft.Table) {
 					service = serviceOf(c.Comment)
 				}
 			}
-			e := entry{service: service, proto: nft.ProtoName(el.Key.Proto), port: el.Key.Port}
+			e := entry{service: service, proto: nftlib.ProtoName(el.Key.Proto), port: el.Key.Port}
 			switch m {
 			case mapServiceIPs, mapNoEndpointIPs, mapFirewallIPs:
 				e.addr = el.Key.Addr
@@ -103,13 +103,13 @@ func (v *view) readEntries(t *nft.Table) {
 
 // verdictText is where a map element leads: its chain, or for the
 // no-endpoint maps what the filter does ("goto KUBE-REJECT" rejects).
-func verdictText(vd nft.Verdict) string {
+func verdictText(vd nftlib.Verdict) string {
 	switch vd.Kind {
-	case nft.Drop:
+	case nftlib.Drop:
 		return "drop"
-	case nft.Accept:
+	case nftlib.Accept:
 		return "accept"
-	case nft.Return:
+	case nftlib.Return:
 		return "return"
 	}
 	if vd.Chain == "KUBE-REJECT" {
@@ -148,13 +148,13 @@ func (v *view) readOurFirewalls() {
 }
 
 // nftRule reads one of our rules; ids maps affinity ids to endpoint chains.
-func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRule {
+func nftRule(f nftlib.Family, chain string, r nftlib.Rule, ids map[uint32]string) irRule {
 	ir := irRule{prob: 1, text: r.Text(f)}
 	for _, term := range r.Terms {
 		switch t := term.(type) {
-		case nft.AddrMatch:
+		case nftlib.AddrMatch:
 			field := "saddr"
-			if t.Field == nft.FieldDaddr {
+			if t.Field == nftlib.FieldDaddr {
 				field = "daddr"
 			}
 			op := ""
@@ -162,17 +162,17 @@ func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRu
 				op = "!= "
 			}
 			ir.conds = append(ir.conds, field+" "+op+t.Prefix.String())
-		case nft.ProtoMatch:
+		case nftlib.ProtoMatch:
 			// Left out, as iptRule does.
-		case nft.PortMatch:
+		case nftlib.PortMatch:
 			ir.conds = append(ir.conds, fmt.Sprintf("dport %d", t.Port))
-		case nft.FibLocal:
+		case nftlib.FibLocal:
 			field := "daddr"
 			if t.Saddr {
 				field = "saddr"
 			}
 			ir.conds = append(ir.conds, field+" type local")
-		case nft.IfName:
+		case nftlib.IfName:
 			op, name := "", t.Name
 			if t.Negate {
 				op = "!= "
@@ -181,26 +181,26 @@ func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRu
 				name += "*"
 			}
 			ir.conds = append(ir.conds, "iifname "+op+name)
-		case nft.CtState:
-			ir.conds = append(ir.conds, nft.R(t).Text(f))
-		case nft.NumgenZero:
+		case nftlib.CtState:
+			ir.conds = append(ir.conds, nftlib.R(t).Text(f))
+		case nftlib.NumgenZero:
 			ir.prob = 1 / float64(t.Mod)
-		case nft.AffinityMatch:
+		case nftlib.AffinityMatch:
 			ir.affinityCheck = ids[t.ID]
 			if ir.affinityCheck == "" {
 				ir.conds = append(ir.conds, fmt.Sprintf("affinity to unknown endpoint id %d", t.ID))
 			}
-		case nft.AffinityUpdate:
+		case nftlib.AffinityUpdate:
 			ir.affinitySet = true
 			ir.affinitySetSeconds = int(t.Timeout / time.Second)
-			if nft.AffinityID(chain) != t.ID {
+			if nftlib.AffinityID(chain) != t.ID {
 				ir.conds = append(ir.conds, fmt.Sprintf("affinity update for another endpoint id %d", t.ID))
 			}
-		case nft.DNAT:
-			ir.action, ir.dnat = "dnat", nft.R(t).Text(f)[len("dnat to "):]
-		case nft.Reject:
+		case nftlib.DNAT:
+			ir.action, ir.dnat = "dnat", nftlib.R(t).Text(f)[len("dnat to "):]
+		case nftlib.Reject:
 			ir.action = "reject"
-		case nft.Verdict:
+		case nftlib.Verdict:
 			switch {
 			case t.Chain == "KUBE-MARK-MASQ":
 				ir.action = "masquerade"
@@ -210,7 +210,7 @@ func nftRule(f nft.Family, chain string, r nft.Rule, ids map[uint32]string) irRu
 				ir.action = verdictText(t)
 			}
 		default:
-			ir.conds = append(ir.conds, "nft "+nft.R(t).Text(f))
+			ir.conds = append(ir.conds, "nft "+nftlib.R(t).Text(f))
 		}
 	}
 	sort.Strings(ir.conds)

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -37,26 +38,26 @@ func TestTraceAffinity(t *testing.T) {
 	rs := Build(affinityState(), demoConfig())
 	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
 	pod, podA, outside := mustAddr("10.244.0.20"), mustAddr("10.244.0.10"), mustAddr("10.99.0.2")
-	idA, idB := AffinityID(webSEP("10.244.0.10:8080")), AffinityID(webSEP("10.244.0.11:8080"))
+	idA, idB := nftlib.AffinityID(webSEP("10.244.0.10:8080")), nftlib.AffinityID(webSEP("10.244.0.11:8080"))
 	tests := []struct {
 		name string
-		pkt  Packet
+		pkt  nftlib.Packet
 		want []string
 	}{
 		{"first connection: either endpoint, affinity recorded",
-			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
 		{"affinity to pod-b: pod-b only, refreshed",
-			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idB}},
+			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idB}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.11:8080 affinity %d", idB)}},
 		{"affinity from the ClusterIP holds for the NodePort",
-			Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node, Affinity: []uint32{idA}},
+			nftlib.Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node, Affinity: []uint32{idA}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
 		{"hairpin on the affinity path is masqueraded",
-			Packet{Src: podA, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idA}},
+			nftlib.Packet{Src: podA, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idA}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
 		{"affinity to an endpoint of another service does not apply",
-			Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{12345}},
+			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{12345}},
 			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
 	}
 	for _, tt := range tests {
@@ -88,7 +89,7 @@ func TestNftDuration(t *testing.T) {
 		10800 * time.Second: "3h", 90 * time.Second: "1m30s", 86400 * time.Second: "1d",
 		10 * time.Second: "10s", 3723 * time.Second: "1h2m3s", 1500 * time.Millisecond: "1s500ms",
 	} {
-		if got := nftDuration(d); got != want {
+		if got := nftlib.NftDuration(d); got != want {
 			t.Errorf("nftDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
@@ -104,10 +105,12 @@ func TestKernelAffinityKept(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	id := AffinityID(webSEP("10.244.0.11:8080"))
-	nftIn(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, setAffinity,
+	id := nftlib.AffinityID(webSEP("10.244.0.11:8080"))
+	nftIn(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity,
 		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
-	elements := func() string { return nftIn(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, setAffinity) }
+	elements := func() string {
+		return nftIn(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity)
+	}
 	if !strings.Contains(elements(), fmt.Sprint(id)) {
 		t.Fatalf("element not added:\n%s", elements())
 	}

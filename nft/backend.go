@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -29,7 +30,7 @@ import (
 type Backend struct {
 	cfg    Config
 	foldAt int
-	k      Dataplane
+	k      nftlib.Dataplane
 	log    *slog.Logger
 	check  *driftChecker
 	tx     *committer
@@ -38,7 +39,7 @@ type Backend struct {
 	changes proxier.ChangeTracker
 
 	// applied is what the kernel holds since the last successful sync.
-	applied map[tableID]*Table
+	applied map[tableID]*nftlib.Table
 	// inDelta holds the service ports that live in the delta tables (only
 	// those: its size is the delta's).
 	inDelta  map[proxier.ServicePortName]bool
@@ -76,14 +77,14 @@ type BackendConfig struct {
 }
 
 type tableID struct {
-	f    Family
+	f    nftlib.Family
 	kind TableKind
 }
 
 var _ proxier.Backend = (*Backend)(nil)
 
 // NewBackend returns a backend that programs through k.
-func NewBackend(k Dataplane, cfg BackendConfig) (*Backend, error) {
+func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 	if err := cfg.Rules.Validate(); err != nil {
 		return nil, fmt.Errorf("nftables backend: %w", err)
 	}
@@ -105,7 +106,7 @@ func (b *Backend) ForceFull() { b.needFull = true }
 // allTableIDs are our tables: per family a main, a delta and an affinity one.
 var allTableIDs = func() []tableID {
 	var ids []tableID
-	for _, f := range families {
+	for _, f := range nftlib.Families {
 		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
 			ids = append(ids, tableID{f, k})
 		}
@@ -156,11 +157,11 @@ func (b *Backend) drifted() bool { return b.check.drifted(b.applied, b.stale.pen
 // commit sends one sync's transaction. A refused one leaves the applied
 // tables as they were (a full sync's refusal marks tables to replace) and
 // makes the next sync a full one.
-func (b *Backend) commit(p *syncPlan, kt kernelTx) commitReport {
-	var settle *tableName
+func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
+	var settle *nftlib.TableRef
 	if p.full {
 		id := tableIDs()[0]
-		settle = &tableName{id.f, p.want[id].Name}
+		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
 	r := b.tx.commit(kt, settle)
 	b.check.committed(r)
@@ -200,11 +201,11 @@ func (b *Backend) record(st *proxier.State, p *syncPlan, d *syncDiff) time.Time 
 // not read back) goes with the table, so that a sync never fails for ever
 // on our own table. The replacement loses the affinity set's entries, if
 // it is that table, and only then.
-func (b *Backend) markReplace(err error, want map[tableID]*Table) {
+func (b *Backend) markReplace(err error, want map[tableID]*nftlib.Table) {
 	if b.replace == nil {
 		b.replace = map[tableID]bool{}
 	}
-	var txErr *TxError
+	var txErr *nftlib.TxError
 	named, which := false, "all"
 	if errors.As(err, &txErr) {
 		for _, id := range tableIDs() {
@@ -240,7 +241,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	tables := map[tableID]*Table{}
+	tables := map[tableID]*nftlib.Table{}
 	for _, id := range tableIDs() {
 		tables[id] = BuildTable(id.f, b.cfg, proxier.Node{}, id.kind)
 	}
@@ -248,16 +249,16 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	kt := b.k.newTx()
+	kt := b.k.NewTx()
 	for _, id := range tableIDs() {
-		if kts[id].exists {
-			kt.delTable(id.f, tables[id].Name)
+		if kts[id].Exists {
+			kt.DelTable(id.f, tables[id].Name)
 		}
 	}
-	if kt.messages() == 0 {
+	if kt.Messages() == 0 {
 		return false, nil
 	}
-	err = b.k.commit(kt)
+	err = b.k.CommitTx(kt)
 	b.check.verified = false
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -19,12 +20,12 @@ import (
 
 // fakeBackend returns a Backend on a FakeKernel, with its stale-chain
 // clock under the test's control.
-func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, *FakeKernel, func(time.Duration)) {
+func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, *nftlib.FakeKernel, func(time.Duration)) {
 	t.Helper()
 	if cfg.Rules.TableName == "" {
 		cfg.Rules = demoConfig()
 	}
-	k := NewFakeKernel()
+	k := nftlib.NewFakeKernel()
 	b, err := NewBackend(k, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ type fakeStep struct {
 // what a full sync of the last State writes (the delta folded, stale
 // chains deleted) when the scenario ends with an idle sync and its
 // follow-up.
-func runFakeSteps(t *testing.T, b *Backend, k *FakeKernel, advance func(time.Duration), steps []fakeStep) *proxier.State {
+func runFakeSteps(t *testing.T, b *Backend, k *nftlib.FakeKernel, advance func(time.Duration), steps []fakeStep) *proxier.State {
 	t.Helper()
 	var st *proxier.State
 	for _, s := range steps {
@@ -122,7 +123,7 @@ func runFakeSteps(t *testing.T, b *Backend, k *FakeKernel, advance func(time.Dur
 }
 
 // holdsFullSync checks that the fake holds what a full sync of st writes.
-func holdsFullSync(t *testing.T, k *FakeKernel, st *proxier.State, cfg Config) {
+func holdsFullSync(t *testing.T, k *nftlib.FakeKernel, st *proxier.State, cfg Config) {
 	t.Helper()
 	if got, want := normalize(k.String()), normalize(Build(st, cfg).String()); got != want {
 		t.Errorf("the kernel holds\n%s\nwant what a full sync writes\n%s", k.String(), Build(st, cfg).String())
@@ -335,7 +336,7 @@ func TestBackendFakeRefused(t *testing.T) {
 			before := k.String()
 			k.Refuse = refuse(tt.refuse)
 			_, err := b.Sync(ctx, st)
-			var txErr *TxError
+			var txErr *nftlib.TxError
 			if !errors.As(err, &txErr) || txErr.Errno != syscall.EBUSY {
 				t.Fatalf("refused sync: err = %v, want a TxError with EBUSY", err)
 			}
@@ -368,15 +369,15 @@ func TestBackendFakeRefused(t *testing.T) {
 func TestBackendFakeDrift(t *testing.T) {
 	tests := []struct {
 		name   string
-		tamper func(w *FakeWriter)
+		tamper func(w *nftlib.FakeWriter)
 		drift  bool
 	}{
 		{name: "nothing changed"},
-		{name: "a chain flushed", tamper: func(w *FakeWriter) { w.FlushChain(IPv4, DefaultTableName, chainServices) }, drift: true},
-		{name: "a rule added", tamper: func(w *FakeWriter) {
-			w.AddRule(IPv6, DefaultTableName+deltaSuffix, chainServices, R(Verdict{Kind: Drop}))
+		{name: "a chain flushed", tamper: func(w *nftlib.FakeWriter) { w.FlushChain(nftlib.IPv4, DefaultTableName, chainServices) }, drift: true},
+		{name: "a rule added", tamper: func(w *nftlib.FakeWriter) {
+			w.AddRule(nftlib.IPv6, DefaultTableName+deltaSuffix, chainServices, nftlib.R(nftlib.Verdict{Kind: nftlib.Drop}))
 		}, drift: true},
-		{name: "a chain added", tamper: func(w *FakeWriter) { w.AddChain(IPv4, DefaultTableName+affinitySuffix, "rogue") }, drift: true},
+		{name: "a chain added", tamper: func(w *nftlib.FakeWriter) { w.AddChain(nftlib.IPv4, DefaultTableName+affinitySuffix, "rogue") }, drift: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

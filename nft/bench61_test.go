@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,28 +75,28 @@ func benchTxShapes(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	main, delta, tiny := DefaultTableName, DefaultTableName+deltaSuffix, "tiny"
-	apply := func(bt *batch) time.Duration {
+	apply := func(bt *nftlib.Batch) time.Duration {
 		start := time.Now()
 		err := be.kern().Apply(bt)
 		took := time.Since(start)
-		be.kern().finished(bt)
+		be.kern().Finished(bt)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return took
 	}
 	// Scratch chains: "v" gets the rules, "t" is the jump target.
-	bt := be.kern().newBatch()
-	bt.addTable(IPv4, tiny, "")
+	bt := be.kern().NewBatch()
+	bt.AddTable(nftlib.IPv4, tiny, "")
 	for _, table := range []string{main, delta, tiny} {
-		bt.addChain(IPv4, table, &Chain{Name: "v"})
-		bt.addChain(IPv4, table, &Chain{Name: "t"})
+		bt.AddChain(nftlib.IPv4, table, &nftlib.Chain{Name: "v"})
+		bt.AddChain(nftlib.IPv4, table, &nftlib.Chain{Name: "t"})
 	}
-	bt.addChain(IPv4, tiny, &Chain{Name: "u"})
+	bt.AddChain(nftlib.IPv4, tiny, &nftlib.Chain{Name: "u"})
 	apply(bt)
 
-	mapOf := func(kind TableKind) *Map {
-		for _, m := range be.applied[tableID{IPv4, kind}].Maps {
+	mapOf := func(kind TableKind) *nftlib.Map {
+		for _, m := range be.applied[tableID{nftlib.IPv4, kind}].Maps {
 			if m.Name == mapServiceIPs {
 				return m
 			}
@@ -103,23 +104,23 @@ func benchTxShapes(b *testing.B, n int) {
 		b.Fatal("no service-ips map")
 		return nil
 	}
-	elem := Element{Key: Key{Addr: netip.MustParseAddr("10.255.0.1"), Proto: unix.IPPROTO_TCP, Port: 1}, Verdict: GotoChain("t")}
+	elem := nftlib.Element{Key: nftlib.Key{Addr: netip.MustParseAddr("10.255.0.1"), Proto: unix.IPPROTO_TCP, Port: 1}, Verdict: nftlib.GotoChain("t")}
 
 	type variant struct {
 		name string
 		// tx fills the timed transaction; pre, when set, is applied
 		// untimed before it.
-		tx, pre func(bt *batch)
+		tx, pre func(bt *nftlib.Batch)
 	}
-	rule := func(table string, terms ...Term) func(*batch) {
-		return func(bt *batch) {
-			bt.flushChain(IPv4, table, "v")
-			bt.addRule(IPv4, table, "v", R(terms...))
+	rule := func(table string, terms ...nftlib.Term) func(*nftlib.Batch) {
+		return func(bt *nftlib.Batch) {
+			bt.FlushChain(nftlib.IPv4, table, "v")
+			bt.AddRule(nftlib.IPv4, table, "v", nftlib.R(terms...))
 		}
 	}
-	toggle := func(on func(*batch), off func(*batch)) func(*batch) {
+	toggle := func(on func(*nftlib.Batch), off func(*nftlib.Batch)) func(*nftlib.Batch) {
 		state := false
-		return func(bt *batch) {
+		return func(bt *nftlib.Batch) {
 			state = !state
 			if state {
 				on(bt)
@@ -128,25 +129,33 @@ func benchTxShapes(b *testing.B, n int) {
 			}
 		}
 	}
-	port := PortMatch{Port: 1}
+	port := nftlib.PortMatch{Port: 1}
 	variants := []variant{
 		{name: "floor", tx: toggle(
-			func(bt *batch) { bt.addChain(IPv4, delta, &Chain{Name: "floor"}) },
-			func(bt *batch) { bt.delChain(IPv4, delta, "floor") })},
+			func(bt *nftlib.Batch) { bt.AddChain(nftlib.IPv4, delta, &nftlib.Chain{Name: "floor"}) },
+			func(bt *nftlib.Batch) { bt.DelChain(nftlib.IPv4, delta, "floor") })},
 		{name: "delta-plain", tx: rule(delta, port)},
-		{name: "delta-accept", tx: rule(delta, port, Verdict{Kind: Accept})},
-		{name: "delta-jump", tx: rule(delta, port, JumpTo("t"))},
-		{name: "tiny-jump", tx: rule(tiny, port, JumpTo("t"))},
-		{name: "main-jump", tx: rule(main, port, JumpTo("t"))},
+		{name: "delta-accept", tx: rule(delta, port, nftlib.Verdict{Kind: nftlib.Accept})},
+		{name: "delta-jump", tx: rule(delta, port, nftlib.JumpTo("t"))},
+		{name: "tiny-jump", tx: rule(tiny, port, nftlib.JumpTo("t"))},
+		{name: "main-jump", tx: rule(main, port, nftlib.JumpTo("t"))},
 		{name: "delta-elem", tx: toggle(
-			func(bt *batch) { bt.elements(true, IPv4, delta, mapOf(DeltaTable), []Element{elem}) },
-			func(bt *batch) { bt.elements(false, IPv4, delta, mapOf(DeltaTable), []Element{elem}) })},
+			func(bt *nftlib.Batch) {
+				bt.Elements(true, nftlib.IPv4, delta, mapOf(DeltaTable), []nftlib.Element{elem})
+			},
+			func(bt *nftlib.Batch) {
+				bt.Elements(false, nftlib.IPv4, delta, mapOf(DeltaTable), []nftlib.Element{elem})
+			})},
 		{name: "main-elem", tx: toggle(
-			func(bt *batch) { bt.elements(true, IPv4, main, mapOf(MainTable), []Element{elem}) },
-			func(bt *batch) { bt.elements(false, IPv4, main, mapOf(MainTable), []Element{elem}) })},
+			func(bt *nftlib.Batch) { bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem}) },
+			func(bt *nftlib.Batch) {
+				bt.Elements(false, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
+			})},
 		{name: "main-elem-del",
-			pre: func(bt *batch) { bt.elements(true, IPv4, main, mapOf(MainTable), []Element{elem}) },
-			tx:  func(bt *batch) { bt.elements(false, IPv4, main, mapOf(MainTable), []Element{elem}) }},
+			pre: func(bt *nftlib.Batch) { bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem}) },
+			tx: func(bt *nftlib.Batch) {
+				bt.Elements(false, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
+			}},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -154,12 +163,12 @@ func benchTxShapes(b *testing.B, n int) {
 			for b.Loop() {
 				if v.pre != nil {
 					b.StopTimer()
-					bt := be.kern().newBatch()
+					bt := be.kern().NewBatch()
 					v.pre(bt)
 					apply(bt)
 					b.StartTimer()
 				}
-				bt := be.kern().newBatch()
+				bt := be.kern().NewBatch()
 				v.tx(bt)
 				took = append(took, apply(bt))
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -97,21 +98,21 @@ func BenchmarkFullSyncUserspace(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				want := map[tableID]*Table{}
+				want := map[tableID]*nftlib.Table{}
 				for _, id := range tableIDs() {
 					want[id] = BuildTable(id.f, be.cfg, st.Node, id.kind)
 				}
 				be.placeAll(want, st)
-				bt := newBatch(1)
+				bt := nftlib.NewBatch(1)
 				var setID uint32
 				for _, id := range tableIDs() {
-					x, _ := fullTx(want[id], &kTable{}, false)
-					x.write(bt, &setID)
+					x, _ := nftlib.FullTx(want[id], &nftlib.KernelTable{}, false)
+					x.Write(bt, &setID)
 				}
-				if _, _, err := bt.finish(); err != nil {
+				if _, _, err := bt.Finish(); err != nil {
 					b.Fatal(err)
 				}
-				b.ReportMetric(float64(bt.messages()), "msgs")
+				b.ReportMetric(float64(bt.Messages()), "msgs")
 			}
 		})
 	}
@@ -143,7 +144,7 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		// next one: earlier namespaces full of rules (and their teardown)
 		// would slow the later iterations.
 		ns := testNetns(b)
-		k, err := OpenKernel("/run/netns/" + ns)
+		k, err := nftlib.OpenKernel("/run/netns/" + ns)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -387,11 +388,11 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 				add := true
 				var took []time.Duration
 				for b.Loop() {
-					bt := be.kern().newBatch()
+					bt := be.kern().NewBatch()
 					if add {
-						bt.addChain(IPv4, DefaultTableName+deltaSuffix, &Chain{Name: "floor"})
+						bt.AddChain(nftlib.IPv4, DefaultTableName+deltaSuffix, &nftlib.Chain{Name: "floor"})
 					} else {
-						bt.delChain(IPv4, DefaultTableName+deltaSuffix, "floor")
+						bt.DelChain(nftlib.IPv4, DefaultTableName+deltaSuffix, "floor")
 					}
 					add = !add
 					if cache == "cold" {
@@ -404,7 +405,7 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 						b.Fatal(err)
 					}
 					took = append(took, time.Since(start))
-					be.kern().finished(bt)
+					be.kern().Finished(bt)
 				}
 				b.ReportMetric(median(took).Seconds()*1000, "median-ms")
 			})
@@ -437,10 +438,10 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if be.kern().mon == nil {
+		if be.kern().Mon == nil {
 			b.Fatal("no change monitor")
 		}
-		w := newForeignWriter(b, ns, IPv4, "other")
+		w := newForeignWriter(b, ns, nftlib.IPv4, "other")
 		b.Run(fmt.Sprintf("services=%d/generation", n), func(b *testing.B) {
 			for b.Loop() {
 				if be.drifted() {
@@ -468,12 +469,12 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 			b.Run(fmt.Sprintf("services=%d/tamper-%s", n, name), func(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
-					bt := w.k.newBatch()
-					bt.addChain(IPv4, table, &Chain{Name: "rogue"})
+					bt := w.k.NewBatch()
+					bt.AddChain(nftlib.IPv4, table, &nftlib.Chain{Name: "rogue"})
 					if err := w.k.Apply(bt); err != nil {
 						b.Fatal(err)
 					}
-					w.k.finished(bt)
+					w.k.Finished(bt)
 					reads := be.check.readBacks
 					b.StartTimer()
 					if !be.drifted() {
@@ -483,13 +484,13 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 					if be.check.readBacks-reads != 1 {
 						b.Fatalf("%d tables read back, want 1", be.check.readBacks-reads)
 					}
-					bt = w.k.newBatch()
-					bt.delChain(IPv4, table, "rogue")
+					bt = w.k.NewBatch()
+					bt.DelChain(nftlib.IPv4, table, "rogue")
 					if err := w.k.Apply(bt); err != nil {
 						b.Fatal(err)
 					}
-					w.k.finished(bt)
-					be.kern().mon.take() // the repair would be ours
+					w.k.Finished(bt)
+					be.kern().Mon.Take() // the repair would be ours
 					b.StartTimer()
 				}
 			})

@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
 )
 
 // DefaultTableName is the name of our main tables (one per family); the
@@ -75,22 +75,8 @@ const (
 // Config is what shapes the ruleset besides the State: kube-proxy's flags.
 type Config struct {
 	TableName string
-	// ClusterCIDRs: traffic from outside them to a ClusterIP is masqueraded
-	// (--cluster-cidr, detect-local-mode ClusterCIDR).
-	ClusterCIDRs []netip.Prefix
-	// MasqueradeAll masquerades all traffic to ClusterIPs (--masquerade-all).
-	MasqueradeAll bool
-	// MasqueradeBit is the fwmark bit that asks for SNAT (--iptables-masquerade-bit, default 14).
-	MasqueradeBit uint
-	// DetectLocal says how to tell pod traffic from other traffic
-	// (--detect-local-mode and its companions).
-	DetectLocal LocalDetector
-	// NodePortAddresses restricts NodePorts to node addresses within
-	// these prefixes (--nodeport-addresses); empty: every node address.
-	// NodePortPrimary takes the node's primary addresses (the value
-	// "primary"): those of the Node object.
-	NodePortAddresses []netip.Prefix
-	NodePortPrimary   bool
+	// Settings are the flags the IPVS mode shares.
+	proxier.Settings
 	// ConntrackTCPBeLiberal leaves out-of-window TCP packets alone
 	// (--conntrack-tcp-be-liberal): no `ct state invalid drop`.
 	ConntrackTCPBeLiberal bool
@@ -98,13 +84,13 @@ type Config struct {
 
 // DefaultConfig is kube-proxy's defaults.
 func DefaultConfig() Config {
-	return Config{TableName: DefaultTableName, MasqueradeBit: 14}
+	return Config{TableName: DefaultTableName, Settings: proxier.DefaultSettings()}
 }
 
 // Validate reports flag values that cannot work.
 func (c Config) Validate() error {
-	if c.MasqueradeBit > 31 {
-		return fmt.Errorf("masquerade bit %d out of range 0-31", c.MasqueradeBit)
+	if err := c.Settings.Validate(); err != nil {
+		return err
 	}
 	if c.TableName == "" {
 		return fmt.Errorf("empty table name")
@@ -112,61 +98,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) markBit() uint32 { return 1 << c.MasqueradeBit }
-
-// The --detect-local-mode values.
-const (
-	DetectClusterCIDR         = "ClusterCIDR"
-	DetectNodeCIDR            = "NodeCIDR"
-	DetectBridgeInterface     = "BridgeInterface"
-	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
-)
-
-// LocalDetector is kube-proxy's detect-local configuration.
-type LocalDetector struct {
-	Mode            string // one of the Detect* modes; "" is ClusterCIDR
-	BridgeInterface string // --pod-bridge-interface
-	InterfacePrefix string // --pod-interface-name-prefix
-}
-
-// localMatch is the term that matches pod traffic (negate: other traffic)
-// for the family, or false when the mode cannot tell (e.g. no CIDR of
-// that family), in which case, like kube-proxy, nothing is treated as local.
-func localMatch(f Family, cfg Config, node proxier.Node, negate bool) (Term, bool) {
-	switch cfg.DetectLocal.Mode {
-	case DetectBridgeInterface:
-		return IfName{Name: cfg.DetectLocal.BridgeInterface, Negate: negate}, cfg.DetectLocal.BridgeInterface != ""
-	case DetectInterfaceNamePrefix:
-		return IfName{Name: cfg.DetectLocal.InterfacePrefix, Prefix: true, Negate: negate}, cfg.DetectLocal.InterfacePrefix != ""
-	case DetectNodeCIDR:
-		for _, p := range node.PodCIDRs {
-			if f.has(p.Addr()) {
-				return AddrMatch{Field: FieldSaddr, Negate: negate, Prefix: p.Masked()}, true
-			}
-		}
-		return nil, false
-	}
-	for _, cidr := range cfg.ClusterCIDRs {
-		if f.has(cidr.Addr()) {
-			return AddrMatch{Field: FieldSaddr, Negate: negate, Prefix: cidr}, true // one CIDR per family
-		}
-	}
-	return nil, false
+// localMatch is nftlocal.Match of cfg's shared settings.
+func localMatch(f nftlib.Family, cfg Config, node proxier.Node, negate bool) (nftlib.Term, bool) {
+	return nftlocal.Match(f, cfg.Settings, node, negate)
 }
 
 // Build returns the whole Ruleset for a State as a full sync programs it:
 // per family, a main table holding every service port but those with
 // session affinity, which the affinity table holds, and an empty delta table.
-func Build(st *proxier.State, cfg Config) *Ruleset {
-	rs := &Ruleset{}
-	for _, f := range families {
-		tables := map[TableKind]*Table{}
+func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
+	rs := &nftlib.Ruleset{}
+	for _, f := range nftlib.Families {
+		tables := map[TableKind]*nftlib.Table{}
 		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
 			tables[k] = BuildTable(f, cfg, st.Node, k)
 		}
 		for name, svc := range st.Services {
 			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
-				tables[homeTable(svc)].Services[name] = fr
+				tables[homeTable(svc)].Fragments[fragmentKey(name)] = fr
 			}
 		}
 		rs.Tables = append(rs.Tables, tables[MainTable], tables[DeltaTable], tables[AffinityTable])
@@ -174,36 +123,34 @@ func Build(st *proxier.State, cfg Config) *Ruleset {
 	return rs
 }
 
-var families = []Family{IPv4, IPv6}
-
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
-func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table {
-	mark := cfg.markBit()
+func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) *nftlib.Table {
+	mark := cfg.MasqueradeMark()
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	if f == IPv6 {
+	if f == nftlib.IPv6 {
 		loopback = netip.MustParsePrefix("::1/128")
 	}
-	t := &Table{
+	t := &nftlib.Table{
 		Family:  f,
 		Name:    cfg.TableName,
 		Comment: "rules for kube-nftproxy",
-		Maps: []*Map{
-			{Name: mapServiceIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
-			{Name: mapServicePorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "NodePort traffic"},
-			{Name: mapNoEndpointIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to service IPs without usable endpoints"},
-			{Name: mapNoEndpointPorts, Key: []Field{FieldL4Proto, FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
-			{Name: mapFirewallIPs, Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
+		Maps: []*nftlib.Map{
+			{Name: mapServiceIPs, Key: []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
+			{Name: mapServicePorts, Key: []nftlib.Field{nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "NodePort traffic"},
+			{Name: mapNoEndpointIPs, Key: []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "reject or drop traffic to service IPs without usable endpoints"},
+			{Name: mapNoEndpointPorts, Key: []nftlib.Field{nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
+			{Name: mapFirewallIPs, Key: []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
 		},
-		Chains:   fixedChains(cfg, mark, loopback),
-		Services: map[proxier.ServicePortName]*Fragment{},
+		Chains:    fixedChains(cfg, mark, loopback),
+		Fragments: map[string]*nftlib.Fragment{},
 	}
 	// NodePorts answer on the node's own addresses, never on loopback (no
 	// route_localnet, as upstream's nftables mode), optionally only those
 	// within --nodeport-addresses.
-	services := t.fixedChain(chainServices)
+	services := t.FixedChain(chainServices)
 	for _, m := range nodePortMatches(f, cfg, node, loopback) {
-		services.Rules = append(services.Rules, R(append(m, JumpTo(chainNodePorts))...))
+		services.Rules = append(services.Rules, nftlib.R(append(m, nftlib.JumpTo(chainNodePorts))...))
 	}
 	if kind != MainTable {
 		earlierTable(t, cfg, kind)
@@ -212,44 +159,44 @@ func BuildTable(f Family, cfg Config, node proxier.Node, kind TableKind) *Table 
 }
 
 // fixedChains are a main table's chains besides the service ports'.
-func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*Chain {
-	return []*Chain{
-		{Name: "nat-prerouting", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100},
-			Rules: []Rule{R(JumpTo(chainServices))}},
-		{Name: "nat-output", Hook: &Hook{Type: "nat", Hook: "output", Priority: -100},
-			Rules: []Rule{R(JumpTo(chainServices))}},
-		{Name: "nat-postrouting", Hook: &Hook{Type: "nat", Hook: "postrouting", Priority: 100},
-			Rules: []Rule{R(JumpTo(chainPostrouting))}},
-		{Name: chainServices, Rules: []Rule{
-			R(Vmap(mapServiceIPs, FieldDaddr, FieldL4Proto, FieldDport)),
+func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*nftlib.Chain {
+	return []*nftlib.Chain{
+		{Name: "nat-prerouting", Hook: &nftlib.Hook{Type: "nat", Hook: "prerouting", Priority: -100},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-output", Hook: &nftlib.Hook{Type: "nat", Hook: "output", Priority: -100},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-postrouting", Hook: &nftlib.Hook{Type: "nat", Hook: "postrouting", Priority: 100},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.JumpTo(chainPostrouting))}},
+		{Name: chainServices, Rules: []nftlib.Rule{
+			nftlib.R(nftlib.Vmap(mapServiceIPs, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport)),
 		}},
-		{Name: chainNodePorts, Rules: []Rule{R(Vmap(mapServicePorts, FieldL4Proto, FieldDport))}},
-		{Name: chainMarkMasq, Rules: []Rule{R(MarkSet{Bit: mark})}},
-		{Name: chainPostrouting, Rules: []Rule{
-			R(MarkZero{Bit: mark}, Verdict{Kind: Return}),
-			R(MarkSet{Bit: mark, Toggle: true}),
-			R(Masquerade{}),
+		{Name: chainNodePorts, Rules: []nftlib.Rule{nftlib.R(nftlib.Vmap(mapServicePorts, nftlib.FieldL4Proto, nftlib.FieldDport))}},
+		{Name: chainMarkMasq, Rules: []nftlib.Rule{nftlib.R(nftlib.MarkSet{Bit: mark})}},
+		{Name: chainPostrouting, Rules: []nftlib.Rule{
+			nftlib.R(nftlib.MarkZero{Bit: mark}, nftlib.Verdict{Kind: nftlib.Return}),
+			nftlib.R(nftlib.MarkSet{Bit: mark, Toggle: true}),
+			nftlib.R(nftlib.Masquerade{}),
 		}},
 		// Filtering: loadBalancerSourceRanges before DNAT; services
 		// without usable endpoints after it (their packets are not
 		// DNATed, so they still carry the service address).
-		{Name: "filter-prerouting", Hook: &Hook{Type: "filter", Hook: "prerouting", Priority: priorityFirewall},
-			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
-		{Name: "filter-output-pre-dnat", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFirewall},
-			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainFirewall))}},
-		{Name: "filter-input", Hook: &Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
-			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-		{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
-			Rules: []Rule{R(JumpTo(chainForward)), R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-		{Name: "filter-output", Hook: &Hook{Type: "filter", Hook: "output", Priority: priorityFilter},
-			Rules: []Rule{R(CtState{Bits: CtNew}, JumpTo(chainExternalServices))}},
-		{Name: chainFirewall, Rules: []Rule{R(Vmap(mapFirewallIPs, FieldDaddr, FieldL4Proto, FieldDport))}},
-		{Name: chainExternalServices, Rules: []Rule{
-			R(Vmap(mapNoEndpointIPs, FieldDaddr, FieldL4Proto, FieldDport)),
-			R(FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}, Vmap(mapNoEndpointPorts, FieldL4Proto, FieldDport)),
+		{Name: "filter-prerouting", Hook: &nftlib.Hook{Type: "filter", Hook: "prerouting", Priority: priorityFirewall},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.JumpTo(chainFirewall))}},
+		{Name: "filter-output-pre-dnat", Hook: &nftlib.Hook{Type: "filter", Hook: "output", Priority: priorityFirewall},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.JumpTo(chainFirewall))}},
+		{Name: "filter-input", Hook: &nftlib.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.JumpTo(chainExternalServices))}},
+		{Name: "filter-forward", Hook: &nftlib.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.JumpTo(chainForward)), nftlib.R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.JumpTo(chainExternalServices))}},
+		{Name: "filter-output", Hook: &nftlib.Hook{Type: "filter", Hook: "output", Priority: priorityFilter},
+			Rules: []nftlib.Rule{nftlib.R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.JumpTo(chainExternalServices))}},
+		{Name: chainFirewall, Rules: []nftlib.Rule{nftlib.R(nftlib.Vmap(mapFirewallIPs, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport))}},
+		{Name: chainExternalServices, Rules: []nftlib.Rule{
+			nftlib.R(nftlib.Vmap(mapNoEndpointIPs, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport)),
+			nftlib.R(nftlib.FibLocal{}, nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopback}, nftlib.Vmap(mapNoEndpointPorts, nftlib.FieldL4Proto, nftlib.FieldDport)),
 		}},
 		{Name: chainForward, Rules: forwardRules(cfg, mark)},
-		{Name: chainReject, Rules: []Rule{R(Reject{})}},
+		{Name: chainReject, Rules: []nftlib.Rule{nftlib.R(nftlib.Reject{})}},
 	}
 }
 
@@ -257,7 +204,7 @@ func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*Chain {
 // topology, one priority earlier (two for the affinity table), without
 // postrouting: the main table's KUBE-POSTROUTING masquerades what any of
 // them marks.
-func earlierTable(t *Table, cfg Config, kind TableKind) {
+func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 	t.Delta = true
 	earlier := int32(1)
 	if kind == DeltaTable {
@@ -269,13 +216,13 @@ func earlierTable(t *Table, cfg Config, kind TableKind) {
 		t.Comment = "kube-nftproxy: service ports with session affinity"
 		earlier = 2
 	}
-	var chains []*Chain
+	var chains []*nftlib.Chain
 	for _, c := range t.Chains {
 		switch c.Name {
 		case "nat-postrouting", chainPostrouting, chainForward:
 			continue
 		case "filter-forward":
-			c = &Chain{Name: c.Name, Hook: c.Hook, Rules: c.Rules[1:]}
+			c = &nftlib.Chain{Name: c.Name, Hook: c.Hook, Rules: c.Rules[1:]}
 		}
 		if c.Hook != nil {
 			h := *c.Hook
@@ -289,12 +236,12 @@ func earlierTable(t *Table, cfg Config, kind TableKind) {
 
 // nodePortMatches are the matches that send a packet to KUBE-NODEPORTS:
 // a local destination, not loopback, and within --nodeport-addresses.
-func nodePortMatches(f Family, cfg Config, node proxier.Node, loopback netip.Prefix) [][]Term {
-	base := []Term{FibLocal{}, AddrMatch{Field: FieldDaddr, Negate: true, Prefix: loopback}}
+func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, loopback netip.Prefix) [][]nftlib.Term {
+	base := []nftlib.Term{nftlib.FibLocal{}, nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopback}}
 	var within []netip.Prefix
 	if cfg.NodePortPrimary {
 		for _, ip := range node.IPs {
-			if f.has(ip) {
+			if f.Has(ip) {
 				within = append(within, netip.PrefixFrom(ip, ip.BitLen()))
 				break
 			}
@@ -304,11 +251,11 @@ func nodePortMatches(f Family, cfg Config, node proxier.Node, loopback netip.Pre
 	if len(within) == 0 {
 		// Nothing given for this family: all its node addresses, as
 		// upstream's NodePortAddresses does per family.
-		return [][]Term{base}
+		return [][]nftlib.Term{base}
 	}
-	var out [][]Term
+	var out [][]nftlib.Term
 	for _, p := range within {
-		out = append(out, append([]Term{FibLocal{}, AddrMatch{Field: FieldDaddr, Prefix: p}}, base[1:]...))
+		out = append(out, append([]nftlib.Term{nftlib.FibLocal{}, nftlib.AddrMatch{Field: nftlib.FieldDaddr, Prefix: p}}, base[1:]...))
 	}
 	return out
 }
@@ -316,14 +263,14 @@ func nodePortMatches(f Family, cfg Config, node proxier.Node, loopback netip.Pre
 // forwardRules are KUBE-FORWARD's: drop packets conntrack finds invalid
 // (unless --conntrack-tcp-be-liberal), accept what we marked for masquerade
 // and the rest of connections already accepted, as iptables mode does.
-func forwardRules(cfg Config, mark uint32) []Rule {
-	var rules []Rule
+func forwardRules(cfg Config, mark uint32) []nftlib.Rule {
+	var rules []nftlib.Rule
 	if !cfg.ConntrackTCPBeLiberal {
-		rules = append(rules, R(CtState{Bits: CtInvalid}, Verdict{Kind: Drop}))
+		rules = append(rules, nftlib.R(nftlib.CtState{Bits: nftlib.CtInvalid}, nftlib.Verdict{Kind: nftlib.Drop}))
 	}
 	return append(rules,
-		R(MarkIsSet{Bit: mark}, Verdict{Kind: Accept}).WithComment("kubernetes forwarding rules"),
-		R(CtState{Bits: CtEstablished | CtRelated}, Verdict{Kind: Accept}).WithComment("kubernetes forwarding conntrack rule"),
+		nftlib.R(nftlib.MarkIsSet{Bit: mark}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding rules"),
+		nftlib.R(nftlib.CtState{Bits: nftlib.CtEstablished | nftlib.CtRelated}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding conntrack rule"),
 	)
 }
 
@@ -332,7 +279,7 @@ func forwardRules(cfg Config, mark uint32) []Rule {
 // and their rules follow iptables mode (pkg/proxy/iptables in upstream
 // kube-proxy): KUBE-SVC (cluster policy), KUBE-SVL (local policy), KUBE-EXT
 // (external destinations), KUBE-FW (source ranges), KUBE-SEP (endpoints).
-func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) *Fragment {
+func BuildFragment(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) *nftlib.Fragment {
 	clusterIP, ok := firstOfFamily(f, svc.ClusterIPs)
 	if !ok {
 		return nil
@@ -351,13 +298,13 @@ func BuildFragment(f Family, cfg Config, node proxier.Node, svc *proxier.Service
 // fragmentBuilder builds one service port's fragment in one family: what
 // its parts share.
 type fragmentBuilder struct {
-	f     Family
+	f     nftlib.Family
 	cfg   Config
 	node  proxier.Node
 	svc   *proxier.ServicePort
 	name  string
 	proto uint8
-	fr    *Fragment
+	fr    *nftlib.Fragment
 
 	svcChain, svlChain, extChain, fwChain string
 	// The endpoints each policy uses, and every endpoint some policy can
@@ -369,7 +316,7 @@ type fragmentBuilder struct {
 	internalChain, externalPolicyChain string
 	hasInternal, hasExternal           bool
 	// What the filter does with traffic that finds no endpoint.
-	internalFilter, externalFilter Verdict
+	internalFilter, externalFilter nftlib.Verdict
 	internalNote, externalNote     string
 
 	externalIPs, lbIPs []netip.Addr
@@ -379,8 +326,8 @@ type fragmentBuilder struct {
 	epNames            map[netip.AddrPort]endpointNames
 }
 
-func (fb *fragmentBuilder) init(f Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
-	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: protoNumber(svc.Protocol), fr: &Fragment{},
+func (fb *fragmentBuilder) init(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: svc.Protocol.Number(), fr: &nftlib.Fragment{},
 		svcChain: ServiceChain(svc.Name, svc.Protocol), svlChain: LocalServiceChain(svc.Name, svc.Protocol),
 		extChain: ExternalChain(svc.Name, svc.Protocol), fwChain: FirewallChain(svc.Name, svc.Protocol)}
 	fb.cluster, fb.local, fb.allReachable, fb.hasAny = proxier.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
@@ -396,7 +343,7 @@ func (fb *fragmentBuilder) init(f Family, cfg Config, node proxier.Node, svc *pr
 	fb.externalIPs = familyAddrs(f, svc.ExternalIPs)
 	fb.lbIPs = familyAddrs(f, svc.LoadBalancerIPs)
 	fb.fwRanges = familyPrefixes(f, svc.LoadBalancerSourceRanges)
-	fb.nodePort = svc.NodePortIn(f == IPv6)
+	fb.nodePort = svc.NodePortIn(f == nftlib.IPv6)
 	externallyAccessible := fb.nodePort != 0 || len(fb.externalIPs) > 0 || len(fb.lbIPs) > 0
 	fb.usesExternalChain = fb.hasAny && externallyAccessible
 	fb.noEndpointFilters()
@@ -405,10 +352,10 @@ func (fb *fragmentBuilder) init(f Family, cfg Config, node proxier.Node, svc *pr
 // familyEndpoints are the endpoints of family f. A repeated ip:port (one
 // endpoint in two slices) would add its KUBE-SEP chain twice, which the
 // kernel refuses; kube-proxy keeps the first.
-func familyEndpoints(f Family, eps []proxier.Endpoint) []proxier.Endpoint {
+func familyEndpoints(f nftlib.Family, eps []proxier.Endpoint) []proxier.Endpoint {
 	var out []proxier.Endpoint
 	for i, ep := range eps {
-		if f.has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
+		if f.Has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
 			if out == nil {
 				out = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
 			}
@@ -418,10 +365,10 @@ func familyEndpoints(f Family, eps []proxier.Endpoint) []proxier.Endpoint {
 	return out
 }
 
-func familyAddrs(f Family, addrs []netip.Addr) []netip.Addr {
+func familyAddrs(f nftlib.Family, addrs []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range addrs {
-		if f.has(ip) {
+		if f.Has(ip) {
 			out = append(out, ip)
 		}
 	}
@@ -434,26 +381,26 @@ func familyAddrs(f Family, addrs []netip.Addr) []netip.Addr {
 // traffic).
 func (fb *fragmentBuilder) noEndpointFilters() {
 	if !fb.hasAny {
-		fb.internalFilter, fb.externalFilter = GotoChain(chainReject), GotoChain(chainReject)
+		fb.internalFilter, fb.externalFilter = nftlib.GotoChain(chainReject), nftlib.GotoChain(chainReject)
 		fb.internalNote, fb.externalNote = fb.name+" has no endpoints", fb.name+" has no endpoints"
 		return
 	}
 	if !fb.hasInternal {
-		fb.internalFilter, fb.internalNote = Verdict{Kind: Drop}, fb.name+" has no local endpoints"
+		fb.internalFilter, fb.internalNote = nftlib.Verdict{Kind: nftlib.Drop}, fb.name+" has no local endpoints"
 	}
 	if !fb.hasExternal {
-		fb.externalFilter, fb.externalNote = Verdict{Kind: Drop}, fb.name+" has no local endpoints"
+		fb.externalFilter, fb.externalNote = nftlib.Verdict{Kind: nftlib.Drop}, fb.name+" has no local endpoints"
 	}
 }
 
-func (fb *fragmentBuilder) elem(m string, k Key, v Verdict, comment string) {
-	fb.fr.Elements = append(fb.fr.Elements, MapElement{Map: m, Element: Element{Key: k, Verdict: v, Comment: comment}})
+func (fb *fragmentBuilder) elem(m string, k nftlib.Key, v nftlib.Verdict, comment string) {
+	fb.fr.Elements = append(fb.fr.Elements, nftlib.MapElement{Map: m, Element: nftlib.Element{Key: k, Verdict: v, Comment: comment}})
 }
 
 func (fb *fragmentBuilder) clusterIPElement(clusterIP netip.Addr) {
-	key := Key{Addr: clusterIP, Proto: fb.proto, Port: fb.svc.Port}
+	key := nftlib.Key{Addr: clusterIP, Proto: fb.proto, Port: fb.svc.Port}
 	if fb.hasInternal {
-		fb.elem(mapServiceIPs, key, GotoChain(fb.internalChain), fb.name+" cluster IP")
+		fb.elem(mapServiceIPs, key, nftlib.GotoChain(fb.internalChain), fb.name+" cluster IP")
 	} else {
 		fb.elem(mapNoEndpointIPs, key, fb.internalFilter, fb.internalNote)
 	}
@@ -462,25 +409,25 @@ func (fb *fragmentBuilder) clusterIPElement(clusterIP netip.Addr) {
 // externalElements maps the external IPs, the LoadBalancer IPs (through
 // KUBE-FW with source ranges) and the NodePort.
 func (fb *fragmentBuilder) externalElements() {
-	ext := GotoChain(fb.extChain)
+	ext := nftlib.GotoChain(fb.extChain)
 	for _, ip := range fb.externalIPs {
-		fb.externalElement(Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}, ext, fb.name+" external IP", mapServiceIPs, mapNoEndpointIPs)
+		fb.externalElement(nftlib.Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}, ext, fb.name+" external IP", mapServiceIPs, mapNoEndpointIPs)
 	}
 	for _, ip := range fb.lbIPs {
-		key := Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}
+		key := nftlib.Key{Addr: ip, Proto: fb.proto, Port: fb.svc.Port}
 		fb.externalElement(key, ext, fb.name+" loadbalancer IP", mapServiceIPs, mapNoEndpointIPs)
 		if len(fb.fwRanges) > 0 {
-			fb.elem(mapFirewallIPs, key, GotoChain(fb.fwChain), fb.name+" loadbalancer IP")
+			fb.elem(mapFirewallIPs, key, nftlib.GotoChain(fb.fwChain), fb.name+" loadbalancer IP")
 		}
 	}
 	if fb.nodePort != 0 {
-		fb.externalElement(Key{Proto: fb.proto, Port: fb.nodePort}, ext, fb.name, mapServicePorts, mapNoEndpointPorts)
+		fb.externalElement(nftlib.Key{Proto: fb.proto, Port: fb.nodePort}, ext, fb.name, mapServicePorts, mapNoEndpointPorts)
 	}
 }
 
 // externalElement maps one external destination to KUBE-EXT, and to the
 // filter's verdict when the external policy leaves it no endpoint.
-func (fb *fragmentBuilder) externalElement(key Key, ext Verdict, comment, toService, toFilter string) {
+func (fb *fragmentBuilder) externalElement(key nftlib.Key, ext nftlib.Verdict, comment, toService, toFilter string) {
 	if fb.usesExternalChain {
 		fb.elem(toService, key, ext, comment)
 	}
@@ -495,10 +442,10 @@ func (fb *fragmentBuilder) firewallChain() {
 	if len(fb.fwRanges) == 0 || len(fb.lbIPs) == 0 {
 		return
 	}
-	var rules []Rule
+	var rules []nftlib.Rule
 	allowNode := false
 	for _, p := range fb.fwRanges {
-		rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: p}, Verdict{Kind: Return}))
+		rules = append(rules, nftlib.R(nftlib.AddrMatch{Field: nftlib.FieldSaddr, Prefix: p}, nftlib.Verdict{Kind: nftlib.Return}))
 		for _, ip := range fb.node.IPs {
 			allowNode = allowNode || p.Contains(ip)
 		}
@@ -508,11 +455,11 @@ func (fb *fragmentBuilder) firewallChain() {
 	// requests to it come from the LB IP itself (as upstream allows).
 	if allowNode {
 		for _, ip := range fb.lbIPs {
-			rules = append(rules, R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, Verdict{Kind: Return}).WithComment(fb.name+" node traffic from its own LB IP"))
+			rules = append(rules, nftlib.R(nftlib.AddrMatch{Field: nftlib.FieldSaddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, nftlib.Verdict{Kind: nftlib.Return}).WithComment(fb.name+" node traffic from its own LB IP"))
 		}
 	}
-	rules = append(rules, R(Verdict{Kind: Drop}).WithComment(fb.name+" traffic not accepted by "+fb.fwChain))
-	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: fb.fwChain, Comment: fb.name, Rules: rules})
+	rules = append(rules, nftlib.R(nftlib.Verdict{Kind: nftlib.Drop}).WithComment(fb.name+" traffic not accepted by "+fb.fwChain))
+	fb.fr.Chains = append(fb.fr.Chains, &nftlib.Chain{Name: fb.fwChain, Comment: fb.name, Rules: rules})
 }
 
 // endpointChains are the KUBE-SEP chains, for every endpoint some policy
@@ -528,15 +475,15 @@ func (fb *fragmentBuilder) endpointChains() {
 		if svc.AffinityTimeout > 0 {
 			size++
 		}
-		rules := make([]Rule, 1, size)
-		rules[0] = R(AddrMatch{Field: FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)
+		rules := make([]nftlib.Rule, 1, size)
+		rules[0] = nftlib.R(nftlib.AddrMatch{Field: nftlib.FieldSaddr, Prefix: netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}, jumpMarkMasq)
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
-			rules = append(rules, R(AffinityUpdate{ID: AffinityID(sep), Timeout: svc.AffinityTimeout}))
+			rules = append(rules, nftlib.R(nftlib.AffinityUpdate{ID: nftlib.AffinityID(sep), Timeout: svc.AffinityTimeout}))
 		}
-		rules = append(rules, R(ProtoMatch{Proto: fb.proto}, DNAT{Addr: ep.Addr, Port: ep.Port}))
-		fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: sep, Comment: fb.name, Rules: rules})
+		rules = append(rules, nftlib.R(nftlib.ProtoMatch{Proto: fb.proto}, nftlib.DNAT{Addr: ep.Addr, Port: ep.Port}))
+		fb.fr.Chains = append(fb.fr.Chains, &nftlib.Chain{Name: sep, Comment: fb.name, Rules: rules})
 	}
 }
 
@@ -551,15 +498,15 @@ func (fb *fragmentBuilder) policyChains(clusterIP netip.Addr) {
 }
 
 // policyChain is one policy's chain, when it has endpoints.
-func (fb *fragmentBuilder) policyChain(chain string, eps []proxier.Endpoint, masq *Rule) {
+func (fb *fragmentBuilder) policyChain(chain string, eps []proxier.Endpoint, masq *nftlib.Rule) {
 	if len(eps) == 0 {
 		return
 	}
-	rules := make([]Rule, 0, 1+pickRules(fb.svc, eps))
+	rules := make([]nftlib.Rule, 0, 1+pickRules(fb.svc, eps))
 	if fb.internalChain == chain && masq != nil {
 		rules = append(rules, *masq)
 	}
-	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: chain, Comment: fb.name, Rules: pickEndpoint(rules, fb.svc, eps, fb.epNames, fb.name)})
+	fb.fr.Chains = append(fb.fr.Chains, &nftlib.Chain{Name: chain, Comment: fb.name, Rules: pickEndpoint(rules, fb.svc, eps, fb.epNames, fb.name)})
 }
 
 // externalChain is KUBE-EXT, for traffic to external destinations.
@@ -568,9 +515,9 @@ func (fb *fragmentBuilder) externalChain() {
 		return
 	}
 	name, hasCluster := fb.name, len(fb.cluster) > 0
-	var rules []Rule
+	var rules []nftlib.Rule
 	if !fb.svc.ExternalPolicyLocal {
-		rules = append(rules, R(JumpTo(chainMarkMasq)).WithComment("masquerade traffic for "+name+" external destinations"))
+		rules = append(rules, nftlib.R(nftlib.JumpTo(chainMarkMasq)).WithComment("masquerade traffic for "+name+" external destinations"))
 	} else {
 		// Pods and the node itself reach external destinations
 		// cluster-wide, as if going out to a load balancer and back; the
@@ -578,29 +525,29 @@ func (fb *fragmentBuilder) externalChain() {
 		// address itself). Others keep their source and go to local
 		// endpoints only.
 		if isPod, ok := localMatch(fb.f, fb.cfg, fb.node, false); ok && hasCluster {
-			rules = append(rules, R(isPod, GotoChain(fb.svcChain)).WithComment("pod traffic for "+name+" external destinations"))
+			rules = append(rules, nftlib.R(isPod, nftlib.GotoChain(fb.svcChain)).WithComment("pod traffic for "+name+" external destinations"))
 		}
-		rules = append(rules, R(FibLocal{Saddr: true}, JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
+		rules = append(rules, nftlib.R(nftlib.FibLocal{Saddr: true}, nftlib.JumpTo(chainMarkMasq)).WithComment("masquerade LOCAL traffic for "+name+" external destinations"))
 		if hasCluster {
-			rules = append(rules, R(FibLocal{Saddr: true}, GotoChain(fb.svcChain)).WithComment("route LOCAL traffic for "+name+" external destinations"))
+			rules = append(rules, nftlib.R(nftlib.FibLocal{Saddr: true}, nftlib.GotoChain(fb.svcChain)).WithComment("route LOCAL traffic for "+name+" external destinations"))
 		}
 	}
 	if fb.hasExternal {
-		rules = append(rules, R(GotoChain(fb.externalPolicyChain)))
+		rules = append(rules, nftlib.R(nftlib.GotoChain(fb.externalPolicyChain)))
 	}
-	fb.fr.Chains = append(fb.fr.Chains, &Chain{Name: fb.extChain, Comment: name, Rules: rules})
+	fb.fr.Chains = append(fb.fr.Chains, &nftlib.Chain{Name: fb.extChain, Comment: name, Rules: rules})
 }
 
 // jumpMarkMasq is the hairpin rule's verdict, boxed once for the endpoint
 // chains of every Ruleset rather than once per endpoint.
-var jumpMarkMasq Term = JumpTo(chainMarkMasq)
+var jumpMarkMasq nftlib.Term = nftlib.JumpTo(chainMarkMasq)
 
 // pickEndpoint chooses among endpoints at random without a set per service:
 // endpoint i is taken with probability 1/(n-i), so each of the n is equally
 // likely. Sets per service make the kernel's commit time quadratic.
 // It appends the rules to rules; epNames holds the names of the endpoints'
 // chains (see endpointNames).
-func pickEndpoint(rules []Rule, svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []Rule {
+func pickEndpoint(rules []nftlib.Rule, svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []nftlib.Rule {
 	namesOf := func(ep proxier.Endpoint) endpointNames {
 		if n, ok := epNames[netip.AddrPortFrom(ep.Addr, ep.Port)]; ok {
 			return n
@@ -611,15 +558,15 @@ func pickEndpoint(rules []Rule, svc *proxier.ServicePort, eps []proxier.Endpoint
 		// A client with affinity to one of these endpoints goes back to it.
 		for _, ep := range eps {
 			n := namesOf(ep)
-			rules = append(rules, R(AffinityMatch{ID: AffinityID(n.chain)}, GotoChain(n.chain)).WithComment(n.pick))
+			rules = append(rules, nftlib.R(nftlib.AffinityMatch{ID: nftlib.AffinityID(n.chain)}, nftlib.GotoChain(n.chain)).WithComment(n.pick))
 		}
 	}
 	for i, ep := range eps {
 		n := namesOf(ep)
 		if left := len(eps) - i; left > 1 {
-			rules = append(rules, R(NumgenZero{Mod: uint32(left)}, GotoChain(n.chain)).WithComment(n.pick))
+			rules = append(rules, nftlib.R(nftlib.NumgenZero{Mod: uint32(left)}, nftlib.GotoChain(n.chain)).WithComment(n.pick))
 		} else {
-			rules = append(rules, R(GotoChain(n.chain)).WithComment(n.pick))
+			rules = append(rules, nftlib.R(nftlib.GotoChain(n.chain)).WithComment(n.pick))
 		}
 	}
 	return rules
@@ -648,44 +595,34 @@ func newEndpointNames(svc *proxier.ServicePort, ep proxier.Endpoint, name string
 // clusterMasquerade is the rule that marks ClusterIP traffic for SNAT:
 // all of it with --masquerade-all, else what does not come from a pod;
 // nil when neither is configured.
-func clusterMasquerade(f Family, cfg Config, node proxier.Node, clusterIP netip.Addr, port uint16, name string) *Rule {
-	match := []Term{AddrMatch{Field: FieldDaddr, Prefix: netip.PrefixFrom(clusterIP, clusterIP.BitLen())}, PortMatch{Port: port}}
+func clusterMasquerade(f nftlib.Family, cfg Config, node proxier.Node, clusterIP netip.Addr, port uint16, name string) *nftlib.Rule {
+	match := []nftlib.Term{nftlib.AddrMatch{Field: nftlib.FieldDaddr, Prefix: netip.PrefixFrom(clusterIP, clusterIP.BitLen())}, nftlib.PortMatch{Port: port}}
 	if cfg.MasqueradeAll {
-		r := R(append(match, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
+		r := nftlib.R(append(match, nftlib.JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
 		return &r
 	}
 	if notPod, ok := localMatch(f, cfg, node, true); ok {
-		r := R(append(match, notPod, JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
+		r := nftlib.R(append(match, notPod, nftlib.JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")
 		return &r
 	}
 	return nil
 }
 
-func familyPrefixes(f Family, ps []netip.Prefix) []netip.Prefix {
+func familyPrefixes(f nftlib.Family, ps []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range ps {
-		if f.has(p.Addr()) {
+		if f.Has(p.Addr()) {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-func firstOfFamily(f Family, addrs []netip.Addr) (netip.Addr, bool) {
+func firstOfFamily(f nftlib.Family, addrs []netip.Addr) (netip.Addr, bool) {
 	for _, a := range addrs {
-		if f.has(a) {
+		if f.Has(a) {
 			return a, true
 		}
 	}
 	return netip.Addr{}, false
-}
-
-func protoNumber(p proxier.Protocol) uint8 {
-	switch p {
-	case proxier.UDP:
-		return unix.IPPROTO_UDP
-	case proxier.SCTP:
-		return unix.IPPROTO_SCTP
-	}
-	return unix.IPPROTO_TCP
 }

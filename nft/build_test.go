@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -50,11 +51,11 @@ func TestNodePortHeldInOneFamily(t *testing.T) {
 		{Addr: netip.MustParseAddr("fd00:10:244::10"), Port: 8080, Ready: true, Serving: true},
 	}
 	for _, tc := range []struct {
-		f    Family
+		f    nftlib.Family
 		want bool
-	}{{IPv4, false}, {IPv6, true}} {
+	}{{nftlib.IPv4, false}, {nftlib.IPv6, true}} {
 		fr := BuildFragment(tc.f, demoConfig(), proxier.Node{Name: "node-1"}, svc, eps)
-		got := slices.ContainsFunc(fr.Elements, func(e MapElement) bool {
+		got := slices.ContainsFunc(fr.Elements, func(e nftlib.MapElement) bool {
 			return e.Map == mapServicePorts && e.Key.Port == 30080
 		})
 		if got != tc.want {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Count counts what a ruleset written by nft holds, in the tables asked
@@ -54,7 +56,7 @@ table ip other {
 		t.Fatal(err)
 	}
 	nftIn(t, ns, "-f", script)
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ table ip other {
 	// set are its bounds: nft adds an end at 0.0.0.0 before the first
 	// interval, then the interval's start and end), 2 in the vmap, 3 in c's
 	// set.
-	want := Census{Tables: 2, Chains: 4, Rules: 4, Sets: 4, Elements: 10}
+	want := nftlib.Census{Tables: 2, Chains: 4, Rules: 4, Sets: 4, Elements: 10}
 	if c != want {
 		t.Errorf("counted %+v, want %+v", c, want)
 	}
@@ -103,7 +105,7 @@ func TestKernelCountMatchesListing(t *testing.T) {
 	if err := json.Unmarshal([]byte(nftIn(t, ns, "-j", "list", "ruleset")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	var want Census
+	var want nftlib.Census
 	for _, o := range doc.Nftables {
 		for kind := range o {
 			switch kind {

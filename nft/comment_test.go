@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -29,11 +30,11 @@ func unicodeState() *proxier.State {
 func TestClampComment(t *testing.T) {
 	for _, c := range []string{"", "plain", strings.Repeat("a", 200), strings.Repeat("é", 100), strings.Repeat("服", 60),
 		"a\"b\\c\x00d\xffe", "\u200b zero width"} {
-		got := clampComment(c)
-		if len(got) > maxComment || !utf8.ValidString(got) || strings.ContainsAny(got, "\"\\") {
+		got := nftlib.ClampComment(c)
+		if len(got) > nftlib.MaxComment || !utf8.ValidString(got) || strings.ContainsAny(got, "\"\\") {
 			t.Errorf("clampComment(%q) = %q: %d bytes, valid UTF-8 %v", c, got, len(got), utf8.ValidString(got))
 		}
-		if clampComment(got) != got {
+		if nftlib.ClampComment(got) != got {
 			t.Errorf("clampComment is not idempotent on %q", c)
 		}
 	}

@@ -8,17 +8,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // script runs one diff of a table and returns its commands, sorted within
 // each kind so the comparison does not depend on map iteration order.
-func script(have, want *Table, pending []string) (string, []string) {
-	x, stale, _ := diffTx(have, want, allNames(have, want), pending, func(string) bool { return true })
-	var w scriptWriter
+func script(have, want *nftlib.Table, pending []string) (string, []string) {
+	x, stale, _ := nftlib.DiffTx(have, want, nftlib.AllKeys(have, want), pending, func(string) bool { return true })
+	var w nftlib.ScriptWriter
 	var id uint32
-	x.write(&w, &id)
-	lines := strings.Split(strings.TrimSpace(w.b.String()), "\n")
+	x.Write(&w, &id)
+	lines := strings.Split(strings.TrimSpace(w.B.String()), "\n")
 	sort.Strings(lines)
 	sort.Strings(stale)
 	if len(lines) == 1 && lines[0] == "" {
@@ -27,7 +28,7 @@ func script(have, want *Table, pending []string) (string, []string) {
 	return strings.Join(lines, "\n"), stale
 }
 
-func ipv4(st *proxier.State) *Table { return Build(st, demoConfig()).Table(IPv4) }
+func ipv4(st *proxier.State) *nftlib.Table { return Build(st, demoConfig()).Table(nftlib.IPv4) }
 
 func TestDiff(t *testing.T) {
 	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
@@ -40,8 +41,8 @@ func TestDiff(t *testing.T) {
 
 	tests := []struct {
 		name      string
-		have      *Table
-		want      *Table
+		have      *nftlib.Table
+		want      *nftlib.Table
 		pending   []string
 		wantLines []string // commands that must appear
 		notLines  []string // commands that must not
@@ -115,15 +116,15 @@ func TestDiff(t *testing.T) {
 // the same transaction, and leaves unknown chains for deletion next time.
 func TestFullTx(t *testing.T) {
 	want := ipv4(demoState())
-	x, stale := fullTx(want, &kTable{exists: true, udata: commentUdata(0, want.Comment),
-		chains: map[string]*kChain{"KUBE-SERVICES": {}, "KUBE-SVC-OLD": {}},
-		sets: map[string]*kSet{"service-ips": {flags: unix.NFT_SET_MAP, keyType: concatType(IPv4, want.Map("service-ips").Key),
-			keyLen: keyLen(IPv4, want.Map("service-ips").Key), dataType: verdictType,
-			udata: commentUdata(setCommentType, want.Map("service-ips").Comment)}}}, false)
-	var w scriptWriter
+	x, stale := nftlib.FullTx(want, &nftlib.KernelTable{Exists: true, Udata: nftlib.CommentUdata(0, want.Comment),
+		Chains: map[string]*nftlib.KernelChain{"KUBE-SERVICES": {}, "KUBE-SVC-OLD": {}},
+		Sets: map[string]*nftlib.KernelSet{"service-ips": {Flags: unix.NFT_SET_MAP, KeyType: nftlib.ConcatType(nftlib.IPv4, want.Map("service-ips").Key),
+			KeyLen: nftlib.KeyLen(nftlib.IPv4, want.Map("service-ips").Key), DataType: nftlib.VerdictType,
+			Udata: nftlib.CommentUdata(nftlib.SetCommentType, want.Map("service-ips").Comment)}}}, false)
+	var w nftlib.ScriptWriter
 	var id uint32
-	x.write(&w, &id)
-	got := w.b.String()
+	x.Write(&w, &id)
+	got := w.B.String()
 	for _, l := range []string{"flush table ip kube-nftproxy", "flush map ip kube-nftproxy service-ips", "add map ip kube-nftproxy service-nodeports"} {
 		if !strings.Contains(got, l) {
 			t.Errorf("missing %q in:\n%s", l, got)

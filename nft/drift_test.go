@@ -10,12 +10,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // readBackDrift reads every table back and compares it with want, whatever
 // the generation says.
-func readBackDrift(t *testing.T, b *Backend, want map[tableID]*Table) map[string][]string {
+func readBackDrift(t *testing.T, b *Backend, want map[tableID]*nftlib.Table) map[string][]string {
 	t.Helper()
 	kts, err := b.readKernel(want)
 	if err != nil {
@@ -23,7 +24,7 @@ func readBackDrift(t *testing.T, b *Backend, want map[tableID]*Table) map[string
 	}
 	out := map[string][]string{}
 	for _, id := range tableIDs() {
-		diffs, err := b.kern().tableDrift(want[id], kts[id], nil)
+		diffs, err := b.kern().TableDrift(want[id], kts[id], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,15 +51,15 @@ func TestKernelRuleDumpCanonical(t *testing.T) {
 				t.Errorf("read-back right after a full sync differs: %v", d)
 			}
 			raw, total := 0, 0
-			scratch := &batch{}
+			scratch := &nftlib.Batch{}
 			for _, id := range tableIDs() {
 				tb := b.applied[id]
 				idx := map[string]int{}
-				err := b.kern().dumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
+				err := b.kern().DumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
 					r := tb.Chain(chain).Rules[idx[chain]]
 					idx[chain]++
 					total++
-					if !bytes.Equal(exprs, ruleExprs(scratch, tb.Family, r)) {
+					if !bytes.Equal(exprs, nftlib.RuleExprs(scratch, tb.Family, r)) {
 						raw++
 					}
 				})
@@ -140,19 +141,19 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if len(found) > 0 {
 					t.Fatalf("drift reported before any tampering: %q", found)
 				}
-				if (b.kern().mon != nil) != (mode == "monitor") {
-					t.Fatalf("monitor open: %v", b.kern().mon != nil)
+				if (b.kern().Mon != nil) != (mode == "monitor") {
+					t.Fatalf("monitor open: %v", b.kern().Mon != nil)
 				}
 				for _, args := range tc.nft {
 					nftIn(t, ns, args...)
 				}
-				before, reads := b.kern().commits, b.check.readBacks
+				before, reads := b.kern().Commits, b.check.readBacks
 				res, err := b.Sync(ctx, st)
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
 				}
-				if !res.Full || b.kern().commits-before != 1 {
-					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.kern().commits-before)
+				if !res.Full || b.kern().Commits-before != 1 {
+					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.kern().Commits-before)
 				}
 				wantReads := len(tableIDs())
 				if mode == "monitor" {
@@ -192,8 +193,8 @@ func TestKernelTamperingRepairedByRestart(t *testing.T) {
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("first sync after a restart: %v", err)
 			}
-			if b.kern().commits != 1 {
-				t.Errorf("restart took %d transactions, want 1", b.kern().commits)
+			if b.kern().Commits != 1 {
+				t.Errorf("restart took %d transactions, want 1", b.kern().Commits)
 			}
 			assertKernelIsRender(t, ns, st)
 		})
@@ -233,16 +234,16 @@ func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 // gives a clear error naming it, not a refused transaction every second.
 func TestKernelOwnedTable(t *testing.T) {
 	ns := testNetns(t)
-	owner, err := OpenKernel("/run/netns/" + ns)
+	owner, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer owner.Close() // the kernel deletes the table with its owner's socket
-	bt := owner.newBatch()
-	bt.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, IPv6)
-	bt.str(unix.NFTA_TABLE_NAME, DefaultTableName)
-	bt.u32(unix.NFTA_TABLE_FLAGS, nftTableFOwner)
-	bt.end()
+	bt := owner.NewBatch()
+	bt.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, nftlib.IPv6)
+	bt.Str(unix.NFTA_TABLE_NAME, DefaultTableName)
+	bt.U32(unix.NFTA_TABLE_FLAGS, nftlib.NftTableFOwner)
+	bt.End()
 	if err := owner.Apply(bt); err != nil {
 		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
 		// own a table, and the kernel refuses the unknown flag.
@@ -253,15 +254,15 @@ func TestKernelOwnedTable(t *testing.T) {
 	}
 	b := openTestBackend(t, ns, demoConfig())
 	_, err = b.Sync(context.Background(), demoState())
-	var owned *TableOwnedError
-	if !errors.Is(err, ErrTableOwned) || !errors.As(err, &owned) || owned.Table != DefaultTableName || owned.Family != IPv6 {
+	var owned *nftlib.TableOwnedError
+	if !errors.Is(err, nftlib.ErrTableOwned) || !errors.As(err, &owned) || owned.Table != DefaultTableName || owned.Family != nftlib.IPv6 {
 		t.Fatalf("sync error = %v, want a TableOwnedError for ip6 %s", err, DefaultTableName)
 	}
 	if !strings.Contains(err.Error(), "ip6 kube-nftproxy is owned by another process") {
 		t.Errorf("error does not say who holds what: %v", err)
 	}
-	if b.kern().commits != 0 {
-		t.Errorf("sent %d transactions to an owned table", b.kern().commits)
+	if b.kern().Commits != 0 {
+		t.Errorf("sent %d transactions to an owned table", b.kern().Commits)
 	}
 }
 
@@ -270,12 +271,12 @@ func TestKernelOwnedTable(t *testing.T) {
 func TestKernelSendBufferTooSmall(t *testing.T) {
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, demoConfig())
-	if err := b.kern().setSendBuffer(4096); err != nil {
+	if err := b.kern().SetSendBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.Sync(context.Background(), demoState())
-	var big *TxTooLargeError
-	if !errors.Is(err, ErrTxTooLarge) || !errors.As(err, &big) || big.Size <= big.Limit {
+	var big *nftlib.TxTooLargeError
+	if !errors.Is(err, nftlib.ErrTxTooLarge) || !errors.As(err, &big) || big.Size <= big.Limit {
 		t.Fatalf("sync error = %v, want a TxTooLargeError", err)
 	}
 	for _, s := range []string{"CAP_NET_ADMIN", "net.core.wmem_max"} {
@@ -302,12 +303,12 @@ func TestKernelCheckGeneration(t *testing.T) {
 	st := demoState()
 	sync := func(st *proxier.State, what string, wantDumps bool) {
 		t.Helper()
-		dumps, reads := b.kern().dumps, b.check.readBacks
+		dumps, reads := b.kern().Dumps, b.check.readBacks
 		res, err := b.Sync(ctx, st)
 		if err != nil || res.Full || len(found) > 0 {
 			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 		}
-		if read := b.kern().dumps > dumps; read != wantDumps || b.check.readBacks != reads {
+		if read := b.kern().Dumps > dumps; read != wantDumps || b.check.readBacks != reads {
 			t.Errorf("%s: dumped %v, %d tables read back, want %v and none", what, read, b.check.readBacks-reads, wantDumps)
 		}
 	}

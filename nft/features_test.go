@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -58,12 +59,12 @@ func TestTraceFeatures(t *testing.T) {
 	rs := Build(st, demoConfig())
 	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("127.0.0.1"), mustAddr("203.0.113.6")}
 	pod, outside := mustAddr("10.244.0.20"), mustAddr("192.0.2.7")
-	tcp := func(src, dst string, port uint16) Packet {
-		return Packet{Src: mustAddr(src), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: port, Local: node}
+	tcp := func(src, dst string, port uint16) nftlib.Packet {
+		return nftlib.Packet{Src: mustAddr(src), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: port, Local: node}
 	}
 	tests := []struct {
 		name string
-		pkt  Packet
+		pkt  nftlib.Packet
 		want []string
 	}{
 		// No endpoints: REJECT for every kind of address ("has no endpoints").
@@ -77,7 +78,7 @@ func TestTraceFeatures(t *testing.T) {
 		{"eTP Local, pod to LB IP goes cluster-wide", tcp(pod.String(), "203.0.113.2", 80),
 			[]string{"0.500 dnat 10.244.0.10:8080", "0.500 dnat 10.244.9.10:8080"}},
 		// "masquerade/route LOCAL traffic": the node itself, cluster-wide and masqueraded.
-		{"eTP Local, node to LB IP", Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("203.0.113.2"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
+		{"eTP Local, node to LB IP", nftlib.Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("203.0.113.2"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
 			[]string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.9.10:8080 masquerade"}},
 		// ClusterIP traffic ignores eTP.
 		{"eTP Local, ClusterIP is cluster-wide", tcp(pod.String(), "10.96.1.2", 80),
@@ -91,11 +92,11 @@ func TestTraceFeatures(t *testing.T) {
 		// loadBalancerSourceRanges: sources outside the ranges are dropped before DNAT.
 		{"source ranges, allowed", tcp(outside.String(), "203.0.113.6", 80), []string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 		{"source ranges, refused", tcp("198.51.100.9", "203.0.113.6", 80), []string{"1.000 drop"}},
-		{"source ranges, node address in a range", Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
+		{"source ranges, node address in a range", nftlib.Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
 			[]string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 		// "For VIP-like LBs, the VIP is often added as a local address":
 		// the node's requests then come from the LB IP itself.
-		{"source ranges, node traffic from its own LB IP", Packet{Src: mustAddr("203.0.113.6"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
+		{"source ranges, node traffic from its own LB IP", nftlib.Packet{Src: mustAddr("203.0.113.6"), Dst: mustAddr("203.0.113.6"), Proto: unix.IPPROTO_TCP, Dport: 80, Output: true, Local: node},
 			[]string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 		{"source ranges do not apply to the ClusterIP", tcp("10.99.0.2", "10.96.1.6", 80), []string{"1.000 dnat 10.244.0.14:8080 masquerade"}},
 	}
@@ -111,11 +112,11 @@ func TestTraceFlags(t *testing.T) {
 	st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
 	st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1")}
 	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("10.98.0.1"), mustAddr("127.0.0.1")}
-	web := func(src, iif string) Packet {
-		return Packet{Src: mustAddr(src), Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Iif: iif}
+	web := func(src, iif string) nftlib.Packet {
+		return nftlib.Packet{Src: mustAddr(src), Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Iif: iif}
 	}
-	nodePort := func(dst string) Packet {
-		return Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node}
+	nodePort := func(dst string) nftlib.Packet {
+		return nftlib.Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr(dst), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node}
 	}
 	cfg := func(change func(*Config)) Config {
 		c := demoConfig()
@@ -125,19 +126,23 @@ func TestTraceFlags(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  Config
-		pkt  Packet
+		pkt  nftlib.Packet
 		masq bool // whether the ClusterIP packet is masqueraded
 		dnat bool
 	}{
-		{"NodeCIDR: a source in the node's pod CIDR is a pod", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.0.20", ""), false, true},
-		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
-		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.1.2.3", "kbr0"), false, true},
-		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) { c.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"} }), web("10.244.0.20", "eth0"), true, true},
+		{"NodeCIDR: a source in the node's pod CIDR is a pod", cfg(func(c *Config) { c.DetectLocal.Mode = proxier.DetectNodeCIDR }), web("10.244.0.20", ""), false, true},
+		{"NodeCIDR: another node's pod is not local", cfg(func(c *Config) { c.DetectLocal.Mode = proxier.DetectNodeCIDR }), web("10.244.7.20", ""), true, true},
+		{"BridgeInterface: from the bridge is a pod", cfg(func(c *Config) {
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
+		}), web("10.1.2.3", "kbr0"), false, true},
+		{"BridgeInterface: elsewhere is not", cfg(func(c *Config) {
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
+		}), web("10.244.0.20", "eth0"), true, true},
 		{"InterfaceNamePrefix: veth* is a pod", cfg(func(c *Config) {
-			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 		}), web("10.1.2.3", "veth12ab"), false, true},
 		{"InterfaceNamePrefix: eth0 is not", cfg(func(c *Config) {
-			c.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+			c.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 		}), web("10.1.2.3", "eth0"), true, true},
 		{"nodeport-addresses: inside the CIDR", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.99.0.1"), true, true},
 		{"nodeport-addresses: another node address", cfg(func(c *Config) { c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")} }), nodePort("10.98.0.1"), false, false},

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -85,33 +86,33 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 // again, with our type and comment (nft would add its own userdata) but
 // room for one element.
 func sizedServiceIPs(t *testing.T, ns string) {
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	m := BuildTable(IPv4, demoConfig(), proxier.Node{}, MainTable).Map(mapServiceIPs)
-	bt := k.newBatch()
-	bt.flushChain(IPv4, DefaultTableName, "")
-	bt.delSet(IPv4, DefaultTableName, m.Name)
-	bt.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, IPv4)
-	bt.str(unix.NFTA_SET_TABLE, DefaultTableName)
-	bt.str(unix.NFTA_SET_NAME, m.Name)
-	bt.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
-	bt.u32(unix.NFTA_SET_KEY_TYPE, concatType(IPv4, m.Key))
-	bt.u32(unix.NFTA_SET_KEY_LEN, keyLen(IPv4, m.Key))
-	bt.u32(unix.NFTA_SET_DATA_TYPE, verdictType)
-	bt.u32(unix.NFTA_SET_DATA_LEN, 0)
-	bt.u32(unix.NFTA_SET_ID, 1)
-	bt.nest(unix.NFTA_SET_DESC)
-	bt.u32(unix.NFTA_SET_DESC_SIZE, 1)
-	bt.unnest()
-	bt.commentAttr(unix.NFTA_SET_USERDATA, setCommentType, clampComment(m.Comment))
-	bt.end()
+	m := BuildTable(nftlib.IPv4, demoConfig(), proxier.Node{}, MainTable).Map(mapServiceIPs)
+	bt := k.NewBatch()
+	bt.FlushChain(nftlib.IPv4, DefaultTableName, "")
+	bt.DelSet(nftlib.IPv4, DefaultTableName, m.Name)
+	bt.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, nftlib.IPv4)
+	bt.Str(unix.NFTA_SET_TABLE, DefaultTableName)
+	bt.Str(unix.NFTA_SET_NAME, m.Name)
+	bt.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	bt.U32(unix.NFTA_SET_KEY_TYPE, nftlib.ConcatType(nftlib.IPv4, m.Key))
+	bt.U32(unix.NFTA_SET_KEY_LEN, nftlib.KeyLen(nftlib.IPv4, m.Key))
+	bt.U32(unix.NFTA_SET_DATA_TYPE, nftlib.VerdictType)
+	bt.U32(unix.NFTA_SET_DATA_LEN, 0)
+	bt.U32(unix.NFTA_SET_ID, 1)
+	bt.Nest(unix.NFTA_SET_DESC)
+	bt.U32(unix.NFTA_SET_DESC_SIZE, 1)
+	bt.Unnest()
+	bt.CommentAttr(unix.NFTA_SET_USERDATA, nftlib.SetCommentType, nftlib.ClampComment(m.Comment))
+	bt.End()
 	if err := k.Apply(bt); err != nil {
 		t.Fatalf("re-creating %s with room for one element: %v", m.Name, err)
 	}
-	k.finished(bt)
+	k.Finished(bt)
 }
 
 // syncUntilRepaired syncs st until a sync succeeds: at once, or after one
@@ -119,7 +120,7 @@ func sizedServiceIPs(t *testing.T, ns string) {
 func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool) proxier.SyncResult {
 	t.Helper()
 	res, err := b.Sync(context.Background(), st)
-	var txErr *TxError
+	var txErr *nftlib.TxError
 	if refused {
 		if !errors.As(err, &txErr) {
 			t.Fatalf("in-place repair: err = %v, want a transaction the kernel refuses", err)
@@ -128,14 +129,14 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 		var trace bytes.Buffer
 		b.tx.trace = &trace
 		defer func() { b.tx.trace = nil }()
-		commits := b.kern().commits
+		commits := b.kern().Commits
 		if res, err = b.Sync(context.Background(), st); err != nil {
 			t.Fatalf("the sync after the refused one: %v", err)
 		}
 		replace := "delete table ip " + DefaultTableName + "\nadd table ip " + DefaultTableName + " "
-		if b.kern().commits-commits != 1 || !strings.Contains(trace.String(), replace) {
+		if b.kern().Commits-commits != 1 || !strings.Contains(trace.String(), replace) {
 			t.Errorf("the sync after the refused one took %d transactions, want one that deletes and adds the table:\n%s",
-				b.kern().commits-commits, trace.String())
+				b.kern().Commits-commits, trace.String())
 		}
 		return res
 	}
@@ -229,20 +230,20 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 // transaction.
 func TestFullTxForeign(t *testing.T) {
 	want := ipv4(demoState())
-	have := func() *kTable {
-		return &kTable{exists: true, udata: commentUdata(0, want.Comment),
-			chains: map[string]*kChain{"KUBE-SERVICES": {}, "__chain0": {flags: nftChainBinding}, "offload": {base: true}},
-			sets: map[string]*kSet{"__set0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
-				"__map0": {flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
-			objs:       []kObj{{typ: 1, name: "fc"}, {typ: 2, name: "fq"}, {typ: 3, name: "fh"}, {typ: 99, name: "odd"}},
-			flowtables: []string{"ff"}}
+	have := func() *nftlib.KernelTable {
+		return &nftlib.KernelTable{Exists: true, Udata: nftlib.CommentUdata(0, want.Comment),
+			Chains: map[string]*nftlib.KernelChain{"KUBE-SERVICES": {}, "__chain0": {Flags: nftlib.NftChainBinding}, "offload": {Base: true}},
+			Sets: map[string]*nftlib.KernelSet{"__set0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
+				"__map0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
+			Objs:       []nftlib.KernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
+			Flowtables: []string{"ff"}}
 	}
 	script := func(replace bool) string {
-		x, _ := fullTx(want, have(), replace)
-		var w scriptWriter
+		x, _ := nftlib.FullTx(want, have(), replace)
+		var w nftlib.ScriptWriter
 		var id uint32
-		x.write(&w, &id)
-		return w.b.String()
+		x.Write(&w, &id)
+		return w.B.String()
 	}
 	got := script(false)
 	order := []string{"flush table ip kube-nftproxy\n", "delete chain ip kube-nftproxy offload\n",
@@ -278,7 +279,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 	if _, err := b.Sync(context.Background(), demoState()); err != nil {
 		t.Fatal(err)
 	}
-	read := func() map[tableID]*kTable {
+	read := func() map[tableID]*nftlib.KernelTable {
 		t.Helper()
 		kts, err := b.readKernel(b.applied)
 		if err != nil {
@@ -287,15 +288,15 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 		return kts
 	}
 	for id, kt := range read() {
-		if kt.stateful {
+		if kt.Stateful {
 			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
 		}
 	}
 	nftIn(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
 	for id, kt := range read() {
-		foreign := id == tableID{IPv4, DeltaTable}
-		if kt.stateful != foreign || foreign && (len(kt.objs) != 1 || kt.objs[0].kind() != "quota") {
-			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.stateful, kt.objs)
+		foreign := id == tableID{nftlib.IPv4, DeltaTable}
+		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Kind() != "quota") {
+			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.Stateful, kt.Objs)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -97,13 +98,13 @@ func FuzzBuildEncode(f *testing.F) {
 		rs := Build(st, demoConfig())
 		checkComments(t, rs.String())
 		var setID uint32
-		bt := newBatch(1)
+		bt := nftlib.NewBatch(1)
 		for _, tb := range rs.Tables {
 			checkReferences(t, tb)
-			x, _ := fullTx(tb, &kTable{}, false)
-			x.write(bt, &setID)
+			x, _ := nftlib.FullTx(tb, &nftlib.KernelTable{}, false)
+			x.Write(bt, &setID)
 		}
-		chunks, _, err := bt.finish()
+		chunks, _, err := bt.Finish()
 		if err != nil {
 			t.Fatalf("encoding: %v", err)
 		}
@@ -116,7 +117,7 @@ func FuzzBuildEncode(f *testing.F) {
 			t.Fatalf("the batch does not parse as netlink messages: %v", err)
 		}
 		for _, m := range msgs[1 : len(msgs)-1] { // between batch begin and end
-			if !forAttrs(m.Data[nfgenLen:], func(nlAttr) {}) {
+			if !nftlib.ForAttrs(m.Data[nftlib.NfgenLen:], func(nftlib.Attr) {}) {
 				t.Fatalf("malformed attributes in message type %#x", m.Header.Type)
 			}
 		}
@@ -133,10 +134,10 @@ func checkComments(t *testing.T, text string) {
 	}
 }
 
-func checkReferences(t *testing.T, tb *Table) {
+func checkReferences(t *testing.T, tb *nftlib.Table) {
 	t.Helper()
 	exists := map[string]bool{}
-	tb.eachChain(func(c *Chain) {
+	tb.EachChain(func(c *nftlib.Chain) {
 		if exists[c.Name] {
 			t.Fatalf("chain %s defined twice in %s", c.Name, tb.Name)
 		}
@@ -147,16 +148,16 @@ func checkReferences(t *testing.T, tb *Table) {
 			t.Fatalf("%s refers to chain %s, not in table %s", where, chain, tb.Name)
 		}
 	}
-	tb.eachChain(func(c *Chain) {
+	tb.EachChain(func(c *nftlib.Chain) {
 		for _, r := range c.Rules {
 			for _, term := range r.Terms {
-				if v, ok := term.(Verdict); ok {
+				if v, ok := term.(nftlib.Verdict); ok {
 					need(v.Chain, "a rule of "+c.Name)
 				}
 			}
 		}
 	})
 	for _, m := range tb.Maps {
-		tb.eachElement(m.Name, func(e Element) { need(e.Verdict.Chain, "an element of "+m.Name) })
+		tb.EachElement(m.Name, func(e nftlib.Element) { need(e.Verdict.Chain, "an element of "+m.Name) })
 	}
 }

@@ -72,14 +72,14 @@ func goldenCases() []goldenCase {
 		return st
 	}
 	prefixCfg := demoConfig()
-	prefixCfg.DetectLocal = LocalDetector{Mode: DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
+	prefixCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
 	prefixCfg.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd00:99::/64")}
 	prefixCfg.ConntrackTCPBeLiberal = true
 	bridgeCfg := demoConfig()
-	bridgeCfg.DetectLocal = LocalDetector{Mode: DetectBridgeInterface, BridgeInterface: "kbr0"}
+	bridgeCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
 	bridgeCfg.NodePortPrimary = true
 	nodeCIDRCfg := demoConfig()
-	nodeCIDRCfg.DetectLocal = LocalDetector{Mode: DetectNodeCIDR}
+	nodeCIDRCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectNodeCIDR}
 	masqAll := demoConfig()
 	masqAll.MasqueradeAll = true
 	masqAll.MasqueradeBit = 10

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -29,7 +30,7 @@ func nftIn(t testing.TB, ns string, args ...string) string {
 
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 	t.Helper()
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	next.Endpoints[web] = next.Endpoints[web][:1] // a second change in the same sync
 
 	_, err := b.Sync(ctx, next)
-	var txErr *TxError
+	var txErr *nftlib.TxError
 	if !errors.As(err, &txErr) || !strings.Contains(txErr.Op, "service-ips") || txErr.Errno != unix.EEXIST {
 		t.Fatalf("sync error = %v, want a refused transaction at the service-ips elements with EEXIST", err)
 	}
@@ -407,12 +408,12 @@ func TestKernelFullSyncSettles(t *testing.T) {
 			if after != before+2 {
 				t.Errorf("generation moved by %d, want 2 (the full sync and the settle)", after-before)
 			}
-			dumps := b.kern().dumps
+			dumps := b.kern().Dumps
 			if res, err := b.Sync(ctx, st); err != nil || res.Full || res.Changed {
 				t.Fatalf("check after the settle: full=%v changed=%v err=%v, want nothing to do", res.Full, res.Changed, err)
 			}
-			if b.kern().dumps != dumps {
-				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.kern().dumps-dumps)
+			if b.kern().Dumps != dumps {
+				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.kern().Dumps-dumps)
 			}
 			if out := nftIn(t, ns, "list", "table", "ip", DefaultTableName); strings.Contains(out, settleChain) {
 				t.Errorf("the settle chain is left:\n%s", out)
@@ -422,4 +423,4 @@ func TestKernelFullSyncSettles(t *testing.T) {
 }
 
 // kern is b's real kernel (the kernel tests open one).
-func (b *Backend) kern() *Kernel { return b.k.(*Kernel) }
+func (b *Backend) kern() *nftlib.Kernel { return b.k.(*nftlib.Kernel) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Reading our tables back from the kernel gives the Ruleset we programmed:
@@ -16,12 +18,12 @@ func TestKernelReadRuleset(t *testing.T) {
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
 			}
-			k, err := OpenKernel("/run/netns/" + ns)
+			k, err := nftlib.OpenKernel("/run/netns/" + ns)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer k.Close()
-			got, err := k.ReadRuleset(tc.cfg.TableName)
+			got, err := ReadRuleset(k, tc.cfg.TableName)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,7 +42,7 @@ func TestKernelReadRuleset(t *testing.T) {
 				}
 				for _, wc := range wt.AllChains() {
 					gc := gt.Chain(wc.Name)
-					if gc == nil || !equalChains(gc, clamped(wc)) {
+					if gc == nil || !nftlib.EqualChains(gc, clamped(wc)) {
 						t.Errorf("%s %s chain %s read back differs:\n got %+v\nwant %+v", wt.Family, wt.Name, wc.Name, gc, wc)
 					}
 				}
@@ -66,18 +68,18 @@ func TestKernelReadRuleset(t *testing.T) {
 }
 
 // clamped is the chain with its comments as the kernel keeps them.
-func clamped(c *Chain) *Chain {
-	out := &Chain{Name: c.Name, Comment: clampComment(c.Comment), Hook: c.Hook}
+func clamped(c *nftlib.Chain) *nftlib.Chain {
+	out := &nftlib.Chain{Name: c.Name, Comment: nftlib.ClampComment(c.Comment), Hook: c.Hook}
 	for _, r := range c.Rules {
-		out.Rules = append(out.Rules, Rule{Terms: r.Terms, Comment: clampComment(r.Comment)})
+		out.Rules = append(out.Rules, nftlib.Rule{Terms: r.Terms, Comment: nftlib.ClampComment(r.Comment)})
 	}
 	return out
 }
 
-func elementTexts(t *Table, m *Map) []string {
+func elementTexts(t *nftlib.Table, m *nftlib.Map) []string {
 	var out []string
 	for _, e := range t.Elements(m.Name) {
-		out = append(out, e.text(t.Family, m.Key))
+		out = append(out, e.Text(t.Family, m.Key))
 	}
 	sort.Strings(out)
 	return out

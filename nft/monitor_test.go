@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -13,41 +14,41 @@ import (
 // another netlink socket than the backend's (another port id), as kubelet,
 // a CNI plugin or firewalld would.
 type foreignWriter struct {
-	k     *Kernel
-	f     Family
+	k     *nftlib.Kernel
+	f     nftlib.Family
 	table string
 	n     int
 }
 
-func newForeignWriter(t testing.TB, ns string, f Family, table string) *foreignWriter {
+func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *foreignWriter {
 	t.Helper()
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
 	w := &foreignWriter{k: k, f: f, table: table}
-	bt := k.newBatch()
-	bt.addTable(f, table, "")
+	bt := k.NewBatch()
+	bt.AddTable(f, table, "")
 	if err := k.Apply(bt); err != nil {
 		t.Fatal(err)
 	}
-	k.finished(bt)
+	k.Finished(bt)
 	return w
 }
 
 // commit adds chains chains in one transaction.
 func (w *foreignWriter) commit(t testing.TB, chains int) {
 	t.Helper()
-	bt := w.k.newBatch()
+	bt := w.k.NewBatch()
 	for i := 0; i < chains; i++ {
 		w.n++
-		bt.addChain(w.f, w.table, &Chain{Name: fmt.Sprintf("c%d", w.n)})
+		bt.AddChain(w.f, w.table, &nftlib.Chain{Name: fmt.Sprintf("c%d", w.n)})
 	}
 	if err := w.k.Apply(bt); err != nil {
 		t.Fatal(err)
 	}
-	w.k.finished(bt)
+	w.k.Finished(bt)
 }
 
 // checkedSync syncs st with a drift check and returns how many tables the
@@ -76,10 +77,10 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().mon == nil {
+	if b.kern().Mon == nil {
 		t.Fatal("no change monitor")
 	}
-	w := newForeignWriter(t, ns, IPv4, "other")
+	w := newForeignWriter(t, ns, nftlib.IPv4, "other")
 	nftIn(t, ns, "add", "table", "inet", DefaultTableName)
 	nftIn(t, ns, "add", "chain", "inet", DefaultTableName, "c")
 	gen0, err := b.kern().Generation()
@@ -102,7 +103,7 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	if gen-gen0 < 1000 {
 		t.Errorf("generation moved by %d, want >= 1000 foreign commits", gen-gen0)
 	}
-	if events, overruns := b.kern().mon.counts(); events < 1000 || overruns > 0 {
+	if events, overruns := b.kern().Mon.Counts(); events < 1000 || overruns > 0 {
 		t.Errorf("monitor parsed %d events with %d overruns, want >= 1000 and none", events, overruns)
 	}
 	assertKernelIsRender(t, ns, withoutForeign(t, ns, st))
@@ -134,16 +135,16 @@ func TestKernelMonitorOverflowMarksAll(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	w := newForeignWriter(t, ns, IPv4, "other")
+	w := newForeignWriter(t, ns, nftlib.IPv4, "other")
 	checkedSync(t, b, st, "first check")
 	// Keep the reader out while thousands of notifications come at once.
-	b.kern().mon.mu.Lock()
+	b.kern().Mon.Mu.Lock()
 	w.commit(t, 5000)
-	b.kern().mon.mu.Unlock()
+	b.kern().Mon.Mu.Unlock()
 	if n := checkedSync(t, b, st, "after an overflow"); n != len(tableIDs()) {
 		t.Errorf("after an overflow the check read %d tables back, want all %d", n, len(tableIDs()))
 	}
-	if _, overruns := b.kern().mon.counts(); overruns == 0 {
+	if _, overruns := b.kern().Mon.Counts(); overruns == 0 {
 		t.Fatal("no overrun: the test did not overflow the monitor")
 	}
 	w.commit(t, 1)
@@ -189,8 +190,8 @@ func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	marked, all := b.kern().mon.take()
-	events, overruns := b.kern().mon.counts()
+	marked, all := b.kern().Mon.Take()
+	events, overruns := b.kern().Mon.Counts()
 	if len(marked) > 0 || all || events > 0 || overruns > 0 {
 		t.Errorf("after our own syncs: marked %v all=%v events=%d overruns=%d, want nothing", marked, all, events, overruns)
 	}
@@ -207,7 +208,7 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().mon == nil {
+	if b.kern().Mon == nil {
 		t.Fatal("no change monitor")
 	}
 	gen, err := b.kern().Generation()
@@ -216,12 +217,12 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	}
 	// What Sync does around a large transaction, with someone else's
 	// commit to our table where ours would be.
-	if err := b.kern().mon.setMember(false); err != nil {
+	if err := b.kern().Mon.SetMember(false); err != nil {
 		t.Fatal(err)
 	}
 	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-	b.tx.rejoin(b.kern().mon, commitReport{genBefore: gen})
-	if _, all := b.kern().mon.take(); !all {
+	b.tx.rejoin(b.kern().Mon, commitReport{genBefore: gen})
+	if _, all := b.kern().Mon.Take(); !all {
 		t.Fatal("a commit made while the monitor was out of the group left no mark")
 	}
 	// Without the foreign commit, a muted transaction of ours marks nothing.
@@ -229,11 +230,11 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.kern().mon.setMember(false); err != nil {
+	if err := b.kern().Mon.SetMember(false); err != nil {
 		t.Fatal(err)
 	}
-	b.tx.rejoin(b.kern().mon, commitReport{genBefore: gen})
-	if marked, all := b.kern().mon.take(); all || len(marked) > 0 {
+	b.tx.rejoin(b.kern().Mon, commitReport{genBefore: gen})
+	if marked, all := b.kern().Mon.Take(); all || len(marked) > 0 {
 		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
 	}
 }
@@ -256,7 +257,7 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().mon == nil {
+	if b.kern().Mon == nil {
 		t.Fatal("no change monitor")
 	}
 	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")

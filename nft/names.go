@@ -84,3 +84,17 @@ func FirewallChain(name proxier.ServicePortName, proto proxier.Protocol) string 
 func EndpointChain(name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
 	return chainName(prefixSEP, name, proto, endpoint)
 }
+
+// fragmentKey is the key of a service port's fragment in a Table: its
+// name's String form, so that fragments are listed in the order of
+// proxier.ServicePortName.Compare.
+func fragmentKey(name proxier.ServicePortName) string { return name.String() }
+
+// fragmentKeys is fragmentKey of each name.
+func fragmentKeys(names []proxier.ServicePortName) []string {
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = fragmentKey(n)
+	}
+	return keys
+}

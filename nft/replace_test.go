@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"syscall"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // TestMarkReplace: after a full sync the kernel refused, the next one
@@ -14,9 +16,9 @@ import (
 // or its answer was lost (no TxError at all), every table, so that a sync
 // never fails for ever on a table of ours.
 func TestMarkReplace(t *testing.T) {
-	want := map[tableID]*Table{}
+	want := map[tableID]*nftlib.Table{}
 	for _, id := range tableIDs() {
-		want[id] = &Table{Family: id.f, Name: fmt.Sprintf("t-%s-%d", id.f, id.kind)}
+		want[id] = &nftlib.Table{Family: id.f, Name: fmt.Sprintf("t-%s-%d", id.f, id.kind)}
 	}
 	first := tableIDs()[0]
 	cases := []struct {
@@ -24,8 +26,8 @@ func TestMarkReplace(t *testing.T) {
 		err  error
 		all  bool
 	}{
-		{"refusal naming a table of ours", &TxError{Op: "add element", Errno: syscall.ENFILE, Family: first.f, Table: want[first].Name}, false},
-		{"refusal naming another table", &TxError{Op: "add table", Errno: syscall.EEXIST, Family: first.f, Table: "other"}, true},
+		{"refusal naming a table of ours", &nftlib.TxError{Op: "add element", Errno: syscall.ENFILE, Family: first.f, Table: want[first].Name}, false},
+		{"refusal naming another table", &nftlib.TxError{Op: "add table", Errno: syscall.EEXIST, Family: first.f, Table: "other"}, true},
 		{"answer lost", fmt.Errorf("reading transaction result: %w", syscall.ENOBUFS), true},
 		{"any other error", errors.New("netlink socket closed"), true},
 	}

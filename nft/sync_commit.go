@@ -4,13 +4,15 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // committer sends one sync's table transactions to the kernel as one
 // transaction, keeping the change monitor out of the notification group
 // while a large one commits and settling a large full sync.
 type committer struct {
-	k   Dataplane
+	k   nftlib.Dataplane
 	log *slog.Logger
 	// trace, when set, receives each transaction as nft commands.
 	trace io.Writer
@@ -47,22 +49,22 @@ const muteAbove = 1024
 
 // write puts the non-empty table transactions into one kernel
 // transaction (and the trace); it returns nil when all are empty.
-func (c *committer) write(txs []*tx) kernelTx {
-	var kt kernelTx
+func (c *committer) write(txs []*nftlib.Tx) nftlib.KernelTx {
+	var kt nftlib.KernelTx
 	var setID uint32
 	for _, x := range txs {
-		if x.empty() {
+		if x.Empty() {
 			continue
 		}
 		if kt == nil {
-			kt = c.k.newTx()
+			kt = c.k.NewTx()
 		}
 		id0 := setID
-		x.write(kt, &setID)
+		x.Write(kt, &setID)
 		if c.trace != nil {
-			var sw scriptWriter
-			x.write(&sw, &id0)
-			io.WriteString(c.trace, sw.b.String())
+			var sw nftlib.ScriptWriter
+			x.Write(&sw, &id0)
+			io.WriteString(c.trace, sw.B.String())
 		}
 	}
 	return kt
@@ -70,12 +72,12 @@ func (c *committer) write(txs []*tx) kernelTx {
 
 // commit sends kt; after a full sync (settle: the table settle uses), a
 // large one is settled.
-func (c *committer) commit(kt kernelTx, settle *tableName) commitReport {
-	r := commitReport{messages: kt.messages(), bytes: kt.size()}
-	r.genBefore, r.genErr = c.k.generation()
-	m := c.k.monitor()
-	muted := m != nil && r.messages >= muteAbove && m.setMember(false) == nil
-	r.kernel, r.err = timed(func() error { return c.k.commit(kt) })
+func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitReport {
+	r := commitReport{messages: kt.Messages(), bytes: kt.Size()}
+	r.genBefore, r.genErr = c.k.Generation()
+	m := c.k.Monitor()
+	muted := m != nil && r.messages >= muteAbove && m.SetMember(false) == nil
+	r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
 	if r.err == nil {
 		r.commits++
 		if settle != nil && r.messages >= settleFrom && c.settle(*settle) == nil {
@@ -94,11 +96,11 @@ func (c *committer) commit(kt kernelTx, settle *tableName) commitReport {
 // rules of the generation before to RCU to free: at 10k Services that made
 // the next one-Service change cost 11-17 ms instead of 6 ms. Done here, it
 // is part of the full sync and not of the change that follows.
-func (c *committer) settle(t tableName) error {
-	kt := c.k.newTx()
-	kt.addChains(t.f, t.name, []*Chain{{Name: settleChain}})
-	kt.delChain(t.f, t.name, settleChain)
-	err := c.k.commit(kt)
+func (c *committer) settle(t nftlib.TableRef) error {
+	kt := c.k.NewTx()
+	kt.AddChains(t.Family, t.Name, []*nftlib.Chain{{Name: settleChain}})
+	kt.DelChain(t.Family, t.Name, settleChain)
+	err := c.k.CommitTx(kt)
 	if err != nil {
 		c.log.Warn("could not commit the transaction that settles a full sync; the next sync pays for it", "err", err)
 	}
@@ -108,11 +110,11 @@ func (c *committer) settle(t tableName) error {
 // rejoin puts the monitor back into the notification group after one of
 // our transactions. Another process's commit in between went unseen: when
 // the generation shows one, every table is marked for the next check.
-func (c *committer) rejoin(m changeMonitor, r commitReport) {
-	joinErr := m.setMember(true)
-	after, err := c.k.generation()
+func (c *committer) rejoin(m nftlib.Watcher, r commitReport) {
+	joinErr := m.SetMember(true)
+	after, err := c.k.Generation()
 	if joinErr != nil || r.genErr != nil || err != nil || after != r.genBefore+r.commits {
-		m.markAll()
+		m.MarkAll()
 	}
 	if joinErr != nil {
 		c.log.Warn("cannot rejoin the nftables notification group; drift checks read all tables back", "err", joinErr)

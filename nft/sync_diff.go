@@ -1,10 +1,12 @@
 package nft
 
+import "github.com/kube-nftproxy/kube-nftproxy/nftlib"
+
 // syncDiff is one sync's transaction, per table, and what it leaves for
 // later: the chains it flushes (stale) and the older flushed ones not due
 // yet (kept), to delete once staleChainAge has passed.
 type syncDiff struct {
-	txs         []*tx // in tableIDs order
+	txs         []*nftlib.Tx // in tableIDs order
 	stale, kept map[tableID][]string
 	deleted     int // stale chains it deletes
 }
@@ -13,7 +15,7 @@ type syncDiff struct {
 // kernel holds (read first), any other against the applied tables, at the
 // service ports the plan names.
 func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
-	var kts map[tableID]*kTable
+	var kts map[tableID]*nftlib.KernelTable
 	if p.full {
 		var err error
 		if kts, err = b.readKernel(p.want); err != nil {
@@ -21,14 +23,15 @@ func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
 		}
 	}
 	d := &syncDiff{stale: map[tableID][]string{}, kept: map[tableID][]string{}}
+	keys := fragmentKeys(p.names)
 	for _, id := range tableIDs() {
-		var x *tx
+		var x *nftlib.Tx
 		if p.full {
-			x, d.stale[id] = fullTx(p.want[id], kts[id], b.replace[id])
+			x, d.stale[id] = nftlib.FullTx(p.want[id], kts[id], b.replace[id])
 		} else {
-			x, d.stale[id], d.kept[id] = diffTx(p.have[id], p.want[id], p.names, b.stale.pending[id], b.stale.due(id, p.now))
+			x, d.stale[id], d.kept[id] = nftlib.DiffTx(p.have[id], p.want[id], keys, b.stale.pending[id], b.stale.due(id, p.now))
 		}
-		d.deleted += len(x.delChains)
+		d.deleted += len(x.DelChains)
 		d.txs = append(d.txs, x)
 	}
 	return d, nil
@@ -36,22 +39,22 @@ func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
 
 // readKernel reads what the kernel holds of the given tables (see
 // readKernel).
-func (b *Backend) readKernel(tables map[tableID]*Table) (map[tableID]*kTable, error) {
+func (b *Backend) readKernel(tables map[tableID]*nftlib.Table) (map[tableID]*nftlib.KernelTable, error) {
 	return readKernel(b.k, tables, b.stale.pending)
 }
 
 // readKernel reads what the kernel holds of the given tables (their
 // metadata, not rules or elements), and refuses tables another process
 // owns. pending are the stale chains each table may still hold.
-func readKernel(k Dataplane, tables map[tableID]*Table, pending map[tableID][]string) (map[tableID]*kTable, error) {
-	out := make(map[tableID]*kTable, len(tables))
-	me := k.portID()
-	for _, f := range families {
+func readKernel(k nftlib.Dataplane, tables map[tableID]*nftlib.Table, pending map[tableID][]string) (map[tableID]*nftlib.KernelTable, error) {
+	out := make(map[tableID]*nftlib.KernelTable, len(tables))
+	me := k.PortID()
+	for _, f := range nftlib.Families {
 		names, expect := expectedChains(f, tables, pending)
 		if len(names) == 0 {
 			continue
 		}
-		kts, err := k.readFamily(f, names, expect)
+		kts, err := k.ReadFamily(f, names, expect)
 		if err != nil {
 			return nil, err
 		}
@@ -60,8 +63,8 @@ func readKernel(k Dataplane, tables map[tableID]*Table, pending map[tableID][]st
 				continue
 			}
 			kt := kts[tables[id].Name]
-			if kt.exists && kt.flags&nftTableFOwner != 0 && kt.owner != me {
-				return nil, &TableOwnedError{Family: f, Table: tables[id].Name, Owner: kt.owner}
+			if kt.Exists && kt.Flags&nftlib.NftTableFOwner != 0 && kt.Owner != me {
+				return nil, &nftlib.TableOwnedError{Family: f, Table: tables[id].Name, Owner: kt.Owner}
 			}
 			out[id] = kt
 		}
@@ -71,14 +74,14 @@ func readKernel(k Dataplane, tables map[tableID]*Table, pending map[tableID][]st
 
 // expectedChains lists the tables of family f and the chains each should
 // hold: ours, and those flushed for deletion that may remain.
-func expectedChains(f Family, tables map[tableID]*Table, pending map[tableID][]string) ([]string, map[string][]string) {
+func expectedChains(f nftlib.Family, tables map[tableID]*nftlib.Table, pending map[tableID][]string) ([]string, map[string][]string) {
 	var names []string
 	expect := map[string][]string{}
 	for _, id := range tableIDs() {
 		if t := tables[id]; id.f == f && t != nil {
 			names = append(names, t.Name)
-			want := make([]string, 0, t.chainCount()+len(pending[id]))
-			t.eachChain(func(c *Chain) { want = append(want, c.Name) })
+			want := make([]string, 0, t.ChainCount()+len(pending[id]))
+			t.EachChain(func(c *nftlib.Chain) { want = append(want, c.Name) })
 			expect[t.Name] = append(want, pending[id]...)
 		}
 	}

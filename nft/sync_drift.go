@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -14,7 +15,7 @@ import (
 // monitor saw another process change, or all of them when the monitor
 // lost events or could not be opened.
 type driftChecker struct {
-	k   Dataplane
+	k   nftlib.Dataplane
 	log *slog.Logger
 	// every is how often a sync checks (0: never); onForeign and onDrift
 	// are BackendConfig's OnForeignChange and OnDrift.
@@ -48,18 +49,18 @@ func (c *driftChecker) start(cfg Config, applied bool) {
 		return
 	}
 	c.monTried = true
-	if c.k.monitor() != nil {
+	if c.k.Monitor() != nil {
 		return
 	}
-	var watch []tableName
+	var watch []nftlib.TableRef
 	for _, id := range tableIDs() {
-		watch = append(watch, tableName{id.f, tableNameOf(cfg, id.kind)})
+		watch = append(watch, nftlib.TableRef{Family: id.f, Name: tableNameOf(cfg, id.kind)})
 	}
 	size := c.monitorBuf
 	if size == 0 {
-		size = monitorRcvBuf
+		size = nftlib.MonitorRcvBuf
 	}
-	if err := c.k.watch(watch, size, c.onForeign); err != nil {
+	if err := c.k.Watch(watch, size, c.onForeign); err != nil {
 		c.log.Warn("cannot follow nftables changes; each drift check reads all our tables back when another process committed", "err", err)
 		return
 	}
@@ -69,7 +70,7 @@ func (c *driftChecker) start(cfg Config, applied bool) {
 }
 
 func tableNameOf(cfg Config, kind TableKind) string {
-	return BuildTable(IPv4, cfg, proxier.Node{}, kind).Name
+	return BuildTable(nftlib.IPv4, cfg, proxier.Node{}, kind).Name
 }
 
 // due reports whether a sync checks first: every `every`, and at once
@@ -78,8 +79,8 @@ func (c *driftChecker) due() bool {
 	if c.every > 0 && time.Since(c.lastCheck) >= c.every {
 		return true
 	}
-	m := c.k.monitor()
-	return m != nil && m.pending()
+	m := c.k.Monitor()
+	return m != nil && m.Pending()
 }
 
 // drifted reports whether the kernel holds something else than applied:
@@ -88,25 +89,25 @@ func (c *driftChecker) due() bool {
 // them without a monitor, or when it lost events) are read back and
 // compared with the applied ones. Differences are logged and handed to
 // onDrift. pending are the stale chains each table may still hold.
-func (c *driftChecker) drifted(applied map[tableID]*Table, pending map[tableID][]string) bool {
+func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, pending map[tableID][]string) bool {
 	c.lastCheck = time.Now()
 	// The monitor first: every event it has read belongs to a transaction
 	// the generation read after it counts.
-	var marked map[tableName]bool
-	m := c.k.monitor()
+	var marked map[nftlib.TableRef]bool
+	m := c.k.Monitor()
 	all, lost := m == nil || c.readAll, false
 	if m != nil {
-		marked, lost = m.take()
+		marked, lost = m.Take()
 	}
 	c.readAll = false
-	gen, genErr := c.k.generation()
+	gen, genErr := c.k.Generation()
 	if genErr == nil && c.verified && gen == c.verifiedGen && !lost && len(marked) == 0 {
 		return false
 	}
 	c.verified = false
-	check := map[tableID]*Table{}
+	check := map[tableID]*nftlib.Table{}
 	for _, id := range tableIDs() {
-		if t := applied[id]; all || lost || marked[tableName{id.f, t.Name}] {
+		if t := applied[id]; all || lost || marked[nftlib.TableRef{Family: id.f, Name: t.Name}] {
 			check[id] = t
 		}
 	}
@@ -120,14 +121,14 @@ func (c *driftChecker) drifted(applied map[tableID]*Table, pending map[tableID][
 		// that the generation counts but whose events the monitor had not
 		// yet read leaves marks, which keep the next check off the fast
 		// path.
-		after, err := c.k.generation()
+		after, err := c.k.Generation()
 		c.verified, c.verifiedGen = err == nil && after == gen, gen
 	}
 	return found
 }
 
 // checkTables reads back and compares the given tables.
-func (c *driftChecker) checkTables(tables map[tableID]*Table, pending map[tableID][]string) (bool, error) {
+func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, pending map[tableID][]string) (bool, error) {
 	if len(tables) == 0 {
 		return false, nil
 	}
@@ -142,7 +143,7 @@ func (c *driftChecker) checkTables(tables map[tableID]*Table, pending map[tableI
 		if t == nil {
 			continue
 		}
-		diffs, err := c.k.tableDrift(t, kts[id], pending[id])
+		diffs, err := c.k.TableDrift(t, kts[id], pending[id])
 		if err != nil {
 			return false, err
 		}
@@ -168,7 +169,7 @@ func (c *driftChecker) committed(r commitReport) {
 		c.verified = false
 		return
 	}
-	after, err := c.k.generation()
+	after, err := c.k.Generation()
 	c.verified = err == nil && after == r.genBefore+r.commits
 	c.verifiedGen = after
 }

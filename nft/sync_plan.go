@@ -4,6 +4,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -17,8 +18,8 @@ import (
 // a failed commit.
 type syncPlan struct {
 	full bool
-	want map[tableID]*Table
-	have map[tableID]*Table
+	want map[tableID]*nftlib.Table
+	have map[tableID]*nftlib.Table
 	// changed are the service ports added, changed or removed since the
 	// applied State; names those the diff must look at: the changed ones
 	// and those a fold moves, each once.
@@ -47,7 +48,7 @@ func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
 
 // planFull puts every service port of st in the tables of its home.
 func (b *Backend) planFull(st *proxier.State) *syncPlan {
-	p := &syncPlan{full: true, want: map[tableID]*Table{}, inDelta: map[proxier.ServicePortName]bool{}}
+	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[proxier.ServicePortName]bool{}}
 	for _, id := range tableIDs() {
 		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 	}
@@ -59,10 +60,10 @@ func (b *Backend) planFull(st *proxier.State) *syncPlan {
 // (added, changed or removed) to its new table: a changed port goes to the
 // delta table, unless its home is the affinity table.
 func (b *Backend) planChanges(st *proxier.State) *syncPlan {
-	p := &syncPlan{want: map[tableID]*Table{}, have: map[tableID]*Table{}, inDelta: maps.Clone(b.inDelta)}
+	p := &syncPlan{want: map[tableID]*nftlib.Table{}, have: map[tableID]*nftlib.Table{}, inDelta: maps.Clone(b.inDelta)}
 	for _, id := range tableIDs() {
 		t := *b.applied[id]
-		t.Services = map[proxier.ServicePortName]*Fragment{}
+		t.Fragments = map[string]*nftlib.Fragment{}
 		p.have[id] = &t
 		p.want[id] = b.applied[id]
 	}
@@ -101,11 +102,12 @@ func (b *Backend) planFold(p *syncPlan) {
 			names = append(names, name)
 		}
 		p.remember(name)
-		for _, f := range families {
+		key := fragmentKey(name)
+		for _, f := range nftlib.Families {
 			delta, main := p.want[tableID{f, DeltaTable}], p.want[tableID{f, MainTable}]
-			if fr := delta.Services[name]; fr != nil {
-				main.Services[name] = fr
-				delete(delta.Services, name)
+			if fr := delta.Fragments[key]; fr != nil {
+				main.Fragments[key] = fr
+				delete(delta.Fragments, key)
 			}
 		}
 	}
@@ -131,67 +133,70 @@ func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.S
 }
 
 // remember saves, once per sync, what the applied tables hold for a service
-// port before it is changed: have[id].Services gets the old fragment, or nil
+// port before it is changed: have[id].Fragments gets the old fragment, or nil
 // when there was none.
 func (p *syncPlan) remember(name proxier.ServicePortName) {
+	key := fragmentKey(name)
 	for _, id := range tableIDs() {
-		if _, done := p.have[id].Services[name]; !done {
-			p.have[id].Services[name] = p.want[id].Services[name]
+		if _, done := p.have[id].Fragments[key]; !done {
+			p.have[id].Fragments[key] = p.want[id].Fragments[key]
 		}
 	}
 }
 
 // undo puts back what remember saved, after a failed transaction.
-func (b *Backend) undo(have map[tableID]*Table) {
+func (b *Backend) undo(have map[tableID]*nftlib.Table) {
 	for id, t := range have {
-		for name, fr := range t.Services {
+		for key, fr := range t.Fragments {
 			if fr == nil {
-				delete(b.applied[id].Services, name)
+				delete(b.applied[id].Fragments, key)
 			} else {
-				b.applied[id].Services[name] = fr
+				b.applied[id].Fragments[key] = fr
 			}
 		}
 	}
 }
 
 // place builds a service port's fragments into the tables of that kind.
-func (b *Backend) place(want map[tableID]*Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
-	for _, f := range families {
+func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	key := fragmentKey(name)
+	for _, f := range nftlib.Families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
-			want[tableID{f, kind}].Services[name] = fr
+			want[tableID{f, kind}].Fragments[key] = fr
 		}
 	}
 }
 
 // placeAll builds every service port of st into the tables of its home,
 // the fragments on all CPUs (they depend on their own inputs alone).
-func (b *Backend) placeAll(want map[tableID]*Table, st *proxier.State) {
+func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
 	names := make([]proxier.ServicePortName, 0, len(st.Services))
 	for name := range st.Services {
 		names = append(names, name)
 	}
-	built := make([][2]*Fragment, len(names)) // per family: IPv4, IPv6
-	inParallel(len(names), func(_, lo, hi int) {
+	built := make([][2]*nftlib.Fragment, len(names)) // per family: IPv4, IPv6
+	nftlib.InParallel(len(names), func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			svc := st.Services[names[i]]
-			for j, f := range families {
+			for j, f := range nftlib.Families {
 				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints[names[i]])
 			}
 		}
 	})
 	for i, name := range names {
-		kind := homeTable(st.Services[name])
-		for j, f := range families {
+		kind, key := homeTable(st.Services[name]), fragmentKey(name)
+		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
-				want[tableID{f, kind}].Services[name] = fr
+				want[tableID{f, kind}].Fragments[key] = fr
 			}
 		}
 	}
 }
 
 // unplace removes a service port from whichever table holds it.
-func unplace(want map[tableID]*Table, name proxier.ServicePortName) {
+func unplace(want map[tableID]*nftlib.Table, name proxier.ServicePortName) {
+	key := fragmentKey(name)
 	for _, id := range tableIDs() {
-		delete(want[id].Services, name)
+		delete(want[id].Fragments, key)
 	}
 }

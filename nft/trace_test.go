@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,47 +15,47 @@ func TestTrace(t *testing.T) {
 	pod, podB, outside := mustAddr("10.244.0.20"), mustAddr("10.244.0.10"), mustAddr("10.99.0.2")
 	tests := []struct {
 		name string
-		pkt  Packet
+		pkt  nftlib.Packet
 		want []string // outcomes without the chain path
 	}{
 		{
 			name: "pod to ClusterIP: both endpoints, no masquerade",
-			pkt:  Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			pkt:  nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			want: []string{"0.500 dnat 10.244.0.10:8080", "0.500 dnat 10.244.0.11:8080"},
 		},
 		{
 			name: "off-cluster source to ClusterIP is masqueraded",
-			pkt:  Packet{Src: outside, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			pkt:  nftlib.Packet{Src: outside, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080 masquerade"},
 		},
 		{
 			name: "hairpin: a pod reaching itself is masqueraded",
-			pkt:  Packet{Src: podB, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			pkt:  nftlib.Packet{Src: podB, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080"},
 		},
 		{
 			name: "the node itself to a ClusterIP (output hook)",
-			pkt:  Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("10.96.0.53"), Proto: unix.IPPROTO_UDP, Dport: 53, Output: true, Local: node},
+			pkt:  nftlib.Packet{Src: mustAddr("10.99.0.1"), Dst: mustAddr("10.96.0.53"), Proto: unix.IPPROTO_UDP, Dport: 53, Output: true, Local: node},
 			want: []string{"1.000 dnat 10.244.0.10:5353 masquerade"},
 		},
 		{
 			name: "NodePort on a node address: external, masqueraded",
-			pkt:  Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node},
+			pkt:  nftlib.Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node},
 			want: []string{"0.500 dnat 10.244.0.10:8080 masquerade", "0.500 dnat 10.244.0.11:8080 masquerade"},
 		},
 		{
 			name: "no NodePort on loopback",
-			pkt:  Packet{Src: mustAddr("127.0.0.1"), Dst: mustAddr("127.0.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Output: true, Local: node},
+			pkt:  nftlib.Packet{Src: mustAddr("127.0.0.1"), Dst: mustAddr("127.0.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Output: true, Local: node},
 			want: []string{"1.000 no dnat"},
 		},
 		{
 			name: "wrong protocol does not match",
-			pkt:  Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_UDP, Dport: 80, Local: node},
+			pkt:  nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_UDP, Dport: 80, Local: node},
 			want: []string{"1.000 no dnat"},
 		},
 		{
 			name: "IPv6 ClusterIP has the IPv6 endpoint only",
-			pkt:  Packet{Src: mustAddr("fd00:10:244::20"), Dst: mustAddr("fd00:10:96::10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
+			pkt:  nftlib.Packet{Src: mustAddr("fd00:10:244::20"), Dst: mustAddr("fd00:10:96::10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			want: []string{"1.000 dnat [fd00:10:244::10]:8080"},
 		},
 	}
@@ -66,7 +67,7 @@ func TestTrace(t *testing.T) {
 // The chain path shows the iptables-mode topology a NodePort packet takes.
 func TestTracePath(t *testing.T) {
 	rs := Build(demoState(), demoConfig())
-	out := rs.Trace(Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: []netip.Addr{mustAddr("10.99.0.1")}})
+	out := rs.Trace(nftlib.Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: []netip.Addr{mustAddr("10.99.0.1")}})
 	if len(out) != 2 {
 		t.Fatalf("outcomes: %v", out)
 	}
@@ -85,7 +86,7 @@ func TestTracePath(t *testing.T) {
 }
 
 // checkTrace compares a packet's outcomes (without their chain paths) with want.
-func checkTrace(t *testing.T, rs *Ruleset, pkt Packet, want []string) {
+func checkTrace(t *testing.T, rs *nftlib.Ruleset, pkt nftlib.Packet, want []string) {
 	t.Helper()
 	var got []string
 	for _, o := range rs.Trace(pkt) {

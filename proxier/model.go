@@ -1,5 +1,8 @@
-// Package proxier holds the service model, endpoint categorisation and the
-// sync loop. It knows nothing of the kernel: backends implement Backend.
+// Package proxier holds what both modes share: the service model, endpoint
+// categorisation, the sync loop, health checks and the Settings both
+// modes read alike (cluster CIDRs, local-traffic detection, the masquerade
+// bit, NodePort addresses). It knows nothing of the kernel: the modes
+// (packages nft and ipvs) implement Backend.
 package proxier
 
 import (
@@ -20,6 +23,18 @@ const (
 	UDP  Protocol = "UDP"
 	SCTP Protocol = "SCTP"
 )
+
+// Number is the protocol's IP protocol number (IPPROTO_TCP, ...); TCP
+// for any other value.
+func (p Protocol) Number() uint8 {
+	switch p {
+	case UDP:
+		return 17 // IPPROTO_UDP
+	case SCTP:
+		return 132 // IPPROTO_SCTP
+	}
+	return 6 // IPPROTO_TCP
+}
 
 // ParseProtocol accepts the Kubernetes spelling; empty means TCP, as the API defaults it.
 func ParseProtocol(s string) (Protocol, error) {

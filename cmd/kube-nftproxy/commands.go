@@ -25,6 +25,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
@@ -74,7 +75,7 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "the pod CIDR(s) of the cluster, comma-separated, one per family; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent via Service cluster IPs")
 	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", 14, "the bit of the fwmark space that marks packets to SNAT, 0-31")
-	fs.StringVar(&o.detectLocalMode, "detect-local-mode", nft.DetectClusterCIDR, "how to tell pod traffic from other traffic: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
+	fs.StringVar(&o.detectLocalMode, "detect-local-mode", proxier.DetectClusterCIDR, "how to tell pod traffic from other traffic: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
 	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
 	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
@@ -103,14 +104,14 @@ func (o *options) nftConfig() (nft.Config, error) {
 	cfg := nft.DefaultConfig()
 	cfg.MasqueradeAll = o.masqueradeAll
 	cfg.ConntrackTCPBeLiberal = o.tcpBeLiberal
-	cfg.DetectLocal = nft.LocalDetector{Mode: o.detectLocalMode, BridgeInterface: o.bridgeInterface, InterfacePrefix: o.ifacePrefix}
+	cfg.DetectLocal = proxier.LocalDetector{Mode: o.detectLocalMode, BridgeInterface: o.bridgeInterface, InterfacePrefix: o.ifacePrefix}
 	switch o.detectLocalMode {
-	case nft.DetectClusterCIDR, nft.DetectNodeCIDR:
-	case nft.DetectBridgeInterface:
+	case proxier.DetectClusterCIDR, proxier.DetectNodeCIDR:
+	case proxier.DetectBridgeInterface:
 		if o.bridgeInterface == "" {
 			return cfg, errors.New("--detect-local-mode=BridgeInterface needs --pod-bridge-interface")
 		}
-	case nft.DetectInterfaceNamePrefix:
+	case proxier.DetectInterfaceNamePrefix:
 		if o.ifacePrefix == "" {
 			return cfg, errors.New("--detect-local-mode=InterfaceNamePrefix needs --pod-interface-name-prefix")
 		}
@@ -512,7 +513,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 		return fmt.Errorf("%w: stop it before --cleanup, or it writes its tables again", err)
 	}
 	defer lock.Release()
-	k, err := nft.OpenKernel("")
+	k, err := nftlib.OpenKernel("")
 	if err != nil {
 		return needPrivileges("opening nftables", err)
 	}

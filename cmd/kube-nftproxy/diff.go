@@ -12,6 +12,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/migrate"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Exit codes of `diff`, as diff(1): equal, different, trouble.
@@ -102,7 +103,7 @@ func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
 }
 
 // oursFor is our ruleset: the render of --state, or the live tables.
-func oursFor(o *options, stderr io.Writer) (*nft.Ruleset, error) {
+func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 	if o.statePath != "" {
 		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
 		if err != nil {
@@ -114,12 +115,12 @@ func oursFor(o *options, stderr io.Writer) (*nft.Ruleset, error) {
 		}
 		return nft.Build(st, cfg), nil
 	}
-	k, err := nft.OpenKernel("")
+	k, err := nftlib.OpenKernel("")
 	if err != nil {
 		return nil, needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
-	rs, err := k.ReadRuleset(nft.DefaultTableName)
+	rs, err := nft.ReadRuleset(k, nft.DefaultTableName)
 	if err != nil {
 		return nil, needPrivileges("reading our tables", err)
 	}

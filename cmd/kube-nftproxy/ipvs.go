@@ -18,6 +18,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
@@ -157,7 +158,7 @@ func ipvsNodeAddrs(c *netns.AddrCache) func() ([]netip.Addr, error) {
 
 // newIPVSBackend sets IPVS mode's sysctls and timeouts and returns its
 // backend over conn, with the helper tables through k and kube-ipvs0.
-func newIPVSBackend(o *options, cfg nft.Config, k *nft.Kernel, conn *ipvs.Conn, log *slog.Logger) (*ipvs.Backend, error) {
+func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Conn, log *slog.Logger) (*ipvs.Backend, error) {
 	planCfg, err := ipvsPlanConfig(o, cfg)
 	if err != nil {
 		return nil, err
@@ -185,7 +186,7 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nft.Kernel, conn *ipvs.Conn, 
 		Sync:      ipvs.SyncConfig{ExcludeCIDRs: exclude, DrainCheck: o.ipvs.drainCheck},
 		NodeAddrs: ipvsNodeAddrs(addrs),
 		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
-			return ipvs.NewNftHelper(k, cfg, node, link), nil
+			return ipvs.NewNftHelper(k, cfg.Settings, node, link), nil
 		},
 		CleanupHelper: func() (bool, error) { return ipvs.CleanupHelpers(k, "") },
 		// Each sync period, IPVS and kube-ipvs0 are read back (IPVS
@@ -213,7 +214,7 @@ func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
 	}
 	plan := ipvs.BuildPlan(st, planCfg, st.Node.IPs)
 	var b strings.Builder
-	for _, t := range ipvs.HelperTables(cfg, st.Node, plan.Elements()) {
+	for _, t := range ipvs.HelperTables(cfg.Settings, st.Node, plan.Elements()) {
 		if err := t.Render(&b); err != nil {
 			return err
 		}
@@ -233,7 +234,7 @@ func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
 // cleanupIPVS removes IPVS mode's objects: kube-ipvs0, the helper tables
 // and, where the kernel has IPVS, the virtual servers (but those in
 // --ipvs-exclude-cidrs). A kernel without IPVS is no error.
-func cleanupIPVS(ctx context.Context, o *options, k *nft.Kernel, log *slog.Logger) (bool, error) {
+func cleanupIPVS(ctx context.Context, o *options, k *nftlib.Kernel, log *slog.Logger) (bool, error) {
 	exclude, err := o.ipvs.exclude()
 	if err != nil {
 		return false, err

@@ -26,6 +26,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
@@ -71,7 +72,7 @@ func TestProxyMemory(t *testing.T) {
 	var be *nft.Backend
 	if os.Getenv("KNP_MEM_KERNEL") != "0" {
 		ns := testns.New(t, "knp-mem-")
-		k, err := nft.OpenKernel("/run/netns/" + ns)
+		k, err := nftlib.OpenKernel("/run/netns/" + ns)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
@@ -32,7 +33,7 @@ type proxyServer struct {
 	minSyncPeriod, syncPeriod time.Duration
 
 	ipvsConn *ipvs.Conn // IPVS mode only
-	kernel   *nft.Kernel
+	kernel   *nftlib.Kernel
 	upstream *upstreamCleanup
 	backend  *modeBackend
 	loop     *proxier.Loop
@@ -110,7 +111,7 @@ func (s *proxyServer) openKernel(context.Context) error {
 	if _, err := conntrack.NewTuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
 		return fmt.Errorf("could not set conntrack parameters: %w", err)
 	}
-	k, err := nft.OpenKernel("")
+	k, err := nftlib.OpenKernel("")
 	if err != nil {
 		return needPrivileges("opening nftables", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 func newTraceCommand() *cobra.Command {
@@ -55,8 +56,8 @@ affinity yet.`,
 	return cmd
 }
 
-func parsePacket(src, dst, iif string, fromNode bool) (nft.Packet, error) {
-	var p nft.Packet
+func parsePacket(src, dst, iif string, fromNode bool) (nftlib.Packet, error) {
+	var p nftlib.Packet
 	if src == "" || dst == "" {
 		return p, errors.New("trace needs --src and --dst")
 	}
@@ -72,7 +73,7 @@ func parsePacket(src, dst, iif string, fromNode bool) (nft.Packet, error) {
 	if s.Unmap().Is4() != ap.Addr().Unmap().Is4() {
 		return p, fmt.Errorf("--src %s and --dst %s are of different IP families", src, dst)
 	}
-	p = nft.Packet{Src: s.Unmap(), Dst: ap.Addr().Unmap(), Dport: ap.Port(), Output: fromNode, Iif: iif}
+	p = nftlib.Packet{Src: s.Unmap(), Dst: ap.Addr().Unmap(), Dport: ap.Port(), Output: fromNode, Iif: iif}
 	switch strings.ToLower(proto) {
 	case "", "tcp":
 		p.Proto = unix.IPPROTO_TCP
@@ -89,7 +90,7 @@ func parsePacket(src, dst, iif string, fromNode bool) (nft.Packet, error) {
 // traceRuleset is the ruleset to trace through and the node's addresses:
 // the render of --state and its Node's addresses, or the live tables and
 // this namespace's addresses.
-func traceRuleset(o *options, stderr io.Writer) (*nft.Ruleset, []netip.Addr, error) {
+func traceRuleset(o *options, stderr io.Writer) (*nftlib.Ruleset, []netip.Addr, error) {
 	if o.statePath != "" {
 		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
 		if err != nil {
@@ -114,13 +115,13 @@ func traceRuleset(o *options, stderr io.Writer) (*nft.Ruleset, []netip.Addr, err
 
 // writeTrace prints each way the packet can go, then a summary: the
 // verdict(s), the DNAT targets with their probabilities, masquerading.
-func writeTrace(w io.Writer, p nft.Packet, outs []nft.Outcome) error {
+func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome) error {
 	hook := "arriving at or passing through the node"
 	if p.Output {
 		hook = "sent by the node"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "packet: %s %s -> %s (%s)\n", nft.ProtoName(p.Proto), p.Src, netip.AddrPortFrom(p.Dst, p.Dport), hook)
+	fmt.Fprintf(&b, "packet: %s %s -> %s (%s)\n", nftlib.ProtoName(p.Proto), p.Src, netip.AddrPortFrom(p.Dst, p.Dport), hook)
 	targets := map[string]float64{}
 	verdicts := map[string]float64{}
 	masq := 0.0
@@ -174,7 +175,7 @@ func compactPath(path []string) []string {
 	return out
 }
 
-func outcomeVerdict(o nft.Outcome) string {
+func outcomeVerdict(o nftlib.Outcome) string {
 	switch {
 	case o.Rejected:
 		return "reject"

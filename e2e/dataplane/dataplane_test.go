@@ -18,6 +18,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,7 +187,7 @@ func (e *env) program(t testing.TB) {
 		t.Fatal(err)
 	}
 
-	k, err := nft.OpenKernel(nsPath(e.sb, sandbox.Node))
+	k, err := nftlib.OpenKernel(nsPath(e.sb, sandbox.Node))
 	if err != nil {
 		t.Fatalf("opening the node's nftables: %v", err)
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/internal/testbin"
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
-	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 const (
@@ -426,7 +426,7 @@ func pause(ctx context.Context, d time.Duration) error {
 // ruleset` took minutes past 10k Services.
 func countRules(ctx context.Context, t *testing.T, ns string) (rulesetCount, error) {
 	t0 := time.Now()
-	k, err := nft.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		return rulesetCount{}, err
 	}

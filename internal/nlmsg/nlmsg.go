@@ -53,16 +53,18 @@ func (a *Attrs) Nest(typ uint16, fill func(*Attrs)) {
 }
 
 // Walk calls fn for each attribute in b, with its type (flags cleared) and
-// payload; it stops at a malformed one.
-func Walk(b []byte, fn func(typ uint16, data []byte)) {
+// payload; it stops at a malformed one, and reports whether b was well
+// formed.
+func Walk(b []byte, fn func(typ uint16, data []byte)) bool {
 	for len(b) >= 4 {
 		l := int(binary.NativeEndian.Uint16(b))
 		if l < 4 || l > len(b) {
-			return
+			return false
 		}
 		fn(binary.NativeEndian.Uint16(b[2:])&typeMask, b[4:l])
 		b = b[min((l+3)&^3, len(b)):]
 	}
+	return len(b) == 0
 }
 
 // EachMessage splits a datagram into netlink messages and calls fn with

@@ -1,0 +1,39 @@
+package nft
+
+import (
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// ReadRuleset reads from k our tables (main, delta and affinity, both families) as
+// the kernel holds them back into a Ruleset: chains with their rules decoded
+// into terms, maps with their elements, comments. Every chain and element
+// goes into the table's fixed lists (the kernel does not know which Service
+// port a chain belongs to beyond its comment). It is what `diff` and
+// `trace` read when they look at the live tables; a rule whose expressions
+// are not ones we write is an error naming it.
+func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
+	rs := &nftlib.Ruleset{}
+	for _, f := range nftlib.Families {
+		names := map[string]TableKind{tableName: MainTable, tableName + deltaSuffix: DeltaTable, tableName + affinitySuffix: AffinityTable}
+		comments, err := k.TableComments(f)
+		if err != nil {
+			return nil, err
+		}
+		template := BuildTable(f, DefaultConfig(), proxier.Node{}, MainTable)
+		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
+			comment, ok := comments[name]
+			if !ok {
+				continue
+			}
+			t, err := k.ReadTable(f, name, template)
+			if err != nil {
+				return nil, err
+			}
+			t.Delta = names[name] != MainTable
+			t.Comment = comment
+			rs.Tables = append(rs.Tables, t)
+		}
+	}
+	return rs, nil
+}

@@ -1,0 +1,311 @@
+package nftlib
+
+import (
+	"bytes"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxDiffs bounds the differences described per table: a flushed table
+// would otherwise list every rule.
+const maxDiffs = 20
+
+// drift collects the differences found in one table.
+type drift struct {
+	diffs []string
+	more  int
+}
+
+func (d *drift) add(format string, args ...any) {
+	if len(d.diffs) < maxDiffs {
+		d.diffs = append(d.diffs, fmt.Sprintf(format, args...))
+		return
+	}
+	d.more++
+}
+
+func (d *drift) list() []string {
+	if d.more == 0 {
+		return d.diffs
+	}
+	return append(d.diffs, fmt.Sprintf("and %d more differences", d.more))
+}
+
+// CommentUdata is the userdata we send for a comment (nil for none).
+func CommentUdata(typ byte, c string) []byte {
+	if c == "" {
+		return nil
+	}
+	return userdataComment(typ, ClampComment(c))
+}
+
+const SetCommentType = 7 // NFTNL_UDATA_SET_COMMENT
+
+// metaDrift compares a table's, chains' and sets' attributes; stale are
+// chains we flushed and will delete, which may still be there.
+func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
+	name := t.Family.String() + " " + t.Name
+	if !kt.Exists {
+		d.add("table %s: missing", name)
+		return
+	}
+	if kt.Flags != 0 {
+		d.add("table %s: flags 0x%x, want 0", name, kt.Flags)
+	}
+	if !bytes.Equal(kt.Udata, CommentUdata(0, t.Comment)) {
+		d.add("table %s: comment differs", name)
+	}
+	wanted := make(map[string]bool, t.ChainCount())
+	t.EachChain(func(c *Chain) {
+		wanted[c.Name] = true
+		kc := kt.Chains[c.Name]
+		if kc == nil {
+			d.add("chain %s: missing", c.Name)
+		} else if why := chainMismatch(kc, c); why != "" {
+			d.add("chain %s: %s", c.Name, why)
+		}
+	})
+	for n, kc := range kt.Chains {
+		switch {
+		case wanted[n] || (stale[n] && !kc.Base):
+		case kc.Base:
+			d.add("chain %s: not ours, a base chain (%s)", n, kc.Describe())
+		default:
+			d.add("chain %s: not ours", n)
+		}
+	}
+	for _, m := range t.Maps {
+		if why := mapMismatch(t.Family, kt.Sets[m.Name], m); why != "" {
+			d.add("map %s: %s", m.Name, why)
+		}
+	}
+	if t.Affinity {
+		if why := affinityMismatch(t.Family, kt.Sets[SetAffinity]); why != "" {
+			d.add("set %s: %s", SetAffinity, why)
+		}
+	}
+	for n, ks := range kt.Sets {
+		if t.Map(n) == nil && (n != SetAffinity || !t.Affinity) {
+			foreignSet(n, ks, d)
+		}
+	}
+	statefulDrift(kt, d)
+}
+
+// foreignSet reports a set that is not ours.
+func foreignSet(name string, ks *KernelSet, d *drift) {
+	if ks.anonymous() {
+		d.add("set %s: not ours, an anonymous set (goes with its rule)", name)
+		return
+	}
+	d.add("set %s: not ours", name)
+}
+
+// statefulDrift reports a table's stateful objects and flowtables: we
+// create none, so each is another process's.
+func statefulDrift(kt *KernelTable, d *drift) {
+	for _, o := range kt.Objs {
+		d.add("%s %s: not ours", o.Kind(), o.Name)
+	}
+	for _, ft := range kt.Flowtables {
+		d.add("flowtable %s: not ours", ft)
+	}
+}
+
+// chainMismatch says how a chain in the kernel differs from ours, or "".
+func chainMismatch(kc *KernelChain, c *Chain) string {
+	want := KernelChain{Flags: 0}
+	if h := c.Hook; h != nil {
+		want = KernelChain{Base: true, typ: h.Type, hook: hookNumbers[h.Hook], priority: h.Priority, policy: nfAccept, Flags: nftChainBase}
+	}
+	if kc.Base != want.Base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
+		kc.policy != want.policy || kc.Flags != want.Flags {
+		return fmt.Sprintf("%s, want %s", kc.Describe(), want.Describe())
+	}
+	if !bytes.Equal(kc.udata, CommentUdata(0, c.Comment)) {
+		return "comment differs"
+	}
+	return ""
+}
+
+func (kc *KernelChain) Describe() string {
+	if !kc.Base {
+		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.Flags)
+	}
+	hook := fmt.Sprint(kc.hook)
+	for n, v := range hookNumbers {
+		if v == kc.hook {
+			hook = n
+		}
+	}
+	policy := map[uint32]string{0: "drop", 1: "accept"}[kc.policy]
+	if policy == "" {
+		policy = fmt.Sprint(kc.policy)
+	}
+	return fmt.Sprintf("type %s hook %s priority %d policy %s flags 0x%x", kc.typ, hook, kc.priority, policy, kc.Flags)
+}
+
+const VerdictType = 0xffffff00 // NFT_DATA_VERDICT as a set's data type
+
+// mapMismatch says how a map in the kernel differs from ours, or "".
+func mapMismatch(f Family, ks *KernelSet, m *Map) string {
+	switch {
+	case ks == nil:
+		return "missing"
+	case ks.Flags != unix.NFT_SET_MAP || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != VerdictType:
+		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a verdict map with key type 0x%x (%d bytes)",
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
+	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, m.Comment)):
+		return "comment differs"
+	}
+	return ""
+}
+
+const affinityFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
+
+// affinityMismatch says how the affinity set in the kernel differs, or "".
+func affinityMismatch(f Family, ks *KernelSet) string {
+	switch {
+	case ks == nil:
+		return "missing"
+	case ks.Flags != affinityFlags || ks.KeyType != affinityKeyType(f) || ks.KeyLen != affinityKeyLen(f) || ks.DataType != 0:
+		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
+			ks.Flags, ks.KeyType, ks.KeyLen, affinityFlags, affinityKeyType(f), affinityKeyLen(f))
+	case !bytes.Equal(ks.Udata, affinityUserdata(f)):
+		return "userdata differs"
+	}
+	return ""
+}
+
+// EachChain calls fn for every chain of the table, fixed ones first, in
+// no particular order of services.
+func (t *Table) EachChain(fn func(c *Chain)) {
+	for _, c := range t.Chains {
+		fn(c)
+	}
+	for _, fr := range t.Fragments {
+		for _, c := range fr.Chains {
+			fn(c)
+		}
+	}
+}
+
+// EachElement calls fn for every element of the named map.
+func (t *Table) EachElement(m string, fn func(e Element)) {
+	if mp := t.Map(m); mp != nil {
+		for _, e := range mp.Elements {
+			fn(e)
+		}
+	}
+	for _, fr := range t.Fragments {
+		for _, e := range fr.Elements {
+			if e.Map == m {
+				fn(e.Element)
+			}
+		}
+	}
+}
+
+// rulesDrift compares every rule of the table with the kernel's, in one
+// dump of the table's rules.
+func (k *Kernel) rulesDrift(t *Table, kt *KernelTable, d *drift) error {
+	want := make(map[string]*Chain, t.ChainCount())
+	t.EachChain(func(c *Chain) { want[c.Name] = c })
+	return k.chainRulesDrift(t.Family, t.Name, want, kt, d)
+}
+
+// chainRulesDrift compares the rules of the kernel's chains of a table
+// (kt) with want's, by chain name, in canonical form.
+func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *KernelTable, d *drift) error {
+	seen := make(map[string]int, len(want))
+	bad := map[string]bool{}
+	scratch := &Batch{}
+	var ck, cw []byte
+	compare := func(chain string, exprs, udata []byte) {
+		i := seen[chain]
+		seen[chain] = i + 1
+		c := want[chain]
+		if c == nil || i >= len(c.Rules) || bad[chain] {
+			return
+		}
+		r := c.Rules[i]
+		var ok bool
+		ck, ok = canonExprs(ck[:0], exprs)
+		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, CommentUdata(0, r.Comment)) {
+			bad[chain] = true
+			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.Text(f))
+		}
+	}
+	for name := range kt.Chains {
+		if err := k.dumpChainRules(f, table, name, compare); err != nil {
+			return err
+		}
+	}
+	for name, c := range want {
+		if kt.Chains[name] != nil && seen[name] != len(c.Rules) {
+			d.add("chain %s: %d rules, want %d", name, seen[name], len(c.Rules))
+		}
+	}
+	for name, n := range seen {
+		if want[name] == nil && n > 0 {
+			d.add("chain %s: not ours, %d rules", name, n)
+		}
+	}
+	return nil
+}
+
+// elementsDrift compares the elements of each of the table's maps that has
+// the right type (the others are rewritten whole anyway).
+func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
+	f := t.Family
+	for _, m := range t.Maps {
+		if mapMismatch(f, kt.Sets[m.Name], m) != "" {
+			continue
+		}
+		want := map[string]Element{}
+		t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+		err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
+			w, ok := want[string(e.key)]
+			if !ok {
+				d.add("map %s: element %x is not ours", m.Name, e.key)
+				return
+			}
+			delete(want, string(e.key))
+			v := w.Verdict.Expr()
+			if e.verdict != int32(v.Kind) || e.chain != v.Chain {
+				d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
+			} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
+				d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		for _, w := range want {
+			d.add("map %s: element %s missing", m.Name, w.keyText(m.Key))
+		}
+	}
+	return nil
+}
+
+// TableDrift describes every difference between an applied table and the
+// kernel's.
+func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
+	var d drift
+	staleSet := make(map[string]bool, len(stale))
+	for _, n := range stale {
+		staleSet[n] = true
+	}
+	metaDrift(t, kt, staleSet, &d)
+	if kt.Exists {
+		if err := k.rulesDrift(t, kt, &d); err != nil {
+			return nil, err
+		}
+		if err := k.elementsDrift(t, kt, &d); err != nil {
+			return nil, err
+		}
+	}
+	return d.list(), nil
+}

@@ -1,0 +1,92 @@
+package nftlib
+
+import (
+	"fmt"
+	"time"
+)
+
+// Dataplane is what a Backend needs of the kernel's nftables: transactions
+// to commit, the ruleset generation, the metadata a full sync reads, the
+// read-back a drift check compares and a change monitor. *Kernel is the
+// real one; *FakeKernel holds the tables in memory, for tests that run
+// without privileges. Its methods are the package's own: no other type
+// can be one.
+type Dataplane interface {
+	// NewTx starts a transaction; its operations go in through txWriter.
+	NewTx() KernelTx
+	// CommitTx sends a transaction: all of it applies, or none of it (a
+	// *TxError says which message the kernel refused).
+	CommitTx(tx KernelTx) error
+	// Generation is the ruleset's generation: every process's commits
+	// move it.
+	Generation() (uint32, error)
+	// PortID is our netlink port id, which owner-flagged tables record.
+	PortID() uint32
+	// ReadFamily reads the named tables' metadata (see Kernel.readFamily).
+	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
+	// TableDrift describes every difference between t and the kernel's.
+	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)
+	// Monitor is the open change monitor; nil when there is none.
+	Monitor() Watcher
+	// Watch opens the change monitor of the given tables.
+	Watch(tables []TableRef, rcvBuf int, onMark func()) error
+}
+
+// KernelTx is one transaction being written.
+type KernelTx interface {
+	txWriter
+	Messages() int // netlink messages so far
+	Size() int     // bytes so far
+}
+
+// Watcher follows other processes' commits to our tables.
+type Watcher interface {
+	// Pending reports marks not taken yet.
+	Pending() bool
+	// Take returns and clears the marked tables; all: events were lost.
+	Take() (marked map[TableRef]bool, all bool)
+	// SetMember joins or leaves the notification group.
+	SetMember(join bool) error
+	// MarkAll marks every table, for a commit that went unseen.
+	MarkAll()
+}
+
+var _ Dataplane = (*Kernel)(nil)
+
+func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
+
+func (k *Kernel) CommitTx(tx KernelTx) error {
+	bt, ok := tx.(*Batch)
+	if !ok {
+		return fmt.Errorf("committing a %T: not a transaction of this kernel", tx)
+	}
+	err := k.Apply(bt)
+	k.Finished(bt)
+	return err
+}
+
+func (k *Kernel) Monitor() Watcher {
+	if k.Mon == nil {
+		return nil // not a typed nil in the interface
+	}
+	return k.Mon
+}
+
+func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
+	if k.Mon != nil {
+		return nil
+	}
+	m, err := k.openMonitor(tables, rcvBuf, onMark)
+	if err != nil {
+		return err
+	}
+	k.Mon = m
+	return nil
+}
+
+// Timed runs fn and says how long it took.
+func Timed(fn func() error) (time.Duration, error) {
+	start := time.Now()
+	err := fn()
+	return time.Since(start), err
+}

@@ -1,0 +1,45 @@
+package nftlib
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors a sync cannot fix by retrying at once: the caller should back off
+// and report them. Match them with errors.Is; errors.As gives the details.
+var (
+	// ErrTableOwned: another process holds one of our tables with
+	// NFT_TABLE_F_OWNER, so the kernel refuses every change to it from us.
+	ErrTableOwned = errors.New("nftables table owned by another process")
+	// ErrTxTooLarge: a transaction does not fit in the netlink socket's
+	// send buffer, and the kernel would refuse it whole.
+	ErrTxTooLarge = errors.New("nftables transaction larger than the socket send buffer")
+)
+
+// TableOwnedError names the table another process owns.
+type TableOwnedError struct {
+	Family Family
+	Table  string
+	Owner  uint32 // the owner's netlink port id (its pid for most programs)
+}
+
+func (e *TableOwnedError) Error() string {
+	return fmt.Sprintf("table %s %s is owned by another process (netlink port id %d, NFT_TABLE_F_OWNER): "+
+		"it cannot be changed until that process exits or deletes it", e.Family, e.Table, e.Owner)
+}
+
+func (e *TableOwnedError) Unwrap() error { return ErrTableOwned }
+
+// TxTooLargeError says how large the transaction is, what the socket
+// accepts and how to raise that.
+type TxTooLargeError struct {
+	Size  int // bytes of the transaction
+	Limit int // the largest message the socket's send buffer takes
+}
+
+func (e *TxTooLargeError) Error() string {
+	return fmt.Sprintf("nftables transaction of %d bytes does not fit in the netlink send buffer (at most %d bytes): "+
+		"run with CAP_NET_ADMIN (SO_SNDBUFFORCE) or raise net.core.wmem_max to at least %d", e.Size, e.Limit, e.Size)
+}
+
+func (e *TxTooLargeError) Unwrap() error { return ErrTxTooLarge }

@@ -1,0 +1,265 @@
+package nftlib
+
+import (
+	"strings"
+	"syscall"
+)
+
+// The fake transaction's commands: each keeps its nft text (as the trace
+// writes it) and its change to the tables.
+
+func (x *fakeTx) Messages() int { return len(x.ops) }
+func (x *fakeTx) Size() int     { return x.bytes }
+
+// add records one command; write prints it with a scriptWriter.
+func (x *fakeTx) add(f Family, table string, write func(w *ScriptWriter), apply func(t *fakeTable, all map[TableRef]*fakeTable) error) {
+	var w ScriptWriter
+	write(&w)
+	text := strings.TrimSuffix(w.B.String(), "\n")
+	x.bytes += len(text) + 1
+	n := TableRef{f, table}
+	x.ops = append(x.ops, fakeOp{text: text, table: n, apply: func(t *fakeTable, all map[TableRef]*fakeTable) error {
+		if t == nil && apply != nil {
+			return syscall.ENOENT
+		}
+		if apply == nil {
+			return nil
+		}
+		return apply(t, all)
+	}})
+}
+
+func (x *fakeTx) AddTable(f Family, name, comment string) {
+	n := TableRef{f, name}
+	x.bytes += len(name)
+	var w ScriptWriter
+	w.AddTable(f, name, comment)
+	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.B.String()), table: n, apply: func(t *fakeTable, all map[TableRef]*fakeTable) error {
+		if t == nil { // an existing table keeps its comment
+			all[n] = &fakeTable{comment: comment, sets: map[string]*fakeSet{}, chains: map[string]*Chain{}}
+		}
+		return nil
+	}})
+}
+
+func (x *fakeTx) DelTable(f Family, name string) {
+	n := TableRef{f, name}
+	x.add(f, name, func(w *ScriptWriter) { w.DelTable(f, name) }, func(_ *fakeTable, all map[TableRef]*fakeTable) error {
+		delete(all, n)
+		return nil
+	})
+}
+
+func (x *fakeTx) DelSet(f Family, table, name string) {
+	x.add(f, table, func(w *ScriptWriter) { w.DelSet(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.sets[name] == nil {
+			return syscall.ENOENT
+		}
+		if t.setUsed(name) {
+			return syscall.EBUSY
+		}
+		delete(t.sets, name)
+		return nil
+	})
+}
+
+// The fake holds no stateful objects or flowtables.
+func (x *fakeTx) delObj(f Family, table string, o KernelObject) {
+	x.add(f, table, func(w *ScriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+}
+
+func (x *fakeTx) delFlowtable(f Family, table, name string) {
+	x.add(f, table, func(w *ScriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+}
+
+func (x *fakeTx) AddMap(f Family, table string, m *Map, id uint32) {
+	x.add(f, table, func(w *ScriptWriter) { w.AddMap(f, table, m, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if s := t.sets[m.Name]; s != nil {
+			if s.m == nil || mapMismatch(f, fakeKSet(f, s), m) != "" {
+				return syscall.EEXIST
+			}
+			return nil
+		}
+		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment}, elems: map[Key]Element{}}
+		return nil
+	})
+}
+
+func (x *fakeTx) AddAffinitySet(f Family, table string, id uint32) {
+	x.add(f, table, func(w *ScriptWriter) { w.AddAffinitySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.sets[SetAffinity] == nil {
+			t.sets[SetAffinity] = &fakeSet{elems: map[Key]Element{}}
+		}
+		return nil
+	})
+}
+
+func (x *fakeTx) FlushMap(f Family, table, m string) {
+	x.add(f, table, func(w *ScriptWriter) { w.FlushMap(f, table, m) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		s := t.sets[m]
+		if s == nil {
+			return syscall.ENOENT
+		}
+		s.elems = map[Key]Element{}
+		return nil
+	})
+}
+
+func (x *fakeTx) AddChains(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		x.add(f, table, func(w *ScriptWriter) { w.AddChain(f, table, c) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+			old := t.chains[c.Name]
+			if old == nil {
+				t.chains[c.Name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+				return nil
+			}
+			if (old.Hook == nil) != (c.Hook == nil) || old.Hook != nil && *old.Hook != *c.Hook {
+				return syscall.EOPNOTSUPP // a chain's hook cannot change
+			}
+			return nil
+		})
+	}
+}
+
+func (x *fakeTx) FlushChain(f Family, table, chain string) {
+	x.add(f, table, func(w *ScriptWriter) { w.FlushChain(f, table, chain) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if chain == "" {
+			for name, c := range t.chains {
+				t.chains[name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+			}
+			return nil
+		}
+		c := t.chains[chain]
+		if c == nil {
+			return syscall.ENOENT
+		}
+		t.chains[chain] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
+		return nil
+	})
+}
+
+// DelChain deletes a chain and its rules; EBUSY while a rule or a map
+// element of the table still jumps or goes to it.
+func (x *fakeTx) DelChain(f Family, table, name string) {
+	x.add(f, table, func(w *ScriptWriter) { w.DelChain(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.chains[name] == nil {
+			return syscall.ENOENT
+		}
+		if t.chainUsed(name) {
+			return syscall.EBUSY
+		}
+		delete(t.chains, name)
+		return nil
+	})
+}
+
+func (x *fakeTx) AddChainRules(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		for _, r := range c.Rules {
+			x.add(f, table, func(w *ScriptWriter) { w.AddRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+				return t.AddRule(c.Name, r)
+			})
+		}
+	}
+}
+
+func (x *fakeTx) Elements(add bool, f Family, table string, m *Map, elems []Element) {
+	for _, e := range elems {
+		x.add(f, table, func(w *ScriptWriter) { w.Elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+			return t.element(add, m.Name, e)
+		})
+	}
+}
+
+func (t *fakeTable) AddRule(chain string, r Rule) error {
+	c := t.chains[chain]
+	if c == nil {
+		return syscall.ENOENT
+	}
+	for _, term := range r.Terms {
+		if !t.refersToExisting(term) {
+			return syscall.ENOENT
+		}
+	}
+	n := *c
+	n.Rules = append(append([]Rule(nil), c.Rules...), r)
+	t.chains[chain] = &n
+	return nil
+}
+
+// refersToExisting reports whether the chain or set a term names exists.
+func (t *fakeTable) refersToExisting(term Term) bool {
+	switch v := term.(type) {
+	case Verdict:
+		return v.Chain == "" || t.chains[v.Chain] != nil
+	case VmapLookup:
+		return t.sets[v.Map] != nil
+	case AffinityMatch, AffinityUpdate:
+		return t.sets[SetAffinity] != nil
+	}
+	return true
+}
+
+func (t *fakeTable) element(add bool, set string, e Element) error {
+	s := t.sets[set]
+	if s == nil {
+		return syscall.ENOENT
+	}
+	old, ok := s.elems[e.Key]
+	switch {
+	case !add && !ok:
+		return syscall.ENOENT
+	case !add:
+		delete(s.elems, e.Key)
+	case ok && old.Verdict != e.Verdict:
+		return syscall.EBUSY
+	case ok:
+	case e.Verdict.Chain != "" && t.chains[e.Verdict.Chain] == nil:
+		return syscall.ENOENT
+	default:
+		s.elems[e.Key] = e
+	}
+	return nil
+}
+
+// chainUsed reports whether a rule or map element refers to the chain.
+func (t *fakeTable) chainUsed(name string) bool {
+	for _, c := range t.chains {
+		for _, r := range c.Rules {
+			for _, term := range r.Terms {
+				if v, ok := term.(Verdict); ok && v.Chain == name {
+					return true
+				}
+			}
+		}
+	}
+	for _, s := range t.sets {
+		for _, e := range s.elems {
+			if e.Verdict.Chain == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// setUsed reports whether a rule looks the set up.
+func (t *fakeTable) setUsed(name string) bool {
+	for _, c := range t.chains {
+		for _, r := range c.Rules {
+			for _, term := range r.Terms {
+				switch v := term.(type) {
+				case VmapLookup:
+					if v.Map == name {
+						return true
+					}
+				case AffinityMatch, AffinityUpdate:
+					if name == SetAffinity {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,223 @@
+package nftlib
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+)
+
+// Kernel is our only door to the kernel's nftables: it sends transactions
+// and reads back what a full sync needs to know. Everything else in this
+// package works on values.
+type Kernel struct {
+	fd    int
+	netns string // "" for the current network namespace
+	seq   uint32
+	// Commits counts the transactions the kernel accepted (for tests).
+	Commits int
+	// Dumps counts the dump requests sent (for tests).
+	Dumps   int
+	dumpBuf []byte
+	// Mon, when open, follows other processes' nftables commits (see
+	// monitor); Close closes it.
+	Mon *monitor
+}
+
+// OpenKernel opens a netfilter netlink socket in the current network
+// namespace, or in the one at netnsPath (e.g. /run/netns/NAME) when not empty.
+func OpenKernel(netnsPath string) (*Kernel, error) {
+	fd, err := socketIn(netnsPath)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{fd: fd, netns: netnsPath, seq: uint32(os.Getpid()) << 16}
+	// A full sync of 10^5 objects is tens of MiB in one sendmsg: the send
+	// buffer must hold it whole. The *FORCE options pass the sysctl caps
+	// (we run with CAP_NET_ADMIN); fall back to the capped ones.
+	const bufSize = 1 << 30
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
+	// Extended acks carry the kernel's own error text; capped acks do not
+	// echo our (possibly huge) message back with an error.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	return k, nil
+}
+
+// socketIn creates the socket inside another network namespace when asked:
+// a socket stays in the namespace it was created in.
+func socketIn(netnsPath string) (int, error) {
+	return netns.NetlinkSocket(netnsPath, unix.NETLINK_NETFILTER)
+}
+
+// Close releases the socket, and the change monitor's if one was opened.
+func (k *Kernel) Close() error {
+	if k.Mon != nil {
+		k.Mon.close()
+		k.Mon = nil
+	}
+	return unix.Close(k.fd)
+}
+
+// TxError is a transaction the kernel refused; nothing of it was applied.
+type TxError struct {
+	Op    string // what the refused message did
+	Errno syscall.Errno
+	Msg   string // the kernel's extended ack text, if any
+	// Family and Table name the table the refused message changed
+	// (Table is "" when it changed none, e.g. the batch's end).
+	Family Family
+	Table  string
+}
+
+func (e *TxError) Error() string {
+	s := fmt.Sprintf("nftables transaction refused at %q: %v", e.Op, e.Errno)
+	if e.Msg != "" {
+		s += " (" + e.Msg + ")"
+	}
+	return s
+}
+
+func (e *TxError) Unwrap() error { return e.Errno }
+
+// Apply sends a batch as one transaction and waits for the kernel's verdict.
+func (k *Kernel) Apply(b *Batch) error { return k.apply(b, nil) }
+
+// apply is Apply; echo, when not nil, gets a copy of every message the
+// kernel sends back other than errors and acks (the notifications that
+// NLM_F_ECHO asks for, which come before the final ack).
+func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
+	defer b.Release()
+	chunks, lastSeq, err := b.Finish()
+	if err != nil {
+		return fmt.Errorf("encoding transaction: %w", err)
+	}
+	if err := k.fits(chunks); err != nil {
+		return err
+	}
+	// One sendmsg: the kernel gathers the chunks into one batch.
+	if _, err := unix.SendmsgBuffers(k.fd, chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+		return fmt.Errorf("sending transaction of %d bytes: %w", b.Size(), err)
+	}
+	// The kernel handles the whole batch inside sendmsg and then queues its
+	// answers: errors for refused messages and the ack of the last one.
+	var first *TxError
+	rbuf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(k.fd, rbuf, 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("reading transaction result: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(rbuf[:n])
+		if err != nil {
+			return fmt.Errorf("parsing transaction result: %w", err)
+		}
+		done := false
+		for _, m := range msgs {
+			if m.Header.Type != unix.NLMSG_ERROR {
+				if echo != nil {
+					echo(syscall.NetlinkMessage{Header: m.Header, Data: clone(m.Data)})
+				}
+				continue
+			}
+			if len(m.Data) < 4+nlmsgHdrLen {
+				continue
+			}
+			errno := -int32(binary.NativeEndian.Uint32(m.Data[0:4]))
+			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
+			if errno != 0 && first == nil {
+				first = &TxError{Op: b.Describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+				first.Family, first.Table = messageTable(b.message(seq))
+			}
+			if seq == lastSeq {
+				done = true
+			}
+		}
+		if done || (first != nil && !k.Pending()) {
+			break
+		}
+	}
+	if first != nil {
+		return first
+	}
+	k.Commits++
+	return nil
+}
+
+// fits checks a transaction against the socket's send buffer: the kernel
+// refuses a larger message whole (EMSGSIZE), and would again at every retry.
+func (k *Kernel) fits(chunks [][]byte) error {
+	size := 0
+	for _, c := range chunks {
+		size += len(c)
+	}
+	sndbuf, err := unix.GetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		return fmt.Errorf("reading the netlink send buffer size: %w", err)
+	}
+	// netlink_sendmsg takes messages up to sk_sndbuf - 32 bytes.
+	if limit := sndbuf - 32; size > limit {
+		return &TxTooLargeError{Size: size, Limit: limit}
+	}
+	return nil
+}
+
+// SetSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
+// that need a small buffer.
+func (k *Kernel) SetSendBuffer(n int) error {
+	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+}
+
+// Pending reports whether more answers are queued on the socket.
+func (k *Kernel) Pending() bool {
+	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// extAckMsg returns the NLMSGERR_ATTR_MSG text of an extended ack.
+func extAckMsg(m syscall.NetlinkMessage) string {
+	if m.Header.Flags&unix.NLM_F_ACK_TLVS == 0 {
+		return ""
+	}
+	// With NETLINK_CAP_ACK the error carries only the request's header.
+	attrs := m.Data[4+nlmsgHdrLen:]
+	for len(attrs) >= 4 {
+		l := int(binary.NativeEndian.Uint16(attrs[0:]))
+		typ := binary.NativeEndian.Uint16(attrs[2:])
+		if l < 4 || l > len(attrs) {
+			break
+		}
+		if typ == unix.NLMSGERR_ATTR_MSG {
+			s := attrs[4:l]
+			for len(s) > 0 && s[len(s)-1] == 0 {
+				s = s[:len(s)-1]
+			}
+			return string(s)
+		}
+		attrs = attrs[(l+3)&^3:]
+	}
+	return ""
+}
+
+// nextSeq hands out the sequence numbers of a new batch.
+func (k *Kernel) NewBatch() *Batch {
+	b := NewBatch(k.seq)
+	return b
+}
+
+// Finished advances the sequence past a batch.
+func (k *Kernel) Finished(b *Batch) { k.seq = b.seq }

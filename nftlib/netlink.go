@@ -1,0 +1,665 @@
+package nftlib
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// Batch encodes one nftables transaction: netlink messages between
+// NFNL_MSG_BATCH_BEGIN and NFNL_MSG_BATCH_END, in one buffer, sent with one
+// sendmsg. The kernel applies all of it or none of it.
+//
+// We encode the messages ourselves (google/nftables' Conn asks for an ack
+// and an echo of every message, hundreds of thousands of replies for a full
+// sync) and use google/nftables only for the expressions.
+type Batch struct {
+	// Buf is the message being written; completed messages are copied into
+	// chunks, so a batch of many MiB is never copied again as it grows.
+	// Large chunks are mapped outside the Go heap (see newChunk); mapped
+	// says which, for Release.
+	Buf    []byte
+	chunks [][]byte
+	mapped []bool
+	total  int
+	seq    uint32
+	start  int   // offset of the message being written (0: buf holds one message)
+	nests  []int // offsets of open nested attributes
+	count  int   // messages begun
+	err    error
+}
+
+// Netlink attribute numbers golang.org/x/sys/unix does not define.
+const (
+	nftaTableUserdata = 6
+	nftaChainUserdata = 12
+	nfAccept          = 1
+)
+
+const (
+	nlmsgHdrLen = 16
+	NfgenLen    = 4
+)
+
+func NewBatch(seq uint32) *Batch {
+	b := &Batch{seq: seq}
+	b.Begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
+	b.Buf[b.start+nlmsgHdrLen+2] = 0
+	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.End()
+	return b
+}
+
+// Begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
+// subsystem is added here).
+func (b *Batch) Begin(typ uint16, flags uint16, family Family) {
+	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
+		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
+	}
+	b.flushMessage()
+	b.start = len(b.Buf)
+	var hdr [nlmsgHdrLen + NfgenLen]byte
+	binary.NativeEndian.PutUint16(hdr[4:], typ)
+	binary.NativeEndian.PutUint16(hdr[6:], unix.NLM_F_REQUEST|flags)
+	binary.NativeEndian.PutUint32(hdr[8:], b.seq)
+	hdr[16] = byte(family)
+	hdr[17] = unix.NFNETLINK_V0
+	b.Buf = append(b.Buf, hdr[:]...)
+	b.count++
+	b.seq++
+}
+
+// flushMessage moves the completed message into the chunk list.
+func (b *Batch) flushMessage() {
+	if len(b.Buf) == 0 {
+		return
+	}
+	n := len(b.chunks)
+	if n == 0 || len(b.chunks[n-1])+len(b.Buf) > cap(b.chunks[n-1]) {
+		// Chunks grow with the batch: small syncs stay small, big ones
+		// take few chunks.
+		size := max(min(max(b.total/2, 16<<10), 8<<20), len(b.Buf))
+		c, mapped := newChunk(size)
+		b.chunks, b.mapped = append(b.chunks, c), append(b.mapped, mapped)
+		n++
+	}
+	b.chunks[n-1] = append(b.chunks[n-1], b.Buf...)
+	b.total += len(b.Buf)
+	b.Buf = b.Buf[:0]
+}
+
+// mapChunksFrom is the chunk size from which chunks are mapped outside the
+// Go heap: only batches of a few MiB and more (full syncs) have them.
+const mapChunksFrom = 1 << 20
+
+// newChunk returns an empty buffer of capacity size. The large chunks of a
+// full sync (97 MiB at 10k Services x 10 endpoints) are anonymous mappings
+// rather than heap memory: on the heap they would raise the garbage
+// collector's goal (twice the live heap) by twice their size while the new
+// rules are alive too, which set the proxy's peak RSS, and their pages
+// would stay with the process until the runtime scavenged them. A mapping
+// is returned to the kernel as soon as the batch is sent (Release).
+func newChunk(size int) (c []byte, mapped bool) {
+	if size >= mapChunksFrom {
+		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err == nil {
+			return m[:0], true
+		}
+		// Out of address space or mappings: the heap will do.
+	}
+	return make([]byte, 0, size), false
+}
+
+// Release unmaps the batch's mapped chunks; the batch holds no messages
+// afterwards. Kernel.Apply calls it once the batch is sent: nothing may
+// use the chunks finish returned after that.
+func (b *Batch) Release() {
+	for i, c := range b.chunks {
+		if b.mapped[i] {
+			// Munmap fails only for a range that is not a mapping.
+			_ = unix.Munmap(c[:cap(c)])
+		}
+	}
+	b.chunks, b.mapped = nil, nil
+}
+
+// Size is the batch's length in bytes so far.
+func (b *Batch) Size() int { return b.total + len(b.Buf) }
+
+func (b *Batch) End() {
+	binary.NativeEndian.PutUint32(b.Buf[b.start:], uint32(len(b.Buf)-b.start))
+}
+
+func (b *Batch) Attr(typ uint16, data []byte) {
+	l := 4 + len(data)
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(l))
+	binary.NativeEndian.PutUint16(h[2:], typ)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, data...)
+	b.pad()
+}
+
+func (b *Batch) pad() {
+	for len(b.Buf)%4 != 0 {
+		b.Buf = append(b.Buf, 0)
+	}
+}
+
+func (b *Batch) Str(typ uint16, s string) {
+	l := 4 + len(s) + 1
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(l))
+	binary.NativeEndian.PutUint16(h[2:], typ)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, s...)
+	b.Buf = append(b.Buf, 0)
+	b.pad()
+}
+
+func (b *Batch) U32(typ uint16, v uint32) {
+	var a [8]byte
+	binary.NativeEndian.PutUint16(a[0:], 8)
+	binary.NativeEndian.PutUint16(a[2:], typ)
+	binary.BigEndian.PutUint32(a[4:], v)
+	b.Buf = append(b.Buf, a[:]...)
+}
+
+func (b *Batch) Nest(typ uint16) {
+	b.nests = append(b.nests, len(b.Buf))
+	b.Buf = append(b.Buf, 0, 0, 0, 0)
+	binary.NativeEndian.PutUint16(b.Buf[len(b.Buf)-2:], typ|unix.NLA_F_NESTED)
+}
+
+func (b *Batch) Unnest() {
+	off := b.nests[len(b.nests)-1]
+	b.nests = b.nests[:len(b.nests)-1]
+	l := len(b.Buf) - off
+	if l > 0xffff && b.err == nil {
+		b.err = fmt.Errorf("netlink attribute of %d bytes is over the 64 KiB limit", l)
+	}
+	binary.NativeEndian.PutUint16(b.Buf[off:], uint16(l))
+}
+
+// userdata encodes a comment as libnftnl does: one TLV (type 0 is the
+// comment for rules, chains, tables and set elements), NUL-terminated.
+// commentAttr appends an attribute holding userdataComment(typ, c)
+// without building it apart: every rule and element has one.
+func (b *Batch) CommentAttr(attr uint16, typ byte, c string) {
+	var h [6]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
+	binary.NativeEndian.PutUint16(h[2:], attr)
+	h[4], h[5] = typ, byte(len(c)+1)
+	b.Buf = append(b.Buf, h[:]...)
+	b.Buf = append(b.Buf, c...)
+	b.Buf = append(b.Buf, 0)
+	b.pad()
+}
+
+func userdataComment(typ byte, c string) []byte {
+	out := []byte{typ, byte(len(c) + 1)}
+	out = append(out, c...)
+	return append(out, 0)
+}
+
+// MaxComment bounds a comment in bytes: nft refuses comments over 128
+// bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
+const MaxComment = 127
+
+// ClampComment makes a comment that nft accepts and prints back as it is,
+// the same in render text and netlink userdata: at most maxComment bytes,
+// cut at a rune boundary, and without what nft's quoted strings cannot
+// hold (a quote; nor escapes, so no backslash or unprintable rune).
+func ClampComment(c string) string {
+	if !plainComment(c) {
+		c = sanitizeComment(c)
+	}
+	if len(c) <= MaxComment {
+		return c
+	}
+	n := MaxComment
+	for n > 0 && !utf8.RuneStart(c[n]) {
+		n--
+	}
+	return c[:n]
+}
+
+// plainComment reports whether c is printable ASCII without quote or
+// backslash: the common case, returned as it is without allocating.
+func plainComment(c string) bool {
+	for i := 0; i < len(c); i++ {
+		if ch := c[i]; ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func sanitizeComment(c string) string {
+	var b strings.Builder
+	for _, r := range c { // invalid UTF-8 comes as utf8.RuneError
+		if r == '"' || r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// quoteComment is a comment as nft prints it.
+func quoteComment(c string) string { return `"` + ClampComment(c) + `"` }
+
+func (b *Batch) AddTable(f Family, name, comment string) {
+	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_TABLE_NAME, name)
+	b.U32(unix.NFTA_TABLE_FLAGS, 0)
+	if comment != "" {
+		b.CommentAttr(nftaTableUserdata, 0, ClampComment(comment))
+	}
+	b.End()
+}
+
+func (b *Batch) DelTable(f Family, name string) {
+	b.Begin(unix.NFT_MSG_DELTABLE, 0, f)
+	b.Str(unix.NFTA_TABLE_NAME, name)
+	b.End()
+}
+
+func (b *Batch) DelSet(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELSET, 0, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, name)
+	b.End()
+}
+
+// delObj deletes a stateful object, named by its type and name.
+func (b *Batch) delObj(f Family, table string, o KernelObject) {
+	b.Begin(unix.NFT_MSG_DELOBJ, 0, f)
+	b.Str(unix.NFTA_OBJ_TABLE, table)
+	b.Str(unix.NFTA_OBJ_NAME, o.Name)
+	b.U32(unix.NFTA_OBJ_TYPE, o.Type)
+	b.End()
+}
+
+func (b *Batch) delFlowtable(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
+	b.Str(nftaFlowtableTable, table)
+	b.Str(nftaFlowtableName, name)
+	b.End()
+}
+
+var hookNumbers = map[string]uint32{
+	"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN, "forward": unix.NF_INET_FORWARD,
+	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
+}
+
+func (b *Batch) AddChain(f Family, table string, c *Chain) {
+	b.Begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_CHAIN_TABLE, table)
+	b.Str(unix.NFTA_CHAIN_NAME, c.Name)
+	if h := c.Hook; h != nil {
+		b.Nest(unix.NFTA_CHAIN_HOOK)
+		b.U32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
+		b.U32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
+		b.Unnest()
+		b.U32(unix.NFTA_CHAIN_POLICY, nfAccept)
+		b.Str(unix.NFTA_CHAIN_TYPE, h.Type)
+	}
+	if c.Comment != "" {
+		b.CommentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
+	}
+	b.End()
+}
+
+func (b *Batch) DelChain(f Family, table, name string) {
+	b.Begin(unix.NFT_MSG_DELCHAIN, 0, f)
+	b.Str(unix.NFTA_CHAIN_TABLE, table)
+	b.Str(unix.NFTA_CHAIN_NAME, name)
+	b.End()
+}
+
+// FlushChain deletes every rule of a chain; with chain == "" of the whole table.
+func (b *Batch) FlushChain(f Family, table, chain string) {
+	b.Begin(unix.NFT_MSG_DELRULE, 0, f)
+	b.Str(unix.NFTA_RULE_TABLE, table)
+	if chain != "" {
+		b.Str(unix.NFTA_RULE_CHAIN, chain)
+	}
+	b.End()
+}
+
+func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
+	b.Begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
+	b.Str(unix.NFTA_RULE_TABLE, table)
+	b.Str(unix.NFTA_RULE_CHAIN, chain)
+	b.Nest(unix.NFTA_RULE_EXPRESSIONS)
+	for _, t := range r.Terms {
+		if d, ok := t.(DirectTerm); ok && d.Direct(b, f) {
+			continue
+		}
+		for _, e := range t.Exprs(f) {
+			b.Expr(f, e)
+		}
+	}
+	b.Unnest()
+	if r.Comment != "" {
+		b.CommentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
+	}
+	b.End()
+}
+
+// AddChainRules adds the rules of chains, in order.
+func (b *Batch) AddChainRules(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *Batch, i int) {
+		for _, r := range chains[i].Rules {
+			part.AddRule(f, table, chains[i].Name, r)
+		}
+	})
+}
+
+// AddChains adds chains (without their rules), in order.
+func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(int) int { return 1 }, func(part *Batch, i int) {
+		part.AddChain(f, table, chains[i])
+	})
+}
+
+// writeEach writes, in order of i, what write(part, i) writes for each of
+// n items, count(i) messages each. A full sync's hundreds of thousands of
+// messages are encoded on all CPUs, each part into a batch of its own
+// whose messages are numbered as they will stand in this one, then joined
+// in order; small ones straight into b.
+func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, i int)) {
+	parts := make([]*Batch, ParallelParts(n))
+	if len(parts) == 1 {
+		for i := range n {
+			write(b, i)
+		}
+		return
+	}
+	seq := b.seq
+	for p := range parts {
+		parts[p] = &Batch{seq: seq}
+		lo, hi := partRange(n, len(parts), p)
+		for i := lo; i < hi; i++ {
+			seq += uint32(count(i))
+		}
+	}
+	InParallel(n, func(p, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			write(parts[p], i)
+		}
+	})
+	for _, part := range parts {
+		b.join(part)
+	}
+}
+
+// join appends the messages of part, which was numbered to follow b's.
+// Like b's own, part's last message is still being written: it stays so.
+func (b *Batch) join(part *Batch) {
+	if part.count == 0 {
+		return
+	}
+	b.flushMessage()
+	b.chunks = append(b.chunks, part.chunks...)
+	b.mapped = append(b.mapped, part.mapped...)
+	b.total += part.total
+	b.Buf = append(b.Buf[:0], part.Buf...)
+	b.start = part.start
+	b.count += part.count
+	b.seq = part.seq
+	if b.err == nil {
+		b.err = part.err
+	}
+}
+
+// ConcatType is nft's id for a concatenation of datatypes (6 bits each).
+func ConcatType(f Family, key []Field) uint32 {
+	var t uint32
+	for _, fl := range key {
+		_, id := fl.datatype(f)
+		t = t<<6 | id
+	}
+	return t
+}
+
+func KeyLen(f Family, key []Field) uint32 {
+	var n uint32
+	for _, fl := range key {
+		n += (fl.Size(f) + 3) &^ 3
+	}
+	return n
+}
+
+func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
+	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.Str(unix.NFTA_SET_TABLE, table)
+	b.Str(unix.NFTA_SET_NAME, m.Name)
+	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
+	b.U32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
+	b.U32(unix.NFTA_SET_DATA_TYPE, 0xffffff00) // verdict
+	b.U32(unix.NFTA_SET_DATA_LEN, 0)
+	b.U32(unix.NFTA_SET_ID, id)
+	if m.Comment != "" {
+		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
+	}
+	b.End()
+}
+
+// FlushMap deletes every element of a map.
+func (b *Batch) FlushMap(f Family, table, m string) {
+	b.Begin(unix.NFT_MSG_DELSETELEM, 0, f)
+	b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	b.Str(unix.NFTA_SET_ELEM_LIST_SET, m)
+	b.End()
+}
+
+// elemChunk keeps each message's element list well under the 64 KiB
+// attribute limit.
+const elemChunk = 256
+
+func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Element) {
+	b.elementMessages(add, f, table, m.Name, len(elems), func(i int) {
+		e := elems[i]
+		b.Nest(unix.NFTA_SET_ELEM_KEY)
+		b.Attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
+		b.Unnest()
+		if !add {
+			return
+		}
+		b.Nest(unix.NFTA_SET_ELEM_DATA)
+		b.Nest(unix.NFTA_DATA_VERDICT)
+		v := e.Verdict.Expr()
+		b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+		if v.Chain != "" {
+			b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+		}
+		b.Unnest()
+		b.Unnest()
+		if e.Comment != "" {
+			b.CommentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
+		}
+	})
+}
+
+// elementMessages adds (NEWSETELEM) or deletes (DELSETELEM) n elements of
+// a set or map, elemChunk to a message; elem writes element i's attributes
+// inside its NFTA_LIST_ELEM.
+func (b *Batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
+	typ, flags := uint16(unix.NFT_MSG_DELSETELEM), uint16(0)
+	if add {
+		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
+	}
+	for start := 0; start < n; start += elemChunk {
+		b.Begin(typ, flags, f)
+		b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		b.Str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		b.Nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		for i := start; i < min(n, start+elemChunk); i++ {
+			b.Nest(unix.NFTA_LIST_ELEM)
+			elem(i)
+			b.Unnest()
+		}
+		b.Unnest()
+		b.End()
+	}
+}
+
+// encodeKey lays out a key as nft does: each field in network byte order,
+// padded to a multiple of 4 bytes.
+func encodeKey(f Family, key []Field, k Key) []byte {
+	out := make([]byte, 0, 24)
+	for _, fl := range key {
+		start := len(out)
+		switch fl {
+		case FieldSaddr, FieldDaddr:
+			out = append(out, k.Addr.AsSlice()...)
+		case FieldL4Proto:
+			out = append(out, k.Proto)
+		case FieldDport:
+			out = binary.BigEndian.AppendUint16(out, k.Port)
+		}
+		for (len(out)-start)%4 != 0 {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
+
+// Finish closes the batch, asking for an ack on the last real message only:
+// errors are reported whatever the flags, and the kernel processes the whole
+// batch before it answers, so that one ack tells us the batch is done.
+func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
+	if b.err != nil {
+		return nil, 0, b.err
+	}
+	last := b.start
+	flags := binary.NativeEndian.Uint16(b.Buf[last+6:])
+	binary.NativeEndian.PutUint16(b.Buf[last+6:], flags|unix.NLM_F_ACK)
+	lastSeq = binary.NativeEndian.Uint32(b.Buf[last+8:])
+	b.Begin(unix.NFNL_MSG_BATCH_END, 0, 0)
+	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
+	b.End()
+	b.flushMessage()
+	return b.chunks, lastSeq, nil
+}
+
+// Messages is how many object messages (not counting begin/end) the batch holds.
+func (b *Batch) Messages() int { return b.count - 1 }
+
+// Describe says what the message with that sequence number did, read back
+// from its encoding (a description kept per message would cost as much
+// memory as a tenth of a full sync's batch, for the rare refusal).
+func (b *Batch) Describe(seq uint32) string {
+	if msg := b.message(seq); msg != nil {
+		if what := describeMessage(msg); what != "" {
+			return what
+		}
+	}
+	return fmt.Sprintf("message %d", seq)
+}
+
+// message finds the encoded message with that sequence number.
+func (b *Batch) message(seq uint32) []byte {
+	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.Buf) {
+		for len(c) >= nlmsgHdrLen {
+			l := int(binary.NativeEndian.Uint32(c))
+			if l < nlmsgHdrLen || l > len(c) {
+				break
+			}
+			if binary.NativeEndian.Uint32(c[8:]) == seq {
+				return c[:l]
+			}
+			c = c[(l+3)&^3:]
+		}
+	}
+	return nil
+}
+
+// describeMessage says what one of our messages does: a verb by its type,
+// and the object it names.
+func describeMessage(msg []byte) string {
+	typ := binary.NativeEndian.Uint16(msg[4:])
+	switch typ {
+	case unix.NFNL_MSG_BATCH_BEGIN:
+		return "batch begin"
+	case unix.NFNL_MSG_BATCH_END:
+		return "batch end"
+	}
+	if len(msg) < nlmsgHdrLen+NfgenLen {
+		return ""
+	}
+	attrs := msg[nlmsgHdrLen+NfgenLen:]
+	kind, ok := messageKinds[typ&^(unix.NFNL_SUBSYS_NFTABLES<<8)]
+	if !ok {
+		return ""
+	}
+	verb := kind.verb
+	switch typ &^ (unix.NFNL_SUBSYS_NFTABLES << 8) {
+	case unix.NFT_MSG_NEWSET:
+		if f, ok := findAttr(attrs, unix.NFTA_SET_FLAGS); ok && len(f) == 4 && binary.BigEndian.Uint32(f)&unix.NFT_SET_MAP != 0 {
+			verb = "add map"
+		}
+	case unix.NFT_MSG_DELSETELEM:
+		if _, ok := findAttr(attrs, unix.NFTA_SET_ELEM_LIST_ELEMENTS); ok {
+			verb = "delete elements from"
+		}
+	}
+	name, _ := findAttr(attrs, kind.name)
+	return strings.TrimSpace(verb + " " + strings.TrimRight(string(name), "\x00"))
+}
+
+// messageTable returns the family and table an object message changes:
+// every nf_tables object message names its table in attribute 1 (a table
+// message its own name). "" for others (batch begin and end).
+func messageTable(msg []byte) (Family, string) {
+	if len(msg) < nlmsgHdrLen+NfgenLen || binary.NativeEndian.Uint16(msg[4:])>>8 != unix.NFNL_SUBSYS_NFTABLES {
+		return 0, ""
+	}
+	name, ok := findAttr(msg[nlmsgHdrLen+NfgenLen:], 1)
+	if !ok {
+		return 0, ""
+	}
+	return Family(msg[nlmsgHdrLen]), strings.TrimRight(string(name), "\x00")
+}
+
+// messageKinds are what our messages do, by type: a verb and the
+// attribute that names the object.
+var messageKinds = map[uint16]struct {
+	verb string
+	name uint16
+}{
+	unix.NFT_MSG_NEWTABLE:     {"add table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_DELTABLE:     {"delete table", unix.NFTA_TABLE_NAME},
+	unix.NFT_MSG_NEWCHAIN:     {"add chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_DELCHAIN:     {"delete chain", unix.NFTA_CHAIN_NAME},
+	unix.NFT_MSG_NEWRULE:      {"add rule to", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_DELRULE:      {"flush chain", unix.NFTA_RULE_CHAIN},
+	unix.NFT_MSG_NEWSET:       {"add set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_DELSET:       {"delete set", unix.NFTA_SET_NAME},
+	unix.NFT_MSG_NEWSETELEM:   {"add elements to", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_DELSETELEM:   {"flush map", unix.NFTA_SET_ELEM_LIST_SET},
+	unix.NFT_MSG_DELOBJ:       {"delete object", unix.NFTA_OBJ_NAME},
+	unix.NFT_MSG_DELFLOWTABLE: {"delete flowtable", nftaFlowtableName},
+}
+
+// findAttr returns the payload of the first top-level attribute of that type.
+func findAttr(attrs []byte, typ uint16) ([]byte, bool) {
+	for len(attrs) >= 4 {
+		l := int(binary.NativeEndian.Uint16(attrs))
+		if l < 4 || l > len(attrs) {
+			return nil, false
+		}
+		if binary.NativeEndian.Uint16(attrs[2:])&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) == typ {
+			return attrs[4:l], true
+		}
+		attrs = attrs[(l+3)&^3:]
+	}
+	return nil, false
+}

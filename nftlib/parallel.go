@@ -1,0 +1,42 @@
+package nftlib
+
+import (
+	"runtime"
+	"sync"
+)
+
+// ParallelMin is the least amount of work (service ports, chains) worth
+// splitting across CPUs: below it, starting goroutines costs more than it
+// saves, and small syncs stay on one goroutine.
+const ParallelMin = 2048
+
+// ParallelParts is how many parts inParallel splits n items into: one per
+// CPU, each of at least parallelMin items.
+func ParallelParts(n int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), n/ParallelMin))
+}
+
+// InParallel runs fn over [0, n) split into parallelParts(n) contiguous
+// ranges, part p covering [lo, hi) (ranges in order of p), each on a
+// goroutine of its own unless there is one part, and returns once all are
+// done.
+func InParallel(n int, fn func(p, lo, hi int)) {
+	parts := ParallelParts(n)
+	if parts == 1 {
+		fn(0, 0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			lo, hi := partRange(n, parts, p)
+			fn(p, lo, hi)
+		})
+	}
+	wg.Wait()
+}
+
+// partRange is the range of part p of n items split into parts.
+func partRange(n, parts, p int) (lo, hi int) {
+	return n * p / parts, n * (p + 1) / parts
+}

@@ -1,0 +1,159 @@
+package nftlib
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Render writes the ruleset in nft syntax, laid out as `nft list ruleset`
+// prints it, so that `nft -f` loads it and a listing of the kernel can be
+// compared with it line by line.
+func (rs *Ruleset) Render(w io.Writer) error {
+	var b strings.Builder
+	for _, t := range rs.Tables {
+		t.RenderTo(&b)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// String is the rendered ruleset.
+func (rs *Ruleset) String() string {
+	var b strings.Builder
+	_ = rs.Render(&b)
+	return b.String()
+}
+
+func (t *Table) RenderTo(b *strings.Builder) {
+	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
+	if t.Comment != "" {
+		fmt.Fprintf(b, "\tcomment %s\n", quoteComment(t.Comment))
+	}
+	first := true
+	sep := func() {
+		if !first {
+			b.WriteString("\n")
+		}
+		first = false
+	}
+	for _, m := range t.Maps {
+		sep()
+		t.renderMap(b, m)
+	}
+	if t.Affinity {
+		sep()
+		t.renderAffinitySet(b)
+	}
+	for _, c := range t.AllChains() {
+		sep()
+		c.RenderTo(b, t.Family)
+	}
+	b.WriteString("}\n")
+}
+
+func (t *Table) renderMap(b *strings.Builder, m *Map) {
+	fmt.Fprintf(b, "\tmap %s {\n", m.Name)
+	var types []string
+	for _, fl := range m.Key {
+		name, _ := fl.datatype(t.Family)
+		types = append(types, name)
+	}
+	fmt.Fprintf(b, "\t\ttype %s : verdict\n", strings.Join(types, " . "))
+	if m.Comment != "" {
+		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(m.Comment))
+	}
+	elems := t.Elements(m.Name)
+	for i, e := range elems {
+		if i == 0 {
+			b.WriteString("\t\telements = { ")
+		} else {
+			b.WriteString(",\n\t\t\t     ")
+		}
+		b.WriteString(e.Text(t.Family, m.Key))
+	}
+	if len(elems) > 0 {
+		b.WriteString(" }\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func (c *Chain) RenderTo(b *strings.Builder, f Family) {
+	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
+	if c.Comment != "" {
+		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(c.Comment))
+	}
+	if h := c.Hook; h != nil {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", h.Type, h.Hook, priorityText(h))
+	}
+	for _, r := range c.Rules {
+		b.WriteString("\t\t")
+		b.WriteString(r.Text(f))
+		b.WriteString("\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+// Text is the rule as `nft list ruleset` prints it in a chain of family f.
+func (r Rule) Text(f Family) string {
+	parts := make([]string, 0, len(r.Terms)+1)
+	for _, t := range r.Terms {
+		parts = append(parts, t.Text(f))
+	}
+	if r.Comment != "" {
+		parts = append(parts, "comment "+quoteComment(r.Comment))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (e Element) Text(f Family, key []Field) string {
+	s := e.keyText(key)
+	if e.Comment != "" {
+		s += " comment " + quoteComment(e.Comment)
+	}
+	return s + " : " + e.Verdict.Text(f)
+}
+
+func (e Element) keyText(key []Field) string {
+	parts := make([]string, 0, len(key))
+	for _, fl := range key {
+		switch fl {
+		case FieldSaddr, FieldDaddr:
+			parts = append(parts, e.Key.Addr.String())
+		case FieldL4Proto:
+			parts = append(parts, ProtoName(e.Key.Proto))
+		case FieldDport:
+			parts = append(parts, strconv.Itoa(int(e.Key.Port)))
+		}
+	}
+	return strings.Join(parts, " . ")
+}
+
+// priorityText names priorities the way nft prints them: a standard
+// priority valid for the hook, plus or minus an offset of up to 10; any
+// other value as a number.
+func priorityText(h *Hook) string {
+	std := []struct {
+		name string
+		prio int32
+		hook string // "" for every hook
+	}{
+		{"raw", -300, ""}, {"mangle", -150, ""}, {"dstnat", -100, "prerouting"},
+		{"filter", 0, ""}, {"security", 50, ""}, {"srcnat", 100, "postrouting"},
+	}
+	for _, p := range std {
+		if p.hook != "" && p.hook != h.Hook {
+			continue
+		}
+		switch off := h.Priority - p.prio; {
+		case off == 0:
+			return p.name
+		case off > 0 && off <= 10:
+			return fmt.Sprintf("%s + %d", p.name, off)
+		case off < 0 && off >= -10:
+			return fmt.Sprintf("%s - %d", p.name, -off)
+		}
+	}
+	return strconv.Itoa(int(h.Priority))
+}

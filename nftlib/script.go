@@ -1,0 +1,88 @@
+package nftlib
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ScriptWriter writes a transaction as nft commands, one per line: what the
+// kernel is told, readable. Used by tests and by --dry-run style debugging.
+type ScriptWriter struct{ B strings.Builder }
+
+func (s *ScriptWriter) line(format string, args ...any) {
+	fmt.Fprintf(&s.B, format, args...)
+	s.B.WriteByte('\n')
+}
+
+func (s *ScriptWriter) AddTable(f Family, name, comment string) {
+	s.line("add table %s %s { comment %s; }", f, name, quoteComment(comment))
+}
+
+func (s *ScriptWriter) DelTable(f Family, name string) { s.line("delete table %s %s", f, name) }
+
+func (s *ScriptWriter) DelSet(f Family, table, name string) {
+	s.line("delete set %s %s %s", f, table, name)
+}
+
+func (s *ScriptWriter) delObj(f Family, table string, o KernelObject) {
+	s.line("delete %s %s %s %s", o.Kind(), f, table, o.Name)
+}
+
+func (s *ScriptWriter) delFlowtable(f Family, table, name string) {
+	s.line("delete flowtable %s %s %s", f, table, name)
+}
+
+func (s *ScriptWriter) AddMap(f Family, table string, m *Map, _ uint32) {
+	var types []string
+	for _, fl := range m.Key {
+		n, _ := fl.datatype(f)
+		types = append(types, n)
+	}
+	s.line("add map %s %s %s { type %s : verdict; }", f, table, m.Name, strings.Join(types, " . "))
+}
+
+func (s *ScriptWriter) FlushMap(f Family, table, m string) { s.line("flush map %s %s %s", f, table, m) }
+
+func (s *ScriptWriter) AddChains(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		s.AddChain(f, table, c)
+	}
+}
+
+func (s *ScriptWriter) AddChainRules(f Family, table string, chains []*Chain) {
+	for _, c := range chains {
+		for _, r := range c.Rules {
+			s.AddRule(f, table, c.Name, r)
+		}
+	}
+}
+
+func (s *ScriptWriter) AddChain(f Family, table string, c *Chain) {
+	s.line("add chain %s %s %s", f, table, c.Name)
+}
+
+func (s *ScriptWriter) FlushChain(f Family, table, chain string) {
+	if chain == "" {
+		s.line("flush table %s %s", f, table)
+		return
+	}
+	s.line("flush chain %s %s %s", f, table, chain)
+}
+
+func (s *ScriptWriter) DelChain(f Family, table, name string) {
+	s.line("delete chain %s %s %s", f, table, name)
+}
+
+func (s *ScriptWriter) AddRule(f Family, table, chain string, r Rule) {
+	s.line("add rule %s %s %s %s", f, table, chain, r.Text(f))
+}
+
+func (s *ScriptWriter) Elements(add bool, f Family, table string, m *Map, elems []Element) {
+	for _, e := range elems {
+		if add {
+			s.line("add element %s %s %s { %s }", f, table, m.Name, e.Text(f, m.Key))
+		} else {
+			s.line("delete element %s %s %s { %s }", f, table, m.Name, e.keyText(m.Key))
+		}
+	}
+}

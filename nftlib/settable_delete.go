@@ -1,0 +1,27 @@
+package nftlib
+
+import "fmt"
+
+// DeleteSetTables deletes those of the tables (by family and name) that the
+// kernel has, in one transaction; removed is false when none was there.
+func (k *Kernel) DeleteSetTables(tables ...*SetTable) (removed bool, err error) {
+	b := k.NewBatch()
+	for _, t := range tables {
+		kts, err := k.ReadFamily(t.Family, []string{t.Name}, nil)
+		if err != nil {
+			return false, err
+		}
+		if kts[t.Name].Exists {
+			b.DelTable(t.Family, t.Name)
+		}
+	}
+	if b.Messages() == 0 {
+		return false, nil
+	}
+	err = k.Apply(b)
+	k.Finished(b)
+	if err != nil {
+		return false, fmt.Errorf("deleting tables: %w", err)
+	}
+	return true, nil
+}

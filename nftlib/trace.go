@@ -1,0 +1,405 @@
+package nftlib
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Packet is a hypothetical first packet of a connection, for Trace.
+type Packet struct {
+	Src, Dst netip.Addr
+	Proto    uint8  // unix.IPPROTO_TCP, ...
+	Dport    uint16 // destination port
+	// Output is true for a packet the node itself sends (the output hook),
+	// false for one it receives or forwards (prerouting).
+	Output bool
+	// Local are the node's addresses, for `fib daddr type local`.
+	Local []netip.Addr
+	// Iif is the interface the packet came in on (prerouting).
+	Iif string
+	// Affinity holds the endpoint ids (AffinityID) the client already has
+	// session affinity to: the `affinity` set's entries for Src.
+	Affinity []uint32
+}
+
+// Outcome is one way a packet can go, with its probability (random load
+// balancing makes several).
+type Outcome struct {
+	Prob       float64
+	DNAT       netip.AddrPort // zero when the packet was not DNATed
+	Masquerade bool           // SNAT to the node in postrouting
+	Dropped    bool
+	Rejected   bool
+	// Affinity is the endpoint id the packet (re)started the client's
+	// session affinity to, 0 if none.
+	Affinity uint32
+	// Chains are the chains the packet went through, in order.
+	Chains []string
+}
+
+func (o Outcome) String() string {
+	s := fmt.Sprintf("%.3f ", o.Prob)
+	switch {
+	case o.Rejected:
+		s += "reject"
+	case o.Dropped:
+		s += "drop"
+	case o.DNAT.IsValid():
+		s += "dnat " + o.DNAT.String()
+	default:
+		s += "no dnat"
+	}
+	if o.Masquerade {
+		s += " masquerade"
+	}
+	return s + " via " + strings.Join(o.Chains, ",")
+}
+
+// Trace evaluates the ruleset for the first packet of a connection the way
+// the kernel would: filter before DNAT, DNAT, filter after DNAT (input for
+// the node's own addresses, forward otherwise, output for the node's
+// packets), then SNAT; every random choice is explored. It is how unit
+// tests check what a rule set does without a kernel.
+func (rs *Ruleset) Trace(p Packet) []Outcome {
+	f := IPv4
+	if p.Dst.Is6() {
+		f = IPv6
+	}
+	pre, post := "prerouting", "forward"
+	if p.Output {
+		pre, post = "output", "output"
+	}
+	states := []*state{{prob: 1, pkt: p}}
+	// Hook entries in priority order; at a nat hook the first chain that
+	// NATs the connection ends NAT there, as in the kernel.
+	hooks := rs.hookChains(f, pre)
+	var after []baseChain
+	for _, bc := range hooks {
+		if bc.chain.Hook.Type == "filter" && bc.chain.Hook.Priority > -100 {
+			after = append(after, bc)
+			continue
+		}
+		states = runAll(states, bc)
+	}
+	for _, s := range states {
+		if s.dnat.IsValid() {
+			s.pkt.Dst = s.dnat.Addr()
+		}
+	}
+	for i, s := range states {
+		if post == "forward" && isLocal(s.pkt.Dst, p.Local) {
+			states[i].hook = "input"
+		} else {
+			states[i].hook = post
+		}
+	}
+	var next []*state
+	for _, s := range states {
+		var chains []baseChain
+		if p.Output {
+			chains = after
+		} else {
+			chains = rs.hookChains(f, s.hook)
+		}
+		branch := []*state{s}
+		for _, bc := range chains {
+			if bc.chain.Hook.Type == "filter" {
+				branch = runAll(branch, bc)
+			}
+		}
+		next = append(next, branch...)
+	}
+	states = next
+	var out []Outcome
+	for _, s := range states {
+		if !s.dropped && s.hook != "input" {
+			for _, bc := range rs.hookChains(f, "postrouting") {
+				if bc.chain.Hook.Type == "nat" {
+					for _, s2 := range s.run(bc.table, bc.chain) {
+						s = s2 // postrouting has no random choices
+					}
+				}
+			}
+		}
+		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
+	return out
+}
+
+// runAll runs one base chain on every live branch.
+func runAll(states []*state, bc baseChain) []*state {
+	var next []*state
+	for _, s := range states {
+		if s.dropped || (bc.chain.Hook.Type == "nat" && s.dnat.IsValid()) {
+			next = append(next, s)
+			continue
+		}
+		next = append(next, s.run(bc.table, bc.chain)...)
+	}
+	return next
+}
+
+func isLocal(a netip.Addr, local []netip.Addr) bool {
+	for _, l := range local {
+		if l == a {
+			return true
+		}
+	}
+	return false
+}
+
+type baseChain struct {
+	table *Table
+	chain *Chain
+}
+
+// hookChains lists the base chains at a hook, in priority order.
+func (rs *Ruleset) hookChains(f Family, hook string) []baseChain {
+	var out []baseChain
+	for _, t := range rs.Tables {
+		if t.Family != f {
+			continue
+		}
+		for _, c := range t.Chains {
+			if c.Hook != nil && c.Hook.Hook == hook {
+				out = append(out, baseChain{t, c})
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].chain.Hook.Priority < out[j].chain.Hook.Priority })
+	return out
+}
+
+// state is one branch of the evaluation.
+type state struct {
+	prob     float64
+	pkt      Packet
+	hook     string // after DNAT: input, forward or output
+	mark     uint32
+	dnat     netip.AddrPort
+	masq     bool
+	affinity uint32
+	dropped  bool
+	rejected bool
+	path     []string
+}
+
+func (s *state) fork(p float64) *state {
+	c := *s
+	c.prob *= p
+	c.path = append([]string(nil), s.path...)
+	return &c
+}
+
+// run evaluates a base chain to its end and returns the resulting branches.
+func (s *state) run(t *Table, c *Chain) []*state {
+	s.path = append(s.path, c.Name)
+	var out []*state
+	for _, r := range s.chain(t, c, 0) {
+		out = append(out, r.st)
+	}
+	return out
+}
+
+// How a term, rule or chain left a branch.
+type flow uint8
+
+const (
+	next     flow = iota // go on: next term, or next rule
+	noMatch              // the rule did not match: next rule
+	chainEnd             // return (or a goto came back): the chain is done
+	final                // accept or drop: evaluation at this hook is over
+)
+
+type result struct {
+	st   *state
+	flow flow
+}
+
+const maxDepth = 16 // the kernel's jump stack
+
+// chain evaluates a chain; results are chainEnd or final.
+func (s *state) chain(t *Table, c *Chain, depth int) []result {
+	if depth > maxDepth {
+		s.dropped = true
+		return []result{{s, final}}
+	}
+	branches := []*state{s}
+	var out []result
+	for _, r := range c.Rules {
+		var cont []*state
+		for _, b := range branches {
+			for _, res := range b.rule(t, r.Terms, depth) {
+				switch res.flow {
+				case next, noMatch:
+					cont = append(cont, res.st)
+				default:
+					out = append(out, res)
+				}
+			}
+		}
+		branches = cont
+	}
+	for _, b := range branches {
+		out = append(out, result{b, chainEnd})
+	}
+	return out
+}
+
+// rule evaluates the remaining terms of a rule.
+func (s *state) rule(t *Table, terms []Term, depth int) []result {
+	if len(terms) == 0 {
+		return []result{{s, next}}
+	}
+	var out []result
+	for _, res := range s.term(t, terms[0], depth) {
+		if res.flow == next {
+			out = append(out, res.st.rule(t, terms[1:], depth)...)
+		} else {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+func (s *state) term(t *Table, term Term, depth int) []result {
+	p := &s.pkt
+	miss := []result{{s, noMatch}}
+	switch m := term.(type) {
+	case AddrMatch:
+		a := p.Src
+		if m.Field == FieldDaddr {
+			a = p.Dst
+		}
+		if m.Prefix.Contains(a) == m.Negate {
+			return miss
+		}
+	case ProtoMatch:
+		if p.Proto != m.Proto {
+			return miss
+		}
+	case FibLocal:
+		a := p.Dst
+		if m.Saddr {
+			a = p.Src
+		}
+		if !isLocal(a, p.Local) {
+			return miss
+		}
+	case PortMatch:
+		if p.Dport != m.Port {
+			return miss
+		}
+	case CtState:
+		if m.Bits&CtNew == 0 { // Trace follows the first packet of a connection
+			return miss
+		}
+	case MarkIsSet:
+		if s.mark&m.Bit == 0 {
+			return miss
+		}
+	case IfName:
+		match := p.Iif == m.Name || (m.Prefix && strings.HasPrefix(p.Iif, m.Name))
+		if match == m.Negate {
+			return miss
+		}
+	case Reject:
+		s.dropped, s.rejected = true, true
+		return []result{{s, final}}
+	case MarkZero:
+		if s.mark&m.Bit != 0 {
+			return miss
+		}
+	case MarkSet:
+		if m.Toggle {
+			s.mark ^= m.Bit
+		} else {
+			s.mark |= m.Bit
+		}
+	case AffinityMatch:
+		if !slices.Contains(p.Affinity, m.ID) {
+			return miss
+		}
+	case AffinityUpdate:
+		s.affinity = m.ID
+	case NumgenZero:
+		hit := s.fork(1 / float64(m.Mod))
+		s.prob *= 1 - 1/float64(m.Mod)
+		return []result{{hit, next}, {s, noMatch}}
+	case DNAT:
+		s.dnat = netip.AddrPortFrom(m.Addr, m.Port)
+	case Masquerade:
+		s.masq = true
+	case Verdict:
+		return s.verdict(t, m, depth)
+	case VmapLookup:
+		for _, e := range t.Elements(m.Map) {
+			if s.keyMatches(m, e.Key) {
+				return s.verdict(t, e.Verdict, depth)
+			}
+		}
+		return miss
+	default:
+		panic(fmt.Sprintf("trace: no evaluation for %T", term))
+	}
+	return []result{{s, next}}
+}
+
+func (s *state) keyMatches(m VmapLookup, k Key) bool {
+	for _, fl := range m.fields() {
+		switch fl {
+		case FieldDaddr:
+			if s.pkt.Dst != k.Addr {
+				return false
+			}
+		case FieldSaddr:
+			if s.pkt.Src != k.Addr {
+				return false
+			}
+		case FieldL4Proto:
+			if s.pkt.Proto != k.Proto {
+				return false
+			}
+		case FieldDport:
+			if s.pkt.Dport != k.Port {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *state) verdict(t *Table, v Verdict, depth int) []result {
+	switch v.Kind {
+	case Accept:
+		return []result{{s, final}}
+	case Drop:
+		s.dropped = true
+		return []result{{s, final}}
+	case Return:
+		return []result{{s, chainEnd}}
+	}
+	c := t.Chain(v.Chain)
+	if c == nil { // the kernel would refuse such a rule; show it as a drop
+		s.path = append(s.path, "missing:"+v.Chain)
+		s.dropped = true
+		return []result{{s, final}}
+	}
+	s.path = append(s.path, c.Name)
+	var out []result
+	for _, r := range s.chain(t, c, depth+1) {
+		switch {
+		case r.flow == final:
+			out = append(out, r)
+		case v.Kind == Goto:
+			out = append(out, result{r.st, chainEnd})
+		default:
+			out = append(out, result{r.st, next})
+		}
+	}
+	return out
+}
