@@ -76,28 +76,92 @@ func BuildHelperTable(f nft.Family, cfg nft.Config, node proxier.Node) *nft.SetT
 		t.Sets = append(t.Sets, &nft.Set{Name: def.Name, Key: key, Interval: interval, Comment: def.Comment})
 	}
 	mark := cfg.MasqueradeMark()
-	svcKey := []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
-	srcKey := []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport, nft.FieldSaddr}
-	in := func(set string) nft.SetLookup { return nft.LookupSet(set, svcKey...) }
-	ret := nft.Verdict{Kind: nft.Return}
-	R := nft.R
+	t.Chains = append(baseChains(), natChains(f, cfg, node, mark)...)
+	t.Chains = append(t.Chains, filterChains(mark)...)
+	return t
+}
 
-	// ClusterIP traffic is masqueraded when it does not come from a pod
-	// (or always, with --masquerade-all); without a way to tell, not at all.
+// inService looks the packet's service address, protocol and port up in a set.
+func inService(set string) nft.SetLookup {
+	return nft.LookupSet(set, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport)
+}
+
+// inServiceFrom also looks up the packet's source.
+func inServiceFrom(set string) nft.SetLookup {
+	return nft.LookupSet(set, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport, nft.FieldSaddr)
+}
+
+// inHealthCheck looks the packet's port up among the health check node ports.
+func inHealthCheck() nft.SetLookup { return nft.LookupSet(SetHealthCheckNodePort, nft.FieldDport) }
+
+// baseChains hook the helper table into netfilter and jump to upstream's chains.
+func baseChains() []*nft.Chain {
+	R := nft.R
+	return []*nft.Chain{
+		{Name: "nat-prerouting", Hook: &nft.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
+			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
+		{Name: "nat-output", Hook: &nft.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
+			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
+		{Name: "nat-postrouting", Hook: &nft.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
+			Rules: []nft.Rule{R(nft.JumpTo(chainPostrouting))}},
+		{Name: "filter-input", Hook: &nft.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+			Rules: []nft.Rule{
+				R(nft.JumpTo(chainFirewall)),
+				R(inHealthCheck(), nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes health check rules"),
+				R(nft.JumpTo(chainIPVSFilter)),
+			}},
+		{Name: "filter-forward", Hook: &nft.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+			Rules: []nft.Rule{R(nft.JumpTo(chainFirewall)), R(nft.JumpTo(chainForward))}},
+		{Name: "filter-output", Hook: &nft.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
+			Rules: []nft.Rule{R(nft.JumpTo(chainIPVSOutFilter))}},
+	}
+}
+
+// natChains mark what is masqueraded and masquerade it.
+func natChains(f nft.Family, cfg nft.Config, node proxier.Node, mark uint32) []*nft.Chain {
+	R := nft.R
+	ret := nft.Verdict{Kind: nft.Return}
+	return []*nft.Chain{
+		{Name: chainServices, Rules: servicesRules(f, cfg, node)},
+		{Name: chainLoadBalancer, Rules: []nft.Rule{
+			R(inService(SetLoadBalancerLocal), ret),
+			R(nft.GotoChain(chainMarkMasq)),
+		}},
+		{Name: chainNodePort, Rules: nodePortRules()},
+		{Name: chainMarkMasq, Rules: []nft.Rule{R(nft.MarkSet{Bit: mark})}},
+		{Name: chainPostrouting, Rules: []nft.Rule{
+			R(inServiceFrom(SetLoopBack), nft.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
+			R(nft.MarkZero{Bit: mark}, ret),
+			R(nft.MarkSet{Bit: mark, Toggle: true}),
+			R(nft.Masquerade{}),
+		}},
+	}
+}
+
+// servicesRules are KUBE-SERVICES: ClusterIP traffic is masqueraded when
+// it does not come from a pod (or always, with --masquerade-all); without
+// a way to tell, not at all.
+func servicesRules(f nft.Family, cfg nft.Config, node proxier.Node) []nft.Rule {
+	R := nft.R
 	var services []nft.Rule
 	const clusterComment = "Kubernetes service cluster ip + port for masquerade purpose"
 	if cfg.MasqueradeAll {
-		services = append(services, R(in(SetClusterIP), nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+		services = append(services, R(inService(SetClusterIP), nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	} else if notPod, ok := nft.LocalMatch(f, cfg, node, true); ok {
-		services = append(services, R(in(SetClusterIP), notPod, nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+		services = append(services, R(inService(SetClusterIP), notPod, nft.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	}
-	services = append(services,
-		R(in(SetExternalIPLocal), ret).WithComment("external IPs of Local-policy services keep the source"),
-		R(in(SetExternalIP), nft.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
-		R(in(SetLoadBalancer), nft.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
+	return append(services,
+		R(inService(SetExternalIPLocal), nft.Verdict{Kind: nft.Return}).WithComment("external IPs of Local-policy services keep the source"),
+		R(inService(SetExternalIP), nft.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
+		R(inService(SetLoadBalancer), nft.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
 		R(nft.FibLocal{}, nft.GotoChain(chainNodePort)),
 	)
-	var nodePort []nft.Rule
+}
+
+// nodePortRules are KUBE-NODE-PORT: Local-policy node ports keep the
+// source, the others are masqueraded.
+func nodePortRules() []nft.Rule {
+	var rules []nft.Rule
 	for _, np := range []struct {
 		proto        uint8
 		local, masq  string
@@ -111,73 +175,48 @@ func BuildHelperTable(f nft.Family, cfg nft.Config, node proxier.Node) *nft.SetT
 		if np.withAddrSets {
 			key = []nft.Field{nft.FieldDaddr, nft.FieldDport}
 		}
-		nodePort = append(nodePort,
-			R(nft.LookupSet(np.local, key...).WithProto(np.proto), ret),
-			R(nft.LookupSet(np.masq, key...).WithProto(np.proto), nft.GotoChain(chainMarkMasq)),
+		rules = append(rules,
+			nft.R(nft.LookupSet(np.local, key...).WithProto(np.proto), nft.Verdict{Kind: nft.Return}),
+			nft.R(nft.LookupSet(np.masq, key...).WithProto(np.proto), nft.GotoChain(chainMarkMasq)),
 		)
 	}
-	hc := nft.LookupSet(SetHealthCheckNodePort, nft.FieldDport)
+	return rules
+}
 
-	t.Chains = []*nft.Chain{
-		{Name: "nat-prerouting", Hook: &nft.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
-		{Name: "nat-output", Hook: &nft.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainServices))}},
-		{Name: "nat-postrouting", Hook: &nft.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
-			Rules: []nft.Rule{R(nft.JumpTo(chainPostrouting))}},
-		{Name: "filter-input", Hook: &nft.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
-			Rules: []nft.Rule{
-				R(nft.JumpTo(chainFirewall)),
-				R(hc, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes health check rules"),
-				R(nft.JumpTo(chainIPVSFilter)),
-			}},
-		{Name: "filter-forward", Hook: &nft.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
-			Rules: []nft.Rule{R(nft.JumpTo(chainFirewall)), R(nft.JumpTo(chainForward))}},
-		{Name: "filter-output", Hook: &nft.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
-			Rules: []nft.Rule{R(nft.JumpTo(chainIPVSOutFilter))}},
-
-		{Name: chainServices, Rules: services},
-		{Name: chainLoadBalancer, Rules: []nft.Rule{
-			R(in(SetLoadBalancerLocal), ret),
-			R(nft.GotoChain(chainMarkMasq)),
-		}},
-		{Name: chainNodePort, Rules: nodePort},
-		{Name: chainMarkMasq, Rules: []nft.Rule{R(nft.MarkSet{Bit: mark})}},
-		{Name: chainPostrouting, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLoopBack, srcKey...), nft.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
-			R(nft.MarkZero{Bit: mark}, ret),
-			R(nft.MarkSet{Bit: mark, Toggle: true}),
-			R(nft.Masquerade{}),
-		}},
+// filterChains are the firewall for source ranges, upstream #72236's
+// filter of virtual addresses, and forwarding.
+func filterChains(mark uint32) []*nft.Chain {
+	R := nft.R
+	ret := nft.Verdict{Kind: nft.Return}
+	return []*nft.Chain{
 		{Name: chainFirewall, Rules: []nft.Rule{
-			R(in(SetLoadBalancerFW), nft.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
+			R(inService(SetLoadBalancerFW), nft.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
 		}},
 		{Name: chainSourceRanges, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLBSourceCIDR, srcKey...), ret),
-			R(nft.LookupSet(SetLBSourceIP, srcKey...), ret),
+			R(inServiceFrom(SetLBSourceCIDR), ret),
+			R(inServiceFrom(SetLBSourceIP), ret),
 			R(nft.Verdict{Kind: nft.Drop}),
 		}},
 		// Upstream #72236: without this, host daemons listening on any
 		// address answer on every virtual address, on every port.
 		{Name: chainIPVSFilter, Rules: []nft.Rule{
-			R(in(SetLoadBalancer), ret),
-			R(in(SetClusterIP), ret),
-			R(in(SetExternalIP), ret),
-			R(in(SetExternalIPLocal), ret),
-			R(hc, ret),
+			R(inService(SetLoadBalancer), ret),
+			R(inService(SetClusterIP), ret),
+			R(inService(SetExternalIP), ret),
+			R(inService(SetExternalIPLocal), ret),
+			R(inHealthCheck(), ret),
 			R(nft.CtState{Bits: nft.CtNew}, nft.LookupSet(SetIPVSIPs, nft.FieldDaddr), nft.Reject{}).WithComment("new connections to a virtual address on a port that is no service"),
 		}},
 		// The node's own requests to an LB IP with source ranges that do
 		// not hold the node (#119656): they come from the LB IP.
 		{Name: chainIPVSOutFilter, Rules: []nft.Rule{
-			R(nft.LookupSet(SetLBNoNodeAccess, srcKey...), nft.Verdict{Kind: nft.Drop}),
+			R(inServiceFrom(SetLBNoNodeAccess), nft.Verdict{Kind: nft.Drop}),
 		}},
 		{Name: chainForward, Rules: []nft.Rule{
 			R(nft.MarkIsSet{Bit: mark}, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes forwarding rules"),
 			R(nft.CtState{Bits: nft.CtEstablished | nft.CtRelated}, nft.Verdict{Kind: nft.Accept}).WithComment("kubernetes forwarding conntrack rule"),
 		}},
 	}
-	return t
 }
 
 // HelperTables returns both families' helper tables holding elems.
