@@ -35,8 +35,8 @@ func newBackendRig(t *testing.T) *backendRig {
 			r.h.Addrs, r.h.Elems = map[netip.Addr]bool{}, map[Element]bool{}
 			return n > 0, nil
 		},
+		SyncAt: func(t time.Time) { r.asked = append(r.asked, t) },
 	})
-	r.b.SyncAt = func(t time.Time) { r.asked = append(r.asked, t) }
 	return r
 }
 
