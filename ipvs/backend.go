@@ -249,24 +249,36 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 // DeleteVirtualServers deletes, in one write, every virtual server k
 // reads outside exclude, and returns how many it deleted.
 func DeleteVirtualServers(k Kernel, exclude []netip.Prefix) (int, error) {
+	return deleteVirtualServersIf(k, "", func(v VirtualServer) bool {
+		return !slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) })
+	})
+}
+
+// deleteVirtualServersIf deletes, in one write, the virtual servers k
+// reads that match, and returns how many it deleted; where ("on
+// kube-ipvs0") is for the error.
+func deleteVirtualServersIf(k Kernel, where string, match func(VirtualServer) bool) (int, error) {
 	vss, err := k.Read()
 	if err != nil {
 		return 0, fmt.Errorf("reading IPVS services: %w", err)
 	}
 	var ops []Op
 	for _, v := range vss {
-		if slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) }) {
-			continue
+		if match(v) {
+			ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
 		}
-		ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
 	}
 	if len(ops) == 0 {
 		return 0, nil
 	}
 	opErrs, err := k.Apply(ops)
 	if err != nil {
+		if where != "" {
+			return 0, fmt.Errorf("deleting IPVS services %s: %w", where, err)
+		}
 		return 0, fmt.Errorf("deleting IPVS services: %w", err)
 	}
+	// Apply's per-command errors: nil (or shorter) when all went.
 	n := len(ops)
 	var errs []error
 	for i, e := range opErrs {
