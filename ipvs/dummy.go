@@ -165,25 +165,7 @@ func (d *Dummy) exchange(req []byte, fn func(typ uint16, payload []byte)) error 
 	if err := d.send(req); err != nil {
 		return err
 	}
-	var failed error
-	for done := false; !done; {
-		err := d.receive(func(typ uint16, s uint32, p []byte) {
-			switch {
-			case s != seq || done:
-			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
-				done = true
-				if e := nlmsg.Errno(p); e != 0 {
-					failed = e
-				}
-			case fn != nil:
-				fn(typ, p)
-			}
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return failed
+	return nlmsg.ReceiveAnswers(d.fd, d.buf, seq, fn)
 }
 
 func (d *Dummy) send(b []byte) error { return nlmsg.Send(d.fd, b) }
