@@ -136,97 +136,120 @@ func (t *Tuner) Apply(c TuningConfig) (skipped []error, err error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	log := t.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	run := &tuningRun{t: t, log: t.Log}
+	if run.log == nil {
+		run.log = slog.New(slog.DiscardHandler)
 	}
-	// skip logs and collects a tolerated error; any other is returned.
-	skip := func(err error, want int) error {
-		if !tolerated(err) {
-			return fmt.Errorf("conntrack tuning: %w", err)
-		}
-		var se *sysctl.Error
-		key, reason := "", err.Error()
-		if errors.As(err, &se) {
-			key, reason = se.Path, se.Reason
-		}
-		log.Warn("conntrack tuning: leaving a kernel setting as it is", "key", key, "want", want, "reason", reason)
-		skipped = append(skipped, err)
-		return nil
-	}
-
 	if want := c.WantedMax(t.numCPU()); want > 0 {
-		// Only ever raised: a higher value set by the administrator stays,
-		// and a node where we may not write it is left alone when it is
-		// already large enough. A value that cannot be read is written.
-		cur, err := t.Sysctl.GetInt(keyMax)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if err := skip(err, want); err != nil {
-				return skipped, err
-			}
-		case err != nil || cur < want:
-			if err := t.write(t.Sysctl, keyMax, want, cur, log); err != nil {
-				if err := skip(err, want); err != nil {
-					return skipped, err
-				}
-			}
-		}
-		// The hash table: a quarter of the entries, as kube-proxy.
-		wantHash := want / 4
-		hs, err := t.Module.GetInt(sysctl.ConntrackHashsize)
-		if err == nil && hs < wantHash {
-			err = t.write(t.Module, sysctl.ConntrackHashsize, wantHash, hs, log)
-		}
-		if err != nil {
-			if err := skip(err, wantHash); err != nil {
-				return skipped, err
-			}
+		if err := run.raiseMax(want); err != nil {
+			return run.skipped, err
 		}
 	}
+	for _, s := range c.settings() {
+		if err := run.set(s); err != nil {
+			return run.skipped, err
+		}
+	}
+	return run.skipped, nil
+}
 
-	type setting struct {
-		key  string
-		want int
+// tuningRun is one Apply: where it logs, and the errors it tolerated.
+type tuningRun struct {
+	t       *Tuner
+	log     *slog.Logger
+	skipped []error
+}
+
+// skip logs and collects a tolerated error; any other is returned.
+func (r *tuningRun) skip(err error, want int) error {
+	if !tolerated(err) {
+		return fmt.Errorf("conntrack tuning: %w", err)
 	}
-	var settings []setting
+	var se *sysctl.Error
+	key, reason := "", err.Error()
+	if errors.As(err, &se) {
+		key, reason = se.Path, se.Reason
+	}
+	r.log.Warn("conntrack tuning: leaving a kernel setting as it is", "key", key, "want", want, "reason", reason)
+	r.skipped = append(r.skipped, err)
+	return nil
+}
+
+// raiseMax raises nf_conntrack_max to want and the hash size to a quarter
+// of it, as kube-proxy. Only ever raised: a higher value set by the
+// administrator stays, and a node where we may not write it is left alone
+// when it is already large enough. A value that cannot be read is written.
+func (r *tuningRun) raiseMax(want int) error {
+	cur, err := r.t.Sysctl.GetInt(keyMax)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := r.skip(err, want); err != nil {
+			return err
+		}
+	case err != nil || cur < want:
+		if err := r.write(r.t.Sysctl, keyMax, want, cur); err != nil {
+			if err := r.skip(err, want); err != nil {
+				return err
+			}
+		}
+	}
+	wantHash := want / 4
+	hs, err := r.t.Module.GetInt(sysctl.ConntrackHashsize)
+	if err == nil && hs < wantHash {
+		err = r.write(r.t.Module, sysctl.ConntrackHashsize, wantHash, hs)
+	}
+	if err != nil {
+		return r.skip(err, wantHash)
+	}
+	return nil
+}
+
+// setting is one sysctl under /proc/sys and the value it should have.
+type setting struct {
+	key  string
+	want int
+}
+
+// settings are the timeouts (in whole seconds) and be_liberal that c sets.
+func (c TuningConfig) settings() []setting {
+	var out []setting
 	seconds := func(key string, d time.Duration) {
 		if d > 0 {
-			settings = append(settings, setting{key, int(d / time.Second)})
+			out = append(out, setting{key, int(d / time.Second)})
 		}
 	}
 	seconds(keyTCPEstablished, c.TCPEstablishedTimeout)
 	seconds(keyTCPCloseWait, c.TCPCloseWaitTimeout)
 	if c.TCPBeLiberal {
-		settings = append(settings, setting{keyTCPBeLiberal, 1})
+		out = append(out, setting{keyTCPBeLiberal, 1})
 	}
 	seconds(keyUDPTimeout, c.UDPTimeout)
 	seconds(keyUDPStream, c.UDPStreamTimeout)
-	for _, s := range settings {
-		// Written only when it differs; a value that cannot be read is
-		// written, a missing key warned about once.
-		cur, err := t.Sysctl.GetInt(s.key)
-		if err == nil && cur == s.want {
-			log.Debug("conntrack tuning: already set", "key", t.Sysctl.Path(s.key), "value", cur)
-			continue
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			err = t.write(t.Sysctl, s.key, s.want, cur, log)
-		}
-		if err != nil {
-			if err := skip(err, s.want); err != nil {
-				return skipped, err
-			}
-		}
-	}
-	return skipped, nil
+	return out
 }
 
-func (t *Tuner) write(s *sysctl.Sysctl, key string, v, was int, log *slog.Logger) error {
+// set writes s when it differs; a value that cannot be read is written, a
+// missing key warned about once.
+func (r *tuningRun) set(s setting) error {
+	cur, err := r.t.Sysctl.GetInt(s.key)
+	if err == nil && cur == s.want {
+		r.log.Debug("conntrack tuning: already set", "key", r.t.Sysctl.Path(s.key), "value", cur)
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		err = r.write(r.t.Sysctl, s.key, s.want, cur)
+	}
+	if err != nil {
+		return r.skip(err, s.want)
+	}
+	return nil
+}
+
+func (r *tuningRun) write(s *sysctl.Sysctl, key string, v, was int) error {
 	if err := s.SetInt(key, v); err != nil {
 		return err
 	}
-	log.Info("conntrack tuning: set", "key", s.Path(key), "value", v, "was", was)
+	r.log.Info("conntrack tuning: set", "key", s.Path(key), "value", v, "was", was)
 	return nil
 }
 

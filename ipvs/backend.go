@@ -42,6 +42,18 @@ type BackendConfig struct {
 	Watch func(onChange func()) (ChangeMonitor, error)
 	// Log receives drift reports; nil discards them.
 	Log *slog.Logger
+	// SyncAt, when set, is told when the next sync is due for graceful
+	// termination (draining real servers' connection counts): the loop's
+	// SyncAt.
+	SyncAt func(time.Time)
+	// OnForeignChange, when set, is called (from another goroutine) when
+	// the change monitor sees another process change a helper table: the
+	// loop's Changed, so that the repair is at once.
+	OnForeignChange func()
+	// OnDrift, when set, is called for each object in which a check found
+	// differences ("ip kube-nftproxy-ipvs", "kube-ipvs0", "ipvs"), with
+	// short descriptions of them; the sync then repairs them.
+	OnDrift func(table string, diffs []string)
 }
 
 // ChangeMonitor tells which helper tables another process changed;
@@ -58,20 +70,6 @@ type ChangeMonitor interface {
 // health, metrics and conntrack cleanup are the proxier's, as in nftables
 // mode.
 type Backend struct {
-	// SyncAt, when set, is told when the next sync is due for graceful
-	// termination (draining real servers' connection counts); the loop's
-	// SyncAt.
-	SyncAt func(time.Time)
-	// OnForeignChange, when set, is called (from another goroutine) when
-	// the change monitor sees another process change a helper table: the
-	// loop's Changed, so that the repair is at once. Set it before the
-	// first Sync.
-	OnForeignChange func()
-	// OnDrift, when set, is called for each object in which a check found
-	// differences ("ip kube-nftproxy-ipvs", "kube-ipvs0", "ipvs"), with
-	// short descriptions of them; the sync then repairs them.
-	OnDrift func(table string, diffs []string)
-
 	mon       ChangeMonitor
 	monTried  bool
 	lastCheck time.Time
@@ -126,8 +124,8 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	plan := b.planner.Plan(st, addrs)
 	r, err := b.syncer.Sync(plan)
 	b.last = plan
-	if t := b.syncer.NextDrainCheck(); !t.IsZero() && b.SyncAt != nil {
-		b.SyncAt(t)
+	if t := b.syncer.NextDrainCheck(); !t.IsZero() && b.cfg.SyncAt != nil {
+		b.cfg.SyncAt(t)
 	}
 	hc := len(r.Helper.AddAddrs) + len(r.Helper.DelAddrs) + len(r.Helper.AddElems) + len(r.Helper.DelElems)
 	res.Messages = r.Ops + hc
@@ -147,7 +145,7 @@ func (b *Backend) openMonitor() {
 		return
 	}
 	b.monTried = true
-	onChange := b.OnForeignChange
+	onChange := b.cfg.OnForeignChange
 	if onChange == nil {
 		onChange = func() {}
 	}
@@ -211,8 +209,8 @@ func (b *Backend) drifted(name, msg string, diffs []string) {
 		return
 	}
 	b.log().Warn(msg, "table", name, "differences", diffs)
-	if b.OnDrift != nil {
-		b.OnDrift(name, diffs)
+	if b.cfg.OnDrift != nil {
+		b.cfg.OnDrift(name, diffs)
 	}
 }
 
@@ -251,24 +249,36 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 // DeleteVirtualServers deletes, in one write, every virtual server k
 // reads outside exclude, and returns how many it deleted.
 func DeleteVirtualServers(k Kernel, exclude []netip.Prefix) (int, error) {
+	return deleteVirtualServersIf(k, "", func(v VirtualServer) bool {
+		return !slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) })
+	})
+}
+
+// deleteVirtualServersIf deletes, in one write, the virtual servers k
+// reads that match, and returns how many it deleted; where ("on
+// kube-ipvs0") is for the error.
+func deleteVirtualServersIf(k Kernel, where string, match func(VirtualServer) bool) (int, error) {
 	vss, err := k.Read()
 	if err != nil {
 		return 0, fmt.Errorf("reading IPVS services: %w", err)
 	}
 	var ops []Op
 	for _, v := range vss {
-		if slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) }) {
-			continue
+		if match(v) {
+			ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
 		}
-		ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
 	}
 	if len(ops) == 0 {
 		return 0, nil
 	}
 	opErrs, err := k.Apply(ops)
 	if err != nil {
+		if where != "" {
+			return 0, fmt.Errorf("deleting IPVS services %s: %w", where, err)
+		}
 		return 0, fmt.Errorf("deleting IPVS services: %w", err)
 	}
+	// Apply's per-command errors: nil (or shorter) when all went.
 	n := len(ops)
 	var errs []error
 	for i, e := range opErrs {

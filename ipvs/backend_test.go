@@ -2,9 +2,13 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +39,8 @@ func newBackendRig(t *testing.T) *backendRig {
 			r.h.Addrs, r.h.Elems = map[netip.Addr]bool{}, map[Element]bool{}
 			return n > 0, nil
 		},
+		SyncAt: func(t time.Time) { r.asked = append(r.asked, t) },
 	})
-	r.b.SyncAt = func(t time.Time) { r.asked = append(r.asked, t) }
 	return r
 }
 
@@ -212,5 +216,47 @@ func TestSetConfigEncoding(t *testing.T) {
 	}
 	if !(Timeouts{TCPFin: 500 * time.Millisecond}).IsZero() || (Timeouts{TCPFin: time.Second}).IsZero() {
 		t.Error("IsZero")
+	}
+}
+
+// DeleteVirtualServers deletes what is outside the excluded CIDRs in one
+// write and counts only the deletions that went; each failed one is in
+// the error.
+func TestDeleteVirtualServers(t *testing.T) {
+	svc := func(addr string) Service {
+		return Service{ServiceKey: ServiceKey{Addr: ip(addr), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+	}
+	k := NewFakeKernel()
+	var ops []Op
+	for _, a := range []string{"10.96.0.1", "10.96.0.2", "10.96.0.3", "192.168.255.1"} {
+		ops = append(ops, Op{Cmd: CmdNewService, Service: svc(a)})
+	}
+	if errs, err := k.Apply(ops); errs != nil || err != nil {
+		t.Fatal(errs, err)
+	}
+	k.Fail = func(op Op) error {
+		if op.Service.Addr == ip("10.96.0.2") {
+			return syscall.EBUSY
+		}
+		return nil
+	}
+	writes := k.Writes
+	n, err := DeleteVirtualServers(k, []netip.Prefix{netip.MustParsePrefix("192.168.255.0/24")})
+	if n != 2 || !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "10.96.0.2") {
+		t.Errorf("deleted %d, %v; want 2 and an EBUSY error naming 10.96.0.2", n, err)
+	}
+	if k.Writes-writes != 1 {
+		t.Errorf("%d writes, want 1", k.Writes-writes)
+	}
+	var left []string
+	for _, v := range k.Snapshot() {
+		left = append(left, v.Addr.String())
+	}
+	if !slices.Equal(left, []string{"10.96.0.2", "192.168.255.1"}) {
+		t.Errorf("left %v, want the failed one and the excluded one", left)
+	}
+	k.Fail = nil
+	if n, err := DeleteVirtualServers(k, nil); n != 2 || err != nil {
+		t.Errorf("without exclusions: deleted %d, %v; want 2", n, err)
 	}
 }

@@ -97,14 +97,14 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 					}
 					return m, err
 				},
+				OnForeignChange: func() {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				},
+				OnDrift: func(table string, diffs []string) { drifts[table] = append(drifts[table], diffs...) },
 			})
-			b.OnForeignChange = func() {
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			}
-			b.OnDrift = func(table string, diffs []string) { drifts[table] = append(drifts[table], diffs...) }
 			sync := func() {
 				t.Helper()
 				if _, err := b.Sync(context.Background(), st); err != nil {

@@ -44,7 +44,7 @@ func driftRig(t *testing.T, mon ChangeMonitor) (*backendRig, map[string][]string
 		r.b.cfg.Watch = func(func()) (ChangeMonitor, error) { return mon, nil }
 	}
 	drifts := map[string][]string{}
-	r.b.OnDrift = func(table string, diffs []string) { drifts[table] = append(drifts[table], diffs...) }
+	r.b.cfg.OnDrift = func(table string, diffs []string) { drifts[table] = append(drifts[table], diffs...) }
 	return r, drifts
 }
 

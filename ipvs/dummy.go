@@ -42,16 +42,28 @@ func OpenDummy(netnsPath string) (*Dummy, error) {
 		d.Close()
 		return nil, fmt.Errorf("creating %s: %w", DummyName, err)
 	}
-	err = d.exchange(getLinkMessage(DummyName, d.nextSeq()), func(typ uint16, p []byte) {
+	if err := d.findIndex(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// findIndex reads kube-ipvs0's interface index; the error wraps ENODEV
+// when there is no such link.
+func (d *Dummy) findIndex() error {
+	err := d.exchange(getLinkMessage(DummyName, d.nextSeq()), func(typ uint16, p []byte) {
 		if typ == unix.RTM_NEWLINK && len(p) >= unix.SizeofIfInfomsg {
 			d.index = int32(binary.NativeEndian.Uint32(p[4:8]))
 		}
 	})
-	if err != nil || d.index == 0 {
-		d.Close()
-		return nil, fmt.Errorf("finding %s: %v", DummyName, err)
+	switch {
+	case err != nil:
+		return fmt.Errorf("finding %s: %w", DummyName, err)
+	case d.index == 0:
+		return fmt.Errorf("finding %s: the kernel's answer has no interface index", DummyName)
 	}
-	return d, nil
+	return nil
 }
 
 // Close closes the socket.
@@ -153,25 +165,7 @@ func (d *Dummy) exchange(req []byte, fn func(typ uint16, payload []byte)) error 
 	if err := d.send(req); err != nil {
 		return err
 	}
-	var failed error
-	for done := false; !done; {
-		err := d.receive(func(typ uint16, s uint32, p []byte) {
-			switch {
-			case s != seq || done:
-			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
-				done = true
-				if e := nlmsg.Errno(p); e != 0 {
-					failed = e
-				}
-			case fn != nil:
-				fn(typ, p)
-			}
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return failed
+	return nlmsg.ReceiveAnswers(d.fd, d.buf, seq, fn)
 }
 
 func (d *Dummy) send(b []byte) error { return nlmsg.Send(d.fd, b) }

@@ -1,7 +1,6 @@
 package ipvs
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -21,16 +20,12 @@ func DummyAddrs(netnsPath string) (addrs []netip.Addr, exists bool, err error) {
 	}
 	d := &Dummy{fd: fd, buf: make([]byte, 1<<16)}
 	defer d.Close()
-	err = d.exchange(getLinkMessage(DummyName, d.nextSeq()), func(typ uint16, p []byte) {
-		if typ == unix.RTM_NEWLINK && len(p) >= unix.SizeofIfInfomsg {
-			d.index = int32(binary.NativeEndian.Uint32(p[4:8]))
-		}
-	})
+	err = d.findIndex()
 	if errors.Is(err, unix.ENODEV) {
 		return nil, false, nil
 	}
-	if err != nil || d.index == 0 {
-		return nil, false, fmt.Errorf("finding %s: %v", DummyName, err)
+	if err != nil {
+		return nil, false, err
 	}
 	addrs, err = d.Addrs()
 	if err != nil {
@@ -55,33 +50,9 @@ func DeleteUpstreamLeftovers(netnsPath string, k Kernel) (servers int, link bool
 		for _, a := range addrs {
 			on[a] = true
 		}
-		vss, err := k.Read()
+		servers, err = deleteVirtualServersIf(k, "on "+DummyName, func(v VirtualServer) bool { return on[v.Addr] })
 		if err != nil {
-			return 0, false, fmt.Errorf("reading IPVS services: %w", err)
-		}
-		var ops []Op
-		for _, v := range vss {
-			if on[v.Addr] {
-				ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
-			}
-		}
-		if len(ops) > 0 {
-			opErrs, err := k.Apply(ops)
-			if err != nil {
-				return 0, false, fmt.Errorf("deleting IPVS services on %s: %w", DummyName, err)
-			}
-			// Apply's per-command errors: nil (or shorter) when all went.
-			servers = len(ops)
-			var errs []error
-			for i, e := range opErrs {
-				if e != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", ops[i], e))
-					servers--
-				}
-			}
-			if len(errs) > 0 {
-				return servers, false, errors.Join(errs...)
-			}
+			return servers, false, err
 		}
 	}
 	link, err = DeleteDummy(netnsPath)

@@ -110,71 +110,25 @@ func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
 func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 	var res SyncResult
 	now := s.cfg.Now()
-	if !s.read {
-		if err := s.readKernel(); err != nil {
-			return res, err
-		}
-	}
-	if s.helperRead {
-		if err := s.readHelper(); err != nil {
-			return res, err
-		}
+	if err := s.readIfNeeded(); err != nil {
+		return res, err
 	}
 	s.updateDesired(p)
 
 	var errs []error
 	// 1. Virtual and real servers, all but deleted services.
-	var ops, dels []Op
-	var newlyDraining []ServiceKey
-	for _, key := range sortedKeys(s.dirtyVS) {
-		o, d, drains := s.diffService(key, now)
-		if len(o) == 0 && len(d) == 0 {
-			delete(s.dirtyVS, key) // matches (draining aside)
-		}
-		ops, dels = append(ops, o...), append(dels, d...)
-		if drains {
-			newlyDraining = append(newlyDraining, key)
-		}
-	}
-	failedNew := map[netip.Addr]bool{}
+	ops, dels, newlyDraining := s.diffServices(now)
 	opErrs, err := s.apply(ops, &res)
 	if err != nil {
 		return res, err
 	}
 	errs = append(errs, opErrs...)
-	for _, op := range ops {
-		if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
-			failedNew[op.Service.Addr] = true
-		}
-	}
 
 	// 2. Addresses and elements: added once their servers exist, removed
 	// before their servers go.
-	change := s.diffHelper(failedNew)
-	if !change.empty() {
-		res.Helper = change
-		if err := s.h.Apply(change); err != nil {
-			errs = append(errs, fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err))
-			s.helperRead = true
-			dels = nil // their addresses may still be there
-		} else {
-			for _, a := range change.AddAddrs {
-				s.haveAddrs[a] = true
-				delete(s.dirtyAddrs, a)
-			}
-			for _, a := range change.DelAddrs {
-				delete(s.haveAddrs, a)
-				delete(s.dirtyAddrs, a)
-			}
-			for _, e := range change.AddElems {
-				s.haveElems[e] = true
-				delete(s.dirtyElems, e)
-			}
-			for _, e := range change.DelElems {
-				delete(s.haveElems, e)
-				delete(s.dirtyElems, e)
-			}
-		}
+	if err := s.syncHelper(s.failedNewAddrs(ops), &res); err != nil {
+		errs = append(errs, err)
+		dels = nil // their addresses may still be there
 	}
 
 	// 3. Deleted virtual servers.
@@ -192,6 +146,80 @@ func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 		res.Draining += len(m)
 	}
 	return res, errors.Join(errs...)
+}
+
+// readIfNeeded reads the kernel on the first sync, and the helper again
+// after a failed Apply left it unknown.
+func (s *Syncer) readIfNeeded() error {
+	if !s.read {
+		if err := s.readKernel(); err != nil {
+			return err
+		}
+	}
+	if s.helperRead {
+		return s.readHelper()
+	}
+	return nil
+}
+
+// diffServices returns the commands that bring the dirty virtual servers
+// to what is desired: ops for those that stay, dels for those that go,
+// and the keys whose real servers began to drain.
+func (s *Syncer) diffServices(now time.Time) (ops, dels []Op, newlyDraining []ServiceKey) {
+	for _, key := range sortedKeys(s.dirtyVS) {
+		o, d, drains := s.diffService(key, now)
+		if len(o) == 0 && len(d) == 0 {
+			delete(s.dirtyVS, key) // matches (draining aside)
+		}
+		ops, dels = append(ops, o...), append(dels, d...)
+		if drains {
+			newlyDraining = append(newlyDraining, key)
+		}
+	}
+	return ops, dels, newlyDraining
+}
+
+// failedNewAddrs are the addresses of virtual servers that ops should
+// have created and did not: their addresses must not lead traffic yet.
+func (s *Syncer) failedNewAddrs(ops []Op) map[netip.Addr]bool {
+	failed := map[netip.Addr]bool{}
+	for _, op := range ops {
+		if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
+			failed[op.Service.Addr] = true
+		}
+	}
+	return failed
+}
+
+// syncHelper applies the change of addresses and set elements; after a
+// failure the next sync reads the helper again.
+func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) error {
+	change := s.diffHelper(failedNew)
+	if change.empty() {
+		return nil
+	}
+	res.Helper = change
+	if err := s.h.Apply(change); err != nil {
+		s.helperRead = true
+		return fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err)
+	}
+	markApplied(s.haveAddrs, s.dirtyAddrs, change.AddAddrs, true)
+	markApplied(s.haveAddrs, s.dirtyAddrs, change.DelAddrs, false)
+	markApplied(s.haveElems, s.dirtyElems, change.AddElems, true)
+	markApplied(s.haveElems, s.dirtyElems, change.DelElems, false)
+	return nil
+}
+
+// markApplied records keys as held (or not) and no longer dirty.
+func markApplied[K comparable](have, dirty map[K]bool, keys []K, held bool) {
+	for _, k := range keys {
+		if held {
+			have[k] = true
+		} else {
+			delete(have, k)
+		}
+		delete(dirty, k)
+	}
 }
 
 // NextDrainCheck is when a sync next reads draining servers' counts (zero

@@ -77,28 +77,94 @@ func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) 
 		t.Sets = append(t.Sets, &nftlib.Set{Name: def.Name, Key: key, Interval: interval, Comment: def.Comment})
 	}
 	mark := cfg.MasqueradeMark()
-	svcKey := []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}
-	srcKey := []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport, nftlib.FieldSaddr}
-	in := func(set string) nftlib.SetLookup { return nftlib.LookupSet(set, svcKey...) }
-	ret := nftlib.Verdict{Kind: nftlib.Return}
-	R := nftlib.R
+	t.Chains = append(baseChains(), natChains(f, cfg, node, mark)...)
+	t.Chains = append(t.Chains, filterChains(mark)...)
+	return t
+}
 
-	// ClusterIP traffic is masqueraded when it does not come from a pod
-	// (or always, with --masquerade-all); without a way to tell, not at all.
+// inService looks the packet's service address, protocol and port up in a set.
+func inService(set string) nftlib.SetLookup {
+	return nftlib.LookupSet(set, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport)
+}
+
+// inServiceFrom also looks up the packet's source.
+func inServiceFrom(set string) nftlib.SetLookup {
+	return nftlib.LookupSet(set, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport, nftlib.FieldSaddr)
+}
+
+// inHealthCheck looks the packet's port up among the health check node ports.
+func inHealthCheck() nftlib.SetLookup {
+	return nftlib.LookupSet(SetHealthCheckNodePort, nftlib.FieldDport)
+}
+
+// baseChains hook the helper table into netfilter and jump to upstream's chains.
+func baseChains() []*nftlib.Chain {
+	R := nftlib.R
+	return []*nftlib.Chain{
+		{Name: "nat-prerouting", Hook: &nftlib.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-output", Hook: &nftlib.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
+		{Name: "nat-postrouting", Hook: &nftlib.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainPostrouting))}},
+		{Name: "filter-input", Hook: &nftlib.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
+			Rules: []nftlib.Rule{
+				R(nftlib.JumpTo(chainFirewall)),
+				R(inHealthCheck(), nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes health check rules"),
+				R(nftlib.JumpTo(chainIPVSFilter)),
+			}},
+		{Name: "filter-forward", Hook: &nftlib.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainFirewall)), R(nftlib.JumpTo(chainForward))}},
+		{Name: "filter-output", Hook: &nftlib.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
+			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainIPVSOutFilter))}},
+	}
+}
+
+// natChains mark what is masqueraded and masquerade it.
+func natChains(f nftlib.Family, cfg proxier.Settings, node proxier.Node, mark uint32) []*nftlib.Chain {
+	R := nftlib.R
+	ret := nftlib.Verdict{Kind: nftlib.Return}
+	return []*nftlib.Chain{
+		{Name: chainServices, Rules: servicesRules(f, cfg, node)},
+		{Name: chainLoadBalancer, Rules: []nftlib.Rule{
+			R(inService(SetLoadBalancerLocal), ret),
+			R(nftlib.GotoChain(chainMarkMasq)),
+		}},
+		{Name: chainNodePort, Rules: nodePortRules()},
+		{Name: chainMarkMasq, Rules: []nftlib.Rule{R(nftlib.MarkSet{Bit: mark})}},
+		{Name: chainPostrouting, Rules: []nftlib.Rule{
+			R(inServiceFrom(SetLoopBack), nftlib.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
+			R(nftlib.MarkZero{Bit: mark}, ret),
+			R(nftlib.MarkSet{Bit: mark, Toggle: true}),
+			R(nftlib.Masquerade{}),
+		}},
+	}
+}
+
+// servicesRules are KUBE-SERVICES: ClusterIP traffic is masqueraded when
+// it does not come from a pod (or always, with --masquerade-all); without
+// a way to tell, not at all.
+func servicesRules(f nftlib.Family, cfg proxier.Settings, node proxier.Node) []nftlib.Rule {
+	R := nftlib.R
 	var services []nftlib.Rule
 	const clusterComment = "Kubernetes service cluster ip + port for masquerade purpose"
 	if cfg.MasqueradeAll {
-		services = append(services, R(in(SetClusterIP), nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+		services = append(services, R(inService(SetClusterIP), nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	} else if notPod, ok := nftlocal.Match(f, cfg, node, true); ok {
-		services = append(services, R(in(SetClusterIP), notPod, nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
+		services = append(services, R(inService(SetClusterIP), notPod, nftlib.JumpTo(chainMarkMasq)).WithComment(clusterComment))
 	}
-	services = append(services,
-		R(in(SetExternalIPLocal), ret).WithComment("external IPs of Local-policy services keep the source"),
-		R(in(SetExternalIP), nftlib.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
-		R(in(SetLoadBalancer), nftlib.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
+	return append(services,
+		R(inService(SetExternalIPLocal), nftlib.Verdict{Kind: nftlib.Return}).WithComment("external IPs of Local-policy services keep the source"),
+		R(inService(SetExternalIP), nftlib.GotoChain(chainMarkMasq)).WithComment("Kubernetes service external ip + port for masquerade and filter purpose"),
+		R(inService(SetLoadBalancer), nftlib.GotoChain(chainLoadBalancer)).WithComment("Kubernetes service lb portal"),
 		R(nftlib.FibLocal{}, nftlib.GotoChain(chainNodePort)),
 	)
-	var nodePort []nftlib.Rule
+}
+
+// nodePortRules are KUBE-NODE-PORT: Local-policy node ports keep the
+// source, the others are masqueraded.
+func nodePortRules() []nftlib.Rule {
+	var rules []nftlib.Rule
 	for _, np := range []struct {
 		proto        uint8
 		local, masq  string
@@ -112,73 +178,48 @@ func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) 
 		if np.withAddrSets {
 			key = []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldDport}
 		}
-		nodePort = append(nodePort,
-			R(nftlib.LookupSet(np.local, key...).WithProto(np.proto), ret),
-			R(nftlib.LookupSet(np.masq, key...).WithProto(np.proto), nftlib.GotoChain(chainMarkMasq)),
+		rules = append(rules,
+			nftlib.R(nftlib.LookupSet(np.local, key...).WithProto(np.proto), nftlib.Verdict{Kind: nftlib.Return}),
+			nftlib.R(nftlib.LookupSet(np.masq, key...).WithProto(np.proto), nftlib.GotoChain(chainMarkMasq)),
 		)
 	}
-	hc := nftlib.LookupSet(SetHealthCheckNodePort, nftlib.FieldDport)
+	return rules
+}
 
-	t.Chains = []*nftlib.Chain{
-		{Name: "nat-prerouting", Hook: &nftlib.Hook{Type: "nat", Hook: "prerouting", Priority: priorityDstNAT},
-			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
-		{Name: "nat-output", Hook: &nftlib.Hook{Type: "nat", Hook: "output", Priority: priorityDstNAT},
-			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainServices))}},
-		{Name: "nat-postrouting", Hook: &nftlib.Hook{Type: "nat", Hook: "postrouting", Priority: prioritySrcNAT},
-			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainPostrouting))}},
-		{Name: "filter-input", Hook: &nftlib.Hook{Type: "filter", Hook: "input", Priority: priorityFilter},
-			Rules: []nftlib.Rule{
-				R(nftlib.JumpTo(chainFirewall)),
-				R(hc, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes health check rules"),
-				R(nftlib.JumpTo(chainIPVSFilter)),
-			}},
-		{Name: "filter-forward", Hook: &nftlib.Hook{Type: "filter", Hook: "forward", Priority: priorityFilter},
-			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainFirewall)), R(nftlib.JumpTo(chainForward))}},
-		{Name: "filter-output", Hook: &nftlib.Hook{Type: "filter", Hook: "output", Priority: priorityOutFilter},
-			Rules: []nftlib.Rule{R(nftlib.JumpTo(chainIPVSOutFilter))}},
-
-		{Name: chainServices, Rules: services},
-		{Name: chainLoadBalancer, Rules: []nftlib.Rule{
-			R(in(SetLoadBalancerLocal), ret),
-			R(nftlib.GotoChain(chainMarkMasq)),
-		}},
-		{Name: chainNodePort, Rules: nodePort},
-		{Name: chainMarkMasq, Rules: []nftlib.Rule{R(nftlib.MarkSet{Bit: mark})}},
-		{Name: chainPostrouting, Rules: []nftlib.Rule{
-			R(nftlib.LookupSet(SetLoopBack, srcKey...), nftlib.Masquerade{}).WithComment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
-			R(nftlib.MarkZero{Bit: mark}, ret),
-			R(nftlib.MarkSet{Bit: mark, Toggle: true}),
-			R(nftlib.Masquerade{}),
-		}},
+// filterChains are the firewall for source ranges, upstream #72236's
+// filter of virtual addresses, and forwarding.
+func filterChains(mark uint32) []*nftlib.Chain {
+	R := nftlib.R
+	ret := nftlib.Verdict{Kind: nftlib.Return}
+	return []*nftlib.Chain{
 		{Name: chainFirewall, Rules: []nftlib.Rule{
-			R(in(SetLoadBalancerFW), nftlib.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
+			R(inService(SetLoadBalancerFW), nftlib.GotoChain(chainSourceRanges)).WithComment("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
 		}},
 		{Name: chainSourceRanges, Rules: []nftlib.Rule{
-			R(nftlib.LookupSet(SetLBSourceCIDR, srcKey...), ret),
-			R(nftlib.LookupSet(SetLBSourceIP, srcKey...), ret),
+			R(inServiceFrom(SetLBSourceCIDR), ret),
+			R(inServiceFrom(SetLBSourceIP), ret),
 			R(nftlib.Verdict{Kind: nftlib.Drop}),
 		}},
 		// Upstream #72236: without this, host daemons listening on any
 		// address answer on every virtual address, on every port.
 		{Name: chainIPVSFilter, Rules: []nftlib.Rule{
-			R(in(SetLoadBalancer), ret),
-			R(in(SetClusterIP), ret),
-			R(in(SetExternalIP), ret),
-			R(in(SetExternalIPLocal), ret),
-			R(hc, ret),
+			R(inService(SetLoadBalancer), ret),
+			R(inService(SetClusterIP), ret),
+			R(inService(SetExternalIP), ret),
+			R(inService(SetExternalIPLocal), ret),
+			R(inHealthCheck(), ret),
 			R(nftlib.CtState{Bits: nftlib.CtNew}, nftlib.LookupSet(SetIPVSIPs, nftlib.FieldDaddr), nftlib.Reject{}).WithComment("new connections to a virtual address on a port that is no service"),
 		}},
 		// The node's own requests to an LB IP with source ranges that do
 		// not hold the node (#119656): they come from the LB IP.
 		{Name: chainIPVSOutFilter, Rules: []nftlib.Rule{
-			R(nftlib.LookupSet(SetLBNoNodeAccess, srcKey...), nftlib.Verdict{Kind: nftlib.Drop}),
+			R(inServiceFrom(SetLBNoNodeAccess), nftlib.Verdict{Kind: nftlib.Drop}),
 		}},
 		{Name: chainForward, Rules: []nftlib.Rule{
 			R(nftlib.MarkIsSet{Bit: mark}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding rules"),
 			R(nftlib.CtState{Bits: nftlib.CtEstablished | nftlib.CtRelated}, nftlib.Verdict{Kind: nftlib.Accept}).WithComment("kubernetes forwarding conntrack rule"),
 		}},
 	}
-	return t
 }
 
 // HelperTables returns both families' helper tables holding elems.

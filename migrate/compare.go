@@ -3,6 +3,7 @@ package migrate
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -235,18 +236,9 @@ const probTolerance = 1e-6
 // diffEndpoints compares each policy chain's endpoints and probabilities
 // (the order of the rules does not matter, only what each endpoint gets).
 func diffEndpoints(theirs, ours map[string][]Endpoint) string {
-	chains := map[string]bool{}
-	for c := range theirs {
-		chains[c] = true
-	}
-	for c := range ours {
-		chains[c] = true
-	}
-	names := make([]string, 0, len(chains))
-	for c := range chains {
-		names = append(names, c)
-	}
-	sort.Strings(names)
+	names := append(slices.Collect(maps.Keys(theirs)), slices.Collect(maps.Keys(ours))...)
+	slices.Sort(names)
+	names = slices.Compact(names)
 	var parts []string
 	for _, c := range names {
 		a, b := byChain(theirs[c]), byChain(ours[c])

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -66,58 +67,7 @@ type hcBody struct {
 // per IP family; the count is that of the family with the most, which for a
 // dual-stack Service is the number of pods, not twice it.
 func (h *HealthChecks) Update(st *State) {
-	type svcName struct{ namespace, name string }
-	ports := map[svcName]uint16{}
-	// Per Service and family, the addresses of its local ready endpoints.
-	addrs := map[svcName]map[bool]map[netip.Addr]bool{}
-	for name, svc := range st.Services {
-		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
-			continue
-		}
-		// One port per Service: its ports share it.
-		n := svcName{name.Namespace, name.Name}
-		ports[n] = svc.HealthCheckNodePort
-		for _, ep := range st.Endpoints[name] {
-			if !ep.Ready || !ep.IsLocal(st.Node.Name) {
-				continue
-			}
-			if addrs[n] == nil {
-				addrs[n] = map[bool]map[netip.Addr]bool{}
-			}
-			fam := ep.Addr.Is4()
-			if addrs[n][fam] == nil {
-				addrs[n][fam] = map[netip.Addr]bool{}
-			}
-			addrs[n][fam][ep.Addr] = true
-		}
-	}
-	type wanted struct {
-		name  ServicePortName
-		count int
-	}
-	want := map[uint16]wanted{}
-	// In name order, so that of two Services claiming one port (which the
-	// API server does not allow; state files might) the same one wins.
-	names := make([]svcName, 0, len(ports))
-	for n := range ports {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b svcName) int {
-		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
-	})
-	for _, n := range names {
-		name := ServicePortName{Namespace: n.namespace, Name: n.name}
-		port := ports[n]
-		if other, ok := want[port]; ok {
-			h.log().Error("cannot serve a health check node port: another Service has it", "service", name.String(), "port", port, "other", other.name.String())
-			continue
-		}
-		count := 0
-		for _, fam := range addrs[n] {
-			count = max(count, len(fam))
-		}
-		want[port] = wanted{name, count}
-	}
+	want := h.wanted(st)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.servers == nil {
@@ -131,22 +81,91 @@ func (h *HealthChecks) Update(st *State) {
 		}
 	}
 	for port, w := range want {
-		if s, ok := h.servers[port]; ok {
-			if s.count != w.count {
-				h.log().Debug("health check node port: local endpoints", "service", w.name.String(), "port", port, "count", w.count)
-			}
-			s.count = w.count
-			continue
-		}
-		h.log().Debug("opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
-		s, err := h.open(port, h.hosts(st))
-		if err != nil {
-			h.log().Error("cannot serve a health check node port", "service", w.name.String(), "port", port, "err", err)
-			continue
-		}
-		s.name, s.count = w.name, w.count
-		h.servers[port] = s
+		h.serve(st, port, w)
 	}
+}
+
+// hcWant is what a health check node port answers for.
+type hcWant struct {
+	name  ServicePortName // the Service's; Port is ""
+	count int             // its local ready endpoints
+}
+
+// wanted returns the health check node ports st asks for. They are
+// assigned in name order, so that of two Services claiming one port
+// (which the API server does not allow; state files might) the same one
+// wins.
+func (h *HealthChecks) wanted(st *State) map[uint16]hcWant {
+	ports, counts := localEndpointCounts(st)
+	names := slices.SortedFunc(maps.Keys(ports), func(a, b ServicePortName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	want := map[uint16]hcWant{}
+	for _, name := range names {
+		port := ports[name]
+		if other, ok := want[port]; ok {
+			h.log().Error("cannot serve a health check node port: another Service has it", "service", name.String(), "port", port, "other", other.name.String())
+			continue
+		}
+		want[port] = hcWant{name, counts[name]}
+	}
+	return want
+}
+
+// localEndpointCounts returns, for each Service with a health check node
+// port (one per Service: its ports share it), the port and the count of
+// its local ready endpoints: distinct addresses over all its ports, in
+// the family that has the most.
+func localEndpointCounts(st *State) (map[ServicePortName]uint16, map[ServicePortName]int) {
+	ports := map[ServicePortName]uint16{}
+	addrs := map[ServicePortName]map[netip.Addr]bool{}
+	for name, svc := range st.Services {
+		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
+			continue
+		}
+		n := ServicePortName{Namespace: name.Namespace, Name: name.Name}
+		ports[n] = svc.HealthCheckNodePort
+		for _, ep := range st.Endpoints[name] {
+			if !ep.Ready || !ep.IsLocal(st.Node.Name) {
+				continue
+			}
+			if addrs[n] == nil {
+				addrs[n] = map[netip.Addr]bool{}
+			}
+			addrs[n][ep.Addr] = true
+		}
+	}
+	counts := map[ServicePortName]int{}
+	for n, set := range addrs {
+		v4 := 0
+		for a := range set {
+			if a.Is4() {
+				v4++
+			}
+		}
+		counts[n] = max(v4, len(set)-v4)
+	}
+	return ports, counts
+}
+
+// serve opens port for w, or sets the count of the server already there.
+// Under h.mu.
+func (h *HealthChecks) serve(st *State, port uint16, w hcWant) {
+	if s, ok := h.servers[port]; ok {
+		if s.count != w.count {
+			h.log().Debug("health check node port: local endpoints", "service", w.name.String(), "port", port, "count", w.count)
+		}
+		s.count = w.count
+		return
+	}
+	h.log().Debug("opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
+	s, err := h.open(port, h.hosts(st))
+	if err != nil {
+		h.log().Error("cannot serve a health check node port", "service", w.name.String(), "port", port, "err", err)
+		return
+	}
+	s.name, s.count = w.name, w.count
+	h.servers[port] = s
 }
 
 // guard returns h.Guard, made with the default limits if unset. Under h.mu.

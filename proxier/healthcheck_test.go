@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -186,5 +187,51 @@ func TestHealthChecksAddrs(t *testing.T) {
 		if (err == nil) != want {
 			t.Errorf("GET on %s: %v; want answered %v", addr, err, want)
 		}
+	}
+}
+
+// wanted gives each Local-policy Service with a health check node port
+// its port and local ready endpoint count, without opening anything.
+func TestHealthChecksWanted(t *testing.T) {
+	ep := func(addr, node string, ready bool) Endpoint {
+		return Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
+	}
+	svc := func(ns, name, port string, hc uint16, local bool) *ServicePort {
+		return &ServicePort{Name: ServicePortName{Namespace: ns, Name: name, Port: port}, Protocol: TCP, Port: 80,
+			HealthCheckNodePort: hc, ExternalPolicyLocal: local}
+	}
+	lb := ServicePortName{Namespace: "ns", Name: "lb"}
+	tests := []struct {
+		name string
+		svcs []*ServicePort
+		eps  []Endpoint // of every Service
+		want map[uint16]hcWant
+	}{
+		{"dual-stack pods count once, over the Service's ports", []*ServicePort{svc("ns", "lb", "http", 31000, true), svc("ns", "lb", "https", 31000, true)},
+			[]Endpoint{ep("10.244.0.1", "node-1", true), ep("10.244.0.2", "node-1", true), ep("fd00::1", "node-1", true)},
+			map[uint16]hcWant{31000: {lb, 2}}},
+		{"remote and terminating endpoints do not count", []*ServicePort{svc("ns", "lb", "http", 31000, true)},
+			[]Endpoint{ep("10.244.1.1", "node-2", true), ep("10.244.0.1", "node-1", false)},
+			map[uint16]hcWant{31000: {lb, 0}}},
+		{"IPv6 only", []*ServicePort{svc("ns", "lb", "http", 31000, true)},
+			[]Endpoint{ep("fd00::1", "node-1", true), ep("fd00::2", "node-1", true)},
+			map[uint16]hcWant{31000: {lb, 2}}},
+		{"Cluster policy or no port: none", []*ServicePort{svc("ns", "a", "", 31000, false), svc("ns", "b", "", 0, true)},
+			[]Endpoint{ep("10.244.0.1", "node-1", true)}, map[uint16]hcWant{}},
+		{"two Services on one port: the first by name", []*ServicePort{svc("zz", "a", "", 31000, true), svc("ns", "lb", "", 31000, true)},
+			nil, map[uint16]hcWant{31000: {lb, 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewState()
+			st.Node = Node{Name: "node-1"}
+			for _, s := range tt.svcs {
+				st.Services[s.Name] = s
+				st.Endpoints[s.Name] = tt.eps
+			}
+			if got := (&HealthChecks{}).wanted(st); !maps.Equal(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -195,18 +195,9 @@ func newError(op, key, p, value string, err error) *Error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		e.Reason = "no such key in this kernel (the module that provides it may not be loaded, or not be in use in this network namespace)"
-	case op == "write" && errno == syscall.EROFS:
+	case op == "write" && readOnlyReason(errno) != "":
 		e.kind = ErrReadOnly
-		e.Reason = "read-only: the file system is mounted read-only (as /proc/sys and /sys are in most containers)"
-	case op == "write" && errno == syscall.EACCES:
-		e.kind = ErrReadOnly
-		e.Reason = "read-only: permission denied (the kernel makes this key read-only here, or the process lacks the privilege)"
-	case op == "write" && errno == syscall.EPERM:
-		e.kind = ErrReadOnly
-		e.Reason = "read-only: operation not permitted (the process lacks the privilege, e.g. CAP_NET_ADMIN or CAP_SYS_ADMIN)"
-	case op == "write" && errno == syscall.EOPNOTSUPP:
-		e.kind = ErrReadOnly
-		e.Reason = "read-only: the kernel refuses the change from here (nf_conntrack's hashsize, for one, can only be set from the initial network namespace)"
+		e.Reason = readOnlyReason(errno)
 	case op == "write" && errno == syscall.EINVAL:
 		e.Reason = "the kernel rejected the value"
 	case errors.Is(err, fs.ErrPermission):
@@ -215,4 +206,20 @@ func newError(op, key, p, value string, err error) *Error {
 		e.Reason = "failed"
 	}
 	return e
+}
+
+// readOnlyReason explains a write error that means the key may not be
+// changed from here (ErrReadOnly); "" for other errors.
+func readOnlyReason(errno syscall.Errno) string {
+	switch errno {
+	case syscall.EROFS:
+		return "read-only: the file system is mounted read-only (as /proc/sys and /sys are in most containers)"
+	case syscall.EACCES:
+		return "read-only: permission denied (the kernel makes this key read-only here, or the process lacks the privilege)"
+	case syscall.EPERM:
+		return "read-only: operation not permitted (the process lacks the privilege, e.g. CAP_NET_ADMIN or CAP_SYS_ADMIN)"
+	case syscall.EOPNOTSUPP:
+		return "read-only: the kernel refuses the change from here (nf_conntrack's hashsize, for one, can only be set from the initial network namespace)"
+	}
+	return ""
 }

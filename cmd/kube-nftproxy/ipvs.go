@@ -157,8 +157,9 @@ func ipvsNodeAddrs(c *netns.AddrCache) func() ([]netip.Addr, error) {
 }
 
 // newIPVSBackend sets IPVS mode's sysctls and timeouts and returns its
-// backend over conn, with the helper tables through k and kube-ipvs0.
-func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Conn, log *slog.Logger) (*ipvs.Backend, error) {
+// backend over conn, with the helper tables through k and kube-ipvs0;
+// hooks connect it to the loop.
+func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Conn, log *slog.Logger, hooks *backendHooks) (*ipvs.Backend, error) {
 	planCfg, err := ipvsPlanConfig(o, cfg)
 	if err != nil {
 		return nil, err
@@ -197,6 +198,11 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Con
 			return k.WatchTables(ipvs.HelperTableRefs(), onChange)
 		},
 		Log: log,
+		// Draining real servers are checked at the times it asks for;
+		// another process's change to a helper table is repaired now.
+		SyncAt:          hooks.SyncAt,
+		OnForeignChange: hooks.Changed,
+		OnDrift:         hooks.Drift,
 	}), nil
 }
 

@@ -139,51 +139,62 @@ func (s *proxyServer) buildBackend(ctx context.Context) error {
 // modeBackend is a mode's backend and how it is wired to the server.
 type modeBackend struct {
 	proxier.Backend
-	// wire connects the backend to the loop (repairs of another process's
-	// changes, syncs at the times it asks for) and to drift accounting.
-	wire func(loop *proxier.Loop, onDrift func(table string, diff []string))
+	hooks *backendHooks
+}
+
+// wire connects the backend to the loop (repairs of another process's
+// changes, syncs at the times it asks for) and to drift accounting.
+func (m *modeBackend) wire(loop *proxier.Loop, onDrift func(table string, diffs []string)) {
+	m.hooks.syncAt, m.hooks.changed, m.hooks.drift = loop.SyncAt, loop.Changed, onDrift
+}
+
+// backendHooks pass a backend's calls on to the loop and to drift
+// accounting, which exist only once the loop and health do: wire sets
+// them before the first Sync, which is when the backend starts calling.
+type backendHooks struct {
+	syncAt  func(time.Time)
+	changed func()
+	drift   func(table string, diffs []string)
+}
+
+// SyncAt asks the loop for a sync at t (IPVS: draining real servers).
+func (h *backendHooks) SyncAt(t time.Time) {
+	if h.syncAt != nil {
+		h.syncAt(t)
+	}
+}
+
+// Changed asks for a sync now: another process changed our tables.
+func (h *backendHooks) Changed() {
+	if h.changed != nil {
+		h.changed()
+	}
+}
+
+// Drift counts a repair of what another process changed.
+func (h *backendHooks) Drift(table string, diffs []string) {
+	if h.drift != nil {
+		h.drift(table, diffs)
+	}
 }
 
 // newBackend builds the backend of mode over the kernel handles.
 func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend, error) {
+	hooks := &backendHooks{}
 	if mode == modeIPVS {
-		b, err := newIPVSBackend(s.o, s.cfg, s.kernel, s.ipvsConn, s.log)
+		b, err := newIPVSBackend(s.o, s.cfg, s.kernel, s.ipvsConn, s.log, hooks)
 		if err != nil {
 			return nil, err
 		}
 		s.removeNFTablesMode(ctx)
-		return &modeBackend{Backend: b, wire: func(loop *proxier.Loop, onDrift func(string, []string)) {
-			// Draining real servers are checked at the times it asks for;
-			// another process's change to a helper table is repaired now.
-			b.SyncAt = loop.SyncAt
-			b.OnForeignChange = loop.Changed
-			b.OnDrift = onDrift
-		}}, nil
+		return &modeBackend{Backend: b, hooks: hooks}, nil
 	}
-	// The hooks exist once the loop and health do: wire sets them, before
-	// the first Sync, which is when the backend starts calling them.
-	var onForeign func()
-	var onDrift func(string, []string)
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
-		OnForeignChange: func() {
-			if onForeign != nil {
-				onForeign()
-			}
-		},
-		OnDrift: func(table string, diffs []string) {
-			if onDrift != nil {
-				onDrift(table, diffs)
-			}
-		},
-	})
+		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift})
 	if err != nil {
 		return nil, err
 	}
-	return &modeBackend{Backend: b, wire: func(loop *proxier.Loop, drift func(string, []string)) {
-		// Another process changed our tables: check and repair them now,
-		// not at the next periodic sync.
-		onForeign, onDrift = loop.Changed, drift
-	}}, nil
+	return &modeBackend{Backend: b, hooks: hooks}, nil
 }
 
 // removeNFTablesMode removes nftables mode's tables in IPVS mode: they

@@ -63,31 +63,16 @@ func ifaceAddrs(fd int, buf []byte, seq uint32, ifindex int) ([]netip.Addr, erro
 		return nil, err
 	}
 	var out []netip.Addr
-	var failed error
-	for done := false; !done; {
-		err := nlmsg.Receive(fd, buf, func(typ uint16, s uint32, p []byte) {
-			switch {
-			case s != seq || done:
-			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
-				done = true
-				if e := nlmsg.Errno(p); e != 0 {
-					failed = e
-				}
-			case typ == unix.RTM_NEWADDR && len(p) >= unix.SizeofIfAddrmsg:
-				// Older kernels ignore the filter: check the index too.
-				if int(binary.NativeEndian.Uint32(p[4:8])) != ifindex {
-					return
-				}
-				if a, ok := ifaddr(p[0], p[unix.SizeofIfAddrmsg:]); ok {
-					out = append(out, a)
-				}
-			}
-		})
-		if err != nil {
-			return nil, err
+	err := nlmsg.ReceiveAnswers(fd, buf, seq, func(typ uint16, p []byte) {
+		// Older kernels ignore the filter: check the index too.
+		if typ != unix.RTM_NEWADDR || len(p) < unix.SizeofIfAddrmsg || int(binary.NativeEndian.Uint32(p[4:8])) != ifindex {
+			return
 		}
-	}
-	return out, failed
+		if a, ok := ifaddr(p[0], p[unix.SizeofIfAddrmsg:]); ok {
+			out = append(out, a)
+		}
+	})
+	return out, err
 }
 
 // ifaddr is an address message's address: IFA_LOCAL for IPv4 (IFA_ADDRESS

@@ -118,3 +118,30 @@ func Receive(fd int, buf []byte, fn func(typ uint16, seq uint32, payload []byte)
 		return EachMessage(buf[:n], fn)
 	}
 }
+
+// ReceiveAnswers reads the answers to the request with sequence number seq
+// until the dump ends (NLMSG_DONE) or the ack or error comes
+// (NLMSG_ERROR), and calls fn, when set, with every other message of seq;
+// messages of other requests are skipped. It returns the error of Receive,
+// or else the kernel's error code from the last message.
+func ReceiveAnswers(fd int, buf []byte, seq uint32, fn func(typ uint16, payload []byte)) error {
+	var failed error
+	for done := false; !done; {
+		err := Receive(fd, buf, func(typ uint16, s uint32, p []byte) {
+			switch {
+			case s != seq || done:
+			case typ == unix.NLMSG_DONE || typ == unix.NLMSG_ERROR:
+				done = true
+				if e := Errno(p); e != 0 {
+					failed = e
+				}
+			case fn != nil:
+				fn(typ, p)
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return failed
+}

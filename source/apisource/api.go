@@ -168,6 +168,22 @@ type apiHandler struct {
 	remove   func(any)
 }
 
+// typedHandler passes informer's objects of type T to upsert, and those
+// deleted (also from a tombstone) to remove; warn gets upsert's errors.
+func typedHandler[T any](informer cache.SharedIndexInformer, warn func(error), upsert func(T) error, remove func(T)) apiHandler {
+	return apiHandler{informer,
+		func(o any) {
+			if v, ok := o.(T); ok {
+				warn(upsert(v))
+			}
+		},
+		func(o any) {
+			if v, ok := unwrap(o).(T); ok {
+				remove(v)
+			}
+		}}
+}
+
 func (s *APISource) handlers(log *slog.Logger, in apiInformers) []apiHandler {
 	warn := func(err error) {
 		if err != nil {
@@ -175,39 +191,11 @@ func (s *APISource) handlers(log *slog.Logger, in apiInformers) []apiHandler {
 		}
 	}
 	return []apiHandler{
-		{in.services,
-			func(o any) {
-				if svc, ok := o.(*corev1.Service); ok {
-					warn(s.Builder.UpsertService(svc))
-				}
-			},
-			func(o any) {
-				if svc, ok := unwrap(o).(*corev1.Service); ok {
-					s.Builder.DeleteService(svc.Namespace, svc.Name)
-				}
-			}},
-		{in.slices,
-			func(o any) {
-				if es, ok := o.(*discoveryv1.EndpointSlice); ok {
-					warn(s.Builder.UpsertEndpointSlice(es))
-				}
-			},
-			func(o any) {
-				if es, ok := unwrap(o).(*discoveryv1.EndpointSlice); ok {
-					s.Builder.RemoveEndpointSlice(es)
-				}
-			}},
-		{in.nodes,
-			func(o any) {
-				if n, ok := o.(*corev1.Node); ok {
-					warn(s.Builder.UpsertNode(n))
-				}
-			},
-			func(o any) {
-				if n, ok := unwrap(o).(*corev1.Node); ok {
-					s.Builder.DeleteNode(n.Name)
-				}
-			}},
+		typedHandler(in.services, warn, s.Builder.UpsertService,
+			func(svc *corev1.Service) { s.Builder.DeleteService(svc.Namespace, svc.Name) }),
+		typedHandler(in.slices, warn, s.Builder.UpsertEndpointSlice, s.Builder.RemoveEndpointSlice),
+		typedHandler(in.nodes, warn, s.Builder.UpsertNode,
+			func(n *corev1.Node) { s.Builder.DeleteNode(n.Name) }),
 	}
 }
 

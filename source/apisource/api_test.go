@@ -2,6 +2,8 @@ package apisource
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
@@ -90,5 +93,35 @@ func waitState(t *testing.T, b *model.Builder, what string, ok func(*proxier.Sta
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A typed handler passes objects of its type on, from a tombstone too,
+// skips others, and hands upsert's error to warn.
+func TestTypedHandler(t *testing.T) {
+	var upserted, removed []string
+	var warned []error
+	bad := errors.New("bad node")
+	h := typedHandler(nil, func(err error) {
+		if err != nil {
+			warned = append(warned, err)
+		}
+	}, func(n *corev1.Node) error {
+		upserted = append(upserted, n.Name)
+		if n.Name == "bad" {
+			return bad
+		}
+		return nil
+	}, func(n *corev1.Node) { removed = append(removed, n.Name) })
+	node := func(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	h.upsert(node("a"))
+	h.upsert(node("bad"))
+	h.upsert(&corev1.Service{})
+	h.remove(node("b"))
+	h.remove(cache.DeletedFinalStateUnknown{Key: "c", Obj: node("c")})
+	h.remove(cache.DeletedFinalStateUnknown{Key: "x", Obj: &corev1.Service{}})
+	if !slices.Equal(upserted, []string{"a", "bad"}) || !slices.Equal(removed, []string{"b", "c"}) ||
+		len(warned) != 1 || !errors.Is(warned[0], bad) {
+		t.Errorf("upserted %v, removed %v, warned %v; want [a bad], [b c] and the bad node's error", upserted, removed, warned)
 	}
 }
