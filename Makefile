@@ -78,7 +78,8 @@ lint:
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); fi
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck $(PKGS)
 
-# Benchmarks: ruleset building (no root) and kernel syncs in a namespace (root).
+# Benchmarks of the nftables mode (./nft: ruleset building, no root; kernel
+# syncs in a namespace, root) and of the conntrack cleanup (root).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/ ./conntrack/
 
