@@ -13,7 +13,7 @@ LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
 .PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
-.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test
+.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults
 
 all: build
 
@@ -198,3 +198,18 @@ conformance: cluster-build cluster-images
 # saying what is missing, when the binaries or images are not cached.
 cluster-test:
 	KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 20m -run '^TestClusterConformanceSubset$$' ./e2e/cluster/
+
+# Issue 19's real-cluster faults (e2e/cluster faults_test.go), with a client
+# pod on node1 sending TCP and UDP requests to a ClusterIP and to both
+# nodes' NodePort (backends on node2): our DaemonSet pods deleted 10 times,
+# the DaemonSet rolled to another build, and the README's "Moving from
+# kube-proxy" steps from upstream kube-proxy (iptables mode). One FAULT line
+# each (requests, failed, longest gap); each brings a cluster up and down,
+# holding /run/knp-cluster.lock for each test alone. FAULTS picks (Restarts,
+# Migration).
+FAULTS ?= Restarts Migration
+cluster-faults: cluster-build cluster-images
+	set -e; for f in $(FAULTS); do \
+		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 20m \
+			-run "^TestClusterFault$$f\$$" ./e2e/cluster/; \
+	done
