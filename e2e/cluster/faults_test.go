@@ -45,8 +45,11 @@ func TestClusterFaultRestarts(t *testing.T) {
 	})
 }
 
-// faultImages are the two builds' archives.
-type faultImages struct{ a, b Image }
+// faultImages are the two builds' archives, and build A's binary.
+type faultImages struct {
+	a, b Image
+	binA string
+}
 
 // faultsCluster skips unless asked and possible, builds the two images,
 // brings the cluster up with the given proxy and registers its teardown.
@@ -109,6 +112,9 @@ func buildFaultImages(t *testing.T, l Layout) (faultImages, string) {
 			t.Fatalf("image %s: %v: %s", b.ref, err, out)
 		}
 		*b.into = Image{Ref: b.ref, File: archive}
+		if imgs.binA == "" {
+			imgs.binA = bin
+		}
 	}
 	cached, err := ReadImages(l.ImagesDir())
 	if err != nil {

@@ -1,0 +1,247 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// switchedLabel marks a node moved to kube-nftproxy: kube-proxy's
+// DaemonSet stays off it, ours runs only there (README, "Moving from
+// kube-proxy", step 3).
+const switchedLabel = "kube-nftproxy/switched"
+
+// TestClusterFaultMigration starts the cluster with upstream kube-proxy
+// v1.37.1 (iptables mode) and follows the README's "Moving from
+// kube-proxy" steps node by node with the client's traffic running: save
+// iptables-save and the objects, `kube-nftproxy diff` against --state
+// (must say equal), keep kube-proxy's DaemonSet off the node and run ours
+// there, `diff` against our live tables. It prints the FAULT line and
+// what kube-proxy left in iptables-nft and iptables-legacy.
+func TestClusterFaultMigration(t *testing.T) {
+	l, imgs := faultsCluster(t, ProxyUpstream)
+	ctx, cancel := testContext(t)
+	defer cancel()
+	tg := l.faultsWorkloads(ctx, t)
+	m := &migration{l: l, t: t, dir: t.TempDir(), bin: imgs.binA, image: imgs.a.Ref}
+	for _, n := range l.Nodes {
+		t.Logf("%s before the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
+	}
+	l.measureFault(ctx, t, "cluster-migrate", tg, func() error {
+		for i, n := range l.Nodes {
+			if err := m.saveAndDiff(ctx, n); err != nil {
+				return err
+			}
+			if i == 0 {
+				if err := m.prepareDaemonSets(ctx); err != nil {
+					return err
+				}
+			}
+			if err := m.switchNode(ctx, n); err != nil {
+				return err
+			}
+			if err := m.diffLive(ctx, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, n := range l.Nodes {
+		t.Logf("%s after the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
+	}
+}
+
+// migration runs the README's steps; bin is kube-nftproxy for the host.
+type migration struct {
+	l        Layout
+	t        *testing.T
+	dir, bin string
+	image    string
+}
+
+func (m *migration) nodeDir(n Node) string { return filepath.Join(m.dir, n.Name) }
+
+// saveAndDiff is steps 1 and 2: iptables-save and ip6tables-save on the
+// node, the objects into state/cluster.yaml, and diff against --state.
+func (m *migration) saveAndDiff(ctx context.Context, n Node) error {
+	dir := m.nodeDir(n)
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
+		return err
+	}
+	for file, cmd := range map[string]string{"v4.txt": "iptables-save", "v6.txt": "ip6tables-save"} {
+		out, err := output(ctx, nsenter(n.Name, cmd)...)
+		if err != nil {
+			return fmt.Errorf("step 1 on %s: %w", n.Name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(out), 0o644); err != nil {
+			return err
+		}
+	}
+	objs, err := m.l.kubectl(ctx, "get", "svc,endpointslices,nodes", "-A", "-o", "yaml")
+	if err != nil {
+		return fmt.Errorf("step 1: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "state", "cluster.yaml"), []byte(objs), 0o644); err != nil {
+		return err
+	}
+	out, err := m.diff(ctx, "", n, "--state", filepath.Join(dir, "state"), "--hostname-override", n.Name, "--cluster-cidr", ClusterCIDR)
+	m.t.Logf("step 2 on %s, diff --state: %s", n.Name, out)
+	if err != nil {
+		return fmt.Errorf("step 2 on %s: diff against --state: %w", n.Name, err)
+	}
+	return nil
+}
+
+// diff runs `kube-nftproxy diff` with the node's saved dumps and extra
+// flags, in network namespace ns (none: here), and returns its output.
+func (m *migration) diff(ctx context.Context, ns string, n Node, extra ...string) (string, error) {
+	argv := append([]string{m.bin, "diff", "--iptables-save", filepath.Join(m.nodeDir(n), "v4.txt"),
+		"--iptables-save", filepath.Join(m.nodeDir(n), "v6.txt")}, extra...)
+	if ns != "" {
+		argv = nsenter(ns, argv...)
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	return summarizeDiff(string(out)), err
+}
+
+// summarizeDiff keeps the lines of a diff report that are not "equal",
+// and its last line.
+func summarizeDiff(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var keep []string
+	equal := 0
+	for i, line := range lines {
+		if strings.Contains(line, ": equal") && i < len(lines)-1 {
+			equal++
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return fmt.Sprintf("%d Service ports equal; %s", equal, strings.Join(keep, "\n"))
+}
+
+// prepareDaemonSets is step 3's one-time part: kube-proxy's DaemonSet gets
+// a nodeAffinity that excludes the label, and deploy/ is applied with a
+// nodeSelector on it (so it runs nowhere yet).
+func (m *migration) prepareDaemonSets(ctx context.Context) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":%q,"operator":"DoesNotExist"}]}]}}}}}}}`, switchedLabel)
+	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=strategic", "-p", patch); err != nil {
+		return fmt.Errorf("step 3, kube-proxy's nodeAffinity: %w", err)
+	}
+	start := time.Now()
+	if err := m.l.waitRollout(ctx, "kube-system", "daemonset/kube-proxy"); err != nil {
+		return fmt.Errorf("step 3, kube-proxy's rollout: %w", err)
+	}
+	m.t.Logf("step 3: kube-proxy's DaemonSet rolled with the nodeAffinity in %v", time.Since(start).Round(100*time.Millisecond))
+	manifests, err := DeployManifests(deployDir(), m.image, m.l.APIServerURL())
+	if err != nil {
+		return err
+	}
+	manifests, err = withNodeSelector(manifests, switchedLabel, "true")
+	if err != nil {
+		return err
+	}
+	return m.l.apply(ctx, "kube-nftproxy-migration", manifests)
+}
+
+// withNodeSelector adds a nodeSelector to the one pod template.
+func withNodeSelector(manifests, key, value string) (string, error) {
+	const spec = "\n  template:\n"
+	i := strings.Index(manifests, spec)
+	if i < 0 || strings.Count(manifests, spec) != 1 {
+		return "", errors.New("deploy manifests: want exactly one pod template")
+	}
+	j := strings.Index(manifests[i:], "\n    spec:\n")
+	if j < 0 {
+		return "", errors.New("deploy manifests: the pod template has no spec")
+	}
+	at := i + j + len("\n    spec:\n")
+	return manifests[:at] + fmt.Sprintf("      nodeSelector:\n        %s: %q\n", key, value) + manifests[at:], nil
+}
+
+// switchNode labels the node and waits until kube-proxy's pod has left it
+// and ours is Ready there.
+func (m *migration) switchNode(ctx context.Context, n Node) error {
+	start := time.Now()
+	if _, err := m.l.kubectl(ctx, "label", "node", n.Name, switchedLabel+"=true"); err != nil {
+		return fmt.Errorf("step 3 on %s: %w", n.Name, err)
+	}
+	err := poll(ctx, 3*time.Minute, func() (bool, error) {
+		theirs, err1 := m.l.proxyPods(ctx, "kube-proxy")
+		ours, err2 := m.l.proxyPods(ctx, "kube-nftproxy")
+		if err1 != nil || err2 != nil {
+			return false, nil
+		}
+		for _, p := range theirs {
+			if p.node == n.Name {
+				return false, nil
+			}
+		}
+		for _, p := range ours {
+			if p.node == n.Name && p.ready && !p.deleting {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("step 3 on %s: %w", n.Name, err)
+	}
+	m.t.Logf("step 3 on %s: kube-proxy gone, kube-nftproxy Ready after %v", n.Name, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// diffLive is step 4: diff the saved dumps against our live tables.
+func (m *migration) diffLive(ctx context.Context, n Node) error {
+	out, err := m.diff(ctx, n.Name, n)
+	m.t.Logf("step 4 on %s, diff against the live tables: %s", n.Name, out)
+	if err != nil {
+		return fmt.Errorf("step 4 on %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+var kubeChain = regexp.MustCompile(`(?m)^:(KUBE-[A-Z0-9-]+)`)
+
+// backends says, per iptables backend and family, how many KUBE-* chains
+// the node holds and which non-service ones.
+func (m *migration) backends(ctx context.Context, n Node) string {
+	var parts []string
+	for _, cmd := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
+		out, err := output(ctx, nsenter(n.Name, cmd)...)
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", cmd, err))
+			continue
+		}
+		var names []string
+		for _, mt := range kubeChain.FindAllStringSubmatch(out, -1) {
+			names = append(names, mt[1])
+		}
+		sort.Strings(names)
+		parts = append(parts, fmt.Sprintf("%s: %d KUBE-* chains %s", cmd, len(names), abbreviate(names)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// abbreviate lists the chains that are not per service, and counts those.
+func abbreviate(names []string) string {
+	var fixed []string
+	per := 0
+	for _, n := range names {
+		if strings.HasPrefix(n, "KUBE-SVC-") || strings.HasPrefix(n, "KUBE-SEP-") || strings.HasPrefix(n, "KUBE-EXT-") ||
+			strings.HasPrefix(n, "KUBE-SVL-") || strings.HasPrefix(n, "KUBE-FW-") {
+			per++
+			continue
+		}
+		fixed = append(fixed, n)
+	}
+	return fmt.Sprintf("(%d per service, %s)", per, strings.Join(fixed, " "))
+}
