@@ -168,10 +168,7 @@ func (l Layout) measureFault(ctx context.Context, t *testing.T, name string, tg 
 		t.Fatal(err)
 	}
 	faultErr := fault()
-	select {
-	case <-ctx.Done():
-	case <-time.After(faultsSettling):
-	}
+	_ = wait(ctx, faultsSettling)
 	stats := tr.stop()
 	line := summary(name, stats)
 	t.Log(line)

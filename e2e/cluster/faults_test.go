@@ -22,7 +22,8 @@ const (
 	faultsImageA   = "docker.io/library/kube-nftproxy:" + faultsRelA
 	faultsImageB   = "docker.io/library/kube-nftproxy:" + faultsRelB
 	faultsDeletes  = 10
-	faultsSettling = 3 * time.Second // traffic measured after the last change
+	faultsSettling = 3 * time.Second  // traffic measured after the last change
+	faultsBaseline = 20 * time.Second // traffic measured with no fault, for comparison
 )
 
 // TestClusterFaultRestarts brings the cluster up with kube-nftproxy built
@@ -30,13 +31,17 @@ const (
 // TCP and UDP requests to the ClusterIP, node1's NodePort and node2's
 // NodePort (backends on node2), deletes our DaemonSet pods on both nodes
 // ten times (each time waiting for both replacements to be Ready), then
-// rolls the DaemonSet to another build (faults-b). Each fault prints one
+// rolls the DaemonSet to another build (faults-b); a baseline with no
+// fault comes first, for comparison. Each fault prints one
 // FAULT line; any failed request fails the test.
 func TestClusterFaultRestarts(t *testing.T) {
 	l, imgs := faultsCluster(t, ProxyOurs)
 	ctx, cancel := testContext(t)
 	defer cancel()
 	tg := l.faultsWorkloads(ctx, t)
+	t.Run("baseline", func(t *testing.T) {
+		l.measureFault(ctx, t, "cluster-baseline", tg, func() error { return wait(ctx, faultsBaseline) })
+	})
 	t.Run("delete-pod", func(t *testing.T) {
 		l.measureFault(ctx, t, "cluster-delete-pod", tg, func() error { return l.deleteProxyPods(ctx, t) })
 	})
@@ -84,6 +89,17 @@ func faultsCluster(t *testing.T, proxy string) (Layout, faultImages) {
 	}
 	t.Logf("cluster up (%s) in %v", l.proxyName(), time.Since(start).Round(100*time.Millisecond))
 	return l, imgs
+}
+
+// wait waits d, or until ctx ends: a measuring window, not a
+// synchronization.
+func wait(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 func deployDir() string { return filepath.Join("..", "..", "deploy") }

@@ -35,12 +35,13 @@ type streamStats struct {
 	longestGap       time.Duration // between two answers (or the start and the first)
 	gapEnd           time.Time     // when the longest gap ended
 	lastOK           time.Time
+	slowest          time.Duration // the slowest answered request
 	firstErr         string
 	failedAt         []time.Time // the first 20 failures' times
 }
 
-// record counts one request that ended at end.
-func (s *streamStats) record(err error, end time.Time) {
+// record counts one request that took took and ended at end.
+func (s *streamStats) record(err error, took time.Duration, end time.Time) {
 	s.requests++
 	if err != nil {
 		s.failed++
@@ -54,6 +55,7 @@ func (s *streamStats) record(err error, end time.Time) {
 	}
 	s.closeGap(end)
 	s.lastOK = end
+	s.slowest = max(s.slowest, took)
 }
 
 func (s *streamStats) closeGap(end time.Time) {
@@ -115,13 +117,14 @@ func (tr *traffic) run(ctx context.Context, netnsPath string, s *streamStats, en
 			return
 		case <-tick.C:
 		}
+		begin := time.Now()
 		err := request(s.target)
 		end := time.Now()
 		if ctx.Err() != nil {
 			return // cut short by stop: not the Service's fault
 		}
 		tr.mu.Lock()
-		s.record(err, end)
+		s.record(err, end.Sub(begin), end)
 		tr.mu.Unlock()
 	}
 }
@@ -194,12 +197,13 @@ func (tr *traffic) stop() []streamStats {
 }
 
 // summary is the one line a fault prints: per target and protocol, the
-// requests, the failures and the longest gap between answers.
+// requests, the failures, the longest gap between answers and the slowest
+// answer.
 func summary(fault string, stats []streamStats) string {
 	parts := make([]string, 0, len(stats))
 	for _, s := range stats {
-		parts = append(parts, fmt.Sprintf("%s %s %d requests %d failed, longest gap %v",
-			s.name, s.proto, s.requests, s.failed, s.longestGap.Round(time.Millisecond)))
+		parts = append(parts, fmt.Sprintf("%s %s %d requests %d failed, longest gap %v (slowest answer %v)",
+			s.name, s.proto, s.requests, s.failed, s.longestGap.Round(time.Millisecond), s.slowest.Round(time.Millisecond)))
 	}
 	return fmt.Sprintf("FAULT %s: %s", fault, strings.Join(parts, "; "))
 }
@@ -216,7 +220,7 @@ func failureDetails(stats []streamStats, start time.Time) []string {
 		for i, t := range s.failedAt {
 			at[i] = t.Sub(start).Round(time.Millisecond).String()
 		}
-		out = append(out, fmt.Sprintf("%s %s: first error %q; failures at %s; longest gap ended at %v",
+		out = append(out, fmt.Sprintf("%s %s: first error %q; failures at %s; longest gap ended at %v after the start",
 			s.name, s.proto, s.firstErr, strings.Join(at, " "), s.gapEnd.Sub(start).Round(time.Millisecond)))
 	}
 	return out

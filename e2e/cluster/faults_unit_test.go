@@ -25,7 +25,7 @@ func TestStreamStatsGaps(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &streamStats{lastOK: t0}
 			for i, err := range tc.events {
-				s.record(err, at(100*(i+1)))
+				s.record(err, 10*time.Millisecond, at(100*(i+1)))
 			}
 			s.closeGap(at(tc.stop))
 			if s.requests != len(tc.events) || s.failed != tc.failed {
