@@ -69,9 +69,31 @@ type migration struct {
 
 func (m *migration) nodeDir(n Node) string { return filepath.Join(m.dir, n.Name) }
 
-// saveAndDiff is steps 1 and 2: iptables-save and ip6tables-save on the
-// node, the objects into state/cluster.yaml, and diff against --state.
+// diffAttempts is how many times steps 1 and 2 run when diff says
+// different: the dumps and the objects are taken at different moments, so
+// a change kube-proxy has not synced yet shows as a difference once.
+const diffAttempts = 3
+
+// saveAndDiff is steps 1 and 2, again (after 5 s) while diff says different.
 func (m *migration) saveAndDiff(ctx context.Context, n Node) error {
+	var err error
+	for i := 1; i <= diffAttempts; i++ {
+		if err = m.saveAndDiffOnce(ctx, n); err == nil {
+			return nil
+		}
+		m.t.Logf("steps 1 and 2 on %s, attempt %d of %d: %v", n.Name, i, diffAttempts, err)
+		if i < diffAttempts {
+			if werr := wait(ctx, 5*time.Second); werr != nil {
+				return werr
+			}
+		}
+	}
+	return err
+}
+
+// saveAndDiffOnce is steps 1 and 2: iptables-save and ip6tables-save on
+// the node, the objects into state/cluster.yaml, and diff against --state.
+func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 	dir := m.nodeDir(n)
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		return err
