@@ -67,6 +67,12 @@ type migration struct {
 	image    string
 }
 
+// logf logs with the wall clock, to line steps up with failed requests.
+func (m *migration) logf(format string, args ...any) {
+	m.t.Helper()
+	m.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
 func (m *migration) nodeDir(n Node) string { return filepath.Join(m.dir, n.Name) }
 
 // diffAttempts is how many times steps 1 and 2 run when diff says
@@ -81,7 +87,7 @@ func (m *migration) saveAndDiff(ctx context.Context, n Node) error {
 		if err = m.saveAndDiffOnce(ctx, n); err == nil {
 			return nil
 		}
-		m.t.Logf("steps 1 and 2 on %s, attempt %d of %d: %v", n.Name, i, diffAttempts, err)
+		m.logf("steps 1 and 2 on %s, attempt %d of %d: %v", n.Name, i, diffAttempts, err)
 		if i < diffAttempts {
 			if werr := wait(ctx, 5*time.Second); werr != nil {
 				return werr
@@ -115,7 +121,7 @@ func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 		return err
 	}
 	out, err := m.diff(ctx, "", n, "--state", filepath.Join(dir, "state"), "--hostname-override", n.Name, "--cluster-cidr", ClusterCIDR)
-	m.t.Logf("step 2 on %s, diff --state: %s", n.Name, out)
+	m.logf("step 2 on %s, diff --state: %s", n.Name, out)
 	if err != nil {
 		return fmt.Errorf("step 2 on %s: diff against --state: %w", n.Name, err)
 	}
@@ -155,6 +161,7 @@ func summarizeDiff(out string) string {
 // nodeSelector on it (so it runs nowhere yet).
 func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":%q,"operator":"DoesNotExist"}]}]}}}}}}}`, switchedLabel)
+	m.logf("step 3: kube-proxy's nodeAffinity")
 	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=strategic", "-p", patch); err != nil {
 		return fmt.Errorf("step 3, kube-proxy's nodeAffinity: %w", err)
 	}
@@ -162,7 +169,7 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	if err := m.l.waitRollout(ctx, "kube-system", "daemonset/kube-proxy"); err != nil {
 		return fmt.Errorf("step 3, kube-proxy's rollout: %w", err)
 	}
-	m.t.Logf("step 3: kube-proxy's DaemonSet rolled with the nodeAffinity in %v", time.Since(start).Round(100*time.Millisecond))
+	m.logf("step 3: kube-proxy's DaemonSet rolled with the nodeAffinity in %v", time.Since(start).Round(100*time.Millisecond))
 	manifests, err := DeployManifests(deployDir(), m.image, m.l.APIServerURL())
 	if err != nil {
 		return err
@@ -193,6 +200,7 @@ func withNodeSelector(manifests, key, value string) (string, error) {
 // and ours is Ready there.
 func (m *migration) switchNode(ctx context.Context, n Node) error {
 	start := time.Now()
+	m.logf("step 3 on %s: label", n.Name)
 	if _, err := m.l.kubectl(ctx, "label", "node", n.Name, switchedLabel+"=true"); err != nil {
 		return fmt.Errorf("step 3 on %s: %w", n.Name, err)
 	}
@@ -217,14 +225,14 @@ func (m *migration) switchNode(ctx context.Context, n Node) error {
 	if err != nil {
 		return fmt.Errorf("step 3 on %s: %w", n.Name, err)
 	}
-	m.t.Logf("step 3 on %s: kube-proxy gone, kube-nftproxy Ready after %v", n.Name, time.Since(start).Round(100*time.Millisecond))
+	m.logf("step 3 on %s: kube-proxy gone, kube-nftproxy Ready after %v", n.Name, time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
 // diffLive is step 4: diff the saved dumps against our live tables.
 func (m *migration) diffLive(ctx context.Context, n Node) error {
 	out, err := m.diff(ctx, n.Name, n)
-	m.t.Logf("step 4 on %s, diff against the live tables: %s", n.Name, out)
+	m.logf("step 4 on %s, diff against the live tables: %s", n.Name, out)
 	if err != nil {
 		return fmt.Errorf("step 4 on %s: %w", n.Name, err)
 	}

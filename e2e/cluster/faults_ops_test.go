@@ -173,7 +173,7 @@ func (l Layout) measureFault(ctx context.Context, t *testing.T, name string, tg 
 	line := summary(name, stats)
 	t.Log(line)
 	fmt.Println(line)
-	for _, d := range failureDetails(stats, tr.start) {
+	for _, d := range failureDetails(stats) {
 		t.Log(d)
 	}
 	if faultErr != nil {

@@ -209,8 +209,8 @@ func summary(fault string, stats []streamStats) string {
 }
 
 // failureDetails says, for each stream that failed, its first error and
-// when its failures and longest gap were, relative to start.
-func failureDetails(stats []streamStats, start time.Time) []string {
+// when (wall clock) its failures and longest gap were.
+func failureDetails(stats []streamStats) []string {
 	var out []string
 	for _, s := range stats {
 		if s.failed == 0 {
@@ -218,10 +218,10 @@ func failureDetails(stats []streamStats, start time.Time) []string {
 		}
 		at := make([]string, len(s.failedAt))
 		for i, t := range s.failedAt {
-			at[i] = t.Sub(start).Round(time.Millisecond).String()
+			at[i] = t.Format("15:04:05.000")
 		}
-		out = append(out, fmt.Sprintf("%s %s: first error %q; failures at %s; longest gap ended at %v after the start",
-			s.name, s.proto, s.firstErr, strings.Join(at, " "), s.gapEnd.Sub(start).Round(time.Millisecond)))
+		out = append(out, fmt.Sprintf("%s %s: first error %q; failures at %s; longest gap ended at %s",
+			s.name, s.proto, s.firstErr, strings.Join(at, " "), s.gapEnd.Format("15:04:05.000")))
 	}
 	return out
 }
