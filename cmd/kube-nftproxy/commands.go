@@ -398,7 +398,6 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	if err := k.ProbeFeatures(ipvsConn != nil); err != nil {
 		return err
 	}
-	upstream := cleanUpstream(ipvsConn != nil, log)
 	var backend proxier.Backend
 	var nftBackend *nft.Backend
 	var ipvsBackend *ipvs.Backend
@@ -437,7 +436,7 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	health := proxier.NewHealth(2 * syncPeriod) // kube-proxy's healthz timeout
 	metrics := proxier.NewMetrics()
-	upstream.watch(ctx, log, metrics)
+	upstream := newUpstreamCleanup(ipvsConn != nil, log, metrics)
 	health.Answered = metrics.CountProbe
 	loop.OnQueued = func() {
 		health.Queued()
@@ -456,6 +455,8 @@ func runProxy(ctx context.Context, o *options, log *slog.Logger) error {
 	loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		metrics.Observe(res, took, err)
 		if err == nil {
+			// Ours are in: kube-proxy's can go, before we say ready.
+			upstream.afterSync(ctx)
 			health.Updated()
 		}
 	}
