@@ -57,6 +57,46 @@ func TestClusterFaultMigration(t *testing.T) {
 	for _, n := range l.Nodes {
 		t.Logf("%s after the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
 	}
+	// The README's remedy for rules in iptables-legacy, whether or not
+	// there are any: it must not disturb ours.
+	l.measureFault(ctx, t, "cluster-migrate-kube-proxy-cleanup", tg, func() error {
+		for _, n := range l.Nodes {
+			if err := m.kubeProxyCleanup(ctx, n); err != nil {
+				return err
+			}
+			if err := m.diffLive(ctx, n); err != nil {
+				return err
+			}
+			t.Logf("%s after kube-proxy --cleanup: %s", n.Name, m.backends(ctx, n))
+		}
+		return nil
+	})
+}
+
+// kubeProxyCleanup runs `kube-proxy --cleanup` (the binary upstream's image
+// holds) in the node's network namespace with iptables-legacy as its
+// iptables, as the README says to when our start-up warns about
+// iptables-legacy chains.
+func (m *migration) kubeProxyCleanup(ctx context.Context, n Node) error {
+	shim := filepath.Join(m.dir, "legacy-bin")
+	if err := os.MkdirAll(shim, 0o755); err != nil {
+		return err
+	}
+	for _, tool := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		link := filepath.Join(shim, tool)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink("/usr/sbin/xtables-legacy-multi", link); err != nil {
+				return err
+			}
+		}
+	}
+	argv := nsenter(n.Name, "env", "PATH="+shim+":/usr/sbin:/usr/bin:/sbin:/bin", m.l.K8sBin("kube-proxy"), "--cleanup", "--v=2")
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	m.logf("kube-proxy --cleanup (iptables-legacy) on %s: err %v, output:\n%s", n.Name, err, out)
+	if err != nil {
+		return fmt.Errorf("kube-proxy --cleanup on %s: %w", n.Name, err)
+	}
+	return nil
 }
 
 // migration runs the README's steps; bin is kube-nftproxy for the host.
