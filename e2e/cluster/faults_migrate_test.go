@@ -71,6 +71,29 @@ func TestClusterFaultMigration(t *testing.T) {
 		}
 		return nil
 	})
+	l.measureFault(ctx, t, "cluster-migrate-finish", tg, func() error { return m.finish(ctx) })
+}
+
+// finish is what follows the last node (the README does not say it): the
+// kube-proxy DaemonSet deleted, and ours without its nodeSelector, which
+// rolls it on every node.
+func (m *migration) finish(ctx context.Context) error {
+	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "delete", "daemonset", "kube-proxy"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", "kube-nftproxy", "--type=json",
+		"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`); err != nil {
+		return err
+	}
+	if err := m.l.waitRollout(ctx, "kube-system", "daemonset/kube-nftproxy"); err != nil {
+		return err
+	}
+	if _, err := m.l.waitProxyPods(ctx, "kube-nftproxy", nil, ""); err != nil {
+		return err
+	}
+	m.logf("kube-proxy's DaemonSet deleted, ours rolled without its nodeSelector in %v", time.Since(start).Round(100*time.Millisecond))
+	return nil
 }
 
 // kubeProxyCleanup runs `kube-proxy --cleanup` (the binary upstream's image
