@@ -248,6 +248,7 @@ func (l Layout) deleteProxyPods(ctx context.Context, t *testing.T) error {
 			args = append(args, p.name)
 		}
 		start := time.Now()
+		t.Logf("%s delete %d: %v", start.Format("15:04:05.000"), i, args[5:])
 		if _, err := l.kubectl(ctx, args...); err != nil {
 			return err
 		}

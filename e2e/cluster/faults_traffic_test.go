@@ -36,6 +36,7 @@ type streamStats struct {
 	gapEnd           time.Time     // when the longest gap ended
 	lastOK           time.Time
 	slowest          time.Duration // the slowest answered request
+	slowestAt        time.Time     // when it ended
 	firstErr         string
 	failedAt         []time.Time // the first 20 failures' times
 }
@@ -55,7 +56,9 @@ func (s *streamStats) record(err error, took time.Duration, end time.Time) {
 	}
 	s.closeGap(end)
 	s.lastOK = end
-	s.slowest = max(s.slowest, took)
+	if took > s.slowest {
+		s.slowest, s.slowestAt = took, end
+	}
 }
 
 func (s *streamStats) closeGap(end time.Time) {
@@ -208,12 +211,15 @@ func summary(fault string, stats []streamStats) string {
 	return fmt.Sprintf("FAULT %s: %s", fault, strings.Join(parts, "; "))
 }
 
-// failureDetails says, for each stream that failed, its first error and
-// when (wall clock) its failures and longest gap were.
+// failureDetails says, for each stream, when (wall clock) its longest gap
+// and slowest answer ended, and for one that failed, its first error and
+// when its failures were.
 func failureDetails(stats []streamStats) []string {
 	var out []string
 	for _, s := range stats {
 		if s.failed == 0 {
+			out = append(out, fmt.Sprintf("%s %s: longest gap ended at %s, slowest answer at %s", s.name, s.proto,
+				s.gapEnd.Format("15:04:05.000"), s.slowestAt.Format("15:04:05.000")))
 			continue
 		}
 		at := make([]string, len(s.failedAt))
