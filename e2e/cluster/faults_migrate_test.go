@@ -75,15 +75,15 @@ func TestClusterFaultMigration(t *testing.T) {
 }
 
 // finish is what follows the last node (the README does not say it): the
-// kube-proxy DaemonSet deleted, and ours without its nodeSelector, which
-// rolls it on every node.
+// kube-proxy DaemonSet deleted, and the label dropped from ours'
+// nodeSelector, which rolls it on every node.
 func (m *migration) finish(ctx context.Context) error {
 	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "delete", "daemonset", "kube-proxy"); err != nil {
 		return err
 	}
 	start := time.Now()
 	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", "kube-nftproxy", "--type=json",
-		"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`); err != nil {
+		"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector/`+strings.ReplaceAll(switchedLabel, "/", "~1")+`"}]`); err != nil {
 		return err
 	}
 	if err := m.l.waitRollout(ctx, "kube-system", "daemonset/kube-nftproxy"); err != nil {
@@ -92,7 +92,7 @@ func (m *migration) finish(ctx context.Context) error {
 	if _, err := m.l.waitProxyPods(ctx, "kube-nftproxy", nil, ""); err != nil {
 		return err
 	}
-	m.logf("kube-proxy's DaemonSet deleted, ours rolled without its nodeSelector in %v", time.Since(start).Round(100*time.Millisecond))
+	m.logf("kube-proxy's DaemonSet deleted, ours rolled without the label in its nodeSelector in %v", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
@@ -244,19 +244,23 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	return m.l.apply(ctx, "kube-nftproxy-migration", manifests)
 }
 
-// withNodeSelector adds a nodeSelector to the one pod template.
+// withNodeSelector adds key: value to the one pod template's nodeSelector,
+// creating it if the template has none.
 func withNodeSelector(manifests, key, value string) (string, error) {
-	const spec = "\n  template:\n"
-	i := strings.Index(manifests, spec)
-	if i < 0 || strings.Count(manifests, spec) != 1 {
+	const tmpl, spec, sel = "\n  template:\n", "\n    spec:\n", "\n      nodeSelector:\n"
+	i := strings.Index(manifests, tmpl)
+	if i < 0 || strings.Count(manifests, tmpl) != 1 {
 		return "", errors.New("deploy manifests: want exactly one pod template")
 	}
-	j := strings.Index(manifests[i:], "\n    spec:\n")
+	j := strings.Index(manifests[i:], spec)
 	if j < 0 {
 		return "", errors.New("deploy manifests: the pod template has no spec")
 	}
-	at := i + j + len("\n    spec:\n")
-	return manifests[:at] + fmt.Sprintf("      nodeSelector:\n        %s: %q\n", key, value) + manifests[at:], nil
+	at, add := i+j+len(spec), fmt.Sprintf("      nodeSelector:\n        %s: %q\n", key, value)
+	if k := strings.Index(manifests[at-1:], sel); k >= 0 && strings.Count(manifests[at-1:], sel) == 1 {
+		at, add = at-1+k+len(sel), fmt.Sprintf("        %s: %q\n", key, value)
+	}
+	return manifests[:at] + add + manifests[at:], nil
 }
 
 // switchNode labels the node and waits until kube-proxy's pod has left it

@@ -193,31 +193,33 @@ type proxyPod struct {
 	ready, deleting   bool
 }
 
-func (l Layout) proxyPods(ctx context.Context, app string) ([]proxyPod, error) {
-	out, err := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app="+app, "-o",
-		`jsonpath={range .items[*]}{.spec.nodeName}|{.metadata.name}|{.spec.containers[0].image}|{.status.conditions[?(@.type=="Ready")].status}|{.metadata.deletionTimestamp}{"\n"}{end}`)
+// proxyPods are the pods of kube-system DaemonSet ds, by owner: a label
+// would not tell them apart (our pods may carry kube-proxy's k8s-app label).
+func (l Layout) proxyPods(ctx context.Context, ds string) ([]proxyPod, error) {
+	out, err := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-o",
+		`jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}|{.spec.nodeName}|{.metadata.name}|{.spec.containers[0].image}|{.status.conditions[?(@.type=="Ready")].status}|{.metadata.deletionTimestamp}{"\n"}{end}`)
 	if err != nil {
 		return nil, err
 	}
 	var pods []proxyPod
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Split(line, "|")
-		if len(f) != 5 {
+		if len(f) != 6 || f[0] != "DaemonSet/"+ds {
 			continue
 		}
-		pods = append(pods, proxyPod{node: f[0], name: f[1], image: f[2], ready: f[3] == "True", deleting: f[4] != ""})
+		pods = append(pods, proxyPod{node: f[1], name: f[2], image: f[3], ready: f[4] == "True", deleting: f[5] != ""})
 	}
 	return pods, nil
 }
 
 // waitProxyPods waits until every node has exactly one ready, not
-// terminating pod of app whose name is not in gone and whose image is
-// image (when set).
-func (l Layout) waitProxyPods(ctx context.Context, app string, gone map[string]bool, image string) ([]proxyPod, error) {
+// terminating pod of DaemonSet ds whose name is not in gone and whose image
+// is image (when set).
+func (l Layout) waitProxyPods(ctx context.Context, ds string, gone map[string]bool, image string) ([]proxyPod, error) {
 	var pods []proxyPod
 	err := poll(ctx, 3*time.Minute, func() (bool, error) {
 		var err error
-		if pods, err = l.proxyPods(ctx, app); err != nil {
+		if pods, err = l.proxyPods(ctx, ds); err != nil {
 			return false, nil
 		}
 		if len(pods) != len(l.Nodes) {

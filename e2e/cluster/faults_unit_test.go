@@ -39,17 +39,27 @@ func TestStreamStatsGaps(t *testing.T) {
 }
 
 func TestWithNodeSelector(t *testing.T) {
-	m, err := DeployManifests(deployDir(), "img", "https://api:6443")
+	deploy, err := DeployManifests(deployDir(), "img", "https://api:6443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := withNodeSelector(m, switchedLabel, "true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "\n    spec:\n      nodeSelector:\n        " + switchedLabel + ": \"true\"\n"
-	if strings.Count(out, want) != 1 {
-		t.Errorf("no nodeSelector in the pod template:\n%s", out)
+	const ds = "kind: DaemonSet\nspec:\n  template:\n    metadata:\n      labels:\n        a: b\n    spec:\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"deploy/", deploy, "        " + switchedLabel + ": \"true\"\n"},
+		{"no nodeSelector", ds + "      hostNetwork: true\n",
+			ds + "      nodeSelector:\n        " + switchedLabel + ": \"true\"\n      hostNetwork: true\n"},
+		{"a nodeSelector", ds + "      nodeSelector:\n        kubernetes.io/os: linux\n      hostNetwork: true\n",
+			ds + "      nodeSelector:\n        " + switchedLabel + ": \"true\"\n        kubernetes.io/os: linux\n      hostNetwork: true\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := withNodeSelector(tc.in, switchedLabel, "true")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, tc.want) || strings.Count(out, "nodeSelector:") != 1 {
+				t.Errorf("got\n%s\nwant it to hold\n%s\nwith one nodeSelector", out, tc.want)
+			}
+		})
 	}
 	if _, err := withNodeSelector("kind: Service\n", "k", "v"); err == nil {
 		t.Error("a manifest without a pod template: no error")
