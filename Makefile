@@ -13,7 +13,7 @@ LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
 .PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
-.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test
+.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults
 
 all: build
 
@@ -208,3 +208,21 @@ conformance: cluster-build cluster-images
 cluster-test:
 	@if [ -n "$$KNP_CLUSTER_SKIP" ]; then echo "cluster-test skipped: $$KNP_CLUSTER_SKIP"; else \
 		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 20m -run '^TestClusterConformanceSubset$$' ./e2e/cluster/; fi
+
+# The real-cluster faults (e2e/cluster faults_test.go), with a client
+# pod on node1 sending TCP and UDP requests to a ClusterIP and to both
+# nodes' NodePort (backends on node2): our DaemonSet pods deleted 10 times,
+# the DaemonSet rolled to another build, and the README's "Moving from
+# kube-proxy" steps from upstream kube-proxy (iptables mode). One FAULT line
+# each (requests, failed, longest gap); each brings a cluster up and down,
+# holding /run/knp-cluster.lock for each test alone. FAULTS picks (Restarts,
+# Migration).
+FAULTS ?= Restarts Migration
+# Like cluster-test it builds nothing itself (its own two proxy images come
+# from this tree; the rest from the cache), so it never rewrites the shared
+# cache's kube-nftproxy image; a cold cache skips.
+cluster-faults:
+	set -e; for f in $(FAULTS); do \
+		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 20m \
+			-run "^TestClusterFault$$f\$$" ./e2e/cluster/; \
+	done

@@ -6,41 +6,49 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/kube-nftproxy/kube-nftproxy/leftover"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// upstreamCleanup is the start-up removal of upstream kube-proxy's
-// leftovers, and what the watcher that follows needs.
+// upstreamCleanup removes upstream kube-proxy's leftovers once our first
+// sync has put our rules in place, then keeps removing those that appear.
 type upstreamCleanup struct {
-	cfg leftover.Config
-	res leftover.Result
+	cfg     leftover.Config
+	log     *slog.Logger
+	metrics *leftover.Metrics
+	once    sync.Once
 }
 
-// cleanUpstream removes, before the first sync, what upstream kube-proxy
-// left (its nftables tables, its iptables and ipvs modes' chains in
+// newUpstreamCleanup prepares the removal of what upstream kube-proxy left
+// (its nftables tables, its iptables and ipvs modes' chains in
 // iptables-nft's tables, its ipsets; kube-ipvs0 and the virtual servers on
 // it unless we run IPVS mode, which owns them), as kube-proxy does when it
-// changes mode. A failure is logged: our rules are still worth writing.
-func cleanUpstream(ipvsMode bool, log *slog.Logger) *upstreamCleanup {
-	u := &upstreamCleanup{cfg: leftover.Config{IPVS: !ipvsMode, Legacy: true}}
-	res, err := leftover.Clean(u.cfg)
-	leftover.Log(log, res, false)
-	if err != nil {
-		log.Error("could not remove upstream kube-proxy's leftovers; they may take Service traffic", "err", err)
-	}
-	u.res = res
-	return u
+// changes mode. Its metrics are registered now, so they are exported from
+// the start.
+func newUpstreamCleanup(ipvsMode bool, log *slog.Logger, m *proxier.Metrics) *upstreamCleanup {
+	return &upstreamCleanup{cfg: leftover.Config{IPVS: !ipvsMode, Legacy: true}, log: log,
+		metrics: leftover.NewMetrics(m.Registry)}
 }
 
-// watch counts the start-up removal and keeps removing upstream
-// kube-proxy's objects that appear until ctx ends.
-func (u *upstreamCleanup) watch(ctx context.Context, log *slog.Logger, m *proxier.Metrics) {
-	metrics := leftover.NewMetrics(m.Registry)
-	metrics.Observe(u.res)
-	w := &leftover.Watcher{Config: u.cfg, Log: log, Metrics: metrics}
-	go w.Run(ctx)
+// afterSync removes the leftovers after our first successful sync (later
+// calls do nothing) and starts the watcher. Not before: kube-proxy's rules
+// send Services' traffic to the same endpoints as ours, while a node
+// between their removal and our first sync, which waits for the first
+// complete view, has no Service rules at all. A failure is logged: our
+// rules work anyway, unless kube-proxy's take the traffic first.
+func (u *upstreamCleanup) afterSync(ctx context.Context) {
+	u.once.Do(func() {
+		res, err := leftover.Clean(u.cfg)
+		leftover.Log(u.log, res, false)
+		if err != nil {
+			u.log.Error("could not remove upstream kube-proxy's leftovers; they may take Service traffic", "err", err)
+		}
+		u.metrics.Observe(res)
+		w := &leftover.Watcher{Config: u.cfg, Log: u.log, Metrics: u.metrics}
+		go w.Run(ctx)
+	})
 }
 
 // cleanupUpstream is --cleanup's part for upstream kube-proxy's objects:

@@ -96,8 +96,7 @@ func (s *proxyServer) prepare(context.Context) error {
 }
 
 // openKernel takes the namespace's instance lock, tunes conntrack, opens
-// nftables, checks that it has what we program, and removes upstream
-// kube-proxy's leftovers.
+// nftables and checks that it has what we program.
 func (s *proxyServer) openKernel(context.Context) error {
 	// One instance per network namespace: two would rewrite each other's
 	// tables at every sync.
@@ -126,7 +125,6 @@ func (s *proxyServer) openKernel(context.Context) error {
 	if err := k.ProbeFeatures(s.mode == modeIPVS); err != nil {
 		return err
 	}
-	s.upstream = cleanUpstream(s.mode == modeIPVS, s.log)
 	return nil
 }
 
@@ -221,7 +219,8 @@ func (s *proxyServer) buildLoop(context.Context) error {
 func (s *proxyServer) observe(ctx context.Context) error {
 	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
 	s.metrics = proxier.NewMetrics()
-	s.upstream.watch(ctx, s.log, s.metrics)
+	// kube-proxy's leftovers go after our first sync (afterSync below).
+	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
 	s.health.Answered = s.metrics.CountProbe
 	s.loop.OnQueued = func() {
 		s.health.Queued()
@@ -234,6 +233,7 @@ func (s *proxyServer) observe(ctx context.Context) error {
 	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		s.metrics.Observe(res, took, err)
 		if err == nil {
+			s.upstream.afterSync(ctx)
 			s.health.Updated()
 		}
 	}

@@ -71,6 +71,9 @@ type Layout struct {
 	// deploy/, the default) or ProxyUpstream (kube-proxy v1.37.1 in
 	// iptables mode, the baseline); KNP_CLUSTER_PROXY sets it.
 	Proxy string
+	// Images, when set, is the directory of images.txt and the archives in
+	// place of the cache's (a test that builds its own proxy image).
+	Images string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -109,7 +112,12 @@ func (l Layout) ClusterBin(name string) string {
 }
 
 // ImagesDir holds the docker archives and images.txt.
-func (l Layout) ImagesDir() string { return filepath.Join(l.Cache, "cluster", "images") }
+func (l Layout) ImagesDir() string {
+	if l.Images != "" {
+		return l.Images
+	}
+	return filepath.Join(l.Cache, "cluster", "images")
+}
 
 func (l Layout) pki(name string) string     { return filepath.Join(l.Dir, "pki", name) }
 func (l Layout) logFile(name string) string { return filepath.Join(l.Dir, "logs", name+".log") }
