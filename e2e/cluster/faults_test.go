@@ -123,7 +123,8 @@ func buildFaultImages(t *testing.T, l Layout) (faultImages, string) {
 			"-ldflags", "-s -X main.release="+b.rel+" -X main.commit=faults", "-o", bin, "./cmd/kube-nftproxy")
 		archive := filepath.Join(dir, "kube-nftproxy-"+b.rel+".tar")
 		cmd := exec.Command(tool, "build", "-out", archive, "-ref", b.ref,
-			"-file", "/kube-nftproxy="+bin, "-entrypoint", `["/kube-nftproxy"]`)
+			"-file", "/kube-nftproxy="+bin, "-symlink", "/usr/local/bin/kube-proxy=/kube-nftproxy",
+			"-entrypoint", `["/kube-nftproxy"]`)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("image %s: %v: %s", b.ref, err, out)
 		}

@@ -315,7 +315,8 @@ build_images() {
 		-user 65535:65535 -entrypoint '["/pause"]'
 
 	image kube-nftproxy.tar "registry.local/kube-nftproxy:$KNP_VERSION docker.io/library/kube-nftproxy:dev docker.io/library/kube-nftproxy:latest" \
-		-file "/kube-nftproxy=$KNP_BIN" -entrypoint '["/kube-nftproxy"]'
+		-file "/kube-nftproxy=$KNP_BIN" -symlink "/usr/local/bin/kube-proxy=/kube-nftproxy" \
+		-entrypoint '["/kube-nftproxy"]'
 
 	image busybox.tar "$(e2e_ref BusyBox)" -layer "$BUSYBOX_LAYER" \
 		-env "PATH=$DEBIAN_PATH" -cmd '["sh"]'
