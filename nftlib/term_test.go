@@ -101,7 +101,7 @@ func termCases(f Family) map[string][]termCase {
 		},
 		"SetLookup": {
 			{term: LookupSet("svc", svcKey...), want: []string{match}},
-			{term: LookupSet("svc", FieldDaddr, FieldDport).WithProto(unix.IPPROTO_TCP), want: []string{match}},
+			{term: LookupSet("ports", FieldDaddr, FieldDport).WithProto(unix.IPPROTO_TCP), want: []string{match}},
 			{term: LookupSet("svc", FieldDport).WithProto(unix.IPPROTO_UDP), want: []string{noMatch}},
 			{term: LookupSet("clients", FieldSaddr), decodesAs: SetMatch{Field: FieldSaddr, Set: "clients"}, want: []string{match}},
 		},
@@ -147,6 +147,7 @@ func traceTable(f Family, term Term) *Table {
 				{Key: Key{Addr: x.service, Proto: unix.IPPROTO_TCP, Port: 80}, Verdict: JumpTo("target")},
 			}},
 			{Name: "clients", Key: []Field{FieldSaddr}, Elements: []Element{{Key: Key{Addr: x.client}, Verdict: Verdict{Kind: Accept}}}},
+			{Name: "ports", Key: []Field{FieldDaddr, FieldDport}, Elements: []Element{{Key: Key{Addr: x.service, Port: 80}, Verdict: Verdict{Kind: Accept}}}},
 		},
 	}
 }
