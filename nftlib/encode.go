@@ -46,7 +46,7 @@ func (b *Batch) marshalledElem(f Family, e expr.Any) {
 }
 
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
-// full sync call them directly (see directTerm) with values on the stack.
+// full sync call them directly (see DirectTerm) with values on the stack.
 
 func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.Nest(unix.NFTA_LIST_ELEM)
@@ -168,9 +168,10 @@ func (b *Batch) nat(e *expr.NAT) {
 
 // DirectTerm is a term that writes its expressions into a batch itself,
 // without building them first: the terms of every endpoint's rules, which
-// are most of a full sync. direct must append exactly what encoding
-// exprs(f) appends (TestDirectTermsMatchExprs), or report false, having
-// appended nothing, to have exprs used.
+// are most of a full sync. Direct must append exactly what encoding
+// Exprs(f) appends (TestDirectTermsMatchExprs, TestEveryTermKind), or
+// report false, having appended nothing, to have Exprs used. Each sits in
+// its term's file.
 type DirectTerm interface {
 	Direct(b *Batch, f Family) bool
 }
