@@ -63,7 +63,7 @@ func TestTraceAffinity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, o := range rs.Trace(tt.pkt) {
+			for _, o := range mustTrace(t, rs, tt.pkt) {
 				s := o.String()
 				s = s[:strings.Index(s, " via ")]
 				if o.Affinity != 0 {
@@ -77,7 +77,7 @@ func TestTraceAffinity(t *testing.T) {
 		})
 	}
 	// Without affinity nothing is recorded.
-	for _, o := range Build(demoState(), demoConfig()).Trace(tests[0].pkt) {
+	for _, o := range mustTrace(t, Build(demoState(), demoConfig()), tests[0].pkt) {
 		if o.Affinity != 0 {
 			t.Errorf("a Service without affinity recorded one: %v", o)
 		}

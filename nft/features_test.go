@@ -155,7 +155,7 @@ func TestTraceFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, o := range Build(st, tt.cfg).Trace(tt.pkt) {
+			for _, o := range mustTrace(t, Build(st, tt.cfg), tt.pkt) {
 				if o.DNAT.IsValid() != tt.dnat || o.Masquerade != tt.masq {
 					t.Errorf("%v: want dnat=%v masquerade=%v", o, tt.dnat, tt.masq)
 				}

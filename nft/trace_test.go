@@ -67,7 +67,7 @@ func TestTrace(t *testing.T) {
 // The chain path shows the iptables-mode topology a NodePort packet takes.
 func TestTracePath(t *testing.T) {
 	rs := Build(demoState(), demoConfig())
-	out := rs.Trace(nftlib.Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: []netip.Addr{mustAddr("10.99.0.1")}})
+	out := mustTrace(t, rs, nftlib.Packet{Src: mustAddr("10.99.0.2"), Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: []netip.Addr{mustAddr("10.99.0.1")}})
 	if len(out) != 2 {
 		t.Fatalf("outcomes: %v", out)
 	}
@@ -89,10 +89,20 @@ func TestTracePath(t *testing.T) {
 func checkTrace(t *testing.T, rs *nftlib.Ruleset, pkt nftlib.Packet, want []string) {
 	t.Helper()
 	var got []string
-	for _, o := range rs.Trace(pkt) {
+	outcomes := mustTrace(t, rs, pkt)
+	for _, o := range outcomes {
 		got = append(got, strings.SplitN(o.String(), " via ", 2)[0])
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(want, "\n"), rs.Trace(pkt))
+		t.Errorf("got\n%s\nwant\n%s\nfull: %v", strings.Join(got, "\n"), strings.Join(want, "\n"), outcomes)
 	}
+}
+
+func mustTrace(t *testing.T, rs *nftlib.Ruleset, pkt nftlib.Packet) []nftlib.Outcome {
+	t.Helper()
+	out, err := rs.Trace(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -53,36 +53,25 @@ func affinityKey(f Family, id uint32) []expr.Any {
 	}
 }
 
+// affinityKeyAt reads affinityKey's expressions at the start of ex: the
+// source address, then the endpoint id.
+func affinityKeyAt(f Family, ex []expr.Any) (id uint32, ok bool) {
+	p, ok := exprAt[*expr.Payload](ex, 0)
+	if !ok {
+		return 0, false
+	}
+	if fl, ok := payloadField(f, p); !ok || fl != FieldSaddr || int(p.Len) != f.addrLen() {
+		return 0, false
+	}
+	ng, ok := exprAt[*expr.Numgen](ex, 1)
+	if !ok || ng.Modulus != 1 || ng.Type != unix.NFT_NG_RANDOM {
+		return 0, false
+	}
+	return ng.Offset, true
+}
+
 func affinityKeyText(f Family, id uint32) string {
 	return fmt.Sprintf("%s saddr . numgen random mod 1 offset %d", f, id)
-}
-
-// AffinityMatch is `ip saddr . numgen random mod 1 offset ID @affinity`: the
-// client has affinity to the endpoint with this id.
-type AffinityMatch struct{ ID uint32 }
-
-func (m AffinityMatch) Text(f Family) string { return affinityKeyText(f, m.ID) + " @" + SetAffinity }
-
-func (m AffinityMatch) Exprs(f Family) []expr.Any {
-	return append(affinityKey(f, m.ID), &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: SetAffinity})
-}
-
-// AffinityUpdate is `update @affinity { ip saddr . numgen random mod 1
-// offset ID timeout T }`: the client gets (or keeps) affinity to the
-// endpoint for T from now.
-type AffinityUpdate struct {
-	ID      uint32
-	Timeout time.Duration
-}
-
-func (u AffinityUpdate) Text(f Family) string {
-	return fmt.Sprintf("update @%s { %s timeout %s }", SetAffinity, affinityKeyText(f, u.ID), NftDuration(u.Timeout))
-}
-
-func (u AffinityUpdate) Exprs(f Family) []expr.Any {
-	return append(affinityKey(f, u.ID), &expr.Dynset{
-		SrcRegKey: unix.NFT_REG_1, SetName: SetAffinity, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: u.Timeout,
-	})
 }
 
 // NftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".

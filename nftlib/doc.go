@@ -3,7 +3,10 @@
 //
 //   - the vocabulary: Ruleset, Table (fixed chains and maps, plus fragments
 //     kept apart by key so that a caller rebuilds and diffs only those that
-//     changed), Chain, Rule, Map, Element, and the match and action Terms;
+//     changed), Chain, Rule, Map, Element, and the match and action Terms,
+//     each kind in its own file (term_<kind>.go) with its text, netlink
+//     expressions, direct encoding, decoding and trace evaluation, all
+//     listed in termKinds;
 //   - text: rendering a Ruleset or a SetTable as `nft -f` input, and
 //     tracing a packet through a Ruleset (Trace);
 //   - encoding: a Batch of netlink messages, written directly for our terms

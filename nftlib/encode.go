@@ -1,8 +1,6 @@
 package nftlib
 
 import (
-	"encoding/binary"
-
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +46,7 @@ func (b *Batch) marshalledElem(f Family, e expr.Any) {
 }
 
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
-// full sync call them directly (see directTerm) with values on the stack.
+// full sync call them directly (see DirectTerm) with values on the stack.
 
 func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.Nest(unix.NFTA_LIST_ELEM)
@@ -170,74 +168,12 @@ func (b *Batch) nat(e *expr.NAT) {
 
 // DirectTerm is a term that writes its expressions into a batch itself,
 // without building them first: the terms of every endpoint's rules, which
-// are most of a full sync. direct must append exactly what encoding
-// exprs(f) appends (TestDirectTermsMatchExprs), or report false, having
-// appended nothing, to have exprs used.
+// are most of a full sync. Direct must append exactly what encoding
+// Exprs(f) appends (TestDirectTermsMatchExprs, TestEveryTermKind), or
+// report false, having appended nothing, to have Exprs used. Each sits in
+// its term's file.
 type DirectTerm interface {
 	Direct(b *Batch, f Family) bool
-}
-
-func (m AddrMatch) Direct(b *Batch, f Family) bool {
-	bits := m.Prefix.Bits()
-	if bits%8 != 0 || m.Prefix.Addr().Is4() != (f == IPv4) {
-		return false
-	}
-	op := expr.CmpOpEq
-	if m.Negate {
-		op = expr.CmpOpNeq
-	}
-	a := m.Prefix.Addr().As16()
-	addr := a[:]
-	if f == IPv4 {
-		addr = addr[12:]
-	}
-	n := uint32(bits / 8)
-	b.payloadLoad(1, expr.PayloadBaseNetworkHeader, f.addrOffset(m.Field == FieldSaddr), n)
-	b.cmp(1, op, addr[:n])
-	return true
-}
-
-func (m ProtoMatch) Direct(b *Batch, _ Family) bool {
-	b.meta(expr.MetaKeyL4PROTO, 1, false)
-	b.cmp(1, expr.CmpOpEq, []byte{m.Proto})
-	return true
-}
-
-func (m PortMatch) Direct(b *Batch, _ Family) bool {
-	b.payloadLoad(1, expr.PayloadBaseTransportHeader, 2, 2)
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], m.Port)
-	b.cmp(1, expr.CmpOpEq, port[:])
-	return true
-}
-
-func (d DNAT) Direct(b *Batch, f Family) bool {
-	if d.Addr.Is4() != (f == IPv4) {
-		return false
-	}
-	a := d.Addr.As16()
-	addr := a[:]
-	if d.Addr.Is4() {
-		addr = addr[12:]
-	}
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], d.Port)
-	b.immediate(1, addr)
-	b.immediate(2, port[:])
-	b.nat(&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f), RegAddrMin: 1, RegProtoMin: 2, Specified: true})
-	return true
-}
-
-func (n NumgenZero) Direct(b *Batch, _ Family) bool {
-	b.numgen(1, n.Mod, unix.NFT_NG_RANDOM, 0)
-	var zero [4]byte
-	b.cmp(1, expr.CmpOpEq, zero[:])
-	return true
-}
-
-func (v Verdict) Direct(b *Batch, _ Family) bool {
-	b.verdict(verdictKinds[v.Kind], v.Chain)
-	return true
 }
 
 // marshalled appends the expression's name and data as google/nftables

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -232,53 +231,4 @@ func (t *SetTable) String() string {
 	}
 	b.WriteString("}\n")
 	return b.String()
-}
-
-// SetLookup is `ip daddr . meta l4proto . th dport @SET`: the packet's key
-// is in a named set of the table. With Proto, a `meta l4proto` match comes
-// first and nft names the port after the protocol (`tcp dport @SET`,
-// `ip daddr . sctp dport @SET`).
-type SetLookup struct {
-	Key   [4]Field
-	N     int
-	Set   string
-	Proto uint8
-}
-
-// LookupSet builds a SetLookup over the given key fields.
-func LookupSet(set string, key ...Field) SetLookup {
-	l := SetLookup{Set: set, N: len(key)}
-	copy(l.Key[:], key)
-	return l
-}
-
-// WithProto returns the lookup after a `meta l4proto P` match.
-func (l SetLookup) WithProto(p uint8) SetLookup { l.Proto = p; return l }
-
-func (l SetLookup) Text(f Family) string {
-	parts := make([]string, l.N)
-	for i, fl := range l.Key[:l.N] {
-		parts[i] = fl.Text(f)
-		if fl == FieldDport && l.Proto != 0 {
-			parts[i] = ProtoName(l.Proto) + " dport"
-		}
-	}
-	return strings.Join(parts, " . ") + " @" + l.Set
-}
-
-func (l SetLookup) Exprs(f Family) []expr.Any {
-	var out []expr.Any
-	if l.Proto != 0 {
-		out = append(out, ProtoMatch{Proto: l.Proto}.Exprs(f)...)
-	}
-	if l.N == 1 {
-		out = append(out, l.Key[0].load(f, unix.NFT_REG_1))
-	} else {
-		reg := uint32(unix.NFT_REG32_00)
-		for _, fl := range l.Key[:l.N] {
-			out = append(out, fl.load(f, reg))
-			reg += (fl.Size(f) + 3) / 4
-		}
-	}
-	return append(out, &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: l.Set})
 }

@@ -3,7 +3,6 @@ package nftlib
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -62,8 +61,9 @@ func (o Outcome) String() string {
 // the kernel would: filter before DNAT, DNAT, filter after DNAT (input for
 // the node's own addresses, forward otherwise, output for the node's
 // packets), then SNAT; every random choice is explored. It is how unit
-// tests check what a rule set does without a kernel.
-func (rs *Ruleset) Trace(p Packet) []Outcome {
+// tests check what a rule set does without a kernel. A rule it cannot
+// evaluate (a lookup in a set the table does not hold) is an error.
+func (rs *Ruleset) Trace(p Packet) ([]Outcome, error) {
 	f := IPv4
 	if p.Dst.Is6() {
 		f = IPv6
@@ -124,10 +124,13 @@ func (rs *Ruleset) Trace(p Packet) []Outcome {
 				}
 			}
 		}
+		if s.err != nil {
+			return nil, fmt.Errorf("tracing %s: chains %s: %w", p.Dst, strings.Join(s.path, ","), s.err)
+		}
 		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
-	return out
+	return out, nil
 }
 
 // runAll runs one base chain on every live branch.
@@ -186,6 +189,7 @@ type state struct {
 	dropped  bool
 	rejected bool
 	path     []string
+	err      error // the term that ended the branch could not be evaluated
 }
 
 func (s *state) fork(p float64) *state {
@@ -256,7 +260,7 @@ func (s *state) rule(t *Table, terms []Term, depth int) []result {
 		return []result{{s, next}}
 	}
 	var out []result
-	for _, res := range s.term(t, terms[0], depth) {
+	for _, res := range terms[0].eval(s, t, depth) {
 		if res.flow == next {
 			out = append(out, res.st.rule(t, terms[1:], depth)...)
 		} else {
@@ -266,111 +270,36 @@ func (s *state) rule(t *Table, terms []Term, depth int) []result {
 	return out
 }
 
-func (s *state) term(t *Table, term Term, depth int) []result {
-	p := &s.pkt
-	miss := []result{{s, noMatch}}
-	switch m := term.(type) {
-	case AddrMatch:
-		a := p.Src
-		if m.Field == FieldDaddr {
-			a = p.Dst
-		}
-		if m.Prefix.Contains(a) == m.Negate {
-			return miss
-		}
-	case ProtoMatch:
-		if p.Proto != m.Proto {
-			return miss
-		}
-	case FibLocal:
-		a := p.Dst
-		if m.Saddr {
-			a = p.Src
-		}
-		if !isLocal(a, p.Local) {
-			return miss
-		}
-	case PortMatch:
-		if p.Dport != m.Port {
-			return miss
-		}
-	case CtState:
-		if m.Bits&CtNew == 0 { // Trace follows the first packet of a connection
-			return miss
-		}
-	case MarkIsSet:
-		if s.mark&m.Bit == 0 {
-			return miss
-		}
-	case IfName:
-		match := p.Iif == m.Name || (m.Prefix && strings.HasPrefix(p.Iif, m.Name))
-		if match == m.Negate {
-			return miss
-		}
-	case Reject:
-		s.dropped, s.rejected = true, true
-		return []result{{s, final}}
-	case MarkZero:
-		if s.mark&m.Bit != 0 {
-			return miss
-		}
-	case MarkSet:
-		if m.Toggle {
-			s.mark ^= m.Bit
-		} else {
-			s.mark |= m.Bit
-		}
-	case AffinityMatch:
-		if !slices.Contains(p.Affinity, m.ID) {
-			return miss
-		}
-	case AffinityUpdate:
-		s.affinity = m.ID
-	case NumgenZero:
-		hit := s.fork(1 / float64(m.Mod))
-		s.prob *= 1 - 1/float64(m.Mod)
-		return []result{{hit, next}, {s, noMatch}}
-	case DNAT:
-		s.dnat = netip.AddrPortFrom(m.Addr, m.Port)
-	case Masquerade:
-		s.masq = true
-	case Verdict:
-		return s.verdict(t, m, depth)
-	case VmapLookup:
-		for _, e := range t.Elements(m.Map) {
-			if s.keyMatches(m, e.Key) {
-				return s.verdict(t, e.Verdict, depth)
-			}
-		}
-		return miss
-	default:
-		panic(fmt.Sprintf("trace: no evaluation for %T", term))
+// matchIf goes on with the rule when ok, to the next rule otherwise.
+func (s *state) matchIf(ok bool) []result {
+	if ok {
+		return []result{{s, next}}
 	}
-	return []result{{s, next}}
+	return []result{{s, noMatch}}
 }
 
-func (s *state) keyMatches(m VmapLookup, k Key) bool {
-	for _, fl := range m.fields() {
-		switch fl {
-		case FieldDaddr:
-			if s.pkt.Dst != k.Addr {
-				return false
-			}
-		case FieldSaddr:
-			if s.pkt.Src != k.Addr {
-				return false
-			}
-		case FieldL4Proto:
-			if s.pkt.Proto != k.Proto {
-				return false
-			}
-		case FieldDport:
-			if s.pkt.Dport != k.Port {
-				return false
-			}
+// goOn goes on with the rule after a statement.
+func (s *state) goOn() []result { return []result{{s, next}} }
+
+// fail ends the branch with an error, which Trace returns.
+func (s *state) fail(err error) []result {
+	s.err, s.dropped = err, true
+	return []result{{s, final}}
+}
+
+// inMap tells whether the packet's fields are a key of the table's map.
+// The table holds its maps only (and the affinity set, which AffinityMatch
+// reads from the packet): a lookup in any other set is an error.
+func (s *state) inMap(t *Table, name string, fields []Field) (bool, error) {
+	if t.Map(name) == nil {
+		return false, fmt.Errorf("%s %s: lookup in %s, which is not a map of the table", t.Family, t.Name, name)
+	}
+	for _, e := range t.Elements(name) {
+		if s.pkt.keyMatches(fields, e.Key) {
+			return true, nil
 		}
 	}
-	return true
+	return false, nil
 }
 
 func (s *state) verdict(t *Table, v Verdict, depth int) []result {

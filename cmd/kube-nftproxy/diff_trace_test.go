@@ -65,8 +65,12 @@ func TestTraceOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.Local = local
+		outcomes, err := rs.Trace(p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var out bytes.Buffer
-		if err := writeTrace(&out, p, rs.Trace(p)); err != nil {
+		if err := writeTrace(&out, p, outcomes); err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range tc.want {

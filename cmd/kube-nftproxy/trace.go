@@ -45,7 +45,11 @@ affinity yet.`,
 				return err
 			}
 			p.Local = local
-			return writeTrace(cmd.OutOrStdout(), p, rs.Trace(p))
+			outcomes, err := rs.Trace(p)
+			if err != nil {
+				return err
+			}
+			return writeTrace(cmd.OutOrStdout(), p, outcomes)
 		},
 	}
 	cmd.Flags().StringVar(&src, "src", "", "the packet's source address")

@@ -1,0 +1,25 @@
+package nftlib
+
+import (
+	"github.com/google/nftables/expr"
+)
+
+// Masquerade is `masquerade fully-random`, as kube-proxy does by default.
+type Masquerade struct{}
+
+func (Masquerade) Text(Family) string { return "masquerade fully-random" }
+
+func (Masquerade) Exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+
+func (Masquerade) decode(_ Family, ex []expr.Any) (Term, int, error) {
+	m, ok := exprAt[*expr.Masq](ex, 0)
+	if !ok || !m.FullyRandom || m.Random || m.Persistent || m.ToPorts {
+		return nil, 0, nil
+	}
+	return Masquerade{}, 1, nil
+}
+
+func (Masquerade) eval(s *state, _ *Table, _ int) []result {
+	s.masq = true
+	return s.goOn()
+}
