@@ -284,8 +284,8 @@ flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 // A full sync into the fake holds what Build renders, for every golden
 // case (TestKernelListingMatchesRender proves it for the kernel).
 func TestBackendFakeMatchesBuild(t *testing.T) {
-	for _, tc := range goldenCases() {
-		t.Run(tc.file, func(t *testing.T) {
+	for _, tc := range goldenCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
 			b, k, _ := fakeBackend(t, BackendConfig{Rules: tc.cfg})
 			res, err := b.Sync(context.Background(), tc.st)
 			if err != nil || !res.Full {

@@ -93,7 +93,10 @@ table ip other {
 
 // On a state we program, Count agrees with nft's own listing.
 func TestKernelCountMatchesListing(t *testing.T) {
-	tc := goldenCases()[0]
+	tc, err := loadGoldenCase("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ns := testNetns(t)
 	b := openTestBackend(t, ns, tc.cfg)
 	if _, err := b.Sync(t.Context(), tc.st); err != nil {

@@ -40,8 +40,8 @@ func readBackDrift(t *testing.T, b *Backend, want map[tableID]*nftlib.Table) map
 // every golden state, the canonical forms of all rules, and every other
 // attribute of our tables, compare equal.
 func TestKernelRuleDumpCanonical(t *testing.T) {
-	for _, tc := range goldenCases() {
-		t.Run(tc.file, func(t *testing.T) {
+	for _, tc := range goldenCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
 			ns := testNetns(t)
 			b := openTestBackend(t, ns, tc.cfg)
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {

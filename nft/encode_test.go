@@ -17,7 +17,7 @@ import (
 // every expression of every golden state.
 func TestDirectEncodingMatchesLibrary(t *testing.T) {
 	seen := 0
-	for _, tc := range goldenCases() {
+	for _, tc := range goldenCases(t) {
 		for _, tbl := range Build(tc.st, tc.cfg).Tables {
 			for _, c := range tbl.AllChains() {
 				for _, r := range c.Rules {
@@ -149,7 +149,7 @@ func TestDirectTermsMatchExprs(t *testing.T) {
 		nftlib.NumgenZero{Mod: 2}, nftlib.NumgenZero{Mod: 1000},
 		nftlib.Verdict{Kind: nftlib.Accept}, nftlib.Verdict{Kind: nftlib.Drop}, nftlib.Verdict{Kind: nftlib.Return}, nftlib.JumpTo("KUBE-MARK-MASQ"), nftlib.GotoChain("KUBE-SEP-X"),
 	}
-	for _, tc := range goldenCases() {
+	for _, tc := range goldenCases(t) {
 		for _, tbl := range Build(tc.st, tc.cfg).Tables {
 			for _, c := range tbl.AllChains() {
 				for _, r := range c.Rules {

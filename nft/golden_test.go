@@ -1,108 +1,172 @@
 package nft
 
 import (
+	"bufio"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
+// goldenDir holds one directory per golden case: Kubernetes YAML (what
+// `kube-nftproxy render --state DIR` reads), a flags file, and the
+// expected ruleset DIR/DIR.nft. See its README.md.
+const goldenDir = "testdata/golden"
+
 type goldenCase struct {
-	file string
+	name string // the case's directory under goldenDir
+	file string // its ruleset, relative to testdata (as golden.Check takes it)
 	st   *proxier.State
 	cfg  Config
 }
 
-// goldenCases are representative states: every term and chain kind appears.
-func goldenCases() []goldenCase {
-	sctp := func() *proxier.State {
-		st := proxier.NewState()
-		n := proxierName("telco", "sig", "sctp")
-		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.SCTP, Port: 3868, NodePort: 31868,
-			ClusterIPs:  []netip.Addr{mustAddr("10.96.5.5")},
-			ExternalIPs: []netip.Addr{mustAddr("192.0.2.10")}, LoadBalancerIPs: []netip.Addr{mustAddr("198.51.100.7")}}
-		st.Endpoints[n] = []proxier.Endpoint{
-			{Addr: mustAddr("10.244.1.5"), Port: 3868, Ready: true, Serving: true},
-			{Addr: mustAddr("10.244.1.6"), Port: 3868, Ready: false, Serving: true, Terminating: true},
+// goldenCases are representative states, read from goldenDir: every term
+// and chain kind appears.
+func goldenCases(t testing.TB) []goldenCase {
+	t.Helper()
+	entries, err := os.ReadDir(goldenDir)
+	if err != nil {
+		t.Fatalf("golden cases: %v", err)
+	}
+	var cases []goldenCase
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
 		}
-		return st
-	}
-	ipv6only := func() *proxier.State {
-		st := proxier.NewState()
-		n := proxierName("default", "v6", "")
-		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.UDP, Port: 53, ClusterIPs: []netip.Addr{mustAddr("fd00:10:96::53")}}
-		st.Endpoints[n] = []proxier.Endpoint{
-			{Addr: mustAddr("fd00:10:244::1"), Port: 53, Ready: true, Serving: true},
-			{Addr: mustAddr("fd00:10:244::2"), Port: 53, Ready: true, Serving: true},
-			{Addr: mustAddr("fd00:10:244::3"), Port: 53, Ready: true, Serving: true},
+		tc, err := loadGoldenCase(e.Name())
+		if err != nil {
+			t.Fatalf("golden case %s: %v", e.Name(), err)
 		}
-		return st
+		cases = append(cases, tc)
 	}
-	long := func() *proxier.State {
-		// Kubernetes allows 63-character namespaces and names: comments
-		// longer than nft's 128 characters are cut, the same in both views.
-		st := proxier.NewState()
-		n := proxierName(strings.Repeat("n", 63), strings.Repeat("s", 63), "a-fifteen-chars")
-		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 443, ClusterIPs: []netip.Addr{mustAddr("fd00:10:96::443")}}
-		st.Endpoints[n] = []proxier.Endpoint{{Addr: mustAddr("fd00:10:244:ffff:ffff:ffff:ffff:ffff"), Port: 8443, Ready: true, Serving: true}}
-		return st
+	if len(cases) == 0 {
+		t.Fatalf("no golden cases in %s", goldenDir)
 	}
-	withNode := func() *proxier.State {
-		st := demoState()
-		st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24"), netip.MustParsePrefix("fd00:10:244::/64")}
-		st.Node.IPs = []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
-		return st
+	return cases
+}
+
+// loadGoldenCase reads one case: its flags, then its state as the node
+// --hostname-override names. Any problem with the YAML fails the case:
+// a skipped object would silently shrink what the case covers.
+func loadGoldenCase(name string) (goldenCase, error) {
+	dir := filepath.Join(goldenDir, name)
+	args, err := readFlagsFile(filepath.Join(dir, "flags"))
+	if err != nil {
+		return goldenCase{}, err
 	}
-	affinity := func() *proxier.State {
-		// sessionAffinity: ClientIP on a dual-stack TCP Service with a
-		// NodePort and on an IPv4 UDP one with eTP=Local (KUBE-SVL too).
-		st := demoState()
-		for name, svc := range st.Services {
-			svc := *svc
-			svc.AffinityTimeout = 10800 * time.Second
-			if svc.Protocol == proxier.UDP {
-				svc.AffinityTimeout = 90 * time.Second
-				svc.ExternalPolicyLocal = true
-			}
-			st.Services[name] = &svc
+	cfg, node, err := goldenConfig(args)
+	if err != nil {
+		return goldenCase{}, fmt.Errorf("%s/flags: %w", dir, err)
+	}
+	st, problems := filesource.LoadState(dir, node)
+	if len(problems) > 0 {
+		return goldenCase{}, fmt.Errorf("%s: %v", dir, problems)
+	}
+	return goldenCase{name: name, file: filepath.Join("golden", name, name+".nft"), st: st, cfg: cfg}, nil
+}
+
+// readFlagsFile reads command-line flags, one a line; blank lines and
+// lines starting with # are left out.
+func readFlagsFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading flags: %w", err)
+	}
+	defer f.Close()
+	var args []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
+			args = append(args, line)
 		}
-		return st
 	}
-	prefixCfg := demoConfig()
-	prefixCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectInterfaceNamePrefix, InterfacePrefix: "veth"}
-	prefixCfg.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd00:99::/64")}
-	prefixCfg.ConntrackTCPBeLiberal = true
-	bridgeCfg := demoConfig()
-	bridgeCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectBridgeInterface, BridgeInterface: "kbr0"}
-	bridgeCfg.NodePortPrimary = true
-	nodeCIDRCfg := demoConfig()
-	nodeCIDRCfg.DetectLocal = proxier.LocalDetector{Mode: proxier.DetectNodeCIDR}
-	masqAll := demoConfig()
-	masqAll.MasqueradeAll = true
-	masqAll.MasqueradeBit = 10
-	return []goldenCase{
-		{"demo.nft", demoState(), demoConfig()},
-		{"masquerade-all.nft", demoState(), masqAll},
-		{"sctp-external-terminating.nft", sctp(), demoConfig()},
-		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},
-		{"long-names.nft", long(), demoConfig()},
-		{"features.nft", featureState(), demoConfig()},
-		{"flags-interface-prefix-nodeport-cidrs-liberal.nft", withNode(), prefixCfg},
-		{"flags-bridge-nodeport-primary.nft", withNode(), bridgeCfg},
-		{"flags-node-cidr.nft", withNode(), nodeCIDRCfg},
-		{"session-affinity.nft", affinity(), demoConfig()},
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading flags: %w", err)
 	}
+	return args, nil
+}
+
+// goldenConfig maps the rule flags of `kube-nftproxy render` to a Config
+// and the node name. The mapping itself lives in package main, which tests
+// here cannot import; cmd/kube-nftproxy's TestRenderGoldenCases renders
+// every case with the real flags and checks it gets the same ruleset, so
+// this copy cannot drift. Unknown flags are an error.
+func goldenConfig(args []string) (Config, string, error) {
+	var (
+		node, clusterCIDR, detect, bridge, prefix string
+		nodePortAddrs                             []string
+		masqBit                                   int
+		cfg                                       = DefaultConfig()
+	)
+	fs := pflag.NewFlagSet("golden", pflag.ContinueOnError)
+	fs.StringVar(&node, "hostname-override", "", "")
+	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "")
+	fs.BoolVar(&cfg.MasqueradeAll, "masquerade-all", false, "")
+	fs.IntVar(&masqBit, "iptables-masquerade-bit", int(cfg.MasqueradeBit), "")
+	fs.StringVar(&detect, "detect-local-mode", proxier.DetectClusterCIDR, "")
+	fs.StringVar(&bridge, "pod-bridge-interface", "", "")
+	fs.StringVar(&prefix, "pod-interface-name-prefix", "", "")
+	fs.StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "")
+	fs.BoolVar(&cfg.ConntrackTCPBeLiberal, "conntrack-tcp-be-liberal", false, "")
+	if err := fs.Parse(args); err != nil {
+		return cfg, "", err
+	}
+	cfg.MasqueradeBit = uint(masqBit)
+	cfg.DetectLocal = proxier.LocalDetector{Mode: detect, BridgeInterface: bridge, InterfacePrefix: prefix}
+	for _, a := range nodePortAddrs {
+		if a == "primary" {
+			cfg.NodePortPrimary = true
+			continue
+		}
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, "", fmt.Errorf("--nodeport-addresses: %w", err)
+		}
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, p.Masked())
+	}
+	for _, s := range strings.FieldsFunc(clusterCIDR, func(r rune) bool { return r == ',' }) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return cfg, "", fmt.Errorf("--cluster-cidr: %w", err)
+		}
+		cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, p.Masked())
+	}
+	return cfg, node, cfg.Validate()
 }
 
 // Golden nft text for representative states: a change to what we program
 // shows up in review as a diff of these files (go test ./nft -update).
 func TestGolden(t *testing.T) {
-	for _, tt := range goldenCases() {
-		t.Run(tt.file, func(t *testing.T) {
+	for _, tt := range goldenCases(t) {
+		t.Run(tt.name, func(t *testing.T) {
 			golden.Check(t, tt.file, "render", Build(tt.st, tt.cfg).String())
+		})
+	}
+}
+
+// The Go-built states other tests use (the trace tests' demoState and
+// featureState) are the golden demo and features cases: the same rulesets.
+func TestGoldenGoStates(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		st   *proxier.State
+	}{{"demo", demoState()}, {"features", featureState()}} {
+		t.Run(tt.name, func(t *testing.T) {
+			want, err := os.ReadFile(filepath.Join(goldenDir, tt.name, tt.name+".nft"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := Build(tt.st, demoConfig()).String(); got != string(want) {
+				t.Errorf("%s differs from the golden %s case:\n%s", tt.name+"State()", tt.name, got)
+			}
 		})
 	}
 }

@@ -63,8 +63,8 @@ func normalize(listing string) string {
 // bytecode of every term is what nft would emit for its text, since nft
 // decompiles it back to the same text.
 func TestKernelListingMatchesRender(t *testing.T) {
-	for _, tc := range goldenCases() {
-		t.Run(tc.file, func(t *testing.T) {
+	for _, tc := range goldenCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
 			ns := testNetns(t)
 			b := openTestBackend(t, ns, tc.cfg)
 			res, err := b.Sync(context.Background(), tc.st)

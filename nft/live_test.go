@@ -11,8 +11,8 @@ import (
 // Reading our tables back from the kernel gives the Ruleset we programmed:
 // every chain with the same rules (terms and comments), every map element.
 func TestKernelReadRuleset(t *testing.T) {
-	for _, tc := range goldenCases() {
-		t.Run(tc.file, func(t *testing.T) {
+	for _, tc := range goldenCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
 			ns := testNetns(t)
 			b := openTestBackend(t, ns, tc.cfg)
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
