@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -238,35 +240,17 @@ func TestFullTxForeign(t *testing.T) {
 			Objs:       []nftlib.KernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
 			Flowtables: []string{"ff"}}
 	}
-	script := func(replace bool) string {
-		x, _ := nftlib.FullTx(want, have(), replace)
-		var w nftlib.ScriptWriter
-		var id uint32
-		x.Write(&w, &id)
-		return w.B.String()
-	}
-	got := script(false)
-	order := []string{"flush table ip kube-nftproxy\n", "delete chain ip kube-nftproxy offload\n",
-		"delete set ip kube-nftproxy foreign\n", "delete counter ip kube-nftproxy fc\n", "delete quota ip kube-nftproxy fq\n",
-		"delete ct helper ip kube-nftproxy fh\n", "delete object of type 99 ip kube-nftproxy odd\n",
-		"delete flowtable ip kube-nftproxy ff\n", "add rule"}
-	last := -1
-	for _, l := range order {
-		i := strings.Index(got, l)
-		if i < last {
-			t.Errorf("%q missing or out of order in:\n%s", l, got)
-		}
-		last = i
-	}
-	for _, anon := range []string{"__set0", "__map0", "__chain0"} {
-		if strings.Contains(got, anon) {
-			t.Errorf("the transaction names %s, which goes with its rule:\n%s", anon, got)
-		}
-	}
-	got = script(true)
-	if !strings.HasPrefix(got, "delete table ip kube-nftproxy\nadd table ip kube-nftproxy ") ||
-		strings.Contains(got, "flush") || strings.Contains(got, "delete set") || strings.Contains(got, "delete counter") {
-		t.Errorf("replace: want the table deleted and added, nothing else deleted:\n%s", got)
+	for _, tt := range []struct {
+		replace bool
+		file    string
+		what    string
+	}{
+		{false, "full-over-foreign.nft", "full sync over a table holding foreign chains, sets, objects and a flowtable: " +
+			"flushed, the foreign named objects deleted after the flush, anonymous ones (__set0, __map0, __chain0) left to go with their rules"},
+		{true, "full-replace-foreign.nft", "the same with replace: the table deleted and added in the same transaction, nothing else deleted"},
+	} {
+		x, _ := nftlib.FullTx(want, have(), tt.replace)
+		golden.Check(t, filepath.Join("tx", tt.file), "the transaction", txScript(tt.what, x))
 	}
 }
 
