@@ -57,7 +57,14 @@ func (s *ScriptWriter) AddChainRules(f Family, table string, chains []*Chain) {
 	}
 }
 
+// AddChain writes a base chain with its hook, so the script loads with
+// nft -f as it stands.
 func (s *ScriptWriter) AddChain(f Family, table string, c *Chain) {
+	if h := c.Hook; h != nil {
+		s.line("add chain %s %s %s { type %s hook %s priority %s; policy accept; }",
+			f, table, c.Name, h.Type, h.Hook, priorityText(h))
+		return
+	}
 	s.line("add chain %s %s %s", f, table, c.Name)
 }
 
