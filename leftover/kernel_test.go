@@ -3,7 +3,7 @@ package leftover
 import (
 	"bytes"
 	"log/slog"
-	"os"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // inNS runs a shell command in namespace ns and fails the test when it
@@ -72,7 +73,7 @@ func TestKernelClean(t *testing.T) {
 	t.Logf("removed: %q", res.Removed)
 	got, exp := testns.NFT(t, withKube, "list", "ruleset"), testns.NFT(t, want, "list", "ruleset")
 	if got != exp {
-		t.Errorf("after Clean the ruleset differs from the foreign objects alone:\n%s", diff(t, exp, got))
+		t.Errorf("after Clean the ruleset differs from the foreign objects alone:\n%s", testutil.Diff(t, exp, got))
 	}
 	if got != before {
 		t.Errorf("after Clean the ruleset differs from the one before kube-proxy's rules")
@@ -88,7 +89,7 @@ func TestKernelClean(t *testing.T) {
 		"iptables_jump": 18,
 		"ipset":         2,
 	}
-	if !mapsEqual(res.Counts, wantCounts) {
+	if !maps.Equal(res.Counts, wantCounts) {
 		t.Errorf("counts %v, want %v", res.Counts, wantCounts)
 	}
 	if len(res.Legacy) != 0 || len(res.BusyIPSets) != 0 {
@@ -197,32 +198,6 @@ func TestKernelLegacy(t *testing.T) {
 			t.Errorf("log %q lacks %q", log.String(), w)
 		}
 	}
-}
-
-// diff returns `diff -u want got`.
-func diff(t *testing.T, want, got string) string {
-	dir := t.TempDir()
-	w, g := filepath.Join(dir, "want"), filepath.Join(dir, "got")
-	if err := os.WriteFile(w, []byte(want), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(g, []byte(got), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := exec.Command("diff", "-u", w, g).CombinedOutput()
-	return string(out)
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // BenchmarkKernelLook is the Watcher's periodic look on a node with

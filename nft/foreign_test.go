@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -72,7 +73,7 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 	}
 	for _, c := range tc.nft {
 		if !tc.optional {
-			nftIn(t, ns, c)
+			testns.NFT(t, ns, c)
 			continue
 		}
 		if out, err := exec.Command("ip", "netns", "exec", ns, "nft", c).CombinedOutput(); err != nil {
@@ -153,7 +154,7 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 func TestKernelForeignObjectsRepaired(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, demoConfig())
 			b.check.every = time.Nanosecond
 			var found []string
@@ -202,7 +203,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 func TestKernelForeignObjectsAtStartup(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			st := demoState()
 			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
 				t.Fatal(err)
@@ -216,7 +217,7 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("the follow-up sync: %v", err)
 			}
-			if strings.Contains(nftIn(t, ns, "list", "ruleset"), "__") {
+			if strings.Contains(testns.NFT(t, ns, "list", "ruleset"), "__") {
 				t.Errorf("an anonymous object survived the restart")
 			}
 		})
@@ -274,7 +275,7 @@ func TestFullTxForeign(t *testing.T) {
 // of objects or flowtables (its use count says there are none); one with
 // a foreign object has them read, and only that one.
 func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	if _, err := b.Sync(context.Background(), demoState()); err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
 		}
 	}
-	nftIn(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
+	testns.NFT(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
 	for id, kt := range read() {
 		foreign := id == tableID{nftlib.IPv4, DeltaTable}
 		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Kind() != "quota") {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestKernelReadRuleset(t *testing.T) {
 	for _, tc := range goldenCases() {
 		t.Run(tc.file, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, tc.cfg)
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)

@@ -79,7 +79,7 @@ func TestBatchDescribeDeletions(t *testing.T) {
 // rules with their handles and jump targets, a chain looked up by name; and
 // deletes a rule by its handle.
 func TestKernelListForeign(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	testns.NFTScript(t, ns, `table ip nat {
 	chain PREROUTING { type nat hook prerouting priority -100; jump KUBE-SERVICES; counter; }
 	chain KUBE-SERVICES { goto KUBE-SVC-X; }
@@ -132,7 +132,7 @@ table bridge b { }
 // one, and a small one). The refusal must be reported (as refused, or with
 // its answers lost), without waiting forever, and the socket stay usable.
 func TestKernelCommitRefusedMany(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	testns.NFTScript(t, ns, "table ip t { }\n")
 	for _, tc := range []struct {
 		name   string
@@ -173,7 +173,7 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 // queue): Apply says so, the transaction is applied all the same, and the
 // socket's next transaction is not confused by the stale answers.
 func TestKernelAnswersLost(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	k := openTestKernel(t, ns)
 	if err := k.SetReceiveBuffer(4096); err != nil {
 		t.Fatal(err)

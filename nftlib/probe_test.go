@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // fakeProbeKernel answers probe transactions as an older or smaller kernel
@@ -207,7 +209,7 @@ func TestProbePermissionIsNotAFeature(t *testing.T) {
 // behind, and the echo check is real: a chain written without a comment
 // comes back without one.
 func TestKernelProbeFeatures(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	k, err := OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
