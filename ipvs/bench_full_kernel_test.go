@@ -54,11 +54,11 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					b.Fatalf("%v: %s", err, out)
 				}
 				c := dialIn(b, "/run/netns/"+ns)
-				nk, err := nftlib.OpenKernel("/run/netns/" + ns)
+				nk, err := nftlib.OpenKernel(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}
-				link, err := OpenDummy("/run/netns/" + ns)
+				link, err := OpenDummy(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -78,7 +78,7 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "knp-ipvs-")
-			k, err := nftlib.OpenKernel("/run/netns/" + ns)
+			k, err := nftlib.OpenKernel(testns.Path(ns))
 			if err != nil {
 				t.Fatal(err)
 			}

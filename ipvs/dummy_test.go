@@ -63,7 +63,7 @@ func TestAddrMessages(t *testing.T) {
 func TestKernelDummyManyAddrs(t *testing.T) {
 	vmguest.RequireIPVS(t) // the guest has dummy links; this machine's kernel does not
 	ns := testns.New(t, "knp-ipvs-")
-	d, err := OpenDummy("/run/netns/" + ns)
+	d, err := OpenDummy(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

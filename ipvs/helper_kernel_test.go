@@ -13,7 +13,7 @@ import (
 
 func openHelper(t *testing.T, ns string, cfg proxier.Settings) *NftHelper {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

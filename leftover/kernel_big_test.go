@@ -79,7 +79,7 @@ func countKubeChains(t *testing.T, ns string) int {
 func TestKernelCleanLarge(t *testing.T) {
 	ns, chains := loadBigKubeProxy(t)
 	start := time.Now()
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	t.Logf("Clean of %d chains: %v", chains, time.Since(start))
 	if err != nil {
 		t.Fatalf("Clean: %v", err)
@@ -141,7 +141,7 @@ func fillReceiveQueue(t *testing.T, k *nftlib.Kernel) {
 func TestKernelCleanAnswersLost(t *testing.T) {
 	ns := testns.New(t, "knp-left-")
 	inNS(t, ns, "ipset create KUBE-CLUSTER-IP hash:ip,port\niptables-nft-restore --noflush < testdata/kube-proxy-v4.rules")
-	k, err := nftlib.OpenKernel(nsPath(ns))
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"maps"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -47,8 +46,6 @@ ip6tables-nft-restore --noflush < testdata/kube-proxy-v6.rules
 nft -f testdata/kube-proxy.nft
 `
 
-func nsPath(ns string) string { return filepath.Join("/run/netns", ns) }
-
 // TestKernelClean puts iptables-mode and ipvs-mode kube-proxy chains (with
 // iptables-nft itself), nftables-mode tables and ipvs-mode ipsets in a
 // namespace next to someone else's rules (Docker-like chains and jumps in
@@ -66,7 +63,7 @@ func TestKernelClean(t *testing.T) {
 		t.Fatal("the kube-proxy rules did not change the ruleset")
 	}
 
-	res, err := Clean(Config{NetNS: nsPath(withKube), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(withKube), Legacy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +94,7 @@ func TestKernelClean(t *testing.T) {
 	}
 
 	// Nothing left: a second Clean finds nothing and changes nothing.
-	res, err = Clean(Config{NetNS: nsPath(withKube), Legacy: true})
+	res, err = Clean(Config{NetNS: testns.Path(withKube), Legacy: true})
 	if err != nil || !res.Empty() {
 		t.Errorf("second Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -112,7 +109,7 @@ func TestKernelCleanNothing(t *testing.T) {
 	ns := testns.New(t, "knp-left-")
 	inNS(t, ns, foreignScript)
 	before := testns.NFT(t, ns, "list", "ruleset")
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true, IPVS: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true, IPVS: true})
 	if err != nil || !res.Empty() {
 		t.Fatalf("Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -133,7 +130,7 @@ func TestKernelLegacy(t *testing.T) {
 	}
 	ns := testns.New(t, "knp-left-")
 	// A namespace without legacy tables: reading must not create any.
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	if err != nil || !res.Empty() {
 		t.Fatalf("Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -163,7 +160,7 @@ func TestKernelLegacy(t *testing.T) {
 		return b.String()
 	}
 
-	res, err = Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err = Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +205,7 @@ func BenchmarkKernelLook(b *testing.B) {
 	if out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-ec", foreignScript).CombinedOutput(); err != nil {
 		b.Skipf("someone else's rules: %v: %s", err, out)
 	}
-	w := &Watcher{Config: Config{NetNS: nsPath(ns), IPVS: true}}
+	w := &Watcher{Config: Config{NetNS: testns.Path(ns), IPVS: true}}
 	for b.Loop() {
 		if w.present() {
 			b.Fatal("found kube-proxy's objects in a namespace without them")

@@ -145,7 +145,7 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		// next one: earlier namespaces full of rules (and their teardown)
 		// would slow the later iterations.
 		ns := testns.New(b, "knp-nft-")
-		k, err := nftlib.OpenKernel("/run/netns/" + ns)
+		k, err := nftlib.OpenKernel(testns.Path(ns))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -57,7 +57,7 @@ table ip other {
 		t.Fatal(err)
 	}
 	testns.NFT(t, ns, "-f", script)
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

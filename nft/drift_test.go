@@ -236,7 +236,7 @@ func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 // gives a clear error naming it, not a refused transaction every second.
 func TestKernelOwnedTable(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	owner, err := nftlib.OpenKernel("/run/netns/" + ns)
+	owner, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 // again, with our type and comment (nft would add its own userdata) but
 // room for one element.
 func sizedServiceIPs(t *testing.T, ns string) {
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

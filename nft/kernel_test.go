@@ -19,7 +19,7 @@ import (
 
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

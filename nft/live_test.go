@@ -19,7 +19,7 @@ func TestKernelReadRuleset(t *testing.T) {
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
 			}
-			k, err := nftlib.OpenKernel("/run/netns/" + ns)
+			k, err := nftlib.OpenKernel(testns.Path(ns))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ type foreignWriter struct {
 
 func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *foreignWriter {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

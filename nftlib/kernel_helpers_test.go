@@ -2,12 +2,14 @@ package nftlib
 
 import (
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // openTestKernel opens a Kernel in namespace ns, closed with the test.
 func openTestKernel(t testing.TB, ns string) *Kernel {
 	t.Helper()
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func TestProbePermissionIsNotAFeature(t *testing.T) {
 // comes back without one.
 func TestKernelProbeFeatures(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	k, err := OpenKernel("/run/netns/" + ns)
+	k, err := OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,9 @@ func New(t testing.TB, prefix string) string {
 	return name
 }
 
+// Path is the path of namespace ns, for what opens sockets in it.
+func Path(ns string) string { return "/run/netns/" + ns }
+
 // NFT runs `nft args...` in namespace ns and returns its output; it skips
 // the test without the nft binary and fails it when nft fails.
 func NFT(t testing.TB, ns string, args ...string) string {
