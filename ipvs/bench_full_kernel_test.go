@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -46,18 +47,18 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%dx10", n), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ns := testNetns(b)
+				ns := testns.New(b, "knp-ipvs-")
 				// IPVS refuses IPv4 real servers until the namespace has a
 				// local routing table: a node's loopback is up.
 				if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 					b.Fatalf("%v: %s", err, out)
 				}
 				c := dialIn(b, "/run/netns/"+ns)
-				nk, err := nftlib.OpenKernel("/run/netns/" + ns)
+				nk, err := nftlib.OpenKernel(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}
-				link, err := OpenDummy("/run/netns/" + ns)
+				link, err := OpenDummy(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -46,37 +48,37 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 		want   string // in a reported difference
 	}{
 		{"chain flushed", func(t *testing.T, ns string) {
-			nftIn(t, ns, "flush", "chain", "ip", HelperTableName, chainIPVSFilter)
+			testns.NFT(t, ns, "flush", "chain", "ip", HelperTableName, chainIPVSFilter)
 		}, "ip " + HelperTableName, "chain KUBE-IPVS-FILTER: 0 rules, want 6"},
 		{"rule deleted", func(t *testing.T, ns string) {
-			m := handleRE.FindStringSubmatch(nftIn(t, ns, "-a", "list", "chain", "ip6", HelperTableName, chainPostrouting))
+			m := handleRE.FindStringSubmatch(testns.NFT(t, ns, "-a", "list", "chain", "ip6", HelperTableName, chainPostrouting))
 			if m == nil {
 				t.Fatal("no rule handle")
 			}
-			nftIn(t, ns, "delete", "rule", "ip6", HelperTableName, chainPostrouting, "handle", m[1])
+			testns.NFT(t, ns, "delete", "rule", "ip6", HelperTableName, chainPostrouting, "handle", m[1])
 		}, "ip6 " + HelperTableName, "chain KUBE-POSTROUTING"},
 		{"element removed", func(t *testing.T, ns string) {
-			nftIn(t, ns, "delete", "element", "ip", HelperTableName, SetClusterIP, "{ 10.96.0.10 . udp . 53 }")
+			testns.NFT(t, ns, "delete", "element", "ip", HelperTableName, SetClusterIP, "{ 10.96.0.10 . udp . 53 }")
 		}, "ip " + HelperTableName, "set KUBE-CLUSTER-IP: element 10.96.0.10 . udp . 53 missing"},
 		{"foreign element added", func(t *testing.T, ns string) {
-			nftIn(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 10.1.2.3 }")
+			testns.NFT(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 10.1.2.3 }")
 		}, "ip " + HelperTableName, "set KUBE-IPVS-IPS: element 10.1.2.3 is not ours"},
 		{"rule with an anonymous set", func(t *testing.T, ns string) {
-			nftIn(t, ns, "add rule ip "+HelperTableName+" "+chainIPVSFilter+" ip saddr { 1.2.3.4, 5.6.7.8 } counter")
+			testns.NFT(t, ns, "add rule ip "+HelperTableName+" "+chainIPVSFilter+" ip saddr { 1.2.3.4, 5.6.7.8 } counter")
 		}, "ip " + HelperTableName, "set __set0: not ours"},
 		{"quota, ct helper and a counter used by a rule", func(t *testing.T, ns string) {
-			nftIn(t, ns, "add quota ip6 "+HelperTableName+" fq { over 25 mbytes }")
-			nftIn(t, ns, `add ct helper ip6 `+HelperTableName+` fh { type "ftp" protocol tcp; }`)
-			nftIn(t, ns, "add counter ip6 "+HelperTableName+" fc")
-			nftIn(t, ns, "add rule ip6 "+HelperTableName+" "+chainIPVSFilter+" counter name fc")
+			testns.NFT(t, ns, "add quota ip6 "+HelperTableName+" fq { over 25 mbytes }")
+			testns.NFT(t, ns, `add ct helper ip6 `+HelperTableName+` fh { type "ftp" protocol tcp; }`)
+			testns.NFT(t, ns, "add counter ip6 "+HelperTableName+" fc")
+			testns.NFT(t, ns, "add rule ip6 "+HelperTableName+" "+chainIPVSFilter+" counter name fc")
 		}, "ip6 " + HelperTableName, "ct helper fh: not ours"},
 		{"table deleted", func(t *testing.T, ns string) {
-			nftIn(t, ns, "delete", "table", "ip6", HelperTableName)
+			testns.NFT(t, ns, "delete", "table", "ip6", HelperTableName)
 		}, "ip6 " + HelperTableName, "missing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
-			k, err := nftlib.OpenKernel("/run/netns/" + ns)
+			ns := testns.New(t, "knp-ipvs-")
+			k, err := nftlib.OpenKernel(testns.Path(ns))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +114,7 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 				}
 			}
 			sync()
-			before := sortedListing(nftIn(t, ns, "list", "ruleset"))
+			before := testutil.SortedText(testns.NFT(t, ns, "list", "ruleset"))
 			// Our own writes (the first sync's) are no foreign change.
 			sync()
 			select {
@@ -130,14 +132,14 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the change monitor did not report the change")
 			}
-			if sortedListing(nftIn(t, ns, "list", "ruleset")) == before {
+			if testutil.SortedText(testns.NFT(t, ns, "list", "ruleset")) == before {
 				t.Fatal("the tampering changed nothing")
 			}
 			sync()
 			if d := strings.Join(drifts[tc.table], "\n"); !strings.Contains(d, tc.want) {
 				t.Errorf("differences reported for %s: %q, want one with %q (all: %v)", tc.table, d, tc.want, drifts)
 			}
-			if got := sortedListing(nftIn(t, ns, "list", "ruleset")); got != before {
+			if got := testutil.SortedText(testns.NFT(t, ns, "list", "ruleset")); got != before {
 				t.Errorf("after the repair:\n%s\n--- want:\n%s", got, before)
 			}
 			clear(drifts)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/vmguest"
 )
 
@@ -61,8 +62,8 @@ func TestAddrMessages(t *testing.T) {
 // tier.
 func TestKernelDummyManyAddrs(t *testing.T) {
 	vmguest.RequireIPVS(t) // the guest has dummy links; this machine's kernel does not
-	ns := testNetns(t)
-	d, err := OpenDummy("/run/netns/" + ns)
+	ns := testns.New(t, "knp-ipvs-")
+	d, err := OpenDummy(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,49 +3,22 @@ package ipvs
 import (
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// testNetns creates a network namespace for one test and deletes it after.
-func testNetns(t testing.TB) string {
-	t.Helper()
-	return testns.New(t, "knp-ipvs-")
-}
-
-func nftIn(t testing.TB, ns string, args ...string) string {
-	t.Helper()
-	return testns.NFT(t, ns, args...)
-}
-
 func openHelper(t *testing.T, ns string, cfg proxier.Settings) *NftHelper {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
 	return NewNftHelper(k, cfg, helperState().Node, nil)
-}
-
-// sortedListing sorts a listing's lines without the element list punctuation:
-// nft lists concatenated elements of hash sets in the kernel's hash order.
-func sortedListing(listing string) string {
-	var out []string
-	for _, l := range strings.Split(listing, "\n") {
-		l = strings.TrimSpace(l)
-		l = strings.TrimPrefix(l, "elements = { ")
-		l = strings.TrimSuffix(strings.TrimSuffix(l, " }"), ",")
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	slices.Sort(out)
-	return strings.Join(out, "\n")
 }
 
 func elementSet(es []Element) map[Element]bool {
@@ -62,7 +35,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 	elems := planElements(BuildPlan(helperState(), Config{}, nodeAddrs))
 	for _, tc := range helperCases() {
 		t.Run(tc.file, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-ipvs-")
 			h := openHelper(t, ns, tc.cfg)
 			if _, got, err := h.Read(); err != nil || len(got) != 0 {
 				t.Fatalf("first read: %d elements, err %v; want none", len(got), err)
@@ -71,7 +44,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := renderHelper(tc.cfg, elems)
-			if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
+			if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(want) {
 				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
 			}
 			// A new helper (a restart) adopts them, and its rewrite keeps them.
@@ -83,7 +56,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 				slices.SortFunc(got, compareElements)
 				t.Errorf("read back %d elements, want %d:\n%v\nwant:\n%v", len(got), len(elems), got, elems)
 			}
-			if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
+			if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(want) {
 				t.Errorf("after the adopting rewrite the kernel differs from render:\n%s", got)
 			}
 		})
@@ -93,7 +66,7 @@ func TestKernelHelperListingMatchesRender(t *testing.T) {
 // Element changes are one transaction: removing some leaves exactly the
 // rest; a change the kernel refuses changes nothing.
 func TestKernelHelperApply(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-ipvs-")
 	cfg := helperConfig()
 	h := openHelper(t, ns, cfg)
 	if _, _, err := h.Read(); err != nil {
@@ -115,7 +88,7 @@ func TestKernelHelperApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := renderHelper(cfg, keep)
-	if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(want) {
 		t.Errorf("after deleting half:\n%s\n--- want:\n%s", got, want)
 	}
 	// Adding one back and deleting one that is gone: refused as a whole.
@@ -123,15 +96,15 @@ func TestKernelHelperApply(t *testing.T) {
 	if err == nil {
 		t.Fatal("deleting a missing element succeeded")
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); sortedListing(got) != sortedListing(want) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(want) {
 		t.Errorf("a refused change changed the kernel:\n%s", got)
 	}
 	// Someone changes a set's type behind our back: Read replaces the set
 	// (its elements are gone, and Read says so) and keeps the others.
-	nftIn(t, ns, "delete", "table", "ip", HelperTableName)
-	nftIn(t, ns, "add", "table", "ip", HelperTableName)
-	nftIn(t, ns, "add", "set", "ip", HelperTableName, SetIPVSIPs, "{ type inet_service; }")
-	nftIn(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 80 }")
+	testns.NFT(t, ns, "delete", "table", "ip", HelperTableName)
+	testns.NFT(t, ns, "add", "table", "ip", HelperTableName)
+	testns.NFT(t, ns, "add", "set", "ip", HelperTableName, SetIPVSIPs, "{ type inet_service; }")
+	testns.NFT(t, ns, "add", "element", "ip", HelperTableName, SetIPVSIPs, "{ 80 }")
 	_, got, err := h.Read()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +120,7 @@ func TestKernelHelperApply(t *testing.T) {
 			v6 = append(v6, e)
 		}
 	}
-	if want := renderHelper(cfg, v6); sortedListing(nftIn(t, ns, "list", "ruleset")) != sortedListing(want) {
-		t.Errorf("after Read repaired the ip table:\n%s\n--- want:\n%s", nftIn(t, ns, "list", "ruleset"), want)
+	if want := renderHelper(cfg, v6); testutil.SortedText(testns.NFT(t, ns, "list", "ruleset")) != testutil.SortedText(want) {
+		t.Errorf("after Read repaired the ip table:\n%s\n--- want:\n%s", testns.NFT(t, ns, "list", "ruleset"), want)
 	}
 }

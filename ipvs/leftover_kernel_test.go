@@ -67,7 +67,7 @@ func TestKernelUpstreamLeftovers(t *testing.T) {
 		// IPVS's hooks see them.
 		t.Errorf("virtual servers left: %v, want %v", left, want)
 	}
-	if _, exists, err := DummyAddrs("/run/netns/" + ns); err != nil || exists {
+	if _, exists, err := DummyAddrs(testns.Path(ns)); err != nil || exists {
 		t.Errorf("kube-ipvs0 still there (exists=%v, err=%v)", exists, err)
 	}
 	// The node's own address is untouched.

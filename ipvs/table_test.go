@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -188,7 +189,7 @@ delete element ip kube-nftproxy-ipvs KUBE-LOAD-BALANCER-SOURCE-CIDR { 198.51.100
 
 // nft itself accepts what we render.
 func TestHelperRenderNftCheck(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-ipvs-")
 	elems := planElements(BuildPlan(helperState(), Config{}, nodeAddrs))
 	for _, tc := range helperCases() {
 		path := filepath.Join(t.TempDir(), tc.file)

@@ -21,6 +21,7 @@ const (
 	ipsetProtocolMin  = 6    // IPSET_PROTOCOL_MIN: every kernel since 3.x takes it
 	ipsetErrBusy      = 4100 // IPSET_ERR_BUSY: a rule still uses the set
 	ipsetMaxName      = 31
+	nfgenLen          = 4 // struct nfgenmsg, after the netlink header
 )
 
 // ipsetNames are kube-proxy's ipvs mode's ipsets of both families: the IPv6

@@ -2,11 +2,7 @@ package leftover
 
 import (
 	"errors"
-
-	"golang.org/x/sys/unix"
-
 	"fmt"
-	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // bigKubeProxyRules writes an iptables-save style nat table as upstream
@@ -82,7 +79,7 @@ func countKubeChains(t *testing.T, ns string) int {
 func TestKernelCleanLarge(t *testing.T) {
 	ns, chains := loadBigKubeProxy(t)
 	start := time.Now()
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	t.Logf("Clean of %d chains: %v", chains, time.Since(start))
 	if err != nil {
 		t.Fatalf("Clean: %v", err)
@@ -128,16 +125,13 @@ func TestKernelCleanupCommandLarge(t *testing.T) {
 // answers than it holds, without reading them: the kernel drops the
 // answers that follow, as it does when a transaction answers more than the
 // buffer takes.
-func fillReceiveQueue(t *testing.T, c *conn) {
+func fillReceiveQueue(t *testing.T, k *nftlib.Kernel) {
 	t.Helper()
-	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4096); err != nil {
+	if err := k.SetReceiveBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	for range 64 {
-		c.seq++
-		if err := nlmsg.Send(c.fd, message(unix.NFT_MSG_GETGEN, unix.NLM_F_ACK, c.seq, unix.NFPROTO_UNSPEC, nil)); err != nil {
-			t.Fatal(err)
-		}
+	if err := k.QueueUnread(64); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -147,18 +141,18 @@ func fillReceiveQueue(t *testing.T, c *conn) {
 func TestKernelCleanAnswersLost(t *testing.T) {
 	ns := testns.New(t, "knp-left-")
 	inNS(t, ns, "ipset create KUBE-CLUSTER-IP hash:ip,port\niptables-nft-restore --noflush < testdata/kube-proxy-v4.rules")
-	c, err := openConn(nsPath(ns))
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	defer k.Close()
 	var removeErr error
-	found, err := c.cleanNFTablesWith(func(f *nftFound) error {
-		fillReceiveQueue(t, c)
-		removeErr = c.removeNFTables(f)
+	found, err := cleanNFTablesWith(k, func(k *nftlib.Kernel, f *nftFound) error {
+		fillReceiveQueue(t, k)
+		removeErr = removeNFTables(k, f)
 		return removeErr
 	})
-	if !errors.Is(removeErr, errAnswersLost) {
+	if !errors.Is(removeErr, nftlib.ErrAnswersLost) {
 		t.Errorf("the transaction's result: %v, want its answers lost", removeErr)
 	}
 	if err != nil {
@@ -169,50 +163,5 @@ func TestKernelCleanAnswersLost(t *testing.T) {
 	}
 	if n := countKubeChains(t, ns); n != 0 {
 		t.Errorf("%d kube-proxy chains left", n)
-	}
-}
-
-// TestKernelCommitRefusedMany has the kernel refuse every message of a
-// large transaction: its errors overflow a small receive buffer. The
-// refusal must be reported (as refused, or with its answers lost), without
-// waiting forever, and the socket stay usable.
-func TestKernelCommitRefusedMany(t *testing.T) {
-	ns := testns.New(t, "knp-left-")
-	testns.NFT(t, ns, "add", "table", "ip", "t")
-	for _, tc := range []struct {
-		name   string
-		rcvBuf int // 0: openConn's
-	}{{"default buffer", 0}, {"small buffer", 4096}} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := openConn(nsPath(ns))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.close()
-			if tc.rcvBuf > 0 {
-				if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, tc.rcvBuf); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var x tx
-			for i := range 20000 {
-				x.delChain(table{familyIPv4, "t"}, fmt.Sprintf("missing-%d", i))
-			}
-			err = c.commit(&x)
-			var refused *TxError
-			switch {
-			case errors.As(err, &refused):
-				if refused.Errno != unix.ENOENT || refused.Op != "delete chain ip t missing-0" {
-					t.Errorf("refused: %v, want ENOENT at the first deletion", refused)
-				}
-			case errors.Is(err, errAnswersLost):
-			default:
-				t.Errorf("commit: %v, want a refusal", err)
-			}
-			t.Logf("commit: %v", err)
-			if tables, err := c.tables(); err != nil || len(tables) != 1 {
-				t.Errorf("tables after the refusal: %v, %v", tables, err)
-			}
-		})
 	}
 }

@@ -3,14 +3,14 @@ package leftover
 import (
 	"bytes"
 	"log/slog"
-	"os"
+	"maps"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // inNS runs a shell command in namespace ns and fails the test when it
@@ -46,8 +46,6 @@ ip6tables-nft-restore --noflush < testdata/kube-proxy-v6.rules
 nft -f testdata/kube-proxy.nft
 `
 
-func nsPath(ns string) string { return filepath.Join("/run/netns", ns) }
-
 // TestKernelClean puts iptables-mode and ipvs-mode kube-proxy chains (with
 // iptables-nft itself), nftables-mode tables and ipvs-mode ipsets in a
 // namespace next to someone else's rules (Docker-like chains and jumps in
@@ -65,14 +63,14 @@ func TestKernelClean(t *testing.T) {
 		t.Fatal("the kube-proxy rules did not change the ruleset")
 	}
 
-	res, err := Clean(Config{NetNS: nsPath(withKube), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(withKube), Legacy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("removed: %q", res.Removed)
 	got, exp := testns.NFT(t, withKube, "list", "ruleset"), testns.NFT(t, want, "list", "ruleset")
 	if got != exp {
-		t.Errorf("after Clean the ruleset differs from the foreign objects alone:\n%s", diff(t, exp, got))
+		t.Errorf("after Clean the ruleset differs from the foreign objects alone:\n%s", testutil.Diff(t, exp, got))
 	}
 	if got != before {
 		t.Errorf("after Clean the ruleset differs from the one before kube-proxy's rules")
@@ -88,7 +86,7 @@ func TestKernelClean(t *testing.T) {
 		"iptables_jump": 18,
 		"ipset":         2,
 	}
-	if !mapsEqual(res.Counts, wantCounts) {
+	if !maps.Equal(res.Counts, wantCounts) {
 		t.Errorf("counts %v, want %v", res.Counts, wantCounts)
 	}
 	if len(res.Legacy) != 0 || len(res.BusyIPSets) != 0 {
@@ -96,7 +94,7 @@ func TestKernelClean(t *testing.T) {
 	}
 
 	// Nothing left: a second Clean finds nothing and changes nothing.
-	res, err = Clean(Config{NetNS: nsPath(withKube), Legacy: true})
+	res, err = Clean(Config{NetNS: testns.Path(withKube), Legacy: true})
 	if err != nil || !res.Empty() {
 		t.Errorf("second Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -111,7 +109,7 @@ func TestKernelCleanNothing(t *testing.T) {
 	ns := testns.New(t, "knp-left-")
 	inNS(t, ns, foreignScript)
 	before := testns.NFT(t, ns, "list", "ruleset")
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true, IPVS: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true, IPVS: true})
 	if err != nil || !res.Empty() {
 		t.Fatalf("Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -132,7 +130,7 @@ func TestKernelLegacy(t *testing.T) {
 	}
 	ns := testns.New(t, "knp-left-")
 	// A namespace without legacy tables: reading must not create any.
-	res, err := Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err := Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	if err != nil || !res.Empty() {
 		t.Fatalf("Clean: %+v, %v; want nothing found", res, err)
 	}
@@ -162,7 +160,7 @@ func TestKernelLegacy(t *testing.T) {
 		return b.String()
 	}
 
-	res, err = Clean(Config{NetNS: nsPath(ns), Legacy: true})
+	res, err = Clean(Config{NetNS: testns.Path(ns), Legacy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,32 +197,6 @@ func TestKernelLegacy(t *testing.T) {
 	}
 }
 
-// diff returns `diff -u want got`.
-func diff(t *testing.T, want, got string) string {
-	dir := t.TempDir()
-	w, g := filepath.Join(dir, "want"), filepath.Join(dir, "got")
-	if err := os.WriteFile(w, []byte(want), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(g, []byte(got), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := exec.Command("diff", "-u", w, g).CombinedOutput()
-	return string(out)
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // BenchmarkKernelLook is the Watcher's periodic look on a node with
 // someone else's iptables-nft tables and no kube-proxy rules (the common
 // case): the tables listed, kube-proxy's fixed chains looked up.
@@ -233,7 +205,7 @@ func BenchmarkKernelLook(b *testing.B) {
 	if out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-ec", foreignScript).CombinedOutput(); err != nil {
 		b.Skipf("someone else's rules: %v: %s", err, out)
 	}
-	w := &Watcher{Config: Config{NetNS: nsPath(ns), IPVS: true}}
+	w := &Watcher{Config: Config{NetNS: testns.Path(ns), IPVS: true}}
 	for b.Loop() {
 		if w.present() {
 			b.Fatal("found kube-proxy's objects in a namespace without them")

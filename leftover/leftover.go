@@ -28,6 +28,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Config says where to clean and what.
@@ -81,12 +82,12 @@ func (r *Result) add(kind string, n int) {
 func Clean(cfg Config) (Result, error) {
 	var res Result
 	var errs []error
-	c, err := openConn(cfg.NetNS)
+	k, err := nftlib.OpenKernel(cfg.NetNS)
 	if err != nil {
 		return res, fmt.Errorf("opening nftables: %w", err)
 	}
-	defer c.close()
-	found, err := c.cleanNFTables()
+	defer k.Close()
+	found, err := cleanNFTables(k)
 	if err != nil {
 		errs = append(errs, err)
 	} else if found != nil {

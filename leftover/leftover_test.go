@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 func TestIsKubeProxyChain(t *testing.T) {
@@ -42,21 +43,21 @@ func TestIsKubeProxyChain(t *testing.T) {
 }
 
 func TestPlanIPTables(t *testing.T) {
-	nat := table{familyIPv4, "nat"}
-	chains := []chain{
-		{"PREROUTING", true}, {"POSTROUTING", true}, {"DOCKER", false},
-		{"KUBE-SERVICES", false}, {"KUBE-SVC-X1", false}, {"KUBE-POSTROUTING", false},
+	nat := nftlib.TableRef{Family: nftlib.IPv4, Name: "nat"}
+	chains := []nftlib.ListedChain{
+		{Name: "PREROUTING", Base: true}, {Name: "POSTROUTING", Base: true}, {Name: "DOCKER", Base: false},
+		{Name: "KUBE-SERVICES", Base: false}, {Name: "KUBE-SVC-X1", Base: false}, {Name: "KUBE-POSTROUTING", Base: false},
 		// A base chain is never deleted, whatever its name.
-		{"KUBE-MARK-MASQ", true},
+		{Name: "KUBE-MARK-MASQ", Base: true},
 	}
-	rules := []rule{
-		{"PREROUTING", 1, []string{"DOCKER"}},
-		{"PREROUTING", 2, []string{"KUBE-SERVICES"}},
-		{"POSTROUTING", 3, nil},
-		{"POSTROUTING", 4, []string{"KUBE-POSTROUTING"}},
-		{"DOCKER", 5, []string{"KUBE-SVC-X1"}}, // odd, but it would keep the chain alive
-		{"KUBE-SERVICES", 6, []string{"KUBE-SVC-X1"}},
-		{"KUBE-SVC-X1", 7, []string{"KUBE-MARK-MASQ"}},
+	rules := []nftlib.ListedRule{
+		{Chain: "PREROUTING", Handle: 1, Targets: []string{"DOCKER"}},
+		{Chain: "PREROUTING", Handle: 2, Targets: []string{"KUBE-SERVICES"}},
+		{Chain: "POSTROUTING", Handle: 3, Targets: nil},
+		{Chain: "POSTROUTING", Handle: 4, Targets: []string{"KUBE-POSTROUTING"}},
+		{Chain: "DOCKER", Handle: 5, Targets: []string{"KUBE-SVC-X1"}}, // odd, but it would keep the chain alive
+		{Chain: "KUBE-SERVICES", Handle: 6, Targets: []string{"KUBE-SVC-X1"}},
+		{Chain: "KUBE-SVC-X1", Handle: 7, Targets: []string{"KUBE-MARK-MASQ"}},
 	}
 	p := planIPTables(nat, chains, rules)
 	if want := []string{"KUBE-POSTROUTING", "KUBE-SERVICES", "KUBE-SVC-X1"}; !slices.Equal(p.chains, want) {
@@ -64,55 +65,52 @@ func TestPlanIPTables(t *testing.T) {
 	}
 	var handles []uint64
 	for _, r := range p.jumps {
-		handles = append(handles, r.handle)
+		handles = append(handles, r.Handle)
 	}
 	if want := []uint64{2, 4, 5}; !slices.Equal(handles, want) {
 		t.Errorf("jump rules %v, want handles %v", handles, want)
 	}
-	f := nftFound{tables: []table{{familyIPv6, NFTablesTable}}, iptables: []iptChains{p}}
+	f := nftFound{tables: []nftlib.TableRef{{Family: nftlib.IPv6, Name: NFTablesTable}}, iptables: []iptChains{p}}
 	want := []string{"table ip6 kube-proxy", "ip nat: 3 chains (KUBE-POSTROUTING, KUBE-SERVICES, KUBE-SVC-X1), 3 jumps from PREROUTING, POSTROUTING, DOCKER"}
 	if got := f.describe(); !slices.Equal(got, want) {
 		t.Errorf("describe() = %q, want %q", got, want)
 	}
 }
 
-// verdictExpr encodes an immediate verdict expression as the kernel dumps it.
-func verdictExpr(code int32, target string) []byte {
-	var a nlmsg.Attrs
-	a.Nest(unix.NFTA_LIST_ELEM, func(a *nlmsg.Attrs) {
-		strAttr(a, unix.NFTA_EXPR_NAME, "immediate")
-		a.Nest(unix.NFTA_EXPR_DATA, func(a *nlmsg.Attrs) {
-			a.Put(unix.NFTA_IMMEDIATE_DREG, binary.BigEndian.AppendUint32(nil, 0)...)
-			a.Nest(unix.NFTA_IMMEDIATE_DATA, func(a *nlmsg.Attrs) {
-				a.Nest(unix.NFTA_DATA_VERDICT, func(a *nlmsg.Attrs) {
-					a.Put(unix.NFTA_VERDICT_CODE, binary.BigEndian.AppendUint32(nil, uint32(code))...)
-					if target != "" {
-						strAttr(a, unix.NFTA_VERDICT_CHAIN, target)
-					}
-				})
-			})
-		})
-	})
-	return a
-}
-
-func TestJumpTargets(t *testing.T) {
-	var match nlmsg.Attrs // an xtables match, as iptables-nft writes
-	match.Nest(unix.NFTA_LIST_ELEM, func(a *nlmsg.Attrs) {
-		strAttr(a, unix.NFTA_EXPR_NAME, "match")
-		a.Nest(unix.NFTA_EXPR_DATA, func(a *nlmsg.Attrs) {
-			strAttr(a, 1, "comment")
-			a.Put(3, make([]byte, 256)...)
-		})
-	})
-	exprs := append(append([]byte(nil), match...), verdictExpr(unix.NFT_JUMP, "KUBE-SERVICES")...)
-	exprs = append(exprs, verdictExpr(unix.NFT_GOTO, "KUBE-SVC-X")...)
-	exprs = append(exprs, verdictExpr(1, "")...) // NF_ACCEPT
-	if got, want := jumpTargets(exprs), []string{"KUBE-SERVICES", "KUBE-SVC-X"}; !slices.Equal(got, want) {
-		t.Errorf("jumpTargets = %q, want %q", got, want)
+// TestRemovalTransaction checks the whole removal transaction, as nft
+// commands: kube-proxy's tables, then the jumps to its chains, then its
+// chains flushed, then deleted.
+func TestRemovalTransaction(t *testing.T) {
+	nat := nftlib.TableRef{Family: nftlib.IPv4, Name: "nat"}
+	filter6 := nftlib.TableRef{Family: nftlib.IPv6, Name: "filter"}
+	f := &nftFound{
+		tables: []nftlib.TableRef{{Family: nftlib.IPv4, Name: NFTablesTable}, {Family: nftlib.IPv6, Name: NFTablesTable}},
+		iptables: []iptChains{
+			{table: nat, chains: []string{"KUBE-SERVICES", "KUBE-SVC-X1"}, jumps: []nftlib.ListedRule{
+				{Chain: "PREROUTING", Handle: 2, Targets: []string{"KUBE-SERVICES"}},
+				{Chain: "OUTPUT", Handle: 9, Targets: []string{"KUBE-SERVICES"}},
+			}},
+			{table: filter6, chains: []string{"KUBE-FORWARD"}, jumps: []nftlib.ListedRule{
+				{Chain: "FORWARD", Handle: 4, Targets: []string{"KUBE-FORWARD"}},
+			}},
+		},
 	}
-	if got := jumpTargets([]byte{1, 2, 3}); got != nil {
-		t.Errorf("jumpTargets of garbage = %q, want none", got)
+	var w nftlib.ScriptWriter
+	writeRemoval(&w, f)
+	want := `delete table ip kube-proxy
+delete table ip6 kube-proxy
+delete rule ip nat PREROUTING handle 2
+delete rule ip nat OUTPUT handle 9
+delete rule ip6 filter FORWARD handle 4
+flush chain ip nat KUBE-SERVICES
+flush chain ip nat KUBE-SVC-X1
+flush chain ip6 filter KUBE-FORWARD
+delete chain ip nat KUBE-SERVICES
+delete chain ip nat KUBE-SVC-X1
+delete chain ip6 filter KUBE-FORWARD
+`
+	if got := w.B.String(); got != want {
+		t.Errorf("removal transaction:\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -193,3 +193,13 @@ func legacyCommand(l []Legacy) string {
 	return "see them with `" + strings.Join(see, "; ") + "`; remove them with upstream `kube-proxy --cleanup` " +
 		"run with iptables-legacy (the kube-proxy image's iptables-wrapper picks legacy when the node's rules are there)"
 }
+
+// cstr is a NUL-terminated string in a fixed-size field.
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

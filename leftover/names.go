@@ -1,27 +1,15 @@
 package leftover
 
-import "strings"
+import (
+	"slices"
+	"strings"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+)
 
 // NFTablesTable is the name of upstream kube-proxy's nftables-mode table,
 // one in family ip and one in ip6 (pkg/proxy/nftables: kubeProxyTable).
 const NFTablesTable = "kube-proxy"
-
-// Families of the nftables tables kube-proxy writes, as nfgenmsg's family
-// (NFPROTO_IPV4, NFPROTO_IPV6).
-const (
-	familyIPv4 uint8 = 2
-	familyIPv6 uint8 = 10
-)
-
-func familyName(f uint8) string {
-	switch f {
-	case familyIPv4:
-		return "ip"
-	case familyIPv6:
-		return "ip6"
-	}
-	return "family-" + string(rune('0'+f))
-}
 
 // fixedChains are the chains of kube-proxy's iptables and ipvs modes, per
 // iptables table, that its own CleanupLeftovers removes: iptables mode's
@@ -71,18 +59,15 @@ func isKubeProxyChain(table, chain string) bool {
 	return false
 }
 
-// isIPTablesTable reports whether an nftables table of family f named name
-// is one iptables-nft uses for a table kube-proxy writes in.
-func isIPTablesTable(f uint8, name string) bool {
-	if f != familyIPv4 && f != familyIPv6 {
-		return false
-	}
-	for _, t := range iptablesTables {
-		if t == name {
-			return true
-		}
-	}
-	return false
+// isIPTablesTable reports whether nftables table t is one iptables-nft uses for a table kube-proxy writes in.
+func isIPTablesTable(t nftlib.TableRef) bool {
+	return (t.Family == nftlib.IPv4 || t.Family == nftlib.IPv6) && slices.Contains(iptablesTables, t.Name)
+}
+
+// isNFTablesTable reports whether t is one of upstream kube-proxy's
+// nftables-mode tables.
+func isNFTablesTable(t nftlib.TableRef) bool {
+	return (t.Family == nftlib.IPv4 || t.Family == nftlib.IPv6) && t.Name == NFTablesTable
 }
 
 // ipsets are the ipsets of kube-proxy's ipvs mode (pkg/proxy/ipvs/ipset.go,

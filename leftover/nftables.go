@@ -7,19 +7,21 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // iptChains is what of kube-proxy one iptables-nft table holds: its
 // chains, and the rules of other chains that jump or go to them.
 type iptChains struct {
-	table  table
+	table  nftlib.TableRef
 	chains []string
-	jumps  []rule
+	jumps  []nftlib.ListedRule
 }
 
 // nftFound is what of upstream kube-proxy nftables holds.
 type nftFound struct {
-	tables   []table // nftables mode's: ip kube-proxy, ip6 kube-proxy
+	tables   []nftlib.TableRef // nftables mode's: ip kube-proxy, ip6 kube-proxy
 	iptables []iptChains
 }
 
@@ -38,8 +40,8 @@ func (f *nftFound) describe() []string {
 		if len(c.jumps) > 0 {
 			var from []string
 			for _, r := range c.jumps {
-				if !slices.Contains(from, r.chain) {
-					from = append(from, r.chain)
+				if !slices.Contains(from, r.Chain) {
+					from = append(from, r.Chain)
 				}
 			}
 			s += fmt.Sprintf(", %d jumps from %s", len(c.jumps), strings.Join(from, ", "))
@@ -61,20 +63,20 @@ func abbreviate(names []string, n int) string {
 // base chain) and the rules of the other chains that jump or go to them:
 // the rules go first, then the chains are flushed and deleted, as
 // kube-proxy's own cleanup does.
-func planIPTables(t table, chains []chain, rules []rule) iptChains {
+func planIPTables(t nftlib.TableRef, chains []nftlib.ListedChain, rules []nftlib.ListedRule) iptChains {
 	out := iptChains{table: t}
 	kube := map[string]bool{}
 	for _, c := range chains {
-		if !c.base && isKubeProxyChain(t.name, c.name) {
-			kube[c.name] = true
-			out.chains = append(out.chains, c.name)
+		if !c.Base && isKubeProxyChain(t.Name, c.Name) {
+			kube[c.Name] = true
+			out.chains = append(out.chains, c.Name)
 		}
 	}
 	for _, r := range rules {
-		if kube[r.chain] {
+		if kube[r.Chain] {
 			continue
 		}
-		if slices.ContainsFunc(r.targets, func(c string) bool { return kube[c] }) {
+		if slices.ContainsFunc(r.Targets, func(c string) bool { return kube[c] }) {
 			out.jumps = append(out.jumps, r)
 		}
 	}
@@ -84,25 +86,25 @@ func planIPTables(t table, chains []chain, rules []rule) iptChains {
 
 // scanNFTables reads what of upstream kube-proxy nftables holds: its
 // nftables-mode tables, and its chains in iptables-nft's tables.
-func (c *conn) scanNFTables() (*nftFound, error) {
-	tables, err := c.tables()
+func scanNFTables(k *nftlib.Kernel) (*nftFound, error) {
+	tables, err := k.ListTables()
 	if err != nil {
 		return nil, err
 	}
 	f := &nftFound{}
 	for _, t := range tables {
 		switch {
-		case (t.family == familyIPv4 || t.family == familyIPv6) && t.name == NFTablesTable:
+		case isNFTablesTable(t):
 			f.tables = append(f.tables, t)
-		case isIPTablesTable(t.family, t.name):
-			chains, err := c.chains(t)
+		case isIPTablesTable(t):
+			chains, err := k.ListChains(t)
 			if err != nil {
 				return nil, err
 			}
-			if !slices.ContainsFunc(chains, func(ch chain) bool { return !ch.base && isKubeProxyChain(t.name, ch.name) }) {
+			if !slices.ContainsFunc(chains, func(ch nftlib.ListedChain) bool { return !ch.Base && isKubeProxyChain(t.Name, ch.Name) }) {
 				continue
 			}
-			rules, err := c.rules(t)
+			rules, err := k.ListRules(t)
 			if err != nil {
 				return nil, err
 			}
@@ -118,20 +120,20 @@ func (c *conn) scanNFTables() (*nftFound, error) {
 // tables, or one of the fixed chains of iptables and ipvs modes in
 // iptables-nft's tables, each looked up by name. The per-Service chains
 // are never there without the fixed ones that lead to them.
-func (c *conn) anyNFTables() (bool, error) {
-	tables, err := c.tables()
+func anyNFTables(k *nftlib.Kernel) (bool, error) {
+	tables, err := k.ListTables()
 	if err != nil {
 		return false, err
 	}
 	for _, t := range tables {
-		if (t.family == familyIPv4 || t.family == familyIPv6) && t.name == NFTablesTable {
+		if isNFTablesTable(t) {
 			return true, nil
 		}
-		if !isIPTablesTable(t.family, t.name) {
+		if !isIPTablesTable(t) {
 			continue
 		}
-		for _, name := range fixedChains[t.name] {
-			ok, err := c.hasChain(t, name)
+		for _, name := range fixedChains[t.Name] {
+			ok, err := k.HasChain(t, name)
 			if err != nil {
 				return false, err
 			}
@@ -143,36 +145,55 @@ func (c *conn) anyNFTables() (bool, error) {
 	return false, nil
 }
 
-// removeNFTables deletes what f names in one transaction: kube-proxy's
-// tables, the jumps to its chains, then its chains (flushed first, so that
-// the chains' own jumps to each other go before the chains do).
-func (c *conn) removeNFTables(f *nftFound) error {
-	var t tx
-	for _, tb := range f.tables {
-		t.delTable(tb)
+// deleter writes deletions: a transaction (*nftlib.Batch) or its nft
+// text (*nftlib.ScriptWriter).
+type deleter interface {
+	DelTable(f nftlib.Family, name string)
+	DelRule(f nftlib.Family, table, chain string, handle uint64)
+	FlushChain(f nftlib.Family, table, chain string)
+	DelChain(f nftlib.Family, table, name string)
+}
+
+// writeRemoval writes the deletion of what f names: kube-proxy's tables,
+// the jumps to its chains, then its chains (flushed first, so that the
+// chains' own jumps to each other go before the chains do).
+func writeRemoval(d deleter, f *nftFound) {
+	for _, t := range f.tables {
+		d.DelTable(t.Family, t.Name)
 	}
 	for _, p := range f.iptables {
 		for _, r := range p.jumps {
-			t.delRule(p.table, r.chain, r.handle)
+			d.DelRule(p.table.Family, p.table.Name, r.Chain, r.Handle)
 		}
 	}
 	for _, p := range f.iptables {
 		for _, ch := range p.chains {
-			t.flushChain(p.table, ch)
+			d.FlushChain(p.table.Family, p.table.Name, ch)
 		}
 	}
 	for _, p := range f.iptables {
 		for _, ch := range p.chains {
-			t.delChain(p.table, ch)
+			d.DelChain(p.table.Family, p.table.Name, ch)
 		}
 	}
-	return c.commit(&t)
+}
+
+// removeNFTables deletes what f names in one transaction.
+func removeNFTables(k *nftlib.Kernel, f *nftFound) error {
+	if f.empty() {
+		return nil
+	}
+	b := k.NewBatch()
+	writeRemoval(b, f)
+	err := k.Apply(b)
+	k.Finished(b)
+	return err
 }
 
 // cleanNFTables finds and removes upstream kube-proxy's objects in
 // nftables.
-func (c *conn) cleanNFTables() (*nftFound, error) {
-	return c.cleanNFTablesWith(c.removeNFTables)
+func cleanNFTables(k *nftlib.Kernel) (*nftFound, error) {
+	return cleanNFTablesWith(k, removeNFTables)
 }
 
 // cleanNFTablesWith is cleanNFTables with the removal transaction done by
@@ -181,11 +202,11 @@ func (c *conn) cleanNFTables() (*nftFound, error) {
 // it reads again and retries, a few times. When the kernel's answers were
 // lost, the state read back says whether the transaction was applied:
 // nothing left is a success, never reported as a failure.
-func (c *conn) cleanNFTablesWith(remove func(*nftFound) error) (*nftFound, error) {
+func cleanNFTablesWith(k *nftlib.Kernel, remove func(*nftlib.Kernel, *nftFound) error) (*nftFound, error) {
 	var err error
 	var unsure *nftFound // removed, if nothing is left
 	for attempt := 0; ; attempt++ {
-		f, scanErr := c.scanNFTables()
+		f, scanErr := scanNFTables(k)
 		switch {
 		case scanErr != nil:
 			return nil, scanErr
@@ -194,10 +215,10 @@ func (c *conn) cleanNFTablesWith(remove func(*nftFound) error) (*nftFound, error
 		case attempt == 4:
 			return nil, fmt.Errorf("removing upstream kube-proxy's nftables objects: %w", err)
 		}
-		switch err = remove(f); {
+		switch err = remove(k, f); {
 		case err == nil:
 			return f, nil
-		case errors.Is(err, errAnswersLost):
+		case errors.Is(err, nftlib.ErrAnswersLost):
 			unsure = f
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EBUSY):
 			unsure = nil

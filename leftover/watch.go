@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Watcher removes upstream kube-proxy's objects that appear while the
@@ -104,12 +105,12 @@ func (w *Watcher) Run(ctx context.Context) {
 // present reports whether anything of kube-proxy's is in nftables, or
 // kube-ipvs0 is there when that is to go.
 func (w *Watcher) present() bool {
-	c, err := openConn(w.Config.NetNS)
+	k, err := nftlib.OpenKernel(w.Config.NetNS)
 	if err != nil {
 		return false
 	}
-	defer c.close()
-	if ok, err := c.anyNFTables(); ok || err != nil {
+	defer k.Close()
+	if ok, err := anyNFTables(k); ok || err != nil {
 		return true // an error: let Clean say what it is
 	}
 	if w.Config.IPVS {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -99,17 +100,17 @@ func TestNftDuration(t *testing.T) {
 // and stay there through changes and folds, and a full sync keeps the
 // set's elements: clients keep their affinities.
 func TestKernelAffinityKept(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	st := affinityState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
 	id := nftlib.AffinityID(webSEP("10.244.0.11:8080"))
-	nftIn(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity,
+	testns.NFT(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity,
 		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
 	elements := func() string {
-		return nftIn(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity)
+		return testns.NFT(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity)
 	}
 	if !strings.Contains(elements(), fmt.Sprint(id)) {
 		t.Fatalf("element not added:\n%s", elements())
@@ -130,7 +131,7 @@ func TestKernelAffinityKept(t *testing.T) {
 			t.Fatalf("sync %d lost the client's affinity:\n%s", i, elements())
 		}
 		for _, other := range []string{DefaultTableName, DefaultTableName + deltaSuffix} {
-			list := nftIn(t, ns, "list", "table", "ip", other)
+			list := testns.NFT(t, ns, "list", "table", "ip", other)
 			if strings.Contains(list, "@affinity") || strings.Contains(list, webSEP("10.244.0.11:8080")) {
 				t.Fatalf("sync %d: the affinity service is in %s:\n%s", i, other, list)
 			}

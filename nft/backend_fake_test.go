@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -125,7 +126,7 @@ func runFakeSteps(t *testing.T, b *Backend, k *nftlib.FakeKernel, advance func(t
 // holdsFullSync checks that the fake holds what a full sync of st writes.
 func holdsFullSync(t *testing.T, k *nftlib.FakeKernel, st *proxier.State, cfg Config) {
 	t.Helper()
-	if got, want := normalize(k.String()), normalize(Build(st, cfg).String()); got != want {
+	if got, want := testutil.SortedText(k.String()), testutil.SortedText(Build(st, cfg).String()); got != want {
 		t.Errorf("the kernel holds\n%s\nwant what a full sync writes\n%s", k.String(), Build(st, cfg).String())
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // BenchmarkKernelTxShapes takes apart what a small transaction costs while
@@ -63,7 +65,7 @@ func BenchmarkKernelTxShapes(b *testing.B) {
 }
 
 func benchTxShapes(b *testing.B, n int) {
-	ns := testNetns(b)
+	ns := testns.New(b, "knp-nft-")
 	be := openTestBackend(b, ns, demoConfig())
 	st := scaleState(n, 10)
 	if _, err := be.Sync(context.Background(), st); err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -143,8 +144,8 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		// Each iteration in a namespace of its own, deleted before the
 		// next one: earlier namespaces full of rules (and their teardown)
 		// would slow the later iterations.
-		ns := testNetns(b)
-		k, err := nftlib.OpenKernel("/run/netns/" + ns)
+		ns := testns.New(b, "knp-nft-")
+		k, err := nftlib.OpenKernel(testns.Path(ns))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -234,7 +235,7 @@ func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
 // benchSteps programs st, then times the syncs of the States step makes,
 // each from the one before (st first) and its number from 1.
 func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(prev *proxier.State, gen int) *proxier.State) {
-	ns := testNetns(b)
+	ns := testns.New(b, "knp-nft-")
 	be := openTestBackend(b, ns, demoConfig())
 	if monitor {
 		be.check.every = time.Hour // the monitor opens at the first Sync
@@ -285,7 +286,7 @@ func BenchmarkKernelAffinity(b *testing.B) {
 		b.Run(fmt.Sprintf("full/services=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
-				ns := testNetns(b)
+				ns := testns.New(b, "knp-nft-")
 				be := openTestBackend(b, ns, demoConfig())
 				b.StartTimer()
 				res, err := be.Sync(context.Background(), st)
@@ -380,7 +381,7 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 	for _, n := range append([]int{0}, benchSizes(b, 1000, 5000, 10000)...) {
 		for _, cache := range []string{"warm", "cold"} {
 			b.Run(fmt.Sprintf("services=%d/cache=%s", n, cache), func(b *testing.B) {
-				ns := testNetns(b)
+				ns := testns.New(b, "knp-nft-")
 				be := openTestBackend(b, ns, demoConfig())
 				if _, err := be.Sync(context.Background(), scaleState(n, 10)); err != nil {
 					b.Fatal(err)
@@ -429,7 +430,7 @@ func median(ds []time.Duration) time.Duration {
 // and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
-		ns := testNetns(b)
+		ns := testns.New(b, "knp-nft-")
 		be := openTestBackend(b, ns, demoConfig())
 		be.check.every = time.Nanosecond
 		st := scaleState(n, 10)

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // Count counts what a ruleset written by nft holds, in the tables asked
 // for, anonymous sets included, and hands over the constants in it.
 func TestKernelCount(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	script := filepath.Join(t.TempDir(), "ruleset.nft")
 	const ruleset = `
 table ip kube-a {
@@ -55,8 +56,8 @@ table ip other {
 	if err := os.WriteFile(script, []byte(ruleset), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nftIn(t, ns, "-f", script)
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	testns.NFT(t, ns, "-f", script)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestKernelCountMatchesListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, tc.cfg)
 	if _, err := b.Sync(t.Context(), tc.st); err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func TestKernelCountMatchesListing(t *testing.T) {
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
 	}
-	if err := json.Unmarshal([]byte(nftIn(t, ns, "-j", "list", "ruleset")), &doc); err != nil {
+	if err := json.Unmarshal([]byte(testns.NFT(t, ns, "-j", "list", "ruleset")), &doc); err != nil {
 		t.Fatal(err)
 	}
 	var want nftlib.Census

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -43,7 +45,7 @@ func TestClampComment(t *testing.T) {
 // nft accepts what render prints for such names, and the kernel, read back
 // by nft, holds exactly that.
 func TestKernelUnicodeComments(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	st, cfg := unicodeState(), demoConfig()
 	text := Build(st, cfg).String()
 	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-c", "-f", "-")
@@ -55,7 +57,7 @@ func TestKernelUnicodeComments(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(text) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(text) {
 		t.Errorf("kernel differs from render:\n%s\n--- want:\n%s", got, text)
 	}
 	if d := readBackDrift(t, b, b.applied); len(d) > 0 {

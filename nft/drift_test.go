@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -42,7 +44,7 @@ func readBackDrift(t *testing.T, b *Backend, want map[tableID]*nftlib.Table) map
 func TestKernelRuleDumpCanonical(t *testing.T) {
 	for _, tc := range goldenCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, tc.cfg)
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
@@ -125,7 +127,7 @@ func TestKernelTamperingRepaired(t *testing.T) {
 	for _, mode := range []string{"monitor", "no-monitor"} {
 		for _, tc := range tamperCases() {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
-				ns := testNetns(t)
+				ns := testns.New(t, "knp-nft-")
 				b := openTestBackend(t, ns, demoConfig())
 				b.check.every = time.Nanosecond
 				b.check.monTried = mode == "no-monitor"
@@ -145,7 +147,7 @@ func TestKernelTamperingRepaired(t *testing.T) {
 					t.Fatalf("monitor open: %v", b.kern().Mon != nil)
 				}
 				for _, args := range tc.nft {
-					nftIn(t, ns, args...)
+					testns.NFT(t, ns, args...)
 				}
 				before, reads := b.kern().Commits, b.check.readBacks
 				res, err := b.Sync(ctx, st)
@@ -181,13 +183,13 @@ func TestKernelTamperingRepaired(t *testing.T) {
 func TestKernelTamperingRepairedByRestart(t *testing.T) {
 	for _, tc := range tamperCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			st := demoState()
 			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
 				t.Fatal(err)
 			}
 			for _, args := range tc.nft {
-				nftIn(t, ns, args...)
+				testns.NFT(t, ns, args...)
 			}
 			b := openTestBackend(t, ns, demoConfig())
 			if _, err := b.Sync(context.Background(), st); err != nil {
@@ -214,7 +216,7 @@ func containsSub(list []string, sub string) bool {
 // chains that are flushed and left for the next sync to delete.
 func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 	t.Helper()
-	got := nftIn(t, ns, "list", "ruleset")
+	got := testns.NFT(t, ns, "list", "ruleset")
 	var kept []string
 	lines := strings.Split(got, "\n")
 	for i := 0; i < len(lines); i++ {
@@ -225,7 +227,7 @@ func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 		kept = append(kept, lines[i])
 	}
 	want := Build(st, demoConfig()).String()
-	if normalize(strings.Join(kept, "\n")) != normalize(want) {
+	if testutil.SortedText(strings.Join(kept, "\n")) != testutil.SortedText(want) {
 		t.Errorf("kernel differs from render:\n%s\n--- want:\n%s", got, want)
 	}
 }
@@ -233,8 +235,8 @@ func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 // A table of ours that another process created with NFT_TABLE_F_OWNER
 // gives a clear error naming it, not a refused transaction every second.
 func TestKernelOwnedTable(t *testing.T) {
-	ns := testNetns(t)
-	owner, err := nftlib.OpenKernel("/run/netns/" + ns)
+	ns := testns.New(t, "knp-nft-")
+	owner, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +271,7 @@ func TestKernelOwnedTable(t *testing.T) {
 // A transaction larger than the socket's send buffer is refused before it
 // is sent, with its size, the limit and the remedy.
 func TestKernelSendBufferTooSmall(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	if err := b.kern().SetSendBuffer(4096); err != nil {
 		t.Fatal(err)
@@ -284,7 +286,7 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 			t.Errorf("error does not mention %s: %v", s, err)
 		}
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); got != "" {
+	if got := testns.NFT(t, ns, "list", "ruleset"); got != "" {
 		t.Errorf("something was programmed:\n%s", got)
 	}
 }
@@ -294,7 +296,7 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 // only the tables the monitor saw it change (none here: it changed its
 // own table).
 func TestKernelCheckGeneration(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	var found []string
@@ -322,10 +324,10 @@ func TestKernelCheckGeneration(t *testing.T) {
 	next.Endpoints[web] = next.Endpoints[web][1:]
 	sync(next, "our own change", false)
 	sync(next, "after our own change", false)
-	nftIn(t, ns, "add", "table", "ip", "someone-else")
+	testns.NFT(t, ns, "add", "table", "ip", "someone-else")
 	sync(next, "another table committed", false)
 	sync(next, "verified again", false)
-	nftIn(t, ns, "add", "chain", "ip", DefaultTableName+deltaSuffix, "rogue")
+	testns.NFT(t, ns, "add", "chain", "ip", DefaultTableName+deltaSuffix, "rogue")
 	reads := b.check.readBacks
 	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.check.readBacks-reads != 1 {
 		t.Errorf("a rogue chain in the delta table: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.check.readBacks-reads)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -74,7 +75,7 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 	}
 	for _, c := range tc.nft {
 		if !tc.optional {
-			nftIn(t, ns, c)
+			testns.NFT(t, ns, c)
 			continue
 		}
 		if out, err := exec.Command("ip", "netns", "exec", ns, "nft", c).CombinedOutput(); err != nil {
@@ -88,7 +89,7 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 // again, with our type and comment (nft would add its own userdata) but
 // room for one element.
 func sizedServiceIPs(t *testing.T, ns string) {
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 func TestKernelForeignObjectsRepaired(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, demoConfig())
 			b.check.every = time.Nanosecond
 			var found []string
@@ -204,7 +205,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 func TestKernelForeignObjectsAtStartup(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			st := demoState()
 			if _, err := openTestBackend(t, ns, demoConfig()).Sync(context.Background(), st); err != nil {
 				t.Fatal(err)
@@ -218,7 +219,7 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("the follow-up sync: %v", err)
 			}
-			if strings.Contains(nftIn(t, ns, "list", "ruleset"), "__") {
+			if strings.Contains(testns.NFT(t, ns, "list", "ruleset"), "__") {
 				t.Errorf("an anonymous object survived the restart")
 			}
 		})
@@ -258,7 +259,7 @@ func TestFullTxForeign(t *testing.T) {
 // of objects or flowtables (its use count says there are none); one with
 // a foreign object has them read, and only that one.
 func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	if _, err := b.Sync(context.Background(), demoState()); err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
 		}
 	}
-	nftIn(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
+	testns.NFT(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
 	for id, kt := range read() {
 		foreign := id == tableID{nftlib.IPv4, DeltaTable}
 		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Kind() != "quota") {

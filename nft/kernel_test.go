@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -13,24 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// testNetns creates a network namespace for one test and deletes it after.
-func testNetns(t testing.TB) string {
-	t.Helper()
-	return testns.New(t, "knp-nft-")
-}
-
-func nftIn(t testing.TB, ns string, args ...string) string {
-	t.Helper()
-	return testns.NFT(t, ns, args...)
-}
-
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,30 +31,13 @@ func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 	return b
 }
 
-// normalize sorts a listing's top-level blocks and map elements so that two
-// listings that differ only in kernel iteration order compare equal.
-func normalize(listing string) string {
-	lines := strings.Split(strings.TrimSpace(listing), "\n")
-	var out []string
-	for _, l := range lines {
-		l = strings.TrimSpace(l)
-		l = strings.TrimPrefix(l, "elements = { ")
-		l = strings.TrimSuffix(strings.TrimSuffix(l, " }"), ",")
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
-}
-
 // The kernel must hold exactly what we render: this proves that the netlink
 // bytecode of every term is what nft would emit for its text, since nft
 // decompiles it back to the same text.
 func TestKernelListingMatchesRender(t *testing.T) {
 	for _, tc := range goldenCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, tc.cfg)
 			res, err := b.Sync(context.Background(), tc.st)
 			if err != nil {
@@ -75,8 +47,8 @@ func TestKernelListingMatchesRender(t *testing.T) {
 				t.Errorf("first sync was not full")
 			}
 			want := Build(tc.st, tc.cfg).String()
-			got := nftIn(t, ns, "list", "ruleset")
-			if normalize(got) != normalize(want) {
+			got := testns.NFT(t, ns, "list", "ruleset")
+			if testutil.SortedText(got) != testutil.SortedText(want) {
 				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
 			}
 		})
@@ -97,7 +69,7 @@ func fakeClock(b *Backend) (advance func(time.Duration)) {
 // back, and its follow-up deletes the chains left over, after which the
 // kernel again holds exactly the full-sync ruleset.
 func TestKernelDeltaAndFold(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	advance := fakeClock(b)
 	ctx := context.Background()
@@ -115,8 +87,8 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	if res.Full || !res.Changed {
 		t.Fatalf("endpoint change: full=%v changed=%v, want a partial sync", res.Full, res.Changed)
 	}
-	delta := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy-delta")
-	main := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy")
+	delta := testns.NFT(t, ns, "list", "table", "ip", "kube-nftproxy-delta")
+	main := testns.NFT(t, ns, "list", "table", "ip", "kube-nftproxy")
 	for _, want := range []string{"dnat to 10.244.0.12:8080", "10.96.0.10 . tcp . 80 comment \"default/web:http cluster IP\" : goto KUBE-SVC-CDGGSHYLG3RE2FKL"} {
 		if !strings.Contains(delta, want) {
 			t.Errorf("delta table lacks %q:\n%s", want, delta)
@@ -130,7 +102,7 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	}
 	// web's chains: emptied in the main tables, written in the delta ones.
 	const svcChain = "chain KUBE-SVC-CDGGSHYLG3RE2FKL {"
-	chains := strings.Count(nftIn(t, ns, "list", "ruleset"), svcChain)
+	chains := strings.Count(testns.NFT(t, ns, "list", "ruleset"), svcChain)
 	if !strings.Contains(main, svcChain) || chains%2 != 0 {
 		t.Errorf("the main table lacks the emptied %q (%d in all tables):\n%s", svcChain, chains, main)
 	}
@@ -139,10 +111,10 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	if err != nil || !res.CleanupOnly || res.StaleChainsDeleted == 0 || !res.FollowUpAt.IsZero() {
 		t.Fatalf("follow-up: %+v, %v; want only the stale chains deleted, nothing left", res, err)
 	}
-	if n := strings.Count(nftIn(t, ns, "list", "ruleset"), svcChain); n != chains/2 {
+	if n := strings.Count(testns.NFT(t, ns, "list", "ruleset"), svcChain); n != chains/2 {
 		t.Errorf("after the follow-up %d %q, want %d (the delta tables' only)", n, svcChain, chains/2)
 	}
-	if delta := nftIn(t, ns, "list", "table", "ip", "kube-nftproxy-delta"); !strings.Contains(delta, "dnat to 10.244.0.12:8080") {
+	if delta := testns.NFT(t, ns, "list", "table", "ip", "kube-nftproxy-delta"); !strings.Contains(delta, "dnat to 10.244.0.12:8080") {
 		t.Errorf("the follow-up folded the delta:\n%s", delta)
 	}
 	res, err = b.Sync(ctx, web) // fold
@@ -160,8 +132,8 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	if res, err := b.Sync(ctx, web); err != nil || res.Changed || !res.FollowUpAt.IsZero() {
 		t.Errorf("a sync with nothing to do sent a transaction or asks for another (%+v, err=%v)", res, err)
 	}
-	got := nftIn(t, ns, "list", "ruleset")
-	if normalize(got) != normalize(Build(web, demoConfig()).String()) {
+	got := testns.NFT(t, ns, "list", "ruleset")
+	if testutil.SortedText(got) != testutil.SortedText(Build(web, demoConfig()).String()) {
 		t.Errorf("after the fold the kernel differs from a full sync:\n%s\n--- want:\n%s", got, Build(web, demoConfig()).String())
 	}
 }
@@ -169,17 +141,17 @@ func TestKernelDeltaAndFold(t *testing.T) {
 // A transaction the kernel refuses changes nothing, says what was refused,
 // and makes the next sync a full one that repairs the tables.
 func TestKernelFailedSyncIsAtomic(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	advance := fakeClock(b)
 	ctx := context.Background()
 	if _, err := b.Sync(ctx, demoState()); err != nil {
 		t.Fatal(err)
 	}
-	before := nftIn(t, ns, "list", "ruleset")
+	before := testns.NFT(t, ns, "list", "ruleset")
 
 	// Someone else put an element where our next sync adds one.
-	nftIn(t, ns, "add", "element", "ip", "kube-nftproxy-delta", "service-ips",
+	testns.NFT(t, ns, "add", "element", "ip", "kube-nftproxy-delta", "service-ips",
 		"{ 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }")
 	next := demoState()
 	extra := proxierName("default", "extra", "http")
@@ -194,9 +166,9 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	if !errors.As(err, &txErr) || !strings.Contains(txErr.Op, "service-ips") || txErr.Errno != unix.EEXIST {
 		t.Fatalf("sync error = %v, want a refused transaction at the service-ips elements with EEXIST", err)
 	}
-	after := nftIn(t, ns, "list", "ruleset")
+	after := testns.NFT(t, ns, "list", "ruleset")
 	after = strings.Replace(after, "elements = { 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }\n\t", "", 1)
-	if normalize(after) != normalize(before) {
+	if testutil.SortedText(after) != testutil.SortedText(before) {
 		t.Errorf("a refused transaction changed the kernel:\n%s", after)
 	}
 
@@ -209,7 +181,7 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 	if _, err := b.Sync(ctx, next); err != nil {
 		t.Fatal(err)
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(Build(next, demoConfig()).String()) {
 		t.Errorf("full sync after a failure did not restore the wanted ruleset:\n%s--- want:\n%s", got, Build(next, demoConfig()).String())
 	}
 }
@@ -217,7 +189,7 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 // Tables deleted behind our back (nft flush ruleset) are noticed by the
 // periodic check and rewritten.
 func TestKernelDriftRepaired(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	ctx := context.Background()
@@ -228,12 +200,12 @@ func TestKernelDriftRepaired(t *testing.T) {
 	if res, err := b.Sync(ctx, st); err != nil || res.Full {
 		t.Fatalf("check without drift: full=%v err=%v, want no full sync", res.Full, err)
 	}
-	nftIn(t, ns, "flush", "ruleset")
+	testns.NFT(t, ns, "flush", "ruleset")
 	res, err := b.Sync(ctx, st)
 	if err != nil || !res.Full {
 		t.Fatalf("after nft flush ruleset: full=%v err=%v, want a full sync", res.Full, err)
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(st, demoConfig()).String()) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(Build(st, demoConfig()).String()) {
 		t.Errorf("drift not repaired:\n%s", got)
 	}
 }
@@ -242,7 +214,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 // transaction handles each port once (found by the e2e load test: rules
 // were added twice and stale chains deleted twice).
 func TestKernelFoldWithChanges(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.foldAt = 1
 	advance := fakeClock(b)
@@ -261,7 +233,7 @@ func TestKernelFoldWithChanges(t *testing.T) {
 		}
 		advance(staleChainAge)
 	}
-	if got := nftIn(t, ns, "list", "ruleset"); normalize(got) != normalize(Build(next, demoConfig()).String()) {
+	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(Build(next, demoConfig()).String()) {
 		t.Errorf("kernel differs from a full sync after a folding change:\n%s", got)
 	}
 }
@@ -271,7 +243,7 @@ func TestKernelFoldWithChanges(t *testing.T) {
 // before it, and that transaction succeeds (on kernels before 6.2 too,
 // which release such chains a little after the commit).
 func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	ctx := context.Background()
 	if _, err := b.Sync(ctx, demoState()); err != nil {
@@ -287,7 +259,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 		t.Fatalf("removing web: %+v, %v; want chains left to delete later", res, err)
 	}
 	const comment = `comment "default/web:http"`
-	if !strings.Contains(nftIn(t, ns, "list", "ruleset"), comment) {
+	if !strings.Contains(testns.NFT(t, ns, "list", "ruleset"), comment) {
 		t.Fatal("web's emptied chains are not in the ruleset; the test would prove nothing")
 	}
 	deadline := removed.Add(5 * time.Second)
@@ -311,7 +283,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the loop's MinSyncPeriod, not synchronisation
 	}
-	if rs := nftIn(t, ns, "list", "ruleset"); strings.Contains(rs, comment) {
+	if rs := testns.NFT(t, ns, "list", "ruleset"); strings.Contains(rs, comment) {
 		t.Errorf("web's chains remain after the follow-up:\n%s", rs)
 	}
 }
@@ -321,7 +293,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 // the proof that nothing else was compared); a State that does not follow
 // (a generation skipped, another lineage) is compared whole.
 func TestKernelStateDelta(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	ctx := context.Background()
 	lineage := &proxier.Lineage{}
@@ -341,7 +313,7 @@ func TestKernelStateDelta(t *testing.T) {
 	}
 	expect := func(step string, want, unwanted []string) {
 		t.Helper()
-		got := nftIn(t, ns, "list", "ruleset")
+		got := testns.NFT(t, ns, "list", "ruleset")
 		for _, w := range want {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: the ruleset lacks %q", step, w)
@@ -373,7 +345,7 @@ func TestKernelStateDelta(t *testing.T) {
 func TestKernelFullSyncSettles(t *testing.T) {
 	for _, monitor := range []bool{false, true} {
 		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, demoConfig())
 			b.check.every = time.Nanosecond
 			if !monitor {
@@ -415,7 +387,7 @@ func TestKernelFullSyncSettles(t *testing.T) {
 			if b.kern().Dumps != dumps {
 				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.kern().Dumps-dumps)
 			}
-			if out := nftIn(t, ns, "list", "table", "ip", DefaultTableName); strings.Contains(out, settleChain) {
+			if out := testns.NFT(t, ns, "list", "table", "ip", DefaultTableName); strings.Contains(out, settleChain) {
 				t.Errorf("the settle chain is left:\n%s", out)
 			}
 		})

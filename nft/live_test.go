@@ -5,6 +5,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -13,12 +14,12 @@ import (
 func TestKernelReadRuleset(t *testing.T) {
 	for _, tc := range goldenCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := testNetns(t)
+			ns := testns.New(t, "knp-nft-")
 			b := openTestBackend(t, ns, tc.cfg)
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
 			}
-			k, err := nftlib.OpenKernel("/run/netns/" + ns)
+			k, err := nftlib.OpenKernel(testns.Path(ns))
 			if err != nil {
 				t.Fatal(err)
 			}

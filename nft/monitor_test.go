@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -22,7 +23,7 @@ type foreignWriter struct {
 
 func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *foreignWriter {
 	t.Helper()
-	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func checkedSync(t *testing.T, b *Backend, st *proxier.State, what string) int {
 // move before every check, yet no check reads anything back, and our
 // rules stay as they are.
 func TestKernelForeignCommitsNoReadBack(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	st := demoState()
@@ -81,8 +82,8 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 		t.Fatal("no change monitor")
 	}
 	w := newForeignWriter(t, ns, nftlib.IPv4, "other")
-	nftIn(t, ns, "add", "table", "inet", DefaultTableName)
-	nftIn(t, ns, "add", "chain", "inet", DefaultTableName, "c")
+	testns.NFT(t, ns, "add", "table", "inet", DefaultTableName)
+	testns.NFT(t, ns, "add", "chain", "inet", DefaultTableName, "c")
 	gen0, err := b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +92,7 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 		for j := 0; j < 50; j++ {
 			w.commit(t, 1)
 		}
-		nftIn(t, ns, "add", "rule", "inet", DefaultTableName, "c", "counter")
+		testns.NFT(t, ns, "add", "rule", "inet", DefaultTableName, "c", "counter")
 		if n := checkedSync(t, b, st, fmt.Sprintf("check %d", i)); n != 0 {
 			t.Fatalf("check %d after foreign commits read %d tables back, want 0", i, n)
 		}
@@ -108,7 +109,7 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	}
 	assertKernelIsRender(t, ns, withoutForeign(t, ns, st))
 	// And it still sees a change to ours.
-	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
 	res, err := b.Sync(context.Background(), st)
 	if err != nil || !res.Full {
 		t.Fatalf("after tampering: full=%v err=%v, want a full sync", res.Full, err)
@@ -119,15 +120,15 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 // only, and returns st.
 func withoutForeign(t *testing.T, ns string, st *proxier.State) *proxier.State {
 	t.Helper()
-	nftIn(t, ns, "delete", "table", "ip", "other")
-	nftIn(t, ns, "delete", "table", "inet", DefaultTableName)
+	testns.NFT(t, ns, "delete", "table", "ip", "other")
+	testns.NFT(t, ns, "delete", "table", "inet", DefaultTableName)
 	return st
 }
 
 // Events lost to a full receive buffer mark every table: the next check
 // reads them all back; the one after, with nothing lost, reads none.
 func TestKernelMonitorOverflowMarksAll(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	b.check.monitorBuf = 4096 // the kernel doubles it
@@ -156,7 +157,7 @@ func TestKernelMonitorOverflowMarksAll(t *testing.T) {
 // Without a monitor (it could not be opened), a check reads every table
 // back when another process committed, as before the monitor.
 func TestKernelCheckWithoutMonitor(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	b.check.monTried = true // as if opening had failed
@@ -171,7 +172,7 @@ func TestKernelCheckWithoutMonitor(t *testing.T) {
 	if n := checkedSync(t, b, st, "nothing changed"); n != 0 {
 		t.Errorf("unchanged generation: read %d tables, want 0", n)
 	}
-	nftIn(t, ns, "add", "table", "ip", "someone-else")
+	testns.NFT(t, ns, "add", "table", "ip", "someone-else")
 	if n := checkedSync(t, b, st, "another table"); n != all {
 		t.Errorf("after a foreign commit: read %d tables, want %d", n, all)
 	}
@@ -180,7 +181,7 @@ func TestKernelCheckWithoutMonitor(t *testing.T) {
 // The monitor filters our own notifications out in the kernel: a full
 // sync of many objects leaves nothing queued for it.
 func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	b.check.monitorBuf = 4096
@@ -201,7 +202,7 @@ func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
 // notification group; a change to our table made meanwhile goes unseen by
 // the monitor, so the generation must give it away and mark every table.
 func TestKernelMutedCommitMissesNothing(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
 	st := demoState()
@@ -220,7 +221,7 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if err := b.kern().Mon.SetMember(false); err != nil {
 		t.Fatal(err)
 	}
-	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
 	b.tx.rejoin(b.kern().Mon, commitReport{genBefore: gen})
 	if _, all := b.kern().Mon.Take(); !all {
 		t.Fatal("a commit made while the monitor was out of the group left no mark")
@@ -243,7 +244,7 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 // (OnForeignChange, which the proxy turns into a sync), and that sync
 // checks and repairs it without waiting for CheckEvery.
 func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Hour
 	told := make(chan struct{}, 1)
@@ -260,7 +261,7 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	if b.kern().Mon == nil {
 		t.Fatal("no change monitor")
 	}
-	nftIn(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
 	select {
 	case <-told:
 	case <-time.After(10 * time.Second):

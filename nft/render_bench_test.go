@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // BenchmarkNftToolLoad loads the render of the same states with the nft
@@ -23,7 +25,7 @@ func BenchmarkNftToolLoad(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
-				ns := testNetns(b)
+				ns := testns.New(b, "knp-nft-")
 				b.StartTimer()
 				cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", file)
 				if out, err := cmd.CombinedOutput(); err != nil {

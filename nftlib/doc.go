@@ -14,9 +14,12 @@
 //   - the Kernel: one NETLINK_NETFILTER socket, optionally in another
 //     network namespace, that applies a Batch as one atomic transaction
 //     (TxError names the message the kernel refused, ErrTableOwned and
-//     ErrTxTooLarge the refusals a retry cannot fix), reads tables back
-//     (ReadFamily, ReadTable, TableDrift, Count), follows other processes'
-//     commits (WatchTables, Watch) and probes the kernel's features;
+//     ErrTxTooLarge the refusals a retry cannot fix, ErrAnswersLost a
+//     verdict the kernel dropped), reads tables back (ReadFamily,
+//     ReadTable, TableDrift, Count), lists any table, another program's
+//     too, for deleting parts of it (ListTables, ListChains, ListRules,
+//     HasChain; Batch.DelRule by handle), follows other processes' commits
+//     (WatchTables, Watch) and probes the kernel's features;
 //   - the generic table diff: FullTx and DiffTx turn two Tables into the
 //     transaction that takes one to the other;
 //   - SetTable: a table of plain sets and constant chains, with its own
@@ -26,5 +29,6 @@
 //     Kernel and an in-memory FakeKernel for unprivileged tests.
 //
 // The nftables mode (package nft) and the IPVS mode (package ipvs) build
-// their tables from it.
+// their tables from it; package leftover removes upstream kube-proxy's
+// objects through it.
 package nftlib

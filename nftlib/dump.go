@@ -72,6 +72,12 @@ func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *Batch)) ([]b
 // nfgenmsg) of each object the kernel returns. fn must copy what it keeps:
 // the buffer is reused.
 func (k *Kernel) dump(typ uint16, f Family, attrs func(m *Batch), fn func(payload []byte) error) error {
+	return k.dumpFamilies(typ, f, attrs, func(_ Family, p []byte) error { return fn(p) })
+}
+
+// dumpFamilies is dump with each object's family (from its nfgenmsg), for
+// dumps of every family (NFPROTO_UNSPEC).
+func (k *Kernel) dumpFamilies(typ uint16, f Family, attrs func(m *Batch), fn func(f Family, payload []byte) error) error {
 	req, seq := k.request(typ, unix.NLM_F_DUMP, f, attrs)
 	k.Dumps++
 	if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
@@ -111,7 +117,7 @@ func (k *Kernel) dump(typ uint16, f Family, attrs func(m *Batch), fn func(payloa
 				return fnErr
 			}
 			if fnErr == nil && len(m.Data) >= NfgenLen {
-				fnErr = fn(m.Data[NfgenLen:])
+				fnErr = fn(Family(m.Data[0]), m.Data[NfgenLen:])
 			}
 		}
 	}

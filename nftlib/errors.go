@@ -14,6 +14,11 @@ var (
 	// ErrTxTooLarge: a transaction does not fit in the netlink socket's
 	// send buffer, and the kernel would refuse it whole.
 	ErrTxTooLarge = errors.New("nftables transaction larger than the socket send buffer")
+	// ErrAnswersLost: the kernel dropped a transaction's answers (the
+	// socket's receive queue overflowed, e.g. with an error for each of
+	// thousands of refused messages): it may have been applied or not, and
+	// only reading the state back tells.
+	ErrAnswersLost = errors.New("the kernel dropped the transaction's answers (receive buffer full)")
 )
 
 // TableOwnedError names the table another process owns.

@@ -111,6 +111,28 @@ func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
 	}
 	// The kernel handles the whole batch inside sendmsg and then queues its
 	// answers: errors for refused messages and the ack of the last one.
+	first, err := k.result(b, binary.NativeEndian.Uint32(chunks[0][8:]), lastSeq, echo)
+	if errors.Is(err, unix.ENOBUFS) {
+		// The queue overflowed: the verdict is lost, and what is left of
+		// the answers must not be read as the next transaction's.
+		k.drain()
+		return fmt.Errorf("%w: %w", ErrAnswersLost, err)
+	}
+	if err != nil {
+		return err
+	}
+	if first != nil {
+		return first
+	}
+	k.Commits++
+	return nil
+}
+
+// result reads a batch's answers until the ack of its last message
+// (lastSeq) or, after an error, until nothing more is queued, and returns
+// the first refusal. Answers to other requests than the batch's (firstSeq,
+// its begin, to lastSeq+1, its end) are skipped.
+func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscall.NetlinkMessage)) (*TxError, error) {
 	var first *TxError
 	rbuf := make([]byte, 1<<16)
 	for {
@@ -119,11 +141,11 @@ func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			return fmt.Errorf("reading transaction result: %w", err)
+			return first, fmt.Errorf("reading transaction result: %w", err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(rbuf[:n])
 		if err != nil {
-			return fmt.Errorf("parsing transaction result: %w", err)
+			return first, fmt.Errorf("parsing transaction result: %w", err)
 		}
 		done := false
 		for _, m := range msgs {
@@ -138,6 +160,9 @@ func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
 			}
 			errno := -int32(binary.NativeEndian.Uint32(m.Data[0:4]))
 			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
+			if seq-firstSeq > lastSeq+1-firstSeq {
+				continue // an answer to something else (a lost transaction's)
+			}
 			if errno != 0 && first == nil {
 				first = &TxError{Op: b.Describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
 				first.Family, first.Table = messageTable(b.message(seq))
@@ -147,14 +172,21 @@ func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
 			}
 		}
 		if done || (first != nil && !k.Pending()) {
-			break
+			return first, nil
 		}
 	}
-	if first != nil {
-		return first
+}
+
+// drain discards what is queued on the socket, after an overflow left part
+// of a transaction's answers there.
+func (k *Kernel) drain() {
+	buf := make([]byte, 1<<16)
+	for k.Pending() {
+		if _, _, err := unix.Recvfrom(k.fd, buf, unix.MSG_DONTWAIT); err != nil &&
+			!errors.Is(err, unix.ENOBUFS) && !errors.Is(err, unix.EINTR) {
+			return
+		}
 	}
-	k.Commits++
-	return nil
 }
 
 // fits checks a transaction against the socket's send buffer: the kernel
@@ -179,6 +211,26 @@ func (k *Kernel) fits(chunks [][]byte) error {
 // that need a small buffer.
 func (k *Kernel) SetSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+}
+
+// SetReceiveBuffer sets SO_RCVBUF (capped by net.core.rmem_max), for tests
+// that need answers lost.
+func (k *Kernel) SetReceiveBuffer(n int) error {
+	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n)
+}
+
+// QueueUnread asks for n answers (the ruleset generation) and leaves them
+// unread on the socket, for tests that need its receive queue full: the
+// kernel then drops the answers that follow, as it does when a transaction
+// answers more than the buffer takes. The next transaction drains them.
+func (k *Kernel) QueueUnread(n int) error {
+	for range n {
+		req, _ := k.request(unix.NFT_MSG_GETGEN, unix.NLM_F_ACK, unix.NFPROTO_UNSPEC, nil)
+		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return fmt.Errorf("asking for the nftables generation: %w", err)
+		}
+	}
+	return nil
 }
 
 // Pending reports whether more answers are queued on the socket.

@@ -596,6 +596,9 @@ func describeMessage(msg []byte) string {
 		return ""
 	}
 	attrs := msg[nlmsgHdrLen+NfgenLen:]
+	if typ&^(unix.NFNL_SUBSYS_NFTABLES<<8) == unix.NFT_MSG_DELRULE {
+		return describeRuleDeletion(attrs)
+	}
 	kind, ok := messageKinds[typ&^(unix.NFNL_SUBSYS_NFTABLES<<8)]
 	if !ok {
 		return ""
@@ -640,7 +643,6 @@ var messageKinds = map[uint16]struct {
 	unix.NFT_MSG_NEWCHAIN:     {"add chain", unix.NFTA_CHAIN_NAME},
 	unix.NFT_MSG_DELCHAIN:     {"delete chain", unix.NFTA_CHAIN_NAME},
 	unix.NFT_MSG_NEWRULE:      {"add rule to", unix.NFTA_RULE_CHAIN},
-	unix.NFT_MSG_DELRULE:      {"flush chain", unix.NFTA_RULE_CHAIN},
 	unix.NFT_MSG_NEWSET:       {"add set", unix.NFTA_SET_NAME},
 	unix.NFT_MSG_DELSET:       {"delete set", unix.NFTA_SET_NAME},
 	unix.NFT_MSG_NEWSETELEM:   {"add elements to", unix.NFTA_SET_ELEM_LIST_SET},

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // fakeProbeKernel answers probe transactions as an older or smaller kernel
@@ -207,8 +209,8 @@ func TestProbePermissionIsNotAFeature(t *testing.T) {
 // behind, and the echo check is real: a chain written without a comment
 // comes back without one.
 func TestKernelProbeFeatures(t *testing.T) {
-	ns := testNetns(t)
-	k, err := OpenKernel("/run/netns/" + ns)
+	ns := testns.New(t, "knp-nft-")
+	k, err := OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,12 @@ func (f Family) String() string {
 		return "ip6"
 	case unix.NFPROTO_INET:
 		return "inet"
+	case unix.NFPROTO_ARP:
+		return "arp"
+	case unix.NFPROTO_BRIDGE:
+		return "bridge"
+	case unix.NFPROTO_NETDEV:
+		return "netdev"
 	}
 	return "ip"
 }

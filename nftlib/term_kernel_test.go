@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
 
 // The kernel's side of TestEveryTermKind: every example the kernel takes
@@ -12,7 +14,7 @@ import (
 // order, register numbering and defaults), which must decode into the term
 // again.
 func TestKernelEveryTermKind(t *testing.T) {
-	ns := testNetns(t)
+	ns := testns.New(t, "knp-nft-")
 	k, err := OpenKernel("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)

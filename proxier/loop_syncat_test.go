@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // askingBackend asks the loop for a sync 100ms after each of its first
@@ -44,7 +46,7 @@ func TestLoopSyncAt(t *testing.T) {
 	go func() { _ = l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	l.SetState(NewState())
-	waitFor(t, "the asked-for syncs", func() bool { return b.count() == 3 })
+	testutil.WaitFor(t, 5*time.Second, "the asked-for syncs", func() bool { return b.count() == 3 })
 	time.Sleep(300 * time.Millisecond)
 	if n := b.count(); n != 3 {
 		t.Errorf("%d syncs, want 3 (one for the state, two asked for)", n)
@@ -63,9 +65,9 @@ func TestLoopSyncAtFromOutside(t *testing.T) {
 	b := &fakeBackend{}
 	l := runLoop(t, b, 0, nil)
 	l.SetState(NewState())
-	waitFor(t, "the first sync", func() bool { return b.count() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first sync", func() bool { return b.count() == 1 })
 	l.SyncAt(time.Now().Add(50 * time.Millisecond))
-	waitFor(t, "the asked-for sync", func() bool { return b.count() == 2 })
+	testutil.WaitFor(t, 5*time.Second, "the asked-for sync", func() bool { return b.count() == 2 })
 }
 
 // followUpBackend leaves work for later after its first sync
@@ -105,7 +107,7 @@ func TestLoopFollowUp(t *testing.T) {
 	go func() { _ = l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	l.SetState(NewState())
-	waitFor(t, "the follow-up sync", func() bool { return b.count() == 2 })
+	testutil.WaitFor(t, 5*time.Second, "the follow-up sync", func() bool { return b.count() == 2 })
 	time.Sleep(200 * time.Millisecond) // a third sync would come now if one were asked for
 	if n := b.count(); n != 2 {
 		t.Errorf("%d syncs, want 2 (the state's and its follow-up)", n)

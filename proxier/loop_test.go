@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // fakeBackend records syncs and fails the ones it is told to.
@@ -34,17 +36,6 @@ func (f *fakeBackend) count() int {
 	return len(f.synced)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func runLoop(t *testing.T, b Backend, minSync time.Duration, onSync func(SyncResult, time.Duration, error)) *Loop {
 	t.Helper()
 	l := NewLoop(b, nil)
@@ -63,13 +54,13 @@ func TestLoopBatchesChanges(t *testing.T) {
 	l := runLoop(t, b, 200*time.Millisecond, nil)
 	first := NewState()
 	l.SetState(first)
-	waitFor(t, "the first sync", func() bool { return b.count() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first sync", func() bool { return b.count() == 1 })
 	var last *State
 	for i := 0; i < 10; i++ {
 		last = NewState()
 		l.SetState(last)
 	}
-	waitFor(t, "the batched sync", func() bool { return b.count() >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "the batched sync", func() bool { return b.count() >= 2 })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.synced) != 2 || b.synced[1] != last {
@@ -90,7 +81,7 @@ func TestLoopRetriesFailedSync(t *testing.T) {
 		}
 	})
 	l.SetState(NewState())
-	waitFor(t, "a successful retry", func() bool { return b.count() == 3 })
+	testutil.WaitFor(t, 5*time.Second, "a successful retry", func() bool { return b.count() == 3 })
 	mu.Lock()
 	defer mu.Unlock()
 	if errs != 2 {
@@ -135,7 +126,7 @@ func TestLoopWaitsForCompleteView(t *testing.T) {
 	}
 	mu.Unlock()
 	l.SourceReady()
-	waitFor(t, "the first sync once ready", func() bool { return b.count() >= 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first sync once ready", func() bool { return b.count() >= 1 })
 }
 
 // Failures in a row are retried ever less often, up to the sync period.

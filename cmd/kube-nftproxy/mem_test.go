@@ -72,7 +72,7 @@ func TestProxyMemory(t *testing.T) {
 	var be *nft.Backend
 	if os.Getenv("KNP_MEM_KERNEL") != "0" {
 		ns := testns.New(t, "knp-mem-")
-		k, err := nftlib.OpenKernel("/run/netns/" + ns)
+		k, err := nftlib.OpenKernel(testns.Path(ns))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // The API fault test's UDP Service, next to api-web.
@@ -85,7 +86,7 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 			return err
 		}
 		samples++
-		if d := listingDiff(normalizeListing(string(now)), normalizeListing(before), "the kernel now", "the kernel before the restart"); d != "" && !changed {
+		if d := testutil.ListingDiff(testutil.SortedListing(string(now)), testutil.SortedListing(before), "the kernel now", "the kernel before the restart"); d != "" && !changed {
 			changed = true
 			t.Errorf("%v after the proxy started against the dead API server, its rules changed (dnat rules %d, were %d): %s",
 				time.Since(t0).Round(time.Millisecond), strings.Count(string(now), "dnat to"), dnats, d)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // badInputMemoryLimit bounds the proxy's peak resident memory (VmHWM,
@@ -454,7 +455,7 @@ func removeStateDir(t *testing.T, e *env) {
 	// The chains the last change emptied are deleted a second after it:
 	// that is no change of the rules, but it would show in the listing.
 	e.waitStaleChainsDeleted(t)
-	before := normalizeListing(e.nftRuleset(t))
+	before := testutil.SortedListing(e.nftRuleset(t))
 	logged := len(e.proxy.log.lines())
 	if err := os.RemoveAll(e.state); err != nil {
 		t.Fatal(err)
@@ -468,7 +469,7 @@ func removeStateDir(t *testing.T, e *env) {
 	// Over two of the watcher's settle times and a sync: the rules stay.
 	deadline := time.Now().Add(3 * time.Second)
 	e.proxy.poll(t, 10*time.Second, "3s with the directory gone", func(context.Context) error {
-		if d := listingDiff(normalizeListing(e.nftRuleset(t)), before, "the kernel now", "the kernel before"); d != "" {
+		if d := testutil.ListingDiff(testutil.SortedListing(e.nftRuleset(t)), before, "the kernel now", "the kernel before"); d != "" {
 			t.Fatalf("with the state directory gone, the rules changed: %s", d)
 		}
 		if time.Now().Before(deadline) {

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/echo"
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // The background flows: one request every flowInterval (each a new TCP
@@ -228,50 +228,6 @@ func (e *env) render(t *testing.T) string {
 	return string(out)
 }
 
-// normalizeListing sorts a listing's lines (map elements one per line) so
-// that two listings that differ only in the kernel's order compare equal,
-// as the nft package's kernel tests compare the kernel with render.
-func normalizeListing(listing string) []string {
-	var out []string
-	for l := range strings.Lines(listing) {
-		l = strings.TrimSpace(l)
-		l = strings.TrimPrefix(l, "elements = { ")
-		l = strings.TrimSuffix(strings.TrimSuffix(l, " }"), ",")
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// listingDiff describes how two normalized listings, got and want, differ:
-// "" when they do not, else the lines only one of them has (the first few),
-// calling them by the names given.
-func listingDiff(got, want []string, gotName, wantName string) string {
-	count := map[string]int{}
-	for _, l := range got {
-		count[l]++
-	}
-	for _, l := range want {
-		count[l]--
-	}
-	var extra, missing []string
-	for _, l := range sortedKeys(count) {
-		for n := count[l]; n > 0; n-- {
-			extra = append(extra, l)
-		}
-		for n := count[l]; n < 0; n++ {
-			missing = append(missing, l)
-		}
-	}
-	if len(extra) == 0 && len(missing) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d lines only in %s %q; %d lines only in %s %q",
-		len(extra), gotName, firstN(extra, 8), len(missing), wantName, firstN(missing, 8))
-}
-
 // emptyChain is a chain a sync emptied (only its comment is left), which
 // the proxy deletes about a second later.
 var emptyChain = regexp.MustCompile(`chain (KUBE-[A-Z0-9-]+) \{\n\s*comment "[^"]*"\n\s*\}`)
@@ -297,14 +253,14 @@ func (e *env) waitStaleChainsDeleted(t *testing.T) {
 // took. It fails the test after timeout, saying what still differs.
 func (e *env) waitRendered(t *testing.T, timeout time.Duration, what string) time.Duration {
 	t.Helper()
-	want := normalizeListing(e.render(t))
+	want := testutil.SortedListing(e.render(t))
 	t0 := time.Now()
 	e.proxy.poll(t, timeout, what+": nft list ruleset equal to render", func(ctx context.Context) error {
 		out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "ruleset")
 		if err != nil {
 			return err
 		}
-		if d := listingDiff(normalizeListing(string(out)), want, "the kernel", "render"); d != "" {
+		if d := testutil.ListingDiff(testutil.SortedListing(string(out)), want, "the kernel", "render"); d != "" {
 			return errors.New(d)
 		}
 		return nil

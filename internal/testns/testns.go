@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -31,14 +32,31 @@ func New(t testing.TB, prefix string) string {
 	return name
 }
 
+// Path is the path of namespace ns, for what opens sockets in it.
+func Path(ns string) string { return "/run/netns/" + ns }
+
 // NFT runs `nft args...` in namespace ns and returns its output; it skips
 // the test without the nft binary and fails it when nft fails.
 func NFT(t testing.TB, ns string, args ...string) string {
 	t.Helper()
+	return nft(t, ns, "", args...)
+}
+
+// NFTScript loads an nft script (nft -f -) in namespace ns; it skips the
+// test without the nft binary and fails it when nft fails.
+func NFTScript(t testing.TB, ns, script string) {
+	t.Helper()
+	nft(t, ns, script, "-f", "-")
+}
+
+func nft(t testing.TB, ns, stdin string, args ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs the nft binary (package nftables) to read the ruleset back")
+		t.Skip("needs the nft binary (package nftables)")
 	}
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft %v: %v: %s", args, err, out)
 	}

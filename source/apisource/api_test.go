@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
@@ -87,13 +88,7 @@ func ptrStr(s string) *string { return &s }
 
 func waitState(t *testing.T, b *model.Builder, what string, ok func(*proxier.State) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(b.State()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, what, func() bool { return ok(b.State()) })
 }
 
 // A typed handler passes objects of its type on, from a tombstone too,

@@ -12,6 +12,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // fakeRoundTripper answers each request with the next error of errs (nil:
@@ -152,19 +154,11 @@ func (r *watchdogRecorder) start(t *testing.T, every time.Duration, results ...e
 
 func (r *watchdogRecorder) waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, 5*time.Second, what, func() bool {
 		r.mu.Lock()
-		done := ok()
-		r.mu.Unlock()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer r.mu.Unlock()
+		return ok()
+	})
 }
 
 func TestAPIWatchdog(t *testing.T) {

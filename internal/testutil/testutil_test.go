@@ -1,0 +1,39 @@
+package testutil
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSortedListing(t *testing.T) {
+	a := "table ip t {\n\tmap m {\n\t\telements = { 1 : jump x,\n\t\t\t     2 : jump y }\n\t}\n}\n"
+	b := "table ip t {\n\tmap m {\n\t\telements = { 2 : jump y,\n\t\t\t     1 : jump x }\n\t}\n}\n"
+	if SortedText(a) != SortedText(b) {
+		t.Errorf("listings differing only in element order:\n%s\n---\n%s", SortedText(a), SortedText(b))
+	}
+	want := []string{"1 : jump x", "2 : jump y", "map m {", "table ip t {", "}", "}"}
+	if got := SortedListing(a); !slices.Equal(got, want) {
+		t.Errorf("SortedListing = %q, want %q", got, want)
+	}
+}
+
+func TestListingDiff(t *testing.T) {
+	for _, tc := range []struct {
+		got, want []string
+		diff      string
+	}{
+		{[]string{"a", "b"}, []string{"a", "b"}, ""},
+		{[]string{"a", "c"}, []string{"a", "b"}, `1 lines only in got ["c"]; 1 lines only in want ["b"]`},
+		{[]string{"a", "a"}, []string{"a"}, `1 lines only in got ["a"]; 0 lines only in want []`},
+	} {
+		if d := ListingDiff(tc.got, tc.want, "got", "want"); d != tc.diff {
+			t.Errorf("ListingDiff(%q, %q) = %q, want %q", tc.got, tc.want, d, tc.diff)
+		}
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	start := time.Now()
+	WaitFor(t, 5*time.Second, "20 ms to pass", func() bool { return time.Since(start) > 20*time.Millisecond })
+}
