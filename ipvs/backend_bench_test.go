@@ -41,7 +41,7 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 				NewHelper: func(proxier.Node) (Helper, error) { return NewFakeHelper(), nil },
 			})
 			lin := &proxier.Lineage{}
-			st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+			st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 			if _, err := be.Sync(context.Background(), st); err != nil {
 				b.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 				eps := append([]proxier.Endpoint(nil), orig...)
 				eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, byte(i >> 8), byte(i)}).String(), 8080, "b")
 				next.Endpoints[name] = eps
-				next.Delta = proxier.StateDelta{Lineage: lin, Gen: uint64(i) + 2, Changed: []proxier.ServicePortName{name}}
+				next.Changes = proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}
 				b.StartTimer()
 				if _, err := be.Sync(context.Background(), next); err != nil {
 					b.Fatal(err)

@@ -64,7 +64,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				}
 				st := bulkState10(n, demoState().Node.Name)
 				lin := &proxier.Lineage{}
-				st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+				st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 				tk := &timedKernel{Kernel: c}
 				var th *timedHelper
 				var addrsTook time.Duration
@@ -98,7 +98,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				name := spn("bulk", "s0", "")
 				for i := range 10 {
 					next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: maps.Clone(st.Endpoints),
-						Delta: proxier.StateDelta{Lineage: lin, Gen: uint64(i) + 2, Changed: []proxier.ServicePortName{name}}}
+						Changes: proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}}
 					eps := slices.Clone(st.Endpoints[name])
 					eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, 0, byte(i)}).String(), 8080, "b")
 					next.Endpoints[name] = eps

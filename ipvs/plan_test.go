@@ -369,7 +369,7 @@ func TestPlanLBNodeAccess(t *testing.T) {
 func TestPlannerFollowsDelta(t *testing.T) {
 	lin := &proxier.Lineage{}
 	st := demoState()
-	st.Delta = proxier.StateDelta{Lineage: lin, Gen: 1, NodeChanged: true}
+	st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 	pl := NewPlanner(Config{})
 	pl.Plan(st, nodeAddrs)
 
@@ -383,7 +383,7 @@ func TestPlannerFollowsDelta(t *testing.T) {
 		}
 	}
 	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
-	next.Delta = proxier.StateDelta{Lineage: lin, Gen: 2, Changed: []proxier.ServicePortName{dns, web}}
+	next.Changes = proxier.StateChanges{Lineage: lin, Gen: 2, Ports: []proxier.ServicePortName{dns, web}}
 	p := pl.Plan(next, nodeAddrs)
 	if got, want := p.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
 		t.Errorf("plan from the delta differs from a fresh one:\n%s\nfresh:\n%s", got, want)
@@ -395,7 +395,7 @@ func TestPlannerFollowsDelta(t *testing.T) {
 	// why only a source that tracks its changes sets one. A gap in the
 	// generations is not: everything is compared.
 	back := demoState()
-	back.Delta = proxier.StateDelta{Lineage: lin, Gen: 4}
+	back.Changes = proxier.StateChanges{Lineage: lin, Gen: 4}
 	if got, want := pl.Plan(back, nodeAddrs).String(), BuildPlan(back, Config{}, nodeAddrs).String(); got != want {
 		t.Errorf("after a gap in the generations:\n%s\nfresh:\n%s", got, want)
 	}

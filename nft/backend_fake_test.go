@@ -133,9 +133,9 @@ func holdsFullSync(t *testing.T, k *nftlib.FakeKernel, st *proxier.State, cfg Co
 
 // withDelta makes st generation gen of lin, changed naming its changes.
 func withDelta(st *proxier.State, lin *proxier.Lineage, gen uint64, changed ...string) *proxier.State {
-	st.Delta = proxier.StateDelta{Lineage: lin, Gen: gen}
+	st.Changes = proxier.StateChanges{Lineage: lin, Gen: gen}
 	for _, c := range changed {
-		st.Delta.Changed = append(st.Delta.Changed, proxierName("ns", c, "p"))
+		st.Changes.Ports = append(st.Changes.Ports, proxierName("ns", c, "p"))
 	}
 	return st
 }
@@ -266,7 +266,7 @@ flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 			{what: "a moves", st: withDelta(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
 			{what: "new node", st: func() *proxier.State {
 				st := withDelta(tinyState(moved), lin, 3)
-				st.Delta.NodeChanged = true
+				st.Changes.NodeChanged = true
 				st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24")}
 				return st
 			}(), full: true, changed: true, followUp: true},

@@ -53,15 +53,15 @@ func shallowCopy(st *proxier.State) *proxier.State {
 // withOneEndpointChanged returns a copy of st sharing every service and
 // endpoint list but one, whose first endpoint moved. When st has a lineage
 // (as a Builder's States do), the copy is its generation gen+1 of it, with
-// a Delta naming that service port.
+// Changes naming that service port.
 func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
 	out := shallowCopy(st)
 	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
 	eps := append([]proxier.Endpoint(nil), st.Endpoints[name]...)
 	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})
 	out.Endpoints[name] = eps
-	if st.Delta.Lineage != nil {
-		out.Delta = proxier.StateDelta{Lineage: st.Delta.Lineage, Gen: st.Delta.Gen + uint64(gen), Changed: []proxier.ServicePortName{name}}
+	if st.Changes.Lineage != nil {
+		out.Changes = proxier.StateChanges{Lineage: st.Changes.Lineage, Gen: st.Changes.Gen + uint64(gen), Ports: []proxier.ServicePortName{name}}
 	}
 	return out
 }
@@ -69,7 +69,7 @@ func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
 // withLineage makes st generation 1 of a source's States, as the
 // Builder's first.
 func withLineage(st *proxier.State) *proxier.State {
-	st.Delta = proxier.StateDelta{Lineage: &proxier.Lineage{}, Gen: 1, NodeChanged: true}
+	st.Changes = proxier.StateChanges{Lineage: &proxier.Lineage{}, Gen: 1, NodeChanged: true}
 	return st
 }
 
@@ -355,7 +355,7 @@ func withServiceAdded(prev *proxier.State, gen int) *proxier.State {
 		ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}}
 	out.Endpoints[name] = []proxier.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
 		Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
-	out.Delta = proxier.StateDelta{Lineage: prev.Delta.Lineage, Gen: prev.Delta.Gen + 1, Changed: []proxier.ServicePortName{name}}
+	out.Changes = proxier.StateChanges{Lineage: prev.Changes.Lineage, Gen: prev.Changes.Gen + 1, Ports: []proxier.ServicePortName{name}}
 	return out
 }
 

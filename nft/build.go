@@ -205,7 +205,7 @@ func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*nftlib.Chain
 // postrouting: the main table's KUBE-POSTROUTING masquerades what any of
 // them marks.
 func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
-	t.Delta = true
+	t.Secondary = true
 	earlier := int32(1)
 	if kind == DeltaTable {
 		t.Name += deltaSuffix

@@ -288,7 +288,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 	}
 }
 
-// A State whose Delta follows the one applied last is synced by looking at
+// A State whose Changes follow the one applied last is synced by looking at
 // the service ports it names alone (a change it does not name is not seen:
 // the proof that nothing else was compared); a State that does not follow
 // (a generation skipped, another lineage) is compared whole.
@@ -302,13 +302,13 @@ func TestKernelStateDelta(t *testing.T) {
 		st := demoState()
 		st.Endpoints[web][0].Addr = mustAddr(webEP)
 		st.Endpoints[dns][0].Addr = mustAddr(dnsEP)
-		st.Delta = proxier.StateDelta{Lineage: lineage, Gen: gen, Changed: changed, NodeChanged: gen == 1}
+		st.Changes = proxier.StateChanges{Lineage: lineage, Gen: gen, Ports: changed, NodeChanged: gen == 1}
 		return st
 	}
 	sync := func(st *proxier.State) {
 		t.Helper()
-		if res, err := b.Sync(ctx, st); err != nil || res.Full != (st.Delta.Gen == 1) {
-			t.Fatalf("sync of generation %d: %+v, %v", st.Delta.Gen, res, err)
+		if res, err := b.Sync(ctx, st); err != nil || res.Full != (st.Changes.Gen == 1) {
+			t.Fatalf("sync of generation %d: %+v, %v", st.Changes.Gen, res, err)
 		}
 	}
 	expect := func(step string, want, unwanted []string) {

@@ -30,7 +30,7 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 			if err != nil {
 				return nil, err
 			}
-			t.Delta = names[name] != MainTable
+			t.Secondary = names[name] != MainTable
 			t.Comment = comment
 			rs.Tables = append(rs.Tables, t)
 		}

@@ -71,9 +71,9 @@ type Table struct {
 	Family  Family
 	Name    string
 	Comment string
-	// Delta marks the tables besides the main one: recently changed service
-	// ports (see deltaSuffix) and those with session affinity (affinitySuffix).
-	Delta bool
+	// Secondary marks a table besides its family's main one (the nftables
+	// mode's delta and affinity tables): Ruleset.Table returns the main one.
+	Secondary bool
 	Maps  []*Map
 	// Affinity declares the dynamic set of session affinity (see affinity.go).
 	Affinity bool
@@ -240,7 +240,7 @@ func (t *Table) fragmentKeys() []string {
 // Table returns the ruleset's main table of that family, or nil.
 func (rs *Ruleset) Table(f Family) *Table {
 	for _, t := range rs.Tables {
-		if t.Family == f && !t.Delta {
+		if t.Family == f && !t.Secondary {
 			return t
 		}
 	}

@@ -2,8 +2,8 @@ package proxier
 
 // ChangeTracker tells a backend which service ports of a State differ from
 // those of the State it recorded last, at a cost in proportion to what
-// changed: a State whose Delta follows the recorded one is looked at only
-// where the Delta says it changed; the same State again (a periodic sync)
+// changed: a State whose Changes follow the recorded one is looked at only
+// where its Changes say so; the same State again (a periodic sync)
 // costs nothing; any other is compared service port by service port, by
 // pointer first (sources hand over States that share unchanged
 // ServicePorts and endpoint slices), by value when the pointers differ.
@@ -27,7 +27,7 @@ type trackedInput struct {
 
 // Same reports whether st is the State recorded last: nothing changed.
 func (t *ChangeTracker) Same(st *State) bool {
-	return st.Delta.Lineage != nil && st.Delta.Lineage == t.lineage && st.Delta.Gen == t.gen
+	return st.Changes.Lineage != nil && st.Changes.Lineage == t.lineage && st.Changes.Gen == t.gen
 }
 
 // Changes lists the service ports added, changed or removed in st since
@@ -36,17 +36,17 @@ func (t *ChangeTracker) Changes(st *State) []ServicePortName {
 	switch {
 	case t.Same(st):
 		return nil
-	case st.Delta.Follows(t.lineage, t.gen):
+	case st.Changes.Follows(t.lineage, t.gen):
 		return t.changesListed(st)
 	}
 	return t.changesCompared(st)
 }
 
-// changesListed looks only at the service ports st's Delta names.
+// changesListed looks only at the service ports st.Changes names.
 func (t *ChangeTracker) changesListed(st *State) []ServicePortName {
 	var out []ServicePortName
-	seen := make(map[ServicePortName]bool, len(st.Delta.Changed))
-	for _, name := range st.Delta.Changed {
+	seen := make(map[ServicePortName]bool, len(st.Changes.Ports))
+	for _, name := range st.Changes.Ports {
 		if !seen[name] && t.differs(st, name) { // a Service changed twice is listed twice
 			out = append(out, name)
 		}
@@ -125,7 +125,7 @@ func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
 			delete(t.inputs, name)
 		}
 	}
-	t.lineage, t.gen = st.Delta.Lineage, st.Delta.Gen
+	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
 }
 
 // RecordAll makes st the recorded State, every service port of it.
@@ -136,7 +136,7 @@ func (t *ChangeTracker) RecordAll(st *State) {
 		t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints[name]}
 		t.byPointer[svc] = st.Endpoints[name]
 	}
-	t.lineage, t.gen = st.Delta.Lineage, st.Delta.Gen
+	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
 }
 
 // Reset forgets the recorded State.

@@ -13,7 +13,7 @@ func trackerState(lin *Lineage, gen uint64, ports map[string]uint16) *State {
 		st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: port, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.1")}}
 		st.Endpoints[n] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.1"), Port: port, Ready: true}}
 	}
-	st.Delta = StateDelta{Lineage: lin, Gen: gen}
+	st.Changes = StateChanges{Lineage: lin, Gen: gen}
 	return st
 }
 
@@ -26,7 +26,7 @@ func names(ns ...string) []ServicePortName {
 }
 
 // The tracker lists added, changed and removed service ports, whichever
-// way it learns of them: the Delta, the same State, or a comparison.
+// way it learns of them: the Changes, the same State, or a comparison.
 func TestChangeTracker(t *testing.T) {
 	lin := &Lineage{}
 	base := trackerState(lin, 1, map[string]uint16{"a": 80, "b": 81, "c": 82})
@@ -44,17 +44,17 @@ func TestChangeTracker(t *testing.T) {
 		}, names("b", "c", "d")},
 		{"delta lists a change twice and an unknown removal", func() *State {
 			st := trackerState(lin, 2, map[string]uint16{"a": 80, "b": 90, "c": 82})
-			st.Delta.Changed = names("b", "b", "zz")
+			st.Changes.Ports = names("b", "b", "zz")
 			return st
 		}, names("b")},
 		{"delta listing an unchanged port", func() *State {
 			st := trackerState(lin, 2, map[string]uint16{"a": 80, "b": 81, "c": 82})
-			st.Delta.Changed = names("a")
+			st.Changes.Ports = names("a")
 			return st
 		}, nil},
 		{"delta that skips a generation is compared", func() *State {
 			st := trackerState(lin, 3, map[string]uint16{"a": 80, "b": 81})
-			st.Delta.Changed = names("a")
+			st.Changes.Ports = names("a")
 			return st
 		}, names("c")},
 	}

@@ -180,23 +180,23 @@ type State struct {
 	// Endpoints holds every endpoint of a service port, whatever its
 	// conditions, deduplicated and in a stable order.
 	Endpoints map[ServicePortName][]Endpoint
-	// Delta, when its source keeps track: how this State differs from
+	// Changes, when its source keeps track: how this State differs from
 	// the one before it of the same lineage.
-	Delta StateDelta
+	Changes StateChanges
 }
 
-// StateDelta relates a State to the previous one of its source (a
+// StateChanges relates a State to the previous one of its source (a
 // Builder), so that a backend that programmed that one can look at the
 // service ports that changed alone instead of comparing every one.
-type StateDelta struct {
-	// Lineage identifies the source; nil: no delta is known.
+type StateChanges struct {
+	// Lineage identifies the source; nil: the changes are not known.
 	Lineage *Lineage
 	// Gen counts the States of the lineage, from 1.
 	Gen uint64
-	// Changed are the service ports added, changed or removed since the
+	// Ports are the service ports added, changed or removed since the
 	// State of generation Gen-1, whose Node was the same unless
 	// NodeChanged.
-	Changed     []ServicePortName
+	Ports       []ServicePortName
 	NodeChanged bool
 }
 
@@ -205,7 +205,7 @@ type Lineage struct{ _ byte }
 
 // Follows reports whether d describes the change from the State of
 // generation gen of lineage l.
-func (d StateDelta) Follows(l *Lineage, gen uint64) bool {
+func (d StateChanges) Follows(l *Lineage, gen uint64) bool {
 	return d.Lineage != nil && d.Lineage == l && gen != 0 && d.Gen == gen+1 && !d.NodeChanged
 }
 

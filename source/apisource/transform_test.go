@@ -159,7 +159,7 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 		if len(ta) == 0 || !reflect.DeepEqual(ta, tb) {
 			t.Errorf("node %s: trigger times %v with the transform, %v without", node, tb, ta)
 		}
-		a.Delta, b.Delta = proxier.StateDelta{}, proxier.StateDelta{} // lineages differ by design
+		a.Changes, b.Changes = proxier.StateChanges{}, proxier.StateChanges{} // lineages differ by design
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("node %s: state differs with the transform:\n%+v\n%+v", node, a, b)
 		}

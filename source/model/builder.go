@@ -477,7 +477,7 @@ func (b *Builder) stateLocked() *proxier.State {
 		Node:      proxier.Node{Name: b.nodeName},
 		Services:  maps.Clone(b.liveServices),
 		Endpoints: maps.Clone(b.liveEndpoints),
-		Delta: proxier.StateDelta{Lineage: b.lineage, Gen: b.gen, Changed: b.changed,
+		Changes: proxier.StateChanges{Lineage: b.lineage, Gen: b.gen, Ports: b.changed,
 			NodeChanged: b.nodeChanged || b.gen == 1},
 	}
 	b.changed, b.nodeChanged = nil, false

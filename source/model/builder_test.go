@@ -257,26 +257,26 @@ func TestBuilderStateDelta(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := b.State()
-	if d := first.Delta; d.Lineage == nil || d.Gen != 1 || !d.NodeChanged {
+	if d := first.Changes; d.Lineage == nil || d.Gen != 1 || !d.NodeChanged {
 		t.Fatalf("first snapshot's delta: %+v, want generation 1 with the node changed (nothing before)", d)
 	}
-	if again := b.State(); again.Delta.Gen != 1 {
-		t.Errorf("the same snapshot again has generation %d", again.Delta.Gen)
+	if again := b.State(); again.Changes.Gen != 1 {
+		t.Errorf("the same snapshot again has generation %d", again.Changes.Gen)
 	}
 	if err := b.UpsertEndpointSlice(sourcetest.DecodeSlices(t, sliceYAML("web-a", "web", "10.0.0.1"))[0]); err != nil {
 		t.Fatal(err)
 	}
 	second := b.State()
-	d := second.Delta
-	if !d.Follows(first.Delta.Lineage, 1) || !slices.Contains(d.Changed, sourcetest.WebPortName("http")) {
+	d := second.Changes
+	if !d.Follows(first.Changes.Lineage, 1) || !slices.Contains(d.Ports, sourcetest.WebPortName("http")) {
 		t.Errorf("after a slice change: %+v, want generation 2 following 1 with %s changed", d, sourcetest.WebPortName("http"))
 	}
 	b.DeleteService("default", "web")
 	third := b.State()
-	if !third.Delta.Follows(d.Lineage, 2) || !slices.Contains(third.Delta.Changed, sourcetest.WebPortName("http")) || len(third.Services) != 0 {
-		t.Errorf("after the Service went: %+v", third.Delta)
+	if !third.Changes.Follows(d.Lineage, 2) || !slices.Contains(third.Changes.Ports, sourcetest.WebPortName("http")) || len(third.Services) != 0 {
+		t.Errorf("after the Service went: %+v", third.Changes)
 	}
-	if other := NewBuilder("node-1"); other.State().Delta.Follows(d.Lineage, 3) {
+	if other := NewBuilder("node-1"); other.State().Changes.Follows(d.Lineage, 3) {
 		t.Error("another Builder's snapshot follows this one's")
 	}
 }
