@@ -131,8 +131,8 @@ func holdsFullSync(t *testing.T, k *nftlib.FakeKernel, st *proxier.State, cfg Co
 	}
 }
 
-// withDelta makes st generation gen of lin, changed naming its changes.
-func withDelta(st *proxier.State, lin *proxier.Lineage, gen uint64, changed ...string) *proxier.State {
+// withChanges makes st generation gen of lin, changed naming its changes.
+func withChanges(st *proxier.State, lin *proxier.Lineage, gen uint64, changed ...string) *proxier.State {
 	st.Changes = proxier.StateChanges{Lineage: lin, Gen: gen}
 	for _, c := range changed {
 		st.Changes.Ports = append(st.Changes.Ports, proxierName("ns", c, "p"))
@@ -149,8 +149,8 @@ func TestBackendFakeDeltaFoldStale(t *testing.T) {
 	lin := &proxier.Lineage{}
 	two := func(a, b string) map[string]string { return map[string]string{"a": a, "b": b} }
 	steps := []fakeStep{
-		{what: "first sync", st: withDelta(tinyState(two("10.244.0.1", "10.244.0.9")), lin, 1), full: true, changed: true},
-		{what: "a's endpoint moves", st: withDelta(tinyState(two("10.244.0.2", "10.244.0.9")), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"},
+		{what: "first sync", st: withChanges(tinyState(two("10.244.0.1", "10.244.0.9")), lin, 1), full: true, changed: true},
+		{what: "a's endpoint moves", st: withChanges(tinyState(two("10.244.0.2", "10.244.0.9")), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"},
 			tx: `
 delete element ip kube-nftproxy service-ips { 10.96.0.1 . tcp . 80 }
 flush chain ip kube-nftproxy KUBE-SEP-7FDJAXXCBH7RHJZM
@@ -223,30 +223,30 @@ func TestBackendFakeScenarios(t *testing.T) {
 		steps  []fakeStep
 	}{
 		{name: "a periodic sync before the follow-up folds the delta", steps: []fakeStep{
-			{what: "first", st: withDelta(tinyState(base), lin, 1), full: true, changed: true},
-			{what: "a moves", st: withDelta(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
+			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
+			{what: "a moves", st: withChanges(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
 			{what: "periodic sync folds, keeps the chains it wants again", wait: staleChainAge / 2, changed: true, followUp: true},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true},
 		}},
 		{name: "a removed service port leaves the main table; an added one goes to the delta", steps: append([]fakeStep{
-			{what: "first", st: withDelta(tinyState(base), lin, 1), full: true, changed: true},
-			{what: "b removed", st: withDelta(tinyState(eps("a", "10.244.0.1")), lin, 2, "b"), changed: true, followUp: true, tx: `
+			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
+			{what: "b removed", st: withChanges(tinyState(eps("a", "10.244.0.1")), lin, 2, "b"), changed: true, followUp: true, tx: `
 delete element ip kube-nftproxy service-ips { 10.96.0.2 . tcp . 80 }
 flush chain ip kube-nftproxy KUBE-SEP-Z5OOVPMZYYAASIAC
 flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
-			{what: "c added", st: withDelta(tinyState(eps("a", "10.244.0.1", "c", "10.244.0.3")), lin, 3, "c"), changed: true, followUp: true, delta: []string{"c"}},
+			{what: "c added", st: withChanges(tinyState(eps("a", "10.244.0.1", "c", "10.244.0.3")), lin, 3, "c"), changed: true, followUp: true, delta: []string{"c"}},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true, delta: []string{"c"}},
 		}, idleAndCleanup...)},
 		{name: "session affinity stays in the affinity table", steps: []fakeStep{
-			{what: "first", st: withAffinityOn(withDelta(tinyState(base), lin, 1), "a"), full: true, changed: true},
-			{what: "a moves", st: withAffinityOn(withDelta(tinyState(moved), lin, 2, "a"), "a"), changed: true, followUp: true},
+			{what: "first", st: withAffinityOn(withChanges(tinyState(base), lin, 1), "a"), full: true, changed: true},
+			{what: "a moves", st: withAffinityOn(withChanges(tinyState(moved), lin, 2, "a"), "a"), changed: true, followUp: true},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true},
 			{what: "idle: nothing to fold", wait: time.Minute},
 		}},
 		{name: "the delta folds with a change once it outgrows FoldAt", foldAt: 1, steps: []fakeStep{
-			{what: "first", st: withDelta(tinyState(base), lin, 1), full: true, changed: true},
-			{what: "a moves", st: withDelta(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
-			{what: "b moves too: two over one, fold", st: withDelta(tinyState(eps("a", "10.244.0.2", "b", "10.244.0.8")), lin, 3, "b"), changed: true, followUp: true},
+			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
+			{what: "a moves", st: withChanges(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
+			{what: "b moves too: two over one, fold", st: withChanges(tinyState(eps("a", "10.244.0.2", "b", "10.244.0.8")), lin, 3, "b"), changed: true, followUp: true},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true},
 		}},
 		{name: "States without a delta are compared service port by service port", steps: append([]fakeStep{
@@ -256,16 +256,16 @@ flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true, delta: []string{"a"}},
 		}, idleAndCleanup...)},
 		{name: "a change undone before the fold", steps: append([]fakeStep{
-			{what: "first", st: withDelta(tinyState(base), lin, 1), full: true, changed: true},
-			{what: "a moves", st: withDelta(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
-			{what: "a moves back", st: withDelta(tinyState(base), lin, 3, "a"), changed: true, followUp: true, delta: []string{"a"}},
+			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
+			{what: "a moves", st: withChanges(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
+			{what: "a moves back", st: withChanges(tinyState(base), lin, 3, "a"), changed: true, followUp: true, delta: []string{"a"}},
 			{what: "follow-up", wait: staleChainAge, changed: true, cleanupOnly: true, delta: []string{"a"}},
 		}, idleAndCleanup...)},
 		{name: "a new node description rewrites everything", steps: []fakeStep{
-			{what: "first", st: withDelta(tinyState(base), lin, 1), full: true, changed: true},
-			{what: "a moves", st: withDelta(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
+			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
+			{what: "a moves", st: withChanges(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
 			{what: "new node", st: func() *proxier.State {
-				st := withDelta(tinyState(moved), lin, 3)
+				st := withChanges(tinyState(moved), lin, 3)
 				st.Changes.NodeChanged = true
 				st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24")}
 				return st
@@ -327,10 +327,10 @@ func TestBackendFakeRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, k, advance := fakeBackend(t, BackendConfig{})
 			ctx := context.Background()
-			if _, err := b.Sync(ctx, withDelta(tinyState(base), lin, 1)); err != nil {
+			if _, err := b.Sync(ctx, withChanges(tinyState(base), lin, 1)); err != nil {
 				t.Fatal(err)
 			}
-			st := withDelta(tinyState(moved), lin, 2, "a")
+			st := withChanges(tinyState(moved), lin, 2, "a")
 			if tt.first {
 				b.ForceFull()
 			}

@@ -292,7 +292,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 // the service ports it names alone (a change it does not name is not seen:
 // the proof that nothing else was compared); a State that does not follow
 // (a generation skipped, another lineage) is compared whole.
-func TestKernelStateDelta(t *testing.T) {
+func TestKernelStateChanges(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	ctx := context.Background()

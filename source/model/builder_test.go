@@ -251,7 +251,7 @@ func TestBuilderConcurrent(t *testing.T) {
 
 // Each new snapshot says which service ports changed since the one before,
 // so that backends can look at those alone.
-func TestBuilderStateDelta(t *testing.T) {
+func TestBuilderStateChanges(t *testing.T) {
 	b := NewBuilder("node-1")
 	if err := b.UpsertService(sourcetest.DecodeService(t, sourcetest.WebService)); err != nil {
 		t.Fatal(err)
