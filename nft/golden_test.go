@@ -83,8 +83,14 @@ func goldenCases() []goldenCase {
 	masqAll := demoConfig()
 	masqAll.MasqueradeAll = true
 	masqAll.MasqueradeBit = 10
+	localhost := demoConfig()
+	localhost.LocalhostNodePorts = true // iptables mode's default
+	localhostCIDRs := localhost
+	localhostCIDRs.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd00:99::/64")}
 	return []goldenCase{
 		{"demo.nft", demoState(), demoConfig()},
+		{"localhost-nodeports.nft", affinity(), localhost},
+		{"localhost-nodeports-cidrs.nft", withNode(), localhostCIDRs},
 		{"masquerade-all.nft", demoState(), masqAll},
 		{"sctp-external-terminating.nft", sctp(), demoConfig()},
 		{"ipv6-only-unnamed-port.nft", ipv6only(), DefaultConfig()},

@@ -391,7 +391,7 @@ func cmpTerm(f Family, c *expr.Cmp, loads []Field, mark, iif bool, bw *expr.Bitw
 	case fib != nil:
 		return FibLocal{Saddr: fib.FlagSADDR}, nil
 	case ct != nil && bw != nil:
-		return CtState{Bits: u32(bw.Mask)}, nil
+		return ctTerm(ct, bw, c, u32)
 	case mark && bw != nil:
 		if u32(c.Data) == 0 {
 			return MarkZero{Bit: u32(bw.Mask)}, nil

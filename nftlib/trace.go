@@ -298,6 +298,14 @@ func (s *state) term(t *Table, term Term, depth int) []result {
 		if m.Bits&CtNew == 0 { // Trace follows the first packet of a connection
 			return miss
 		}
+	case CtStateNone:
+		if m.Bits&CtNew != 0 {
+			return miss
+		}
+	case CtStatusNone: // only DNAT is written
+		if s.dnat.IsValid() {
+			return miss
+		}
 	case MarkIsSet:
 		if s.mark&m.Bit == 0 {
 			return miss
