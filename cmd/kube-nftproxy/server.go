@@ -17,6 +17,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
 // proxyServer is the running proxy. runProxy builds it in order: the
@@ -109,6 +110,9 @@ func (s *proxyServer) openKernel(context.Context) error {
 	// that is missing or read-only here is a warning; other errors stop us.
 	if _, err := conntrack.NewTuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
 		return fmt.Errorf("could not set conntrack parameters: %w", err)
+	}
+	if s.cfg, err = ensureRouteLocalnet(sysctl.New(""), s.cfg, s.log); err != nil {
+		return err
 	}
 	k, err := nftlib.OpenKernel("")
 	if err != nil {
@@ -263,7 +267,7 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	if err := serveHTTP(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler()); err != nil {
 		return err
 	}
-	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.mode))
+	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.o.modeName()))
 }
 
 // run starts the source and runs the sync loop until ctx ends.
