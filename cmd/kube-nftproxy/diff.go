@@ -110,7 +110,7 @@ func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 		if err != nil {
 			return nil, err
 		}
-		if o.proxyMode != modeNFTables && o.proxyMode != modeIPTables {
+		if m := o.modeName(); m != modeNFTables && m != modeIPTables {
 			return nil, fmt.Errorf("--proxy-mode %q: diff renders nftables or iptables", o.proxyMode)
 		}
 		cfg, err := o.nftConfig()
