@@ -24,7 +24,9 @@ func TestCompareUpstreamLocalhost(t *testing.T) {
 	v4 := readDump(t, filepath.Join(dir, "iptables-legacy-save.txt"))
 	v6 := readDump(t, filepath.Join(dir, "ip6tables-legacy-save.txt"))
 	line := func(re string) *regexp.Regexp { return regexp.MustCompile(`(?m)^` + re + `.*\n`) }
-	noGuard := func(s string) string { return line(`-A KUBE-FIREWALL .*block incoming localnet connections`).ReplaceAllString(s, "") }
+	noGuard := func(s string) string {
+		return line(`-A KUBE-FIREWALL .*block incoming localnet connections`).ReplaceAllString(s, "")
+	}
 	notLoopback := func(s string) string {
 		s = strings.Replace(s, `-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports;`, `-A KUBE-SERVICES ! -d 127.0.0.0/8 -m comment --comment "kubernetes service nodeports;`, 1)
 		return line(`-A KUBE-NODEPORTS -d 127.0.0.0/8 `).ReplaceAllString(s, "")
