@@ -325,7 +325,7 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 		}
 	}()
 	s.log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
-		"source", "API server", "node", s.node, "mode", s.mode)
+		"source", "API server", "node", s.node, "mode", s.o.modeName())
 }
 
 type fileStateSource struct{ files *filesource.FileSource }
@@ -341,5 +341,5 @@ func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
 			s.log.Error("watching the state stopped; changes are no longer followed", "err", err)
 		}
 	}()
-	s.log.Info("kube-nftproxy running", "state", s.o.statePath, "node", s.node, "mode", s.mode)
+	s.log.Info("kube-nftproxy running", "state", s.o.statePath, "node", s.node, "mode", s.o.modeName())
 }
