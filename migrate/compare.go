@@ -136,6 +136,7 @@ func compareViews(rep *Report, theirs, ours *view) {
 	if theirs.masqMark != ours.masqMark {
 		rep.Node = append(rep.Node, fmt.Sprintf("%s: KUBE-MARK-MASQ sets %#x in iptables, %#x in ours (--iptables-masquerade-bit)", family, theirs.masqMark, ours.masqMark))
 	}
+	rep.Node = append(rep.Node, compareLocalhost(family, theirs.localhost, ours.localhost)...)
 	a, b := theirs.facts(), ours.facts()
 	keys := map[Key]bool{}
 	for k := range a {

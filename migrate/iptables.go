@@ -70,6 +70,7 @@ func fromIPTables(d *iptsave.Dump) (*view, error) {
 		v.outputChecksExternal = jumpsTo(filter, "OUTPUT", "KUBE-EXTERNAL-SERVICES")
 	}
 	v.readFirewalls(filter)
+	v.localhost = readLocalhostIPT(d.IPv6, nat, filter)
 	sort.SliceStable(v.entries, func(i, j int) bool { return v.entries[i].service < v.entries[j].service })
 	return v, nil
 }

@@ -65,6 +65,7 @@ func fromRuleset(rs *nftlib.Ruleset, ipv6 bool) *view {
 			}
 		}
 		v.readEntries(t)
+		readLocalhostOurs(f, t, &v.localhost)
 	}
 	v.readOurFirewalls()
 	sort.SliceStable(v.entries, func(i, j int) bool { return v.entries[i].service < v.entries[j].service })

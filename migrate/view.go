@@ -37,6 +37,8 @@ type view struct {
 	outputChecksExternal bool
 	// masqMark is the bit KUBE-MARK-MASQ sets (0: not found).
 	masqMark uint32
+	// localhost: NodePorts on loopback and their guard (localhost.go).
+	localhost localhostFacts
 	// dnats and affinitySets are, by endpoint chain, its first DNAT's
 	// target and its first affinity update's timeout (see indexChains).
 	dnats        map[string]string

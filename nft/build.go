@@ -80,6 +80,10 @@ type Config struct {
 	// ConntrackTCPBeLiberal leaves out-of-window TCP packets alone
 	// (--conntrack-tcp-be-liberal): no `ct state invalid drop`.
 	ConntrackTCPBeLiberal bool
+	// LocalhostNodePorts serves IPv4 NodePorts on 127.0.0.0/8 too, as
+	// iptables mode does (--iptables-localhost-nodeports), when the
+	// NodePort addresses include loopback; see localhost.go.
+	LocalhostNodePorts bool
 }
 
 // DefaultConfig is kube-proxy's defaults.
@@ -127,10 +131,7 @@ func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
 // no services.
 func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) *nftlib.Table {
 	mark := cfg.MasqueradeMark()
-	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	if f == nftlib.IPv6 {
-		loopback = netip.MustParsePrefix("::1/128")
-	}
+	notLoopback := loopbackExclusion(f, cfg)
 	t := &nftlib.Table{
 		Family:  f,
 		Name:    cfg.TableName,
@@ -142,15 +143,18 @@ func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) 
 			{Name: mapNoEndpointPorts, Key: []nftlib.Field{nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "reject or drop traffic to NodePorts without usable endpoints"},
 			{Name: mapFirewallIPs, Key: []nftlib.Field{nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport}, Comment: "LoadBalancer IPs with loadBalancerSourceRanges"},
 		},
-		Chains:    fixedChains(cfg, mark, loopback),
+		Chains:    fixedChains(cfg, mark, notLoopback),
 		Fragments: map[string]*nftlib.Fragment{},
 	}
-	// NodePorts answer on the node's own addresses, never on loopback (no
-	// route_localnet, as upstream's nftables mode), optionally only those
-	// within --nodeport-addresses.
+	// NodePorts answer on the node's own addresses, not on loopback (no
+	// route_localnet, as upstream's nftables mode) unless localhost
+	// NodePorts are on, optionally only those within --nodeport-addresses.
 	services := t.FixedChain(chainServices)
-	for _, m := range nodePortMatches(f, cfg, node, loopback) {
+	for _, m := range nodePortMatches(f, cfg, node, notLoopback) {
 		services.Rules = append(services.Rules, nftlib.R(append(m, nftlib.JumpTo(chainNodePorts))...))
+	}
+	if kind == MainTable && localhostNodePorts(f, cfg) {
+		addLocalnetFirewall(t)
 	}
 	if kind != MainTable {
 		earlierTable(t, cfg, kind)
@@ -159,7 +163,7 @@ func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) 
 }
 
 // fixedChains are a main table's chains besides the service ports'.
-func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*nftlib.Chain {
+func fixedChains(cfg Config, mark uint32, notLoopback []nftlib.Term) []*nftlib.Chain {
 	return []*nftlib.Chain{
 		{Name: "nat-prerouting", Hook: &nftlib.Hook{Type: "nat", Hook: "prerouting", Priority: -100},
 			Rules: []nftlib.Rule{nftlib.R(nftlib.JumpTo(chainServices))}},
@@ -193,7 +197,7 @@ func fixedChains(cfg Config, mark uint32, loopback netip.Prefix) []*nftlib.Chain
 		{Name: chainFirewall, Rules: []nftlib.Rule{nftlib.R(nftlib.Vmap(mapFirewallIPs, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport))}},
 		{Name: chainExternalServices, Rules: []nftlib.Rule{
 			nftlib.R(nftlib.Vmap(mapNoEndpointIPs, nftlib.FieldDaddr, nftlib.FieldL4Proto, nftlib.FieldDport)),
-			nftlib.R(nftlib.FibLocal{}, nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopback}, nftlib.Vmap(mapNoEndpointPorts, nftlib.FieldL4Proto, nftlib.FieldDport)),
+			nftlib.R(slices.Concat([]nftlib.Term{nftlib.FibLocal{}}, notLoopback, []nftlib.Term{nftlib.Vmap(mapNoEndpointPorts, nftlib.FieldL4Proto, nftlib.FieldDport)})...),
 		}},
 		{Name: chainForward, Rules: forwardRules(cfg, mark)},
 		{Name: chainReject, Rules: []nftlib.Rule{nftlib.R(nftlib.Reject{})}},
@@ -235,9 +239,10 @@ func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 }
 
 // nodePortMatches are the matches that send a packet to KUBE-NODEPORTS:
-// a local destination, not loopback, and within --nodeport-addresses.
-func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, loopback netip.Prefix) [][]nftlib.Term {
-	base := []nftlib.Term{nftlib.FibLocal{}, nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopback}}
+// a local destination, not loopback (notLoopback, empty with localhost
+// NodePorts), and within --nodeport-addresses.
+func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, notLoopback []nftlib.Term) [][]nftlib.Term {
+	base := append([]nftlib.Term{nftlib.FibLocal{}}, notLoopback...)
 	var within []netip.Prefix
 	if cfg.NodePortPrimary {
 		for _, ip := range node.IPs {

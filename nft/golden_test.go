@@ -101,10 +101,11 @@ func readFlagsFile(path string) ([]string, error) {
 // this copy cannot drift. Unknown flags are an error.
 func goldenConfig(args []string) (Config, string, error) {
 	var (
-		node, clusterCIDR, detect, bridge, prefix string
-		nodePortAddrs                             []string
-		masqBit                                   int
-		cfg                                       = DefaultConfig()
+		node, clusterCIDR, detect, bridge, prefix, mode string
+		nodePortAddrs                                   []string
+		masqBit                                         int
+		localhost                                       bool
+		cfg                                             = DefaultConfig()
 	)
 	fs := pflag.NewFlagSet("golden", pflag.ContinueOnError)
 	fs.StringVar(&node, "hostname-override", "", "")
@@ -116,9 +117,13 @@ func goldenConfig(args []string) (Config, string, error) {
 	fs.StringVar(&prefix, "pod-interface-name-prefix", "", "")
 	fs.StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "")
 	fs.BoolVar(&cfg.ConntrackTCPBeLiberal, "conntrack-tcp-be-liberal", false, "")
+	fs.StringVar(&mode, "proxy-mode", "nftables", "")
+	fs.BoolVar(&localhost, "iptables-localhost-nodeports", true, "")
 	if err := fs.Parse(args); err != nil {
 		return cfg, "", err
 	}
+	// iptables mode serves NodePorts on localhost unless told not to.
+	cfg.LocalhostNodePorts = mode == "iptables" && localhost
 	cfg.MasqueradeBit = uint(masqBit)
 	cfg.DetectLocal = proxier.LocalDetector{Mode: detect, BridgeInterface: bridge, InterfacePrefix: prefix}
 	for _, a := range nodePortAddrs {

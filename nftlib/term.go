@@ -42,7 +42,7 @@ type Term interface {
 // SetLookup without one). It is a constant table: nothing writes it.
 var termKinds = [...]Term{
 	SetLookup{}, SetMatch{}, VmapLookup{},
-	AddrMatch{}, ProtoMatch{}, PortMatch{}, FibLocal{}, CtState{}, IfName{},
+	AddrMatch{}, ProtoMatch{}, PortMatch{}, FibLocal{}, CtState{}, CtStateNone{}, CtStatusNone{}, IfName{},
 	MarkIsSet{}, MarkZero{}, MarkSet{},
 	NumgenZero{}, AffinityMatch{}, AffinityUpdate{},
 	DNAT{}, Masquerade{}, Reject{}, Verdict{},

@@ -83,6 +83,13 @@ func termCases(f Family) map[string][]termCase {
 			{term: CtState{Bits: CtNew | CtEstablished}, want: []string{match}},
 			{term: CtState{Bits: CtInvalid}, want: []string{noMatch}},
 		},
+		"CtStateNone": {
+			{term: CtStateNone{Bits: CtEstablished | CtRelated}, want: []string{match}},
+			{term: CtStateNone{Bits: CtNew}, want: []string{noMatch}},
+		},
+		"CtStatusNone": {
+			{term: CtStatusNone{Bits: CtStatusDNAT}, want: []string{match}},
+		},
 		"IfName": {
 			{term: IfName{Name: "eth0"}, want: []string{match}},
 			{term: IfName{Name: "eth", Prefix: true, Negate: true}, want: []string{noMatch}},

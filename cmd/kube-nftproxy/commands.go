@@ -65,6 +65,10 @@ type options struct {
 	oomScoreAdj      int32
 	ctTuning         conntrack.TuningConfig // --conntrack-* but be-liberal, which is tcpBeLiberal
 	ipvs             ipvsOptions            // --ipvs-*
+	// localhostNodePorts is --iptables-localhost-nodeports (iptables mode
+	// only); localhostNodePortsSet: given, as a flag or in --config.
+	localhostNodePorts    bool
+	localhostNodePortsSet bool
 
 	skipConntrackCleanup bool
 }
@@ -80,6 +84,7 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
 	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
 	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "enable liberal mode for tracking TCP packets (nf_conntrack_tcp_be_liberal=1), and do not drop forwarded packets conntrack finds invalid")
+	o.addLocalhostFlag(fs)
 }
 
 // conntrackTuning is the conntrack sysctl tuning the options ask for.
@@ -136,6 +141,7 @@ func (o *options) nftConfig() (nft.Config, error) {
 		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
 	}
 	cfg.MasqueradeBit = uint(o.masqueradeBit)
+	cfg.LocalhostNodePorts = o.proxyMode == modeIPTables && o.localhostNodePorts
 	seen := map[bool]bool{}
 	for _, s := range strings.Split(o.clusterCIDR, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -246,6 +252,7 @@ func runRoot(cmd *cobra.Command, o *options) error {
 	if len(gates) > 0 {
 		log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
 	}
+	o.noteMode(cmd.Flags(), log)
 	if o.writeConfigTo != "" {
 		return o.writeConfig(o.writeConfigTo)
 	}
@@ -277,7 +284,7 @@ func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
 	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
-	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables or ipvs")
+	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables, iptables (iptables mode's behaviour, programmed as nftables) or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
 	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
 	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); only LoggingAlphaOptions and LoggingBetaOptions have an effect")
@@ -340,7 +347,7 @@ func newRenderCommand() *cobra.Command {
 		},
 	}
 	o.addRuleFlags(cmd.Flags())
-	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode to render: nftables or ipvs")
+	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode to render: nftables, iptables or ipvs")
 	o.ipvs.addFlags(cmd.Flags())
 	return cmd
 }
@@ -436,13 +443,13 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"iptables-localhost-nodeports", "init-only", "profiling", "config-sync-period",
+	"init-only", "profiling", "config-sync-period",
 	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
 }
 
 // unsupportedBools are those of them that kube-proxy parses as booleans.
 var unsupportedBools = map[string]bool{
-	"iptables-localhost-nodeports": true, "init-only": true,
+	"init-only": true,
 	"profiling": true, "bind-address-hard-fail": true,
 }
 

@@ -132,8 +132,8 @@ detectLocalMode: ClusterCIDR
 			t.Errorf("config %q: err %v, want it to mention %q", b.body, err, b.want)
 		}
 	}
-	if _, err := run("--proxy-mode", "iptables", "--write-config-to", out); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Errorf("--proxy-mode iptables: %v", err)
+	if _, err := run("--proxy-mode", "userspace", "--write-config-to", out); err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Errorf("--proxy-mode userspace: %v", err)
 	}
 	if _, err := run("--feature-gates", "Foo", "--write-config-to", out); err == nil {
 		t.Errorf("--feature-gates Foo accepted")

@@ -127,6 +127,8 @@ func checkConfigPeriods(c *proxyconfig.KubeProxyConfiguration) error {
 	}{
 		{"nftables.syncPeriod", c.NFTables.SyncPeriod.Duration, false},
 		{"nftables.minSyncPeriod", c.NFTables.MinSyncPeriod.Duration, true},
+		{"iptables.syncPeriod", c.IPTables.SyncPeriod.Duration, false},
+		{"iptables.minSyncPeriod", c.IPTables.MinSyncPeriod.Duration, true},
 		{"ipvs.syncPeriod", c.IPVS.SyncPeriod.Duration, false},
 		{"ipvs.minSyncPeriod", c.IPVS.MinSyncPeriod.Duration, true},
 	} {
@@ -174,10 +176,10 @@ func (o *options) validatePeriods() error {
 // checkMode accepts the proxy modes we implement.
 func checkMode(mode string) error {
 	switch mode {
-	case "", modeNFTables, modeIPVS:
+	case "", modeNFTables, modeIPTables, modeIPVS:
 		return nil
 	}
-	return fmt.Errorf("proxy mode %q is not supported: kube-nftproxy implements nftables and ipvs", mode)
+	return fmt.Errorf("proxy mode %q is not supported: kube-nftproxy implements nftables, iptables (programmed as nftables) and ipvs", mode)
 }
 
 // writeConfig writes the effective settings as a KubeProxyConfiguration,

@@ -56,15 +56,58 @@ func generalFields() []configField {
 	}
 }
 
-// nftablesFields are the nftables section's settings (the --iptables-*
-// flags, as in kube-proxy).
+// nftablesFields are the settings of the mode's section, as upstream's
+// v1alpha1 reads them: the proxy mode picks the section, `iptables:` in
+// iptables mode, `nftables:` otherwise (the --iptables-* flags, as in
+// kube-proxy, serve both). localhostNodePorts exists in `iptables:` only.
 func nftablesFields() []configField {
 	type c = kubeProxyConfig
 	return []configField{
-		same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.NFTables.MasqueradeAll }),
-		pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.NFTables.MasqueradeBit }),
-		same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.NFTables.SyncPeriod.Duration }),
-		same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.NFTables.MinSyncPeriod.Duration }),
+		byMode(same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.NFTables.MasqueradeAll }),
+			same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.IPTables.MasqueradeAll })),
+		byMode(pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.NFTables.MasqueradeBit }),
+			pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.IPTables.MasqueradeBit })),
+		byMode(same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.NFTables.SyncPeriod.Duration }),
+			same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.IPTables.SyncPeriod.Duration })),
+		byMode(same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.NFTables.MinSyncPeriod.Duration }),
+			same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPTables.MinSyncPeriod.Duration })),
+		localhostNodePortsField(),
+	}
+}
+
+// byMode is the nftables field, or in iptables mode the iptables one: the
+// mode is known when these load (generalFields load first).
+func byMode(nftables, iptables configField) configField {
+	pick := func(o *options) configField {
+		if o.proxyMode == modeIPTables {
+			return iptables
+		}
+		return nftables
+	}
+	return configField{
+		flag:  nftables.flag,
+		load:  func(c *kubeProxyConfig, o *options) { pick(o).load(c, o) },
+		store: func(o *options, c *kubeProxyConfig) { pick(o).store(o, c) },
+	}
+}
+
+// localhostNodePortsField is iptables.localhostNodePorts: read in any mode
+// (so that setting it outside iptables mode can be warned about), written
+// in iptables mode, where it applies.
+func localhostNodePortsField() configField {
+	return configField{
+		flag: flagLocalhostNodePorts,
+		load: func(c *kubeProxyConfig, o *options) {
+			if p := c.IPTables.LocalhostNodePorts; p != nil {
+				o.localhostNodePorts, o.localhostNodePortsSet = *p, true
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) {
+			if o.proxyMode == modeIPTables {
+				v := o.localhostNodePorts
+				c.IPTables.LocalhostNodePorts = &v
+			}
+		},
 	}
 }
 

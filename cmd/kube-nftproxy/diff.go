@@ -47,6 +47,7 @@ when everything is equal, 1 when something differs, 2 on bad input.`,
 	}
 	cmd.Flags().StringArrayVar(&dumps, "iptables-save", nil, "iptables-save or ip6tables-save output to compare (\"-\": standard input); give it twice for both families")
 	o.addRuleFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "with --state: the mode to render, nftables or iptables (iptables mode's localhost NodePorts)")
 	return cmd
 }
 
@@ -108,6 +109,9 @@ func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
 		if err != nil {
 			return nil, err
+		}
+		if m := o.modeName(); m != modeNFTables && m != modeIPTables {
+			return nil, fmt.Errorf("--proxy-mode %q: diff renders nftables or iptables", o.proxyMode)
 		}
 		cfg, err := o.nftConfig()
 		if err != nil {

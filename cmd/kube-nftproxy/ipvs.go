@@ -25,6 +25,7 @@ import (
 
 const (
 	modeNFTables = "nftables"
+	modeIPTables = "iptables" // iptables mode's behaviour, programmed as nftables
 	modeIPVS     = "ipvs"
 )
 

@@ -59,7 +59,7 @@ func TestIPVSValidation(t *testing.T) {
 		{[]string{"--ipvs-tcpfin-timeout", "-1s"}, "--ipvs-tcpfin-timeout -1s"},
 		{[]string{"--ipvs-udp-timeout", "-1s"}, "--ipvs-udp-timeout -1s"},
 		{[]string{"--ipvs-exclude-cidrs", "10.0.0.0/8,bogus"}, `--ipvs-exclude-cidrs "bogus": must be a valid CIDR`},
-		{[]string{"--proxy-mode", "iptables"}, `proxy mode "iptables" is not supported`},
+		{[]string{"--proxy-mode", "userspace"}, `proxy mode "userspace" is not supported`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			_, err := run(append(tt.args, "--write-config-to", filepath.Join(t.TempDir(), "c.yaml"))...)

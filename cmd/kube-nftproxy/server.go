@@ -17,6 +17,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
 // proxyServer is the running proxy. runProxy builds it in order: the
@@ -109,6 +110,9 @@ func (s *proxyServer) openKernel(context.Context) error {
 	// that is missing or read-only here is a warning; other errors stop us.
 	if _, err := conntrack.NewTuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
 		return fmt.Errorf("could not set conntrack parameters: %w", err)
+	}
+	if s.cfg, err = ensureRouteLocalnet(sysctl.New(""), s.cfg, s.log); err != nil {
+		return err
 	}
 	k, err := nftlib.OpenKernel("")
 	if err != nil {
@@ -263,7 +267,7 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	if err := serveHTTP(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler()); err != nil {
 		return err
 	}
-	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.mode))
+	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.o.modeName()))
 }
 
 // run starts the source and runs the sync loop until ctx ends.
@@ -321,7 +325,7 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 		}
 	}()
 	s.log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
-		"source", "API server", "node", s.node, "mode", s.mode)
+		"source", "API server", "node", s.node, "mode", s.o.modeName())
 }
 
 type fileStateSource struct{ files *filesource.FileSource }
@@ -337,5 +341,5 @@ func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
 			s.log.Error("watching the state stopped; changes are no longer followed", "err", err)
 		}
 	}()
-	s.log.Info("kube-nftproxy running", "state", s.o.statePath, "node", s.node, "mode", s.mode)
+	s.log.Info("kube-nftproxy running", "state", s.o.statePath, "node", s.node, "mode", s.o.modeName())
 }

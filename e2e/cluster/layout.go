@@ -77,7 +77,8 @@ type Layout struct {
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
-// KNP_CLUSTER_DIR override the cache and state directories.
+// KNP_CLUSTER_DIR override the cache and state directories, KNP_CLUSTER_IMAGES
+// the images directory.
 func DefaultLayout() Layout {
 	l := Layout{NodeNet: "nodenet", Dir: defaultDir, Cache: defaultCache, Nodes: []Node{
 		{Name: "node1", IP: "10.200.0.11"},
@@ -89,6 +90,9 @@ func DefaultLayout() Layout {
 	if v := os.Getenv("KNP_CLUSTER_DIR"); v != "" {
 		l.Dir = v
 	}
+	// KNP_CLUSTER_IMAGES: an images directory of one's own (a proxy image
+	// built from a work tree), in place of the cache's.
+	l.Images = os.Getenv("KNP_CLUSTER_IMAGES")
 	l.Proxy = ProxyOurs
 	if v := os.Getenv("KNP_CLUSTER_PROXY"); v != "" {
 		l.Proxy = v

@@ -358,11 +358,12 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 		"--hostname-override", localNode, "--cluster-cidr", cidrs,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, upNS, taken)),
 		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, upNS, taken)),
-		"--iptables-localhost-nodeports=false",
+		// --iptables-localhost-nodeports: true, iptables mode's default,
+		// as ours in --proxy-mode=iptables.
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 		"--iptables-min-sync-period=100ms", "--v=2")
 	ou := start(t, "kube-nftproxy", ouNS, filepath.Join(dir, "kube-nftproxy.log"), nil,
-		ours, "--kubeconfig", kubeconfigVia(t, srv, "10.123.2.1", dir),
+		ours, "--proxy-mode=iptables", "--kubeconfig", kubeconfigVia(t, srv, "10.123.2.1", dir),
 		"--hostname-override", localNode, "--cluster-cidr", cidrs,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, ouNS, taken)),
 		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, ouNS, taken)),
