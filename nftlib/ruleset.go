@@ -74,7 +74,7 @@ type Table struct {
 	// Secondary marks a table besides its family's main one (the nftables
 	// mode's delta and affinity tables): Ruleset.Table returns the main one.
 	Secondary bool
-	Maps  []*Map
+	Maps      []*Map
 	// Affinity declares the dynamic set of session affinity (see affinity.go).
 	Affinity bool
 	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
