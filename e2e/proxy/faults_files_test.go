@@ -91,21 +91,22 @@ func starveDescriptors(t *testing.T, pid int) (restore func()) {
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := map[uint64]bool{}
-	for _, de := range entries {
-		if n, err := strconv.ParseUint(de.Name(), 10, 64); err == nil {
-			open[n] = true
-		}
-	}
+	// The limit is the lowest free descriptor number, so no new one can be
+	// opened. A descriptor the proxy holds for a moment (a leftover look's
+	// socket) leaves a hole below the limit once closed: look again until
+	// three looks 20 ms apart find no hole, lowering the limit to each.
 	low := old
-	for low.Cur = 0; open[low.Cur]; low.Cur++ {
-	}
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &low, nil); err != nil {
-		t.Fatal(err)
+	low.Cur = lowestFreeFD(t, pid)
+	for stable := 0; stable < 3; {
+		if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &low, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the interval between looks, not a synchronization
+		if free := lowestFreeFD(t, pid); free < low.Cur {
+			low.Cur, stable = free, 0
+			continue
+		}
+		stable++
 	}
 	t.Logf("the proxy's RLIMIT_NOFILE lowered to %d (from %d)", low.Cur, old.Cur)
 	done := false
@@ -120,6 +121,26 @@ func starveDescriptors(t *testing.T, pid int) (restore func()) {
 	}
 	t.Cleanup(restore)
 	return restore
+}
+
+// lowestFreeFD is the lowest descriptor number pid does not have open.
+func lowestFreeFD(t *testing.T, pid int) uint64 {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[uint64]bool{}
+	for _, de := range entries {
+		if n, err := strconv.ParseUint(de.Name(), 10, 64); err == nil {
+			open[n] = true
+		}
+	}
+	var free uint64
+	for open[free] {
+		free++
+	}
+	return free
 }
 
 // manyServices is n ClusterIP Services, one YAML document each, in
