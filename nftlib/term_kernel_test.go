@@ -20,6 +20,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
+	mapLookups := takesLookupInMap(t, k)
 	for _, f := range Families {
 		tbl := traceTable(f, Verdict{Kind: Accept})
 		tbl.Name = "knp-terms"
@@ -28,7 +29,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 		for _, kind := range termKinds {
 			name := reflect.TypeOf(kind).Name()
 			for i, tc := range termCases(f)[name] {
-				if !kernelTakes(tbl, tc.term) {
+				if !kernelTakes(tbl, tc.term, mapLookups) {
 					continue
 				}
 				c := &Chain{Name: fmt.Sprintf("%s-%d", name, i), Rules: []Rule{R(tc.term)}}
@@ -76,14 +77,42 @@ func TestKernelEveryTermKind(t *testing.T) {
 // kernelTakes tells whether the kernel accepts the term in the table: it
 // refuses a jump to a chain the table lacks, and a lookup in a set the
 // table lacks or whose key is not the lookup's.
-func kernelTakes(t *Table, term Term) bool {
+// A plain lookup (no destination) in a map is taken by newer kernels only
+// (Linux 6.1 refuses it with EINVAL): mapLookups says whether this one does.
+// Nothing of ours writes one (IPVS mode's lookups are in plain sets, read
+// back by its own kernel tests).
+func kernelTakes(t *Table, term Term, mapLookups bool) bool {
 	switch term := term.(type) {
 	case Verdict:
 		return term.Chain == "" || t.Chain(term.Chain) != nil
 	case SetMatch:
-		return lookupFits(t, term.Set, []Field{term.Field})
+		return mapLookups && lookupFits(t, term.Set, []Field{term.Field})
 	case SetLookup:
-		return lookupFits(t, term.Set, term.fields())
+		return mapLookups && lookupFits(t, term.Set, term.fields())
+	}
+	return true
+}
+
+// takesLookupInMap tries a plain lookup in a verdict map in a scratch
+// table, which it deletes again.
+func takesLookupInMap(t *testing.T, k *Kernel) bool {
+	t.Helper()
+	const table = "knp-probe-lookup"
+	m := &Map{Name: "m", Key: []Field{FieldSaddr}}
+	c := &Chain{Name: "c", Rules: []Rule{R(SetMatch{Field: FieldSaddr, Set: m.Name})}}
+	b := k.NewBatch()
+	b.AddTable(IPv4, table, "")
+	b.AddChains(IPv4, table, []*Chain{c})
+	b.AddMap(IPv4, table, m, 1)
+	b.AddChainRules(IPv4, table, []*Chain{c})
+	if err := k.Apply(b); err != nil {
+		t.Logf("this kernel refuses a lookup without a destination in a map (%v): such examples are not tried", err)
+		return false
+	}
+	b = k.NewBatch()
+	b.DelTable(IPv4, table)
+	if err := k.Apply(b); err != nil {
+		t.Fatal(err)
 	}
 	return true
 }

@@ -252,6 +252,9 @@ func TestTermKindsComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(files) == 0 {
+		t.Skip("the package's source is not here (the VM tier runs the test binary alone)")
+	}
 	var evaluated []string
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
