@@ -183,7 +183,8 @@ func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 	if err := os.WriteFile(filepath.Join(dir, "state", "cluster.yaml"), []byte(objs), 0o644); err != nil {
 		return err
 	}
-	out, err := m.diff(ctx, "", n, "--state", filepath.Join(dir, "state"), "--hostname-override", n.Name, "--cluster-cidr", ClusterCIDR)
+	out, err := m.diff(ctx, "", n, "--state", filepath.Join(dir, "state"), "--hostname-override", n.Name,
+		"--cluster-cidr", ClusterCIDR, "--proxy-mode", "iptables")
 	m.logf("step 2 on %s, diff --state: %s", n.Name, out)
 	if err != nil {
 		return fmt.Errorf("step 2 on %s: diff against --state: %w", n.Name, err)
@@ -241,7 +242,33 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.l.apply(ctx, "kube-nftproxy-migration", manifests)
+	if manifests, err = withIPTablesMode(manifests); err != nil {
+		return err
+	}
+	if err := m.l.apply(ctx, "kube-nftproxy-migration", manifests); err != nil {
+		return err
+	}
+	// Privileged, as docs/migration.md says for iptables mode: localhost
+	// NodePorts need route_localnet, which /proc/sys read-only refuses.
+	patchFile, err := filepath.Abs(privilegedPatch(deployDir()))
+	if err != nil {
+		return err
+	}
+	if _, err := m.l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", "kube-nftproxy", "--patch-file", patchFile); err != nil {
+		return fmt.Errorf("step 3, the privileged variant: %w", err)
+	}
+	return nil
+}
+
+// withIPTablesMode adds --proxy-mode=iptables to the DaemonSet's command:
+// kube-proxy's iptables mode's behaviour (NodePorts on localhost too), as
+// docs/migration.md says to keep it when moving from that mode.
+func withIPTablesMode(manifests string) (string, error) {
+	const flag = "        - --cluster-cidr="
+	if strings.Count(manifests, flag) != 1 {
+		return "", errors.New("deploy manifests: want exactly one --cluster-cidr flag")
+	}
+	return strings.Replace(manifests, flag, "        - --proxy-mode=iptables\n"+flag, 1), nil
 }
 
 // withNodeSelector adds key: value to the one pod template's nodeSelector,

@@ -65,3 +65,22 @@ func TestWithNodeSelector(t *testing.T) {
 		t.Error("a manifest without a pod template: no error")
 	}
 }
+
+// TestWithIPTablesMode: deploy/'s command gets --proxy-mode=iptables once,
+// before --cluster-cidr, and a manifest without that flag is refused.
+func TestWithIPTablesMode(t *testing.T) {
+	m, err := DeployManifests(deployDir(), "img", "https://10.200.0.1:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := withIPTablesMode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "        - --proxy-mode=iptables\n        - --cluster-cidr=") || strings.Count(got, "--proxy-mode") != 1 {
+		t.Errorf("no --proxy-mode=iptables before --cluster-cidr:\n%s", got)
+	}
+	if _, err := withIPTablesMode("kind: DaemonSet\n"); err == nil {
+		t.Error("a manifest without --cluster-cidr was taken")
+	}
+}
