@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bufio"
 	"fmt"
 	"net/netip"
 	"os"
@@ -58,7 +57,7 @@ func goldenCases(t testing.TB) []goldenCase {
 // a skipped object would silently shrink what the case covers.
 func loadGoldenCase(name string) (goldenCase, error) {
 	dir := filepath.Join(goldenDir, name)
-	args, err := readFlagsFile(filepath.Join(dir, "flags"))
+	args, err := golden.FlagsFile(filepath.Join(dir, "flags"))
 	if err != nil {
 		return goldenCase{}, err
 	}
@@ -71,27 +70,6 @@ func loadGoldenCase(name string) (goldenCase, error) {
 		return goldenCase{}, fmt.Errorf("%s: %v", dir, problems)
 	}
 	return goldenCase{name: name, file: filepath.Join("golden", name, name+".nft"), st: st, cfg: cfg}, nil
-}
-
-// readFlagsFile reads command-line flags, one a line; blank lines and
-// lines starting with # are left out.
-func readFlagsFile(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading flags: %w", err)
-	}
-	defer f.Close()
-	var args []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-			args = append(args, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading flags: %w", err)
-	}
-	return args, nil
 }
 
 // goldenConfig maps the rule flags of `kube-nftproxy render` to a Config

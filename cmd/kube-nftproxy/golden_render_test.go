@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 )
 
 // nft's golden cases are what a user gives render: each directory's YAML
@@ -23,7 +25,7 @@ func TestRenderGoldenCases(t *testing.T) {
 		}
 		t.Run(e.Name(), func(t *testing.T) {
 			dir := filepath.Join(root, e.Name())
-			args := append([]string{"render", "--state", dir}, flagsFile(t, filepath.Join(dir, "flags"))...)
+			args := append([]string{"render", "--state", dir}, mustFlags(t, filepath.Join(dir, "flags"))...)
 			out, err := run(args...)
 			if err != nil {
 				t.Fatalf("kube-nftproxy %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -39,18 +41,12 @@ func TestRenderGoldenCases(t *testing.T) {
 	}
 }
 
-// flagsFile reads a golden case's flags: one a line, # comments.
-func flagsFile(t *testing.T, path string) []string {
+// mustFlags reads a golden case's flags file.
+func mustFlags(t *testing.T, path string) []string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	args, err := golden.FlagsFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var args []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			args = append(args, line)
-		}
 	}
 	return args
 }

@@ -4,8 +4,10 @@ package golden
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -31,4 +33,20 @@ func Check(t testing.TB, name, what, got string) {
 	if got != string(want) {
 		t.Errorf("%s differs from %s (go test -update rewrites it):\n%s", what, path, got)
 	}
+}
+
+// FlagsFile reads command-line flags from a file, one a line; blank lines
+// and lines starting with # are left out (golden cases keep their flags so).
+func FlagsFile(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading flags: %w", err)
+	}
+	var args []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			args = append(args, line)
+		}
+	}
+	return args, nil
 }
