@@ -313,6 +313,11 @@ build_images() {
 	build_pause "${pause_ref##*:}"
 	image pause.tar "$pause_ref" -file "/pause=$PAUSE_BIN" \
 		-user 65535:65535 -entrypoint '["/pause"]'
+	# agnhost's fake-registry-server serves /var/registry: upstream's image
+	# holds registry.k8s.io/pause:3.10.2 there as pause:testing (the
+	# LocalhostNodePorts e2e spec pulls it through a NodePort); ours, the
+	# pause image above.
+	"$TOOL" registry -archive "$OUT/pause.tar" -out "$WORK/registry" -name pause -tag testing
 
 	image kube-nftproxy.tar "registry.local/kube-nftproxy:$KNP_VERSION docker.io/library/kube-nftproxy:dev docker.io/library/kube-nftproxy:latest" \
 		-file "/kube-nftproxy=$KNP_BIN" -symlink "/usr/local/bin/kube-proxy=/kube-nftproxy" \
@@ -347,6 +352,7 @@ build_images() {
 				-file "/agnhost=$AGNHOST_BIN" -symlink /agnhost-2=agnhost -dir /uploads \
 				-file "/localhost.crt=$K8S_DIR/test/images/agnhost/porter/localhost.crt" \
 				-file "/localhost.key=$K8S_DIR/test/images/agnhost/porter/localhost.key" \
+				-tree "/var/registry=$WORK/registry" \
 				-env "PATH=$DEBIAN_PATH" -expose 80 -expose 8080 -expose 8081 -expose 9376 -expose 5000 \
 				-entrypoint '["/agnhost"]' -cmd '["pause"]'
 		fi

@@ -42,6 +42,7 @@ func TestBuiltImagesRunTheirTools(t *testing.T) {
 			"/coredns -version && test -d /uploads && /agnhost-2 --help >/dev/null && id user-defined-in-image"),
 			"group-defined-in-image"},
 		{"agnhost.tar", sh("wget --version | head -1"), "GNU Wget"},
+		{"agnhost.tar", sh(registryCheck), "pulled pause:testing"},
 		{"glibc-dns-testing.tar", sh("dig -v 2>&1 && /coredns -version"), "CoreDNS-"},
 		{"coredns.tar", []string{"/coredns", "-version"}, "CoreDNS-"},
 		{"distroless-iptables.tar", sh(xtables + " && command -v sleep"), "conntrack v"},
@@ -97,3 +98,31 @@ func flatten(t *testing.T, archive string) string {
 	io.Copy(io.Discard, rc)
 	return root
 }
+
+// registryCheck pulls pause:testing from agnhost's fake-registry-server
+// (private, as the LocalhostNodePorts spec runs it) the way a registry
+// client does: the tag redirects to the index, the index names the linux
+// image's manifest, which names the config and layers; every object's
+// sha256 must be its digest. It polls the server for up to 10 s.
+const registryCheck = `set -e
+ip link set lo up
+/agnhost fake-registry-server --private --port 5000 >/tmp/registry.log 2>&1 &
+get() { curl -sfL -u user:password -o "$2" -w '%{content_type}\n' "localhost:5000/v2/pause/$1"; }
+verify() { test "$(sha256sum "$2" | cut -d' ' -f1)" = "${1#sha256:}" || { echo "digest mismatch: $1"; exit 1; }; }
+i=0
+until curl -sf -u user:password localhost:5000/v2/ >/dev/null; do
+	i=$((i+1)); test $i -lt 100 || { cat /tmp/registry.log; exit 1; }; sleep 0.1
+done
+test "$(curl -s -o /dev/null -w '%{http_code}' localhost:5000/v2/)" = 401
+get manifests/testing /tmp/index
+idx=$(curl -sf -u user:password -o /dev/null -w '%{url_effective}' -L localhost:5000/v2/pause/manifests/testing)
+verify "${idx##*/}" /tmp/index
+m=$(grep -o '"digest":"sha256:[0-9a-f]*"' /tmp/index | head -1 | cut -d'"' -f4)
+get "manifests/$m" /tmp/manifest
+verify "$m" /tmp/manifest
+for d in $(grep -o '"digest":"sha256:[0-9a-f]*"' /tmp/manifest | cut -d'"' -f4); do
+	get "blobs/$d" /tmp/blob >/dev/null
+	verify "$d" /tmp/blob
+	echo "blob $d"
+done
+echo pulled pause:testing`

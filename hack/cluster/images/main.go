@@ -8,6 +8,7 @@
 //	    -file /pause=/tmp/pause -user 65535:65535 -entrypoint '["/pause"]'
 //	cluster-images layer -out coredns.tar.gz -file /coredns=bin/coredns
 //	cluster-images inspect pause.tar
+//	cluster-images registry -archive pause.tar -out DIR -name pause -tag testing
 //
 // layer writes one layer tarball that several images share (-layer): the
 // same inputs always give the same bytes, so the same digest. Both skip
@@ -17,9 +18,11 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -34,20 +37,22 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: cluster-images build|layer|inspect ... (build -h for flags)")
+		return fmt.Errorf("usage: cluster-images build|layer|inspect|registry ... (build -h for flags)")
 	}
 	switch args[0] {
 	case "build":
 		return runBuild(args[1:], stdout, stderr)
 	case "layer":
 		return runLayer(args[1:], stdout, stderr)
+	case "registry":
+		return runRegistry(args[1:], stdout, stderr)
 	case "inspect":
 		if len(args) != 2 {
 			return fmt.Errorf("usage: cluster-images inspect ARCHIVE")
 		}
 		return inspect(args[1], stdout)
 	}
-	return fmt.Errorf("unknown command %q (want build, layer or inspect)", args[0])
+	return fmt.Errorf("unknown command %q (want build, layer, inspect or registry)", args[0])
 }
 
 func runBuild(args []string, stdout, stderr io.Writer) error {
@@ -84,6 +89,31 @@ func runLayer(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "built   layer %s in %.1fs\n", spec.Out, time.Since(start).Seconds())
+	return nil
+}
+
+// runRegistry writes the fake registry layout of one archived image.
+func runRegistry(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("registry", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	archive := fs.String("archive", "", "docker archive holding the image (required)")
+	out := fs.String("out", "", "directory to fill, the image's /var/registry (required)")
+	name := fs.String("name", "", "repository name served, e.g. pause (required)")
+	tag := fs.String("tag", "latest", "tag served")
+	platform := fs.String("platform", "linux/amd64", "the image's os/arch in the index")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *archive == "" || *out == "" || *name == "" || fs.NArg() > 0 {
+		return fmt.Errorf("usage: cluster-images registry -archive A -out DIR -name NAME [-tag T]")
+	}
+	if err := os.RemoveAll(filepath.Join(*out, *name)); err != nil {
+		return err
+	}
+	if err := writeRegistry(*archive, *out, *name, *tag, *platform); err != nil {
+		return fmt.Errorf("registry %s:%s: %w", *name, *tag, err)
+	}
+	fmt.Fprintf(stdout, "wrote   registry %s/%s:%s\n", *out, *name, *tag)
 	return nil
 }
 
