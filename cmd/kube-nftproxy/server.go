@@ -264,10 +264,14 @@ func (s *proxyServer) serve(ctx context.Context) error {
 		s.metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)
 	}
-	if err := serveHTTP(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler()); err != nil {
+	processMetrics()
+	recordFeatureGates(ctx, s.o.gates)
+	s.o.servers.showHiddenMetrics()
+	hard := s.o.servers.bindAddressHard
+	if err := bindServer(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler(), hard); err != nil {
 		return err
 	}
-	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.o.modeName()))
+	return bindServer(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metricsMux(s.o.gates), hard)
 }
 
 // run starts the source and runs the sync loop until ctx ends.
