@@ -160,33 +160,33 @@ func (s *proxyServer) metricsMux(gates map[string]bool) *http.ServeMux {
 }
 
 // zpageHeader starts /flagz and /statusz as kube-proxy's: the component's
-// name and the warning that the page is not an API.
-func zpageHeader(w http.ResponseWriter, page string) {
+// name and the warning that the page is not an API (then, on /statusz
+// only, an empty line).
+func zpageHeader(w http.ResponseWriter, page, after string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	fmt.Fprintf(w, "\nkube-nftproxy %s\nWarning: This endpoint is not meant to be machine parseable, has no formatting compatibility guarantees and is for debugging purposes only.\n\n", page)
+	fmt.Fprintf(w, "\nkube-nftproxy %s\nWarning: This endpoint is not meant to be machine parseable, has no formatting compatibility guarantees and is for debugging purposes only.\n%s", page, after)
 }
 
-// serveFlagz lists every flag and its effective value, name=value, sorted.
+// serveFlagz lists every flag and its effective value, name=value, by
+// name.
 func (s *proxyServer) serveFlagz(w http.ResponseWriter, _ *http.Request) {
-	zpageHeader(w, "flagz")
+	zpageHeader(w, "flagz", "")
 	if s.o.flags == nil {
 		return
 	}
-	var lines []string
-	s.o.flags.VisitAll(func(f *pflag.Flag) {
-		lines = append(lines, f.Name+"="+f.Value.String())
-	})
-	slices.Sort(lines)
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
+	var names []string
+	s.o.flags.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "%s=%s\n", n, s.o.flags.Lookup(n).Value.String())
 	}
 }
 
 // serveStatusz says when the process started, its versions and the
 // metrics server's paths.
 func serveStatusz(w http.ResponseWriter, started time.Time, paths []string) {
-	zpageHeader(w, "statusz")
+	zpageHeader(w, "statusz", "\n")
 	up := time.Since(started)
 	rel, _ := buildVersion()
 	fmt.Fprintf(w, "Started  %s\n", started.Format(time.UnixDate))
