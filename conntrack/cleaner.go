@@ -6,34 +6,54 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+	"k8s.io/component-base/metrics"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// Metrics are kube-proxy's conntrack reconciler metrics.
+// Metrics are kube-proxy's conntrack reconciler metrics, per IP family
+// (ip_family "IPv4" or "IPv6"), with its stability level.
 type Metrics struct {
-	Deleted  prometheus.Counter
-	Duration prometheus.Histogram
+	Deleted  *metrics.CounterVec
+	Duration *metrics.HistogramVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg metrics.KubeRegistry) *Metrics {
 	m := &Metrics{
-		Deleted: prometheus.NewCounter(prometheus.CounterOpts{
+		Deleted: metrics.NewCounterVec(&metrics.CounterOpts{
 			Subsystem: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
-			Help: "Cumulative conntrack flows deleted by conntrack reconciler"}),
-		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Help: "Cumulative conntrack flows deleted by conntrack reconciler", StabilityLevel: metrics.ALPHA}, []string{"ip_family"}),
+		Duration: metrics.NewHistogramVec(&metrics.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "conntrack_reconciler_sync_duration_seconds",
 			Help:    "ReconcileConntrackFlowsLatency latency in seconds",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+			Buckets: metrics.ExponentialBuckets(0.001, 2, 15), StabilityLevel: metrics.ALPHA}, []string{"ip_family"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Deleted, m.Duration)
 	}
 	return m
+}
+
+// observe records one cleanup: the flows deleted of each family, and the
+// time it took, for each family (one pass cleans both).
+func (m *Metrics) observe(stale []Flow, deleted int, took time.Duration) {
+	v6 := 0
+	for _, f := range stale {
+		if f.OrigDst.Addr().Unmap().Is6() {
+			v6++
+		}
+	}
+	// A delete that failed part way reports how many went, not which:
+	// they are counted as IPv4 first (an approximation of an error case).
+	v4 := min(len(stale)-v6, deleted)
+	m.Deleted.WithLabelValues(proxier.IPv4).Add(float64(v4))
+	m.Deleted.WithLabelValues(proxier.IPv6).Add(float64(deleted - v4))
+	for _, fam := range []string{proxier.IPv4, proxier.IPv6} {
+		m.Duration.WithLabelValues(fam).Observe(took.Seconds())
+	}
 }
 
 // Table is the conntrack table as the cleaner uses it: Conn in production,
@@ -106,8 +126,7 @@ func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
 	res.Deleted, err = c.Table.Delete(stale)
 	res.Took = time.Since(start)
 	if c.Metrics != nil {
-		c.Metrics.Deleted.Add(float64(res.Deleted))
-		c.Metrics.Duration.Observe(res.Took.Seconds())
+		c.Metrics.observe(stale, res.Deleted, res.Took)
 	}
 	if err != nil {
 		return res, fmt.Errorf("conntrack cleanup: %w", err)

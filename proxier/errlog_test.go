@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 // A failure that repeats is logged once per interval, with how many were
@@ -54,11 +52,10 @@ func TestSourceStatusRateLimitsAnyText(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "kind 0") || !strings.Contains(lines[1], "fine again") {
 		t.Errorf("want the first failure and the recovery logged, got:\n%s", buf.String())
 	}
-	var failures, up dto.Metric
-	if err := m.SourceFailures.WithLabelValues("api").Write(&failures); err != nil || failures.GetCounter().GetValue() != 10 {
-		t.Errorf("source_failures_total %v (%v), want 10", failures.GetCounter().GetValue(), err)
+	if v := sampleValue(t, m, "kubenftproxy_source_failures_total", "source", "api"); v != 10 {
+		t.Errorf("source_failures_total %v, want 10", v)
 	}
-	if err := m.SourceUp.WithLabelValues("api").Write(&up); err != nil || up.GetGauge().GetValue() != 1 {
-		t.Errorf("source_up %v (%v) after recovery, want 1", up.GetGauge().GetValue(), err)
+	if v := sampleValue(t, m, "kubenftproxy_source_up", "source", "api"); v != 1 {
+		t.Errorf("source_up %v after recovery, want 1", v)
 	}
 }

@@ -9,10 +9,10 @@ import (
 
 // Health tracks whether syncs keep up, as kube-proxy's proxier health
 // server does: unhealthy when a change was queued and no sync has finished
-// within Timeout since (a stuck or failing proxy). /healthz also says not
-// ready until the first sync of a complete view has succeeded, and turns
-// unhealthy when the source of Services has been failing for Timeout (the
-// rules keep the last good view meanwhile).
+// within Timeout since (a stuck or failing proxy). Our /readyz also says
+// not ready until the first sync of a complete view has succeeded, and
+// while the source of Services has been failing for Timeout (the rules
+// keep the last good view meanwhile).
 type Health struct {
 	// Timeout is how long a queued change may wait for a sync
 	// (kube-proxy: twice the sync period).
@@ -91,17 +91,27 @@ func (h *Health) Drifted() {
 	h.drifts++
 }
 
-// healthBody is kube-proxy's /healthz body (lastUpdated, currentTime,
-// nodeEligible) plus what explains a 503 here.
+// healthBody is kube-proxy's /healthz and /livez body (lastUpdated,
+// currentTime, nodeEligible on /healthz only, healthy, status per IP
+// family), plus ours, which explain a 503 of /readyz.
 type healthBody struct {
-	LastUpdated  time.Time  `json:"lastUpdated"`
-	CurrentTime  time.Time  `json:"currentTime"`
-	NodeEligible *bool      `json:"nodeEligible,omitempty"`
-	Synced       *bool      `json:"synced,omitempty"`
-	SourceError  string     `json:"sourceError,omitempty"`
-	SourceSince  *time.Time `json:"sourceFailingSince,omitempty"`
-	LastDrift    *time.Time `json:"lastDriftRepaired,omitempty"`
-	DriftRepairs uint64     `json:"driftRepairs,omitempty"`
+	LastUpdated  time.Time               `json:"lastUpdated"`
+	CurrentTime  time.Time               `json:"currentTime"`
+	NodeEligible *bool                   `json:"nodeEligible,omitempty"`
+	Healthy      bool                    `json:"healthy"`
+	Status       map[string]familyHealth `json:"status"`
+	Synced       *bool                   `json:"synced,omitempty"`
+	SourceError  string                  `json:"sourceError,omitempty"`
+	SourceSince  *time.Time              `json:"sourceFailingSince,omitempty"`
+	LastDrift    *time.Time              `json:"lastDriftRepaired,omitempty"`
+	DriftRepairs uint64                  `json:"driftRepairs,omitempty"`
+}
+
+// familyHealth is one IP family's entry of status: one transaction
+// programs both families, so both have the same.
+type familyHealth struct {
+	LastUpdated time.Time `json:"lastUpdated"`
+	Healthy     bool      `json:"healthy"`
 }
 
 // Healthy reports whether syncs keep up now.
@@ -111,53 +121,93 @@ func (h *Health) Healthy() bool {
 	return h.healthy(h.now())
 }
 
-// healthy reports whether syncs keep up.
+// healthy reports whether syncs keep up: as kube-proxy, healthy before
+// the first sync (a family is judged once it has synced), and while no
+// queued change has waited Timeout.
 func (h *Health) healthy(now time.Time) bool {
-	return h.oldestQueued.IsZero() || now.Sub(h.oldestQueued) < h.Timeout
+	return h.lastUpdated.IsZero() || h.oldestQueued.IsZero() || now.Sub(h.oldestQueued) < h.Timeout
 }
 
-// Handler serves /healthz and /livez with kube-proxy's JSON body. /livez
-// fails only when syncs do not keep up (a restart could help); /healthz
-// also fails before the first successful sync, while the source has been
-// failing for Timeout, and when the node is not eligible for load balancer
-// traffic.
+// probe is one of the health server's paths.
+type probe struct {
+	name string // for Answered; "" for /readyz, which kube-proxy lacks
+	// withNode adds nodeEligible to the body, and makes a node that is
+	// not eligible fail the probe; ready also needs a first sync and a
+	// source that reads fine.
+	withNode, ready bool
+}
+
+// Handler serves kube-proxy's /healthz and /livez, and our /readyz.
+// /livez fails only when syncs do not keep up (a restart could help);
+// /healthz also when the node is not eligible for load balancer traffic
+// (being deleted, or tainted for removal); both answer 200 before the
+// first sync, as kube-proxy. /readyz, ours, is /healthz that also fails
+// before the first successful sync of a complete view and while the
+// source of Services has been failing for Timeout: a readiness probe,
+// so that a rolling update waits for each new pod to program the rules.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
-	serve := func(probe string, withNode bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			h.mu.Lock()
-			now := h.now()
-			ok := h.healthy(now)
-			body := healthBody{LastUpdated: h.lastUpdated, CurrentTime: now, SourceError: h.sourceErr, DriftRepairs: h.drifts}
-			if !h.sourceSince.IsZero() {
-				since := h.sourceSince
-				body.SourceSince = &since
-			}
-			if !h.lastDrift.IsZero() {
-				drift := h.lastDrift
-				body.LastDrift = &drift
-			}
-			if withNode {
-				eligible, synced := h.nodeEligible, !h.lastUpdated.IsZero()
-				body.NodeEligible, body.Synced = &eligible, &synced
-				sourceOK := h.sourceSince.IsZero() || now.Sub(h.sourceSince) < h.Timeout
-				ok = ok && eligible && synced && sourceOK
-			}
-			h.mu.Unlock()
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			code := http.StatusOK
-			if !ok {
-				code = http.StatusServiceUnavailable
-			}
-			if h.Answered != nil {
-				h.Answered(probe, code)
-			}
-			w.WriteHeader(code)
-			_ = json.NewEncoder(w).Encode(body)
+	mux.HandleFunc("/healthz", h.serve(probe{name: "healthz", withNode: true}))
+	mux.HandleFunc("/livez", h.serve(probe{name: "livez"}))
+	mux.HandleFunc("/readyz", h.serve(probe{withNode: true, ready: true}))
+	return mux
+}
+
+func (h *Health) serve(p probe) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		body, ok := h.answer(p)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		if h.Answered != nil && p.name != "" {
+			h.Answered(p.name, code)
+		}
+		w.WriteHeader(code)
+		out, _ := json.Marshal(body)
+		_, _ = w.Write(out)
+	}
+}
+
+// answer is the body of probe p and whether it passes.
+func (h *Health) answer(p probe) (healthBody, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	healthy := h.healthy(now)
+	body := healthBody{LastUpdated: h.lastUpdated, CurrentTime: now, Healthy: healthy,
+		Status: map[string]familyHealth{}, SourceError: h.sourceErr, DriftRepairs: h.drifts}
+	if !h.lastUpdated.IsZero() {
+		for _, f := range families {
+			body.Status[f] = familyHealth{LastUpdated: h.lastUpdated, Healthy: healthy}
 		}
 	}
-	mux.HandleFunc("/healthz", serve("healthz", true))
-	mux.HandleFunc("/livez", serve("livez", false))
-	return mux
+	if !h.sourceSince.IsZero() {
+		since := h.sourceSince
+		body.SourceSince = &since
+	}
+	if !h.lastDrift.IsZero() {
+		drift := h.lastDrift
+		body.LastDrift = &drift
+	}
+	ok := healthy
+	if p.withNode {
+		eligible := h.nodeEligible
+		body.NodeEligible = &eligible
+		ok = ok && eligible
+	}
+	if p.ready {
+		synced := !h.lastUpdated.IsZero()
+		body.Synced = &synced
+		sourceOK := h.sourceSince.IsZero() || now.Sub(h.sourceSince) < h.Timeout
+		ok = ok && synced && sourceOK
+	}
+	if ok {
+		// As kube-proxy: lastUpdated is "now" while healthy (older
+		// releases' meaning); status keeps the real times.
+		body.LastUpdated = now
+	}
+	return body, ok
 }

@@ -24,31 +24,75 @@ func TestHealth(t *testing.T) {
 		}
 		return rec.Code, body
 	}
+	// kube-proxy's codes for /healthz and /livez (200 before the first
+	// sync; only a late sync or an ineligible node fail them); /readyz,
+	// ours, also waits for the first sync and a source that reads.
 	steps := []struct {
-		name           string
-		do             func()
-		healthz, livez int
+		name                  string
+		do                    func()
+		healthz, livez, ready int
 	}{
-		{"never synced: not ready", func() {}, 503, 200},
-		{"queued, within the timeout, never synced", func() { h.Queued(); now = now.Add(30 * time.Second) }, 503, 200},
-		{"queued, past the timeout", func() { now = now.Add(31 * time.Second) }, 503, 503},
-		{"synced", func() { h.Updated() }, 200, 200},
-		{"queued again later: the clock starts anew", func() { now = now.Add(time.Hour); h.Queued() }, 200, 200},
-		{"synced again", func() { h.Updated() }, 200, 200},
-		{"source failing, within the timeout", func() { h.SourceFailing(errors.New("API down")); now = now.Add(59 * time.Second) }, 200, 200},
-		{"source failing past the timeout: /healthz only", func() { h.SourceFailing(errors.New("API down")); now = now.Add(2 * time.Second) }, 503, 200},
-		{"source fine again", func() { h.SourceOK() }, 200, 200},
-		{"drift repaired: shown, still healthy", func() { h.Drifted() }, 200, 200},
-		{"node being removed: /healthz only", func() { h.SetNodeEligible(false) }, 503, 200},
+		{"never synced: healthy, not ready", func() {}, 200, 200, 503},
+		{"queued, within the timeout, never synced", func() { h.Queued(); now = now.Add(30 * time.Second) }, 200, 200, 503},
+		{"queued past the timeout, never synced: still healthy (kube-proxy judges a family once synced)", func() { now = now.Add(31 * time.Second) }, 200, 200, 503},
+		{"synced", func() { h.Updated() }, 200, 200, 200},
+		{"queued, past the timeout", func() { h.Queued(); now = now.Add(61 * time.Second) }, 503, 503, 503},
+		{"synced again", func() { h.Updated() }, 200, 200, 200},
+		{"queued again later: the clock starts anew", func() { now = now.Add(time.Hour); h.Queued() }, 200, 200, 200},
+		{"synced again", func() { h.Updated() }, 200, 200, 200},
+		{"source failing, within the timeout", func() { h.SourceFailing(errors.New("API down")); now = now.Add(59 * time.Second) }, 200, 200, 200},
+		{"source failing past the timeout: /readyz only", func() { h.SourceFailing(errors.New("API down")); now = now.Add(2 * time.Second) }, 200, 200, 503},
+		{"source fine again", func() { h.SourceOK() }, 200, 200, 200},
+		{"drift repaired: shown, still healthy", func() { h.Drifted() }, 200, 200, 200},
+		{"node being removed: /healthz and /readyz", func() { h.SetNodeEligible(false) }, 503, 200, 503},
 	}
 	for _, s := range steps {
 		s.do()
-		if code, body := get("/healthz"); code != s.healthz || body["nodeEligible"] == nil || body["lastUpdated"] == nil {
-			t.Errorf("%s: /healthz %d %v, want %d with lastUpdated and nodeEligible", s.name, code, body, s.healthz)
+		code, body := get("/healthz")
+		if code != s.healthz || body["nodeEligible"] == nil || body["lastUpdated"] == nil || body["healthy"] == nil || body["status"] == nil {
+			t.Errorf("%s: /healthz %d %v, want %d with lastUpdated, nodeEligible, healthy and status", s.name, code, body, s.healthz)
 		}
-		if code, body := get("/livez"); code != s.livez || body["currentTime"] == nil {
-			t.Errorf("%s: /livez %d %v, want %d", s.name, code, body, s.livez)
+		if code, body := get("/livez"); code != s.livez || body["currentTime"] == nil || body["nodeEligible"] != nil {
+			t.Errorf("%s: /livez %d %v, want %d, without nodeEligible", s.name, code, body, s.livez)
 		}
+		if code, body := get("/readyz"); code != s.ready || body["synced"] == nil {
+			t.Errorf("%s: /readyz %d %v, want %d with synced", s.name, code, body, s.ready)
+		}
+	}
+}
+
+// /healthz's body as kube-proxy's: lastUpdated is now while healthy, the
+// last sync otherwise; status has each family's last sync and health.
+func TestHealthBodyUpstreamFields(t *testing.T) {
+	now := time.Unix(1000, 0).UTC()
+	h := NewHealth(time.Minute)
+	h.now = func() time.Time { return now }
+	body := func() (int, healthBody) {
+		rec := httptest.NewRecorder()
+		h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		var b healthBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Code, b
+	}
+	if code, b := body(); code != 200 || !b.Healthy || len(b.Status) != 0 || !b.LastUpdated.Equal(now) {
+		t.Errorf("before the first sync: %d %+v, want 200, healthy, no status, lastUpdated now", code, b)
+	}
+	synced := now
+	h.Updated()
+	now = now.Add(10 * time.Second)
+	code, b := body()
+	want := familyHealth{LastUpdated: synced, Healthy: true}
+	if code != 200 || !b.LastUpdated.Equal(now) || !b.CurrentTime.Equal(now) || b.Status[IPv4] != want || b.Status[IPv6] != want {
+		t.Errorf("healthy: %d %+v, want lastUpdated now and status %+v per family", code, b, want)
+	}
+	h.Queued()
+	now = now.Add(2 * time.Minute)
+	code, b = body()
+	want.Healthy = false
+	if code != 503 || b.Healthy || !b.LastUpdated.Equal(synced) || b.Status[IPv4] != want || b.Status[IPv6] != want {
+		t.Errorf("late sync: %d %+v, want 503, lastUpdated the last sync, status %+v", code, b, want)
 	}
 }
 
@@ -61,11 +105,13 @@ func TestMetrics(t *testing.T) {
 	defer srv.Close()
 	body := fetch(t, srv.URL+"/metrics")
 	for _, want := range []string{
-		"kubeproxy_sync_proxy_rules_duration_seconds_count 2",
-		"kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
-		"kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
-		"kubeproxy_sync_proxy_rules_nftables_sync_failures_total 1",
-		"kubeproxy_sync_proxy_rules_last_timestamp_seconds ",
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2`,
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 2`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv6"} 1`,
+		`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} `,
+		"# HELP kubeproxy_sync_proxy_rules_duration_seconds [ALPHA] SyncProxyRules latency in seconds",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -96,8 +142,9 @@ func TestNoLocalEndpointsMetric(t *testing.T) {
 	defer srv.Close()
 	body := fetch(t, srv.URL+"/metrics")
 	for _, want := range []string{
-		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"} 1`,
-		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"} 1`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 1`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"} 1`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv6",traffic_policy="internal"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -129,7 +176,7 @@ func TestHealthBodyExplains(t *testing.T) {
 	h.SourceFailing(errors.New("dial tcp 127.0.0.1:1: connection refused"))
 	h.Drifted()
 	rec := httptest.NewRecorder()
-	h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	var body map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)
@@ -156,11 +203,13 @@ func TestHealthProbeMetrics(t *testing.T) {
 			t.Fatalf("%s: %d, want %d", path, rec.Code, want)
 		}
 	}
-	get("/healthz", 503) // never synced
+	get("/healthz", 200) // never synced: healthy, as kube-proxy
+	h.SetNodeEligible(false)
 	get("/healthz", 503)
+	get("/healthz", 503)
+	get("/readyz", 503) // not counted
 	get("/livez", 200)
 	h.Updated()
-	get("/healthz", 200)
 	h.Queued()
 	now = now.Add(2 * time.Minute)
 	get("/livez", 503)
@@ -168,8 +217,8 @@ func TestHealthProbeMetrics(t *testing.T) {
 	defer srv.Close()
 	body := fetch(t, srv.URL+"/metrics")
 	for _, want := range []string{
-		"# HELP kubeproxy_proxy_healthz_total Cumulative proxy healthz HTTP status\n# TYPE kubeproxy_proxy_healthz_total counter\n",
-		"# HELP kubeproxy_proxy_livez_total Cumulative proxy livez HTTP status\n# TYPE kubeproxy_proxy_livez_total counter\n",
+		"# HELP kubeproxy_proxy_healthz_total [ALPHA] Cumulative proxy healthz HTTP status\n# TYPE kubeproxy_proxy_healthz_total counter\n",
+		"# HELP kubeproxy_proxy_livez_total [ALPHA] Cumulative proxy livez HTTP status\n# TYPE kubeproxy_proxy_livez_total counter\n",
 		`kubeproxy_proxy_healthz_total{code="200"} 1` + "\n",
 		`kubeproxy_proxy_healthz_total{code="503"} 2` + "\n",
 		`kubeproxy_proxy_livez_total{code="200"} 1` + "\n",

@@ -8,103 +8,139 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// Metrics are kube-proxy's sync metrics, with its names, in a registry of
-// their own (no global state).
-type Metrics struct {
-	Registry *prometheus.Registry
+// IP families, as kube-proxy's ip_family label names them.
+const (
+	IPv4 = "IPv4"
+	IPv6 = "IPv6"
+)
 
-	SyncDuration        prometheus.Histogram
-	SyncFullDuration    prometheus.Histogram
-	SyncPartialDuration prometheus.Histogram
-	LastSync            prometheus.Gauge
-	LastQueued          prometheus.Gauge
-	SyncFailures        prometheus.Counter
-	NoLocalEndpoints    *prometheus.GaugeVec
+// families are the IP families every sync programs: one transaction
+// writes both, where kube-proxy runs a proxier per family.
+var families = []string{IPv4, IPv6}
+
+// Metrics are kube-proxy's sync metrics, with its names, labels and
+// stability levels (component-base's "[ALPHA] " help prefix), in a
+// registry of their own (no global state; Handler adds the process-wide
+// ones: client-go's, build info, Go and process collectors).
+type Metrics struct {
+	Registry metrics.KubeRegistry
+
+	SyncDuration        *metrics.HistogramVec
+	SyncFullDuration    *metrics.HistogramVec
+	SyncPartialDuration *metrics.HistogramVec
+	LastSync            *metrics.GaugeVec
+	LastQueued          *metrics.GaugeVec
+	// SyncFailures is the mode's failure counter: nftables mode's
+	// sync_proxy_rules_nftables_sync_failures_total, iptables and ipvs
+	// modes' sync_proxy_rules_iptables_restore_failures_total (what
+	// failed, for us, is the nftables transaction).
+	SyncFailures     *metrics.CounterVec
+	NoLocalEndpoints *metrics.GaugeVec
 	// NetworkProgramming is kubeproxy_network_programming_duration_seconds:
 	// per EndpointSlice change with a trigger time, how long after it the
 	// sync that programmed it succeeded (see Syncing).
-	NetworkProgramming prometheus.Histogram
+	NetworkProgramming *metrics.HistogramVec
 	// ProxyHealthz and ProxyLivez count the answers of /healthz and
 	// /livez by HTTP status code (see CountProbe).
-	ProxyHealthz, ProxyLivez *prometheus.CounterVec
+	ProxyHealthz, ProxyLivez *metrics.CounterVec
 
 	// Ours, for what kube-proxy does not measure: failures to read the
 	// source of Services (by source), whether it reads fine now, and
 	// the times the kernel's rules differed from what we wrote (by table).
-	SourceFailures *prometheus.CounterVec
-	SourceUp       *prometheus.GaugeVec
-	DriftRepairs   *prometheus.CounterVec
+	SourceFailures *metrics.CounterVec
+	SourceUp       *metrics.GaugeVec
+	DriftRepairs   *metrics.CounterVec
 	// HTTPConnsDropped counts the connections to our HTTP servers closed
 	// for ConnGuard's caps, by server and reason (ConnGuard.OnDropped).
-	HTTPConnsDropped *prometheus.CounterVec
+	HTTPConnsDropped *metrics.CounterVec
 
 	changes *changeCollector
 	now     func() time.Time
 
 	mu       sync.Mutex
-	triggers []time.Time // of the State being synced, for the next Observe
+	triggers []Trigger // of the State being synced, for the next Observe
 }
 
-// NewMetrics creates and registers the metrics.
-func NewMetrics() *Metrics {
-	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms to 16 s, as kube-proxy
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds", Buckets: buckets}),
-		SyncFullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: buckets}),
-		SyncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: buckets}),
-		LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "The last time proxy rules were successfully synced"}),
-		LastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-			Help: "The last time a sync of proxy rules was queued"}),
-		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_nftables_sync_failures_total",
-			Help: "Cumulative proxy nftables sync failures"}),
-		NoLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_no_local_endpoints_total",
-			Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"}),
-		NetworkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
-			Help: "In Cluster Network Programming Latency in seconds", Buckets: networkProgrammingBuckets()}),
-		ProxyHealthz: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubeproxy", Name: "proxy_healthz_total",
-			Help: "Cumulative proxy healthz HTTP status"}, []string{"code"}),
-		ProxyLivez: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubeproxy", Name: "proxy_livez_total",
-			Help: "Cumulative proxy livez HTTP status"}, []string{"code"}),
-		SourceFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubenftproxy", Name: "source_failures_total",
-			Help: "Failures to read the source of Services (API server, state files); the rules keep the last good view"}, []string{"source"}),
-		SourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "kubenftproxy", Name: "source_up",
-			Help: "1 when the source of Services reads fine, 0 while it fails"}, []string{"source"}),
-		DriftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubenftproxy", Name: "drift_repairs_total",
-			Help: "Times our nftables tables differed from what was written and were rewritten"}, []string{"table"}),
-		HTTPConnsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubenftproxy", Name: "http_connections_dropped_total",
-			Help: "Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy)"},
-			[]string{"server", "reason"}),
-		changes: newChangeCollector(),
-		now:     time.Now,
-	}
-	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSync,
-		m.LastQueued, m.SyncFailures, m.NoLocalEndpoints, m.NetworkProgramming, m.changes, m.ProxyHealthz, m.ProxyLivez,
-		m.SourceFailures, m.SourceUp, m.DriftRepairs, m.HTTPConnsDropped,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+// Trigger is when a change that a sync programs happened (an
+// EndpointSlice's last-change-trigger-time) and the IP family of its
+// slice.
+type Trigger struct {
+	At     time.Time
+	Family string // IPv4 or IPv6
+}
+
+// NewMetrics creates and registers the metrics of nftables mode.
+func NewMetrics() *Metrics { return NewModeMetrics("nftables") }
+
+// NewModeMetrics creates and registers the metrics kube-proxy registers in
+// mode (nftables, iptables or ipvs), and ours.
+func NewModeMetrics(mode string) *Metrics {
+	m := &Metrics{Registry: metrics.NewKubeRegistry(), changes: newChangeCollector(), now: time.Now}
+	m.SyncDuration = histogramVec("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", syncBuckets(), familyLabel...)
+	m.SyncFullDuration = histogramVec("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", syncBuckets(), familyLabel...)
+	m.SyncPartialDuration = histogramVec("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", syncBuckets(), familyLabel...)
+	m.LastSync = gaugeVec("kubeproxy", "sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", familyLabel...)
+	m.LastQueued = gaugeVec("kubeproxy", "sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", familyLabel...)
+	m.NoLocalEndpoints = gaugeVec("kubeproxy", "sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", "ip_family", "traffic_policy")
+	m.NetworkProgramming = histogramVec("network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", networkProgrammingBuckets(), familyLabel...)
+	m.ProxyHealthz = counterVec("kubeproxy", "proxy_healthz_total", "Cumulative proxy healthz HTTP status", "code")
+	m.ProxyLivez = counterVec("kubeproxy", "proxy_livez_total", "Cumulative proxy livez HTTP status", "code")
+	m.SourceFailures = counterVec("kubenftproxy", "source_failures_total", "Failures to read the source of Services (API server, state files); the rules keep the last good view", "source")
+	m.SourceUp = gaugeVec("kubenftproxy", "source_up", "1 when the source of Services reads fine, 0 while it fails", "source")
+	m.DriftRepairs = counterVec("kubenftproxy", "drift_repairs_total", "Times our nftables tables differed from what was written and were rewritten", "table")
+	m.HTTPConnsDropped = counterVec("kubenftproxy", "http_connections_dropped_total",
+		"Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy)",
+		"server", "reason")
+	m.Registry.MustRegister(m.SyncDuration, m.LastSync, m.LastQueued, m.NoLocalEndpoints, m.NetworkProgramming,
+		m.ProxyHealthz, m.ProxyLivez, m.SourceFailures, m.SourceUp, m.DriftRepairs, m.HTTPConnsDropped,
+		m.SyncFullDuration, m.SyncPartialDuration)
+	m.Registry.CustomMustRegister(m.changes)
+	m.registerModeFailures(mode)
 	return m
+}
+
+// registerModeFailures registers the failure counters kube-proxy has in
+// mode. Ours count failed transactions; nftables mode's cleanup failures
+// stay 0 (stale chains go in the same transaction), as does iptables
+// mode's partial restore failures (there is no partial restore).
+func (m *Metrics) registerModeFailures(mode string) {
+	switch mode {
+	case "iptables":
+		m.SyncFailures = counterVec("kubeproxy", "sync_proxy_rules_iptables_restore_failures_total", "Cumulative proxy iptables restore failures", familyLabel...)
+		m.Registry.MustRegister(m.SyncFailures, counterVec("kubeproxy", "sync_proxy_rules_iptables_partial_restore_failures_total",
+			"Cumulative proxy iptables partial restore failures", familyLabel...))
+	case "ipvs":
+		m.SyncFailures = counterVec("kubeproxy", "sync_proxy_rules_iptables_restore_failures_total", "Cumulative proxy iptables restore failures", familyLabel...)
+		m.Registry.MustRegister(m.SyncFailures)
+	default:
+		m.SyncFailures = counterVec("kubeproxy", "sync_proxy_rules_nftables_sync_failures_total", "Cumulative proxy nftables sync failures", familyLabel...)
+		m.Registry.MustRegister(m.SyncFailures, counterVec("kubeproxy", "sync_proxy_rules_nftables_cleanup_failures_total",
+			"Cumulative proxy nftables cleanup failures", familyLabel...))
+	}
+}
+
+// familyLabel is kube-proxy's label of per-family metrics.
+var familyLabel = []string{"ip_family"}
+
+// syncBuckets are kube-proxy's sync latency buckets: 1 ms to 16 s.
+func syncBuckets() []float64 { return metrics.ExponentialBuckets(0.001, 2, 15) }
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *metrics.HistogramVec {
+	return metrics.NewHistogramVec(&metrics.HistogramOpts{Subsystem: "kubeproxy", Name: name, Help: help,
+		Buckets: buckets, StabilityLevel: metrics.ALPHA}, labels)
+}
+
+func gaugeVec(subsystem, name, help string, labels ...string) *metrics.GaugeVec {
+	return metrics.NewGaugeVec(&metrics.GaugeOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}, labels)
+}
+
+func counterVec(subsystem, name, help string, labels ...string) *metrics.CounterVec {
+	return metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}, labels)
 }
 
 // CountDroppedConn counts one connection closed for the caps
@@ -117,11 +153,8 @@ func (m *Metrics) CountDroppedConn(server, reason string) {
 // every second up to 59 s, every 5 s up to 115 s, every 30 s from 2 to 5
 // minutes.
 func networkProgrammingBuckets() []float64 {
-	b := []float64{0}
-	b = append(b, prometheus.LinearBuckets(0.25, 0.25, 2)...)
-	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
-	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
-	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
+	return metrics.MergeBuckets(metrics.LinearBuckets(0.25, 0.25, 2), metrics.LinearBuckets(1, 1, 59),
+		metrics.LinearBuckets(60, 5, 12), metrics.LinearBuckets(120, 30, 7))
 }
 
 // CountProbe counts one answer of the health server (Health.Answered):
@@ -135,62 +168,90 @@ func (m *Metrics) CountProbe(probe string, code int) {
 	c.WithLabelValues(strconv.Itoa(code)).Inc()
 }
 
+// Queued records that a sync was queued, for every family.
+func (m *Metrics) Queued() {
+	now := float64(m.now().UnixNano()) / 1e9
+	for _, f := range families {
+		m.LastQueued.WithLabelValues(f).Set(now)
+	}
+}
+
 // Syncing hands over the trigger times of the EndpointSlice changes in the
-// State about to be synced (informers.Builder.StateWithTriggers). The next
+// State about to be synced (model.Builder.StateWithFamilyTriggers). The next
 // Observe records them in NetworkProgramming if that sync succeeded and
 // drops them if it failed: as in kube-proxy, a change whose sync failed is
 // not measured, even once a retry programs it.
-func (m *Metrics) Syncing(triggers []time.Time) {
+func (m *Metrics) Syncing(triggers []Trigger) {
 	m.mu.Lock()
 	m.triggers = triggers
 	m.mu.Unlock()
 }
 
-// Observe records one sync attempt.
+// Observe records one sync attempt. One transaction programs both IP
+// families, so each family's series records it, as kube-proxy's two
+// proxiers would.
 func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 	m.mu.Lock()
 	triggers := m.triggers
 	m.triggers = nil
 	m.mu.Unlock()
 	if err != nil {
-		m.SyncFailures.Inc()
+		for _, f := range families {
+			m.SyncFailures.WithLabelValues(f).Inc()
+		}
 		return
 	}
 	now := m.now()
 	for _, t := range triggers {
-		m.NetworkProgramming.Observe(now.Sub(t).Seconds())
+		m.NetworkProgramming.WithLabelValues(t.Family).Observe(now.Sub(t.At).Seconds())
 	}
-	m.SyncDuration.Observe(took.Seconds())
+	kind := m.SyncPartialDuration
 	if res.Full {
-		m.SyncFullDuration.Observe(took.Seconds())
-	} else {
-		m.SyncPartialDuration.Observe(took.Seconds())
+		kind = m.SyncFullDuration
 	}
-	m.LastSync.SetToCurrentTime()
+	for _, f := range families {
+		m.SyncDuration.WithLabelValues(f).Observe(took.Seconds())
+		kind.WithLabelValues(f).Observe(took.Seconds())
+		m.LastSync.WithLabelValues(f).Set(float64(now.UnixNano()) / 1e9)
+	}
 }
 
 // CountNoLocalEndpoints sets kubeproxy_sync_proxy_rules_no_local_endpoints_total:
-// the service ports with a Local traffic policy that have endpoints, but
-// none on this node (as kube-proxy counts them, per policy).
+// per IP family, the service ports with a Local traffic policy that have
+// endpoints of that family, but none on this node (as kube-proxy's
+// proxier of each family counts them, per policy).
 func (m *Metrics) CountNoLocalEndpoints(st *State) {
-	internal, external := 0, 0
-	for name, svc := range st.Services {
-		if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
-			continue
+	for _, fam := range families {
+		internal, external := 0, 0
+		for name, svc := range st.Services {
+			if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
+				continue
+			}
+			_, local, _, hasAny := CategorizeEndpoints(svc, endpointsOf(st.Endpoints[name], fam == IPv6), st.Node)
+			if !hasAny || len(local) > 0 {
+				continue
+			}
+			if svc.InternalPolicyLocal {
+				internal++
+			}
+			if svc.ExternalPolicyLocal {
+				external++
+			}
 		}
-		_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints[name], st.Node)
-		if !hasAny || len(local) > 0 {
-			continue
-		}
-		if svc.InternalPolicyLocal {
-			internal++
-		}
-		if svc.ExternalPolicyLocal {
-			external++
+		m.NoLocalEndpoints.WithLabelValues(fam, "internal").Set(float64(internal))
+		m.NoLocalEndpoints.WithLabelValues(fam, "external").Set(float64(external))
+	}
+}
+
+// endpointsOf are the endpoints of one IP family.
+func endpointsOf(eps []Endpoint, v6 bool) []Endpoint {
+	var out []Endpoint
+	for _, e := range eps {
+		if e.Addr.Unmap().Is6() == v6 {
+			out = append(out, e)
 		}
 	}
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
-	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
+	return out
 }
 
 // ChangeCounts are the Service and EndpointSlice events a source has seen,
@@ -217,13 +278,14 @@ func (m *Metrics) CountChanges(source func() ChangeCounts) {
 // changeCollector exports a source's ChangeCounts as kube-proxy's
 // change metrics, read when scraped.
 type changeCollector struct {
+	metrics.BaseStableCollector
 	source                                                           atomic.Pointer[func() ChangeCounts]
-	endpointsPending, endpointsTotal, servicesPending, servicesTotal *prometheus.Desc
+	endpointsPending, endpointsTotal, servicesPending, servicesTotal *metrics.Desc
 }
 
 func newChangeCollector() *changeCollector {
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName("", "kubeproxy", name), help, nil, nil)
+	desc := func(name, help string) *metrics.Desc {
+		return metrics.NewDesc(metrics.BuildFQName("", "kubeproxy", name), help, nil, nil, metrics.ALPHA, "")
 	}
 	return &changeCollector{
 		endpointsPending: desc("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes"),
@@ -233,31 +295,45 @@ func newChangeCollector() *changeCollector {
 	}
 }
 
-func (c *changeCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *changeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- c.endpointsPending
 	ch <- c.endpointsTotal
 	ch <- c.servicesPending
 	ch <- c.servicesTotal
 }
 
-func (c *changeCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *changeCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	var n ChangeCounts
 	if f := c.source.Load(); f != nil {
 		n = (*f)()
 	}
-	ch <- prometheus.MustNewConstMetric(c.endpointsPending, prometheus.GaugeValue, float64(n.EndpointChangesPending))
-	ch <- prometheus.MustNewConstMetric(c.endpointsTotal, prometheus.CounterValue, float64(n.EndpointChanges))
-	ch <- prometheus.MustNewConstMetric(c.servicesPending, prometheus.GaugeValue, float64(n.ServicesPending))
-	ch <- prometheus.MustNewConstMetric(c.servicesTotal, prometheus.CounterValue, float64(n.ServiceChanges))
+	ch <- metrics.NewLazyConstMetric(c.endpointsPending, metrics.GaugeValue, float64(n.EndpointChangesPending))
+	ch <- metrics.NewLazyConstMetric(c.endpointsTotal, metrics.CounterValue, float64(n.EndpointChanges))
+	ch <- metrics.NewLazyConstMetric(c.servicesPending, metrics.GaugeValue, float64(n.ServicesPending))
+	ch <- metrics.NewLazyConstMetric(c.servicesTotal, metrics.CounterValue, float64(n.ServiceChanges))
 }
 
-// Handler serves /metrics, and /proxyMode as kube-proxy's metrics server does.
+// Gatherer is what /metrics serves: this registry's families and the
+// process-wide ones (see processMetrics).
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	return prometheus.Gatherers{m.Registry, legacyregistry.DefaultGatherer}
+}
+
+// Handler serves /metrics, and /proxyMode as kube-proxy's metrics server
+// does. The metrics server's other paths are added by its caller
+// (cmd/kube-nftproxy: /healthz, /configz, /flagz, /statusz, pprof).
 func (m *Metrics) Handler(mode string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	m.Register(mux, mode)
+	return mux
+}
+
+// Register adds /metrics and /proxyMode to mux.
+func (m *Metrics) Register(mux *http.ServeMux, mode string) {
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Gatherer(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = w.Write([]byte(mode))
 	})
-	return mux
 }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/component-base/metrics"
 )
 
 // SourceStatus is where a source of Services (the API server, the state
@@ -19,14 +19,14 @@ type SourceStatus struct {
 
 	mu       sync.Mutex
 	log      *errorLog
-	failures prometheus.Counter
-	up       prometheus.Gauge
+	failures metrics.CounterMetric
+	up       metrics.GaugeMetric
 }
 
 // NewSourceStatus returns the status of the source called name ("api",
 // "file"), logging at most every logEvery for the same error. health and
 // metrics may be nil.
-func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, health *Health, metrics *Metrics) *SourceStatus {
+func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, health *Health, m *Metrics) *SourceStatus {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -34,9 +34,9 @@ func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, heal
 	// A source that cannot be read is a warning: the rules keep working
 	// on the last good view (sync failures are errors).
 	s.log.level = slog.LevelWarn
-	if metrics != nil {
-		s.failures = metrics.SourceFailures.WithLabelValues(name)
-		s.up = metrics.SourceUp.WithLabelValues(name)
+	if m != nil {
+		s.failures = m.SourceFailures.WithLabelValues(name)
+		s.up = m.SourceUp.WithLabelValues(name)
 		s.up.Set(1)
 	}
 	return s

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -71,6 +69,10 @@ type options struct {
 	localhostNodePortsSet bool
 
 	skipConntrackCleanup bool
+
+	servers serverOptions   // --profiling, --show-hidden-metrics-for-version, --bind-address-hard-fail
+	flags   *pflag.FlagSet  // the parsed command line, for /flagz
+	gates   map[string]bool // --feature-gates
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -244,6 +246,7 @@ func runRoot(cmd *cobra.Command, o *options) error {
 	if err != nil {
 		return err
 	}
+	o.gates, o.flags = gates, cmd.Flags()
 	log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
@@ -276,6 +279,9 @@ func (o *options) validate() error {
 	if err := o.conntrackTuning().Validate(); err != nil {
 		return err
 	}
+	if err := o.servers.validate(); err != nil {
+		return err
+	}
 	return validateOOMScoreAdj("--oom-score-adj", o.oomScoreAdj)
 }
 
@@ -299,6 +305,7 @@ func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.syncPeriod, "iptables-sync-period", 30*time.Second, "the most time between two syncs")
 	o.ipvs.addFlags(fs)
 	o.addConntrackFlags(fs)
+	o.servers.addFlags(fs)
 	// For tests that show what goes wrong without the cleanup; not a
 	// kube-proxy flag, hence hidden.
 	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
@@ -443,14 +450,12 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"init-only", "profiling", "config-sync-period",
-	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
+	"init-only", "config-sync-period", "vmodule", "log-flush-frequency",
 }
 
 // unsupportedBools are those of them that kube-proxy parses as booleans.
 var unsupportedBools = map[string]bool{
 	"init-only": true,
-	"profiling": true, "bind-address-hard-fail": true,
 }
 
 func addUnsupported(fs *pflag.FlagSet) {
@@ -469,24 +474,6 @@ func refuseUnsupported(fs *pflag.FlagSet) error {
 			return fmt.Errorf("--%s is a kube-proxy flag that kube-nftproxy does not support (yet)", name)
 		}
 	}
-	return nil
-}
-
-// serveHTTP runs an HTTP server until ctx ends; an empty address disables it.
-// It fails at once when the address cannot be bound. guard bounds its
-// connections and their idle time.
-func serveHTTP(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler) error {
-	if addr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%s server on %s: %w", what, addr, err)
-	}
-	proxier.Serve(ctx, guard.NewServer(what, h), ln, log, what)
-	l := guard.Limits()
-	log.Info(what+" server listening", "address", ln.Addr().String(),
-		"idle_timeout", l.IdleTimeout, "max_conns", l.MaxConnsPerServer, "max_conns_all_servers", l.MaxConns)
 	return nil
 }
 

@@ -34,7 +34,10 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo", "--write-config-to", "/dev/null"}, `--ipvs-scheduler "fo": want one of rr, wrr`},
-		{[]string{"--profiling"}, "--profiling is a kube-proxy flag"},
+		{[]string{"--init-only"}, "--init-only is a kube-proxy flag"},
+		{[]string{"--show-hidden-metrics-for-version=1.30", "--write-config-to", "/dev/null"},
+			`--show-hidden-metrics-for-version "1.30": must be omitted or have the value '1.36'; only the previous minor version is allowed`},
+		{[]string{"--show-hidden-metrics-for-version=1.37", "--write-config-to", "/dev/null"}, "must be omitted or have the value '1.36'"},
 		{[]string{"--oom-score-adj=-1001", "--write-config-to", "/dev/null"}, "--oom-score-adj -1001: must be within the range [-1000, 1000]"},
 		{[]string{"--conntrack-min=-1", "--write-config-to", "/dev/null"}, "--conntrack-min -1"},
 		{[]string{"--conntrack-udp-timeout=500ms", "--write-config-to", "/dev/null"}, "--conntrack-udp-timeout 500ms"},

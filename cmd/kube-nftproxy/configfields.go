@@ -26,7 +26,7 @@ type configField struct {
 // configFields are the settings --config and --write-config-to share.
 func configFields() []configField {
 	var all []configField
-	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), loggingFields()} {
+	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), loggingFields(), serverFields()} {
 		all = append(all, group...)
 	}
 	return all

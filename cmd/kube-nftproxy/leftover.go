@@ -29,7 +29,7 @@ type upstreamCleanup struct {
 // the start.
 func newUpstreamCleanup(ipvsMode bool, log *slog.Logger, m *proxier.Metrics) *upstreamCleanup {
 	return &upstreamCleanup{cfg: leftover.Config{IPVS: !ipvsMode, Legacy: true}, log: log,
-		metrics: leftover.NewMetrics(m.Registry)}
+		metrics: leftover.NewMetrics(m.Registry.Registerer())}
 }
 
 // afterSync removes the leftovers after our first successful sync (later

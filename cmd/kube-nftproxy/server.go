@@ -222,13 +222,13 @@ func (s *proxyServer) buildLoop(context.Context) error {
 // observe creates the health and metrics the loop and the backend report to.
 func (s *proxyServer) observe(ctx context.Context) error {
 	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
-	s.metrics = proxier.NewMetrics()
+	s.metrics = proxier.NewModeMetrics(s.o.modeName())
 	// kube-proxy's leftovers go after our first sync (afterSync below).
 	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
 	s.health.Answered = s.metrics.CountProbe
 	s.loop.OnQueued = func() {
 		s.health.Queued()
-		s.metrics.LastQueued.SetToCurrentTime()
+		s.metrics.Queued()
 	}
 	s.backend.wire(s.loop, func(table string, _ []string) { // the backend logs what differed
 		s.health.Drifted()
@@ -264,10 +264,14 @@ func (s *proxyServer) serve(ctx context.Context) error {
 		s.metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)
 	}
-	if err := serveHTTP(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler()); err != nil {
+	processMetrics()
+	recordFeatureGates(ctx, s.o.gates)
+	s.o.servers.showHiddenMetrics()
+	hard := s.o.servers.bindAddressHard
+	if err := bindServer(ctx, s.log, guard, "health", s.o.healthzAddress, s.health.Handler(), hard); err != nil {
 		return err
 	}
-	return serveHTTP(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metrics.Handler(s.o.modeName()))
+	return bindServer(ctx, s.log, guard, "metrics", s.o.metricsAddress, s.metricsMux(s.o.gates), hard)
 }
 
 // run starts the source and runs the sync loop until ctx ends.
@@ -307,7 +311,7 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	b := model.NewBuilder(s.node)
 	s.metrics.CountChanges(b.ChangeCounts)
 	s.loop.SetSource(func() *proxier.State {
-		st, triggers := b.StateWithTriggers()
+		st, triggers := b.StateWithFamilyTriggers()
 		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
 		s.health.SetNodeEligible(!st.Node.Leaving)
 		return st

@@ -356,7 +356,8 @@ func (e *trafficEnv) startProxy() {
 const healthz = "127.0.0.1:10256" // in the node namespace
 
 // lastUpdated is the time of the running proxy's last successful sync, as
-// its /healthz says (zero before the first).
+// its /healthz says in status (zero before the first; the top-level
+// lastUpdated is the current time while healthy, as kube-proxy's).
 func (e *trafficEnv) lastUpdated(ctx context.Context) (time.Time, error) {
 	cmd := e.sb.Command(ctx, sandbox.Node, e.self)
 	cmd.Env = append(os.Environ(), echoEnv+"=get", echoArgsEnv+"=http://"+healthz+"/healthz")
@@ -365,12 +366,14 @@ func (e *trafficEnv) lastUpdated(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("healthz: %w", err)
 	}
 	var body struct {
-		LastUpdated time.Time `json:"lastUpdated"`
+		Status map[string]struct {
+			LastUpdated time.Time `json:"lastUpdated"`
+		} `json:"status"`
 	}
 	if err := json.Unmarshal(out, &body); err != nil {
 		return time.Time{}, fmt.Errorf("healthz %q: %w", out, err)
 	}
-	return body.LastUpdated, nil
+	return body.Status["IPv4"].LastUpdated, nil
 }
 
 // vsConns reads the total connection counts of the virtual servers

@@ -70,7 +70,7 @@ func TestBadInput(t *testing.T) {
 
 // TestBrokenFileHoldsFirstSync starts the proxy on a state with a file that
 // cannot be parsed: what it holds is unknown, so nothing is programmed and
-// /healthz says not ready, until the file is fixed.
+// /readyz says not ready, until the file is fixed.
 func TestBrokenFileHoldsFirstSync(t *testing.T) {
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{podA, podB})
@@ -86,7 +86,7 @@ func TestBrokenFileHoldsFirstSync(t *testing.T) {
 		})
 	})
 	// Several sync periods pass without a sync (the assertion is that no
-	// table appears and /healthz stays 503 throughout).
+	// table appears and /readyz stays 503 throughout).
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		out, err := sb.Exec(t.Context(), sandbox.Node, "nft", "list", "tables")
@@ -96,13 +96,13 @@ func TestBrokenFileHoldsFirstSync(t *testing.T) {
 		if strings.Contains(string(out), "kube-nftproxy") || p.syncs() > 0 {
 			t.Fatalf("the proxy programmed a state with an unparsable file:\n%s", out)
 		}
-		resp, err := httpClientIn(sb.NS(sandbox.Node)).Get("http://127.0.0.1:10256/healthz")
+		resp, err := httpClientIn(sb.NS(sandbox.Node)).Get("http://127.0.0.1:10256/readyz")
 		if err != nil {
-			t.Fatalf("/healthz: %v", err)
+			t.Fatalf("/readyz: %v", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("/healthz answered %d before the first sync, want 503", resp.StatusCode)
+			t.Fatalf("/readyz answered %d before the first sync, want 503", resp.StatusCode)
 		}
 		time.Sleep(200 * time.Millisecond) // pacing the samples, not synchronising
 	}

@@ -41,7 +41,7 @@ const apiFaultSyncPeriod = 5 * time.Second
 // TestFaultAPIServerDownRestart programs Services from a real API server,
 // stops the proxy, kills the API server and starts the proxy again against
 // the dead server: the rules must stay exactly as they were for over two
-// sync periods and traffic must not notice, while /healthz turns unhealthy
+// sync periods and traffic must not notice, while /readyz turns unhealthy
 // (503) once a sync is overdue; when the API server comes back, the proxy
 // must follow a change made through it, and be healthy again.
 func TestFaultAPIServerDownRestart(t *testing.T) {
@@ -74,7 +74,7 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 		"--iptables-sync-period", apiFaultSyncPeriod.String(),
 	)
 	// Two sync periods and a bit: the rules must not change at all; and
-	// /healthz must say 503 by then (kube-proxy: unhealthy once a sync is
+	// /readyz must say 503 by then (kube-proxy: unhealthy once a sync is
 	// overdue by twice the sync period).
 	hold := 2*apiFaultSyncPeriod + 2*time.Second
 	var unhealthy time.Duration
@@ -91,7 +91,7 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 			t.Errorf("%v after the proxy started against the dead API server, its rules changed (dnat rules %d, were %d): %s",
 				time.Since(t0).Round(time.Millisecond), strings.Count(string(now), "dnat to"), dnats, d)
 		}
-		code, body, err := a.health(ctx, "/healthz")
+		code, body, err := a.health(ctx, "/readyz")
 		lastHealth = fmt.Sprintf("%d %q %v", code, body, err)
 		if code == 503 && unhealthy == 0 {
 			unhealthy = time.Since(t0)
@@ -105,9 +105,9 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 		t.Logf("with the API server down: %d samples of nft list ruleset over %v, unchanged (%d dnat rules)", samples, hold, dnats)
 	}
 	if unhealthy == 0 {
-		t.Errorf("/healthz never answered 503 in the %v after the proxy started against a dead API server (last: %s): it runs without rules of its own and says it is healthy", hold, lastHealth)
+		t.Errorf("/readyz never answered 503 in the %v after the proxy started against a dead API server (last: %s): it runs without rules of its own and says it is healthy", hold, lastHealth)
 	} else {
-		t.Logf("/healthz turned 503 %v after the proxy started", unhealthy.Round(time.Millisecond))
+		t.Logf("/readyz turned 503 %v after the proxy started", unhealthy.Round(time.Millisecond))
 	}
 
 	// The API server comes back; a change made through it reaches the
@@ -120,8 +120,8 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 	back := time.Now()
 	a.setSliceEndpoints(t, apiWebName, podB)
 	_, converged := a.waitTraffic(t, back, time.Minute, web, podB.Name)
-	a.proxy.poll(t, 2*apiFaultSyncPeriod, "/healthz to answer 200 again", func(ctx context.Context) error {
-		code, body, err := a.health(ctx, "/healthz")
+	a.proxy.poll(t, 2*apiFaultSyncPeriod, "/readyz to answer 200 again", func(ctx context.Context) error {
+		code, body, err := a.health(ctx, "/readyz")
 		if err != nil || code != 200 {
 			return fmt.Errorf("%d %q %v", code, body, err)
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
 )
 
-// The API-gone tests run the proxy with a short sync period: /healthz
+// The API-gone tests run the proxy with a short sync period: /readyz
 // must turn 503 once the API server has been away for twice this.
 // KNP_APIGONE_SYNC_PERIOD sets another (30s: kube-proxy's default).
 var apiGoneSyncPeriod = envDuration("KNP_APIGONE_SYNC_PERIOD", 2*time.Second)
@@ -62,8 +62,8 @@ type apiGoneFault struct {
 // open, nothing answered) and blackholed (every packet dropped, no RST).
 // Each time the proxy must say so as the README promises: a warning, a
 // count in kubenftproxy_source_failures_total{source="api"},
-// kubenftproxy_source_up 0, /healthz 503 after twice the sync period; and
-// when the server is back: source_up 1, /healthz 200, an info line, and a
+// kubenftproxy_source_up 0, /readyz 503 after twice the sync period; and
+// when the server is back: source_up 1, /readyz 200, an info line, and a
 // Service deleted meanwhile (or right then) gone from the kernel within
 // seconds.
 func TestFaultAPIServerGone(t *testing.T) {
@@ -95,10 +95,10 @@ func testAPIGone(t *testing.T, f apiGoneFault) {
 	t0 := time.Now()
 	f.away(t, a)
 	seen := a.waitGoneReported(t, t0, logged, failuresBefore)
-	t.Logf("%s: warning logged %v, failure counted and source_up 0 %v, /healthz 503 %v after the server went away",
+	t.Logf("%s: warning logged %v, failure counted and source_up 0 %v, /readyz 503 %v after the server went away",
 		f.name, seen.warned.Round(time.Millisecond), seen.counted.Round(time.Millisecond), seen.unhealthy.Round(time.Millisecond))
 	if seen.unhealthy < 2*apiGoneSyncPeriod {
-		t.Errorf("/healthz turned 503 %v after the server went away, before twice the sync period (%v)", seen.unhealthy, 2*apiGoneSyncPeriod)
+		t.Errorf("/readyz turned 503 %v after the server went away, before twice the sync period (%v)", seen.unhealthy, 2*apiGoneSyncPeriod)
 	}
 	a.holdGone(t, t0)
 	if f.deleteWhileAway {
@@ -244,7 +244,7 @@ type apiGoneSeen struct {
 }
 
 // waitGoneReported polls until the proxy has logged the warning, counted
-// a failure with source_up 0, and answers /healthz with 503.
+// a failure with source_up 0, and answers /readyz with 503.
 func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failuresBefore float64) apiGoneSeen {
 	t.Helper()
 	var seen apiGoneSeen
@@ -265,12 +265,12 @@ func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failur
 			}
 		}
 		if seen.unhealthy == 0 {
-			if code, _, err := a.health(ctx, "/healthz"); err == nil && code == 503 {
+			if code, _, err := a.health(ctx, "/readyz"); err == nil && code == 503 {
 				seen.unhealthy = time.Since(t0)
 			}
 		}
 		if seen.warned == 0 || seen.counted == 0 || seen.unhealthy == 0 {
-			return fmt.Errorf("warned after %v, counted after %v (%s), /healthz 503 after %v", seen.warned, seen.counted, last, seen.unhealthy)
+			return fmt.Errorf("warned after %v, counted after %v (%s), /readyz 503 after %v", seen.warned, seen.counted, last, seen.unhealthy)
 		}
 		return nil
 	})
@@ -286,7 +286,7 @@ func isGoneWarning(l string) bool {
 }
 
 // waitGoneRecovered polls until the proxy reports the server back: the
-// info line, source_up 1 and /healthz 200.
+// info line, source_up 1 and /readyz 200.
 func (a *apiEnv) waitGoneRecovered(t *testing.T, logged int) {
 	t.Helper()
 	a.proxy.poll(t, 2*apiGoneSyncPeriod+10*time.Second, "the recovery to be reported", func(ctx context.Context) error {
@@ -302,8 +302,8 @@ func (a *apiEnv) waitGoneRecovered(t *testing.T, logged int) {
 		if up := m[`kubenftproxy_source_up{source="api"}`]; up != 1 {
 			return fmt.Errorf("source_up %v", up)
 		}
-		if code, body, err := a.health(ctx, "/healthz"); err != nil || code != 200 {
-			return fmt.Errorf("/healthz %d %q %v", code, body, err)
+		if code, body, err := a.health(ctx, "/readyz"); err != nil || code != 200 {
+			return fmt.Errorf("/readyz %d %q %v", code, body, err)
 		}
 		return nil
 	})

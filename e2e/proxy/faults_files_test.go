@@ -18,14 +18,14 @@ import (
 )
 
 // filesSyncPeriod is the proxy's --iptables-sync-period in these tests:
-// /healthz turns 503 after a source failure of twice that, and a failed
+// /readyz turns 503 after a source failure of twice that, and a failed
 // read is retried at least that often.
 const filesSyncPeriod = 2 * time.Second
 
 // TestFaultFileTransientReadError: the proxy runs out of file descriptors
 // (its RLIMIT_NOFILE lowered from outside, a real EMFILE) just as a new
 // Service is renamed into the state directory, and stays so for longer
-// than /healthz tolerates. When descriptors are free again, nothing in the
+// than /readyz tolerates. When descriptors are free again, nothing in the
 // directory changes: the proxy must read it again by itself, program the
 // Service and report healthy.
 func TestFaultFileTransientReadError(t *testing.T) {
@@ -53,7 +53,7 @@ func TestFaultFileTransientReadError(t *testing.T) {
 	e.proxy.waitLog(t, 10*time.Second, "the failure to read the state", func(lines []string) bool {
 		return warned(lines[logged:], e.state, "too many open files")
 	})
-	// The fault lasts past 2x the sync period, when /healthz turns 503
+	// The fault lasts past 2x the sync period, when /readyz turns 503
 	// (not checked: its server cannot accept a connection meanwhile).
 	time.Sleep(2*filesSyncPeriod + 500*time.Millisecond) // the fault's duration, not a synchronization
 	restore()
@@ -67,9 +67,9 @@ func TestFaultFileTransientReadError(t *testing.T) {
 			}
 			programmed = time.Since(released)
 		}
-		code, body, err := e.health(ctx, "/healthz")
+		code, body, err := e.health(ctx, "/readyz")
 		if err != nil || code != 200 {
-			return fmt.Errorf("/healthz: %d %q %v", code, body, err)
+			return fmt.Errorf("/readyz: %d %q %v", code, body, err)
 		}
 		healthy = time.Since(released)
 		return nil
@@ -78,7 +78,7 @@ func TestFaultFileTransientReadError(t *testing.T) {
 		t.Fatalf("no file event followed the end of the read failure, and the proxy did not read the state again by itself: %v", err)
 	}
 	res := f.stop(t)
-	t.Logf("descriptors free again -> the new Service programmed after %v, /healthz 200 after %v", programmed.Round(time.Millisecond), healthy.Round(time.Millisecond))
+	t.Logf("descriptors free again -> the new Service programmed after %v, /readyz 200 after %v", programmed.Round(time.Millisecond), healthy.Round(time.Millisecond))
 	logFault(t, "state directory unreadable for 4.5 s (EMFILE), a Service added meanwhile", programmed, res)
 	res.expectNoFailures(t, "transient read error")
 }

@@ -12,8 +12,9 @@ import (
 
 // TestHealthProbeMetrics: kube-proxy's kubeproxy_proxy_healthz_total and
 // kubeproxy_proxy_livez_total count the answers of the real binary's
-// /healthz and /livez by status code: /healthz 503 while a broken state
-// file holds back the first sync (/livez 200 meanwhile), 200 after it.
+// /healthz and /livez by status code. As kube-proxy, /healthz answers 200
+// while a broken state file holds back the first sync; our /readyz
+// answers 503 meanwhile, and is not counted.
 func TestHealthProbeMetrics(t *testing.T) {
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{podA, podB})
@@ -41,7 +42,10 @@ func TestHealthProbeMetrics(t *testing.T) {
 		counts[fmt.Sprintf(`kubeproxy_proxy_%s_total{code="%d"}`, path[1:], want)]++
 	}
 	for range 3 {
-		probe("/healthz", http.StatusServiceUnavailable)
+		probe("/healthz", http.StatusOK)
+		if code := get("/readyz"); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz answered %d before the first sync, want 503", code)
+		}
 	}
 	probe("/livez", http.StatusOK)
 	writeAtomic(t, state, "broken.yaml", "# fixed: empty\n")
@@ -63,7 +67,10 @@ func TestHealthProbeMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %d", name, got, want)
 		}
 	}
-	if got, ok := m[`kubeproxy_proxy_livez_total{code="503"}`]; ok {
-		t.Errorf(`kubeproxy_proxy_livez_total{code="503"} = %v, want absent (never answered)`, got)
+	for _, probe := range []string{"healthz", "livez"} {
+		name := fmt.Sprintf(`kubeproxy_proxy_%s_total{code="503"}`, probe)
+		if got, ok := m[name]; ok {
+			t.Errorf(`%s = %v, want absent (never answered; /readyz's 503s are not counted)`, name, got)
+		}
 	}
 }

@@ -69,7 +69,7 @@ type Builder struct {
 	sliceEvents    uint64
 	servicesBefore map[serviceKey][]*proxier.ServicePort
 	slicesChanged  int
-	triggers       map[serviceKey][]time.Time
+	triggers       map[serviceKey][]proxier.Trigger
 }
 
 // objectRef names any object the Builder tracks, for per-object errors.
@@ -98,7 +98,7 @@ func NewBuilder(nodeName string) *Builder {
 
 		started:        time.Now(),
 		servicesBefore: map[serviceKey][]*proxier.ServicePort{},
-		triggers:       map[serviceKey][]time.Time{},
+		triggers:       map[serviceKey][]proxier.Trigger{},
 	}
 }
 
@@ -299,7 +299,11 @@ func (b *Builder) noteSliceUpdate(es *discoveryv1.EndpointSlice, old, info *slic
 	b.slicesChanged++
 	if t := triggerTime(es); t.After(b.started) {
 		svc := serviceKey{NamespaceOrDefault(es.Namespace), es.Labels[discoveryv1.LabelServiceName]}
-		b.triggers[svc] = append(b.triggers[svc], t)
+		family := proxier.IPv4
+		if es.AddressType == discoveryv1.AddressTypeIPv6 {
+			family = proxier.IPv6
+		}
+		b.triggers[svc] = append(b.triggers[svc], proxier.Trigger{At: t, Family: family})
 	}
 }
 
@@ -432,16 +436,28 @@ func compareRefs(x, y objectRef) int {
 // clears the pending changes: a sync has taken them. The extra cost is
 // O(changes).
 func (b *Builder) StateWithTriggers() (*proxier.State, []time.Time) {
+	st, triggers := b.StateWithFamilyTriggers()
+	var times []time.Time
+	for _, t := range triggers {
+		times = append(times, t.At)
+	}
+	return st, times
+}
+
+// StateWithFamilyTriggers is StateWithTriggers with the IP family of each
+// trigger time's slice (the ip_family of
+// kubeproxy_network_programming_duration_seconds).
+func (b *Builder) StateWithFamilyTriggers() (*proxier.State, []proxier.Trigger) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var triggers []time.Time
+	var triggers []proxier.Trigger
 	for _, ts := range b.triggers {
 		triggers = append(triggers, ts...)
 	}
 	// New maps rather than clear: clearing costs the largest size the
 	// map ever had, a fresh one nothing.
 	if len(b.triggers) > 0 {
-		b.triggers = map[serviceKey][]time.Time{}
+		b.triggers = map[serviceKey][]proxier.Trigger{}
 	}
 	if len(b.servicesBefore) > 0 {
 		b.servicesBefore = map[serviceKey][]*proxier.ServicePort{}
