@@ -54,6 +54,10 @@ type Report struct {
 	Results []Result
 	// Node lists differences that concern no one Service port.
 	Node []string
+	// NodeKnown lists the known node-wide differences that apply.
+	NodeKnown []string
+	// Hints say what probably explains the differences.
+	Hints []string
 }
 
 // Equal reports whether everything is equal.
@@ -84,8 +88,18 @@ func (r *Report) Write(w io.Writer) error {
 			}
 		}
 	}
+	for _, n := range r.NodeKnown {
+		if _, err := fmt.Fprintf(w, "node: equal (known difference: %s)\n", n); err != nil {
+			return err
+		}
+	}
 	for _, n := range r.Node {
 		if _, err := fmt.Fprintf(w, "node: different: %s\n", n); err != nil {
+			return err
+		}
+	}
+	for _, h := range r.Hints {
+		if _, err := fmt.Fprintf(w, "probably missing: %s\n", h); err != nil {
 			return err
 		}
 	}
@@ -137,6 +151,15 @@ func compareViews(rep *Report, theirs, ours *view) {
 		rep.Node = append(rep.Node, fmt.Sprintf("%s: KUBE-MARK-MASQ sets %#x in iptables, %#x in ours (--iptables-masquerade-bit)", family, theirs.masqMark, ours.masqMark))
 	}
 	rep.Node = append(rep.Node, compareLocalhost(family, theirs.localhost, ours.localhost)...)
+	diffs, known := compareGlobal(family, theirs.global, ours.global, theirs.localhost.nodePorts && ours.localhost.nodePorts)
+	if len(theirs.healthChecks) > 0 && !slices.ContainsFunc(theirs.global.facts, isHealthCheckJump) {
+		diffs = append(diffs, family+": iptables accepts health check node ports in filter KUBE-NODEPORTS, but INPUT does not jump there")
+	}
+	if theirs.masqMark != ours.masqMark { // said above, with its flag
+		diffs = slices.DeleteFunc(diffs, func(d string) bool { return strings.Contains(d, " KUBE-MARK-MASQ #") })
+	}
+	rep.Node = append(rep.Node, diffs...)
+	rep.NodeKnown = append(rep.NodeKnown, known...)
 	a, b := theirs.facts(), ours.facts()
 	keys := map[Key]bool{}
 	for k := range a {

@@ -30,6 +30,26 @@ type localhostFacts struct {
 	guarded   bool // KUBE-FIREWALL's localnet drop is in place (input)
 }
 
+// localhostNodePort is the kind of entry of a NodePort on 127.0.0.0/8:
+// iptables mode writes one per NodePort (counting its packets before the
+// rule for every address); ours serves every NodePort there when its
+// KUBE-SERVICES lets loopback through.
+const localhostNodePort = "nodeport on 127.0.0.0/8"
+
+// addLocalhostNodePorts adds ours' localhost entries: one per NodePort
+// that leads to a Service chain, when NodePorts are served on loopback.
+func (v *view) addLocalhostNodePorts() {
+	if v.ipv6 || !v.localhost.nodePorts {
+		return
+	}
+	for _, e := range slices.Clone(v.entries) {
+		if e.kind == "nodeport" && isServiceChain(e.verdict) {
+			e.kind = localhostNodePort
+			v.entries = append(v.entries, e)
+		}
+	}
+}
+
 // readLocalhostIPT reads them from iptables mode's nat and filter tables.
 func readLocalhostIPT(ipv6 bool, nat, filter *iptsave.Table) localhostFacts {
 	var lf localhostFacts
