@@ -113,9 +113,22 @@ func (r *Report) Write(w io.Writer) error {
 	return err
 }
 
+// Expect is what the rules should say that our ruleset does not hold:
+// known where ours is rendered from a state (diff --state).
+type Expect struct {
+	// HealthCheckNodePorts by Service port ("namespace/name:port"): every
+	// Service port with one (eTP Local); nil when not known.
+	HealthCheckNodePorts map[string]uint16
+}
+
 // Compare compares iptables-save dumps (one per family at most) with our
 // ruleset, for the families the dumps cover.
 func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
+	return CompareWith(dumps, ours, Expect{})
+}
+
+// CompareWith is Compare with what is expected beyond our ruleset.
+func CompareWith(dumps []*iptsave.Dump, ours *nftlib.Ruleset, want Expect) (*Report, error) {
 	rep := &Report{}
 	seen := map[bool]bool{}
 	for _, d := range dumps {
@@ -127,7 +140,7 @@ func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		compareViews(rep, theirs, fromRuleset(ours, d.IPv6))
+		compareViews(rep, theirs, fromRuleset(ours, d.IPv6), want)
 	}
 	sort.Slice(rep.Results, func(i, j int) bool {
 		a, b := rep.Results[i].Key, rep.Results[j].Key
@@ -142,7 +155,7 @@ func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
 	return rep, nil
 }
 
-func compareViews(rep *Report, theirs, ours *view) {
+func compareViews(rep *Report, theirs, ours *view, want Expect) {
 	family := "IPv4"
 	if theirs.ipv6 {
 		family = "IPv6"
@@ -178,6 +191,9 @@ func compareViews(rep *Report, theirs, ours *view) {
 		default:
 			res.Known = explainKnown(fa, fb, theirs, ours)
 			res.Differences = diffFacts(fa, fb)
+			if d := diffHealthCheck(k, fa.healthChecks, want); d != "" {
+				res.Differences = append(res.Differences, d)
+			}
 		}
 		rep.Results = append(rep.Results, res)
 	}
@@ -200,10 +216,36 @@ func explainKnown(theirs, ours *Facts, tv, ov *view) []string {
 			known = append(known, KnownFirewallNoEndpoints)
 		}
 	}
+	for _, p := range theirs.healthChecks {
+		known = append(known, fmt.Sprintf("health check node port %d accepted by iptables in filter INPUT; ours writes no such rule", p))
+	}
 	if len(theirs.externalRejects) > 0 && !tv.outputChecksExternal && ov.outputChecksExternal {
 		known = append(known, KnownNodeToExternalNoEndpoints+" ("+strings.Join(theirs.externalRejects, ", ")+")")
 	}
 	return known
+}
+
+// diffHealthCheck compares the health check node ports iptables accepts
+// with the Service port's, where known.
+func diffHealthCheck(k Key, accepted []uint16, want Expect) string {
+	if want.HealthCheckNodePorts == nil {
+		return ""
+	}
+	var w []uint16
+	if p := want.HealthCheckNodePorts[k.Service]; p != 0 {
+		w = []uint16{p}
+	}
+	if slices.Equal(accepted, w) {
+		return ""
+	}
+	return fmt.Sprintf("health check node port: iptables accepts %v, the Service's is %v", ports(accepted), ports(w))
+}
+
+func ports(ps []uint16) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	return strings.Trim(fmt.Sprint(ps), "[]")
 }
 
 // diffFacts lists each category in which the two differ.
