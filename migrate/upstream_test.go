@@ -2,8 +2,8 @@ package migrate
 
 import (
 	"path/filepath"
-	"slices"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
