@@ -58,6 +58,10 @@ type Report struct {
 	NodeKnown []string
 	// Hints say what probably explains the differences.
 	Hints []string
+	// clusterCIDRs: off-cluster ranges only iptables masquerades from,
+	// and how many Service ports differ by that alone (see hint.go).
+	clusterCIDRs []string
+	cidrOnly     int
 }
 
 // Equal reports whether everything is equal.
@@ -142,6 +146,7 @@ func CompareWith(dumps []*iptsave.Dump, ours *nftlib.Ruleset, want Expect) (*Rep
 		}
 		compareViews(rep, theirs, fromRuleset(ours, d.IPv6), want)
 	}
+	rep.hintClusterCIDR()
 	sort.Slice(rep.Results, func(i, j int) bool {
 		a, b := rep.Results[i].Key, rep.Results[j].Key
 		if a.IPv6 != b.IPv6 {
@@ -194,6 +199,7 @@ func compareViews(rep *Report, theirs, ours *view, want Expect) {
 			if d := diffHealthCheck(k, fa.healthChecks, want); d != "" {
 				res.Differences = append(res.Differences, d)
 			}
+			rep.noteClusterCIDR(fa, fb, res.Differences)
 		}
 		rep.Results = append(rep.Results, res)
 	}

@@ -85,3 +85,28 @@ func TestTraceOutput(t *testing.T) {
 		}
 	}
 }
+
+// diff of upstream's real dump against a render without --cluster-cidr
+// says that is probably what is missing, and with it says equal.
+func TestRunDiffMissingClusterCIDR(t *testing.T) {
+	dir := "../../migrate/testdata/upstream-localhost"
+	dumps := []string{dir + "/iptables-legacy-save.txt", dir + "/ip6tables-legacy-save.txt"}
+	for _, tc := range []struct {
+		cidr string
+		code int
+		want string
+	}{
+		{"", exitDifferent, "probably missing: --cluster-cidr 10.244.0.0/16,fd00:10:244::/48: iptables masquerades traffic to Service IPs from outside it, ours by no such range: run ours (or diff --state) with kube-proxy's --cluster-cidr; 13 of the 13 Service ports that differ differ by that alone\n"},
+		{"10.244.0.0/16,fd00:10:244::/48", exitEqual, "18 service ports: 18 equal"},
+	} {
+		o := &options{statePath: dir + "/objects.json", hostnameOverride: "node-1", clusterCIDR: tc.cidr, masqueradeBit: 14, detectLocalMode: "ClusterCIDR", proxyMode: modeIPTables, localhostNodePorts: true}
+		var out bytes.Buffer
+		code, err := runDiff(&out, strings.NewReader(""), &bytes.Buffer{}, o, dumps)
+		if code != tc.code || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("--cluster-cidr %q: exit %d (%v), want %d with %q:\n%s", tc.cidr, code, err, tc.code, tc.want, out.String())
+		}
+		if tc.code == exitEqual && strings.Contains(out.String(), "probably missing") {
+			t.Errorf("--cluster-cidr %q: a hint though equal:\n%s", tc.cidr, out.String())
+		}
+	}
+}
