@@ -192,7 +192,7 @@ type state struct {
 	rejected bool
 	path     []string
 	tables   []string // the table of each chain of path
-	err      error // the term that ended the branch could not be evaluated
+	err      error    // the term that ended the branch could not be evaluated
 }
 
 func (s *state) fork(p float64) *state {

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
