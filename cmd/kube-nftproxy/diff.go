@@ -34,9 +34,13 @@ ran in iptables mode, and compares it with kube-nftproxy's tables in this networ
 namespace (or, with --state, with what kube-nftproxy would program for those
 objects), Service port by Service port: chain names, destinations, endpoints and
 their probabilities, masquerading, source ranges, session affinity, NodePorts,
-external and load balancer IPs. Differences of form (maps, numgen, comments) are
-not differences. It prints one line per Service port and a summary, and exits 0
-when everything is equal, 1 when something differs, 2 on bad input.`,
+external and load balancer IPs; then the node-wide rules (the hooks' jumps,
+KUBE-POSTROUTING, KUBE-FORWARD, KUBE-MARK-MASQ, the NodePort addresses, localhost
+NodePorts). Differences of form (maps, numgen, comments) are not differences;
+deliberate ones are named as known differences; a rule it cannot read is a
+difference. It prints one line per Service port, the node-wide lines, what is
+probably missing (--cluster-cidr) and a summary, and exits 0 when everything is
+equal, 1 when something differs, 2 on bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
