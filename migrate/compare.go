@@ -54,6 +54,14 @@ type Report struct {
 	Results []Result
 	// Node lists differences that concern no one Service port.
 	Node []string
+	// NodeKnown lists the known node-wide differences that apply.
+	NodeKnown []string
+	// Hints say what probably explains the differences.
+	Hints []string
+	// clusterCIDRs: off-cluster ranges only iptables masquerades from,
+	// and how many Service ports differ by that alone (see hint.go).
+	clusterCIDRs []string
+	cidrOnly     int
 }
 
 // Equal reports whether everything is equal.
@@ -84,8 +92,18 @@ func (r *Report) Write(w io.Writer) error {
 			}
 		}
 	}
+	for _, n := range r.NodeKnown {
+		if _, err := fmt.Fprintf(w, "node: equal (known difference: %s)\n", n); err != nil {
+			return err
+		}
+	}
 	for _, n := range r.Node {
 		if _, err := fmt.Fprintf(w, "node: different: %s\n", n); err != nil {
+			return err
+		}
+	}
+	for _, h := range r.Hints {
+		if _, err := fmt.Fprintf(w, "probably missing: %s\n", h); err != nil {
 			return err
 		}
 	}
@@ -99,9 +117,22 @@ func (r *Report) Write(w io.Writer) error {
 	return err
 }
 
+// Expect is what the rules should say that our ruleset does not hold:
+// known where ours is rendered from a state (diff --state).
+type Expect struct {
+	// HealthCheckNodePorts by Service port ("namespace/name:port"): every
+	// Service port with one (eTP Local); nil when not known.
+	HealthCheckNodePorts map[string]uint16
+}
+
 // Compare compares iptables-save dumps (one per family at most) with our
 // ruleset, for the families the dumps cover.
 func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
+	return CompareWith(dumps, ours, Expect{})
+}
+
+// CompareWith is Compare with what is expected beyond our ruleset.
+func CompareWith(dumps []*iptsave.Dump, ours *nftlib.Ruleset, want Expect) (*Report, error) {
 	rep := &Report{}
 	seen := map[bool]bool{}
 	for _, d := range dumps {
@@ -113,8 +144,9 @@ func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		compareViews(rep, theirs, fromRuleset(ours, d.IPv6))
+		compareViews(rep, theirs, fromRuleset(ours, d.IPv6), want)
 	}
+	rep.hintClusterCIDR()
 	sort.Slice(rep.Results, func(i, j int) bool {
 		a, b := rep.Results[i].Key, rep.Results[j].Key
 		if a.IPv6 != b.IPv6 {
@@ -128,7 +160,7 @@ func Compare(dumps []*iptsave.Dump, ours *nftlib.Ruleset) (*Report, error) {
 	return rep, nil
 }
 
-func compareViews(rep *Report, theirs, ours *view) {
+func compareViews(rep *Report, theirs, ours *view, want Expect) {
 	family := "IPv4"
 	if theirs.ipv6 {
 		family = "IPv6"
@@ -137,6 +169,15 @@ func compareViews(rep *Report, theirs, ours *view) {
 		rep.Node = append(rep.Node, fmt.Sprintf("%s: KUBE-MARK-MASQ sets %#x in iptables, %#x in ours (--iptables-masquerade-bit)", family, theirs.masqMark, ours.masqMark))
 	}
 	rep.Node = append(rep.Node, compareLocalhost(family, theirs.localhost, ours.localhost)...)
+	diffs, known := compareGlobal(family, theirs.global, ours.global, theirs.localhost.nodePorts && ours.localhost.nodePorts)
+	if len(theirs.healthChecks) > 0 && !slices.ContainsFunc(theirs.global.facts, isHealthCheckJump) {
+		diffs = append(diffs, family+": iptables accepts health check node ports in filter KUBE-NODEPORTS, but INPUT does not jump there")
+	}
+	if theirs.masqMark != ours.masqMark { // said above, with its flag
+		diffs = slices.DeleteFunc(diffs, func(d string) bool { return strings.Contains(d, " KUBE-MARK-MASQ #") })
+	}
+	rep.Node = append(rep.Node, diffs...)
+	rep.NodeKnown = append(rep.NodeKnown, known...)
 	a, b := theirs.facts(), ours.facts()
 	keys := map[Key]bool{}
 	for k := range a {
@@ -155,6 +196,10 @@ func compareViews(rep *Report, theirs, ours *view) {
 		default:
 			res.Known = explainKnown(fa, fb, theirs, ours)
 			res.Differences = diffFacts(fa, fb)
+			if d := diffHealthCheck(k, fa.healthChecks, want); d != "" {
+				res.Differences = append(res.Differences, d)
+			}
+			rep.noteClusterCIDR(fa, fb, res.Differences)
 		}
 		rep.Results = append(rep.Results, res)
 	}
@@ -177,10 +222,36 @@ func explainKnown(theirs, ours *Facts, tv, ov *view) []string {
 			known = append(known, KnownFirewallNoEndpoints)
 		}
 	}
+	for _, p := range theirs.healthChecks {
+		known = append(known, fmt.Sprintf("health check node port %d accepted by iptables in filter INPUT; ours writes no such rule", p))
+	}
 	if len(theirs.externalRejects) > 0 && !tv.outputChecksExternal && ov.outputChecksExternal {
 		known = append(known, KnownNodeToExternalNoEndpoints+" ("+strings.Join(theirs.externalRejects, ", ")+")")
 	}
 	return known
+}
+
+// diffHealthCheck compares the health check node ports iptables accepts
+// with the Service port's, where known.
+func diffHealthCheck(k Key, accepted []uint16, want Expect) string {
+	if want.HealthCheckNodePorts == nil {
+		return ""
+	}
+	var w []uint16
+	if p := want.HealthCheckNodePorts[k.Service]; p != 0 {
+		w = []uint16{p}
+	}
+	if slices.Equal(accepted, w) {
+		return ""
+	}
+	return fmt.Sprintf("health check node port: iptables accepts %v, the Service's is %v", ports(accepted), ports(w))
+}
+
+func ports(ps []uint16) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	return strings.Trim(fmt.Sprint(ps), "[]")
 }
 
 // diffFacts lists each category in which the two differ.

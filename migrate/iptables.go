@@ -33,25 +33,37 @@ func fromIPTables(d *iptsave.Dump) (*view, error) {
 		}
 	}
 	// Where Service addresses lead.
+	v.global = readGlobalIPT(d)
 	for _, r := range nat.Rules["KUBE-SERVICES"] {
-		if !r.Dst.Valid() || r.Dst.Negate || r.Comment == "" || !isServiceChain(r.Target) {
-			continue // the NodePort tail-call, or not kube-proxy's
+		switch {
+		case r.Target == "KUBE-NODEPORTS": // the tail-call: global.go
+		case !r.Dst.Valid() || r.Dst.Negate || r.Comment == "" || !isServiceChain(r.Target):
+			v.global.unread = append(v.global.unread, "nat "+r.Line)
+		default:
+			e := entry{service: serviceOf(r.Comment), proto: r.Proto, addr: r.Dst.Prefix.Addr(), port: uint16(r.Dport), verdict: r.Target}
+			e.kind = strings.TrimSpace(strings.TrimPrefix(r.Comment, e.service))
+			v.entries = append(v.entries, e)
 		}
-		e := entry{service: serviceOf(r.Comment), proto: r.Proto, addr: r.Dst.Prefix.Addr(), port: uint16(r.Dport), verdict: r.Target}
-		e.kind = strings.TrimSpace(strings.TrimPrefix(r.Comment, e.service))
-		v.entries = append(v.entries, e)
 	}
 	for _, r := range nat.Rules["KUBE-NODEPORTS"] {
-		if r.Comment == "" || !isServiceChain(r.Target) || r.Dst.Valid() {
-			continue // -d 127.0.0.0/8: the localhost copy, counted once
+		e := entry{service: serviceOf(r.Comment), proto: r.Proto, kind: "nodeport", port: uint16(r.Dport), verdict: r.Target}
+		switch {
+		case r.Comment == "" || !isServiceChain(r.Target) || r.Dst.Valid() && r.Dst != (iptsave.Match{Prefix: ipv4Loopback}):
+			v.global.unread = append(v.global.unread, "nat "+r.Line)
+			continue
+		case r.Dst.Valid(): // the localhost copy, which counts its packets
+			e.kind = localhostNodePort
+			_, counters := withoutCounters(r.Other)
+			v.global.counters = append(v.global.counters, counters...)
 		}
-		v.entries = append(v.entries, entry{service: serviceOf(r.Comment), proto: r.Proto, kind: "nodeport", port: uint16(r.Dport), verdict: r.Target})
+		v.entries = append(v.entries, e)
 	}
 	if filter != nil {
 		// No endpoints: REJECT (none at all) or DROP (none local).
 		for _, chain := range []string{"KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"} {
 			for _, r := range filter.Rules[chain] {
-				if r.Target != "REJECT" && r.Target != "DROP" || r.Comment == "" {
+				if r.Target != "REJECT" && r.Target != "DROP" || r.Comment == "" || r.Dst.Negate {
+					v.global.unread = append(v.global.unread, "filter "+r.Line)
 					continue
 				}
 				e := entry{service: serviceOf(r.Comment), proto: r.Proto, port: uint16(r.Dport), verdict: strings.ToLower(r.Target)}
@@ -62,17 +74,34 @@ func fromIPTables(d *iptsave.Dump) (*view, error) {
 				case r.DstType == "LOCAL":
 					e.kind = "nodeport"
 				default:
+					v.global.unread = append(v.global.unread, "filter "+r.Line)
 					continue
 				}
 				v.entries = append(v.entries, e)
 			}
 		}
 		v.outputChecksExternal = jumpsTo(filter, "OUTPUT", "KUBE-EXTERNAL-SERVICES")
+		v.readHealthChecks(filter)
 	}
 	v.readFirewalls(filter)
 	v.localhost = readLocalhostIPT(d.IPv6, nat, filter)
 	sort.SliceStable(v.entries, func(i, j int) bool { return v.entries[i].service < v.entries[j].service })
 	return v, nil
+}
+
+// readHealthChecks reads filter KUBE-NODEPORTS: an ACCEPT of each
+// health check node port.
+func (v *view) readHealthChecks(filter *iptsave.Table) {
+	v.healthChecks = map[string][]uint16{}
+	for _, r := range filter.Rules["KUBE-NODEPORTS"] {
+		service := serviceOf(r.Comment)
+		if r.Target != "ACCEPT" || r.Proto != "tcp" || r.Dport == 0 || r.Dst.Valid() || r.Src.Valid() || r.DstType != "" || len(r.Other) > 0 ||
+			strings.TrimSpace(strings.TrimPrefix(r.Comment, service)) != "health check node port" {
+			v.global.unread = append(v.global.unread, "filter "+r.Line)
+			continue
+		}
+		v.healthChecks[service] = append(v.healthChecks[service], uint16(r.Dport))
+	}
 }
 
 func jumpsTo(t *iptsave.Table, from, to string) bool {
@@ -90,14 +119,23 @@ func jumpsTo(t *iptsave.Table, from, to string) bool {
 // drops them. The entry is rewritten to lead where allowed sources go, as
 // ours does (our KUBE-FW only filters).
 func (v *view) readFirewalls(filter *iptsave.Table) {
-	drops := map[string]bool{}
+	drops := map[string]*iptsave.Rule{} // by destination; nil once used
 	if filter != nil {
 		for _, r := range filter.Rules["KUBE-PROXY-FIREWALL"] {
-			if r.Target == "DROP" && r.Dst.Valid() {
-				drops[netip.AddrPortFrom(r.Dst.Prefix.Addr(), uint16(r.Dport)).String()+"/"+r.Proto] = true
+			if r.Target != "DROP" || !r.Dst.Valid() || r.Dst.Negate || r.Src.Valid() {
+				v.global.unread = append(v.global.unread, "filter "+r.Line)
+				continue
 			}
+			drops[netip.AddrPortFrom(r.Dst.Prefix.Addr(), uint16(r.Dport)).String()+"/"+r.Proto] = r
 		}
 	}
+	defer func() { // a drop of an address with no KUBE-FW chain
+		for _, r := range drops {
+			if r != nil {
+				v.global.unread = append(v.global.unread, "filter "+r.Line)
+			}
+		}
+	}()
 	// A chain's rules are read once, however many addresses lead to it.
 	type fwChain struct {
 		allowed []string
@@ -120,8 +158,9 @@ func (v *view) readFirewalls(filter *iptsave.Table) {
 			read[e.verdict] = c
 		}
 		fw := firewall{service: e.service, proto: e.proto, addr: e.addr, port: e.port, chain: e.verdict, others: "go on un-DNATed", allowed: c.allowed}
-		if drops[e.dest()+"/"+e.proto] {
+		if _, ok := drops[e.dest()+"/"+e.proto]; ok {
 			fw.others = "drop"
+			drops[e.dest()+"/"+e.proto] = nil
 		}
 		if c.pass != "" {
 			v.entries[i].verdict = c.pass

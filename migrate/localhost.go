@@ -30,6 +30,26 @@ type localhostFacts struct {
 	guarded   bool // KUBE-FIREWALL's localnet drop is in place (input)
 }
 
+// localhostNodePort is the kind of entry of a NodePort on 127.0.0.0/8:
+// iptables mode writes one per NodePort (counting its packets before the
+// rule for every address); ours serves every NodePort there when its
+// KUBE-SERVICES lets loopback through.
+const localhostNodePort = "nodeport on 127.0.0.0/8"
+
+// addLocalhostNodePorts adds ours' localhost entries: one per NodePort
+// that leads to a Service chain, when NodePorts are served on loopback.
+func (v *view) addLocalhostNodePorts() {
+	if v.ipv6 || !v.localhost.nodePorts {
+		return
+	}
+	for _, e := range slices.Clone(v.entries) {
+		if e.kind == "nodeport" && isServiceChain(e.verdict) {
+			e.kind = localhostNodePort
+			v.entries = append(v.entries, e)
+		}
+	}
+}
+
 // readLocalhostIPT reads them from iptables mode's nat and filter tables.
 func readLocalhostIPT(ipv6 bool, nat, filter *iptsave.Table) localhostFacts {
 	var lf localhostFacts
@@ -38,7 +58,7 @@ func readLocalhostIPT(ipv6 bool, nat, filter *iptsave.Table) localhostFacts {
 			lf.nodePorts = true
 		}
 	}
-	if filter == nil || ipv6 || !jumpsTo(filter, "INPUT", localnetChain) {
+	if filter == nil || ipv6 || !jumpsTo(filter, "INPUT", localnetChain) || !jumpsTo(filter, "OUTPUT", localnetChain) {
 		return lf
 	}
 	for _, r := range filter.Rules[localnetChain] {
@@ -74,8 +94,8 @@ func readLocalhostOurs(f nftlib.Family, t *nftlib.Table, lf *localhostFacts) {
 			}
 		}
 	}
-	in, fw := t.Chain("filter-input"), t.Chain(localnetChain)
-	if f == nftlib.IPv6 || in == nil || fw == nil || !slices.ContainsFunc(in.Rules, func(r nftlib.Rule) bool { return hasVerdictChain(r, localnetChain) }) {
+	fw := t.Chain(localnetChain)
+	if f == nftlib.IPv6 || fw == nil || !jumpsToOurs(t, "filter-input", localnetChain) || !jumpsToOurs(t, "filter-output", localnetChain) {
 		return
 	}
 	guard := nftlib.R(
@@ -90,6 +110,11 @@ func readLocalhostOurs(f nftlib.Family, t *nftlib.Table, lf *localhostFacts) {
 			lf.guarded = true
 		}
 	}
+}
+
+func jumpsToOurs(t *nftlib.Table, from, to string) bool {
+	c := t.Chain(from)
+	return c != nil && slices.ContainsFunc(c.Rules, func(r nftlib.Rule) bool { return hasVerdictChain(r, to) })
 }
 
 func hasVerdictChain(r nftlib.Rule, chain string) bool {
@@ -115,7 +140,7 @@ func compareLocalhost(family string, theirs, ours localhostFacts) []string {
 			family, yes[theirs.nodePorts], yes[ours.nodePorts])}
 	case theirs.nodePorts && theirs.guarded != ours.guarded:
 		has := map[bool]string{true: "has", false: "lacks"}
-		return []string{fmt.Sprintf("%s: localhost NodePorts served; iptables %s, ours %s KUBE-FIREWALL's drop of non-loopback sources to 127.0.0.0/8 not DNATed or established (block incoming localnet connections)",
+		return []string{fmt.Sprintf("%s: localhost NodePorts served; iptables %s, ours %s KUBE-FIREWALL's drop of non-loopback sources to 127.0.0.0/8 not DNATed or established (block incoming localnet connections), jumped to from INPUT and OUTPUT",
 			family, has[theirs.guarded], has[ours.guarded])}
 	}
 	return nil

@@ -36,10 +36,13 @@ func TestCompareUpstreamLocalhost(t *testing.T) {
 		edit      func(string) string
 		localhost bool   // ours in iptables mode, localhost NodePorts on
 		want      string // the one node-wide difference; "" for none
+		// ports: what each NodePort's line says of its localhost entry
+		// when one side serves NodePorts on loopback and the other not.
+		ports string
 	}{
 		{name: "as upstream wrote it", edit: func(s string) string { return s }, localhost: true},
 		{name: "ours in nftables mode", edit: func(s string) string { return s },
-			want: "IPv4: NodePorts on localhost (KUBE-SERVICES -> KUBE-NODEPORTS for a loopback destination): iptables served, ours not served"},
+			want: "IPv4: NodePorts on localhost (KUBE-SERVICES -> KUBE-NODEPORTS for a loopback destination): iptables served, ours not served", ports: "iptables has"},
 		{name: "no KUBE-FIREWALL guard", edit: noGuard, localhost: true,
 			want: "IPv4: localhost NodePorts served; iptables lacks, ours has KUBE-FIREWALL's drop"},
 		{name: "guard not jumped to", edit: func(s string) string { return line(`-A INPUT -j KUBE-FIREWALL`).ReplaceAllString(s, "") }, localhost: true,
@@ -47,9 +50,9 @@ func TestCompareUpstreamLocalhost(t *testing.T) {
 		{name: "guard lets DNATed through no more", edit: func(s string) string { return strings.Replace(s, "RELATED,ESTABLISHED,DNAT", "RELATED,ESTABLISHED", 1) },
 			localhost: true, want: "iptables lacks, ours has"},
 		{name: "NodePorts off loopback", edit: notLoopback, localhost: true,
-			want: "iptables not served, ours served"},
+			want: "iptables not served, ours served", ports: "ours has"},
 		{name: "all localhost rules deleted", edit: func(s string) string { return notLoopback(noGuard(s)) }, localhost: true,
-			want: "iptables not served, ours served"},
+			want: "iptables not served, ours served", ports: "ours has"},
 		// kube-proxy with --iptables-localhost-nodeports=false, kubelet's
 		// copy of the guard left: equal to ours in nftables mode.
 		{name: "localhost off, kubelet's guard", edit: notLoopback},
@@ -74,7 +77,14 @@ func TestCompareUpstreamLocalhost(t *testing.T) {
 				t.Errorf("node differences %q, want one saying %q", rep.Node, tc.want)
 			}
 			rep.Node = nil
-			checkReport(t, rep, nil, 18)
+			var ports map[string]string
+			if tc.ports != "" {
+				ports = map[string]string{}
+				for _, s := range []string{"etp-local-none:http", "etp-local:http", "lb:https", "np:http", "sticky:http"} {
+					ports["default/"+s+" tcp"] = "destinations: " + tc.ports + " nodeport on 127.0.0.0/8 "
+				}
+			}
+			checkReport(t, rep, ports, 18)
 		})
 	}
 }

@@ -68,6 +68,8 @@ func fromRuleset(rs *nftlib.Ruleset, ipv6 bool) *view {
 		readLocalhostOurs(f, t, &v.localhost)
 	}
 	v.readOurFirewalls()
+	v.global = readGlobalOurs(f, rs)
+	v.addLocalhostNodePorts()
 	sort.SliceStable(v.entries, func(i, j int) bool { return v.entries[i].service < v.entries[j].service })
 	return v
 }

@@ -39,6 +39,11 @@ type view struct {
 	masqMark uint32
 	// localhost: NodePorts on loopback and their guard (localhost.go).
 	localhost localhostFacts
+	// global: the node-wide rules (global.go).
+	global globalFacts
+	// healthChecks: iptables' accepted health check node ports, by
+	// Service port (ours writes none).
+	healthChecks map[string][]uint16
 	// dnats and affinitySets are, by endpoint chain, its first DNAT's
 	// target and its first affinity update's timeout (see indexChains).
 	dnats        map[string]string
@@ -150,6 +155,8 @@ type Facts struct {
 	// externalRejects are external/LB addresses rejected for lack of
 	// endpoints (iptables mode's KUBE-EXTERNAL-SERVICES).
 	externalRejects []string
+	// healthChecks are the health check node ports iptables accepts.
+	healthChecks []uint16
 	// lbRejects are load balancer addresses rejected for lack of endpoints.
 	rejects map[string]bool
 }
@@ -200,6 +207,17 @@ func (v *view) facts() map[Key]*Facts {
 			if e.external {
 				f.externalRejects = append(f.externalRejects, e.dest())
 			}
+		}
+	}
+	for svc, ports := range v.healthChecks {
+		found := false
+		for k, f := range out {
+			if k.Service == svc {
+				f.healthChecks, found = ports, true
+			}
+		}
+		if !found { // a Service port with no other rule: say so
+			get(svc, "tcp").healthChecks = ports
 		}
 	}
 	// A firewall chain's sources are spelled out for the first Service

@@ -35,8 +35,10 @@ type Outcome struct {
 	// Affinity is the endpoint id the packet (re)started the client's
 	// session affinity to, 0 if none.
 	Affinity uint32
-	// Chains are the chains the packet went through, in order.
+	// Chains are the chains the packet went through, in order; Tables
+	// the table of each (a base chain starts each table's part).
 	Chains []string
+	Tables []string
 }
 
 func (o Outcome) String() string {
@@ -127,7 +129,7 @@ func (rs *Ruleset) Trace(p Packet) ([]Outcome, error) {
 		if s.err != nil {
 			return nil, fmt.Errorf("tracing %s: chains %s: %w", p.Dst, strings.Join(s.path, ","), s.err)
 		}
-		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path})
+		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path, Tables: s.tables})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
 	return out, nil
@@ -189,19 +191,21 @@ type state struct {
 	dropped  bool
 	rejected bool
 	path     []string
-	err      error // the term that ended the branch could not be evaluated
+	tables   []string // the table of each chain of path
+	err      error    // the term that ended the branch could not be evaluated
 }
 
 func (s *state) fork(p float64) *state {
 	c := *s
 	c.prob *= p
 	c.path = append([]string(nil), s.path...)
+	c.tables = append([]string(nil), s.tables...)
 	return &c
 }
 
 // run evaluates a base chain to its end and returns the resulting branches.
 func (s *state) run(t *Table, c *Chain) []*state {
-	s.path = append(s.path, c.Name)
+	s.path, s.tables = append(s.path, c.Name), append(s.tables, t.Name)
 	var out []*state
 	for _, r := range s.chain(t, c, 0) {
 		out = append(out, r.st)
@@ -314,11 +318,11 @@ func (s *state) verdict(t *Table, v Verdict, depth int) []result {
 	}
 	c := t.Chain(v.Chain)
 	if c == nil { // the kernel would refuse such a rule; show it as a drop
-		s.path = append(s.path, "missing:"+v.Chain)
+		s.path, s.tables = append(s.path, "missing:"+v.Chain), append(s.tables, t.Name)
 		s.dropped = true
 		return []result{{s, final}}
 	}
-	s.path = append(s.path, c.Name)
+	s.path, s.tables = append(s.path, c.Name), append(s.tables, t.Name)
 	var out []result
 	for _, r := range s.chain(t, c, depth+1) {
 		switch {

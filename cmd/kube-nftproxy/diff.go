@@ -13,6 +13,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/migrate"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // Exit codes of `diff`, as diff(1): equal, different, trouble.
@@ -33,9 +34,13 @@ ran in iptables mode, and compares it with kube-nftproxy's tables in this networ
 namespace (or, with --state, with what kube-nftproxy would program for those
 objects), Service port by Service port: chain names, destinations, endpoints and
 their probabilities, masquerading, source ranges, session affinity, NodePorts,
-external and load balancer IPs. Differences of form (maps, numgen, comments) are
-not differences. It prints one line per Service port and a summary, and exits 0
-when everything is equal, 1 when something differs, 2 on bad input.`,
+external and load balancer IPs; then the node-wide rules (the hooks' jumps,
+KUBE-POSTROUTING, KUBE-FORWARD, KUBE-MARK-MASQ, the NodePort addresses, localhost
+NodePorts). Differences of form (maps, numgen, comments) are not differences;
+deliberate ones are named as known differences; a rule it cannot read is a
+difference. It prints one line per Service port, the node-wide lines, what is
+probably missing (--cluster-cidr) and a summary, and exits 0 when everything is
+equal, 1 when something differs, 2 on bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
@@ -69,11 +74,11 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 		}
 		dumps = append(dumps, d)
 	}
-	rs, err := oursFor(o, stderr)
+	rs, want, err := oursToCompare(o, stderr)
 	if err != nil {
 		return exitBadInput, err
 	}
-	rep, err := migrate.Compare(dumps, rs)
+	rep, err := migrate.CompareWith(dumps, rs, want)
 	if err != nil {
 		return exitBadInput, err
 	}
@@ -103,6 +108,33 @@ func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
 	return d, nil
 }
 
+// oursToCompare is our ruleset and what else is known of the Services:
+// with --state, its render and its objects' health check node ports;
+// else the live tables alone.
+func oursToCompare(o *options, stderr io.Writer) (*nftlib.Ruleset, migrate.Expect, error) {
+	if o.statePath == "" {
+		rs, err := oursFor(o, stderr)
+		return rs, migrate.Expect{}, err
+	}
+	st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return nil, migrate.Expect{}, err
+	}
+	rs, err := renderState(o, st)
+	return rs, migrate.ExpectFromState(st), err
+}
+
+func renderState(o *options, st *proxier.State) (*nftlib.Ruleset, error) {
+	if m := o.modeName(); m != modeNFTables && m != modeIPTables {
+		return nil, fmt.Errorf("--proxy-mode %q: diff renders nftables or iptables", o.proxyMode)
+	}
+	cfg, err := o.nftConfig()
+	if err != nil {
+		return nil, err
+	}
+	return nft.Build(st, cfg), nil
+}
+
 // oursFor is our ruleset: the render of --state, or the live tables.
 func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 	if o.statePath != "" {
@@ -110,14 +142,7 @@ func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 		if err != nil {
 			return nil, err
 		}
-		if m := o.modeName(); m != modeNFTables && m != modeIPTables {
-			return nil, fmt.Errorf("--proxy-mode %q: diff renders nftables or iptables", o.proxyMode)
-		}
-		cfg, err := o.nftConfig()
-		if err != nil {
-			return nil, err
-		}
-		return nft.Build(st, cfg), nil
+		return renderState(o, st)
 	}
 	k, err := nftlib.OpenKernel("")
 	if err != nil {

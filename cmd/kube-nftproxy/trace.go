@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +50,7 @@ affinity yet.`,
 			if err != nil {
 				return err
 			}
-			return writeTrace(cmd.OutOrStdout(), p, outcomes)
+			return writeTrace(cmd.OutOrStdout(), p, outcomes, baseChains(rs, p))
 		},
 	}
 	cmd.Flags().StringVar(&src, "src", "", "the packet's source address")
@@ -117,9 +118,10 @@ func traceRuleset(o *options, stderr io.Writer) (*nftlib.Ruleset, []netip.Addr, 
 	return rs, local, nil
 }
 
-// writeTrace prints each way the packet can go, then a summary: the
+// writeTrace prints each way the packet can go, once (ways that differ
+// only in a choice that changed nothing are added up), then a summary: the
 // verdict(s), the DNAT targets with their probabilities, masquerading.
-func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome) error {
+func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome, base map[[2]string]bool) error {
 	hook := "arriving at or passing through the node"
 	if p.Output {
 		hook = "sent by the node"
@@ -129,23 +131,27 @@ func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome) error {
 	targets := map[string]float64{}
 	verdicts := map[string]float64{}
 	masq := 0.0
-	for i, o := range outs {
+	paths, probs := map[string]int{}, []float64{}
+	var texts []string
+	for _, o := range outs {
 		v := outcomeVerdict(o)
-		fmt.Fprintf(&b, "path %d (%s): %s\n  %s", i+1, percent(o.Prob), strings.Join(compactPath(o.Chains), " > "), v)
+		text := pathText(p, o, v, base)
+		if i, ok := paths[text]; ok {
+			probs[i] += o.Prob
+		} else {
+			paths[text] = len(texts)
+			texts, probs = append(texts, text), append(probs, o.Prob)
+		}
 		if o.DNAT.IsValid() {
-			fmt.Fprintf(&b, ", dnat to %s", o.DNAT)
 			targets[o.DNAT.String()] += o.Prob
 		}
-		if !o.Dropped {
-			if o.Masquerade {
-				b.WriteString(", source masqueraded")
-				masq += o.Prob
-			} else {
-				b.WriteString(", source kept")
-			}
+		if !o.Dropped && o.Masquerade {
+			masq += o.Prob
 		}
-		b.WriteString("\n")
 		verdicts[v] += o.Prob
+	}
+	for i, text := range texts {
+		fmt.Fprintf(&b, "path %d (%s): %s", i+1, percent(probs[i]), text)
 	}
 	fmt.Fprintf(&b, "verdict: %s\n", weighted(verdicts))
 	if len(targets) > 0 {
@@ -165,18 +171,82 @@ func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome) error {
 	return err
 }
 
-// compactPath drops a pair of chains repeated at once: the same base chain
-// and jump in each of our tables (affinity, delta, main) that had nothing
-// for the packet.
-func compactPath(path []string) []string {
-	var out []string
-	for _, c := range path {
-		out = append(out, c)
-		if n := len(out); n >= 4 && out[n-1] == out[n-3] && out[n-2] == out[n-4] {
-			out = out[:n-2]
+// pathText is one way through: what happened, then each table's part,
+// one line each.
+func pathText(p nftlib.Packet, o nftlib.Outcome, verdict string, base map[[2]string]bool) string {
+	var b strings.Builder
+	b.WriteString(verdict)
+	if o.DNAT.IsValid() {
+		fmt.Fprintf(&b, ", dnat to %s", o.DNAT)
+	}
+	if !o.Dropped {
+		if o.Masquerade {
+			b.WriteString(", source masqueraded")
+		} else {
+			b.WriteString(", source kept")
 		}
 	}
+	b.WriteString("\n")
+	family := "ip"
+	if p.Dst.Is6() {
+		family = "ip6"
+	}
+	for _, s := range segments(o, base) {
+		fmt.Fprintf(&b, "    %s %s: %s\n", family, strings.Join(s.tables, ", "), strings.Join(s.chains, " > "))
+	}
+	return b.String()
+}
+
+// segment is a part of a path in one table, from a base chain on; the
+// same part in several tables one after the other (the affinity and delta
+// tables, which had nothing for the packet, then the main table) is one
+// segment naming them all.
+type segment struct {
+	tables []string
+	chains []string
+}
+
+func segments(o nftlib.Outcome, base map[[2]string]bool) []segment {
+	var parts []segment
+	for i, c := range o.Chains {
+		t := ""
+		if i < len(o.Tables) {
+			t = o.Tables[i]
+		}
+		if n := len(parts); n == 0 || parts[n-1].tables[0] != t || base[[2]string{t, c}] {
+			parts = append(parts, segment{tables: []string{t}})
+		}
+		parts[len(parts)-1].chains = append(parts[len(parts)-1].chains, c)
+	}
+	var out []segment
+	for _, s := range parts {
+		if n := len(out); n > 0 && slices.Equal(out[n-1].chains, s.chains) {
+			out[n-1].tables = append(out[n-1].tables, s.tables...)
+			continue
+		}
+		out = append(out, s)
+	}
 	return out
+}
+
+// baseChains are the base chains of the packet's family, by table.
+func baseChains(rs *nftlib.Ruleset, p nftlib.Packet) map[[2]string]bool {
+	f := nftlib.IPv4
+	if p.Dst.Is6() {
+		f = nftlib.IPv6
+	}
+	base := map[[2]string]bool{}
+	for _, t := range rs.Tables {
+		if t.Family != f {
+			continue
+		}
+		for _, c := range t.Chains {
+			if c.Hook != nil {
+				base[[2]string{t.Name, c.Name}] = true
+			}
+		}
+	}
+	return base
 }
 
 func outcomeVerdict(o nftlib.Outcome) string {

@@ -1,0 +1,16 @@
+package migrate
+
+import "github.com/kube-nftproxy/kube-nftproxy/proxier"
+
+// ExpectFromState is what the objects say beyond our rendered ruleset:
+// each Service port's health check node port (Services with
+// externalTrafficPolicy Local that have one).
+func ExpectFromState(st *proxier.State) Expect {
+	want := Expect{HealthCheckNodePorts: map[string]uint16{}}
+	for name, svc := range st.Services {
+		if svc.ExternalPolicyLocal && svc.HealthCheckNodePort != 0 {
+			want.HealthCheckNodePorts[name.String()] = svc.HealthCheckNodePort
+		}
+	}
+	return want
+}
