@@ -239,6 +239,9 @@ func runRoot(cmd *cobra.Command, o *options) error {
 			return err
 		}
 	}
+	if err := o.completeHostname(cmd.Flags()); err != nil {
+		return err
+	}
 	if err := o.complete(); err != nil {
 		return err
 	}
@@ -272,6 +275,9 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := o.checkConfigSyncPeriod(); err != nil {
+		return err
+	}
+	if err := o.checkBindAddresses(); err != nil {
 		return err
 	}
 	if _, err := o.nftConfig(); err != nil {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -142,6 +144,45 @@ func (o *options) addCompatFlags(fs *pflag.FlagSet) {
 func (o *options) checkConfigSyncPeriod() error {
 	if o.configSyncPeriod <= 0 {
 		return fmt.Errorf("--config-sync-period %s: must be greater than 0", o.configSyncPeriod)
+	}
+	return nil
+}
+
+// completeHostname takes --hostname-override as kube-proxy does: trimmed
+// and lower-cased, and refused when blank.
+func (o *options) completeHostname(fs *pflag.FlagSet) error {
+	if !fs.Changed("hostname-override") || o.hostnameOverride == "" {
+		return nil
+	}
+	h := strings.ToLower(strings.TrimSpace(o.hostnameOverride))
+	if h == "" {
+		return errors.New("empty hostname-override is invalid")
+	}
+	o.hostnameOverride = h
+	return nil
+}
+
+// checkBindAddresses validates the addresses as kube-proxy does: the
+// health and metrics servers' an IP and port (or empty: disabled), the
+// node address hint an IP.
+func (o *options) checkBindAddresses() error {
+	for _, a := range []struct{ name, addr string }{{"healthz-bind-address", o.healthzAddress}, {"metrics-bind-address", o.metricsAddress}} {
+		if a.addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return fmt.Errorf("--%s %q: must be IP:port: %w", a.name, a.addr, err)
+		}
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("--%s %q: %q must be a valid IP", a.name, a.addr, host)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("--%s %q: must be a valid port number", a.name, a.addr)
+		}
+	}
+	if _, err := netip.ParseAddr(o.bindAddress); err != nil {
+		return fmt.Errorf("--bind-address %q: must be a valid IP", o.bindAddress)
 	}
 	return nil
 }
