@@ -38,15 +38,6 @@ func kubeadmConfig(t *testing.T) string {
 
 const configHead = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
 
-// writeConfigsDiffer lists the (documented) fields where our
-// --write-config-to may differ from kube-proxy's for the same input.
-var writeConfigsDiffer = map[string]string{
-	// nftables mode: kube-proxy defaults nodePortAddresses to [primary];
-	// kube-nftproxy keeps NodePorts on all node addresses (see
-	// docs/configuration.md).
-	"nodePortAddresses": "nftables mode's default",
-}
-
 // The same config file (and flags) give the same --write-config-to from
 // kube-proxy and from us, field by field.
 func TestWriteConfigAsUpstream(t *testing.T) {
@@ -54,7 +45,10 @@ func TestWriteConfigAsUpstream(t *testing.T) {
 	for _, tc := range []struct {
 		name, config string
 		args         []string
-		differ       []string // fields of writeConfigsDiffer that differ here
+		// differ: fields that differ on purpose, documented in
+		// docs/configuration.md: in nftables mode kube-proxy defaults
+		// nodePortAddresses to [primary], we keep all node addresses.
+		differ []string
 	}{
 		{name: "no config"},
 		{name: "kubeadm iptables", config: "kubeadm"},
