@@ -56,7 +56,7 @@ func TestWriteConfigAsUpstream(t *testing.T) {
 		{name: "nftables", config: configHead + "mode: nftables\nnftables: {masqueradeAll: true, syncPeriod: 40s}\nclusterCIDR: 10.244.0.0/16\n", differ: []string{"nodePortAddresses"}},
 		{name: "nftables with addresses", config: configHead + "mode: nftables\nnodePortAddresses: [primary, localhost, 10.0.0.0/8]\n"},
 		{name: "ipvs", config: configHead + "mode: ipvs\nipvs: {scheduler: wrr, syncPeriod: 1m, excludeCIDRs: [10.9.0.0/16]}\n"},
-		{name: "feature gates", config: configHead + "featureGates: {KubeProxyNFTablesLocalhostNodePorts: true, LoggingBetaOptions: false}\n"},
+		{name: "feature gates", config: configHead + "featureGates: {KubeProxyNFTablesLocalhostNodePorts: true, LoggingBetaOptions: false, NFTablesProxyMode: true}\n"},
 		{name: "flags", args: []string{"--proxy-mode=ipvs", "--ipvs-scheduler=lc", "--nodeport-addresses=all", "--config-sync-period=3m",
 			"--masquerade-all", "--feature-gates=LoggingAlphaOptions=true", "--hostname-override=Node-A"}},
 		{name: "hostname flag over config", config: configHead + "hostnameOverride: file-node\n", args: []string{"--hostname-override=flag-node"}},
