@@ -160,9 +160,8 @@ func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder 
 		a = a.WithZone("").Unmap()
 		b.local[a] = true
 	}
-	prefixes := cfg.NodePortAddresses
+	prefixes := slices.Clone(cfg.NodePortAddresses)
 	if cfg.NodePortPrimary {
-		prefixes = nil
 		for _, v6 := range []bool{false, true} {
 			if p, ok := primaryIP(node, v6); ok {
 				prefixes = append(prefixes, netip.PrefixFrom(p, p.BitLen()))

@@ -31,12 +31,14 @@ var (
 // addresses, or a CIDR holding 127.0.0.0, as upstream's NodePortAddresses
 // decides). When true, route_localnet must be set.
 func LocalhostNodePorts(cfg Config) bool {
-	if !cfg.LocalhostNodePorts || cfg.NodePortPrimary {
+	if !cfg.LocalhostNodePorts {
 		return false
 	}
 	v4 := familyPrefixes(nftlib.IPv4, cfg.NodePortAddresses)
 	if len(v4) == 0 {
-		return true // every IPv4 address, loopback included
+		// Every IPv4 address, loopback included; or, with primary, the
+		// Node object's only.
+		return !cfg.NodePortPrimary
 	}
 	for _, p := range v4 {
 		if p.Addr().IsLoopback() || p.Contains(ipv4LoopbackStart) {

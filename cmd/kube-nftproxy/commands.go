@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,9 +71,15 @@ type options struct {
 
 	skipConntrackCleanup bool
 
-	servers serverOptions   // --profiling, --show-hidden-metrics-for-version, --bind-address-hard-fail
-	flags   *pflag.FlagSet  // the parsed command line, for /flagz
-	gates   map[string]bool // --feature-gates
+	servers serverOptions  // --profiling, --show-hidden-metrics-for-version, --bind-address-hard-fail
+	flags   *pflag.FlagSet // the parsed command line, for /flagz
+
+	initOnly         bool          // --init-only
+	configSyncPeriod time.Duration // --config-sync-period, configSyncPeriod
+	modeDefaulted    bool          // the mode was empty: iptables, kube-proxy's default
+	configData       []byte        // the --config file as loaded, to notice a change
+	fileGates        map[string]bool
+	gates            map[string]bool // the effective feature gates (complete)
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -80,11 +87,11 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "the name of this node (default: the hostname)")
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "the pod CIDR(s) of the cluster, comma-separated, one per family; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent via Service cluster IPs")
-	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", 14, "the bit of the fwmark space that marks packets to SNAT, 0-31")
+	fs.IntVar(&o.masqueradeBit, "iptables-masquerade-bit", defaultMasqueradeBit, "the bit of the fwmark space that marks packets to SNAT, 0-31")
 	fs.StringVar(&o.detectLocalMode, "detect-local-mode", proxier.DetectClusterCIDR, "how to tell pod traffic from other traffic: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
 	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
-	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs, or on the node's primary addresses with \"primary\" (default: all local addresses)")
+	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs and keywords: primary (the Node object's addresses), localhost (127.0.0.0/8, ::1), all (0.0.0.0/0, ::/0) (default: all local addresses)")
 	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "enable liberal mode for tracking TCP packets (nf_conntrack_tcp_be_liberal=1), and do not drop forwarded packets conntrack finds invalid")
 	o.addLocalhostFlag(fs)
 }
@@ -125,25 +132,16 @@ func (o *options) nftConfig() (nft.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--detect-local-mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", o.detectLocalMode)
 	}
-	for _, a := range o.nodePortAddrs {
-		if a = strings.TrimSpace(a); a == "primary" {
-			cfg.NodePortPrimary = true
-			continue
-		}
-		p, err := netip.ParsePrefix(a)
-		if err != nil {
-			return cfg, fmt.Errorf("--nodeport-addresses %q: want CIDRs or \"primary\": %w", a, err)
-		}
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, p.Masked())
+	prefixes, primary, err := parseNodePortAddresses(o.nodePortAddrs)
+	if err != nil {
+		return cfg, err
 	}
-	if cfg.NodePortPrimary && len(cfg.NodePortAddresses) > 0 {
-		return cfg, errors.New(`--nodeport-addresses: "primary" cannot be combined with CIDRs`)
-	}
+	cfg.NodePortAddresses, cfg.NodePortPrimary = prefixes, primary
 	if o.masqueradeBit < 0 || o.masqueradeBit > 31 {
 		return cfg, fmt.Errorf("--iptables-masquerade-bit %d: must be within 0-31", o.masqueradeBit)
 	}
 	cfg.MasqueradeBit = uint(o.masqueradeBit)
-	cfg.LocalhostNodePorts = o.proxyMode == modeIPTables && o.localhostNodePorts
+	cfg.LocalhostNodePorts = o.modeName() == modeIPTables && o.localhostNodePorts
 	seen := map[bool]bool{}
 	for _, s := range strings.Split(o.clusterCIDR, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -161,6 +159,9 @@ func (o *options) nftConfig() (nft.Config, error) {
 	}
 	return cfg, cfg.Validate()
 }
+
+// defaultMasqueradeBit is kube-proxy's --iptables-masquerade-bit.
+const defaultMasqueradeBit = 14
 
 // levelTrace is below slog.LevelDebug: what kube-proxy logs at V(4) and
 // above, such as the work of every sync. Handlers print it as TRACE.
@@ -239,30 +240,32 @@ func runRoot(cmd *cobra.Command, o *options) error {
 			return err
 		}
 	}
+	if err := o.completeHostname(cmd.Flags()); err != nil {
+		return err
+	}
+	if err := o.complete(); err != nil {
+		return err
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}
-	gates, err := parseFeatureGates(o.featureGates)
-	if err != nil {
-		return err
-	}
-	o.gates, o.flags = gates, cmd.Flags()
-	log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	o.flags = cmd.Flags()
+	log, flushLog, err := o.newLogger(cmd.Context(), o.gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
 	defer flushLog()
-	if len(gates) > 0 {
-		log.Info("feature gates accepted; only the logging ones change kube-nftproxy", "gates", gates)
-	}
+	o.noteGates(log)
 	o.noteMode(cmd.Flags(), log)
-	if o.writeConfigTo != "" {
+	switch {
+	case o.writeConfigTo != "":
 		return o.writeConfig(o.writeConfigTo)
-	}
-	if o.cleanup {
+	case o.cleanup:
 		return runCleanup(cmd.Context(), o, cmd.OutOrStdout(), log)
+	case o.initOnly:
+		return runInitOnly(o, log)
 	}
-	return runProxy(cmd.Context(), o, log)
+	return runWatched(cmd.Context(), o, log)
 }
 
 // validate checks the effective settings as kube-proxy does.
@@ -271,6 +274,15 @@ func (o *options) validate() error {
 		return fmt.Errorf("--proxy-mode: %w", err)
 	}
 	if err := o.validatePeriods(); err != nil {
+		return err
+	}
+	if err := o.checkConfigSyncPeriod(); err != nil {
+		return err
+	}
+	if err := o.checkBindAddresses(); err != nil {
+		return err
+	}
+	if _, err := o.nftConfig(); err != nil {
 		return err
 	}
 	if err := o.ipvs.validate(o.proxyMode); err != nil {
@@ -290,10 +302,10 @@ func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
 	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
-	fs.StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode: nftables, iptables (iptables mode's behaviour, programmed as nftables) or ipvs")
+	fs.StringVar(&o.proxyMode, "proxy-mode", "", "the proxy mode: iptables (the default, as kube-proxy's on Linux: iptables mode's behaviour, programmed as nftables), nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
 	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
-	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy feature gates (Name=true,...); only LoggingAlphaOptions and LoggingBetaOptions have an effect")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy's feature gates (Name=true,...), merged over the --config file's featureGates; unknown ones are refused; only LoggingAlphaOptions and LoggingBetaOptions have an effect, others set away from their default are warned of")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")
@@ -306,6 +318,7 @@ func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	o.ipvs.addFlags(fs)
 	o.addConntrackFlags(fs)
 	o.servers.addFlags(fs)
+	o.addCompatFlags(fs)
 	// For tests that show what goes wrong without the cleanup; not a
 	// kube-proxy flag, hence hidden.
 	fs.BoolVar(&o.skipConntrackCleanup, "testing-skip-conntrack-cleanup", false, "do not delete stale conntrack entries after a sync (tests only)")
@@ -401,20 +414,20 @@ func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
 		return nil
 	}
 	return func(st *proxier.State) []netip.Addr {
+		var out []netip.Addr
 		if cfg.NodePortPrimary {
-			return st.Node.IPs
+			out = append(out, st.Node.IPs...)
+		}
+		if len(cfg.NodePortAddresses) == 0 {
+			return out
 		}
 		local, err := netns.Addrs()
 		if err != nil {
-			return nil
+			return out
 		}
-		var out []netip.Addr
 		for _, a := range local {
-			for _, p := range cfg.NodePortAddresses {
-				if p.Contains(a) {
-					out = append(out, a)
-					break
-				}
+			if !slices.Contains(out, a) && slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				out = append(out, a)
 			}
 		}
 		return out
@@ -450,13 +463,11 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // implement (yet): they parse, so a kube-proxy command line gets a clear
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
-	"init-only", "config-sync-period", "vmodule", "log-flush-frequency",
+	"vmodule", "log-flush-frequency",
 }
 
 // unsupportedBools are those of them that kube-proxy parses as booleans.
-var unsupportedBools = map[string]bool{
-	"init-only": true,
-}
+var unsupportedBools = map[string]bool{}
 
 func addUnsupported(fs *pflag.FlagSet) {
 	for _, name := range unsupportedFlags {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -38,6 +36,7 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
+	o.configData = data
 	if err := errors.Join(checkMode(string(c.Mode)), checkConfigPeriods(c)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
@@ -49,8 +48,14 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	if err := checkLoggingConfig(c); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
+	// The one default of a KubeProxyConfiguration that differs from its
+	// flag's: kube-proxy's v1alpha1 defaulting leaves ipvs.minSyncPeriod 0,
+	// where --ipvs-min-sync-period defaults to 1s.
+	if !fs.Changed("ipvs-min-sync-period") {
+		o.ipvs.minSyncPeriod = 0
+	}
 	for _, f := range configFields() {
-		if f.load != nil && !fs.Changed(f.flag) {
+		if f.load != nil && (f.merge || !fs.Changed(f.flag)) {
 			f.load(c, o)
 		}
 	}
@@ -198,22 +203,4 @@ func (o *options) writeConfig(path string) error {
 		return fmt.Errorf("--write-config-to: %w", err)
 	}
 	return nil
-}
-
-// parseFeatureGates reads --feature-gates (Name=true,Other=false). Gates are
-// accepted for compatibility; none changes what we program yet.
-func parseFeatureGates(s string) (map[string]bool, error) {
-	gates := map[string]bool{}
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		b, err := strconv.ParseBool(v)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("--feature-gates %q: want Name=true|false", kv)
-		}
-		gates[strings.TrimSpace(k)] = b
-	}
-	return gates, nil
 }

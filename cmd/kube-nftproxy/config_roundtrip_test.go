@@ -9,9 +9,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// fullConfig sets every KubeProxyConfiguration field kube-nftproxy reads,
-// each to a value other than its default (bindAddress and
-// logging.flushFrequency, which it only writes, at the values it writes).
+// fullConfig sets every KubeProxyConfiguration field kube-nftproxy reads in
+// ipvs mode, each to a value other than its default (bindAddress and
+// logging.flushFrequency, which it only writes, at the values it writes;
+// nftables.masqueradeBit, a section ipvs mode does not read, at the
+// default kube-proxy writes there). In ipvs mode, as in kube-proxy, the
+// masquerade settings are iptables:'s, the sync periods ipvs:'s.
 const fullConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 bindAddress: 0.0.0.0
@@ -25,7 +28,10 @@ detectLocal: {bridgeInterface: br0, interfaceNamePrefix: veth}
 nodePortAddresses: [10.0.0.0/8, 192.168.0.0/16]
 oomScoreAdj: -500
 clientConnection: {kubeconfig: /etc/kubeconfig, qps: 7.5, burst: 20, contentType: application/json}
-nftables: {masqueradeAll: true, masqueradeBit: 9, syncPeriod: 40s, minSyncPeriod: 2s}
+configSyncPeriod: 20m0s
+featureGates: {LoggingAlphaOptions: true}
+iptables: {masqueradeAll: true, masqueradeBit: 9, localhostNodePorts: false}
+nftables: {masqueradeBit: 14}
 ipvs:
   scheduler: wrr
   syncPeriod: 50s
@@ -67,7 +73,7 @@ var fullFlags = []string{
 	"--conntrack-tcp-timeout-close-wait=31m", "--conntrack-tcp-be-liberal", "--conntrack-udp-timeout=46s",
 	"--conntrack-udp-timeout-stream=4m", "--logging-format=text", "--v=5",
 	"--log-text-split-stream", "--log-text-info-buffer-size=1Ki", "--log-json-split-stream", "--log-json-info-buffer-size=2Ki",
-	"--feature-gates=LoggingAlphaOptions=true",
+	"--feature-gates=LoggingAlphaOptions=true", "--config-sync-period=25m", "--iptables-localhost-nodeports=true",
 }
 
 // writeEffective runs with args and --write-config-to and returns what it wrote.

@@ -21,6 +21,9 @@ type configField struct {
 	// nil pointer does not); nil for a field that is only written.
 	load  func(c *kubeProxyConfig, o *options)
 	store func(o *options, c *kubeProxyConfig)
+	// merge: the field loads even when the flag is given, to be merged
+	// under it (featureGates).
+	merge bool
 }
 
 // configFields are the settings --config and --write-config-to share.
@@ -53,47 +56,90 @@ func generalFields() []configField {
 		same("pod-interface-name-prefix", func(o *options) *string { return &o.ifacePrefix }, func(c *c) *string { return &c.DetectLocal.InterfaceNamePrefix }),
 		list("nodeport-addresses", func(o *options) *[]string { return &o.nodePortAddrs }, func(c *c) *[]string { return &c.NodePortAddresses }),
 		pointer("oom-score-adj", func(o *options) *int32 { return &o.oomScoreAdj }, func(c *c) **int32 { return &c.OOMScoreAdj }),
+		same("config-sync-period", func(o *options) *time.Duration { return &o.configSyncPeriod }, func(c *c) *time.Duration { return &c.ConfigSyncPeriod.Duration }),
+		featureGatesField(),
 	}
 }
 
 // nftablesFields are the settings of the mode's section, as upstream's
-// v1alpha1 reads them: the proxy mode picks the section, `iptables:` in
-// iptables mode, `nftables:` otherwise (the --iptables-* flags, as in
-// kube-proxy, serve both). localhostNodePorts exists in `iptables:` only.
+// v1alpha1 reads and writes them: the proxy mode picks the section,
+// `nftables:` in nftables mode, `iptables:` in iptables mode and (for
+// masqueradeAll and masqueradeBit) in ipvs mode, whose sync periods are in
+// `ipvs:` (ipvsFields). The --iptables-* flags, as in kube-proxy, serve
+// both nftables and iptables mode. localhostNodePorts exists in
+// `iptables:` only.
 func nftablesFields() []configField {
 	type c = kubeProxyConfig
 	return []configField{
 		byMode(same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.NFTables.MasqueradeAll }),
-			same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.IPTables.MasqueradeAll })),
+			same("masquerade-all", func(o *options) *bool { return &o.masqueradeAll }, func(c *c) *bool { return &c.IPTables.MasqueradeAll }), false),
 		byMode(pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.NFTables.MasqueradeBit }),
-			pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.IPTables.MasqueradeBit })),
+			pointer("iptables-masquerade-bit", func(o *options) *int { return &o.masqueradeBit }, func(c *c) **int32 { return &c.IPTables.MasqueradeBit }), false),
 		byMode(same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.NFTables.SyncPeriod.Duration }),
-			same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.IPTables.SyncPeriod.Duration })),
+			same("iptables-sync-period", func(o *options) *time.Duration { return &o.syncPeriod }, func(c *c) *time.Duration { return &c.IPTables.SyncPeriod.Duration }), true),
 		byMode(same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.NFTables.MinSyncPeriod.Duration }),
-			same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPTables.MinSyncPeriod.Duration })),
+			same("iptables-min-sync-period", func(o *options) *time.Duration { return &o.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPTables.MinSyncPeriod.Duration }), true),
 		localhostNodePortsField(),
 	}
 }
 
-// byMode is the nftables field, or in iptables mode the iptables one: the
-// mode is known when these load (generalFields load first).
-func byMode(nftables, iptables configField) configField {
-	pick := func(o *options) configField {
-		if o.proxyMode == modeIPTables {
-			return iptables
+// byMode is the nftables field in nftables mode, else the iptables one: the
+// mode is known when these load (generalFields load first). A sync period
+// (period) is neither read nor written in ipvs mode, which has its own.
+// The other section's masqueradeBit is written with kube-proxy's default,
+// as kube-proxy writes a section it did not read.
+func byMode(nftables, iptables configField, period bool) configField {
+	pick := func(o *options) (use, other configField, skip bool) {
+		switch o.modeName() {
+		case modeNFTables:
+			return nftables, iptables, false
+		case modeIPVS:
+			return iptables, nftables, period
 		}
-		return nftables
+		return iptables, nftables, false
 	}
 	return configField{
-		flag:  nftables.flag,
-		load:  func(c *kubeProxyConfig, o *options) { pick(o).load(c, o) },
-		store: func(o *options, c *kubeProxyConfig) { pick(o).store(o, c) },
+		flag: nftables.flag,
+		load: func(c *kubeProxyConfig, o *options) {
+			if use, _, skip := pick(o); !skip {
+				use.load(c, o)
+			}
+		},
+		store: func(o *options, c *kubeProxyConfig) {
+			use, other, skip := pick(o)
+			if skip {
+				return
+			}
+			use.store(o, c)
+			if !period && nftables.flag == "iptables-masquerade-bit" {
+				d := o.masqueradeBit
+				o.masqueradeBit = defaultMasqueradeBit
+				other.store(o, c)
+				o.masqueradeBit = d
+			}
+		},
+	}
+}
+
+// featureGatesField is featureGates: the file's gates are kept apart, to be
+// merged gate by gate under --feature-gates (complete); the effective ones
+// are written.
+func featureGatesField() configField {
+	return configField{
+		flag:  "feature-gates",
+		merge: true,
+		load:  func(c *kubeProxyConfig, o *options) { o.fileGates = c.FeatureGates },
+		store: func(o *options, c *kubeProxyConfig) {
+			if len(o.gates) > 0 {
+				c.FeatureGates = o.gates
+			}
+		},
 	}
 }
 
 // localhostNodePortsField is iptables.localhostNodePorts: read in any mode
 // (so that setting it outside iptables mode can be warned about), written
-// in iptables mode, where it applies.
+// in every mode, as kube-proxy writes it.
 func localhostNodePortsField() configField {
 	return configField{
 		flag: flagLocalhostNodePorts,
@@ -102,11 +148,10 @@ func localhostNodePortsField() configField {
 				o.localhostNodePorts, o.localhostNodePortsSet = *p, true
 			}
 		},
+		// Written in every mode, as kube-proxy writes it.
 		store: func(o *options, c *kubeProxyConfig) {
-			if o.proxyMode == modeIPTables {
-				v := o.localhostNodePorts
-				c.IPTables.LocalhostNodePorts = &v
-			}
+			v := o.localhostNodePorts
+			c.IPTables.LocalhostNodePorts = &v
 		},
 	}
 }
@@ -115,8 +160,8 @@ func localhostNodePortsField() configField {
 func ipvsFields() []configField {
 	type c = kubeProxyConfig
 	return []configField{
-		same("ipvs-sync-period", func(o *options) *time.Duration { return &o.ipvs.syncPeriod }, func(c *c) *time.Duration { return &c.IPVS.SyncPeriod.Duration }),
-		same("ipvs-min-sync-period", func(o *options) *time.Duration { return &o.ipvs.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPVS.MinSyncPeriod.Duration }),
+		ipvsPeriod(same("ipvs-sync-period", func(o *options) *time.Duration { return &o.ipvs.syncPeriod }, func(c *c) *time.Duration { return &c.IPVS.SyncPeriod.Duration })),
+		ipvsPeriod(same("ipvs-min-sync-period", func(o *options) *time.Duration { return &o.ipvs.minSyncPeriod }, func(c *c) *time.Duration { return &c.IPVS.MinSyncPeriod.Duration })),
 		same("ipvs-scheduler", func(o *options) *string { return &o.ipvs.scheduler }, func(c *c) *string { return &c.IPVS.Scheduler }),
 		list("ipvs-exclude-cidrs", func(o *options) *[]string { return &o.ipvs.excludeCIDRs }, func(c *c) *[]string { return &c.IPVS.ExcludeCIDRs }),
 		same("ipvs-strict-arp", func(o *options) *bool { return &o.ipvs.strictARP }, func(c *c) *bool { return &c.IPVS.StrictARP }),
@@ -124,6 +169,19 @@ func ipvsFields() []configField {
 		same("ipvs-tcpfin-timeout", func(o *options) *time.Duration { return &o.ipvs.tcpFinTimeout }, func(c *c) *time.Duration { return &c.IPVS.TCPFinTimeout.Duration }),
 		same("ipvs-udp-timeout", func(o *options) *time.Duration { return &o.ipvs.udpTimeout }, func(c *c) *time.Duration { return &c.IPVS.UDPTimeout.Duration }),
 	}
+}
+
+// ipvsPeriod is an ipvs sync period: read in any mode (and checked where
+// it applies), written in ipvs mode only, as kube-proxy writes the sync
+// periods of the mode in use.
+func ipvsPeriod(f configField) configField {
+	store := f.store
+	f.store = func(o *options, c *kubeProxyConfig) {
+		if o.modeName() == modeIPVS {
+			store(o, c)
+		}
+	}
+	return f
 }
 
 // conntrackFields are the conntrack section's settings (the --conntrack-*

@@ -49,9 +49,9 @@ type ipvsOptions struct {
 }
 
 func (o *ipvsOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.scheduler, "ipvs-scheduler", "rr", "with --proxy-mode ipvs: the IPVS scheduler of every virtual server: "+strings.Join(ipvsSchedulers, ", "))
+	fs.StringVar(&o.scheduler, "ipvs-scheduler", "", "with --proxy-mode ipvs: the IPVS scheduler of every virtual server: "+strings.Join(ipvsSchedulers, ", ")+" (empty: rr, as kube-proxy)")
 	fs.DurationVar(&o.syncPeriod, "ipvs-sync-period", 30*time.Second, "with --proxy-mode ipvs: the most time between two syncs; must be greater than 0")
-	fs.DurationVar(&o.minSyncPeriod, "ipvs-min-sync-period", 0, "with --proxy-mode ipvs: the least time between two syncs; 0 means every Service or EndpointSlice change syncs at once")
+	fs.DurationVar(&o.minSyncPeriod, "ipvs-min-sync-period", time.Second, "with --proxy-mode ipvs: the least time between two syncs; 0 means every Service or EndpointSlice change syncs at once (a --config file's default is 0, as kube-proxy's)")
 	fs.StringSliceVar(&o.excludeCIDRs, "ipvs-exclude-cidrs", nil, "with --proxy-mode ipvs: CIDRs whose IPVS virtual servers are never removed (someone else's)")
 	fs.BoolVar(&o.strictARP, "ipvs-strict-arp", false, "with --proxy-mode ipvs: set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2")
 	fs.DurationVar(&o.tcpTimeout, "ipvs-tcp-timeout", 0, "with --proxy-mode ipvs: IPVS's timeout for idle TCP connections (0 to leave as-is)")
@@ -66,7 +66,7 @@ func (o *ipvsOptions) addFlags(fs *pflag.FlagSet) {
 // ipvs mode.
 func (o *ipvsOptions) validate(mode string) error {
 	if mode == modeIPVS {
-		if !slices.Contains(ipvsSchedulers, o.scheduler) {
+		if o.scheduler != "" && !slices.Contains(ipvsSchedulers, o.scheduler) {
 			return fmt.Errorf("--ipvs-scheduler %q: want one of %s", o.scheduler, strings.Join(ipvsSchedulers, ", "))
 		}
 		if o.syncPeriod <= 0 {
@@ -89,6 +89,15 @@ func (o *ipvsOptions) validate(mode string) error {
 	}
 	_, err := o.exclude()
 	return err
+}
+
+// schedulerName is the scheduler to program: an empty one is rr, as in
+// kube-proxy.
+func (o *ipvsOptions) schedulerName() string {
+	if o.scheduler == "" {
+		return "rr"
+	}
+	return o.scheduler
 }
 
 func (o *ipvsOptions) exclude() ([]netip.Prefix, error) {
@@ -121,7 +130,7 @@ func (o *options) periods() (minSync, sync time.Duration) {
 
 // ipvsPlanConfig is the plan's configuration from the options.
 func ipvsPlanConfig(o *options, cfg nft.Config) (ipvs.Config, error) {
-	return ipvs.Config{Scheduler: o.ipvs.scheduler, NodePortAddresses: cfg.NodePortAddresses, NodePortPrimary: cfg.NodePortPrimary}, nil
+	return ipvs.Config{Scheduler: o.ipvs.schedulerName(), NodePortAddresses: cfg.NodePortAddresses, NodePortPrimary: cfg.NodePortPrimary}, nil
 }
 
 // procIPVS is where a kernel with IPVS shows its table.

@@ -22,24 +22,29 @@ func TestIPVSFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As kube-proxy's: an empty scheduler is rr, an empty mode iptables
+	// (render's default mode stays nftables).
 	for _, f := range []struct{ name, typ, def string }{
-		{"ipvs-scheduler", "string", "rr"},
+		{"ipvs-scheduler", "string", ""},
 		{"ipvs-sync-period", "duration", "30s"},
-		{"ipvs-min-sync-period", "duration", "0s"},
+		{"ipvs-min-sync-period", "duration", "1s"},
 		{"ipvs-exclude-cidrs", "stringSlice", "[]"},
 		{"ipvs-strict-arp", "bool", "false"},
 		{"ipvs-tcp-timeout", "duration", "0s"},
 		{"ipvs-tcpfin-timeout", "duration", "0s"},
 		{"ipvs-udp-timeout", "duration", "0s"},
-		{"proxy-mode", "string", "nftables"},
+		{"proxy-mode", "string", ""},
 	} {
 		for _, fs := range []string{"root", "render"} {
-			fl := root.Flags().Lookup(f.name)
+			fl, def := root.Flags().Lookup(f.name), f.def
 			if fs == "render" {
 				fl = render.Flags().Lookup(f.name)
+				if f.name == "proxy-mode" {
+					def = "nftables"
+				}
 			}
-			if fl == nil || fl.Hidden || fl.Value.Type() != f.typ || fl.DefValue != f.def {
-				t.Errorf("%s --%s: %+v; want a visible %s flag defaulting to %s", fs, f.name, fl, f.typ, f.def)
+			if fl == nil || fl.Hidden || fl.Value.Type() != f.typ || fl.DefValue != def {
+				t.Errorf("%s --%s: %+v; want a visible %s flag defaulting to %s", fs, f.name, fl, f.typ, def)
 			}
 		}
 	}
@@ -51,7 +56,6 @@ func TestIPVSValidation(t *testing.T) {
 		want string
 	}{
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo"}, `--ipvs-scheduler "fo": want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh`},
-		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", ""}, `--ipvs-scheduler ""`},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-sync-period", "0"}, "--ipvs-sync-period 0s: must be greater than 0"},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-min-sync-period", "-1s"}, "--ipvs-min-sync-period -1s: must be greater than or equal to 0"},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-min-sync-period", "1m"}, "--ipvs-sync-period 30s: must be greater than or equal to --ipvs-min-sync-period 1m0s"},
@@ -102,7 +106,7 @@ func effectiveConfig(t *testing.T, args ...string) proxyconfig.KubeProxyConfigur
 // on the command line winning over the file.
 func TestIPVSConfig(t *testing.T) {
 	c := effectiveConfig(t, "--proxy-mode", "ipvs")
-	if c.Mode != "ipvs" || c.IPVS.Scheduler != "rr" || c.IPVS.SyncPeriod.Duration != 30*time.Second || c.IPVS.MinSyncPeriod.Duration != 0 ||
+	if c.Mode != "ipvs" || c.IPVS.Scheduler != "" || c.IPVS.SyncPeriod.Duration != 30*time.Second || c.IPVS.MinSyncPeriod.Duration != time.Second ||
 		c.IPVS.StrictARP || len(c.IPVS.ExcludeCIDRs) != 0 || c.IPVS.TCPTimeout.Duration != 0 {
 		t.Errorf("defaults: mode %q, %+v", c.Mode, c.IPVS)
 	}

@@ -32,17 +32,22 @@ func (o *options) noteMode(fs *pflag.FlagSet, log *slog.Logger) {
 	set := o.localhostNodePortsSet || fs.Changed(flagLocalhostNodePorts)
 	switch {
 	case o.proxyMode == modeIPTables:
+		how := "given"
+		if o.modeDefaulted {
+			how = "not set: iptables, kube-proxy's default on Linux"
+		}
 		log.Info("proxy mode iptables: kube-proxy's iptables mode behaviour (its chains, NodePorts on all addresses and, by default, on localhost), programmed as nftables rules",
-			"localhostNodePorts", o.localhostNodePorts)
+			"mode", how, "localhostNodePorts", o.localhostNodePorts)
 	case set && o.localhostNodePorts:
 		log.Warn("--iptables-localhost-nodeports (iptables.localhostNodePorts) applies in iptables mode only; ignored", "mode", o.modeName())
 	}
 }
 
-// modeName is the effective proxy mode's name ("" is nftables).
+// modeName is the effective proxy mode's name: "" is iptables, as in
+// kube-proxy on Linux.
 func (o *options) modeName() string {
 	if o.proxyMode == "" {
-		return modeNFTables
+		return modeIPTables
 	}
 	return o.proxyMode
 }

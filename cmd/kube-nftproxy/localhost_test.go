@@ -16,9 +16,10 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
-// iptables mode is accepted explicitly, with its defaults (localhost
-// NodePorts on) and its config section; nftables mode (and an empty mode)
-// keep theirs and ignore --iptables-localhost-nodeports.
+// iptables mode, given or by default (an empty mode, as kube-proxy on
+// Linux), with its defaults (localhost NodePorts on) and its config
+// section; nftables mode keeps its own and ignores
+// --iptables-localhost-nodeports.
 func TestIPTablesMode(t *testing.T) {
 	const head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
 	blocks := "iptables: {localhostNodePorts: false, masqueradeAll: true, masqueradeBit: 9, syncPeriod: 40s, minSyncPeriod: 2s}\n" +
@@ -40,7 +41,10 @@ func TestIPTablesMode(t *testing.T) {
 		sync      time.Duration
 		log       string // a line the run logs
 	}{
-		{name: "default mode", args: nil, bit: 14, sync: 30 * time.Second},
+		{name: "default mode is iptables", args: nil, localhost: true, bit: 14, sync: 30 * time.Second,
+			log: "kube-proxy's default on Linux"},
+		{name: "empty mode in config is iptables", args: []string{"--config", file("empty.yaml", "mode: \"\"\n"+blocks)},
+			masqAll: true, bit: 9, sync: 40 * time.Second, log: "kube-proxy's default on Linux"},
 		{name: "nftables", args: []string{"--proxy-mode=nftables"}, bit: 14, sync: 30 * time.Second},
 		{name: "nftables ignores the flag", args: []string{"--proxy-mode=nftables", "--iptables-localhost-nodeports"}, bit: 14, sync: 30 * time.Second,
 			log: "applies in iptables mode only; ignored"},
@@ -91,6 +95,9 @@ func parseOptions(t *testing.T, args ...string) (*options, string) {
 			t.Fatal(err)
 		}
 	}
+	if err := o.complete(); err != nil {
+		t.Fatal(err)
+	}
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +114,9 @@ func TestIPTablesModeWriteConfig(t *testing.T) {
 		c.IPTables.SyncPeriod.Duration != 45*time.Second || c.NFTables.MasqueradeAll {
 		t.Errorf("written: mode %q iptables %+v nftables %+v", c.Mode, c.IPTables, c.NFTables)
 	}
-	if c := effectiveConfig(t, "--proxy-mode=nftables"); c.IPTables.LocalhostNodePorts != nil {
-		t.Errorf("nftables mode wrote iptables.localhostNodePorts")
+	// As kube-proxy, every mode writes localhostNodePorts.
+	if c := effectiveConfig(t, "--proxy-mode=nftables"); c.IPTables.LocalhostNodePorts == nil || !*c.IPTables.LocalhostNodePorts {
+		t.Errorf("nftables mode did not write iptables.localhostNodePorts: true")
 	}
 }
 

@@ -37,7 +37,7 @@ func TestSyncPeriodValidation(t *testing.T) {
 		{"config min negative", []string{"--config", config("nftables:\n  minSyncPeriod: -5s\n")}, "nftables.minSyncPeriod -5s: must be greater than or equal to 0"},
 		{"config ipvs sync negative", []string{"--config", config("ipvs:\n  syncPeriod: -1m\n")}, "ipvs.syncPeriod -1m0s: must be greater than 0"},
 		{"config ipvs min negative", []string{"--config", config("ipvs:\n  minSyncPeriod: -1s\n")}, "ipvs.minSyncPeriod -1s: must be greater than or equal to 0"},
-		{"config min above default sync", []string{"--config", config("nftables:\n  minSyncPeriod: 1m\n")}, "--iptables-sync-period 30s: must be greater than or equal to --iptables-min-sync-period 1m0s"},
+		{"config min above default sync", []string{"--config", config("mode: nftables\nnftables:\n  minSyncPeriod: 1m\n")}, "--iptables-sync-period 30s: must be greater than or equal to --iptables-min-sync-period 1m0s"},
 		{"config zero means default", []string{"--config", config("nftables:\n  syncPeriod: 0s\n  minSyncPeriod: 0s\n")}, ""},
 		{"flag fixes a bad config", []string{"--config", config("nftables:\n  syncPeriod: -2s\n"), "--iptables-sync-period=10s"}, "nftables.syncPeriod -2s"},
 	}

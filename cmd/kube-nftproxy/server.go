@@ -320,6 +320,7 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
 	src := &apisource.APISource{Client: a.client, Builder: b, Log: s.log, OnChange: s.loop.Changed,
 		OnReady: s.loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
+		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period
 		// One small request per sync period notices a server gone
 		// silent (hung, or its packets dropped) within that period.
 		ProbeEvery: s.syncPeriod}

@@ -5,6 +5,9 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/spf13/cobra"
 )
@@ -81,7 +84,7 @@ func newVersionCommand() *cobra.Command {
 func addVersionFlag(cmd *cobra.Command) {
 	var v string
 	fs := cmd.Flags()
-	fs.StringVar(&v, "version", "false", "print the version (--version or --version=raw) and exit")
+	fs.StringVar(&v, "version", "false", "print the version (--version or --version=raw) and exit; --version=vX.Y.Z sets the version reported")
 	fs.Lookup("version").NoOptDefVal = "true"
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
@@ -91,6 +94,24 @@ func addVersionFlag(cmd *cobra.Command) {
 		}
 		return run(c, args)
 	}
+}
+
+// setReportedVersion is --version=vX.Y.Z: as component-base's, it sets the
+// version the binary reports (--version, the version command) and runs on;
+// the version must keep this build's major, minor and patch when the build
+// has a release version.
+func setReportedVersion(v string) error {
+	want, err := utilversion.ParseSemantic(v)
+	if err != nil {
+		return fmt.Errorf("--version %q: %w", v, err)
+	}
+	rel, _ := buildVersion()
+	if have, err := utilversion.ParseSemantic(rel); err == nil &&
+		(have.Major() != want.Major() || have.Minor() != want.Minor() || have.Patch() != want.Patch()) {
+		return fmt.Errorf("--version: version %q must match major/minor/patch of default version %q", v, rel)
+	}
+	release = v
+	return nil
 }
 
 // printVersionFlag prints what --version=v asks for; done says the command
@@ -105,7 +126,10 @@ func printVersionFlag(w io.Writer, v string) (done bool, err error) {
 		rel, com := buildVersion()
 		fmt.Fprintf(w, "release: %s\ncommit: %s\ngoVersion: %s\nplatform: %s/%s\n", rel, com, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	default:
-		return true, fmt.Errorf("--version %q: want true, false or raw", v)
+		if strings.HasPrefix(v, "v") {
+			return false, setReportedVersion(v)
+		}
+		return true, fmt.Errorf("--version %q: want true, false, raw or vX.Y.Z", v)
 	}
 	return true, nil
 }

@@ -119,6 +119,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	defer logFile.Close()
 	args := []string{proxy,
+		"--proxy-mode=nftables",
 		"--state", state,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", sandbox.ClusterCIDRs[0].String() + "," + sandbox.ClusterCIDRs[1].String(),

@@ -200,9 +200,10 @@ func (b *bench) argv(kind string) []string {
 		"--cluster-cidr=" + clusterCIDR,
 		"--metrics-bind-address=" + metricsAddr, "--healthz-bind-address=" + healthzAddr,
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+		"--proxy-mode=nftables", // both: iptables is kube-proxy's default
 	}
 	if kind == "upstream" {
-		args = append(args, "--proxy-mode=nftables", "--v=2")
+		args = append(args, "--v=2")
 	}
 	return args
 }

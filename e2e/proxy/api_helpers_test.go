@@ -62,7 +62,7 @@ func newAPIEnv(t *testing.T, extra ...sandbox.Pod) *apiEnv {
 // end of the test stops it with SIGTERM, and it must exit 0.
 func startAPIProxy(t *testing.T, sb *sandbox.Sandbox, kubeconfig string) *proxy {
 	t.Helper()
-	p := launchProxy(t, sb, 5*time.Second, proxyBin,
+	p := launchProxy(t, sb, 5*time.Second, proxyBin, "--proxy-mode=nftables",
 		"--kubeconfig", kubeconfig,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),

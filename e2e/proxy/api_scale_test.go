@@ -114,7 +114,7 @@ func TestAPIScale(t *testing.T) {
 
 	// Start the proxy and wait for its full sync of all of them.
 	start := time.Now()
-	p := launchProxy(t, e.sb, 30*time.Second, proxyBin,
+	p := launchProxy(t, e.sb, 30*time.Second, proxyBin, "--proxy-mode=nftables",
 		"--kubeconfig", srv.ProxyKubeconfig,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),

@@ -77,7 +77,7 @@ func TestBrokenFileHoldsFirstSync(t *testing.T) {
 	state := t.TempDir()
 	copyDir(t, exampleState, state)
 	writeAtomic(t, state, "broken.yaml", brokenYAML)
-	p := launchProxy(t, sb, 5*time.Second, proxyBin, "--state", state, "--hostname-override", nodeName,
+	p := launchProxy(t, sb, 5*time.Second, proxyBin, "--proxy-mode=nftables", "--state", state, "--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(), "--iptables-min-sync-period", "100ms", "--iptables-sync-period", "1s",
 		"--healthz-bind-address", "127.0.0.1:10256")
 	p.waitLog(t, 10*time.Second, "a warning naming broken.yaml", func(lines []string) bool {

@@ -308,7 +308,7 @@ func startProxy(t *testing.T, sb *sandbox.Sandbox, state string, extra ...string
 
 // proxyCommand is the proxy's command line on state, as startProxy runs it.
 func proxyCommand(state string, extra ...string) []string {
-	return append([]string{proxyBin,
+	return append([]string{proxyBin, "--proxy-mode=nftables",
 		"--state", state,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),

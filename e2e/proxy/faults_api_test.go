@@ -66,7 +66,7 @@ func TestFaultAPIServerDownRestart(t *testing.T) {
 	dnats := strings.Count(before, "dnat to")
 
 	t0 := time.Now()
-	a.proxy = launchProxy(t, a.sb, 10*time.Second, proxyBin,
+	a.proxy = launchProxy(t, a.sb, 10*time.Second, proxyBin, "--proxy-mode=nftables",
 		"--kubeconfig", a.srv.ProxyKubeconfig, "--master", a.srv.URL,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),

@@ -185,7 +185,7 @@ func (a *apiEnv) launchGoneProxy(t *testing.T, viaRedirect bool) *proxy {
 		}
 		master = fmt.Sprintf("https://127.0.0.1:%d", apiGonePort)
 	}
-	p := launchProxy(t, a.sb, 10*time.Second, proxyBin,
+	p := launchProxy(t, a.sb, 10*time.Second, proxyBin, "--proxy-mode=nftables",
 		"--kubeconfig", a.srv.ProxyKubeconfig, "--master", master,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(),

@@ -300,7 +300,7 @@ func runProxyOnce(t *testing.T, dir string, args ...string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--net", proxyBin, "--state", state,
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--net", proxyBin, "--proxy-mode=nftables", "--state", state,
 		"--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs(), "--healthz-bind-address", "", "--metrics-bind-address", ""}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

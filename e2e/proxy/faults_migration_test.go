@@ -26,7 +26,7 @@ func TestUpstreamRulesStayUntilOurFirstSync(t *testing.T) {
 	if err := u.srv.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	p := launchProxy(t, u.sb, 5*time.Second, proxyBin,
+	p := launchProxy(t, u.sb, 5*time.Second, proxyBin, "--proxy-mode=nftables",
 		"--kubeconfig", u.srv.ProxyKubeconfig, "--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(), "--iptables-min-sync-period", "100ms")
 	u.proxy = p

@@ -113,7 +113,7 @@ func TestFaultStartupErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			args := append([]string{"--net", proxyBin, "--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs()}, tc.args...)
+			args := append([]string{"--net", proxyBin, "--proxy-mode=nftables", "--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs()}, tc.args...)
 			cmd := exec.CommandContext(ctx, "unshare", args...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out

@@ -259,7 +259,7 @@ func TestFlagsBadValues(t *testing.T) {
 	sb := newSandbox(t, []sandbox.Pod{})
 	state := t.TempDir()
 	copyDir(t, exampleState, state)
-	base := []string{proxyBin, "--state", state, "--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs(),
+	base := []string{proxyBin, "--proxy-mode=nftables", "--state", state, "--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs(),
 		"--iptables-min-sync-period", "100ms"}
 
 	for _, tc := range []struct {

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// upstreamKubeProxy is kube-proxy v1.37.1, as hack/cluster/build.sh caches it.
+const upstreamKubeProxy = "/var/cache/kube-nftproxy/kube-proxy-v1.37.1/kube-proxy"
+
+func needUpstream(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(upstreamKubeProxy); err != nil {
+		t.Skipf("no upstream kube-proxy at %s (make cluster-build caches it): %v", upstreamKubeProxy, err)
+	}
+}
+
+// kubeadmConfig is the config.conf kubeadm 1.37 writes in the kube-proxy
+// ConfigMap (deploy/kubeadm/config.conf).
+func kubeadmConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../deploy/kubeadm/config.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+const configHead = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+
+// The same config file (and flags) give the same --write-config-to from
+// kube-proxy and from us, field by field.
+func TestWriteConfigAsUpstream(t *testing.T) {
+	needUpstream(t)
+	for _, tc := range []struct {
+		name, config string
+		args         []string
+		// differ: fields that differ on purpose, documented in
+		// docs/configuration.md: in nftables mode kube-proxy defaults
+		// nodePortAddresses to [primary], we keep all node addresses.
+		differ []string
+	}{
+		{name: "no config"},
+		{name: "kubeadm iptables", config: "kubeadm"},
+		{name: "empty mode with iptables block", config: configHead + "mode: \"\"\niptables: {masqueradeAll: true, masqueradeBit: 15, syncPeriod: 20s, minSyncPeriod: 2s}\nconfigSyncPeriod: 5m\n"},
+		{name: "nftables", config: configHead + "mode: nftables\nnftables: {masqueradeAll: true, syncPeriod: 40s}\nclusterCIDR: 10.244.0.0/16\n", differ: []string{"nodePortAddresses"}},
+		{name: "nftables with addresses", config: configHead + "mode: nftables\nnodePortAddresses: [primary, localhost, 10.0.0.0/8]\n"},
+		{name: "ipvs", config: configHead + "mode: ipvs\nipvs: {scheduler: wrr, syncPeriod: 1m, excludeCIDRs: [10.9.0.0/16]}\n"},
+		{name: "feature gates", config: configHead + "featureGates: {KubeProxyNFTablesLocalhostNodePorts: true, LoggingBetaOptions: false, NFTablesProxyMode: true}\n"},
+		{name: "flags", args: []string{"--proxy-mode=ipvs", "--ipvs-scheduler=lc", "--nodeport-addresses=all", "--config-sync-period=3m",
+			"--masquerade-all", "--feature-gates=LoggingAlphaOptions=true", "--hostname-override=Node-A"}},
+		{name: "hostname flag over config", config: configHead + "hostnameOverride: file-node\n", args: []string{"--hostname-override=flag-node"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.config == "kubeadm" {
+				tc.config = kubeadmConfig(t)
+			}
+			if tc.config != "" {
+				args = append([]string{"--config", writeFile(t, []byte(tc.config))}, args...)
+			}
+			theirs := upstreamWriteConfig(t, args...)
+			ours := decodeYAMLMap(t, writeEffective(t, args...))
+			for _, k := range tc.differ {
+				delete(theirs, k)
+				delete(ours, k)
+			}
+			compareMaps(t, "", theirs, ours)
+		})
+	}
+}
+
+func upstreamWriteConfig(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "upstream.yaml")
+	cmd := exec.Command(upstreamKubeProxy, append(args, "--write-config-to", out)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kube-proxy %v: %v\n%s", args, err, b)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeYAMLMap(t, data)
+}
+
+func decodeYAMLMap(t *testing.T, data []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatalf("%v:\n%s", err, data)
+	}
+	return m
+}
+
+// compareMaps reports every field that differs, by its path.
+func compareMaps(t *testing.T, path string, want, got map[string]any) {
+	t.Helper()
+	for k, w := range want {
+		g, ok := got[k]
+		p := strings.TrimPrefix(path+"."+k, ".")
+		wm, wIsMap := w.(map[string]any)
+		gm, gIsMap := g.(map[string]any)
+		switch {
+		case !ok:
+			t.Errorf("%s: kube-proxy writes %v, we write nothing", p, w)
+		case wIsMap && gIsMap:
+			compareMaps(t, p, wm, gm)
+		case !reflect.DeepEqual(w, g):
+			t.Errorf("%s: kube-proxy writes %v, we write %v", p, w, g)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: we write %v, kube-proxy nothing", strings.TrimPrefix(path+"."+k, "."), g)
+		}
+	}
+}
+
+// What kube-proxy refuses, we refuse: both exit non-zero and write nothing.
+func TestValidationAsUpstream(t *testing.T) {
+	needUpstream(t)
+	for _, tc := range []struct {
+		name, config string
+		args         []string
+	}{
+		{name: "negative sync period", args: []string{"--iptables-sync-period=-1s"}},
+		{name: "negative sync period in config", config: configHead + "mode: iptables\niptables: {syncPeriod: -5s}\n"},
+		{name: "min sync above sync", args: []string{"--iptables-sync-period=1s", "--iptables-min-sync-period=2s"}},
+		{name: "zero config sync period", args: []string{"--config-sync-period=0"}},
+		{name: "negative config sync period in config", config: configHead + "configSyncPeriod: -1m\n"},
+		{name: "bad cluster CIDR", args: []string{"--cluster-cidr=10.0.0.0/33"}},
+		{name: "bad cluster CIDR in config", config: configHead + "clusterCIDR: not-a-cidr\n"},
+		{name: "bad nodeport address", config: configHead + "nodePortAddresses: [nowhere]\n"},
+		{name: "bad bind address", args: []string{"--healthz-bind-address=300.0.0.1:10256"}},
+		{name: "bad metrics address in config", config: configHead + "metricsBindAddress: 1.2.3.4.5:10249\n"},
+		{name: "unknown gate", args: []string{"--feature-gates=NoSuchGate=true"}},
+		{name: "unknown gate in config", config: configHead + "featureGates: {NoSuchGate: true}\n"},
+		{name: "locked gate", args: []string{"--feature-gates=PreferSameTrafficDistribution=false"}},
+		{name: "bad mode", config: configHead + "mode: userspace\n"},
+		{name: "masquerade bit", args: []string{"--iptables-masquerade-bit=32"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.config != "" {
+				args = append([]string{"--config", writeFile(t, []byte(tc.config))}, args...)
+			}
+			dir := t.TempDir()
+			theirs, ours := filepath.Join(dir, "theirs.yaml"), filepath.Join(dir, "ours.yaml")
+			b, err := exec.Command(upstreamKubeProxy, append(args, "--write-config-to", theirs)...).CombinedOutput()
+			if err == nil {
+				t.Fatalf("kube-proxy accepts %v (the case is wrong):\n%s", args, b)
+			}
+			if _, err := run(append(args, "--write-config-to", ours)...); err == nil {
+				t.Errorf("we accept %v; kube-proxy refuses it: %s", args, lastLine(b))
+			}
+			if _, err := os.Stat(ours); err == nil {
+				t.Errorf("we wrote a configuration kube-proxy refuses")
+			}
+		})
+	}
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// flagsBeingAdded are kube-proxy flags other branches add at the time of
+// writing (metrics and logging); the lead empties this list after merging
+// them.
+var flagsBeingAdded = map[string]bool{
+	"profiling": true, "show-hidden-metrics-for-version": true, "bind-address-hard-fail": true, // metrics branch
+	"vmodule": true, "log-flush-frequency": true, // logging branch
+}
+
+// Every flag of kube-proxy's --help is one of ours, implemented (not
+// merely parsed to be refused).
+func TestEveryUpstreamFlag(t *testing.T) {
+	needUpstream(t)
+	help, _ := exec.Command(upstreamKubeProxy, "--help").CombinedOutput()
+	re := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)`)
+	root := newRootCommand()
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(help))
+	for sc.Scan() {
+		m := re.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] == "help" {
+			continue
+		}
+		n++
+		name := m[1]
+		f := root.Flags().Lookup(name)
+		if f == nil {
+			f = root.PersistentFlags().Lookup(name)
+		}
+		switch {
+		case flagsBeingAdded[name]:
+		case f == nil:
+			t.Errorf("--%s: kube-proxy has it, we do not", name)
+		case slices.Contains(unsupportedFlags, name):
+			t.Errorf("--%s: parsed but refused", name)
+		}
+	}
+	if n < 50 {
+		t.Fatalf("read only %d flags from kube-proxy --help:\n%s", n, help)
+	}
+}
