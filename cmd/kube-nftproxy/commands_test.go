@@ -34,7 +34,6 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo", "--write-config-to", "/dev/null"}, `--ipvs-scheduler "fo": want one of rr, wrr`},
-		{[]string{"--init-only"}, "--init-only is a kube-proxy flag"},
 		{[]string{"--show-hidden-metrics-for-version=1.30", "--write-config-to", "/dev/null"},
 			`--show-hidden-metrics-for-version "1.30": must be omitted or have the value '1.36'; only the previous minor version is allowed`},
 		{[]string{"--show-hidden-metrics-for-version=1.37", "--write-config-to", "/dev/null"}, "must be omitted or have the value '1.36'"},
