@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -19,9 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -47,9 +48,7 @@ type options struct {
 	minSyncPeriod    time.Duration
 	syncPeriod       time.Duration
 	cleanup          bool
-	verbosity        int
-	logFormat        string
-	logStreams       logStreams // --log-{text,json}-{split-stream,info-buffer-size}
+	logging          logsapi.LoggingConfiguration // kube-proxy's logging flags and config (logging.go)
 	kubeconfig       string
 	master           string
 	apiQPS           float32
@@ -160,48 +159,6 @@ func (o *options) nftConfig() (nft.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// levelTrace is below slog.LevelDebug: what kube-proxy logs at V(4) and
-// above, such as the work of every sync. Handlers print it as TRACE.
-const levelTrace = slog.LevelDebug - 4
-
-// levelAll lets every message through (--v=4 and above).
-const levelAll = slog.Level(math.MinInt)
-
-// logLevel maps kube-proxy's klog verbosity (--v) to the least slog level
-// logged: 0-1 info and above (kube-proxy's V(0) and V(1) are its defaults:
-// start-up, errors, warnings, every change programmed), 2-3 adds debug (its
-// V(2) and V(3): health check ports opened and closed, their endpoint
-// counts, tuning left as it was), 4 and more everything (levelTrace: the
-// conntrack cleanup after each sync, logged at V(4) by kube-proxy).
-func logLevel(v int) slog.Level {
-	switch {
-	case v >= 4:
-		return levelAll
-	case v >= 2:
-		return slog.LevelDebug
-	}
-	return slog.LevelInfo
-}
-
-// logger returns the logger --v and --logging-format ask for, writing to w.
-func (o *options) logger(w io.Writer) (*slog.Logger, error) {
-	h := &slog.HandlerOptions{Level: logLevel(o.verbosity), ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) == 0 && a.Key == slog.LevelKey {
-			if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelDebug {
-				a.Value = slog.StringValue("TRACE")
-			}
-		}
-		return a
-	}}
-	switch o.logFormat {
-	case "text", "":
-		return slog.New(slog.NewTextHandler(w, h)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, h)), nil
-	}
-	return nil, fmt.Errorf("--logging-format %q: want text or json", o.logFormat)
-}
-
 func newRootCommand() *cobra.Command {
 	o := &options{}
 	root := &cobra.Command{
@@ -218,9 +175,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	o.addRuleFlags(fs)
 	o.addProxyFlags(fs)
 	addUnsupported(fs)
-	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
-	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
-	o.logStreams.addFlags(root.PersistentFlags())
+	o.addLoggingFlags(root.PersistentFlags())
+	root.PersistentPreRunE = startCommandLogging
 	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
 	return root
@@ -244,7 +200,7 @@ func runRoot(cmd *cobra.Command, o *options) error {
 	if err != nil {
 		return err
 	}
-	log, flushLog, err := o.newLogger(cmd.Context(), gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	log, flushLog, err := startLogging(&o.logging, gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -326,7 +282,7 @@ func newRenderCommand() *cobra.Command {
 			if o.statePath == "" {
 				return errors.New("render needs --state")
 			}
-			st, err := loadState(o, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			st, err := loadState(o, klogSlog())
 			if err != nil {
 				return err
 			}
@@ -434,7 +390,7 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 			return
 		}
 		if res.Scanned {
-			log.Log(context.Background(), levelTrace, "conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
+			log.Log(context.Background(), loglevel.V4, "conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
 		}
 	}, nil
 }
@@ -444,7 +400,7 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 // message rather than "unknown flag", and refuse to run when given.
 var unsupportedFlags = []string{
 	"init-only", "profiling", "config-sync-period",
-	"bind-address-hard-fail", "show-hidden-metrics-for-version", "vmodule", "log-flush-frequency",
+	"bind-address-hard-fail", "show-hidden-metrics-for-version",
 }
 
 // unsupportedBools are those of them that kube-proxy parses as booleans.

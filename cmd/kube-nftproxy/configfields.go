@@ -26,7 +26,7 @@ type configField struct {
 // configFields are the settings --config and --write-config-to share.
 func configFields() []configField {
 	var all []configField
-	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), loggingFields()} {
+	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields()} {
 		all = append(all, group...)
 	}
 	return all
@@ -144,35 +144,6 @@ func conntrackFields() []configField {
 			func(c *c) *time.Duration { return &c.Conntrack.UDPStreamTimeout.Duration }),
 	}
 }
-
-// loggingFields are the logging section's settings (component-base's
-// LoggingConfiguration) that have flags; see checkLoggingConfig for the
-// ones refused.
-func loggingFields() []configField {
-	type c = kubeProxyConfig
-	return []configField{
-		same("logging-format", func(o *options) *string { return &o.logFormat }, func(c *c) *string { return &c.Logging.Format }),
-		{flag: "v",
-			load: func(c *kubeProxyConfig, o *options) {
-				if v := c.Logging.Verbosity; v != 0 {
-					o.verbosity = int(v)
-				}
-			},
-			store: func(o *options, c *kubeProxyConfig) { setUint32(&c.Logging.Verbosity, uint32(max(o.verbosity, 0))) }},
-		same("log-text-split-stream", func(o *options) *bool { return &o.logStreams.textSplit },
-			func(c *c) *bool { return &c.Logging.Options.Text.SplitStream }),
-		quantity("log-text-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.textBuffer },
-			func(c *c) *resource.QuantityValue { return &c.Logging.Options.Text.InfoBufferSize }),
-		same("log-json-split-stream", func(o *options) *bool { return &o.logStreams.jsonSplit },
-			func(c *c) *bool { return &c.Logging.Options.JSON.SplitStream }),
-		quantity("log-json-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.jsonBuffer },
-			func(c *c) *resource.QuantityValue { return &c.Logging.Options.JSON.InfoBufferSize }),
-	}
-}
-
-// setUint32 sets a uint32-based field without importing its package
-// (component-base's VerbosityLevel).
-func setUint32[T ~uint32](p *T, v uint32) { *p = T(v) }
 
 // field binds an option to a config field through conversions; a zero
 // field is not set.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -106,7 +105,7 @@ func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
 // oursFor is our ruleset: the render of --state, or the live tables.
 func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 	if o.statePath != "" {
-		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		st, err := loadState(o, klogSlog())
 		if err != nil {
 			return nil, err
 		}
