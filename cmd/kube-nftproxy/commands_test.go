@@ -220,4 +220,3 @@ conntrack:
 		t.Errorf("config file (the flag wins for udpStream):\n got %s\nwant %s", got, want)
 	}
 }
-

@@ -52,7 +52,11 @@ func (o *options) loadLoggingConfig(c *proxyconfig.KubeProxyConfiguration, fs *p
 // c has them. A --vmodule given replaces c's list, as in kube-proxy.
 func overrideFromFlags(fs *pflag.FlagSet, c *logsapi.LoggingConfiguration) error {
 	bound := pflag.NewFlagSet("logging", pflag.ContinueOnError)
+	// Binding a flag sets the field to the flag's default (the split
+	// streams to false): put c's values back under the bound flags.
+	values := c.DeepCopy()
 	logsapi.AddFlags(c, bound)
+	values.DeepCopyInto(c)
 	var errs []error
 	bound.VisitAll(func(f *pflag.Flag) {
 		given := fs.Lookup(f.Name)
