@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -16,6 +19,8 @@ import (
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 )
@@ -329,5 +334,66 @@ func TestKlogLinesInFormat(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+// --config's `logging:` block as kube-proxy takes it: every setting of it
+// (vmodule and flushFrequency too) applies, each logging flag given wins,
+// and --write-config-to writes the effective block.
+func TestLoggingConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	out := filepath.Join(dir, "effective.yaml")
+	write := func(logging string) {
+		t.Helper()
+		body := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nlogging:\n" + logging
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	effective := func(args ...string) (string, error) {
+		t.Helper()
+		if _, err := run(append([]string{"--config", cfg, "--write-config-to", out}, args...)...); err != nil {
+			return "", err
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c proxyconfig.KubeProxyConfiguration
+		if err := yaml.Unmarshal(data, &c); err != nil {
+			t.Fatal(err)
+		}
+		l := c.Logging
+		return fmt.Sprintf("format=%s v=%d vmodule=%v flush=%s text=%t/%s json=%t/%s", l.Format, l.Verbosity, l.VModule, l.FlushFrequency.Duration.Duration,
+			l.Options.Text.SplitStream, l.Options.Text.InfoBufferSize.String(), l.Options.JSON.SplitStream, l.Options.JSON.InfoBufferSize.String()), nil
+	}
+	write("  verbosity: 3\n  vmodule: [{filePattern: server, verbosity: 5}]\n  flushFrequency: 1s\n  options:\n    text: {splitStream: true, infoBufferSize: 2Ki}\n")
+	tests := []struct {
+		args          []string
+		want, wantErr string
+	}{
+		{args: []string{"--feature-gates=LoggingAlphaOptions=true"}, want: "format=text v=3 vmodule=[{server 5}] flush=1s text=true/2Ki json=false/0"},
+		{args: []string{"--feature-gates=LoggingAlphaOptions=true", "-v=5", "--vmodule=loop=4,healthcheck=2", "--log-flush-frequency=3s", "--log-text-info-buffer-size=0"},
+			want: "format=text v=5 vmodule=[{loop 4} {healthcheck 2}] flush=3s text=true/0 json=false/0"},
+		{args: nil, wantErr: "logging.options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled"},
+		{args: []string{"--feature-gates=LoggingAlphaOptions=true", "--logging-format=json"}, wantErr: "logging.vmodule: Forbidden: Only supported for text log format"},
+	}
+	for _, tt := range tests {
+		got, err := effective(tt.args...)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: err %v, want %q", tt.args, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%v: %s, %v; want %s", tt.args, got, err, tt.want)
+		}
+	}
+	// An empty block is component-base's defaults.
+	write("  {}\n")
+	if got, err := effective(); err != nil || got != "format=text v=0 vmodule=[] flush=5s text=false/0 json=false/0" {
+		t.Errorf("empty logging block: %s, %v", got, err)
 	}
 }
