@@ -3,7 +3,6 @@ package main
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -209,19 +208,6 @@ func list(flag string, opt func(*options) *[]string, cfg func(*kubeProxyConfig) 
 		flag: flag,
 		load: func(c *kubeProxyConfig, o *options) {
 			if v := *cfg(c); len(v) > 0 {
-				*opt(o) = v
-			}
-		},
-		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = *opt(o) },
-	}
-}
-
-// quantity binds a size option to a size field; zero is not set.
-func quantity(flag string, opt func(*options) *resource.QuantityValue, cfg func(*kubeProxyConfig) *resource.QuantityValue) configField {
-	return configField{
-		flag: flag,
-		load: func(c *kubeProxyConfig, o *options) {
-			if v := *cfg(c); !v.IsZero() {
 				*opt(o) = v
 			}
 		},

@@ -214,3 +214,35 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// upstreamKubeProxy is kube-proxy v1.37.1 as hack/cluster caches it.
+const upstreamKubeProxy = "/var/cache/kube-nftproxy/kube-proxy-v1.37.1/kube-proxy"
+
+// The logging flags are kube-proxy's: the same names, types, defaults and
+// help as upstream's --help shows them.
+func TestLoggingFlagsAsUpstream(t *testing.T) {
+	if _, err := os.Stat(upstreamKubeProxy); err != nil {
+		t.Skipf("no upstream kube-proxy binary (hack/cluster/build.sh caches it): %v", err)
+	}
+	loggingFlags := func(help string) []string {
+		var out []string
+		for _, l := range strings.Split(help, "\n") {
+			f := strings.Fields(l)
+			if len(f) > 0 && (f[0] == "-v," || f[0] == "--vmodule" || strings.HasPrefix(f[0], "--log")) {
+				out = append(out, strings.Join(f, " "))
+			}
+		}
+		return out
+	}
+	want, err := exec.Command(upstreamKubeProxy, "--help").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := runMain(t, nil, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := loggingFlags(got), loggingFlags(string(want)); !slices.Equal(g, w) || len(w) != 8 {
+		t.Errorf("logging flags\n%s\nwant upstream's\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+}
