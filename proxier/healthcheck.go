@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 )
 
 // HealthChecks serves the healthCheckNodePort of every externalTrafficPolicy
@@ -75,7 +77,7 @@ func (h *HealthChecks) Update(st *State) {
 	}
 	for port, s := range h.servers {
 		if w, ok := want[port]; !ok || w.name != s.name {
-			h.log().Debug("closing a health check node port", "service", s.name.String(), "port", port)
+			h.log().Log(context.Background(), loglevel.V2, "closing a health check node port", "service", s.name.String(), "port", port)
 			_ = s.srv.Close()
 			delete(h.servers, port)
 		}
@@ -158,7 +160,7 @@ func (h *HealthChecks) serve(st *State, port uint16, w hcWant) {
 		s.count = w.count
 		return
 	}
-	h.log().Debug("opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
+	h.log().Log(context.Background(), loglevel.V2, "opening a health check node port", "service", w.name.String(), "port", port, "localEndpoints", w.count)
 	s, err := h.open(port, h.hosts(st))
 	if err != nil {
 		h.log().Error("cannot serve a health check node port", "service", w.name.String(), "port", port, "err", err)

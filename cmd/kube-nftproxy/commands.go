@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -18,9 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -46,9 +47,7 @@ type options struct {
 	minSyncPeriod    time.Duration
 	syncPeriod       time.Duration
 	cleanup          bool
-	verbosity        int
-	logFormat        string
-	logStreams       logStreams // --log-{text,json}-{split-stream,info-buffer-size}
+	logging          logsapi.LoggingConfiguration // kube-proxy's logging flags and config (logging.go)
 	kubeconfig       string
 	master           string
 	apiQPS           float32
@@ -163,48 +162,6 @@ func (o *options) nftConfig() (nft.Config, error) {
 // defaultMasqueradeBit is kube-proxy's --iptables-masquerade-bit.
 const defaultMasqueradeBit = 14
 
-// levelTrace is below slog.LevelDebug: what kube-proxy logs at V(4) and
-// above, such as the work of every sync. Handlers print it as TRACE.
-const levelTrace = slog.LevelDebug - 4
-
-// levelAll lets every message through (--v=4 and above).
-const levelAll = slog.Level(math.MinInt)
-
-// logLevel maps kube-proxy's klog verbosity (--v) to the least slog level
-// logged: 0-1 info and above (kube-proxy's V(0) and V(1) are its defaults:
-// start-up, errors, warnings, every change programmed), 2-3 adds debug (its
-// V(2) and V(3): health check ports opened and closed, their endpoint
-// counts, tuning left as it was), 4 and more everything (levelTrace: the
-// conntrack cleanup after each sync, logged at V(4) by kube-proxy).
-func logLevel(v int) slog.Level {
-	switch {
-	case v >= 4:
-		return levelAll
-	case v >= 2:
-		return slog.LevelDebug
-	}
-	return slog.LevelInfo
-}
-
-// logger returns the logger --v and --logging-format ask for, writing to w.
-func (o *options) logger(w io.Writer) (*slog.Logger, error) {
-	h := &slog.HandlerOptions{Level: logLevel(o.verbosity), ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) == 0 && a.Key == slog.LevelKey {
-			if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelDebug {
-				a.Value = slog.StringValue("TRACE")
-			}
-		}
-		return a
-	}}
-	switch o.logFormat {
-	case "text", "":
-		return slog.New(slog.NewTextHandler(w, h)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, h)), nil
-	}
-	return nil, fmt.Errorf("--logging-format %q: want text or json", o.logFormat)
-}
-
 func newRootCommand() *cobra.Command {
 	o := &options{}
 	root := &cobra.Command{
@@ -220,10 +177,8 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	fs := root.Flags()
 	o.addRuleFlags(fs)
 	o.addProxyFlags(fs)
-	addUnsupported(fs)
-	root.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "log verbosity: 0-1 info and above, 2-3 adds debug, 4+ everything")
-	root.PersistentFlags().StringVar(&o.logFormat, "logging-format", "text", "log format: text or json")
-	o.logStreams.addFlags(root.PersistentFlags())
+	o.addLoggingFlags(root.PersistentFlags())
+	root.PersistentPreRunE = startCommandLogging
 	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
 	return root
@@ -232,9 +187,6 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 // runRoot validates the settings (flags, then --config under them) and
 // does what they ask: write the configuration, clean up, or run the proxy.
 func runRoot(cmd *cobra.Command, o *options) error {
-	if err := refuseUnsupported(cmd.Flags()); err != nil {
-		return err
-	}
 	if o.configFile != "" {
 		if err := o.loadConfig(o.configFile, cmd.Flags()); err != nil {
 			return err
@@ -250,7 +202,7 @@ func runRoot(cmd *cobra.Command, o *options) error {
 		return err
 	}
 	o.flags = cmd.Flags()
-	log, flushLog, err := o.newLogger(cmd.Context(), o.gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	log, flushLog, err := startLogging(&o.logging, o.gates, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -346,7 +298,7 @@ func newRenderCommand() *cobra.Command {
 			if o.statePath == "" {
 				return errors.New("render needs --state")
 			}
-			st, err := loadState(o, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			st, err := loadState(o, klogSlog())
 			if err != nil {
 				return err
 			}
@@ -454,38 +406,9 @@ func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, me
 			return
 		}
 		if res.Scanned {
-			log.Log(context.Background(), levelTrace, "conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
+			log.Log(context.Background(), loglevel.V4, "conntrack cleanup", "read", res.Flows, "deleted", res.Deleted, "took", res.Took)
 		}
 	}, nil
-}
-
-// unsupportedFlags are kube-proxy's flags that kube-nftproxy does not
-// implement (yet): they parse, so a kube-proxy command line gets a clear
-// message rather than "unknown flag", and refuse to run when given.
-var unsupportedFlags = []string{
-	"vmodule", "log-flush-frequency",
-}
-
-// unsupportedBools are those of them that kube-proxy parses as booleans.
-var unsupportedBools = map[string]bool{}
-
-func addUnsupported(fs *pflag.FlagSet) {
-	for _, name := range unsupportedFlags {
-		fs.String(name, "", "not supported by kube-nftproxy")
-		if unsupportedBools[name] {
-			fs.Lookup(name).NoOptDefVal = "true"
-		}
-		_ = fs.MarkHidden(name)
-	}
-}
-
-func refuseUnsupported(fs *pflag.FlagSet) error {
-	for _, name := range unsupportedFlags {
-		if fs.Changed(name) {
-			return fmt.Errorf("--%s is a kube-proxy flag that kube-nftproxy does not support (yet)", name)
-		}
-	}
-	return nil
 }
 
 // apiClient connects as kube-proxy does: --kubeconfig and --master, else

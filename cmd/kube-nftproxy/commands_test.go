@@ -2,22 +2,23 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
 
+// run runs the command with args in this process, logging to its
+// output as well (logging is reset before and after: it is process-wide).
 func run(args ...string) (string, error) {
+	_ = logsapi.ResetForTest(nil)
+	defer func() { _ = logsapi.ResetForTest(nil) }()
 	cmd := newRootCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
@@ -41,7 +42,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--conntrack-min=-1", "--write-config-to", "/dev/null"}, "--conntrack-min -1"},
 		{[]string{"--conntrack-udp-timeout=500ms", "--write-config-to", "/dev/null"}, "--conntrack-udp-timeout 500ms"},
 		{[]string{"--conntrack-max-per-core=lots"}, "--conntrack-max-per-core"},
-		{[]string{"--logging-format=yaml", "--write-config-to", "/dev/null"}, `--logging-format "yaml": want text or json`},
+		{[]string{"--logging-format=yaml", "--write-config-to", "/dev/null"}, `logging.format: Invalid value: "yaml": Unsupported log format`},
 		{[]string{"render"}, "render needs --state"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/33"}, "--cluster-cidr"},
 		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, "one CIDR per IP family"},
@@ -219,74 +220,5 @@ conntrack:
 	if got, want := show(effective("--config", cfg, "--conntrack-udp-timeout-stream=3m")),
 		"maxPerCore=0 min=131072 established=2h0m0s closeWait=1h0m0s beLiberal=true udp=45s udpStream=3m0s"; got != want {
 		t.Errorf("config file (the flag wins for udpStream):\n got %s\nwant %s", got, want)
-	}
-}
-
-// --v maps to slog levels as kube-proxy's klog verbosity: 0-1 info and
-// above, 2-3 adds debug (kube-proxy's V(2)/V(3)), 4+ everything, in both
-// formats; levels below debug print as TRACE.
-func TestLogLevels(t *testing.T) {
-	levels := []struct {
-		name  string
-		level slog.Level
-	}{{"ERROR", slog.LevelError}, {"WARN", slog.LevelWarn}, {"INFO", slog.LevelInfo}, {"DEBUG", slog.LevelDebug}, {"TRACE", levelTrace}}
-	tests := []struct {
-		v    int
-		want slog.Level
-		logs []string // the level names logged, most severe first
-	}{
-		{-1, slog.LevelInfo, []string{"ERROR", "WARN", "INFO"}},
-		{0, slog.LevelInfo, []string{"ERROR", "WARN", "INFO"}},
-		{1, slog.LevelInfo, []string{"ERROR", "WARN", "INFO"}},
-		{2, slog.LevelDebug, []string{"ERROR", "WARN", "INFO", "DEBUG"}},
-		{3, slog.LevelDebug, []string{"ERROR", "WARN", "INFO", "DEBUG"}},
-		{4, levelAll, []string{"ERROR", "WARN", "INFO", "DEBUG", "TRACE"}},
-		{10, levelAll, []string{"ERROR", "WARN", "INFO", "DEBUG", "TRACE"}},
-	}
-	for _, tt := range tests {
-		if got := logLevel(tt.v); got != tt.want {
-			t.Errorf("logLevel(%d) = %v, want %v", tt.v, got, tt.want)
-		}
-		for _, format := range []string{"text", "json"} {
-			t.Run(fmt.Sprintf("v=%d/%s", tt.v, format), func(t *testing.T) {
-				var buf bytes.Buffer
-				log, err := (&options{verbosity: tt.v, logFormat: format}).logger(&buf)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, l := range levels {
-					log.Log(context.Background(), l.level, "message", "at", l.name)
-				}
-				var got []string
-				for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-					if line == "" {
-						continue
-					}
-					var level, at string
-					if format == "json" {
-						var rec struct{ Level, At string }
-						if err := json.Unmarshal([]byte(line), &rec); err != nil {
-							t.Fatalf("line %q: %v", line, err)
-						}
-						level, at = rec.Level, rec.At
-					} else {
-						for _, f := range strings.Fields(line) {
-							if k, v, ok := strings.Cut(f, "="); ok && k == "level" {
-								level = v
-							} else if ok && k == "at" {
-								at = v
-							}
-						}
-					}
-					if level != at {
-						t.Errorf("the %s message printed as level %q: %s", at, level, line)
-					}
-					got = append(got, at)
-				}
-				if !slices.Equal(got, tt.logs) {
-					t.Errorf("--v=%d logs %v, want %v:\n%s", tt.v, got, tt.logs, buf.String())
-				}
-			})
-		}
 	}
 }

@@ -45,7 +45,7 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 			return fmt.Errorf("--config %s: %w", path, err)
 		}
 	}
-	if err := checkLoggingConfig(c); err != nil {
+	if err := o.loadLoggingConfig(c, fs); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
 	// The one default of a KubeProxyConfiguration that differs from its
@@ -194,7 +194,7 @@ func (o *options) writeConfig(path string) error {
 	for _, f := range configFields() {
 		f.store(o, &c)
 	}
-	c.Logging.FlushFrequency.Duration.Duration, c.Logging.FlushFrequency.SerializeAsString = logFlushPeriod, true
+	c.Logging = o.logging
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encoding the configuration: %w", err)

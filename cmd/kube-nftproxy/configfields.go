@@ -3,7 +3,6 @@ package main
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -29,7 +28,7 @@ type configField struct {
 // configFields are the settings --config and --write-config-to share.
 func configFields() []configField {
 	var all []configField
-	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), loggingFields(), serverFields()} {
+	for _, group := range [][]configField{generalFields(), nftablesFields(), ipvsFields(), conntrackFields(), serverFields()} {
 		all = append(all, group...)
 	}
 	return all
@@ -203,35 +202,6 @@ func conntrackFields() []configField {
 	}
 }
 
-// loggingFields are the logging section's settings (component-base's
-// LoggingConfiguration) that have flags; see checkLoggingConfig for the
-// ones refused.
-func loggingFields() []configField {
-	type c = kubeProxyConfig
-	return []configField{
-		same("logging-format", func(o *options) *string { return &o.logFormat }, func(c *c) *string { return &c.Logging.Format }),
-		{flag: "v",
-			load: func(c *kubeProxyConfig, o *options) {
-				if v := c.Logging.Verbosity; v != 0 {
-					o.verbosity = int(v)
-				}
-			},
-			store: func(o *options, c *kubeProxyConfig) { setUint32(&c.Logging.Verbosity, uint32(max(o.verbosity, 0))) }},
-		same("log-text-split-stream", func(o *options) *bool { return &o.logStreams.textSplit },
-			func(c *c) *bool { return &c.Logging.Options.Text.SplitStream }),
-		quantity("log-text-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.textBuffer },
-			func(c *c) *resource.QuantityValue { return &c.Logging.Options.Text.InfoBufferSize }),
-		same("log-json-split-stream", func(o *options) *bool { return &o.logStreams.jsonSplit },
-			func(c *c) *bool { return &c.Logging.Options.JSON.SplitStream }),
-		quantity("log-json-info-buffer-size", func(o *options) *resource.QuantityValue { return &o.logStreams.jsonBuffer },
-			func(c *c) *resource.QuantityValue { return &c.Logging.Options.JSON.InfoBufferSize }),
-	}
-}
-
-// setUint32 sets a uint32-based field without importing its package
-// (component-base's VerbosityLevel).
-func setUint32[T ~uint32](p *T, v uint32) { *p = T(v) }
-
 // field binds an option to a config field through conversions; a zero
 // field is not set.
 func field[O any, C comparable](flag string, opt func(*options) *O, cfg func(*kubeProxyConfig) *C, toOpt func(C) O, toCfg func(O) C) configField {
@@ -296,19 +266,6 @@ func list(flag string, opt func(*options) *[]string, cfg func(*kubeProxyConfig) 
 		flag: flag,
 		load: func(c *kubeProxyConfig, o *options) {
 			if v := *cfg(c); len(v) > 0 {
-				*opt(o) = v
-			}
-		},
-		store: func(o *options, c *kubeProxyConfig) { *cfg(c) = *opt(o) },
-	}
-}
-
-// quantity binds a size option to a size field; zero is not set.
-func quantity(flag string, opt func(*options) *resource.QuantityValue, cfg func(*kubeProxyConfig) *resource.QuantityValue) configField {
-	return configField{
-		flag: flag,
-		load: func(c *kubeProxyConfig, o *options) {
-			if v := *cfg(c); !v.IsZero() {
 				*opt(o) = v
 			}
 		},

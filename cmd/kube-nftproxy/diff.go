@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -116,7 +115,7 @@ func oursToCompare(o *options, stderr io.Writer) (*nftlib.Ruleset, migrate.Expec
 		rs, err := oursFor(o, stderr)
 		return rs, migrate.Expect{}, err
 	}
-	st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+	st, err := loadState(o, klogSlog())
 	if err != nil {
 		return nil, migrate.Expect{}, err
 	}
@@ -138,7 +137,7 @@ func renderState(o *options, st *proxier.State) (*nftlib.Ruleset, error) {
 // oursFor is our ruleset: the render of --state, or the live tables.
 func oursFor(o *options, stderr io.Writer) (*nftlib.Ruleset, error) {
 	if o.statePath != "" {
-		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		st, err := loadState(o, klogSlog())
 		if err != nil {
 			return nil, err
 		}

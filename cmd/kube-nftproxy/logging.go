@@ -1,188 +1,149 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
-	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/api/resource"
+	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as kube-proxy registers it
+	"k8s.io/klog/v2"
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
 
-// logStreams are kube-proxy's alpha logging flags (component-base's
-// --log-{text,json}-split-stream and --log-{text,json}-info-buffer-size),
-// with their documented effect: split, messages of level ERROR go to stderr
-// and the others to stdout (instead of everything to stderr); with a
-// buffer size as well, those on stdout are buffered up to that many bytes
-// and flushed every logFlushPeriod and when the command ends. As in
-// kube-proxy, each format reads only its own pair, the buffer only applies
-// to a split stream, and setting any of them needs the LoggingAlphaOptions
-// feature gate.
-type logStreams struct {
-	textSplit, jsonSplit   bool
-	textBuffer, jsonBuffer resource.QuantityValue
+// Logging is kube-proxy's: component-base's logging configuration (the
+// `logging:` block of --config, and the flags -v, --vmodule,
+// --logging-format, --log-flush-frequency and the alpha
+// --log-{text,json}-{split-stream,info-buffer-size}), applied with
+// component-base's ValidateAndApply, which installs klog's text logger or
+// the JSON (zap) logger as klog's one output. client-go logs through klog
+// and so comes out in the same format; our packages log with *slog.Logger,
+// bridged to that same output (klogSlog).
+
+// addLoggingFlags adds kube-proxy's logging flags to fs, bound to
+// o.logging (component-base's defaults: text, -v 0, flushes every 5s).
+func (o *options) addLoggingFlags(fs *pflag.FlagSet) {
+	o.logging = *logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(&o.logging, fs)
 }
 
-// logFlushPeriod is kube-proxy's default --log-flush-frequency, which it
-// uses to flush buffered info messages.
-const logFlushPeriod = 5 * time.Second
-
-func (l *logStreams) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&l.textSplit, "log-text-split-stream", false, "[Alpha] in text format, write error messages to stderr and the others to stdout (default: everything to stderr); needs --feature-gates=LoggingAlphaOptions=true")
-	fs.Var(&l.textBuffer, "log-text-info-buffer-size", "[Alpha] in text format with split streams, buffer up to this many bytes of messages for stdout (512, 1K, 2Ki, 3M, ...; 0: no buffering); needs --feature-gates=LoggingAlphaOptions=true")
-	fs.BoolVar(&l.jsonSplit, "log-json-split-stream", false, "[Alpha] in JSON format, write error messages to stderr and the others to stdout (default: everything to stderr); needs --feature-gates=LoggingAlphaOptions=true")
-	fs.Var(&l.jsonBuffer, "log-json-info-buffer-size", "[Alpha] in JSON format with split streams, buffer up to this many bytes of messages for stdout (512, 1K, 2Ki, 3M, ...; 0: no buffering); needs --feature-gates=LoggingAlphaOptions=true")
-}
-
-// forFormat returns the split and buffer settings of one --logging-format.
-func (l *logStreams) forFormat(format string) (split bool, buffer int64) {
-	if format == "json" {
-		return l.jsonSplit, l.jsonBuffer.Value()
+// loadLoggingConfig takes --config's `logging:` block as kube-proxy does:
+// the block replaces the defaults as a whole (what it leaves out gets
+// component-base's recommended value), then each logging flag given on the
+// command line wins over the file.
+func (o *options) loadLoggingConfig(c *proxyconfig.KubeProxyConfiguration, fs *pflag.FlagSet) error {
+	l := c.Logging.DeepCopy()
+	logsapi.SetRecommendedLoggingConfiguration(l)
+	if err := overrideFromFlags(fs, l); err != nil {
+		return err
 	}
-	return l.textSplit, l.textBuffer.Value()
-}
-
-// checkGates refuses what kube-proxy refuses: an alpha logging option
-// without the LoggingAlphaOptions gate (whatever the format), and the JSON
-// format with LoggingBetaOptions turned off.
-func (l *logStreams) checkGates(format string, gates map[string]bool) error {
-	for _, o := range []struct {
-		flag string
-		set  bool
-	}{
-		{"log-text-split-stream", l.textSplit},
-		{"log-text-info-buffer-size", l.textBuffer.Value() != 0},
-		{"log-json-split-stream", l.jsonSplit},
-		{"log-json-info-buffer-size", l.jsonBuffer.Value() != 0},
-	} {
-		if o.set && !gates["LoggingAlphaOptions"] {
-			return fmt.Errorf("--%s: feature gate LoggingAlphaOptions is disabled (enable it with --feature-gates=LoggingAlphaOptions=true)", o.flag)
-		}
-	}
-	for _, o := range []struct {
-		flag string
-		size int64
-	}{{"log-text-info-buffer-size", l.textBuffer.Value()}, {"log-json-info-buffer-size", l.jsonBuffer.Value()}} {
-		if o.size < 0 {
-			return fmt.Errorf("--%s %d: must not be negative", o.flag, o.size)
-		}
-	}
-	if enabled, set := gates["LoggingBetaOptions"]; format == "json" && set && !enabled {
-		return fmt.Errorf("--logging-format json: feature gate LoggingBetaOptions is disabled")
-	}
+	o.logging = *l
 	return nil
 }
 
-// newLogger returns the logger the logging flags ask for. With a single
-// stream everything goes to stderr; see logStreams for the split one.
-// flush writes out what is buffered; call it once, before exiting. The
-// buffer is also flushed every logFlushPeriod until then (or until ctx ends).
-func (o *options) newLogger(ctx context.Context, gates map[string]bool, stdout, stderr io.Writer) (log *slog.Logger, flush func(), err error) {
-	if err := o.logStreams.checkGates(o.logFormat, gates); err != nil {
-		return nil, nil, err
-	}
-	split, size := o.logStreams.forFormat(o.logFormat)
-	if !split {
-		log, err := o.logger(stderr)
-		return log, func() {}, err
-	}
-	flush = func() {}
-	if size > 0 {
-		b := newBufferedWriter(stdout, int(min(size, 1<<30)))
-		stop := make(chan struct{})
-		var once sync.Once
-		stdout, flush = b, func() {
-			once.Do(func() { close(stop) })
-			b.flush()
+// overrideFromFlags sets in c the logging flags given in fs (a flag set
+// holding the flags addLoggingFlags adds, parsed), leaving the others as
+// c has them. A --vmodule given replaces c's list, as in kube-proxy.
+func overrideFromFlags(fs *pflag.FlagSet, c *logsapi.LoggingConfiguration) error {
+	bound := pflag.NewFlagSet("logging", pflag.ContinueOnError)
+	// Binding a flag sets the field to the flag's default (the split
+	// streams to false): put c's values back under the bound flags.
+	values := c.DeepCopy()
+	logsapi.AddFlags(c, bound)
+	values.DeepCopyInto(c)
+	var errs []error
+	bound.VisitAll(func(f *pflag.Flag) {
+		given := fs.Lookup(f.Name)
+		if given == nil || !given.Changed {
+			return
 		}
-		go func() {
-			t := time.NewTicker(logFlushPeriod)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-stop:
-					return
-				case <-t.C:
-					b.flush()
-				}
-			}
-		}()
+		if f.Name == "vmodule" {
+			c.VModule = nil
+		}
+		if err := f.Value.Set(given.Value.String()); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// loggingGate is the feature gate component-base's logging reads, with the
+// logging gates that --feature-gates sets (LoggingAlphaOptions for the
+// split streams and buffers, LoggingBetaOptions for the JSON format) and
+// every other one at its default. ContextualLogging is left at its default
+// (on): with it off, klog would lose the attributes our loggers carry.
+func loggingGate(gates map[string]bool) (featuregate.FeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(fg); err != nil {
+		return nil, err
 	}
-	info, err := o.logger(stdout)
+	set := map[string]bool{}
+	for _, name := range []featuregate.Feature{logsapi.LoggingAlphaOptions, logsapi.LoggingBetaOptions} {
+		if v, ok := gates[string(name)]; ok {
+			set[string(name)] = v
+		}
+	}
+	if err := fg.SetFromMap(set); err != nil {
+		return nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	return fg, nil
+}
+
+// startLogging validates c as kube-proxy does and makes it klog's output:
+// messages go to stderr, or with a split stream errors (text: errors and
+// warnings) to stderr and the others to stdout. It returns our packages'
+// logger and flush, which writes out what is buffered (call it before
+// exiting). Logging is process-wide: it is started once per process.
+func startLogging(c *logsapi.LoggingConfiguration, gates map[string]bool, stdout, stderr io.Writer) (*slog.Logger, func(), error) {
+	fg, err := loggingGate(gates)
 	if err != nil {
 		return nil, nil, err
 	}
-	errs, err := o.logger(stderr)
-	if err != nil {
-		return nil, nil, err
+	// Validated with the field path of --config's block, so that an error
+	// names the setting (logging.format, logging.options.text.splitStream).
+	if errs := logsapi.Validate(c, fg, fieldpath.NewPath("logging")); len(errs) > 0 {
+		return nil, nil, errs.ToAggregate()
 	}
-	return slog.New(&splitHandler{info: info.Handler(), errs: errs.Handler()}), flush, nil
-}
-
-// splitHandler sends records of level ERROR and above to errs, the others
-// to info (two handlers with the same options, on two streams).
-type splitHandler struct{ info, errs slog.Handler }
-
-func (h *splitHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.info.Enabled(ctx, l)
-}
-
-func (h *splitHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
-		return h.errs.Handle(ctx, r)
+	if err := logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, fg); err != nil {
+		return nil, nil, fmt.Errorf("starting logging: %w", err)
 	}
-	return h.info.Handle(ctx, r)
+	return klogSlog(), klog.Flush, nil
 }
 
-func (h *splitHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &splitHandler{info: h.info.WithAttrs(as), errs: h.errs.WithAttrs(as)}
+// slogCallDepth is how many more frames a call through *slog.Logger has
+// than one through logr.Logger between our code and the klog sink's
+// Enabled (slog's Logger.Info, Logger.log, Logger.Enabled, and logr's
+// slog handler, against logr's Logger.Info): --vmodule, which klog's text
+// logger applies in Enabled by looking up its caller's file, then names
+// our file. The file:line printed comes from the record's PC, not from
+// this depth. TestVModule checks it.
+const slogCallDepth = 3
+
+// klogSlog is an *slog.Logger writing through klog's logger (as
+// startLogging installs it): slog.Level(-n) is V(n), warnings and errors
+// are klog's, and the caller printed is the line that called the logger.
+func klogSlog() *slog.Logger {
+	return slog.New(logr.ToSlogHandler(klog.Background().WithCallDepth(slogCallDepth)))
 }
 
-func (h *splitHandler) WithGroup(name string) slog.Handler {
-	return &splitHandler{info: h.info.WithGroup(name), errs: h.errs.WithGroup(name)}
-}
-
-// bufferedWriter is a bufio.Writer safe for the logger and the flusher.
-type bufferedWriter struct {
-	mu sync.Mutex
-	w  *bufio.Writer
-}
-
-func newBufferedWriter(w io.Writer, size int) *bufferedWriter {
-	return &bufferedWriter{w: bufio.NewWriterSize(w, size)}
-}
-
-func (b *bufferedWriter) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.w.Write(p)
-}
-
-func (b *bufferedWriter) flush() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_ = b.w.Flush()
-}
-
-// checkLoggingConfig refuses the logging settings of a
-// KubeProxyConfiguration (component-base's LoggingConfiguration) that have
-// no flag here: vmodule and a flush frequency other than the default, as
-// --vmodule and --log-flush-frequency are. The others are configFields.
-func checkLoggingConfig(c *proxyconfig.KubeProxyConfiguration) error {
-	lc := c.Logging
-	if len(lc.VModule) > 0 {
-		return errors.New("logging.vmodule is not supported by kube-nftproxy (yet), as --vmodule")
+// startCommandLogging starts logging for a subcommand (render, diff,
+// trace, version) from the root's logging flags; the settings only the
+// proxy has (--config, --feature-gates) are the defaults here. The
+// subcommands' results go to stdout; their logs, as the proxy's, to stderr.
+func startCommandLogging(cmd *cobra.Command, _ []string) error {
+	if cmd == cmd.Root() {
+		return nil // runRoot starts logging once --config is read
 	}
-	if d := lc.FlushFrequency.Duration.Duration; d != 0 && d != logFlushPeriod {
-		return fmt.Errorf("logging.flushFrequency %s: kube-nftproxy supports only the default, %s (--log-flush-frequency is not supported either)", d, logFlushPeriod)
+	c := logsapi.NewLoggingConfiguration()
+	if err := overrideFromFlags(cmd.Flags(), c); err != nil {
+		return err
 	}
-	return nil
+	_, _, err := startLogging(c, nil, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	return err
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 )
 
 // defaultOOMScoreAdj is kube-proxy's --oom-score-adj default: the kernel
@@ -30,8 +33,8 @@ func validateOOMScoreAdj(what string, v int32) error {
 // (kube-proxy's V(2)): the proxy works the same without it.
 func applyOOMScoreAdj(path string, v int32, log *slog.Logger) {
 	if err := os.WriteFile(path, []byte(strconv.Itoa(int(v))), 0o644); err != nil {
-		log.Debug("could not set the OOM score adjustment", "value", v, "err", err)
+		log.Log(context.Background(), loglevel.V2, "could not set the OOM score adjustment", "value", v, "err", err)
 		return
 	}
-	log.Debug("OOM score adjustment set", "value", v)
+	log.Log(context.Background(), loglevel.V2, "OOM score adjustment set", "value", v)
 }

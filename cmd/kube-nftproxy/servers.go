@@ -204,7 +204,7 @@ func (s *proxyServer) serveConfigz(w http.ResponseWriter, _ *http.Request) {
 	for _, f := range configFields() {
 		f.store(s.o, &c)
 	}
-	c.Logging.FlushFrequency.Duration.Duration, c.Logging.FlushFrequency.SerializeAsString = logFlushPeriod, true
+	c.Logging = s.o.logging
 	out, err := json.Marshal(map[string]any{"kubeproxy.config.k8s.io": c})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"sort"
@@ -97,7 +96,7 @@ func parsePacket(src, dst, iif string, fromNode bool) (nftlib.Packet, error) {
 // this namespace's addresses.
 func traceRuleset(o *options, stderr io.Writer) (*nftlib.Ruleset, []netip.Addr, error) {
 	if o.statePath != "" {
-		st, err := loadState(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		st, err := loadState(o, klogSlog())
 		if err != nil {
 			return nil, nil, err
 		}

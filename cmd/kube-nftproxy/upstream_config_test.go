@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -176,16 +175,7 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
-// flagsBeingAdded are kube-proxy flags other branches add at the time of
-// writing (metrics and logging); the lead empties this list after merging
-// them.
-var flagsBeingAdded = map[string]bool{
-	"profiling": true, "show-hidden-metrics-for-version": true, "bind-address-hard-fail": true, // metrics branch
-	"vmodule": true, "log-flush-frequency": true, // logging branch
-}
-
-// Every flag of kube-proxy's --help is one of ours, implemented (not
-// merely parsed to be refused).
+// Every flag of kube-proxy's --help is one of ours.
 func TestEveryUpstreamFlag(t *testing.T) {
 	needUpstream(t)
 	help, _ := exec.Command(upstreamKubeProxy, "--help").CombinedOutput()
@@ -204,12 +194,8 @@ func TestEveryUpstreamFlag(t *testing.T) {
 		if f == nil {
 			f = root.PersistentFlags().Lookup(name)
 		}
-		switch {
-		case flagsBeingAdded[name]:
-		case f == nil:
+		if f == nil {
 			t.Errorf("--%s: kube-proxy has it, we do not", name)
-		case slices.Contains(unsupportedFlags, name):
-			t.Errorf("--%s: parsed but refused", name)
 		}
 	}
 	if n < 50 {

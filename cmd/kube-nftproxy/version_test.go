@@ -59,7 +59,7 @@ func TestVersionFlag(t *testing.T) {
 		t.Errorf("--version=yes: %v, want an error naming it", err)
 	}
 	// --version=false runs as usual (here: the flag errors of a run).
-	if _, err := run("--version=false", "--logging-format=yaml", "--write-config-to", os.DevNull); err == nil || !strings.Contains(err.Error(), "--logging-format") {
+	if _, err := run("--version=false", "--logging-format=yaml", "--write-config-to", os.DevNull); err == nil || !strings.Contains(err.Error(), "logging.format") {
 		t.Errorf("--version=false did not run the command: %v", err)
 	}
 }

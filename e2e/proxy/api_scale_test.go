@@ -125,7 +125,7 @@ func TestAPIScale(t *testing.T) {
 	var synced string
 	p.waitLog(t, 10*time.Minute, fmt.Sprintf("a full sync of %d+ Services", scaleServices), func(lines []string) bool {
 		for _, l := range lines {
-			if strings.Contains(l, "msg=synced") && strings.Contains(l, "full=true") && logInt(l, "services") >= scaleServices {
+			if isSyncedLine(l) && strings.Contains(l, "full=true") && logInt(l, "services") >= scaleServices {
 				synced = l
 				return true
 			}
@@ -135,13 +135,13 @@ func TestAPIScale(t *testing.T) {
 	seen := time.Since(start)
 	took, _ := time.ParseDuration(logField(synced, "took"))
 	wall := seen
-	if at, err := time.Parse(time.RFC3339Nano, logField(synced, "time")); err == nil {
+	if at, ok := logTime(synced); ok {
 		wall = at.Sub(start)
 	}
 	var filled time.Duration
 	for _, l := range p.log.lines() {
 		if strings.Contains(l, "API server caches filled") {
-			if at, err := time.Parse(time.RFC3339Nano, logField(l, "time")); err == nil {
+			if at, ok := logTime(l); ok {
 				filled = at.Sub(start)
 			}
 			break
@@ -172,11 +172,11 @@ func TestAPIScale(t *testing.T) {
 	lines := p.log.lines()
 	last := synced
 	for _, l := range lines {
-		if strings.Contains(l, "msg=synced") {
+		if isSyncedLine(l) {
 			last = l
 		}
 	}
-	lastAt, _ := time.Parse(time.RFC3339Nano, logField(last, "time"))
+	lastAt, _ := logTime(last)
 	fake := countFake(a.nftRuleset(t))
 	t.Logf("MEASURED %d more syncs after the full one before 3s of quiet; proxy start -> last of them done: %v; nft list ruleset then has %d of the %d fake endpoint addresses",
 		countSyncs(lines)-before, lastAt.Sub(start).Round(time.Millisecond), fake, scaleServices*scaleEndpoints)
@@ -197,7 +197,7 @@ func TestAPIScale(t *testing.T) {
 	t.Logf("MEASURED with %d Services programmed, create 1 Service + %d endpoints -> first answer via ClusterIP %s: %v; -> all %d pods answered: %v",
 		scaleServices, len(servers), svc.Spec.ClusterIP, first.Round(time.Millisecond), len(servers), all.Round(time.Millisecond))
 	for _, l := range p.log.lines() {
-		if strings.Contains(l, "msg=synced") {
+		if isSyncedLine(l) {
 			t.Logf("sync: %s", l)
 		}
 	}

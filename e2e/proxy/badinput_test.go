@@ -27,7 +27,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		e.proxy.waitLog(t, 5*time.Second, "a warning naming "+want.what, func(lines []string) bool {
 			return slices.ContainsFunc(lines, func(l string) bool {
-				return (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) &&
+				return (isWarningLine(l) || isErrorLine(l)) &&
 					strings.Contains(l, want.text)
 			})
 		})
@@ -82,7 +82,7 @@ func TestBrokenFileHoldsFirstSync(t *testing.T) {
 		"--healthz-bind-address", "127.0.0.1:10256")
 	p.waitLog(t, 10*time.Second, "a warning naming broken.yaml", func(lines []string) bool {
 		return slices.ContainsFunc(lines, func(l string) bool {
-			return strings.Contains(l, "level=WARN") && strings.Contains(l, "broken.yaml")
+			return isWarningLine(l) && strings.Contains(l, "broken.yaml")
 		})
 	})
 	// Several sync periods pass without a sync (the assertion is that no

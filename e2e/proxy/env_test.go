@@ -286,7 +286,7 @@ func launchProxy(t *testing.T, sb *sandbox.Sandbox, stopWait time.Duration, args
 		}
 		// A failed sync is a bug even when the retry repairs it.
 		for _, l := range p.log.lines() {
-			if strings.Contains(l, "level=ERROR") && !slices.ContainsFunc(p.expectedErrors, func(s string) bool { return strings.Contains(l, s) }) {
+			if isErrorLine(l) && !slices.ContainsFunc(p.expectedErrors, func(s string) bool { return strings.Contains(l, s) }) {
 				t.Errorf("the proxy logged an error: %s", l)
 			}
 		}
@@ -331,7 +331,7 @@ func (p *proxy) syncs() int { return countSyncs(p.log.lines()) }
 func countSyncs(lines []string) int {
 	n := 0
 	for _, l := range lines {
-		if strings.Contains(l, "msg=synced") {
+		if isSyncedLine(l) {
 			n++
 		}
 	}

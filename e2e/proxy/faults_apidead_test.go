@@ -281,7 +281,7 @@ func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failur
 }
 
 func isGoneWarning(l string) bool {
-	return strings.Contains(l, "level=WARN") && strings.Contains(l, "source=api") &&
+	return isWarningLine(l) && strings.Contains(l, `source="api"`) &&
 		strings.Contains(l, "cannot read the source of Services")
 }
 
@@ -291,7 +291,7 @@ func (a *apiEnv) waitGoneRecovered(t *testing.T, logged int) {
 	t.Helper()
 	a.proxy.poll(t, 2*apiGoneSyncPeriod+10*time.Second, "the recovery to be reported", func(ctx context.Context) error {
 		if !slices.ContainsFunc(a.proxy.log.lines()[logged:], func(l string) bool {
-			return strings.Contains(l, "level=INFO") && strings.Contains(l, "source=api") && strings.Contains(l, "reads fine again")
+			return isInfoLine(l) && strings.Contains(l, `source="api"`) && strings.Contains(l, "reads fine again")
 		}) {
 			return errors.New("no info line saying the source reads fine again")
 		}

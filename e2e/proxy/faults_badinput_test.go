@@ -369,7 +369,7 @@ func (e *env) memoryWatchdog(t *testing.T, limitKiB int) (stop func()) {
 // contains every one of the strings.
 func warned(lines []string, all ...string) bool {
 	for _, l := range lines {
-		if !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") {
+		if !isWarningLine(l) && !isErrorLine(l) {
 			continue
 		}
 		found := true

@@ -284,7 +284,7 @@ func TestFaultSyncPeriodsRefused(t *testing.T) {
 }
 
 // syncedRE matches the proxy's sync lines.
-var syncedRE = regexp.MustCompile(`msg=synced`)
+var syncedRE = regexp.MustCompile(`\] "synced"`)
 
 // runProxyOnce runs the proxy on a copy of the example state in a network
 // namespace of its own, for at most 10 s, and returns its output and how

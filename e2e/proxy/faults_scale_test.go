@@ -115,7 +115,7 @@ func (p *proxy) waitFullSync(t *testing.T, since time.Time, timeout time.Duratio
 	t.Helper()
 	p.waitLog(t, timeout, fmt.Sprintf("a full sync of %d+ Services", n), func(lines []string) bool {
 		for _, l := range lines {
-			if strings.Contains(l, "msg=synced") && strings.Contains(l, "full=true") && logInt(l, "services") >= n {
+			if isSyncedLine(l) && strings.Contains(l, "full=true") && logInt(l, "services") >= n {
 				return true
 			}
 		}
@@ -234,7 +234,7 @@ func TestFaultFullSyncUnderTraffic(t *testing.T) {
 	res := f.stop(t)
 	logFault(t, fmt.Sprintf("restart: full sync of %d Services under traffic", fullSyncServices), took, res)
 	for _, l := range e.proxy.log.lines() {
-		if strings.Contains(l, "msg=synced") {
+		if isSyncedLine(l) {
 			t.Logf("sync: %s", l)
 		}
 	}

@@ -303,7 +303,7 @@ func TestFlagsBadValues(t *testing.T) {
 			case !errors.As(err, &exit):
 				t.Errorf("with %q: exited with %v, want an exit status other than 0 (stderr %q)", tc.args, err, msg)
 			}
-			if strings.Contains(msg, "level=") || strings.Contains(msg, "\n") {
+			if klogHeader.MatchString(msg) || strings.Contains(msg, "\n") {
 				t.Errorf("with %q: want a one-line message and nothing else on stderr, got %q", tc.args, msg)
 			}
 			for _, w := range tc.want {

@@ -288,7 +288,7 @@ func TestUpstreamLeftoversStartAndWatch(t *testing.T) {
 	// Not waiting for its rules: ours may remove them before a look.
 	kp := u.runKubeProxy(t, "iptables")
 	p.waitLog(t, 30*time.Second, "the warning about kube-proxy's rules", func(lines []string) bool {
-		return logHas(lines, "level=WARN", "appeared while running", "ip nat")
+		return logHas(warningLines(lines), "appeared while running", "ip nat")
 	})
 	p.poll(t, 30*time.Second, "kube-proxy's rules gone", func(context.Context) error {
 		if r := u.nftRuleset(t); strings.Contains(r, "KUBE-SERVICES") && strings.Contains(withoutOurs(r), "KUBE-SERVICES") {

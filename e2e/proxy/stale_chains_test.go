@@ -60,7 +60,7 @@ func TestStaleChainsDeleted(t *testing.T) {
 	gone := time.Since(removed)
 	t.Logf("MEASURED Service removed -> its map elements gone after %v, its chains deleted after %v", emptied.Round(time.Millisecond), gone.Round(time.Millisecond))
 	lines := e.proxy.log.lines()
-	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "msg=\"deleted stale chains\"") }) {
+	if !slices.ContainsFunc(lines, func(l string) bool { return isLogMsg(l, "deleted stale chains") }) {
 		t.Errorf("the proxy did not log the deletion of the stale chains")
 	}
 	for _, l := range lines {

@@ -126,7 +126,7 @@ func TestConntrackTuning(t *testing.T) {
 
 	var warnings []string
 	for _, l := range p.log.lines() {
-		if strings.Contains(l, "level=WARN") && strings.Contains(l, "conntrack tuning") {
+		if isWarningLine(l) && strings.Contains(l, "conntrack tuning") {
 			warnings = append(warnings, l)
 		}
 	}
