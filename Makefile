@@ -192,7 +192,8 @@ cluster-status:
 # ginkgo processes; JUnit report and log in bin/conformance/$(PROXY).
 # PROXY=privileged runs deploy/ with deploy/privileged/patch.yaml (the
 # conntrack sysctls set); PROXY=upstream runs kube-proxy v1.37.1 (iptables
-# mode) as the baseline.
+# mode) as the baseline; PROXY=kubeadm runs the same kubeadm objects with
+# only the image changed to ours (the drop-in).
 # Brings the cluster up with that proxy if none is up; leaves it up.
 PROXY ?= ours
 conformance: cluster-build cluster-images

@@ -117,7 +117,7 @@ func (l Layout) coldCache() []string {
 	if err != nil {
 		return append(missing, filepath.Join(l.ImagesDir(), "images.txt"))
 	}
-	for _, name := range []string{"pause", l.proxyName(), "coredns", "agnhost", "flannel"} {
+	for _, name := range []string{"pause", l.proxyImage(), "coredns", "agnhost", "flannel"} {
 		if FindImage(imgs, name) == "" {
 			missing = append(missing, "image "+name)
 		}

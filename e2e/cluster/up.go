@@ -130,11 +130,11 @@ type imageRefs struct {
 func (l Layout) requiredImages(imgs []Image) (imageRefs, error) {
 	r := imageRefs{
 		pause: FindImage(imgs, "pause"), coredns: FindImage(imgs, "coredns"),
-		proxy: FindImage(imgs, l.proxyName()), agnhost: FindImage(imgs, "agnhost"),
+		proxy: FindImage(imgs, l.proxyImage()), agnhost: FindImage(imgs, "agnhost"),
 		flannel: FindImage(imgs, "flannel"),
 	}
 	var missing []string
-	for name, ref := range map[string]string{"pause": r.pause, l.proxyName(): r.proxy} {
+	for name, ref := range map[string]string{"pause": r.pause, l.proxyImage(): r.proxy} {
 		if ref == "" {
 			missing = append(missing, name)
 		}

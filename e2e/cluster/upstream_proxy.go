@@ -10,19 +10,31 @@ const (
 	ProxyOurs       = "ours"       // kube-nftproxy from deploy/
 	ProxyPrivileged = "privileged" // deploy/ patched with deploy/privileged/patch.yaml
 	ProxyUpstream   = "upstream"   // kube-proxy v1.37.1, iptables mode: the baseline
+	// ProxyKubeadm is kubeadm's kube-proxy objects exactly as for
+	// ProxyUpstream, with only the image changed to ours: the drop-in.
+	ProxyKubeadm = "kubeadm"
 )
 
 // checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
 func (l Layout) checkProxy() error {
 	switch l.Proxy {
-	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream:
+	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm:
 		return nil
 	}
-	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream)
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm)
 }
 
-// proxyName is the proxy's image name and DaemonSet name.
+// proxyName is the proxy's DaemonSet name: kubeadm's objects name it
+// kube-proxy whatever image it runs.
 func (l Layout) proxyName() string {
+	if l.Proxy == ProxyUpstream || l.Proxy == ProxyKubeadm {
+		return "kube-proxy"
+	}
+	return "kube-nftproxy"
+}
+
+// proxyImage is the name of the image the proxy runs.
+func (l Layout) proxyImage() string {
 	if l.Proxy == ProxyUpstream {
 		return "kube-proxy"
 	}
@@ -47,7 +59,7 @@ func privilegedPatch(deployDir string) string {
 
 // proxyManifests are the objects that run the cluster's proxy on every node.
 func (l Layout) proxyManifests(deployDir, image string) (string, error) {
-	if l.Proxy == ProxyUpstream {
+	if l.Proxy == ProxyUpstream || l.Proxy == ProxyKubeadm {
 		return UpstreamProxyManifests(image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock")), nil
 	}
 	return DeployManifests(deployDir, image, l.APIServerURL())

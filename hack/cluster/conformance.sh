@@ -5,12 +5,13 @@
 #   hack/cluster/conformance.sh            # PROXY=ours: kube-nftproxy from deploy/
 #   PROXY=privileged hack/cluster/conformance.sh # deploy/ + deploy/privileged/patch.yaml
 #   PROXY=upstream hack/cluster/conformance.sh   # kube-proxy v1.37.1, iptables mode
+#   PROXY=kubeadm hack/cluster/conformance.sh    # upstream's objects, our image
 #   hack/cluster/conformance.sh --list     # print the selection, run nothing
 #
 # It brings the cluster up with that proxy if none is up (KNP_CLUSTER_PROXY),
 # and refuses to run on a cluster that runs the other proxy. The cluster stays
 # up afterwards (make cluster-down). Environment:
-#   PROXY                ours (default), privileged or upstream
+#   PROXY                ours (default), privileged, upstream or kubeadm
 #   CONFORMANCE_PROCS    parallel ginkgo processes (default 4; [Serial] specs
 #                        run alone at the end); 1 runs e2e.test by itself
 #   CONFORMANCE_FOCUS    replaces the focus regular expression below
@@ -29,8 +30,8 @@ ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) lin
 
 case $proxy in
 ours | privileged) ds=kube-nftproxy ;;
-upstream) ds=kube-proxy ;;
-*) echo "conformance.sh: PROXY must be ours, privileged or upstream, not $proxy" >&2; exit 2 ;;
+upstream | kubeadm) ds=kube-proxy ;;
+*) echo "conformance.sh: PROXY must be ours, privileged, upstream or kubeadm, not $proxy" >&2; exit 2 ;;
 esac
 
 # The selection: all of "[sig-network] Services" (Conformance or not, Serial
@@ -55,11 +56,12 @@ skip '\[Feature:LoadBalancer\]'
 # Feature-gated or optional proxy behaviour not enabled in this cluster:
 # NFAcct metrics need the nfnetlink_acct counters kube-proxy's iptables mode
 # reads; localhost NodePorts (route_localnet) are iptables-mode only: deploy/
-# runs nftables mode, which serves none, as upstream's. With the DaemonSet
-# patched to --proxy-mode=iptables (and privileged, for route_localnet), run
-# them with CONFORMANCE_FOCUS=LocalhostNodePorts CONFORMANCE_SKIP=NONE_.
+# runs nftables mode, which serves none, as upstream's. kubeadm's objects
+# (PROXY=upstream, PROXY=kubeadm) run iptables mode privileged: they run them.
 skip '\[Feature:KubeProxyNFAcct\]'
-skip '\[Feature:LocalhostNodePorts\]'
+case $proxy in
+ours | privileged) skip '\[Feature:LocalhostNodePorts\]' ;;
+esac
 # SCTP traffic: only when the kernel has the protocol (this machine's kernel
 # has no sctp and no modules to load, so the SCTP connectivity specs would
 # time out). "should allow creating a basic SCTP service [Serial]" runs: it
@@ -95,6 +97,13 @@ if [ -d "$dir" ]; then
 		echo "conformance.sh: the cluster that is up has no DaemonSet $ds (PROXY=$proxy): make cluster-down first" >&2
 		exit 1
 	fi
+	image=$(kubectl -n kube-system get daemonset "$ds" -o 'jsonpath={.spec.template.spec.containers[0].image}')
+	case $proxy/$image in
+	upstream/*kube-nftproxy* | kubeadm/*kube-proxy:*)
+		echo "conformance.sh: the DaemonSet $ds that is up runs $image, PROXY=$proxy: make cluster-down first" >&2
+		exit 1
+		;;
+	esac
 	if [ "$ds" = kube-nftproxy ]; then
 		privileged=$(kubectl -n kube-system get daemonset "$ds" -o 'jsonpath={.spec.template.spec.containers[0].securityContext.privileged}')
 		want=false
