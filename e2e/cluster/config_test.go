@@ -138,6 +138,10 @@ func splitDocs(t *testing.T, manifests string) []string {
 			obj = &rbacv1.ClusterRole{}
 		case "ClusterRoleBinding":
 			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
 		default:
 			t.Fatalf("unexpected kind %q", u.GetKind())
 		}

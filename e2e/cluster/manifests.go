@@ -19,17 +19,38 @@ func DeployManifests(deployDir, image, apiServer string) (string, error) {
 		}
 		docs = append(docs, string(b))
 	}
-	out := strings.Join(docs, "\n---\n")
-	for _, r := range []struct{ old, new string }{
+	return replaceOnce(strings.Join(docs, "\n---\n"), "deploy manifests", []struct{ old, new string }{
 		{"image: kube-nftproxy:latest", "image: " + image},
 		{"server: https://API-SERVER:6443", "server: " + apiServer},
-	} {
-		if n := strings.Count(out, r.old); n != 1 {
-			return "", fmt.Errorf("deploy manifests: %q occurs %d times, want 1", r.old, n)
-		}
-		out = strings.Replace(out, r.old, r.new, 1)
+	})
+}
+
+// KubeadmProxyManifests are deploy/kubeadm/kube-proxy.yaml (kubeadm's
+// kube-proxy objects, our image) with the image, the API server and the
+// xtables lock's host path (a file under the cluster's directory rather
+// than the host's /run, so Down leaves nothing behind) filled in.
+func KubeadmProxyManifests(deployDir, image, apiServer, xtablesLock string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "kubeadm", "kube-proxy.yaml"))
+	if err != nil {
+		return "", err
 	}
-	return out, nil
+	return replaceOnce(string(b), "kubeadm manifests", []struct{ old, new string }{
+		{"image: kube-nftproxy:latest", "image: " + image},
+		{"server: https://API-SERVER:6443", "server: " + apiServer},
+		{"path: /run/xtables.lock", "path: " + xtablesLock},
+	})
+}
+
+// replaceOnce makes each replacement, each old string occurring exactly
+// once in s.
+func replaceOnce(s, what string, rs []struct{ old, new string }) (string, error) {
+	for _, r := range rs {
+		if n := strings.Count(s, r.old); n != 1 {
+			return "", fmt.Errorf("%s: %q occurs %d times, want 1", what, r.old, n)
+		}
+		s = strings.Replace(s, r.old, r.new, 1)
+	}
+	return s, nil
 }
 
 // CoreDNSManifests are the objects kubeadm deploys for cluster DNS: RBAC,

@@ -10,8 +10,8 @@ const (
 	ProxyOurs       = "ours"       // kube-nftproxy from deploy/
 	ProxyPrivileged = "privileged" // deploy/ patched with deploy/privileged/patch.yaml
 	ProxyUpstream   = "upstream"   // kube-proxy v1.37.1, iptables mode: the baseline
-	// ProxyKubeadm is kubeadm's kube-proxy objects exactly as for
-	// ProxyUpstream, with only the image changed to ours: the drop-in.
+	// ProxyKubeadm is kubeadm's kube-proxy objects as kubeadm writes them
+	// (deploy/kubeadm), with only the image changed to ours: the drop-in.
 	ProxyKubeadm = "kubeadm"
 )
 
@@ -59,7 +59,10 @@ func privilegedPatch(deployDir string) string {
 
 // proxyManifests are the objects that run the cluster's proxy on every node.
 func (l Layout) proxyManifests(deployDir, image string) (string, error) {
-	if l.Proxy == ProxyUpstream || l.Proxy == ProxyKubeadm {
+	if l.Proxy == ProxyKubeadm {
+		return KubeadmProxyManifests(deployDir, image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock"))
+	}
+	if l.Proxy == ProxyUpstream {
 		return UpstreamProxyManifests(image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock")), nil
 	}
 	return DeployManifests(deployDir, image, l.APIServerURL())

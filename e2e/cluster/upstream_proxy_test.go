@@ -29,6 +29,7 @@ func TestProxyChoice(t *testing.T) {
 		{proxy: ProxyKubeadm, name: "kube-proxy", contains: []string{
 			"k8s-app: kube-proxy", "mode: iptables", "privileged: true", "image: img",
 			"- /usr/local/bin/kube-proxy\n        - --config=/var/lib/kube-proxy/config.conf",
+			"server: https://10.200.0.1:6443", "clusterCIDR: " + ClusterCIDR, "burst: 0",
 		}},
 		{proxy: "ipvs", wantErr: true},
 	} {
