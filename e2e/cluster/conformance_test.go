@@ -17,26 +17,46 @@ const (
 	ciSkip  = `\[Serial\]|\[Disruptive\]`
 )
 
+// kubeadmFocus is the CI subset for kubeadm's objects with our image
+// (ProxyKubeadm: iptables mode from kubeadm's config.conf, privileged):
+// the localhost NodePort specs, which only that mode runs, and two basic
+// Service specs.
+const kubeadmFocus = `\[Feature:LocalhostNodePorts\]|\[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service) \[Conformance\]`
+
 // TestClusterConformanceSubset brings the two-node cluster up with
-// kube-nftproxy (KNP_CLUSTER_PROXY picks another), runs the smoke check and
-// e2e.test on the CI subset, and tears the cluster down. It runs only when
-// asked (KNP_CLUSTER_TIER=1, as `make cluster-test` does: alone, not beside
-// the other packages' tests), as root and with a warm cache (binaries and
-// images); a cold cache skips, or fails with KNP_REQUIRE_CLUSTER=1. It never
-// touches a cluster that is already up.
+// kube-nftproxy from deploy/ (KNP_CLUSTER_PROXY picks another), runs the
+// smoke check and e2e.test on the CI subset, and tears the cluster down.
+// It runs only when asked (KNP_CLUSTER_TIER=1, as `make cluster-test`
+// does: alone, not beside the other packages' tests), as root and with a
+// warm cache (binaries and images); a cold cache skips, or fails with
+// KNP_REQUIRE_CLUSTER=1. It never touches a cluster that is already up.
 func TestClusterConformanceSubset(t *testing.T) {
+	l := DefaultLayout()
+	runClusterSubset(t, l, ciFocus, ciSkip)
+}
+
+// TestClusterKubeadmDropIn is the drop-in: kubeadm 1.37's kube-proxy
+// objects (deploy/kubeadm) with only the image changed to ours, on the
+// same terms as TestClusterConformanceSubset.
+func TestClusterKubeadmDropIn(t *testing.T) {
+	l := DefaultLayout()
+	l.Proxy = ProxyKubeadm
+	runClusterSubset(t, l, kubeadmFocus, ciSkip)
+}
+
+// runClusterSubset brings l up, smoke-checks it, runs e2e.test on focus
+// minus skip, and brings it down.
+func runClusterSubset(t *testing.T, l Layout, focus, skipSpecs string) {
 	if os.Getenv("KNP_CLUSTER_TIER") != "1" {
 		t.Skip("the cluster tier runs with KNP_CLUSTER_TIER=1 (make cluster-test)")
 	}
-	require := os.Getenv("KNP_REQUIRE_CLUSTER") == "1"
 	skip := t.Skipf
-	if require {
+	if os.Getenv("KNP_REQUIRE_CLUSTER") == "1" {
 		skip = t.Fatalf
 	}
 	if os.Geteuid() != 0 {
 		skip("needs root: brings up a two-node Kubernetes cluster in network namespaces")
 	}
-	l := DefaultLayout()
 	if missing := l.coldCache(); len(missing) > 0 {
 		skip("cluster cache is cold, missing %s: run `make cluster-build cluster-images`", groupByDir(missing))
 	}
@@ -54,16 +74,16 @@ func TestClusterConformanceSubset(t *testing.T) {
 		t.Logf("down in %v; whole test %v", time.Since(down).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 	})
 	if err := l.Up(ctx, filepath.Join("..", "..", "deploy"), t.Logf); err != nil {
-		t.Fatalf("cluster up: %v (logs in %s/logs)", err, l.Dir)
+		t.Fatalf("cluster up (%s): %v (logs in %s/logs)", l.Proxy, err, l.Dir)
 	}
 	if _, err := l.Smoke(ctx); err != nil {
 		t.Fatalf("smoke: %v", err)
 	}
-	t.Logf("up and smoke-checked in %v", time.Since(start).Round(100*time.Millisecond))
-	s := l.runE2E(ctx, t, ciFocus, ciSkip)
+	t.Logf("up (%s) and smoke-checked in %v", l.Proxy, time.Since(start).Round(100*time.Millisecond))
+	s := l.runE2E(ctx, t, focus, skipSpecs)
 	t.Logf("e2e.test %s", s)
 	if s.Failed > 0 || s.Ran == 0 {
-		t.Errorf("conformance subset: ran %d, failed %d: %v", s.Ran, s.Failed, s.Failures)
+		t.Errorf("conformance subset (%s): ran %d, failed %d: %v", l.Proxy, s.Ran, s.Failed, s.Failures)
 	}
 }
 
