@@ -18,7 +18,7 @@ IMAGE   ?= kube-nftproxy
 all: build
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy
 
 # The DaemonSet's image (deploy/Dockerfile), stamped like make build.
 image:
@@ -151,7 +151,7 @@ cluster-build:
 	hack/cluster/build.sh $(CLUSTER_PARTS)
 
 demo:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
 	$(GO) build -o $(BIN)/e2e-agent ./e2e/agent
 	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo
 
