@@ -11,7 +11,7 @@ import (
 )
 
 // benchSizes are the cluster sizes the Builder benchmarks run at.
-var benchSizes = []int{10_000, 40_000}
+var benchSizes = []int{10_000, 40_000, 50_000}
 
 // benchService is NodePort Service i of a large cluster: every address and
 // node port distinct, so nothing conflicts unless a benchmark makes it.
