@@ -58,13 +58,13 @@ func NewTargets(st *proxier.State) *Targets {
 	if st == nil {
 		return t
 	}
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		proto := protoNumber(svc.Protocol)
 		if proto == 0 {
 			continue
 		}
 		tg := &target{endpoints: map[netip.AddrPort]bool{}}
-		for _, ep := range st.Endpoints[name] {
+		for _, ep := range st.Endpoints.Get(name) {
 			if ep.Ready || ep.Serving {
 				tg.endpoints[netip.AddrPortFrom(ep.Addr, ep.Port)] = true
 			}

@@ -60,7 +60,7 @@ func (t *ChangeTracker) changesListed(st *State) []ServicePortName {
 func (t *ChangeTracker) changesCompared(st *State) []ServicePortName {
 	var out []ServicePortName
 	added := 0
-	for name := range st.Services {
+	for name := range st.Services.Keys() {
 		if _, had := t.inputs[name]; !had {
 			added++
 		}
@@ -68,9 +68,9 @@ func (t *ChangeTracker) changesCompared(st *State) []ServicePortName {
 			out = append(out, name)
 		}
 	}
-	if len(t.inputs)+added != len(st.Services) {
+	if len(t.inputs)+added != st.Services.Len() {
 		for name := range t.inputs {
-			if _, ok := st.Services[name]; !ok {
+			if _, ok := st.Services.Lookup(name); !ok {
 				out = append(out, name)
 			}
 		}
@@ -81,12 +81,12 @@ func (t *ChangeTracker) changesCompared(st *State) []ServicePortName {
 // differs reports whether a service port of st is not the recorded one:
 // added, changed, or removed (only if it was recorded).
 func (t *ChangeTracker) differs(st *State, name ServicePortName) bool {
-	svc, ok := st.Services[name]
+	svc, ok := st.Services.Lookup(name)
 	in, had := t.inputs[name]
 	if !ok {
 		return had
 	}
-	eps := st.Endpoints[name]
+	eps := st.Endpoints.Get(name)
 	if known, ok := t.byPointer[svc]; ok && sameEndpoints(known, eps) {
 		return false // the very ServicePort recorded: no lookup by name
 	}
@@ -118,9 +118,9 @@ func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
 	}
 	for _, name := range changed {
 		delete(t.byPointer, t.inputs[name].svc)
-		if svc, ok := st.Services[name]; ok {
-			t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints[name]}
-			t.byPointer[svc] = st.Endpoints[name]
+		if svc, ok := st.Services.Lookup(name); ok {
+			t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints.Get(name)}
+			t.byPointer[svc] = st.Endpoints.Get(name)
 		} else {
 			delete(t.inputs, name)
 		}
@@ -130,11 +130,11 @@ func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
 
 // RecordAll makes st the recorded State, every service port of it.
 func (t *ChangeTracker) RecordAll(st *State) {
-	t.inputs = make(map[ServicePortName]trackedInput, len(st.Services))
-	t.byPointer = make(map[*ServicePort][]Endpoint, len(st.Services))
-	for name, svc := range st.Services {
-		t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints[name]}
-		t.byPointer[svc] = st.Endpoints[name]
+	t.inputs = make(map[ServicePortName]trackedInput, st.Services.Len())
+	t.byPointer = make(map[*ServicePort][]Endpoint, st.Services.Len())
+	for name, svc := range st.Services.All() {
+		t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints.Get(name)}
+		t.byPointer[svc] = st.Endpoints.Get(name)
 	}
 	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
 }

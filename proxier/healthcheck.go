@@ -119,13 +119,13 @@ func (h *HealthChecks) wanted(st *State) map[uint16]hcWant {
 func localEndpointCounts(st *State) (map[ServicePortName]uint16, map[ServicePortName]int) {
 	ports := map[ServicePortName]uint16{}
 	addrs := map[ServicePortName]map[netip.Addr]bool{}
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
 			continue
 		}
 		n := ServicePortName{Namespace: name.Namespace, Name: name.Name}
 		ports[n] = svc.HealthCheckNodePort
-		for _, ep := range st.Endpoints[name] {
+		for _, ep := range st.Endpoints.Get(name) {
 			if !ep.Ready || !ep.IsLocal(st.Node.Name) {
 				continue
 			}

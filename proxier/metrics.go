@@ -174,11 +174,11 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 // none on this node (as kube-proxy counts them, per policy).
 func (m *Metrics) CountNoLocalEndpoints(st *State) {
 	internal, external := 0, 0
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
 			continue
 		}
-		_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints[name], st.Node)
+		_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
 		if !hasAny || len(local) > 0 {
 			continue
 		}

@@ -135,7 +135,7 @@ func dump(v any) string {
 func Summarize(st *proxier.State) []string {
 	out := []string{}
 	for _, n := range st.SortedNames() {
-		sp := st.Services[n]
+		sp := st.Services.Get(n)
 		s := fmt.Sprintf("%s %s/%d", n, sp.Protocol, sp.Port)
 		for _, f := range []struct {
 			name string
@@ -201,7 +201,7 @@ func CheckUniqueKeys(t *testing.T, what string, st *proxier.State) {
 	t.Helper()
 	seen := map[kernelKey]proxier.ServicePortName{}
 	for _, n := range st.SortedNames() {
-		sp := st.Services[n]
+		sp := st.Services.Get(n)
 		var keys []kernelKey
 		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
 			for _, ip := range ips {
