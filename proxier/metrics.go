@@ -47,6 +47,8 @@ type Metrics struct {
 
 	mu       sync.Mutex
 	triggers []time.Time // of the State being synced, for the next Observe
+
+	noLocal noLocalIndex // CountNoLocalEndpoints's counts, kept between calls
 }
 
 // NewMetrics creates and registers the metrics.
@@ -171,26 +173,13 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 
 // CountNoLocalEndpoints sets kubeproxy_sync_proxy_rules_no_local_endpoints_total:
 // the service ports with a Local traffic policy that have endpoints, but
-// none on this node (as kube-proxy counts them, per policy).
+// none on this node (as kube-proxy counts them, per policy). Called with
+// each applied State, from one goroutine; it looks at the service ports
+// changed since the last call only.
 func (m *Metrics) CountNoLocalEndpoints(st *State) {
-	internal, external := 0, 0
-	for name, svc := range st.Services.All() {
-		if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
-			continue
-		}
-		_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
-		if !hasAny || len(local) > 0 {
-			continue
-		}
-		if svc.InternalPolicyLocal {
-			internal++
-		}
-		if svc.ExternalPolicyLocal {
-			external++
-		}
-	}
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
-	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(external))
+	m.noLocal.update(st)
+	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(m.noLocal.internal))
+	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(m.noLocal.external))
 }
 
 // ChangeCounts are the Service and EndpointSlice events a source has seen,

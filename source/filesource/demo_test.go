@@ -1,6 +1,7 @@
 package filesource
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -48,5 +49,5 @@ func TestDemoExample(t *testing.T) {
 	for _, n := range want.SortedNames() {
 		sourcetest.MustEqual(t, n.String(), *st.Services.Get(n), *want.Services.Get(n))
 	}
-	sourcetest.MustEqual(t, "endpoints", st.Endpoints, want.Endpoints)
+	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, maps.Collect(want.Endpoints.All()))
 }

@@ -208,7 +208,7 @@ func TestLoadKubectlOutput(t *testing.T) {
 		t.Errorf("kube-dns:dns = %+v", p)
 	}
 	coredns := proxier.Endpoint{Addr: sourcetest.Addrs("10.244.0.3")[0], NodeName: "kind-control-plane", Ready: true, Serving: true}
-	sourcetest.MustEqual(t, "endpoints", st.Endpoints, map[proxier.ServicePortName][]proxier.Endpoint{
+	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, map[proxier.ServicePortName][]proxier.Endpoint{
 		k8s:    {{Addr: sourcetest.Addrs("172.18.0.2")[0], Port: 6443, Ready: true, Serving: true}},
 		dns:    {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},
 		dnsTCP: {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},

@@ -150,7 +150,7 @@ func TestBuilder(t *testing.T) {
 		sourcetest.CheckErrors(t, b.Errors(), s.want.errs...)
 		st := b.State()
 		sourcetest.MustEqual(t, s.name+": services", st.SortedNames(), orEmpty(s.want.services))
-		sourcetest.MustEqual(t, s.name+": endpoints", st.Endpoints, s.want.endpoints)
+		sourcetest.MustEqualEntries(t, s.name+": endpoints", st.Endpoints, s.want.endpoints)
 		sourcetest.MustEqual(t, s.name+": node", st.Node, s.want.node)
 		for _, n := range st.SortedNames() {
 			if st.Services.Get(n).Name != n {
@@ -185,7 +185,7 @@ func TestBuilderSnapshotsAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.DeleteService("default", "web")
-	sourcetest.MustEqual(t, "old snapshot endpoints", before.Endpoints,
+	sourcetest.MustEqualEntries(t, "old snapshot endpoints", before.Endpoints,
 		map[proxier.ServicePortName][]proxier.Endpoint{sourcetest.WebPortName("http"): {sourcetest.ReadyEndpoint("10.0.0.1", 8080)}})
 	if before.Services.Len() != 1 {
 		t.Errorf("old snapshot lost its service: %v", before.Services)

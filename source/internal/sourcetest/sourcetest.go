@@ -117,6 +117,20 @@ func MustEqual(t *testing.T, what string, got, want any) {
 	}
 }
 
+// MustEqualEntries fails unless got holds exactly the entries of want
+// (nil and empty alike).
+func MustEqualEntries[V any](t *testing.T, what string, got proxier.PortMap[V], want map[proxier.ServicePortName]V) {
+	t.Helper()
+	entries := map[proxier.ServicePortName]V{}
+	for k, v := range got.All() {
+		entries[k] = v
+	}
+	if len(want) == 0 {
+		want = map[proxier.ServicePortName]V{}
+	}
+	MustEqual(t, what, entries, want)
+}
+
 // dump prints pointers' targets so slices of *ServicePort compare readably.
 func dump(v any) string {
 	rv := reflect.ValueOf(v)
