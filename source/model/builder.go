@@ -468,7 +468,11 @@ func (b *Builder) stateLocked() *proxier.State {
 	for key := range b.dirty {
 		b.refreshLocked(key)
 	}
-	clear(b.dirty)
+	if len(b.dirty) > 0 {
+		// A fresh map rather than clear, which costs the largest size
+		// the map ever had (every Service, after the first listing).
+		b.dirty = map[serviceKey]struct{}{}
+	}
 	if b.snap != nil {
 		return b.snap
 	}
