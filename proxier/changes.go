@@ -99,8 +99,31 @@ func sameEndpoints(a, b []Endpoint) bool {
 }
 
 // Record makes st the recorded State, given the changes Changes listed
-// for it (the other service ports are the recorded ones already).
-func (t *ChangeTracker) Record(st *State, _ []ServicePortName) { t.RecordAll(st) }
+// for it (the other service ports are the recorded ones already): the
+// recorded State is the last one with those ports taken from st, so that
+// what is recorded is what the caller applied, even were st to differ
+// elsewhere unannounced. The cost is that of the changes.
+func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
+	if t.recorded == nil {
+		t.RecordAll(st)
+		return
+	}
+	svcs, eps := t.recorded.Services.Edit(), t.recorded.Endpoints.Edit()
+	for _, name := range changed {
+		if svc, ok := st.Services.Lookup(name); ok {
+			svcs.Set(name, svc)
+		} else {
+			svcs.Delete(name)
+		}
+		if e, ok := st.Endpoints.Lookup(name); ok {
+			eps.Set(name, e)
+		} else {
+			eps.Delete(name)
+		}
+	}
+	t.recorded = &State{Node: st.Node, Services: svcs.Map(), Endpoints: eps.Map(), Changes: st.Changes}
+	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
+}
 
 // RecordAll makes st the recorded State, every service port of it.
 func (t *ChangeTracker) RecordAll(st *State) {
