@@ -64,8 +64,9 @@ func (m PortMap[V]) Get(k ServicePortName) V {
 }
 
 // Lookup returns the value of k and whether k is present.
-func (m PortMap[V]) Lookup(k ServicePortName) (V, bool) {
-	h := pmHash(k)
+func (m PortMap[V]) Lookup(k ServicePortName) (V, bool) { return m.lookup(pmHash(k), k) }
+
+func (m PortMap[V]) lookup(h uint64, k ServicePortName) (V, bool) {
 	n := m.root
 	for shift := uint(0); n != nil; shift += pmBits {
 		if shift >= 64 {
@@ -184,11 +185,13 @@ func (e *PortMapEditor[V]) Map() PortMap[V] {
 }
 
 // Set sets k to v.
-func (e *PortMapEditor[V]) Set(k ServicePortName, v V) {
+func (e *PortMapEditor[V]) Set(k ServicePortName, v V) { e.setHashed(pmHash(k), k, v) }
+
+func (e *PortMapEditor[V]) setHashed(h uint64, k ServicePortName, v V) {
 	if e.edit == nil {
 		e.edit = new(pmEdit)
 	}
-	leaf := &pmLeaf[V]{hash: pmHash(k), key: k, val: v}
+	leaf := &pmLeaf[V]{hash: h, key: k, val: v}
 	root := e.m.root
 	if root == nil {
 		root = &pmNode[V]{edit: e.edit}
@@ -201,14 +204,16 @@ func (e *PortMapEditor[V]) Set(k ServicePortName, v V) {
 }
 
 // Delete removes k, if present.
-func (e *PortMapEditor[V]) Delete(k ServicePortName) {
+func (e *PortMapEditor[V]) Delete(k ServicePortName) { e.deleteHashed(pmHash(k), k) }
+
+func (e *PortMapEditor[V]) deleteHashed(h uint64, k ServicePortName) {
 	if e.m.root == nil {
 		return
 	}
 	if e.edit == nil {
 		e.edit = new(pmEdit)
 	}
-	root, removed := e.del(e.m.root, 0, pmHash(k), k)
+	root, removed := e.del(e.m.root, 0, h, k)
 	if !removed {
 		return
 	}

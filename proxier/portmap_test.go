@@ -130,18 +130,72 @@ func TestDiffKeys(t *testing.T) {
 	}
 }
 
-func bruteDiff(a, b PortMap[int]) []ServicePortName {
+// bruteDiff compares every entry (through Go maps: the maps' own
+// lookups may use forced hashes).
+func bruteDiff(x, y PortMap[int]) []ServicePortName {
+	a, b := maps.Collect(x.All()), maps.Collect(y.All())
 	var out []ServicePortName
-	for k, v := range a.All() {
-		if w, ok := b.Lookup(k); !ok || w != v {
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
 			out = append(out, k)
 		}
 	}
-	for k := range b.All() {
-		if _, ok := a.Lookup(k); !ok {
+	for k := range b {
+		if _, ok := a[k]; !ok {
 			out = append(out, k)
 		}
 	}
 	slices.SortFunc(out, ServicePortName.Compare)
 	return out
+}
+
+// Keys whose hashes collide (all 64 bits, or the first levels only) live
+// in collision lists or deep paths: sets, deletes, lookups, iteration and
+// DiffKeys still behave as a Go map's, and snapshots stay as they were.
+func TestPortMapCollisions(t *testing.T) {
+	// Four hashes: two equal in full, one sharing their first 60 bits,
+	// one apart.
+	hashes := []uint64{0xabcdef, 0xabcdef, 0xabcdef | 1<<62, 0x123}
+	hashOf := func(i int) uint64 { return hashes[i%len(hashes)] }
+	rng := rand.New(rand.NewPCG(5, 6))
+	var e PortMapEditor[int]
+	want := map[ServicePortName]int{}
+	var snaps []PortMap[int]
+	var wants []map[ServicePortName]int
+	for step := range 4000 {
+		i := rng.IntN(24)
+		k := pmKey(i)
+		if rng.IntN(3) == 0 {
+			e.deleteHashed(hashOf(i), k)
+			delete(want, k)
+		} else {
+			e.setHashed(hashOf(i), k, step)
+			want[k] = step
+		}
+		if step%100 == 0 {
+			snaps, wants = append(snaps, e.Map()), append(wants, maps.Clone(want))
+		}
+		m := e.Map()
+		if m.Len() != len(want) || !maps.Equal(maps.Collect(m.All()), want) {
+			t.Fatalf("step %d: map differs from %v", step, want)
+		}
+		for j := range 24 {
+			v, ok := m.lookup(hashOf(j), pmKey(j))
+			if w, wok := want[pmKey(j)]; ok != wok || v != w {
+				t.Fatalf("step %d: lookup %d = %d, %v; want %d, %v", step, j, v, ok, w, wok)
+			}
+		}
+	}
+	same := func(x, y int) bool { return x == y }
+	for i := range snaps {
+		if !maps.Equal(maps.Collect(snaps[i].All()), wants[i]) {
+			t.Fatalf("snapshot %d changed", i)
+		}
+		if i > 0 {
+			got := slices.SortedFunc(DiffKeys(snaps[i-1], snaps[i], same), ServicePortName.Compare)
+			if want := bruteDiff(snaps[i-1], snaps[i]); !slices.Equal(got, want) {
+				t.Fatalf("DiffKeys of snapshots %d and %d = %v, want %v", i-1, i, got, want)
+			}
+		}
+	}
 }
