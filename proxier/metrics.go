@@ -177,9 +177,9 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 // each applied State, from one goroutine; it looks at the service ports
 // changed since the last call only.
 func (m *Metrics) CountNoLocalEndpoints(st *State) {
-	m.noLocal.update(st)
-	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(m.noLocal.internal))
-	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(m.noLocal.external))
+	m.noLocal.update(st, noLocalBuckets)
+	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(m.noLocal.counts[0]))
+	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(m.noLocal.counts[1]))
 }
 
 // ChangeCounts are the Service and EndpointSlice events a source has seen,

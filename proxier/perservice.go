@@ -90,57 +90,65 @@ func (x *hcIndex) service(st *State, ports map[ServicePortName]bool) hcService {
 	return out
 }
 
-// noLocalIndex counts the service ports with a Local traffic policy that
-// have endpoints, none on this node, per policy, updated from the service
-// ports that changed since the last State.
+// noLocalIndex keeps counts of service ports by buckets (a service port
+// is in any set of up to eight), updated from the service ports that
+// changed since the last State rather than from all of them: the
+// no-local-endpoints metric counts, per traffic policy, the ports with a
+// Local policy that have endpoints, none on this node.
 type noLocalIndex struct {
 	tracker ChangeTracker
-	// ports holds the service ports counted, with the policies they count for.
-	ports              map[ServicePortName]noLocal
-	internal, external int
+	ports   map[ServicePortName]uint8 // the buckets of each port in any
+	counts  [8]int
 }
 
-type noLocal struct{ internal, external bool }
+// The buckets of CountNoLocalEndpoints: which Local policies a service
+// port without local endpoints counts for.
+const (
+	noLocalInternal uint8 = 1 << iota
+	noLocalExternal
+)
 
-// update brings the counts to st.
-func (x *noLocalIndex) update(st *State) {
+// update brings the counts to st; buckets says which a port of st is in.
+func (x *noLocalIndex) update(st *State, buckets func(*State, ServicePortName) uint8) {
 	names, all := changedSince(&x.tracker, st)
 	if all || x.ports == nil {
-		*x = noLocalIndex{tracker: x.tracker, ports: map[ServicePortName]noLocal{}}
+		*x = noLocalIndex{tracker: x.tracker, ports: map[ServicePortName]uint8{}}
 		names = st.Services.SortedKeys()
 	}
 	for _, name := range names {
-		x.set(name, x.lacking(st, name))
+		x.set(name, buckets(st, name))
 	}
 }
 
-// lacking is what a service port of st counts for.
-func (x *noLocalIndex) lacking(st *State, name ServicePortName) noLocal {
-	svc := st.Services.Get(name)
-	if svc == nil || !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
-		return noLocal{}
-	}
-	_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
-	if !hasAny || len(local) > 0 {
-		return noLocal{}
-	}
-	return noLocal{internal: svc.InternalPolicyLocal, external: svc.ExternalPolicyLocal}
-}
-
-func (x *noLocalIndex) set(name ServicePortName, now noLocal) {
+func (x *noLocalIndex) set(name ServicePortName, now uint8) {
 	was := x.ports[name]
-	x.internal += b2i(now.internal) - b2i(was.internal)
-	x.external += b2i(now.external) - b2i(was.external)
-	if now == (noLocal{}) {
+	for i := range x.counts {
+		x.counts[i] += int(now>>i&1) - int(was>>i&1)
+	}
+	if now == 0 {
 		delete(x.ports, name)
 	} else {
 		x.ports[name] = now
 	}
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
+// noLocalBuckets: a service port with a Local traffic policy that has
+// endpoints, none on this node, counts for each of its Local policies.
+func noLocalBuckets(st *State, name ServicePortName) uint8 {
+	svc := st.Services.Get(name)
+	if svc == nil || !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
+		return 0
 	}
-	return 0
+	_, local, _, hasAny := CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
+	if !hasAny || len(local) > 0 {
+		return 0
+	}
+	var out uint8
+	if svc.InternalPolicyLocal {
+		out |= noLocalInternal
+	}
+	if svc.ExternalPolicyLocal {
+		out |= noLocalExternal
+	}
+	return out
 }

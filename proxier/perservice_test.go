@@ -71,9 +71,9 @@ func TestIncrementalMatchesFromScratch(t *testing.T) {
 			if want := wantedFromScratch(st); !maps.Equal(got, want) {
 				t.Fatalf("seed %d, state %d: health checks %v, from scratch %v", seed, i, got, want)
 			}
-			nl.update(st)
-			if in, ex := noLocalFromScratch(st); nl.internal != in || nl.external != ex {
-				t.Fatalf("seed %d, state %d: no local endpoints %d/%d, from scratch %d/%d", seed, i, nl.internal, nl.external, in, ex)
+			nl.update(st, noLocalBuckets)
+			if in, ex := noLocalFromScratch(st); nl.counts[0] != in || nl.counts[1] != ex {
+				t.Fatalf("seed %d, state %d: no local endpoints %d/%d, from scratch %d/%d", seed, i, nl.counts[0], nl.counts[1], in, ex)
 			}
 			changed := tracker.Changes(st)
 			if prev != nil {
@@ -158,8 +158,12 @@ func noLocalFromScratch(st *State) (internal, external int) {
 		if !hasAny || len(local) > 0 {
 			continue
 		}
-		internal += b2i(svc.InternalPolicyLocal)
-		external += b2i(svc.ExternalPolicyLocal)
+		if svc.InternalPolicyLocal {
+			internal++
+		}
+		if svc.ExternalPolicyLocal {
+			external++
+		}
 	}
 	return internal, external
 }
