@@ -22,11 +22,11 @@ func BenchmarkKernelClean(b *testing.B) {
 			st := proxier.NewState()
 			for i, svc := range []netip.AddrPort{live, doomed} {
 				name := proxier.ServicePortName{Namespace: "bench", Name: fmt.Sprint("svc", i), Port: "dns"}
-				st.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.UDP, Port: svc.Port(),
-					ClusterIPs: []netip.Addr{svc.Addr()}}
+				st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.UDP, Port: svc.Port(),
+					ClusterIPs: []netip.Addr{svc.Addr()}})
 			}
-			st.Endpoints[proxier.ServicePortName{Namespace: "bench", Name: "svc0", Port: "dns"}] = []proxier.Endpoint{
-				{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5353, Ready: true, Serving: true}}
+			st.Endpoints = st.Endpoints.With(proxier.ServicePortName{Namespace: "bench", Name: "svc0", Port: "dns"}, []proxier.Endpoint{
+				{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5353, Ready: true, Serving: true}})
 			c := &Cleaner{Table: dialIn(b, ns), FullEvery: time.Nanosecond,
 				LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }}
 			b.ResetTimer()

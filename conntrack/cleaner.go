@@ -76,8 +76,11 @@ type Cleaner struct {
 	// nil means the addresses of the current network namespace.
 	LocalAddrs func() ([]netip.Addr, error)
 
-	prev     *Targets
-	lastScan time.Time
+	// prev are the Targets of prevState, the State judged last.
+	prev      *Targets
+	prevState *proxier.State
+	tracker   proxier.ChangeTracker
+	lastScan  time.Time
 }
 
 // Result is what one Clean did.
@@ -93,10 +96,10 @@ type Result struct {
 // the same previous State and deletes what this one could not.
 func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
 	start := time.Now()
-	cur := NewTargets(st)
+	cur := c.targets(st)
 	var res Result
 	if !NeedsScan(c.prev, cur) && (c.FullEvery <= 0 || time.Since(c.lastScan) < c.FullEvery) {
-		c.prev = cur
+		c.prev, c.prevState = cur, st
 		return res, nil
 	}
 	local, err := c.localAddrs()
@@ -131,11 +134,21 @@ func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("conntrack cleanup: %w", err)
 	}
-	c.prev, c.lastScan = cur, start
+	c.prev, c.prevState, c.lastScan = cur, st, start
 	if res.Deleted > 0 && c.Log != nil {
 		c.Log.Info("deleted stale conntrack entries", "deleted", res.Deleted, "read", res.Flows, "took", res.Took)
 	}
 	return res, nil
+}
+
+// targets returns the Targets of st: those of the State judged last,
+// updated with the service ports changed since (see Targets.Update).
+func (c *Cleaner) targets(st *proxier.State) *Targets {
+	if c.prev == nil || c.prevState == nil || st == nil {
+		return NewTargets(st)
+	}
+	c.tracker.RecordAll(c.prevState)
+	return c.prev.Update(c.prevState, st, c.tracker.Changes(st))
 }
 
 func (c *Cleaner) localAddrs() ([]netip.Addr, error) {

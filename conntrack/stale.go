@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"maps"
 	"net/netip"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -40,6 +41,7 @@ type targetKey struct {
 
 // target is what a flow to a targetKey may be DNATed to now.
 type target struct {
+	name      proxier.ServicePortName // the service port it is of
 	endpoints map[netip.AddrPort]bool // serving endpoints of the service port
 }
 
@@ -58,28 +60,75 @@ func NewTargets(st *proxier.State) *Targets {
 	if st == nil {
 		return t
 	}
-	for name, svc := range st.Services {
-		proto := protoNumber(svc.Protocol)
-		if proto == 0 {
-			continue
-		}
-		tg := &target{endpoints: map[netip.AddrPort]bool{}}
-		for _, ep := range st.Endpoints[name] {
-			if ep.Ready || ep.Serving {
-				tg.endpoints[netip.AddrPortFrom(ep.Addr, ep.Port)] = true
-			}
-		}
-		for _, list := range [][]netip.Addr{svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs} {
-			for _, a := range list {
-				t.byKey[targetKey{proto, a.Unmap(), svc.Port}] = tg
-			}
-		}
-		if svc.NodePort != 0 {
-			t.byKey[targetKey{proto: proto, port: svc.NodePort}] = tg
-		}
+	for name, svc := range st.Services.All() {
+		t.add(name, svc, st.Endpoints.Get(name))
 	}
 	return t
 }
+
+// add puts the keys of one service port in t (none for TCP).
+func (t *Targets) add(name proxier.ServicePortName, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+	proto := protoNumber(svc.Protocol)
+	if proto == 0 {
+		return
+	}
+	tg := &target{name: name, endpoints: map[netip.AddrPort]bool{}}
+	for _, ep := range eps {
+		if ep.Ready || ep.Serving {
+			tg.endpoints[netip.AddrPortFrom(ep.Addr, ep.Port)] = true
+		}
+	}
+	for _, k := range keysOf(svc, proto) {
+		t.byKey[k] = tg
+	}
+}
+
+// keysOf lists where a service port listens.
+func keysOf(svc *proxier.ServicePort, proto uint8) []targetKey {
+	var out []targetKey
+	for _, list := range [][]netip.Addr{svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs} {
+		for _, a := range list {
+			out = append(out, targetKey{proto, a.Unmap(), svc.Port})
+		}
+	}
+	if svc.NodePort != 0 {
+		out = append(out, targetKey{proto: proto, port: svc.NodePort})
+	}
+	return out
+}
+
+// Update returns the Targets of st, given that t are those of prev and
+// changed the service ports that differ between the two
+// (proxier.ChangeTracker). t is unchanged: a change that touches no UDP
+// or SCTP service port returns t itself, any other costs a copy of t's
+// keys (UDP and SCTP only) and the changed ports, not the whole State.
+func (t *Targets) Update(prev, st *proxier.State, changed []proxier.ServicePortName) *Targets {
+	var touched []proxier.ServicePortName
+	for _, name := range changed {
+		if isDatagram(prev.Services.Get(name)) || isDatagram(st.Services.Get(name)) {
+			touched = append(touched, name)
+		}
+	}
+	if len(touched) == 0 {
+		return t
+	}
+	out := &Targets{byKey: maps.Clone(t.byKey)}
+	for _, name := range touched {
+		if old := prev.Services.Get(name); isDatagram(old) {
+			for _, k := range keysOf(old, protoNumber(old.Protocol)) {
+				if tg := out.byKey[k]; tg != nil && tg.name == name {
+					delete(out.byKey, k)
+				}
+			}
+		}
+		if svc := st.Services.Get(name); svc != nil {
+			out.add(name, svc, st.Endpoints.Get(name))
+		}
+	}
+	return out
+}
+
+func isDatagram(svc *proxier.ServicePort) bool { return svc != nil && protoNumber(svc.Protocol) != 0 }
 
 func protoNumber(p proxier.Protocol) uint8 {
 	switch p {
@@ -176,12 +225,18 @@ func (j *Judge) Stale(f Flow) bool {
 // gained its first endpoints. When nothing did, the conntrack table need not
 // be read.
 func NeedsScan(prev, cur *Targets) bool {
-	if prev == nil {
+	switch {
+	case prev == nil:
 		return len(cur.byKey) > 0
+	case prev == cur:
+		return false
 	}
 	for k, was := range prev.byKey {
 		now := cur.byKey[k]
-		if now == nil {
+		switch {
+		case now == was:
+			continue
+		case now == nil:
 			if len(was.endpoints) > 0 {
 				return true
 			}

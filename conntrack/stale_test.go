@@ -24,17 +24,17 @@ func ep(addr string, port uint16, ready, serving bool) proxier.Endpoint {
 // a TCP service on the same cluster IP port, an SCTP service.
 func state(dnsEndpoints ...proxier.Endpoint) *proxier.State {
 	st := proxier.NewState()
-	st.Services[dnsName] = &proxier.ServicePort{Name: dnsName, Protocol: proxier.UDP, Port: 53, NodePort: 30053,
+	st.Services = st.Services.With(dnsName, &proxier.ServicePort{Name: dnsName, Protocol: proxier.UDP, Port: 53, NodePort: 30053,
 		ClusterIPs:      []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::a")},
 		ExternalIPs:     []netip.Addr{netip.MustParseAddr("192.0.2.10")},
-		LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("198.51.100.10")}}
-	st.Endpoints[dnsName] = dnsEndpoints
-	st.Services[tcpName] = &proxier.ServicePort{Name: tcpName, Protocol: proxier.TCP, Port: 80,
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20")}}
-	st.Endpoints[tcpName] = []proxier.Endpoint{ep("10.244.1.9", 8080, true, true)}
-	st.Services[sctpName] = &proxier.ServicePort{Name: sctpName, Protocol: proxier.SCTP, Port: 9,
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.30")}}
-	st.Endpoints[sctpName] = []proxier.Endpoint{ep("10.244.1.7", 9, true, true)}
+		LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("198.51.100.10")}})
+	st.Endpoints = st.Endpoints.With(dnsName, dnsEndpoints)
+	st.Services = st.Services.With(tcpName, &proxier.ServicePort{Name: tcpName, Protocol: proxier.TCP, Port: 80,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20")}})
+	st.Endpoints = st.Endpoints.With(tcpName, []proxier.Endpoint{ep("10.244.1.9", 8080, true, true)})
+	st.Services = st.Services.With(sctpName, &proxier.ServicePort{Name: sctpName, Protocol: proxier.SCTP, Port: 9,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.30")}})
+	st.Endpoints = st.Endpoints.With(sctpName, []proxier.Endpoint{ep("10.244.1.7", 9, true, true)})
 	return st
 }
 
@@ -53,7 +53,7 @@ func TestStale(t *testing.T) {
 	none := state()
 	gone := proxier.NewState()
 	portChanged := state(a, b)
-	portChanged.Services[dnsName].Port = 5353
+	portChanged.Services.Get(dnsName).Port = 5353
 
 	tests := []struct {
 		name      string
@@ -83,7 +83,7 @@ func TestStale(t *testing.T) {
 		{"other UDP traffic", withAB, state(b), udp("10.244.9.9:40000", "10.96.0.99:53", "10.244.1.5:53"), false},
 		{"other port of the cluster IP", none, withAB, udp("10.244.9.9:40000", "10.96.0.10:54", "10.96.0.10:54"), false},
 		{"TCP is never touched", withAB, gone, Flow{Proto: 6, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.20:80"), ReplySrc: ap("10.244.7.7:8080")}, false},
-		{"SCTP to a removed endpoint", withAB, func() *proxier.State { s := state(a, b); s.Endpoints[sctpName] = nil; return s }(), Flow{Proto: protoSCTP, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.30:9"), ReplySrc: ap("10.244.1.7:9")}, true},
+		{"SCTP to a removed endpoint", withAB, func() *proxier.State { s := state(a, b); s.Endpoints = s.Endpoints.With(sctpName, nil); return s }(), Flow{Proto: protoSCTP, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.30:9"), ReplySrc: ap("10.244.1.7:9")}, true},
 		{"first sync: stale against the state alone", nil, state(b), udp("10.244.9.9:40000", "10.96.0.10:53", "10.244.1.5:53"), true},
 	}
 	for _, tt := range tests {
@@ -114,7 +114,7 @@ func TestNeedsScan(t *testing.T) {
 		{"an endpoint removed", state(a, b), state(a), true},
 		{"first endpoints", state(), state(a), true},
 		{"service deleted", state(a), proxier.NewState(), true},
-		{"only TCP changed", state(a), func() *proxier.State { s := state(a); s.Endpoints[tcpName] = nil; return s }(), false},
+		{"only TCP changed", state(a), func() *proxier.State { s := state(a); s.Endpoints = s.Endpoints.With(tcpName, nil); return s }(), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 func bulkState10(n int, node string) *proxier.State {
 	st := bulkState(n)
 	k := 0
-	for name := range st.Services {
+	for name := range st.Services.Keys() {
 		if name.Namespace != "bulk" {
 			continue
 		}
@@ -27,7 +27,7 @@ func bulkState10(n int, node string) *proxier.State {
 			eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, node)
 			k++
 		}
-		st.Endpoints[name] = eps
+		st.Endpoints = st.Endpoints.With(name, eps)
 	}
 	return st
 }
@@ -46,19 +46,16 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 				b.Fatal(err)
 			}
 			name := spn("bulk", "s0", "")
-			orig := st.Endpoints[name]
+			orig := st.Endpoints.Get(name)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				// Like the informers: a new State sharing every unchanged
 				// Service's objects, one endpoint list replaced.
-				next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: make(map[proxier.ServicePortName][]proxier.Endpoint, len(st.Endpoints))}
-				for k, v := range st.Endpoints {
-					next.Endpoints[k] = v
-				}
+				next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints}
 				eps := append([]proxier.Endpoint(nil), orig...)
 				eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, byte(i >> 8), byte(i)}).String(), 8080, "b")
-				next.Endpoints[name] = eps
+				next.Endpoints = next.Endpoints.With(name, eps)
 				next.Changes = proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}
 				b.StartTimer()
 				if _, err := be.Sync(context.Background(), next); err != nil {

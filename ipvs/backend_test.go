@@ -76,7 +76,7 @@ func TestBackendSync(t *testing.T) {
 	}
 
 	next := clone(st)
-	next.Endpoints[dnsUDP] = append(append([]proxier.Endpoint(nil), st.Endpoints[dnsUDP]...), ready("10.244.2.5", 53, "node-c"))
+	next.Endpoints = next.Endpoints.With(dnsUDP, append(append([]proxier.Endpoint(nil), st.Endpoints.Get(dnsUDP)...), ready("10.244.2.5", 53, "node-c")))
 	res = r.sync(t, next)
 	if r.k.Ops-ops != 1 || res.Messages != 1 || r.h.Applies != applies || res.Full {
 		t.Errorf("one new remote endpoint: %d ops, %+v, %d helper applies; want one NEW_DEST", r.k.Ops-ops, res, r.h.Applies-applies)
@@ -97,7 +97,7 @@ func TestBackendDrainCheckScheduled(t *testing.T) {
 	st := demoState()
 	r.sync(t, st)
 	next := clone(st)
-	next.Endpoints[dnsTCP] = []proxier.Endpoint{ready("10.244.0.5", 53, node)} // 10.244.1.5 goes
+	next.Endpoints = next.Endpoints.With(dnsTCP, []proxier.Endpoint{ready("10.244.0.5", 53, node)}) // 10.244.1.5 goes
 	r.k.SetConns(dnsVIP, remote, 1, 0)
 	r.sync(t, next)
 	if len(r.asked) != 1 || !r.asked[0].Equal(r.clk.t.Add(time.Minute)) {

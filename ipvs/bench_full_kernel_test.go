@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -97,11 +96,11 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				// States say it (a delta).
 				name := spn("bulk", "s0", "")
 				for i := range 10 {
-					next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: maps.Clone(st.Endpoints),
+					next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints,
 						Changes: proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}}
-					eps := slices.Clone(st.Endpoints[name])
+					eps := slices.Clone(st.Endpoints.Get(name))
 					eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, 0, byte(i)}).String(), 8080, "b")
-					next.Endpoints[name] = eps
+					next.Endpoints = next.Endpoints.With(name, eps)
 					tk.took, th.took, addrsTook = 0, 0, 0
 					t0 := time.Now()
 					if _, err := be.Sync(context.Background(), next); err != nil {

@@ -64,10 +64,10 @@ func BenchmarkKernel(b *testing.B) {
 				st.Node = proxier.Node{Name: node}
 				for i := range n {
 					name := spn("bulk", fmt.Sprintf("s%d", i), "")
-					st.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
-						ClusterIPs: []netip.Addr{benchVIP(i)}}
+					st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+						ClusterIPs: []netip.Addr{benchVIP(i)}})
 					for j := range 10 {
-						st.Endpoints[name] = append(st.Endpoints[name], ready(benchRS(i, j).Addr().String(), 8080, "b"))
+						st.Endpoints = st.Endpoints.With(name, append(st.Endpoints.Get(name), ready(benchRS(i, j).Addr().String(), 8080, "b")))
 					}
 				}
 				pl := NewPlanner(Config{})
@@ -83,7 +83,7 @@ func BenchmarkKernel(b *testing.B) {
 				// One endpoint added: one NEW_DEST.
 				name := spn("bulk", fmt.Sprintf("s%d", n/2), "")
 				next := clone(st)
-				next.Endpoints[name] = append(slices.Clone(st.Endpoints[name]), ready("10.200.0.1", 8080, "b"))
+				next.Endpoints = next.Endpoints.With(name, append(slices.Clone(st.Endpoints.Get(name)), ready("10.200.0.1", 8080, "b")))
 				t0 = time.Now()
 				p = pl.Plan(next, nil)
 				b.ReportMetric(float64(time.Since(t0).Microseconds()), "us/plan-add-one")
@@ -96,7 +96,7 @@ func BenchmarkKernel(b *testing.B) {
 				// One TCP endpoint removed: weight 0, its connection
 				// count read (none), deleted.
 				next2 := clone(next)
-				next2.Endpoints[name] = next.Endpoints[name][1:]
+				next2.Endpoints = next2.Endpoints.With(name, next.Endpoints.Get(name)[1:])
 				p = pl.Plan(next2, nil)
 				t0 = time.Now()
 				res, err = s.Sync(p)

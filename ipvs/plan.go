@@ -101,7 +101,7 @@ func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
 	prevGen := p.gen
 	if p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs) {
 		p.changes.Reset()
-		p.services = make(map[proxier.ServicePortName]*Fragment, len(st.Services))
+		p.services = make(map[proxier.ServicePortName]*Fragment, st.Services.Len())
 		prevGen = 0 // nothing to follow: the Syncer compares everything
 	} else if p.changes.Same(st) {
 		// The same State again (a periodic sync): nothing changed.
@@ -115,8 +115,8 @@ func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
 	var changed []proxier.ServicePortName
 	for _, name := range names {
 		var fr *Fragment
-		if svc, ok := st.Services[name]; ok {
-			fr = b.fragment(svc, st.Endpoints[name])
+		if svc, ok := st.Services.Lookup(name); ok {
+			fr = b.fragment(svc, st.Endpoints.Get(name))
 		}
 		if p.setFragment(name, fr) {
 			changed = append(changed, name)

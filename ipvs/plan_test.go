@@ -37,8 +37,8 @@ func demoState() *proxier.State {
 	st := proxier.NewState()
 	st.Node = proxier.Node{Name: node, IPs: []netip.Addr{ip("10.99.0.1"), ip("fd00:99::1")}}
 	add := func(svc *proxier.ServicePort, eps ...proxier.Endpoint) {
-		st.Services[svc.Name] = svc
-		st.Endpoints[svc.Name] = eps
+		st.Services = st.Services.With(svc.Name, svc)
+		st.Endpoints = st.Endpoints.With(svc.Name, eps)
 	}
 	add(&proxier.ServicePort{Name: spn("default", "kubernetes", "https"), Protocol: proxier.TCP, Port: 443,
 		ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
@@ -67,10 +67,10 @@ func demoState() *proxier.State {
 
 func affinityState() *proxier.State {
 	st := demoState()
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		c := *svc
 		c.AffinityTimeout = 10800 * time.Second
-		st.Services[name] = &c
+		st.Services = st.Services.With(name, &c)
 	}
 	return st
 }
@@ -159,7 +159,7 @@ func TestPlanRealServers(t *testing.T) {
 			st := proxier.NewState()
 			st.Node.Name = node
 			svc := tt.svc
-			st.Services[n], st.Endpoints[n] = &svc, tt.eps
+			st.Services, st.Endpoints = st.Services.With(n, &svc), st.Endpoints.With(n, tt.eps)
 			if got := rules(BuildPlan(st, Config{}, []netip.Addr{ip("10.99.0.1")})); got != tt.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
 			}
@@ -210,7 +210,7 @@ func TestPlanServices(t *testing.T) {
 			}
 			svc := tt.svc
 			svc.Name = n
-			st.Services[n] = &svc
+			st.Services = st.Services.With(n, &svc)
 			if got := rules(BuildPlan(st, tt.cfg, nodeAddrs)); got != tt.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
 			}
@@ -276,10 +276,10 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 
 	next := proxier.NewState()
 	next.Node = st.Node
-	for n, s := range st.Services {
-		next.Services[n], next.Endpoints[n] = s, st.Endpoints[n]
+	for n, s := range st.Services.All() {
+		next.Services, next.Endpoints = next.Services.With(n, s), next.Endpoints.With(n, st.Endpoints.Get(n))
 	}
-	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
+	next.Endpoints = next.Endpoints.With(dns, append([]proxier.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
 	second := pl.Plan(next, nodeAddrs)
 	if second.Services[web] != firstWeb {
 		t.Error("unchanged service port got a new fragment")
@@ -302,9 +302,9 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	// Service ports removed are named as changed; the plan equals a fresh one.
 	fourth := proxier.NewState()
 	fourth.Node = next.Node
-	for n, s := range next.Services {
+	for n, s := range next.Services.All() {
 		if n != web {
-			fourth.Services[n], fourth.Endpoints[n] = s, next.Endpoints[n]
+			fourth.Services, fourth.Endpoints = fourth.Services.With(n, s), fourth.Endpoints.With(n, next.Endpoints.Get(n))
 		}
 	}
 	p4 := pl.Plan(fourth, nodeAddrs[:1])
@@ -341,8 +341,8 @@ func TestPlanLBNodeAccess(t *testing.T) {
 			for _, r := range tt.ranges {
 				ranges = append(ranges, netip.MustParsePrefix(r))
 			}
-			st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.50")},
-				LoadBalancerIPs: []netip.Addr{lb}, LoadBalancerSourceRanges: ranges}
+			st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.50")},
+				LoadBalancerIPs: []netip.Addr{lb}, LoadBalancerSourceRanges: ranges})
 			elems := BuildPlan(st, Config{}, nodeAddrs).Elements()
 			self := Element{Set: SetLBSourceIP, Addr: lb, Protocol: proxier.TCP, Port: 80, Addr2: lb}
 			deny := self
@@ -377,12 +377,12 @@ func TestPlannerFollowsDelta(t *testing.T) {
 	web := spn("shop", "web", "http")
 	next := proxier.NewState()
 	next.Node = st.Node
-	for n, s := range st.Services {
+	for n, s := range st.Services.All() {
 		if n != web {
-			next.Services[n], next.Endpoints[n] = s, st.Endpoints[n]
+			next.Services, next.Endpoints = next.Services.With(n, s), next.Endpoints.With(n, st.Endpoints.Get(n))
 		}
 	}
-	next.Endpoints[dns] = append([]proxier.Endpoint(nil), st.Endpoints[dns][:1]...)
+	next.Endpoints = next.Endpoints.With(dns, append([]proxier.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
 	next.Changes = proxier.StateChanges{Lineage: lin, Gen: 2, Ports: []proxier.ServicePortName{dns, web}}
 	p := pl.Plan(next, nodeAddrs)
 	if got, want := p.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {

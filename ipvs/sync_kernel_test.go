@@ -45,9 +45,9 @@ func bulkState(n int) *proxier.State {
 	st := demoState()
 	for i := range n {
 		name := spn("bulk", fmt.Sprintf("s%d", i), "")
-		st.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
-			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}}
-		st.Endpoints[name] = []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")}
+		st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}})
+		st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
 	}
 	return st
 }
@@ -91,7 +91,7 @@ func TestKernelSyncer(t *testing.T) {
 
 	// One UDP endpoint gone: one command in one write, nothing read.
 	next := clone(st)
-	next.Endpoints[dnsUDP] = st.Endpoints[dnsUDP][:1]
+	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
 	w0 := c.writes
 	p = pl.Plan(next, nodeAddrs)
 	if res, err = s.Sync(p); err != nil {
@@ -113,7 +113,7 @@ func TestKernelSyncer(t *testing.T) {
 		t.Errorf("a restart on an up-to-date table sent %d commands", res.Ops)
 	}
 	next2 := clone(next)
-	next2.Endpoints[dnsUDP] = st.Endpoints[dnsUDP]
+	next2.Endpoints = next2.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP))
 	p = pl.Plan(next2, nodeAddrs)
 	w0 = c2.writes
 	if res, err = s2.Sync(p); err != nil {
@@ -159,8 +159,8 @@ func TestKernelSyncerDrain(t *testing.T) {
 	name := spn("default", "web", "http")
 	st := proxier.NewState()
 	st.Node = proxier.Node{Name: node}
-	st.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: vip.Port(), ClusterIPs: []netip.Addr{vip.Addr()}}
-	st.Endpoints[name] = []proxier.Endpoint{ready(rs[0], 8080, node), ready(rs[1], 8080, node)}
+	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: vip.Port(), ClusterIPs: []netip.Addr{vip.Addr()}})
+	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{ready(rs[0], 8080, node), ready(rs[1], 8080, node)})
 	key := ServiceKey{Addr: vip.Addr(), Protocol: proxier.TCP, Port: vip.Port()}
 	pl := NewPlanner(Config{})
 	if _, err := s.Sync(pl.Plan(st, nil)); err != nil {
@@ -202,7 +202,7 @@ func TestKernelSyncerDrain(t *testing.T) {
 
 	// The endpoint that holds it goes away: weight 0, still there.
 	next := clone(st)
-	next.Endpoints[name] = []proxier.Endpoint{ready(other, 8080, node)}
+	next.Endpoints = next.Endpoints.With(name, []proxier.Endpoint{ready(other, 8080, node)})
 	res, err := s.Sync(pl.Plan(next, nil))
 	if err != nil {
 		t.Fatal(err)

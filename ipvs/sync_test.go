@@ -76,8 +76,8 @@ func (r *rig) kernelMatches(st *proxier.State, draining ...string) {
 func clone(st *proxier.State) *proxier.State {
 	out := proxier.NewState()
 	out.Node = st.Node
-	for n, s := range st.Services {
-		out.Services[n], out.Endpoints[n] = s, st.Endpoints[n]
+	for n, s := range st.Services.All() {
+		out.Services, out.Endpoints = out.Services.With(n, s), out.Endpoints.With(n, st.Endpoints.Get(n))
 	}
 	return out
 }
@@ -120,16 +120,16 @@ func TestSyncCostsWhatChanged(t *testing.T) {
 	st := demoState()
 	for i := range 300 {
 		n := spn("bulk", fmt.Sprintf("s%d", i), "")
-		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.UDP, Port: 80,
-			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}}
-		st.Endpoints[n] = []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")}
+		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.UDP, Port: 80,
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}})
+		st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
 	}
 	pl := NewPlanner(Config{})
 	if _, err := r.s.Sync(pl.Plan(st, nodeAddrs)); err != nil {
 		t.Fatal(err)
 	}
 	next := clone(st)
-	next.Endpoints[dnsUDP] = st.Endpoints[dnsUDP][:1]
+	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
 	r.k.Ops, r.k.Writes, r.k.DestReads = 0, 0, 0
 	res, err := r.s.Sync(pl.Plan(next, nodeAddrs))
 	if err != nil {
@@ -146,8 +146,8 @@ func TestSyncRemovalOrder(t *testing.T) {
 	st := demoState()
 	r.sync(st)
 	next := clone(st)
-	delete(next.Services, dnsTCP)
-	delete(next.Services, dnsUDP)
+	next.Services = next.Services.Without(dnsTCP)
+	next.Services = next.Services.Without(dnsUDP)
 	r.sync(next)
 	r.kernelMatches(next)
 	delAddr := slices.Index(r.journal, "del-addr 10.96.0.10")
@@ -157,7 +157,7 @@ func TestSyncRemovalOrder(t *testing.T) {
 	}
 	// The ClusterIP stays while one of its ports remains.
 	next2 := clone(st)
-	delete(next2.Services, dnsTCP)
+	next2.Services = next2.Services.Without(dnsTCP)
 	r2 := newRig(t)
 	r2.sync(st)
 	r2.sync(next2)
@@ -183,7 +183,7 @@ func TestSyncGracefulTermination(t *testing.T) {
 			r.sync(st)
 			r.k.SetConns(dnsVIP, remote, tt.conns, 0)
 			next := clone(st)
-			next.Endpoints[dnsTCP] = st.Endpoints[dnsTCP][:1]
+			next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 			r.sync(next)
 			present := func() (Dest, bool) {
 				ds, _ := r.k.Dests(dnsVIP)
@@ -229,7 +229,7 @@ func TestSyncUDPRemovedAtOnce(t *testing.T) {
 	udpVIP := ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}
 	r.k.SetConns(udpVIP, remote, 0, 5)
 	next := clone(st)
-	next.Endpoints[dnsUDP] = st.Endpoints[dnsUDP][:1]
+	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
 	res := r.sync(next)
 	if res.Draining != 0 || !slices.Contains(r.journal, "del-dest udp/10.96.0.10:53 -> 10.244.1.5:53") {
 		t.Errorf("UDP server not deleted at once: %+v\n%s", res, strings.Join(r.journal, "\n"))
@@ -243,7 +243,7 @@ func TestSyncEndpointBackFromDraining(t *testing.T) {
 	r.sync(st)
 	r.k.SetConns(dnsVIP, remote, 2, 0)
 	next := clone(st)
-	next.Endpoints[dnsTCP] = st.Endpoints[dnsTCP][:1]
+	next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 	if res := r.sync(next); res.Draining != 1 {
 		t.Fatalf("%d draining, want 1", res.Draining)
 	}
@@ -263,7 +263,7 @@ func TestSyncRestartAdopts(t *testing.T) {
 	r.sync(st)
 	r.k.SetConns(dnsVIP, remote, 1, 0)
 	next := clone(st)
-	next.Endpoints[dnsTCP] = st.Endpoints[dnsTCP][:1]
+	next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 	r.sync(next) // draining
 	// Someone else's virtual servers: one inside --ipvs-exclude-cidrs.
 	stray := Service{ServiceKey: ServiceKey{Addr: ip("10.96.99.99"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
@@ -349,8 +349,8 @@ func TestSyncHelperFailureKeepsServers(t *testing.T) {
 	st := demoState()
 	r.sync(st)
 	next := clone(st)
-	delete(next.Services, dnsTCP)
-	delete(next.Services, dnsUDP)
+	next.Services = next.Services.Without(dnsTCP)
+	next.Services = next.Services.Without(dnsUDP)
 	r.h.Fail = func(HelperChange) error { return syscall.EBUSY }
 	if _, err := r.s.Sync(BuildPlan(next, Config{}, nodeAddrs)); !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("error %v, want the helper's", err)
@@ -370,11 +370,11 @@ func TestSyncDrainBoundSurvivesOtherChanges(t *testing.T) {
 	r.sync(st)
 	r.k.SetConns(dnsVIP, remote, 1, 0)
 	next := clone(st)
-	next.Endpoints[dnsTCP] = st.Endpoints[dnsTCP][:1]
+	next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 	r.sync(next)
 	r.clk.advance(10 * time.Minute)
 	again := clone(next)
-	again.Endpoints[dnsTCP] = append(slices.Clone(next.Endpoints[dnsTCP]), ready("10.244.3.3", 53, "c"))
+	again.Endpoints = again.Endpoints.With(dnsTCP, append(slices.Clone(next.Endpoints.Get(dnsTCP)), ready("10.244.3.3", 53, "c")))
 	r.sync(again)
 	r.clk.advance(5 * time.Minute)
 	r.sync(again)

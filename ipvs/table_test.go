@@ -21,8 +21,8 @@ import (
 func helperState() *proxier.State {
 	st := demoState()
 	add := func(svc *proxier.ServicePort, eps ...proxier.Endpoint) {
-		st.Services[svc.Name] = svc
-		st.Endpoints[svc.Name] = eps
+		st.Services = st.Services.With(svc.Name, svc)
+		st.Endpoints = st.Endpoints.With(svc.Name, eps)
 	}
 	add(&proxier.ServicePort{Name: spn("games", "udp", "play"), Protocol: proxier.UDP, Port: 7777, NodePort: 30777,
 		ClusterIPs:      []netip.Addr{ip("10.96.7.7")},

@@ -7,7 +7,7 @@ import "github.com/kube-nftproxy/kube-nftproxy/proxier"
 // externalTrafficPolicy Local that have one).
 func ExpectFromState(st *proxier.State) Expect {
 	want := Expect{HealthCheckNodePorts: map[string]uint16{}}
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		if svc.ExternalPolicyLocal && svc.HealthCheckNodePort != 0 {
 			want.HealthCheckNodePorts[name.String()] = svc.HealthCheckNodePort
 		}

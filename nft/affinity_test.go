@@ -17,10 +17,10 @@ import (
 
 func affinityState() *proxier.State {
 	st := demoState()
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		svc := *svc
 		svc.AffinityTimeout = 10800 * time.Second
-		st.Services[name] = &svc
+		st.Services = st.Services.With(name, &svc)
 	}
 	return st
 }
@@ -118,8 +118,8 @@ func TestKernelAffinityKept(t *testing.T) {
 	// A change elsewhere, a fold (a sync with nothing to do), a full sync.
 	changed := shallowCopy(st)
 	plain := proxier.ServicePortName{Namespace: "default", Name: "plain", Port: "p"}
-	changed.Services[plain] = &proxier.ServicePort{Name: plain, Protocol: proxier.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}}
-	changed.Endpoints[plain] = []proxier.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}}
+	changed.Services = changed.Services.With(plain, &proxier.ServicePort{Name: plain, Protocol: proxier.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}})
+	changed.Endpoints = changed.Endpoints.With(plain, []proxier.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}})
 	for i, s := range []*proxier.State{changed, changed, changed} {
 		if i == 2 {
 			b.ForceFull()

@@ -43,10 +43,10 @@ func tinyState(eps map[string]string) *proxier.State {
 	for _, name := range sortedKeys(eps) {
 		i++
 		n := proxierName("ns", name, "p")
-		st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80,
-			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})}}
+		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80,
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})}})
 		if eps[name] != "" {
-			st.Endpoints[n] = []proxier.Endpoint{{Addr: mustAddr(eps[name]), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+			st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{{Addr: mustAddr(eps[name]), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 		}
 	}
 	return st
@@ -193,9 +193,9 @@ delete chain ip kube-nftproxy-delta KUBE-SVC-ZOE7WQMSI2YE7I74`},
 func withAffinityOn(st *proxier.State, names ...string) *proxier.State {
 	for _, n := range names {
 		name := proxierName("ns", n, "p")
-		svc := *st.Services[name]
+		svc := *st.Services.Get(name)
 		svc.AffinityTimeout = 3 * time.Hour
-		st.Services[name] = &svc
+		st.Services = st.Services.With(name, &svc)
 	}
 	return st
 }

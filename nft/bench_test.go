@@ -3,7 +3,6 @@ package nft
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 func scaleState(n, m int) *proxier.State {
 	st := proxier.NewState()
 	st.Node = proxier.Node{Name: "node-1"}
+	services, endpoints := st.Services.Edit(), st.Endpoints.Edit()
 	for i := 0; i < n; i++ {
 		name := proxier.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
 		ip := netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})
@@ -30,14 +30,15 @@ func scaleState(n, m int) *proxier.State {
 		if i < 2000 { // the NodePort range holds 2768
 			svc.NodePort = uint16(30000 + i)
 		}
-		st.Services[name] = svc
+		services.Set(name, svc)
 		eps := make([]proxier.Endpoint, m)
 		for j := range eps {
 			eps[j] = proxier.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 128 + byte(i>>14), byte(i >> 6), byte(i&63)<<2 | byte(j&3)}),
 				Port: uint16(8000 + j), NodeName: "node-1", Ready: true, Serving: true}
 		}
-		st.Endpoints[name] = eps
+		endpoints.Set(name, eps)
 	}
+	st.Services, st.Endpoints = services.Map(), endpoints.Map()
 	return st
 }
 
@@ -45,8 +46,8 @@ func scaleState(n, m int) *proxier.State {
 func shallowCopy(st *proxier.State) *proxier.State {
 	out := proxier.NewState()
 	out.Node = st.Node
-	maps.Copy(out.Services, st.Services)
-	maps.Copy(out.Endpoints, st.Endpoints)
+	out.Services = st.Services
+	out.Endpoints = st.Endpoints
 	return out
 }
 
@@ -57,9 +58,9 @@ func shallowCopy(st *proxier.State) *proxier.State {
 func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
 	out := shallowCopy(st)
 	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
-	eps := append([]proxier.Endpoint(nil), st.Endpoints[name]...)
+	eps := append([]proxier.Endpoint(nil), st.Endpoints.Get(name)...)
 	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})
-	out.Endpoints[name] = eps
+	out.Endpoints = out.Endpoints.With(name, eps)
 	if st.Changes.Lineage != nil {
 		out.Changes = proxier.StateChanges{Lineage: st.Changes.Lineage, Gen: st.Changes.Gen + uint64(gen), Ports: []proxier.ServicePortName{name}}
 	}
@@ -206,11 +207,11 @@ func benchSizes(tb testing.TB, def ...int) []int {
 
 // withAffinity gives session affinity to the service ports pick selects.
 func withAffinity(st *proxier.State, pick func(name proxier.ServicePortName) bool) {
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		if pick(name) {
 			svc := *svc
 			svc.AffinityTimeout = 10800 * time.Second
-			st.Services[name] = &svc
+			st.Services = st.Services.With(name, &svc)
 		}
 	}
 }
@@ -351,10 +352,10 @@ func BenchmarkKernelServiceAdded(b *testing.B) {
 func withServiceAdded(prev *proxier.State, gen int) *proxier.State {
 	out := shallowCopy(prev)
 	name := proxier.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}
-	out.Services[name] = &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
-		ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}}
-	out.Endpoints[name] = []proxier.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
-		Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+	out.Services = out.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+		ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}})
+	out.Endpoints = out.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
+		Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	out.Changes = proxier.StateChanges{Lineage: prev.Changes.Lineage, Gen: prev.Changes.Gen + 1, Ports: []proxier.ServicePortName{name}}
 	return out
 }

@@ -117,8 +117,8 @@ func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
 		for _, k := range []TableKind{MainTable, DeltaTable, AffinityTable} {
 			tables[k] = BuildTable(f, cfg, st.Node, k)
 		}
-		for name, svc := range st.Services {
-			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints[name]); fr != nil {
+		for name, svc := range st.Services.All() {
+			if fr := BuildFragment(f, cfg, st.Node, svc, st.Endpoints.Get(name)); fr != nil {
 				tables[homeTable(svc)].Fragments[fragmentKey(name)] = fr
 			}
 		}

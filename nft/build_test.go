@@ -16,15 +16,15 @@ func demoState() *proxier.State {
 	st.Node = proxier.Node{Name: "node-1"}
 	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
 	dns := proxier.ServicePortName{Namespace: "default", Name: "dns-like", Port: "dns"}
-	st.Services[web] = &proxier.ServicePort{Name: web, Protocol: proxier.TCP, Port: 80, NodePort: 30080,
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10:96::10")}}
-	st.Services[dns] = &proxier.ServicePort{Name: dns, Protocol: proxier.UDP, Port: 53,
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.53")}}
+	st.Services = st.Services.With(web, &proxier.ServicePort{Name: web, Protocol: proxier.TCP, Port: 80, NodePort: 30080,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10:96::10")}})
+	st.Services = st.Services.With(dns, &proxier.ServicePort{Name: dns, Protocol: proxier.UDP, Port: 53,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.53")}})
 	ep := func(ip string, port uint16) proxier.Endpoint {
 		return proxier.Endpoint{Addr: netip.MustParseAddr(ip), Port: port, NodeName: "node-1", Ready: true, Serving: true}
 	}
-	st.Endpoints[web] = []proxier.Endpoint{ep("10.244.0.10", 8080), ep("10.244.0.11", 8080), ep("fd00:10:244::10", 8080)}
-	st.Endpoints[dns] = []proxier.Endpoint{ep("10.244.0.10", 5353)}
+	st.Endpoints = st.Endpoints.With(web, []proxier.Endpoint{ep("10.244.0.10", 8080), ep("10.244.0.11", 8080), ep("fd00:10:244::10", 8080)})
+	st.Endpoints = st.Endpoints.With(dns, []proxier.Endpoint{ep("10.244.0.10", 5353)})
 	return st
 }
 

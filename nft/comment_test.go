@@ -19,13 +19,13 @@ import (
 func unicodeState() *proxier.State {
 	st := proxier.NewState()
 	n := proxierName(strings.Repeat("ñ", 40), strings.Repeat("服务", 10)+`"\`, "ポート-é")
-	st.Services[n] = &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30111,
+	st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30111,
 		ClusterIPs:  []netip.Addr{mustAddr("10.96.7.7")},
-		ExternalIPs: []netip.Addr{mustAddr("192.0.2.77")}}
-	st.Endpoints[n] = []proxier.Endpoint{
+		ExternalIPs: []netip.Addr{mustAddr("192.0.2.77")}})
+	st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{
 		{Addr: mustAddr("10.244.7.1"), Port: 8080, Ready: true, Serving: true},
 		{Addr: mustAddr("10.244.7.2"), Port: 8080, Ready: true, Serving: true},
-	}
+	})
 	return st
 }
 

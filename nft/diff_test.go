@@ -32,10 +32,10 @@ func TestDiff(t *testing.T) {
 	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
 	base := demoState()
 	moved := demoState()
-	moved.Endpoints[web][1].Addr = netip.MustParseAddr("10.244.0.12")
+	moved.Endpoints.Get(web)[1].Addr = netip.MustParseAddr("10.244.0.12")
 	gone := demoState()
-	delete(gone.Services, web)
-	delete(gone.Endpoints, web)
+	gone.Services = gone.Services.Without(web)
+	gone.Endpoints = gone.Endpoints.Without(web)
 
 	tests := []struct {
 		name    string // also the golden file's

@@ -321,7 +321,7 @@ func TestKernelCheckGeneration(t *testing.T) {
 	sync(st, "nothing changed", false)
 	next := shallowCopy(st)
 	web := proxierName("default", "web", "http")
-	next.Endpoints[web] = next.Endpoints[web][1:]
+	next.Endpoints = next.Endpoints.With(web, next.Endpoints.Get(web)[1:])
 	sync(next, "our own change", false)
 	sync(next, "after our own change", false)
 	testns.NFT(t, ns, "add", "table", "ip", "someone-else")

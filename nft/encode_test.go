@@ -204,8 +204,8 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 		if parallel {
 			b.placeAll(want, st)
 		} else {
-			for name, svc := range st.Services {
-				b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints[name])
+			for name, svc := range st.Services.All() {
+				b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints.Get(name))
 			}
 		}
 		var out strings.Builder
@@ -214,8 +214,8 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 		}
 		return out.String()
 	}
-	if nftlib.ParallelParts(len(st.Services)) != 3 {
-		t.Fatalf("%d service ports make %d parts, want 3", len(st.Services), nftlib.ParallelParts(len(st.Services)))
+	if nftlib.ParallelParts(st.Services.Len()) != 3 {
+		t.Fatalf("%d service ports make %d parts, want 3", st.Services.Len(), nftlib.ParallelParts(st.Services.Len()))
 	}
 	if serial, par := render(false), render(true); serial != par {
 		t.Errorf("the tables differ: %d bytes built in parallel, %d one by one", len(par), len(serial))

@@ -23,8 +23,8 @@ func featureState() *proxier.State {
 	add := func(name string, port uint16, svc proxier.ServicePort, eps ...proxier.Endpoint) {
 		n := proxierName("feat", name, "p")
 		svc.Name, svc.Protocol, svc.Port = n, proxier.TCP, port
-		st.Services[n] = &svc
-		st.Endpoints[n] = eps
+		st.Services = st.Services.With(n, &svc)
+		st.Endpoints = st.Endpoints.With(n, eps)
 	}
 	ep := func(ip, node string) proxier.Endpoint {
 		return proxier.Endpoint{Addr: mustAddr(ip), Port: 8080, NodeName: node, Ready: true, Serving: true}

@@ -183,7 +183,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 			}
 			next := shallowCopy(st)
 			web := proxierName("default", "web", "http")
-			next.Endpoints[web] = next.Endpoints[web][1:]
+			next.Endpoints = next.Endpoints.With(web, next.Endpoints.Get(web)[1:])
 			if _, err := b.Sync(ctx, next); err != nil {
 				t.Fatalf("a Service change after the repair: %v", err)
 			}

@@ -73,15 +73,15 @@ func fuzzState(data []byte) *proxier.State {
 		if flags&64 != 0 {
 			svc.AffinityTimeout = time.Duration(r.byte()+1) * time.Second
 		}
-		st.Services[name] = svc
+		st.Services = st.Services.With(name, svc)
 		for j, m := 0, int(r.byte()%7); j < m; j++ {
 			ef := r.byte()
 			node := "node-1"
 			if ef&1 != 0 {
 				node = "node-2"
 			}
-			st.Endpoints[name] = append(st.Endpoints[name], proxier.Endpoint{Addr: r.addr(), Port: r.u16(), NodeName: node,
-				Ready: ef&2 == 0, Serving: ef&4 == 0, Terminating: ef&8 != 0})
+			st.Endpoints = st.Endpoints.With(name, append(st.Endpoints.Get(name), proxier.Endpoint{Addr: r.addr(), Port: r.u16(), NodeName: node,
+				Ready: ef&2 == 0, Serving: ef&4 == 0, Terminating: ef&8 != 0}))
 		}
 	}
 	return st

@@ -79,7 +79,7 @@ func TestKernelDeltaAndFold(t *testing.T) {
 	}
 	web := demoState()
 	name := proxierName("default", "web", "http")
-	web.Endpoints[name][1].Addr = mustAddr("10.244.0.12")
+	web.Endpoints.Get(name)[1].Addr = mustAddr("10.244.0.12")
 	res, err := b.Sync(ctx, web)
 	if err != nil {
 		t.Fatal(err)
@@ -155,11 +155,11 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 		"{ 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }")
 	next := demoState()
 	extra := proxierName("default", "extra", "http")
-	next.Services[extra] = &proxier.ServicePort{Name: extra, Protocol: proxier.TCP, Port: 80,
-		ClusterIPs: []netip.Addr{mustAddr("10.96.0.99")}}
-	next.Endpoints[extra] = []proxier.Endpoint{{Addr: mustAddr("10.244.0.30"), Port: 80, Ready: true, Serving: true}}
+	next.Services = next.Services.With(extra, &proxier.ServicePort{Name: extra, Protocol: proxier.TCP, Port: 80,
+		ClusterIPs: []netip.Addr{mustAddr("10.96.0.99")}})
+	next.Endpoints = next.Endpoints.With(extra, []proxier.Endpoint{{Addr: mustAddr("10.244.0.30"), Port: 80, Ready: true, Serving: true}})
 	web := proxierName("default", "web", "http")
-	next.Endpoints[web] = next.Endpoints[web][:1] // a second change in the same sync
+	next.Endpoints = next.Endpoints.With(web, next.Endpoints.Get(web)[:1]) // a second change in the same sync
 
 	_, err := b.Sync(ctx, next)
 	var txErr *nftlib.TxError
@@ -225,8 +225,8 @@ func TestKernelFoldWithChanges(t *testing.T) {
 	}
 	web, dns := proxierName("default", "web", "http"), proxierName("default", "dns-like", "dns")
 	next := demoState()
-	next.Endpoints[web][0].Port = 9090
-	next.Endpoints[dns][0].Port = 9053
+	next.Endpoints.Get(web)[0].Port = 9090
+	next.Endpoints.Get(dns)[0].Port = 9053
 	for i := 0; i < 3; i++ { // change (and fold), delete leftovers, nothing
 		if _, err := b.Sync(ctx, next); err != nil {
 			t.Fatalf("sync %d: %v", i, err)
@@ -251,8 +251,8 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 	}
 	gone := demoState()
 	web := proxierName("default", "web", "http")
-	delete(gone.Services, web)
-	delete(gone.Endpoints, web)
+	gone.Services = gone.Services.Without(web)
+	gone.Endpoints = gone.Endpoints.Without(web)
 	removed := time.Now()
 	res, err := b.Sync(ctx, gone)
 	if err != nil || res.FollowUpAt.IsZero() {
@@ -300,8 +300,8 @@ func TestKernelStateChanges(t *testing.T) {
 	web, dns := proxierName("default", "web", "http"), proxierName("default", "dns-like", "dns")
 	state := func(gen uint64, webEP, dnsEP string, changed ...proxier.ServicePortName) *proxier.State {
 		st := demoState()
-		st.Endpoints[web][0].Addr = mustAddr(webEP)
-		st.Endpoints[dns][0].Addr = mustAddr(dnsEP)
+		st.Endpoints.Get(web)[0].Addr = mustAddr(webEP)
+		st.Endpoints.Get(dns)[0].Addr = mustAddr(dnsEP)
 		st.Changes = proxier.StateChanges{Lineage: lineage, Gen: gen, Ports: changed, NodeChanged: gen == 1}
 		return st
 	}
@@ -333,8 +333,8 @@ func TestKernelStateChanges(t *testing.T) {
 	sync(state(4, "10.244.0.21", "10.244.0.31"))
 	expect("generation 3 skipped", []string{"dnat to 10.244.0.31:5353"}, []string{"dnat to 10.244.0.30:5353"})
 	gone := state(5, "10.244.0.21", "10.244.0.31", dns)
-	delete(gone.Services, dns)
-	delete(gone.Endpoints, dns)
+	gone.Services = gone.Services.Without(dns)
+	gone.Endpoints = gone.Endpoints.Without(dns)
 	sync(gone)
 	expect("delta naming a removed Service", nil, []string{"dnat to 10.244.0.31:5353", "default/dns-like:dns cluster IP"})
 }

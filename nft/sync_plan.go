@@ -40,7 +40,7 @@ func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
 	}
 	p := b.planChanges(st)
 	p.now = now
-	if b.shouldFold(len(p.names), b.stale.anyDue(now), p.inDelta, len(st.Services)) {
+	if b.shouldFold(len(p.names), b.stale.anyDue(now), p.inDelta, st.Services.Len()) {
 		b.planFold(p)
 	}
 	return p
@@ -72,7 +72,7 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 	for _, name := range p.changed {
 		p.remember(name)
 		unplace(p.want, name)
-		svc, ok := st.Services[name]
+		svc, ok := st.Services.Lookup(name)
 		if !ok {
 			delete(p.inDelta, name)
 			continue
@@ -84,7 +84,7 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 		} else {
 			delete(p.inDelta, name)
 		}
-		b.place(p.want, name, kind, st.Node, svc, st.Endpoints[name])
+		b.place(p.want, name, kind, st.Node, svc, st.Endpoints.Get(name))
 	}
 	return p
 }
@@ -170,21 +170,21 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 // placeAll builds every service port of st into the tables of its home,
 // the fragments on all CPUs (they depend on their own inputs alone).
 func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
-	names := make([]proxier.ServicePortName, 0, len(st.Services))
-	for name := range st.Services {
+	names := make([]proxier.ServicePortName, 0, st.Services.Len())
+	for name := range st.Services.Keys() {
 		names = append(names, name)
 	}
 	built := make([][2]*nftlib.Fragment, len(names)) // per family: IPv4, IPv6
 	nftlib.InParallel(len(names), func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			svc := st.Services[names[i]]
+			svc := st.Services.Get(names[i])
 			for j, f := range nftlib.Families {
-				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints[names[i]])
+				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints.Get(names[i]))
 			}
 		}
 	})
 	for i, name := range names {
-		kind, key := homeTable(st.Services[name]), fragmentKey(name)
+		kind, key := homeTable(st.Services.Get(name)), fragmentKey(name)
 		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
 				want[tableID{f, kind}].Fragments[key] = fr

@@ -4,25 +4,20 @@ package proxier
 // those of the State it recorded last, at a cost in proportion to what
 // changed: a State whose Changes follow the recorded one is looked at only
 // where its Changes say so; the same State again (a periodic sync)
-// costs nothing; any other is compared service port by service port, by
-// pointer first (sources hand over States that share unchanged
-// ServicePorts and endpoint slices), by value when the pointers differ.
+// costs nothing; any other is compared with the recorded one map against
+// map (DiffKeys), skipping what the two share (States of one source share
+// all they did not change), by pointer first and by value when the
+// pointers differ.
 //
 // Both modes use one: the nftables backend records a State once the
-// kernel holds it, the IPVS Planner once it planned it. The zero value
-// has recorded nothing (every service port of a State is a change).
+// kernel holds it, the IPVS Planner once it planned it. Recording keeps
+// the State itself (its maps are persistent: nothing is copied). The
+// zero value has recorded nothing (every service port of a State is a
+// change).
 type ChangeTracker struct {
-	inputs map[ServicePortName]trackedInput
-	// byPointer maps each recorded ServicePort object to its endpoints:
-	// an unchanged port is found here without hashing its name.
-	byPointer map[*ServicePort][]Endpoint
-	lineage   *Lineage
-	gen       uint64
-}
-
-type trackedInput struct {
-	svc *ServicePort
-	eps []Endpoint
+	recorded *State
+	lineage  *Lineage
+	gen      uint64
 }
 
 // Same reports whether st is the State recorded last: nothing changed.
@@ -36,7 +31,7 @@ func (t *ChangeTracker) Changes(st *State) []ServicePortName {
 	switch {
 	case t.Same(st):
 		return nil
-	case st.Changes.Follows(t.lineage, t.gen):
+	case t.recorded != nil && st.Changes.Follows(t.lineage, t.gen):
 		return t.changesListed(st)
 	}
 	return t.changesCompared(st)
@@ -55,24 +50,27 @@ func (t *ChangeTracker) changesListed(st *State) []ServicePortName {
 	return out
 }
 
-// changesCompared compares every service port of st, and looks for the
-// recorded ones st lacks only when the counts say some are gone.
+// changesCompared compares st with the recorded State, skipping the
+// subtrees of their maps that they share.
 func (t *ChangeTracker) changesCompared(st *State) []ServicePortName {
-	var out []ServicePortName
-	added := 0
-	for name := range st.Services {
-		if _, had := t.inputs[name]; !had {
-			added++
-		}
-		if t.differs(st, name) {
-			out = append(out, name)
-		}
+	prev := t.recorded
+	if prev == nil {
+		prev = NewState()
 	}
-	if len(t.inputs)+added != len(st.Services) {
-		for name := range t.inputs {
-			if _, ok := st.Services[name]; !ok {
-				out = append(out, name)
-			}
+	var out []ServicePortName
+	seen := map[ServicePortName]bool{}
+	for name := range DiffKeys(prev.Services, st.Services, sameServicePort) {
+		seen[name] = true
+		out = append(out, name)
+	}
+	for name := range DiffKeys(prev.Endpoints, st.Endpoints, sameEndpoints) {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		// Endpoints without a service port in either State program nothing.
+		if _, ok := st.Services.Lookup(name); ok || t.Recorded(name) {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -81,26 +79,17 @@ func (t *ChangeTracker) changesCompared(st *State) []ServicePortName {
 // differs reports whether a service port of st is not the recorded one:
 // added, changed, or removed (only if it was recorded).
 func (t *ChangeTracker) differs(st *State, name ServicePortName) bool {
-	svc, ok := st.Services[name]
-	in, had := t.inputs[name]
-	if !ok {
-		return had
+	svc, ok := st.Services.Lookup(name)
+	was, had := t.recorded.Services.Lookup(name)
+	if !ok || !had {
+		return ok || had
 	}
-	eps := st.Endpoints[name]
-	if known, ok := t.byPointer[svc]; ok && sameEndpoints(known, eps) {
-		return false // the very ServicePort recorded: no lookup by name
-	}
-	return !had || !in.same(svc, eps)
+	return !sameServicePort(was, svc) || !sameEndpoints(t.recorded.Endpoints.Get(name), st.Endpoints.Get(name))
 }
 
-// same reports whether a service port is the recorded input: by pointer
-// first (the cheap, common case), else by value.
-func (in trackedInput) same(svc *ServicePort, eps []Endpoint) bool {
-	if in.svc != svc && !in.svc.Equal(svc) {
-		return false
-	}
-	return sameEndpoints(in.eps, eps)
-}
+// sameServicePort compares by pointer first (the cheap, common case),
+// else by value.
+func sameServicePort(a, b *ServicePort) bool { return a == b || a.Equal(b) }
 
 func sameEndpoints(a, b []Endpoint) bool {
 	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
@@ -110,33 +99,35 @@ func sameEndpoints(a, b []Endpoint) bool {
 }
 
 // Record makes st the recorded State, given the changes Changes listed
-// for it (the other service ports are the recorded ones already).
+// for it (the other service ports are the recorded ones already): the
+// recorded State is the last one with those ports taken from st, so that
+// what is recorded is what the caller applied, even were st to differ
+// elsewhere unannounced. The cost is that of the changes.
 func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
-	if t.inputs == nil {
+	if t.recorded == nil {
 		t.RecordAll(st)
 		return
 	}
+	svcs, eps := t.recorded.Services.Edit(), t.recorded.Endpoints.Edit()
 	for _, name := range changed {
-		delete(t.byPointer, t.inputs[name].svc)
-		if svc, ok := st.Services[name]; ok {
-			t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints[name]}
-			t.byPointer[svc] = st.Endpoints[name]
+		if svc, ok := st.Services.Lookup(name); ok {
+			svcs.Set(name, svc)
 		} else {
-			delete(t.inputs, name)
+			svcs.Delete(name)
+		}
+		if e, ok := st.Endpoints.Lookup(name); ok {
+			eps.Set(name, e)
+		} else {
+			eps.Delete(name)
 		}
 	}
+	t.recorded = &State{Node: st.Node, Services: svcs.Map(), Endpoints: eps.Map(), Changes: st.Changes}
 	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
 }
 
 // RecordAll makes st the recorded State, every service port of it.
 func (t *ChangeTracker) RecordAll(st *State) {
-	t.inputs = make(map[ServicePortName]trackedInput, len(st.Services))
-	t.byPointer = make(map[*ServicePort][]Endpoint, len(st.Services))
-	for name, svc := range st.Services {
-		t.inputs[name] = trackedInput{svc: svc, eps: st.Endpoints[name]}
-		t.byPointer[svc] = st.Endpoints[name]
-	}
-	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
+	t.recorded, t.lineage, t.gen = st, st.Changes.Lineage, st.Changes.Gen
 }
 
 // Reset forgets the recorded State.
@@ -144,6 +135,9 @@ func (t *ChangeTracker) Reset() { *t = ChangeTracker{} }
 
 // Recorded reports whether a service port is in the recorded State.
 func (t *ChangeTracker) Recorded(name ServicePortName) bool {
-	_, ok := t.inputs[name]
+	if t.recorded == nil {
+		return false
+	}
+	_, ok := t.recorded.Services.Lookup(name)
 	return ok
 }

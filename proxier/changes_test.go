@@ -10,8 +10,8 @@ func trackerState(lin *Lineage, gen uint64, ports map[string]uint16) *State {
 	st := NewState()
 	for name, port := range ports {
 		n := ServicePortName{Namespace: "ns", Name: name}
-		st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: port, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.1")}}
-		st.Endpoints[n] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.1"), Port: port, Ready: true}}
+		st.Services = st.Services.With(n, &ServicePort{Name: n, Protocol: TCP, Port: port, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.1")}})
+		st.Endpoints = st.Endpoints.With(n, []Endpoint{{Addr: netip.MustParseAddr("10.244.0.1"), Port: port, Ready: true}})
 	}
 	st.Changes = StateChanges{Lineage: lin, Gen: gen}
 	return st

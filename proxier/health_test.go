@@ -129,8 +129,8 @@ func TestNoLocalEndpointsMetric(t *testing.T) {
 	st.Node = Node{Name: "node-1"}
 	add := func(name string, itp, etp bool, node string) {
 		n := ServicePortName{Namespace: "ns", Name: name}
-		st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp}
-		st.Endpoints[n] = []Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}}
+		st.Services = st.Services.With(n, &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp})
+		st.Endpoints = st.Endpoints.With(n, []Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}})
 	}
 	add("itp-remote", true, false, "node-2")
 	add("etp-remote", false, true, "node-2")

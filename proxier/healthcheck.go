@@ -41,6 +41,8 @@ type HealthChecks struct {
 
 	mu      sync.Mutex
 	servers map[uint16]*hcServer
+	// index follows the States given to Update (from one goroutine).
+	index hcIndex
 }
 
 type hcServer struct {
@@ -96,58 +98,23 @@ type hcWant struct {
 // wanted returns the health check node ports st asks for. They are
 // assigned in name order, so that of two Services claiming one port
 // (which the API server does not allow; state files might) the same one
-// wins.
+// wins. The cost is the service ports changed since the last call, plus
+// the Services that have a health check node port.
 func (h *HealthChecks) wanted(st *State) map[uint16]hcWant {
-	ports, counts := localEndpointCounts(st)
-	names := slices.SortedFunc(maps.Keys(ports), func(a, b ServicePortName) int {
+	h.index.update(st)
+	names := slices.SortedFunc(maps.Keys(h.index.services), func(a, b ServicePortName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	want := map[uint16]hcWant{}
 	for _, name := range names {
-		port := ports[name]
-		if other, ok := want[port]; ok {
-			h.log().Error("cannot serve a health check node port: another Service has it", "service", name.String(), "port", port, "other", other.name.String())
+		s := h.index.services[name]
+		if other, ok := want[s.port]; ok {
+			h.log().Error("cannot serve a health check node port: another Service has it", "service", name.String(), "port", s.port, "other", other.name.String())
 			continue
 		}
-		want[port] = hcWant{name, counts[name]}
+		want[s.port] = hcWant{name, s.count}
 	}
 	return want
-}
-
-// localEndpointCounts returns, for each Service with a health check node
-// port (one per Service: its ports share it), the port and the count of
-// its local ready endpoints: distinct addresses over all its ports, in
-// the family that has the most.
-func localEndpointCounts(st *State) (map[ServicePortName]uint16, map[ServicePortName]int) {
-	ports := map[ServicePortName]uint16{}
-	addrs := map[ServicePortName]map[netip.Addr]bool{}
-	for name, svc := range st.Services {
-		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
-			continue
-		}
-		n := ServicePortName{Namespace: name.Namespace, Name: name.Name}
-		ports[n] = svc.HealthCheckNodePort
-		for _, ep := range st.Endpoints[name] {
-			if !ep.Ready || !ep.IsLocal(st.Node.Name) {
-				continue
-			}
-			if addrs[n] == nil {
-				addrs[n] = map[netip.Addr]bool{}
-			}
-			addrs[n][ep.Addr] = true
-		}
-	}
-	counts := map[ServicePortName]int{}
-	for n, set := range addrs {
-		v4 := 0
-		for a := range set {
-			if a.Is4() {
-				v4++
-			}
-		}
-		counts[n] = max(v4, len(set)-v4)
-	}
-	return ports, counts
 }
 
 // serve opens port for w, or sets the count of the server already there.

@@ -33,13 +33,13 @@ func TestHealthChecks(t *testing.T) {
 		if !withService {
 			return st
 		}
-		st.Services[name] = &ServicePort{Name: name, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
-			ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}}
+		st.Services = st.Services.With(name, &ServicePort{Name: name, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+			ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
 		node := "node-2"
 		if local {
 			node = "node-1"
 		}
-		st.Endpoints[name] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: node, Ready: true, Serving: true}}
+		st.Endpoints = st.Endpoints.With(name, []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: node, Ready: true, Serving: true}})
 		return st
 	}
 	h := &HealthChecks{Host: "127.0.0.1"}
@@ -88,9 +88,9 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 		st := NewState()
 		st.Node = Node{Name: "node-1"}
 		for _, n := range []ServicePortName{http1, https} {
-			st.Services[n] = &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
-				ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5"), netip.MustParseAddr("fd00::5")}}
-			st.Endpoints[n] = eps
+			st.Services = st.Services.With(n, &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+				ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5"), netip.MustParseAddr("fd00::5")}})
+			st.Endpoints = st.Endpoints.With(n, eps)
 		}
 		return st
 	}
@@ -155,7 +155,7 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 	// Two Services claiming one port: the first by name serves, always.
 	st := state(ep("10.244.0.10", "node-1", true))
 	other := ServicePortName{Namespace: "ns", Name: "zz", Port: "http"}
-	st.Services[other] = &ServicePort{Name: other, Protocol: TCP, Port: 80, NodePort: 30081, HealthCheckNodePort: port, ExternalPolicyLocal: true}
+	st.Services = st.Services.With(other, &ServicePort{Name: other, Protocol: TCP, Port: 80, NodePort: 30081, HealthCheckNodePort: port, ExternalPolicyLocal: true})
 	for range 5 {
 		h.Update(st)
 		if _, _, got := get(); got != body(1, true) {
@@ -171,9 +171,9 @@ func TestHealthChecksAddrs(t *testing.T) {
 	name := ServicePortName{Namespace: "default", Name: "lb"}
 	st := NewState()
 	st.Node = Node{Name: "node-1"}
-	st.Services[name] = &ServicePort{Name: name, Protocol: TCP, Port: 80, HealthCheckNodePort: port, ExternalPolicyLocal: true,
-		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}}
-	st.Endpoints[name] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+	st.Services = st.Services.With(name, &ServicePort{Name: name, Protocol: TCP, Port: 80, HealthCheckNodePort: port, ExternalPolicyLocal: true,
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
+	st.Endpoints = st.Endpoints.With(name, []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	h := &HealthChecks{Addrs: func(*State) []netip.Addr {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.3")}
 	}}
@@ -226,8 +226,8 @@ func TestHealthChecksWanted(t *testing.T) {
 			st := NewState()
 			st.Node = Node{Name: "node-1"}
 			for _, s := range tt.svcs {
-				st.Services[s.Name] = s
-				st.Endpoints[s.Name] = tt.eps
+				st.Services = st.Services.With(s.Name, s)
+				st.Endpoints = st.Endpoints.With(s.Name, tt.eps)
 			}
 			if got := (&HealthChecks{}).wanted(st); !maps.Equal(got, tt.want) {
 				t.Errorf("got %v, want %v", got, tt.want)

@@ -188,9 +188,9 @@ func hcState(port uint16) *State {
 	st := NewState()
 	st.Node = Node{Name: "node-1"}
 	name := ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
-	st.Services[name] = &ServicePort{Name: name, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
-		ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}}
-	st.Endpoints[name] = []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}}
+	st.Services = st.Services.With(name, &ServicePort{Name: name, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+		ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
+	st.Endpoints = st.Endpoints.With(name, []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	return st
 }
 

@@ -203,7 +203,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			case res.CleanupOnly:
 				l.log.Info("deleted stale chains", "chains", res.StaleChainsDeleted, "took", took)
 			case res.Changed:
-				l.log.Info("synced", "full", res.Full, "services", len(st.Services), "messages", res.Messages, "bytes", res.Bytes, "took", took, "kernel", res.Kernel)
+				l.log.Info("synced", "full", res.Full, "services", st.Services.Len(), "messages", res.Messages, "bytes", res.Bytes, "took", took, "kernel", res.Kernel)
 			}
 			if !res.FollowUpAt.IsZero() {
 				l.SyncAt(res.FollowUpAt)

@@ -64,6 +64,8 @@ type Metrics struct {
 
 	mu       sync.Mutex
 	triggers []Trigger // of the State being synced, for the next Observe
+
+	noLocal noLocalIndex // CountNoLocalEndpoints's counts, kept between calls
 }
 
 // Trigger is when a change that a sync programs happened (an
@@ -219,27 +221,14 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 // CountNoLocalEndpoints sets kubeproxy_sync_proxy_rules_no_local_endpoints_total:
 // per IP family, the service ports with a Local traffic policy that have
 // endpoints of that family, but none on this node (as kube-proxy's
-// proxier of each family counts them, per policy).
+// proxier of each family counts them, per policy). Called with each
+// applied State, from one goroutine; it looks at the service ports changed
+// since the last call only.
 func (m *Metrics) CountNoLocalEndpoints(st *State) {
-	for _, fam := range families {
-		internal, external := 0, 0
-		for name, svc := range st.Services {
-			if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
-				continue
-			}
-			_, local, _, hasAny := CategorizeEndpoints(svc, endpointsOf(st.Endpoints[name], fam == IPv6), st.Node)
-			if !hasAny || len(local) > 0 {
-				continue
-			}
-			if svc.InternalPolicyLocal {
-				internal++
-			}
-			if svc.ExternalPolicyLocal {
-				external++
-			}
-		}
-		m.NoLocalEndpoints.WithLabelValues(fam, "internal").Set(float64(internal))
-		m.NoLocalEndpoints.WithLabelValues(fam, "external").Set(float64(external))
+	m.noLocal.update(st, noLocalBuckets)
+	for fi, fam := range families {
+		m.NoLocalEndpoints.WithLabelValues(fam, "internal").Set(float64(m.noLocal.counts[2*fi]))
+		m.NoLocalEndpoints.WithLabelValues(fam, "external").Set(float64(m.noLocal.counts[2*fi+1]))
 	}
 }
 

@@ -173,13 +173,15 @@ type Node struct {
 }
 
 // State is one immutable snapshot handed to a backend: every Service port and
-// its endpoints. Backends must not modify it.
+// its endpoints. Backends must not modify it. Its maps are persistent
+// (PortMap): the next State of a source shares all it did not change with
+// this one, and costs what changed.
 type State struct {
 	Node     Node
-	Services map[ServicePortName]*ServicePort
+	Services PortMap[*ServicePort]
 	// Endpoints holds every endpoint of a service port, whatever its
 	// conditions, deduplicated and in a stable order.
-	Endpoints map[ServicePortName][]Endpoint
+	Endpoints PortMap[[]Endpoint]
 	// Changes, when its source keeps track: how this State differs from
 	// the one before it of the same lineage.
 	Changes StateChanges
@@ -210,23 +212,11 @@ func (d StateChanges) Follows(l *Lineage, gen uint64) bool {
 }
 
 // NewState returns an empty State.
-func NewState() *State {
-	return &State{
-		Services:  map[ServicePortName]*ServicePort{},
-		Endpoints: map[ServicePortName][]Endpoint{},
-	}
-}
+func NewState() *State { return &State{} }
 
 // SortedNames lists the service ports in a stable order, so everything built
 // from a State is deterministic.
-func (s *State) SortedNames() []ServicePortName {
-	names := make([]ServicePortName, 0, len(s.Services))
-	for n := range s.Services {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, ServicePortName.Compare)
-	return names
-}
+func (s *State) SortedNames() []ServicePortName { return s.Services.SortedKeys() }
 
 // NodePortIn is the NodePort to program in one IP family: 0 when there is
 // none, or another Service holds it in that family.

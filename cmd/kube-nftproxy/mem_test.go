@@ -136,8 +136,8 @@ func TestProxyMemory(t *testing.T) {
 	}
 	stage("informers")
 	st := b.State()
-	if len(st.Services) != n {
-		t.Fatalf("state has %d service ports, want %d", len(st.Services), n)
+	if st.Services.Len() != n {
+		t.Fatalf("state has %d service ports, want %d", st.Services.Len(), n)
 	}
 	stage("state")
 	if os.Getenv("KNP_MEM_KERNEL") == "0" {

@@ -61,6 +61,7 @@ func State(n int, pod netip.Addr) (*proxier.State, Targets, error) {
 	st.Node = proxier.Node{Name: NodeName}
 	mid := n / 2 &^ 1 // even: TCP; mid+1 is UDP
 	var tg Targets
+	services, endpoints := st.Services.Edit(), st.Endpoints.Edit()
 	for i := range n {
 		name := proxier.ServicePortName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
 		proto := proxier.TCP
@@ -68,7 +69,7 @@ func State(n int, pod netip.Addr) (*proxier.State, Targets, error) {
 			proto = proxier.UDP
 		}
 		ip := addr4(10<<24 | 96<<16 | uint32(i+1))
-		st.Services[name] = &proxier.ServicePort{Name: name, Protocol: proto, Port: ServicePort, ClusterIPs: []netip.Addr{ip}}
+		services.Set(name, &proxier.ServicePort{Name: name, Protocol: proto, Port: ServicePort, ClusterIPs: []netip.Addr{ip}})
 		eps := make([]proxier.Endpoint, Endpoints)
 		for j := range eps {
 			ep := proxier.Endpoint{Addr: addr4(10<<24 | 128<<16 | uint32(i*Endpoints+j)), Port: 8080,
@@ -78,7 +79,7 @@ func State(n int, pod netip.Addr) (*proxier.State, Targets, error) {
 			}
 			eps[j] = ep
 		}
-		st.Endpoints[name] = eps
+		endpoints.Set(name, eps)
 		switch i {
 		case mid:
 			tg.TCP = netip.AddrPortFrom(ip, ServicePort)
@@ -86,6 +87,7 @@ func State(n int, pod netip.Addr) (*proxier.State, Targets, error) {
 			tg.UDP = netip.AddrPortFrom(ip, ServicePort)
 		}
 	}
+	st.Services, st.Endpoints = services.Map(), endpoints.Map()
 	return st, tg, nil
 }
 

@@ -14,18 +14,18 @@ func TestState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Services) != 100 || len(st.Endpoints) != 100 {
-		t.Fatalf("%d services, %d endpoint lists, want 100 each", len(st.Services), len(st.Endpoints))
+	if st.Services.Len() != 100 || st.Endpoints.Len() != 100 {
+		t.Fatalf("%d services, %d endpoint lists, want 100 each", st.Services.Len(), st.Endpoints.Len())
 	}
 	ips := map[netip.Addr]bool{}
 	real := map[proxier.Protocol]netip.AddrPort{}
-	for name, svc := range st.Services {
+	for name, svc := range st.Services.All() {
 		ip := svc.ClusterIPs[0]
 		if ips[ip] || !netip.MustParsePrefix("10.96.0.0/16").Contains(ip) {
 			t.Errorf("%v: ClusterIP %v duplicate or outside 10.96.0.0/16", name, ip)
 		}
 		ips[ip] = true
-		eps := st.Endpoints[name]
+		eps := st.Endpoints.Get(name)
 		if len(eps) != Endpoints {
 			t.Errorf("%v: %d endpoints, want %d", name, len(eps), Endpoints)
 		}

@@ -59,13 +59,13 @@ func TestAPISource(t *testing.T) {
 		t.Fatal("OnChange was never called after the first listing")
 	}
 	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
-	if st := b.State(); st.Services[web] == nil || len(st.Endpoints[web]) != 1 || st.Node.Zone != "zone-a" {
+	if st := b.State(); st.Services.Get(web) == nil || len(st.Endpoints.Get(web)) != 1 || st.Node.Zone != "zone-a" {
 		t.Fatalf("at the first OnChange the Builder lacks listed objects: %+v", st)
 	}
 	waitState(t, b, "the first listing", func(st *proxier.State) bool {
-		return st.Services[web] != nil && len(st.Endpoints[web]) == 1 && st.Node.Zone == "zone-a"
+		return st.Services.Get(web) != nil && len(st.Endpoints.Get(web)) == 1 && st.Node.Zone == "zone-a"
 	})
-	if st := b.State(); st.Services[proxier.ServicePortName{Namespace: "default", Name: "other", Port: "http"}] != nil {
+	if st := b.State(); st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "other", Port: "http"}) != nil {
 		t.Errorf("a Service labelled %s was taken", model.LabelServiceProxyName)
 	}
 
@@ -75,13 +75,13 @@ func TestAPISource(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, b, "the endpoint update", func(st *proxier.State) bool {
-		eps := st.Endpoints[web]
+		eps := st.Endpoints.Get(web)
 		return len(eps) == 1 && eps[0].Addr.String() == "10.244.0.11"
 	})
 	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, "the deletion", func(st *proxier.State) bool { return st.Services[web] == nil })
+	waitState(t, b, "the deletion", func(st *proxier.State) bool { return st.Services.Get(web) == nil })
 }
 
 func ptrStr(s string) *string { return &s }

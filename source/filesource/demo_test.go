@@ -1,6 +1,7 @@
 package filesource
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -24,29 +25,29 @@ func TestDemoExample(t *testing.T) {
 		PodCIDRs: sourcetest.Prefixes("10.244.0.0/24", "fd00:10:244::/64"),
 		IPs:      sourcetest.Addrs("10.99.0.1", "fd00:99::1"),
 	}
-	want.Services[web] = &proxier.ServicePort{
+	want.Services = want.Services.With(web, &proxier.ServicePort{
 		Name: web, Protocol: proxier.TCP, Port: 80, NodePort: 30080,
 		ClusterIPs: sourcetest.Addrs("10.96.0.10", "fd00:10:96::10"),
-	}
-	want.Services[dns] = &proxier.ServicePort{
+	})
+	want.Services = want.Services.With(dns, &proxier.ServicePort{
 		Name: dns, Protocol: proxier.UDP, Port: 53, NodePort: 30053,
 		ClusterIPs: sourcetest.Addrs("10.96.0.53"),
-	}
+	})
 	local := func(addr string, port uint16) proxier.Endpoint {
 		e := sourcetest.ReadyEndpoint(addr, port)
 		e.Zone = "zone-a"
 		return e
 	}
-	want.Endpoints[web] = []proxier.Endpoint{
+	want.Endpoints = want.Endpoints.With(web, []proxier.Endpoint{
 		local("10.244.0.10", 8080), local("10.244.0.11", 8080),
 		local("fd00:10:244::10", 8080), local("fd00:10:244::11", 8080),
-	}
-	want.Endpoints[dns] = []proxier.Endpoint{local("10.244.0.10", 5353), local("10.244.0.11", 5353)}
+	})
+	want.Endpoints = want.Endpoints.With(dns, []proxier.Endpoint{local("10.244.0.10", 5353), local("10.244.0.11", 5353)})
 
 	sourcetest.MustEqual(t, "node", st.Node, want.Node)
 	sourcetest.MustEqual(t, "service names", st.SortedNames(), want.SortedNames())
 	for _, n := range want.SortedNames() {
-		sourcetest.MustEqual(t, n.String(), *st.Services[n], *want.Services[n])
+		sourcetest.MustEqual(t, n.String(), *st.Services.Get(n), *want.Services.Get(n))
 	}
-	sourcetest.MustEqual(t, "endpoints", st.Endpoints, want.Endpoints)
+	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, maps.Collect(want.Endpoints.All()))
 }

@@ -59,7 +59,7 @@ func BenchmarkLoadState(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				st, problems := LoadState(dir, "node-1")
-				if st == nil || len(problems) > 0 || len(st.Services) != 5_000 {
+				if st == nil || len(problems) > 0 || st.Services.Len() != 5_000 {
 					b.Fatalf("bad load: %d problems, first %v", len(problems), problems)
 				}
 			}
@@ -98,8 +98,8 @@ func BenchmarkFileSetReloadOneFile(b *testing.B) {
 		if res := set.reload(); !res.complete || len(res.problems) > 0 {
 			b.Fatalf("reload: %v %v", res.failures, res.problems)
 		}
-		if st := set.b.State(); len(st.Services) != 5_000 {
-			b.Fatalf("%d services", len(st.Services))
+		if st := set.b.State(); st.Services.Len() != 5_000 {
+			b.Fatalf("%d services", st.Services.Len())
 		}
 	}
 }

@@ -166,8 +166,8 @@ func TestLoadState(t *testing.T) {
 		got = append(got, n.String())
 	}
 	sourcetest.MustEqual(t, "services", got, want)
-	sourcetest.MustEqual(t, "web cluster IPs (the later definition wins)", st.Services[sourcetest.WebPortName("http")].ClusterIPs, sourcetest.Addrs("10.96.0.10"))
-	sourcetest.MustEqual(t, "web endpoints", st.Endpoints[sourcetest.WebPortName("http")], []proxier.Endpoint{sourcetest.ReadyEndpoint("10.244.0.10", 8080)})
+	sourcetest.MustEqual(t, "web cluster IPs (the later definition wins)", st.Services.Get(sourcetest.WebPortName("http")).ClusterIPs, sourcetest.Addrs("10.96.0.10"))
+	sourcetest.MustEqual(t, "web endpoints", st.Endpoints.Get(sourcetest.WebPortName("http")), []proxier.Endpoint{sourcetest.ReadyEndpoint("10.244.0.10", 8080)})
 	sourcetest.MustEqual(t, "node", st.Node, proxier.Node{Name: "node-1", Zone: "zone-a", PodCIDRs: sourcetest.Prefixes("10.244.0.0/24")})
 }
 
@@ -177,7 +177,7 @@ func TestLoadStateSingleFileAnyName(t *testing.T) {
 	if len(problems) != 0 || st == nil {
 		t.Fatalf("state %v, problems %v", st, problems)
 	}
-	if _, ok := st.Services[sourcetest.WebPortName("http")]; !ok {
+	if _, ok := st.Services.Lookup(sourcetest.WebPortName("http")); !ok {
 		t.Errorf("service missing: %v", st.Services)
 	}
 }
@@ -204,11 +204,11 @@ func TestLoadKubectlOutput(t *testing.T) {
 	dns := proxier.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns"}
 	dnsTCP := proxier.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns-tcp"}
 	sourcetest.MustEqual(t, "services", st.SortedNames(), []proxier.ServicePortName{k8s, dns, dnsTCP})
-	if p := st.Services[dns]; p.Protocol != proxier.UDP || p.Port != 53 {
+	if p := st.Services.Get(dns); p.Protocol != proxier.UDP || p.Port != 53 {
 		t.Errorf("kube-dns:dns = %+v", p)
 	}
 	coredns := proxier.Endpoint{Addr: sourcetest.Addrs("10.244.0.3")[0], NodeName: "kind-control-plane", Ready: true, Serving: true}
-	sourcetest.MustEqual(t, "endpoints", st.Endpoints, map[proxier.ServicePortName][]proxier.Endpoint{
+	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, map[proxier.ServicePortName][]proxier.Endpoint{
 		k8s:    {{Addr: sourcetest.Addrs("172.18.0.2")[0], Port: 6443, Ready: true, Serving: true}},
 		dns:    {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},
 		dnsTCP: {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},

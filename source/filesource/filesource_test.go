@@ -409,16 +409,16 @@ func TestFileSourceRereadsOnlyChanged(t *testing.T) {
 		t.Fatalf("reload: complete %v, %d reads in all, want 11", res.complete, set.reads)
 	}
 	after := set.b.State()
-	for n, sp := range after.Services {
+	for n, sp := range after.Services.All() {
 		if n.Name == "s3" || n.Name == "s3b" {
 			continue
 		}
-		if before.Services[n] != sp {
+		if before.Services.Get(n) != sp {
 			t.Errorf("%s was rebuilt although its file did not change", n)
 		}
 	}
-	if len(after.Services) != 11 {
-		t.Errorf("got %d services, want 11", len(after.Services))
+	if after.Services.Len() != 11 {
+		t.Errorf("got %d services, want 11", after.Services.Len())
 	}
 }
 

@@ -51,16 +51,16 @@ func FuzzDecodeState(f *testing.F) {
 		for _, o := range objs {
 			_ = upsert(b, o.Obj)
 		}
-		if again := b.State(); len(again.Services) != len(st.Services) || len(again.Endpoints) != len(st.Endpoints) {
+		if again := b.State(); again.Services.Len() != st.Services.Len() || again.Endpoints.Len() != st.Endpoints.Len() {
 			t.Errorf("upserting the same objects again changed the state: %d/%d services, %d/%d endpoints",
-				len(again.Services), len(st.Services), len(again.Endpoints), len(st.Endpoints))
+				again.Services.Len(), st.Services.Len(), again.Endpoints.Len(), st.Endpoints.Len())
 		}
 		for _, o := range objs {
 			if ref, ok := refOf(o); ok {
 				remove(b, ref)
 			}
 		}
-		if empty := b.State(); len(empty.Services) > 0 || len(empty.Endpoints) > 0 {
+		if empty := b.State(); empty.Services.Len() > 0 || empty.Endpoints.Len() > 0 {
 			t.Errorf("state not empty after removing every object: %v", names(empty))
 		}
 	})
@@ -69,7 +69,7 @@ func FuzzDecodeState(f *testing.F) {
 // checkState fails on anything in st a backend could not program.
 func checkState(t *testing.T, st *proxier.State) {
 	t.Helper()
-	for n, sp := range st.Services {
+	for n, sp := range st.Services.All() {
 		switch {
 		case sp == nil:
 			t.Fatalf("%s: nil ServicePort", n)
@@ -101,8 +101,8 @@ func checkState(t *testing.T, st *proxier.State) {
 			}
 		}
 	}
-	for n, eps := range st.Endpoints {
-		if _, ok := st.Services[n]; !ok {
+	for n, eps := range st.Endpoints.All() {
+		if _, ok := st.Services.Lookup(n); !ok {
 			t.Errorf("endpoints for %s, which is not in the state", n)
 			continue
 		}

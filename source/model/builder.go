@@ -21,7 +21,8 @@ import (
 //
 // Work is done per change, not per snapshot: a change settles the keys the
 // Service shares with others (see conflicts.go) and marks what it touched,
-// and State only refreshes the marked Services before copying two maps.
+// and State only refreshes the marked Services (the state's maps are
+// persistent: a snapshot copies nothing).
 type Builder struct {
 	mu       sync.Mutex
 	nodeName string
@@ -46,8 +47,8 @@ type Builder struct {
 	// liveServices and liveEndpoints are the state as of the last snapshot
 	// plus the refreshed Services; published lists the port names each
 	// Service has in them; dirty are the Services to refresh.
-	liveServices  map[proxier.ServicePortName]*proxier.ServicePort
-	liveEndpoints map[proxier.ServicePortName][]proxier.Endpoint
+	liveServices  proxier.PortMapEditor[*proxier.ServicePort]
+	liveEndpoints proxier.PortMapEditor[[]proxier.Endpoint]
 	published     map[serviceKey][]proxier.ServicePortName
 	dirty         map[serviceKey]struct{}
 	// snap is the last snapshot handed out, nil once anything changed.
@@ -80,21 +81,19 @@ type objectRef struct{ kind, namespace, name string }
 // are local.
 func NewBuilder(nodeName string) *Builder {
 	return &Builder{
-		nodeName:      nodeName,
-		services:      map[serviceKey]*serviceEntry{},
-		slices:        map[serviceKey]*sliceInfo{},
-		bySvc:         map[serviceKey][]*sliceInfo{},
-		errs:          map[objectRef]error{},
-		owner:         map[claim]*serviceEntry{},
-		rivals:        map[claim][]*serviceEntry{},
-		conflicts:     map[objectRef][]error{},
-		held:          map[claim]serviceKey{},
-		touched:       map[claim]struct{}{},
-		liveServices:  map[proxier.ServicePortName]*proxier.ServicePort{},
-		liveEndpoints: map[proxier.ServicePortName][]proxier.Endpoint{},
-		published:     map[serviceKey][]proxier.ServicePortName{},
-		dirty:         map[serviceKey]struct{}{},
-		lineage:       &proxier.Lineage{},
+		nodeName:  nodeName,
+		services:  map[serviceKey]*serviceEntry{},
+		slices:    map[serviceKey]*sliceInfo{},
+		bySvc:     map[serviceKey][]*sliceInfo{},
+		errs:      map[objectRef]error{},
+		owner:     map[claim]*serviceEntry{},
+		rivals:    map[claim][]*serviceEntry{},
+		conflicts: map[objectRef][]error{},
+		held:      map[claim]serviceKey{},
+		touched:   map[claim]struct{}{},
+		published: map[serviceKey][]proxier.ServicePortName{},
+		dirty:     map[serviceKey]struct{}{},
+		lineage:   &proxier.Lineage{},
 
 		started:        time.Now(),
 		servicesBefore: map[serviceKey][]*proxier.ServicePort{},
@@ -467,13 +466,14 @@ func (b *Builder) StateWithFamilyTriggers() (*proxier.State, []proxier.Trigger) 
 }
 
 // State returns a snapshot. The snapshot shares ServicePort and endpoint
-// values with the Builder, which never modifies them after creation, so it
-// stays valid whatever happens to the Builder later. Its maps are the
-// snapshot's own; with nothing changed since the last call, the same
+// values with the Builder, which never modifies them after creation, and
+// its maps are persistent (proxier.PortMap): the Builder's later changes
+// copy what they touch, so the snapshot stays as it was whatever happens
+// to the Builder later. With nothing changed since the last call, the same
 // snapshot is returned again.
 //
-// The cost is refreshing the Services changed since the last call plus
-// copying the two maps of the state.
+// The cost is refreshing the Services changed since the last call: no
+// copy of the whole state.
 func (b *Builder) State() *proxier.State {
 	st, _ := b.StateWithTriggers()
 	return st
@@ -484,15 +484,19 @@ func (b *Builder) stateLocked() *proxier.State {
 	for key := range b.dirty {
 		b.refreshLocked(key)
 	}
-	clear(b.dirty)
+	if len(b.dirty) > 0 {
+		// A fresh map rather than clear, which costs the largest size
+		// the map ever had (every Service, after the first listing).
+		b.dirty = map[serviceKey]struct{}{}
+	}
 	if b.snap != nil {
 		return b.snap
 	}
 	b.gen++
 	st := &proxier.State{
 		Node:      proxier.Node{Name: b.nodeName},
-		Services:  maps.Clone(b.liveServices),
-		Endpoints: maps.Clone(b.liveEndpoints),
+		Services:  b.liveServices.Map(),
+		Endpoints: b.liveEndpoints.Map(),
 		Changes: proxier.StateChanges{Lineage: b.lineage, Gen: b.gen, Ports: b.changed,
 			NodeChanged: b.nodeChanged || b.gen == 1},
 	}
@@ -507,8 +511,8 @@ func (b *Builder) stateLocked() *proxier.State {
 // refreshLocked replaces a Service's entries in the live maps.
 func (b *Builder) refreshLocked(key serviceKey) {
 	for _, n := range b.published[key] {
-		delete(b.liveServices, n)
-		delete(b.liveEndpoints, n)
+		b.liveServices.Delete(n)
+		b.liveEndpoints.Delete(n)
 	}
 	b.changed = append(b.changed, b.published[key]...)
 	e := b.services[key]
@@ -522,11 +526,11 @@ func (b *Builder) refreshLocked(key serviceKey) {
 	}
 	names := make([]proxier.ServicePortName, 0, len(e.effective))
 	for _, sp := range e.effective {
-		b.liveServices[sp.Name] = sp
+		b.liveServices.Set(sp.Name, sp)
 		names = append(names, sp.Name)
 	}
 	for _, pe := range e.endpoints {
-		b.liveEndpoints[pe.name] = pe.eps
+		b.liveEndpoints.Set(pe.name, pe.eps)
 	}
 	b.published[key] = names
 	b.changed = append(b.changed, names...)

@@ -11,7 +11,7 @@ import (
 )
 
 // benchSizes are the cluster sizes the Builder benchmarks run at.
-var benchSizes = []int{10_000, 40_000}
+var benchSizes = []int{10_000, 40_000, 50_000}
 
 // benchService is NodePort Service i of a large cluster: every address and
 // node port distinct, so nothing conflicts unless a benchmark makes it.
@@ -62,8 +62,8 @@ func benchBuilder(b *testing.B, n int) *Builder {
 			b.Fatal(err)
 		}
 	}
-	if st := bl.State(); len(st.Services) != n {
-		b.Fatalf("state has %d services, want %d", len(st.Services), n)
+	if st := bl.State(); st.Services.Len() != n {
+		b.Fatalf("state has %d services, want %d", st.Services.Len(), n)
 	}
 	return bl
 }
@@ -93,8 +93,8 @@ func BenchmarkBuilderStateAfterServiceChange(b *testing.B) {
 				if err := bl.UpsertService(svc); err != nil {
 					b.Fatal(err)
 				}
-				if st := bl.State(); len(st.Services) != n {
-					b.Fatalf("state has %d services", len(st.Services))
+				if st := bl.State(); st.Services.Len() != n {
+					b.Fatalf("state has %d services", st.Services.Len())
 				}
 			}
 			b.StopTimer()
@@ -122,8 +122,8 @@ func BenchmarkBuilderStateAfterSliceChange(b *testing.B) {
 				if err := bl.UpsertEndpointSlice(sliceObjs[i%len(sliceObjs)]); err != nil {
 					b.Fatal(err)
 				}
-				if st := bl.State(); len(st.Services) != n {
-					b.Fatalf("state has %d services", len(st.Services))
+				if st := bl.State(); st.Services.Len() != n {
+					b.Fatalf("state has %d services", st.Services.Len())
 				}
 			}
 		})

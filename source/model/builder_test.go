@@ -83,7 +83,7 @@ func TestBuilder(t *testing.T) {
 			if err := b.UpsertService(renumbered); err != nil {
 				return err
 			}
-			if p := b.State().Services[http].Port; p != 81 {
+			if p := b.State().Services.Get(http).Port; p != 81 {
 				t.Errorf("port = %d after renumbering, want 81", p)
 			}
 			return b.UpsertService(web)
@@ -150,11 +150,11 @@ func TestBuilder(t *testing.T) {
 		sourcetest.CheckErrors(t, b.Errors(), s.want.errs...)
 		st := b.State()
 		sourcetest.MustEqual(t, s.name+": services", st.SortedNames(), orEmpty(s.want.services))
-		sourcetest.MustEqual(t, s.name+": endpoints", st.Endpoints, s.want.endpoints)
+		sourcetest.MustEqualEntries(t, s.name+": endpoints", st.Endpoints, s.want.endpoints)
 		sourcetest.MustEqual(t, s.name+": node", st.Node, s.want.node)
 		for _, n := range st.SortedNames() {
-			if st.Services[n].Name != n {
-				t.Errorf("%s: service %v filed under %v", s.name, st.Services[n].Name, n)
+			if st.Services.Get(n).Name != n {
+				t.Errorf("%s: service %v filed under %v", s.name, st.Services.Get(n).Name, n)
 			}
 		}
 	}
@@ -185,9 +185,9 @@ func TestBuilderSnapshotsAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.DeleteService("default", "web")
-	sourcetest.MustEqual(t, "old snapshot endpoints", before.Endpoints,
+	sourcetest.MustEqualEntries(t, "old snapshot endpoints", before.Endpoints,
 		map[proxier.ServicePortName][]proxier.Endpoint{sourcetest.WebPortName("http"): {sourcetest.ReadyEndpoint("10.0.0.1", 8080)}})
-	if len(before.Services) != 1 {
+	if before.Services.Len() != 1 {
 		t.Errorf("old snapshot lost its service: %v", before.Services)
 	}
 }
@@ -273,7 +273,7 @@ func TestBuilderStateChanges(t *testing.T) {
 	}
 	b.DeleteService("default", "web")
 	third := b.State()
-	if !third.Changes.Follows(d.Lineage, 2) || !slices.Contains(third.Changes.Ports, sourcetest.WebPortName("http")) || len(third.Services) != 0 {
+	if !third.Changes.Follows(d.Lineage, 2) || !slices.Contains(third.Changes.Ports, sourcetest.WebPortName("http")) || third.Services.Len() != 0 {
 		t.Errorf("after the Service went: %+v", third.Changes)
 	}
 	if other := NewBuilder("node-1"); other.State().Changes.Follows(d.Lineage, 3) {

@@ -185,7 +185,9 @@ func (b *Builder) settleHeld() {
 			delete(b.held, c)
 		}
 	}
-	clear(b.touched)
+	if len(b.touched) > 0 {
+		b.touched = map[claim]struct{}{} // not clear: see stateLocked
+	}
 }
 
 // use returns how e uses key c.

@@ -508,7 +508,7 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 // stateClaims lists the keys in a state with the Service holding each.
 func stateClaims(st *proxier.State) map[claim]string {
 	out := map[claim]string{}
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
 			for _, ip := range ips {
 				out[claim{addr: ip, proto: sp.Protocol, port: sp.Port}] = sp.Name.Name
@@ -536,11 +536,11 @@ func TestClusterIPKeepsItsAddress(t *testing.T) {
 	}
 	st := b.State()
 	n := proxier.ServicePortName{Namespace: "default", Name: "new", Port: "http"}
-	if sp := st.Services[n]; sp == nil || len(sp.ClusterIPs) != 1 {
+	if sp := st.Services.Get(n); sp == nil || len(sp.ClusterIPs) != 1 {
 		t.Fatalf("the newer Service lost its cluster IP: %+v", sp)
 	}
 	o := proxier.ServicePortName{Namespace: "default", Name: "old", Port: "http"}
-	if sp := st.Services[o]; sp == nil || len(sp.ExternalIPs) != 0 {
+	if sp := st.Services.Get(o); sp == nil || len(sp.ExternalIPs) != 0 {
 		t.Errorf("the older Service kept the external IP that is another's cluster IP: %+v", sp)
 	}
 }
@@ -571,8 +571,8 @@ func TestNodePortConflictIsPerFamily(t *testing.T) {
 	b.State() // the holder is programmed first
 	_ = b.UpsertService(csvc("newcomer", 0, "10.96.0.11,fd00:10:96::11", nodePort(30080)))
 	st := b.State()
-	holder := st.Services[proxier.ServicePortName{Namespace: "default", Name: "holder", Port: "http"}]
-	newcomer := st.Services[proxier.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"}]
+	holder := st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "holder", Port: "http"})
+	newcomer := st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"})
 	if holder == nil || newcomer == nil {
 		t.Fatalf("services missing from the state: %v", st.Services)
 	}

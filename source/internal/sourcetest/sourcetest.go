@@ -117,6 +117,20 @@ func MustEqual(t *testing.T, what string, got, want any) {
 	}
 }
 
+// MustEqualEntries fails unless got holds exactly the entries of want
+// (nil and empty alike).
+func MustEqualEntries[V any](t *testing.T, what string, got proxier.PortMap[V], want map[proxier.ServicePortName]V) {
+	t.Helper()
+	entries := map[proxier.ServicePortName]V{}
+	for k, v := range got.All() {
+		entries[k] = v
+	}
+	if len(want) == 0 {
+		want = map[proxier.ServicePortName]V{}
+	}
+	MustEqual(t, what, entries, want)
+}
+
 // dump prints pointers' targets so slices of *ServicePort compare readably.
 func dump(v any) string {
 	rv := reflect.ValueOf(v)
@@ -135,7 +149,7 @@ func dump(v any) string {
 func Summarize(st *proxier.State) []string {
 	out := []string{}
 	for _, n := range st.SortedNames() {
-		sp := st.Services[n]
+		sp := st.Services.Get(n)
 		s := fmt.Sprintf("%s %s/%d", n, sp.Protocol, sp.Port)
 		for _, f := range []struct {
 			name string
@@ -201,7 +215,7 @@ func CheckUniqueKeys(t *testing.T, what string, st *proxier.State) {
 	t.Helper()
 	seen := map[kernelKey]proxier.ServicePortName{}
 	for _, n := range st.SortedNames() {
-		sp := st.Services[n]
+		sp := st.Services.Get(n)
 		var keys []kernelKey
 		for _, ips := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
 			for _, ip := range ips {
