@@ -123,7 +123,7 @@ func byMode(nftables, iptables configField, period bool) configField {
 func featureGatesField() configField {
 	return configField{
 		flag: "feature-gates",
-		load:  func(c *kubeProxyConfig, o *options) { o.fileGates = c.FeatureGates },
+		load: func(c *kubeProxyConfig, o *options) { o.fileGates = c.FeatureGates },
 		store: func(o *options, c *kubeProxyConfig) {
 			if len(o.gates) > 0 {
 				c.FeatureGates = o.gates
