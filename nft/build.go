@@ -243,6 +243,13 @@ func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 // NodePorts), and within --nodeport-addresses.
 func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, notLoopback []nftlib.Term) [][]nftlib.Term {
 	base := append([]nftlib.Term{nftlib.FibLocal{}}, notLoopback...)
+	given := familyPrefixes(f, cfg.NodePortAddresses)
+	if slices.ContainsFunc(given, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
+		// 0.0.0.0/0 or ::/0 (the keyword all): every node address, as
+		// upstream's MatchAll; a zero-length daddr match is refused by
+		// the kernel.
+		return [][]nftlib.Term{base}
+	}
 	var within []netip.Prefix
 	if cfg.NodePortPrimary {
 		for _, ip := range node.IPs {
@@ -252,7 +259,7 @@ func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, notLoopback
 			}
 		}
 	}
-	within = append(within, familyPrefixes(f, cfg.NodePortAddresses)...)
+	within = append(within, given...)
 	if len(within) == 0 {
 		// Nothing given for this family: all its node addresses, as
 		// upstream's NodePortAddresses does per family.

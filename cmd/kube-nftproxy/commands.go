@@ -79,6 +79,7 @@ type options struct {
 	configData       []byte        // the --config file as loaded, to notice a change
 	fileGates        map[string]bool
 	gates            map[string]bool // the effective feature gates (complete)
+	ignoredFlags     []ignoredFlag   // flags given that --config overrides, as kube-proxy
 }
 
 func (o *options) addRuleFlags(fs *pflag.FlagSet) {
@@ -90,7 +91,7 @@ func (o *options) addRuleFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.detectLocalMode, "detect-local-mode", proxier.DetectClusterCIDR, "how to tell pod traffic from other traffic: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix")
 	fs.StringVar(&o.bridgeInterface, "pod-bridge-interface", "", "with --detect-local-mode=BridgeInterface: the bridge the pods are on")
 	fs.StringVar(&o.ifacePrefix, "pod-interface-name-prefix", "", "with --detect-local-mode=InterfaceNamePrefix: the prefix of the pods' interface names")
-	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs and keywords: primary (the Node object's addresses), localhost (127.0.0.0/8, ::1), all (0.0.0.0/0, ::/0) (default: all local addresses)")
+	fs.StringSliceVar(&o.nodePortAddrs, "nodeport-addresses", nil, "serve NodePorts only on node addresses within these CIDRs and keywords: primary (the Node object's addresses), localhost (127.0.0.0/8, ::1), all (0.0.0.0/0, ::/0) (default: primary in nftables mode, all local addresses in iptables and ipvs mode)")
 	fs.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "enable liberal mode for tracking TCP packets (nf_conntrack_tcp_be_liberal=1), and do not drop forwarded packets conntrack finds invalid")
 	o.addLocalhostFlag(fs)
 }
@@ -207,6 +208,7 @@ func runRoot(cmd *cobra.Command, o *options) error {
 		return err
 	}
 	defer flushLog()
+	o.noteIgnoredFlags(cmd.Flags(), log)
 	o.noteGates(log)
 	o.noteMode(cmd.Flags(), log)
 	switch {
@@ -252,12 +254,12 @@ func (o *options) validate() error {
 // addProxyFlags adds the proxy command's flags but the rule flags.
 func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything kube-nftproxy created and exit")
-	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the command line win")
+	fs.StringVar(&o.configFile, "config", "", "a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); as in kube-proxy, it replaces every setting: the other flags given are ignored (with a warning), but for --hostname-override and the logging flags")
 	fs.StringVar(&o.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
 	fs.StringVar(&o.proxyMode, "proxy-mode", "", "the proxy mode: iptables (the default, as kube-proxy's on Linux: iptables mode's behaviour, programmed as nftables), nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
 	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
-	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy's feature gates (Name=true,...), merged over the --config file's featureGates; unknown ones are refused; only LoggingAlphaOptions and LoggingBetaOptions have an effect, others set away from their default are warned of")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy's feature gates (Name=true,...); ignored with --config, whose featureGates apply; unknown ones are refused; only LoggingAlphaOptions and LoggingBetaOptions have an effect, others set away from their default are warned of")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")

@@ -30,12 +30,14 @@ var honouredGates = []string{"LoggingAlphaOptions", "LoggingBetaOptions"}
 
 // complete resolves the settings as kube-proxy does after reading flags and
 // --config, before validating them: an empty proxy mode is iptables (its
-// default on Linux), and the feature gates are those of the file merged
-// with --feature-gates (the flag's win, gate by gate).
+// default on Linux), nftables mode's NodePort addresses default to primary,
+// and the feature gates are those of the file or of --feature-gates (which
+// --config overrides).
 func (o *options) complete() error {
 	if o.proxyMode == "" {
 		o.proxyMode, o.modeDefaulted = modeIPTables, true
 	}
+	o.nodePortAddrs = o.effectiveNodePortAddrs()
 	flagGates, err := parseFeatureGates(o.featureGates)
 	if err != nil {
 		return err
@@ -109,6 +111,17 @@ const (
 var nodePortKeywords = map[string][]netip.Prefix{
 	nodePortAll:       {netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
 	nodePortLocalhost: {netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+}
+
+// effectiveNodePortAddrs is --nodeport-addresses with kube-proxy's
+// default for the mode when empty: primary (the Node object's addresses)
+// in nftables mode; in iptables and ipvs mode, all local addresses (left
+// empty, as kube-proxy writes it).
+func (o *options) effectiveNodePortAddrs() []string {
+	if len(o.nodePortAddrs) == 0 && o.modeName() == modeNFTables {
+		return []string{nodePortPrimary}
+	}
+	return o.nodePortAddrs
 }
 
 // parseNodePortAddresses reads --nodeport-addresses as kube-proxy does: any

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -24,9 +25,12 @@ const (
 )
 
 // loadConfig reads a KubeProxyConfiguration (strictly: unknown fields are
-// errors) and takes the settings we support from it (configFields), except
-// those given as flags, which win. Settings we do not support are refused,
-// not ignored.
+// errors) and takes every setting from it (configFields), as kube-proxy
+// does: the flags given on the command line that set a field of the file
+// are ignored (with a warning, noteIgnoredFlags), but for
+// --hostname-override, which wins over the file's, and the logging flags,
+// which win over its logging block. A field the file leaves zero gets
+// kube-proxy's default.
 func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -37,6 +41,9 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
 	o.configData = data
+	if err := o.ignoreFlagsUnderConfig(fs); err != nil {
+		return err
+	}
 	if err := errors.Join(checkMode(string(c.Mode)), checkConfigPeriods(c)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
@@ -51,13 +58,16 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 	// The one default of a KubeProxyConfiguration that differs from its
 	// flag's: kube-proxy's v1alpha1 defaulting leaves ipvs.minSyncPeriod 0,
 	// where --ipvs-min-sync-period defaults to 1s.
-	if !fs.Changed("ipvs-min-sync-period") {
-		o.ipvs.minSyncPeriod = 0
-	}
+	o.ipvs.minSyncPeriod = 0
+	hostname := o.hostnameOverride
 	for _, f := range configFields() {
-		if f.load != nil && (f.merge || !fs.Changed(f.flag)) {
+		if f.load != nil {
 			f.load(c, o)
 		}
+	}
+	// As kube-proxy: a non-blank --hostname-override wins over the file.
+	if strings.TrimSpace(hostname) != "" {
+		o.hostnameOverride = hostname
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	proxyconfig "k8s.io/kube-proxy/config/v1alpha1"
@@ -11,7 +13,7 @@ import (
 
 // fullConfig sets every KubeProxyConfiguration field kube-nftproxy reads in
 // ipvs mode, each to a value other than its default (bindAddress and
-// logging.flushFrequency, which it only writes, at the values it writes;
+// logging.flushFrequency, which it only accepts, at the values it writes;
 // nftables.masqueradeBit, a section ipvs mode does not read, at the
 // default kube-proxy writes there). In ipvs mode, as in kube-proxy, the
 // masquerade settings are iptables:'s, the sync periods ipvs:'s.
@@ -61,7 +63,7 @@ logging:
 // fullFlags gives every flag a --config setting maps to, each with a value
 // other than the default and than fullConfig's.
 var fullFlags = []string{
-	"--bind-address=0.0.0.0", "--hostname-override=node-b", "--cluster-cidr=10.245.0.0/16",
+	"--bind-address=10.9.8.7", "--hostname-override=node-b", "--cluster-cidr=10.245.0.0/16",
 	"--healthz-bind-address=127.0.0.1:30256", "--metrics-bind-address=127.0.0.1:30249", "--proxy-mode=nftables",
 	"--detect-local-mode=BridgeInterface", "--pod-bridge-interface=cbr0", "--pod-interface-name-prefix=cali",
 	"--nodeport-addresses=172.16.0.0/12", "--oom-score-adj=-100",
@@ -97,7 +99,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	if err := os.WriteFile(in, []byte(fullConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := writeEffective(t, "--config", in, "--feature-gates=LoggingAlphaOptions=true")
+	out := writeEffective(t, "--config", in)
 	want, err := decodeConfig([]byte(fullConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -108,19 +110,38 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 	mustEqualConfig(t, got, want)
 	// Written again, the effective configuration is the same.
-	if again := writeEffective(t, "--config", writeFile(t, out), "--feature-gates=LoggingAlphaOptions=true"); string(again) != string(out) {
+	if again := writeEffective(t, "--config", writeFile(t, out)); string(again) != string(out) {
 		t.Errorf("written twice, the configuration changed:\n%s\nthen\n%s", out, again)
 	}
 }
 
-// A flag given on the command line wins over the config file, for every
-// setting: the effective configuration is that of the flags alone.
-func TestConfigFlagsWin(t *testing.T) {
+// With --config, as in kube-proxy, the file replaces every setting: the
+// flags given are ignored, each with a warning naming it, but for
+// --hostname-override and the logging flags, which win over the file.
+func TestConfigIgnoresFlags(t *testing.T) {
 	in := writeFile(t, []byte(fullConfig))
-	flagsOnly := writeEffective(t, fullFlags...)
-	both := writeEffective(t, append([]string{"--config", in}, fullFlags...)...)
-	if string(both) != string(flagsOnly) {
-		t.Errorf("with --config, flags given lose:\n%s\nwant\n%s", both, flagsOnly)
+	kept := []string{"--hostname-override=node-b", "--logging-format=text", "--v=5",
+		"--log-text-split-stream", "--log-text-info-buffer-size=1Ki", "--log-json-split-stream", "--log-json-info-buffer-size=2Ki"}
+	want := writeEffective(t, append([]string{"--config", in}, kept...)...)
+	args := append([]string{"--config", in}, fullFlags...)
+	out := filepath.Join(t.TempDir(), "effective.yaml")
+	logs, err := run(append(args, "--write-config-to", out)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(out); string(got) != string(want) {
+		t.Errorf("with --config, the flags given were not all ignored:\n%s\nwant\n%s", got, want)
+	}
+	for _, f := range fullFlags {
+		name, _, _ := strings.Cut(f, "=")
+		warned := strings.Contains(logs, `"flag ignored: --config is given, as in kube-proxy; set it in the config file" flag="`+name+`"`)
+		if ignored := !slices.Contains(kept, f); warned != ignored {
+			t.Errorf("%s (ignored: %v): warned %v", f, ignored, warned)
+		}
+	}
+	// One example in full: the value given, and the file's in use.
+	if w := `flag="--proxy-mode" value="nftables" config="ipvs"`; !strings.Contains(logs, w) {
+		t.Errorf("no %s in:\n%s", w, logs)
 	}
 }
 

@@ -45,8 +45,8 @@ func TestConfigStrictDecoding(t *testing.T) {
 }
 
 // oomScoreAdj in --config and --oom-score-adj are one setting, as in
-// kube-proxy: default -999, the file's value, a flag given wins; written
-// back by --write-config-to.
+// kube-proxy: default -999, the file's value (a flag given is then
+// ignored, as kube-proxy ignores it); written back by --write-config-to.
 func TestOOMScoreAdjConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
@@ -60,7 +60,7 @@ func TestOOMScoreAdjConfig(t *testing.T) {
 		{nil, "oomScoreAdj: -999"},
 		{[]string{"--oom-score-adj=100"}, "oomScoreAdj: 100"},
 		{[]string{"--config", cfg}, "oomScoreAdj: -500"},
-		{[]string{"--config", cfg, "--oom-score-adj", "-1000"}, "oomScoreAdj: -1000"},
+		{[]string{"--config", cfg, "--oom-score-adj", "-1000"}, "oomScoreAdj: -500"},
 	} {
 		out := filepath.Join(dir, "out.yaml")
 		if _, err := run(append(tt.args, "--write-config-to", out)...); err != nil {

@@ -10,7 +10,8 @@ import (
 type kubeProxyConfig = proxyconfig.KubeProxyConfiguration
 
 // configField ties one flag to its KubeProxyConfiguration field: --config
-// takes the field, when the file sets it and the flag was not given, and
+// takes the field, when the file sets it (any flag for it given is
+// ignored, as kube-proxy ignores it), and
 // --write-config-to writes the effective value back. One list of them,
 // configFields, serves both, so a setting cannot be read and not written,
 // or the reverse.
@@ -20,9 +21,6 @@ type configField struct {
 	// nil pointer does not); nil for a field that is only written.
 	load  func(c *kubeProxyConfig, o *options)
 	store func(o *options, c *kubeProxyConfig)
-	// merge: the field loads even when the flag is given, to be merged
-	// under it (featureGates).
-	merge bool
 }
 
 // configFields are the settings --config and --write-config-to share.
@@ -38,9 +36,8 @@ func configFields() []configField {
 func generalFields() []configField {
 	type c = kubeProxyConfig
 	return []configField{
-		// bindAddress is written, but not taken from the file (as ever):
-		// kube-nftproxy only accepts it for compatibility.
-		{flag: "bind-address", store: func(o *options, c *kubeProxyConfig) { c.BindAddress = o.bindAddress }},
+		// bindAddress is only accepted for compatibility (and validated).
+		same("bind-address", func(o *options) *string { return &o.bindAddress }, func(c *c) *string { return &c.BindAddress }),
 		text("proxy-mode", func(o *options) *string { return &o.proxyMode }, func(c *c) *proxyconfig.ProxyMode { return &c.Mode }),
 		same("hostname-override", func(o *options) *string { return &o.hostnameOverride }, func(c *c) *string { return &c.HostnameOverride }),
 		same("cluster-cidr", func(o *options) *string { return &o.clusterCIDR }, func(c *c) *string { return &c.ClusterCIDR }),
@@ -120,14 +117,13 @@ func byMode(nftables, iptables configField, period bool) configField {
 	}
 }
 
-// featureGatesField is featureGates: the file's gates are kept apart, to be
-// merged gate by gate under --feature-gates (complete); the effective ones
-// are written.
+// featureGatesField is featureGates: the file's gates are kept apart (with
+// --config, --feature-gates is ignored, so they are the effective ones,
+// complete); the effective ones are written.
 func featureGatesField() configField {
 	return configField{
-		flag:  "feature-gates",
-		merge: true,
-		load:  func(c *kubeProxyConfig, o *options) { o.fileGates = c.FeatureGates },
+		flag: "feature-gates",
+		load: func(c *kubeProxyConfig, o *options) { o.fileGates = c.FeatureGates },
 		store: func(o *options, c *kubeProxyConfig) {
 			if len(o.gates) > 0 {
 				c.FeatureGates = o.gates

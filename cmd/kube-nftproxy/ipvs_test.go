@@ -135,13 +135,14 @@ ipvs:
 	}
 	c = effectiveConfig(t, "--config", file, "--ipvs-scheduler", "mh", "--ipvs-sync-period", "45s", "--ipvs-min-sync-period", "0",
 		"--ipvs-exclude-cidrs", "10.0.0.0/8", "--ipvs-udp-timeout", "10s")
-	if c.IPVS.Scheduler != "mh" || c.IPVS.SyncPeriod.Duration != 45*time.Second || c.IPVS.MinSyncPeriod.Duration != 0 ||
-		strings.Join(c.IPVS.ExcludeCIDRs, ",") != "10.0.0.0/8" || c.IPVS.UDPTimeout.Duration != 10*time.Second ||
+	// As kube-proxy, the flags given with --config are ignored.
+	if c.IPVS.Scheduler != "wlc" || c.IPVS.SyncPeriod.Duration != time.Minute || c.IPVS.MinSyncPeriod.Duration != 2*time.Second ||
+		strings.Join(c.IPVS.ExcludeCIDRs, ",") != "192.168.0.0/16" || c.IPVS.UDPTimeout.Duration != 300*time.Second ||
 		c.IPVS.TCPTimeout.Duration != 900*time.Second {
-		t.Errorf("flags over the file: %+v", c.IPVS)
+		t.Errorf("flags with the file: %+v", c.IPVS)
 	}
-	if c := effectiveConfig(t, "--config", file, "--proxy-mode", "nftables"); c.Mode != "nftables" {
-		t.Errorf("--proxy-mode over the file's mode: %q", c.Mode)
+	if c := effectiveConfig(t, "--config", file, "--proxy-mode", "nftables"); c.Mode != "ipvs" {
+		t.Errorf("--proxy-mode with the file's mode: %q", c.Mode)
 	}
 	// A bad value in the file is refused like the flag.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

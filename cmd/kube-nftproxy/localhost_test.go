@@ -56,8 +56,9 @@ func TestIPTablesMode(t *testing.T) {
 		{name: "config nftables block", args: []string{"--config", file("nft.yaml", "mode: nftables\n"+blocks)}, bit: 12, sync: 50 * time.Second},
 		{name: "config nftables with localhost", args: []string{"--config", file("nftlh.yaml", "mode: nftables\niptables: {localhostNodePorts: true}\n")},
 			bit: 14, sync: 30 * time.Second, log: "applies in iptables mode only; ignored"},
-		{name: "flag over config", args: []string{"--config", file("ipt2.yaml", "mode: iptables\n"+blocks), "--iptables-localhost-nodeports=true"},
-			localhost: true, masqAll: true, bit: 9, sync: 40 * time.Second},
+		{name: "flags ignored with config", args: []string{"--config", file("ipt2.yaml", "mode: iptables\n"+blocks), "--iptables-localhost-nodeports=true",
+			"--iptables-masquerade-bit=3", "--proxy-mode=nftables"},
+			masqAll: true, bit: 9, sync: 40 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, logs := parseOptions(t, tc.args...)

@@ -339,14 +339,15 @@ func TestKlogLinesInFormat(t *testing.T) {
 
 // --config's `logging:` block as kube-proxy takes it: every setting of it
 // (vmodule and flushFrequency too) applies, each logging flag given wins,
-// and --write-config-to writes the effective block.
+// and --write-config-to writes the effective block. The feature gates are
+// the file's: --feature-gates is ignored with --config, as in kube-proxy.
 func TestLoggingConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
 	out := filepath.Join(dir, "effective.yaml")
-	write := func(logging string) {
+	write := func(gates, logging string) {
 		t.Helper()
-		body := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nlogging:\n" + logging
+		body := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" + gates + "logging:\n" + logging
 		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -368,18 +369,23 @@ func TestLoggingConfigFile(t *testing.T) {
 		return fmt.Sprintf("format=%s v=%d vmodule=%v flush=%s text=%t/%s json=%t/%s", l.Format, l.Verbosity, l.VModule, l.FlushFrequency.Duration.Duration,
 			l.Options.Text.SplitStream, l.Options.Text.InfoBufferSize.String(), l.Options.JSON.SplitStream, l.Options.JSON.InfoBufferSize.String()), nil
 	}
-	write("  verbosity: 3\n  vmodule: [{filePattern: server, verbosity: 5}]\n  flushFrequency: 1s\n  options:\n    text: {splitStream: true, infoBufferSize: 2Ki}\n")
+	const gated = "featureGates: {LoggingAlphaOptions: true}\n"
+	const block = "  verbosity: 3\n  vmodule: [{filePattern: server, verbosity: 5}]\n  flushFrequency: 1s\n  options:\n    text: {splitStream: true, infoBufferSize: 2Ki}\n"
 	tests := []struct {
+		gates         string
 		args          []string
 		want, wantErr string
 	}{
-		{args: []string{"--feature-gates=LoggingAlphaOptions=true"}, want: "format=text v=3 vmodule=[{server 5}] flush=1s text=true/2Ki json=false/0"},
-		{args: []string{"--feature-gates=LoggingAlphaOptions=true", "-v=5", "--vmodule=loop=4,healthcheck=2", "--log-flush-frequency=3s", "--log-text-info-buffer-size=0"},
+		{gates: gated, want: "format=text v=3 vmodule=[{server 5}] flush=1s text=true/2Ki json=false/0"},
+		{gates: gated, args: []string{"-v=5", "--vmodule=loop=4,healthcheck=2", "--log-flush-frequency=3s", "--log-text-info-buffer-size=0"},
 			want: "format=text v=5 vmodule=[{loop 4} {healthcheck 2}] flush=3s text=true/0 json=false/0"},
 		{args: nil, wantErr: "logging.options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled"},
-		{args: []string{"--feature-gates=LoggingAlphaOptions=true", "--logging-format=json"}, wantErr: "logging.vmodule: Forbidden: Only supported for text log format"},
+		// The flag's gate does not count with --config.
+		{args: []string{"--feature-gates=LoggingAlphaOptions=true"}, wantErr: "logging.options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled"},
+		{gates: gated, args: []string{"--logging-format=json"}, wantErr: "logging.vmodule: Forbidden: Only supported for text log format"},
 	}
 	for _, tt := range tests {
+		write(tt.gates, block)
 		got, err := effective(tt.args...)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -392,7 +398,7 @@ func TestLoggingConfigFile(t *testing.T) {
 		}
 	}
 	// An empty block is component-base's defaults.
-	write("  {}\n")
+	write("", "  {}\n")
 	if got, err := effective(); err != nil || got != "format=text v=0 vmodule=[] flush=5s text=false/0 json=false/0" {
 		t.Errorf("empty logging block: %s, %v", got, err)
 	}

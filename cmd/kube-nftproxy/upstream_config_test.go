@@ -37,43 +37,62 @@ func kubeadmConfig(t *testing.T) string {
 
 const configHead = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
 
+// undefaultedKubeadmConfig is config.conf as kubeadm 1.37 writes it: zero
+// values and nulls where kube-proxy's defaulting has not run.
+func undefaultedKubeadmConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("testdata/kubeadm-config.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
 // The same config file (and flags) give the same --write-config-to from
 // kube-proxy and from us, field by field.
 func TestWriteConfigAsUpstream(t *testing.T) {
 	needUpstream(t)
+	const nftablesConfig = configHead + "mode: nftables\nnftables: {masqueradeAll: true, syncPeriod: 40s}\nclusterCIDR: 10.244.0.0/16\n"
 	for _, tc := range []struct {
 		name, config string
 		args         []string
-		// differ: fields that differ on purpose, documented in
-		// docs/configuration.md: in nftables mode kube-proxy defaults
-		// nodePortAddresses to [primary], we keep all node addresses.
-		differ []string
 	}{
 		{name: "no config"},
 		{name: "kubeadm iptables", config: "kubeadm"},
+		{name: "kubeadm undefaulted", config: "kubeadm-undefaulted"},
 		{name: "empty mode with iptables block", config: configHead + "mode: \"\"\niptables: {masqueradeAll: true, masqueradeBit: 15, syncPeriod: 20s, minSyncPeriod: 2s}\nconfigSyncPeriod: 5m\n"},
-		{name: "nftables", config: configHead + "mode: nftables\nnftables: {masqueradeAll: true, syncPeriod: 40s}\nclusterCIDR: 10.244.0.0/16\n", differ: []string{"nodePortAddresses"}},
+		{name: "nftables", config: nftablesConfig},
+		{name: "nftables flag", args: []string{"--proxy-mode=nftables"}},
 		{name: "nftables with addresses", config: configHead + "mode: nftables\nnodePortAddresses: [primary, localhost, 10.0.0.0/8]\n"},
 		{name: "ipvs", config: configHead + "mode: ipvs\nipvs: {scheduler: wrr, syncPeriod: 1m, excludeCIDRs: [10.9.0.0/16]}\n"},
 		{name: "feature gates", config: configHead + "featureGates: {KubeProxyNFTablesLocalhostNodePorts: true, LoggingBetaOptions: false, NFTablesProxyMode: true}\n"},
 		{name: "flags", args: []string{"--proxy-mode=ipvs", "--ipvs-scheduler=lc", "--nodeport-addresses=all", "--config-sync-period=3m",
 			"--masquerade-all", "--feature-gates=LoggingAlphaOptions=true", "--hostname-override=Node-A"}},
 		{name: "hostname flag over config", config: configHead + "hostnameOverride: file-node\n", args: []string{"--hostname-override=flag-node"}},
+		// With --config every other flag is ignored, but the logging ones.
+		{name: "flags ignored with config", config: nftablesConfig, args: []string{"--proxy-mode=ipvs", "--ipvs-scheduler=lc",
+			"--nodeport-addresses=all", "--config-sync-period=3m", "--masquerade-all=false", "--iptables-sync-period=10s",
+			"--cluster-cidr=10.9.0.0/16", "--feature-gates=LoggingAlphaOptions=true", "--oom-score-adj=5", "--kube-api-burst=99",
+			"--bind-address=10.1.2.3", "--healthz-bind-address=127.0.0.1:1", "--conntrack-max-per-core=7", "--iptables-localhost-nodeports=false",
+			"--hostname-override=Flag-Node", "--v=4", "--logging-format=json"}},
+		{name: "flags ignored with undefaulted kubeadm config", config: "kubeadm-undefaulted", args: []string{"--proxy-mode=nftables",
+			"--kube-api-qps=50", "--metrics-bind-address=0.0.0.0:10249", "--conntrack-tcp-timeout-established=1h", "--config-sync-period=1m",
+			"--hostname-override=node-1", "--v=2"}},
+		{name: "empty hostname flag keeps config's", config: configHead + "hostnameOverride: file-node\n", args: []string{"--hostname-override="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
-			if tc.config == "kubeadm" {
+			switch tc.config {
+			case "kubeadm":
 				tc.config = kubeadmConfig(t)
+			case "kubeadm-undefaulted":
+				tc.config = undefaultedKubeadmConfig(t)
 			}
 			if tc.config != "" {
 				args = append([]string{"--config", writeFile(t, []byte(tc.config))}, args...)
 			}
 			theirs := upstreamWriteConfig(t, args...)
 			ours := decodeYAMLMap(t, writeEffective(t, args...))
-			for _, k := range tc.differ {
-				delete(theirs, k)
-				delete(ours, k)
-			}
 			compareMaps(t, "", theirs, ours)
 		})
 	}

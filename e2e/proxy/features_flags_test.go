@@ -152,8 +152,10 @@ func TestFlagsDetectLocal(t *testing.T) {
 
 // TestFlagsNodePortAddresses: NodePorts answer on the node addresses the
 // flag selects; on another node address (10.98.0.1, fd00:98::1 on ext0)
-// the node refuses the connection itself. Without the flag, every node
-// address serves NodePorts: the control that the second address works.
+// the node refuses the connection itself. Without the flag, nftables mode
+// serves the Node's primary addresses only, as kube-proxy's; with "all",
+// every node address serves NodePorts: the control that the second
+// address works.
 func TestFlagsNodePortAddresses(t *testing.T) {
 	needRoot(t)
 	for _, tc := range []struct {
@@ -163,7 +165,8 @@ func TestFlagsNodePortAddresses(t *testing.T) {
 		restricted [2]bool
 		note       string // logged if the case fails
 	}{
-		{"Default", nil, [2]bool{false, false}, ""},
+		{"Default", nil, [2]bool{true, true}, "nftables mode's default is primary, as kube-proxy's"},
+		{"All", []string{"--nodeport-addresses", "all"}, [2]bool{false, false}, ""},
 		{"CIDRs", []string{"--nodeport-addresses", "10.99.0.0/24,fd00:99::/64"}, [2]bool{true, true}, ""},
 		// The Node object's InternalIPs: 10.99.0.1 and fd00:99::1.
 		{"Primary", []string{"--nodeport-addresses", "primary"}, [2]bool{true, true}, ""},

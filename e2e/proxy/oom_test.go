@@ -13,8 +13,8 @@ import (
 )
 
 // TestOOMScoreAdj: the real binary sets its oom_score_adj at start from
-// --oom-score-adj or oomScoreAdj in --config (the flag wins), -999 by
-// default, as kube-proxy. Lowering it needs CAP_SYS_RESOURCE: without it
+// --oom-score-adj or oomScoreAdj in --config (which, as in kube-proxy,
+// makes the process ignore the flag, with a warning), -999 by default. Lowering it needs CAP_SYS_RESOURCE: without it
 // (as in some CI containers, and the DaemonSet in deploy/), the value stays
 // and the proxy says why at --v=2, as kube-proxy does, and runs on.
 func TestOOMScoreAdj(t *testing.T) {
@@ -23,7 +23,10 @@ func TestOOMScoreAdj(t *testing.T) {
 	state := t.TempDir()
 	copyDir(t, exampleState, state)
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfg, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\noomScoreAdj: -500\n"), 0o644); err != nil {
+	// The settings proxyCommand gives as flags, which --config overrides.
+	body := fmt.Sprintf("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n"+
+		"clusterCIDR: %s\nnftables: {minSyncPeriod: 100ms}\noomScoreAdj: -500\n", clusterCIDRs())
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	inherited, err := os.ReadFile("/proc/self/oom_score_adj")
@@ -33,10 +36,11 @@ func TestOOMScoreAdj(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		want int
+		warn string // a warning the proxy logs
 	}{
-		{nil, -999},
-		{[]string{"--config", cfg}, -500},
-		{[]string{"--config", cfg, "--oom-score-adj", "300"}, 300},
+		{nil, -999, ""},
+		{[]string{"--config", cfg}, -500, ""},
+		{[]string{"--config", cfg, "--oom-score-adj", "300"}, -500, `flag="--oom-score-adj" value="300" config="-500"`},
 	} {
 		t.Run(strings.Join(append([]string{"args"}, tt.args...), " "), func(t *testing.T) {
 			p := startProxy(t, sb, state, append([]string{"--v=2"}, tt.args...)...)
@@ -63,6 +67,9 @@ func TestOOMScoreAdj(t *testing.T) {
 			}
 			if strings.TrimSpace(string(got)) != want {
 				t.Errorf("oom_score_adj %q; want %s", got, want)
+			}
+			if tt.warn != "" && !slices.ContainsFunc(p.log.lines(), func(l string) bool { return strings.Contains(l, tt.warn) }) {
+				t.Errorf("no warning %s", tt.warn)
 			}
 			p.stop(t)
 		})

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,8 +53,19 @@ func NodeInfo(node *corev1.Node) (proxier.Node, error) {
 		}
 	}
 
-	for i, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+	// InternalIPs first, then ExternalIPs, as kube-proxy's GetNodeHostIPs
+	// orders them: the first of each family is the node's primary one
+	// (--nodeport-addresses primary).
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		out.IPs = appendNodeIPs(out.IPs, node.Status.Addresses, typ, p)
+	}
+	return out, p.err()
+}
+
+// appendNodeIPs appends the node's addresses of type typ to ips, once each.
+func appendNodeIPs(ips []netip.Addr, addrs []corev1.NodeAddress, typ corev1.NodeAddressType, p *problems) []netip.Addr {
+	for i, a := range addrs {
+		if a.Type != typ {
 			continue // hostnames and DNS names are not addresses
 		}
 		ip, err := parseIP(a.Address)
@@ -61,9 +73,9 @@ func NodeInfo(node *corev1.Node) (proxier.Node, error) {
 			p.add("status.addresses[%d] (%s): %v, dropped", i, a.Type, err)
 			continue
 		}
-		if !slices.Contains(out.IPs, ip) {
-			out.IPs = append(out.IPs, ip)
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
 		}
 	}
-	return out, p.err()
+	return ips
 }

@@ -30,15 +30,17 @@ spec:
 status:
   addresses:
   - {type: Hostname, address: node-1}
-  - {type: InternalIP, address: 10.99.0.1}
   - {type: ExternalIP, address: 192.0.2.1}
+  - {type: InternalIP, address: 10.99.0.1}
   - {type: InternalIP, address: "fd00:99::1"}
   - {type: InternalDNS, address: node-1.cluster.local}
   - {type: InternalIP, address: 10.99.0.1}`,
 		want: proxier.Node{
 			Name: "node-1", Zone: "zone-a",
 			PodCIDRs: sourcetest.Prefixes("10.244.0.0/24", "fd00:10:244::/64"),
-			IPs:      sourcetest.Addrs("10.99.0.1", "192.0.2.1", "fd00:99::1"),
+			// InternalIPs first, as kube-proxy's GetNodeHostIPs: the
+			// first of a family is the primary one.
+			IPs: sourcetest.Addrs("10.99.0.1", "fd00:99::1", "192.0.2.1"),
 		},
 	}, {
 		name: "single podCIDR, no zone",
