@@ -40,6 +40,23 @@ func runWatched(ctx context.Context, o *options, log *slog.Logger) error {
 // content is no longer loaded. A file that cannot be read (mid-swap) is
 // read again at the next tick.
 func watchConfigFile(ctx context.Context, path string, loaded []byte, period time.Duration, changed context.CancelCauseFunc, log *slog.Logger) {
+	tickUntil(ctx, period, func() bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			log.Debug("could not read the --config file; trying again", "file", path, "err", err)
+			return false
+		}
+		if bytes.Equal(data, loaded) {
+			return false
+		}
+		log.Info("the --config file changed; exiting so that the new configuration is loaded", "file", path)
+		changed(fmt.Errorf("%w: %s", errConfigChanged, path))
+		return true
+	})
+}
+
+// tickUntil calls done every period until it returns true or ctx ends.
+func tickUntil(ctx context.Context, period time.Duration, done func() bool) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -48,14 +65,7 @@ func watchConfigFile(ctx context.Context, path string, loaded []byte, period tim
 			return
 		case <-t.C:
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			log.Debug("could not read the --config file; trying again", "file", path, "err", err)
-			continue
-		}
-		if !bytes.Equal(data, loaded) {
-			log.Info("the --config file changed; exiting so that the new configuration is loaded", "file", path)
-			changed(fmt.Errorf("%w: %s", errConfigChanged, path))
+		if done() {
 			return
 		}
 	}

@@ -233,21 +233,13 @@ func bindServer(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard,
 		return fmt.Errorf("%w (--bind-address-hard-fail)", err)
 	}
 	log.Error("could not start the "+what+" server; retrying every "+retryBindEvery.String(), "err", err)
-	go func() {
-		t := time.NewTicker(retryBindEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if ln, err := net.Listen("tcp", addr); err == nil {
-				serveOn(ctx, log, guard, what, ln, h)
-				return
-			}
+	go tickUntil(ctx, retryBindEvery, func() bool {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			serveOn(ctx, log, guard, what, ln, h)
 		}
-	}()
+		return err == nil
+	})
 	return nil
 }
 

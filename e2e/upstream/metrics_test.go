@@ -108,22 +108,13 @@ func startPair(t *testing.T, mode string, extra ...string) *proxyPair {
 		t.Fatal(err)
 	}
 	bin := legacyBin(t, dir)
-	apiNS, upNS, ouNS := netns(t, "knp-api-"), netns(t, "knp-up-"), netns(t, "knp-ou-")
-	link(t, apiNS, upNS, "10.123.1.1", "10.123.1.2")
-	link(t, apiNS, ouNS, "10.123.2.1", "10.123.2.2")
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	srv, err := apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: apiNS, ExtraArgs: []string{"--bind-address=0.0.0.0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &testEnv{t: t, dir: dir, srv: srv, ours: ours, upNS: upNS, ouNS: ouNS}
+	e := newTestEnv(t, dir, ours)
 	createObjects(e)
 	taken := map[int]bool{}
 	side := func(name, ns, binary, apiAddr string, env []string) *endpoint {
 		p := &endpoint{name: name, client: &http.Client{Transport: &http.Transport{DialContext: apiserver.DialerInNetNS(ns)}},
 			metrics: fmt.Sprintf("127.0.0.1:%d", freePort(t, ns, taken)), health: fmt.Sprintf("127.0.0.1:%d", freePort(t, ns, taken))}
-		args := append([]string{binary, "--proxy-mode=" + mode, "--kubeconfig", kubeconfigVia(t, srv, apiAddr, dir),
+		args := append([]string{binary, "--proxy-mode=" + mode, "--kubeconfig", kubeconfigVia(t, e.srv, apiAddr, dir),
 			"--hostname-override", localNode, "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
 			"--metrics-bind-address", p.metrics, "--healthz-bind-address", p.health,
 			"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
@@ -131,9 +122,9 @@ func startPair(t *testing.T, mode string, extra ...string) *proxyPair {
 		p.proc = start(t, name, ns, filepath.Join(dir, name+".log"), env, args...)
 		return p
 	}
-	pair := &proxyPair{srv: srv, dir: dir,
-		up:   side("kube-proxy", upNS, kubeProxy, "10.123.1.1", []string{"PATH=" + bin + ":" + os.Getenv("PATH")}),
-		ours: side("kube-nftproxy", ouNS, ours, "10.123.2.1", nil)}
+	pair := &proxyPair{srv: e.srv, dir: dir,
+		up:   side("kube-proxy", e.upNS, kubeProxy, "10.123.1.1", []string{"PATH=" + bin + ":" + os.Getenv("PATH")}),
+		ours: side("kube-nftproxy", e.ouNS, ours, "10.123.2.1", nil)}
 	for _, p := range []*endpoint{pair.up, pair.ours} {
 		waitFor(t, p, 90*time.Second, "two syncs", func() bool { return p.syncs(t) >= 2 })
 	}

@@ -283,6 +283,22 @@ func (e *testEnv) saveObjects(dir string) {
 // servicePortLine matches a Service port's line of diff's report.
 var servicePortLine = regexp.MustCompile(`^\S+ (tcp|udp|sctp)( \(IPv6\))?: `)
 
+// newTestEnv starts a real API server in a namespace of its own, linked
+// to one namespace for upstream's kube-proxy and one for ours; the API
+// server and the namespaces last as long as the test.
+func newTestEnv(t *testing.T, dir, ours string) *testEnv {
+	apiNS, upNS, ouNS := netns(t, "knp-api-"), netns(t, "knp-up-"), netns(t, "knp-ou-")
+	link(t, apiNS, upNS, "10.123.1.1", "10.123.1.2")
+	link(t, apiNS, ouNS, "10.123.2.1", "10.123.2.2")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	srv, err := apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: apiNS, ExtraArgs: []string{"--bind-address=0.0.0.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{t: t, dir: dir, srv: srv, ours: ours, upNS: upNS, ouNS: ouNS}
+}
+
 // TestUpstreamIPTablesDiff: upstream kube-proxy v1.37.1 in iptables mode and
 // kube-nftproxy program the same Services (every feature: ClusterIP,
 // NodePort, LoadBalancer with source ranges, external IPs, affinity, both
@@ -310,18 +326,7 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 		}
 	}
 
-	apiNS := netns(t, "knp-api-")
-	upNS := netns(t, "knp-up-")
-	ouNS := netns(t, "knp-ou-")
-	link(t, apiNS, upNS, "10.123.1.1", "10.123.1.2")
-	link(t, apiNS, ouNS, "10.123.2.1", "10.123.2.2")
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	srv, err := apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: apiNS, ExtraArgs: []string{"--bind-address=0.0.0.0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &testEnv{t: t, dir: dir, srv: srv, ours: ours, upNS: upNS, ouNS: ouNS}
+	e := newTestEnv(t, dir, ours)
 
 	// The objects, before either proxy starts.
 	for _, n := range []*corev1.Node{
@@ -353,20 +358,20 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 
 	cidrs := "10.244.0.0/16,fd00:10:244::/48"
 	taken := map[int]bool{}
-	up := start(t, "kube-proxy", upNS, filepath.Join(dir, "kube-proxy.log"), []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
-		kubeProxy, "--proxy-mode=iptables", "--kubeconfig", kubeconfigVia(t, srv, "10.123.1.1", dir),
+	up := start(t, "kube-proxy", e.upNS, filepath.Join(dir, "kube-proxy.log"), []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
+		kubeProxy, "--proxy-mode=iptables", "--kubeconfig", kubeconfigVia(t, e.srv, "10.123.1.1", dir),
 		"--hostname-override", localNode, "--cluster-cidr", cidrs,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, upNS, taken)),
-		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, upNS, taken)),
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, e.upNS, taken)),
+		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, e.upNS, taken)),
 		// --iptables-localhost-nodeports: true, iptables mode's default,
 		// as ours in --proxy-mode=iptables.
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 		"--iptables-min-sync-period=100ms", "--v=2")
-	ou := start(t, "kube-nftproxy", ouNS, filepath.Join(dir, "kube-nftproxy.log"), nil,
-		ours, "--proxy-mode=iptables", "--kubeconfig", kubeconfigVia(t, srv, "10.123.2.1", dir),
+	ou := start(t, "kube-nftproxy", e.ouNS, filepath.Join(dir, "kube-nftproxy.log"), nil,
+		ours, "--proxy-mode=iptables", "--kubeconfig", kubeconfigVia(t, e.srv, "10.123.2.1", dir),
 		"--hostname-override", localNode, "--cluster-cidr", cidrs,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, ouNS, taken)),
-		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, ouNS, taken)),
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, e.ouNS, taken)),
+		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, e.ouNS, taken)),
 		"--iptables-min-sync-period=100ms")
 
 	// Both converge: every Service port equal, within a deadline.
