@@ -104,9 +104,16 @@ func goldenConfig(args []string) (Config, string, error) {
 	cfg.LocalhostNodePorts = mode == "iptables" && localhost
 	cfg.MasqueradeBit = uint(masqBit)
 	cfg.DetectLocal = proxier.LocalDetector{Mode: detect, BridgeInterface: bridge, InterfacePrefix: prefix}
+	if len(nodePortAddrs) == 0 && mode == "nftables" {
+		nodePortAddrs = []string{"primary"} // nftables mode's default, as kube-proxy's
+	}
 	for _, a := range nodePortAddrs {
-		if a == "primary" {
+		switch a {
+		case "primary":
 			cfg.NodePortPrimary = true
+			continue
+		case "all":
+			cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"))
 			continue
 		}
 		p, err := netip.ParsePrefix(a)

@@ -132,7 +132,7 @@ func (o *options) nftConfig() (nft.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--detect-local-mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", o.detectLocalMode)
 	}
-	prefixes, primary, err := parseNodePortAddresses(o.nodePortAddrs)
+	prefixes, primary, err := parseNodePortAddresses(o.effectiveNodePortAddrs())
 	if err != nil {
 		return cfg, err
 	}

@@ -126,10 +126,17 @@ func (o *options) effectiveNodePortAddrs() []string {
 
 // parseNodePortAddresses reads --nodeport-addresses as kube-proxy does: any
 // mix of CIDRs and the keywords primary (the Node object's addresses), all
-// and localhost.
+// and localhost, each keyword at most once.
 func parseNodePortAddresses(list []string) (prefixes []netip.Prefix, primary bool, err error) {
+	seen := map[string]bool{}
 	for _, a := range list {
 		a = strings.TrimSpace(a)
+		if _, keyword := nodePortKeywords[a]; keyword || a == nodePortPrimary {
+			if seen[a] {
+				return nil, false, fmt.Errorf("--nodeport-addresses: %q given twice", a)
+			}
+			seen[a] = true
+		}
 		if a == nodePortPrimary {
 			primary = true
 			continue

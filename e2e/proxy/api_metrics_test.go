@@ -203,6 +203,11 @@ func (a *apiEnv) fetchMetrics(ctx context.Context) (metrics, error) {
 			return nil, fmt.Errorf("/metrics line %q: %w", line, err)
 		}
 		m[line[:i]] = v
+		// Per-family series (ip_family="IPv4", ...) also add up under the
+		// family's name, for the families this test reads.
+		if name, labels, ok := strings.Cut(line[:i], "{"); ok && strings.HasPrefix(labels, `ip_family="`) && !strings.Contains(labels, ",") {
+			m[name] += v
+		}
 	}
 	return m, sc.Err()
 }

@@ -276,8 +276,8 @@ func TestFlagsBadValues(t *testing.T) {
 		{"NodePortAddressesBadPrefixLength", []string{"--nodeport-addresses", "10.0.0.0/33"}, []string{"--nodeport-addresses", "10.0.0.0/33"}},
 		{"NodePortAddressesNotACIDR", []string{"--nodeport-addresses", "10.99.0.1"}, []string{"--nodeport-addresses", "10.99.0.1"}},
 		{"NodePortAddressesBadIPv6", []string{"--nodeport-addresses", "fd00:99::/129"}, []string{"--nodeport-addresses", "fd00:99::/129"}},
-		// Upstream's validation: "can't use both 'primary' and CIDRs".
-		{"NodePortAddressesPrimaryAndCIDR", []string{"--nodeport-addresses", "primary,10.99.0.0/24"}, []string{"--nodeport-addresses", "primary"}},
+		// Upstream's validation: a keyword at most once.
+		{"NodePortAddressesKeywordTwice", []string{"--nodeport-addresses", "primary,10.99.0.0/24,primary"}, []string{"--nodeport-addresses", "primary"}},
 		{"MasqueradeBitTooBig", []string{"--iptables-masquerade-bit", "32"}, []string{"--iptables-masquerade-bit", "32"}},
 		{"MasqueradeBitNegative", []string{"--iptables-masquerade-bit", "-1"}, []string{"--iptables-masquerade-bit", "-1"}},
 		{"ClusterCIDRBad", []string{"--cluster-cidr", "10.244.0.0/40"}, []string{"--cluster-cidr", "10.244.0.0/40"}},

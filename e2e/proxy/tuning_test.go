@@ -133,7 +133,7 @@ func TestConntrackTuning(t *testing.T) {
 	switch {
 	case !maxWarning && len(warnings) != 0:
 		t.Errorf("tuning warnings %q, want none", warnings)
-	case maxWarning && (len(warnings) != 1 || !strings.Contains(warnings[0], "key=/proc/sys/"+tuningMaxKey) || !strings.Contains(warnings[0], "read-only")):
+	case maxWarning && (len(warnings) != 1 || !strings.Contains(warnings[0], `key="/proc/sys/`+tuningMaxKey+`"`) || !strings.Contains(warnings[0], "read-only")):
 		t.Errorf("tuning warnings %q, want one saying nf_conntrack_max is read-only", warnings)
 	}
 	// The proxy runs on: it synced (startProxy waited for it) and has its tables.
