@@ -77,7 +77,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	defer tick.Stop()
 	legacyEvery := max(1, int(LegacyCheckEvery/period))
 	ticks := 0
-	var last time.Time // the first change is looked at at once
+	var last time.Time         // the first change is looked at at once
 	var retry <-chan time.Time // with changes: after a failed cleanup
 	for {
 		legacyNow := false
