@@ -108,16 +108,18 @@ bench-scale:
 # over all threads) over KNP_IDLE_WINDOW in which nothing changes, as CPU
 # seconds per hour and wakeups per minute (root). One table, also written
 # to KNP_IDLE_OUT; ours' CPU profile of a second window in KNP_IDLE_PROFILE
-# (a directory) when set.
+# (a directory) when set. KNP_IDLE_BASELINE=path runs another build of
+# kube-nftproxy alongside (e.g. main's, to compare a change).
 KNP_IDLE_SIZES   ?= 10000
 KNP_IDLE_WINDOW  ?= 120s
 KNP_IDLE_SETTLE  ?= 45s
 KNP_IDLE_OUT     ?=
 KNP_IDLE_PROFILE ?=
+KNP_IDLE_BASELINE ?=
 bench-idle:
 	hack/kube-proxy/build.sh
 	KNP_IDLE_BENCH=1 KNP_IDLE_SIZES=$(KNP_IDLE_SIZES) KNP_IDLE_WINDOW=$(KNP_IDLE_WINDOW) \
-		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(KNP_IDLE_OUT) KNP_IDLE_PROFILE=$(KNP_IDLE_PROFILE) \
+		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(KNP_IDLE_OUT) KNP_IDLE_PROFILE=$(KNP_IDLE_PROFILE) KNP_IDLE_BASELINE=$(KNP_IDLE_BASELINE) \
 		KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesIdle$$' ./e2e/nftbench/
 

@@ -116,7 +116,7 @@ func (b *bench) idleArgv(kind string, apiSide netip.Addr, i int) ([]string, erro
 			argv = append(argv, a)
 		}
 	}
-	if kind == "ours" {
+	if kind != "upstream" {
 		argv = append(argv, "--profiling")
 	}
 	return argv, nil
@@ -337,7 +337,9 @@ func idleSettings(t *testing.T) (sizes []int, window, settle time.Duration) {
 // changes. KNP_IDLE_BENCH=1; KNP_IDLE_SIZES, KNP_IDLE_WINDOW,
 // KNP_IDLE_SETTLE, KNP_SCALE_PROXIES, KNP_SCALE_BOUND; the table also
 // written to KNP_IDLE_OUT, ours' CPU profile of a second window to the
-// directory KNP_IDLE_PROFILE.
+// directory KNP_IDLE_PROFILE. KNP_IDLE_BASELINE names another build of
+// kube-nftproxy (e.g. main's, to compare a change) run alongside as
+// "baseline", with ours' flags.
 func TestNFTablesIdle(t *testing.T) {
 	if os.Getenv("KNP_IDLE_BENCH") != "1" {
 		t.Skip("the idle benchmark runs with KNP_IDLE_BENCH=1 (make bench-idle): it takes many minutes")
@@ -346,10 +348,15 @@ func TestNFTablesIdle(t *testing.T) {
 	sizes, window, settle := idleSettings(t)
 	b := newBench(t, kubeProxy)
 	limit := bound(t)
+	kinds := proxies(t)
+	if base := os.Getenv("KNP_IDLE_BASELINE"); base != "" {
+		b.binaries["baseline"] = base
+		kinds = append(kinds, "baseline")
+	}
 	var rs []idleResult
 	for _, n := range sizes {
 		b.fill(n)
-		got, err := b.measureIdle(proxies(t), limit, settle, window, os.Getenv("KNP_IDLE_PROFILE"))
+		got, err := b.measureIdle(kinds, limit, settle, window, os.Getenv("KNP_IDLE_PROFILE"))
 		if err != nil {
 			t.Error(err)
 			continue
@@ -386,15 +393,15 @@ func formatIdle(rs []idleResult) string {
 			r.ToSynced.CPUSeconds+r.ToSynced.ChildCPUSeconds, r.ToSynced.ChildCPUSeconds)
 	}
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| Services x 10 | upstream / ours: CPU | wakeups |")
-	fmt.Fprintln(&b, "| --- | --- | --- |")
+	fmt.Fprintln(&b, "| Services x 10 | over ours | CPU | wakeups |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- |")
 	for _, r := range rs {
-		o, u := by["ours"][r.Services], by["upstream"][r.Services]
-		if r.Proxy != "ours" || u.Proxy == "" || o.Unfinished || u.Unfinished {
+		o := by["ours"][r.Services]
+		if r.Proxy == "ours" || r.Unfinished || o.Proxy == "" || o.Unfinished {
 			continue
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.Services, scale.Ratio(u.cpuPerHour(), o.cpuPerHour()),
-			scale.Ratio(u.wakeupsPerMinute(), o.wakeupsPerMinute()))
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", r.Services, r.Proxy, scale.Ratio(r.cpuPerHour(), o.cpuPerHour()),
+			scale.Ratio(r.wakeupsPerMinute(), o.wakeupsPerMinute()))
 	}
 	return b.String()
 }
