@@ -62,7 +62,7 @@ type idleProxy struct {
 	synced  bool
 	// toSynced is the activity when the first sync was seen.
 	toSynced scale.Activity
-	cleanup []func()
+	cleanup  []func()
 }
 
 func (ip *idleProxy) close() {
