@@ -186,7 +186,8 @@ func waitSynced(ctx context.Context, t *testing.T, ps []*idleProxy, bound time.D
 // waits for their first syncs, lets them settle, then reads their activity
 // at the start and end of one window, during which nothing changes and
 // nobody asks them anything. With profileDir set, ours is then profiled
-// over a second window (the profiler's own timer would skew the first).
+// over a second window of at most maxProfile (the profiler's own timer
+// would skew the first).
 func (b *bench) measureIdle(kinds []string, bound, settle, window time.Duration, profileDir string) ([]idleResult, error) {
 	ctx := b.t.Context()
 	var ps []*idleProxy
@@ -260,9 +261,14 @@ func (b *bench) measureIdle(kinds []string, bound, settle, window time.Duration,
 	return rs, nil
 }
 
-// profile writes a CPU profile of ours over window to dir and logs its top.
+// maxProfile bounds the profile's window: the metrics client gives up
+// after 10 minutes.
+const maxProfile = 2 * time.Minute
+
+// profile writes a CPU profile of ours over window (at most maxProfile) to
+// dir and logs its top.
 func (b *bench) profile(ctx context.Context, ip *idleProxy, window time.Duration, dir string) {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metricsAddr, int(window.Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metricsAddr, int(min(window, maxProfile).Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		b.t.Error(err)
