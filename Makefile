@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-ipvs bench-dataplane soak demo clean
+.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
 .PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults
 
 all: build
@@ -100,6 +100,28 @@ bench-scale:
 	KNP_SCALE_BENCH=1 KNP_SCALE_SIZES=$(KNP_SCALE_SIZES) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
 		KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) KNP_SCALE_OUT=$(KNP_SCALE_OUT) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesSideBySide$$' ./e2e/nftbench/
+
+# Idle cost: upstream kube-proxy v1.37.1 (nftables mode) and ours started at
+# once, each in its own node namespace against one real API server holding
+# N Services x 10 endpoints; after their first syncs and KNP_IDLE_SETTLE,
+# their CPU (utime+stime, children included) and wakeups (context switches
+# over all threads) over KNP_IDLE_WINDOW in which nothing changes, as CPU
+# seconds per hour and wakeups per minute (root). One table, also written
+# to KNP_IDLE_OUT; ours' CPU profile of a second window in KNP_IDLE_PROFILE
+# (a directory) when set. KNP_IDLE_BASELINE=path runs another build of
+# kube-nftproxy alongside (e.g. main's, to compare a change).
+KNP_IDLE_SIZES   ?= 10000
+KNP_IDLE_WINDOW  ?= 120s
+KNP_IDLE_SETTLE  ?= 45s
+KNP_IDLE_OUT     ?=
+KNP_IDLE_PROFILE ?=
+KNP_IDLE_BASELINE ?=
+bench-idle:
+	hack/kube-proxy/build.sh
+	KNP_IDLE_BENCH=1 KNP_IDLE_SIZES=$(KNP_IDLE_SIZES) KNP_IDLE_WINDOW=$(KNP_IDLE_WINDOW) \
+		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(KNP_IDLE_OUT) KNP_IDLE_PROFILE=$(KNP_IDLE_PROFILE) KNP_IDLE_BASELINE=$(KNP_IDLE_BASELINE) \
+		KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) \
+		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesIdle$$' ./e2e/nftbench/
 
 # The same in IPVS mode, each proxy in a fresh QEMU VM with real IPVS (root;
 # about an hour): e2e/ipvsbench, KNP_IPVS_BENCH_SIZES, KNP_IPVS_BENCH_BOUND.

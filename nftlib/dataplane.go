@@ -72,6 +72,20 @@ func (k *Kernel) Monitor() Watcher {
 	return k.Mon
 }
 
+// OtherChanges is signalled when another process than this Kernel
+// changes an nftables table that the change monitor does not watch (or the
+// monitor cannot tell which tables changed: lost events, a commit of ours
+// sent out of the notification group that another one raced), and closed
+// when the monitor stops. Nil while no monitor is open. It lets a reader
+// of other programs' tables look only when they change, rather than
+// polling; it costs nothing when nobody commits.
+func (k *Kernel) OtherChanges() <-chan struct{} {
+	if k.Mon == nil {
+		return nil
+	}
+	return k.Mon.others
+}
+
 func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
 	if k.Mon != nil {
 		return nil

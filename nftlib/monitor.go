@@ -33,6 +33,11 @@ type monitor struct {
 	// onMark, when set, is called (from the reader) when a table gets
 	// marked while none was.
 	onMark func()
+	// others is signalled (never blocking) when another process changed
+	// a table that is not watched, or events were lost; closed once the
+	// monitor stops (othersClosed, under Mu). See Kernel.OtherChanges.
+	others       chan struct{}
+	othersClosed bool
 
 	Mu     sync.Mutex
 	marked map[TableRef]bool
@@ -99,6 +104,7 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 		marked: map[TableRef]bool{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
+		others: make(chan struct{}, 1),
 	}
 	for _, t := range watch {
 		m.watch[t] = true
@@ -115,6 +121,12 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 // run reads notifications as they come, until the socket is closed.
 func (m *monitor) run(rc syscall.RawConn) {
 	defer close(m.done)
+	defer func() {
+		m.Mu.Lock()
+		m.othersClosed = true
+		close(m.others)
+		m.Mu.Unlock()
+	}()
 	err := rc.Read(func(fd uintptr) bool {
 		m.Mu.Lock()
 		before := m.pendingLocked()
@@ -148,6 +160,7 @@ func (m *monitor) drainLocked(fd int) bool {
 			// The kernel dropped notifications: we cannot say whose.
 			m.overruns++
 			m.all = true
+			m.otherLocked()
 			continue
 		case err != nil:
 			m.broken, m.all = true, true
@@ -163,6 +176,7 @@ func (m *monitor) parse(b []byte) {
 	msgs, err := syscall.ParseNetlinkMessage(b)
 	if err != nil {
 		m.all = true
+		m.otherLocked()
 		return
 	}
 	for _, msg := range msgs {
@@ -176,6 +190,7 @@ func (m *monitor) parse(b []byte) {
 		}
 		if typ>>8 != unix.NFNL_SUBSYS_NFTABLES || len(msg.Data) < NfgenLen {
 			m.all = true
+			m.otherLocked()
 			continue
 		}
 		if typ&0xff == unix.NFT_MSG_NEWGEN {
@@ -190,12 +205,27 @@ func (m *monitor) parse(b []byte) {
 		})
 		if !ok || !found {
 			m.all = true
+			m.otherLocked()
 			continue
 		}
 		t := TableRef{Family(msg.Data[0]), table}
 		if m.watch[t] {
 			m.marked[t] = true
+		} else {
+			m.otherLocked()
 		}
+	}
+}
+
+// otherLocked signals others: another process changed a table we do not
+// watch, or we cannot tell which tables changed.
+func (m *monitor) otherLocked() {
+	if m.othersClosed {
+		return
+	}
+	select {
+	case m.others <- struct{}{}:
+	default:
 	}
 }
 
@@ -275,6 +305,7 @@ func (m *monitor) SetMember(join bool) error {
 func (m *monitor) MarkAll() {
 	m.Mu.Lock()
 	m.all = true
+	m.otherLocked()
 	m.Mu.Unlock()
 }
 
@@ -320,3 +351,6 @@ func (c *ChangeMonitor) Take() (changed []TableRef, all bool) {
 
 // Close stops following changes.
 func (c *ChangeMonitor) Close() error { return c.m.close() }
+
+// OtherChanges is Kernel.OtherChanges for this monitor.
+func (c *ChangeMonitor) OtherChanges() <-chan struct{} { return c.m.others }

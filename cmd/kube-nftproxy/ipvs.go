@@ -205,7 +205,11 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Con
 		// soon as the change monitor sees another process change them.
 		CheckEvery: o.ipvs.syncPeriod,
 		Watch: func(onChange func()) (ipvs.ChangeMonitor, error) {
-			return k.WatchTables(ipvs.HelperTableRefs(), onChange)
+			m, err := k.WatchTables(ipvs.HelperTableRefs(), onChange)
+			if err == nil {
+				hooks.others = m.OtherChanges
+			}
+			return m, err
 		},
 		Log: log,
 		// Draining real servers are checked at the times it asks for;

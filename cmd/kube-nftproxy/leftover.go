@@ -19,6 +19,10 @@ type upstreamCleanup struct {
 	log     *slog.Logger
 	metrics *leftover.Metrics
 	once    sync.Once
+	// changes, when set, returns the change monitor's signal of other
+	// processes' nftables changes: the watcher looks on those rather than
+	// every second.
+	changes func() <-chan struct{}
 }
 
 // newUpstreamCleanup prepares the removal of what upstream kube-proxy left
@@ -47,6 +51,9 @@ func (u *upstreamCleanup) afterSync(ctx context.Context) {
 		}
 		u.metrics.Observe(res)
 		w := &leftover.Watcher{Config: u.cfg, Log: u.log, Metrics: u.metrics}
+		if u.changes != nil {
+			w.Changes = u.changes()
+		}
 		go w.Run(ctx)
 	})
 }

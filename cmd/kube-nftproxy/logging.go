@@ -113,7 +113,24 @@ func startLogging(c *logsapi.LoggingConfiguration, gates map[string]bool, stdout
 	if err := logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, fg); err != nil {
 		return nil, nil, fmt.Errorf("starting logging: %w", err)
 	}
+	if !buffered(c) {
+		// Nothing to flush: the daemon would only wake the process
+		// every --log-flush-frequency (5 s) for nothing.
+		klog.StopFlushDaemon()
+	}
 	return klogSlog(), klog.Flush, nil
+}
+
+// buffered reports whether c's output holds messages back until a flush:
+// only a split stream's info buffer (--log-{text,json}-info-buffer-size)
+// does; the text and JSON formats write everything else at once.
+func buffered(c *logsapi.LoggingConfiguration) bool {
+	switch c.Format {
+	case logsapi.DefaultLogFormat, logsapi.JSONLogFormat:
+		text, json := c.Options.Text, c.Options.JSON
+		return (text.SplitStream && text.InfoBufferSize.Value() > 0) || (json.SplitStream && json.InfoBufferSize.Value() > 0)
+	}
+	return true // a format we do not know: flush as configured
 }
 
 // slogCallDepth is how many more frames a call through *slog.Logger has

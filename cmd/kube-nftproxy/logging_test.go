@@ -403,3 +403,40 @@ func TestLoggingConfigFile(t *testing.T) {
 		t.Errorf("empty logging block: %s, %v", got, err)
 	}
 }
+
+// TestBufferedLogging: the flush daemon is kept only where an output holds
+// messages back (a split stream's info buffer) or the format is unknown.
+func TestBufferedLogging(t *testing.T) {
+	withBuffer := func(c *logsapi.LoggingConfiguration, json bool) {
+		if json {
+			c.Options.JSON.SplitStream = true
+			_ = c.Options.JSON.InfoBufferSize.Set("64Ki")
+			return
+		}
+		c.Options.Text.SplitStream = true
+		_ = c.Options.Text.InfoBufferSize.Set("64Ki")
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(*logsapi.LoggingConfiguration)
+		want  bool
+	}{
+		{"text default", func(*logsapi.LoggingConfiguration) {}, false},
+		{"text split stream, no buffer", func(c *logsapi.LoggingConfiguration) { c.Options.Text.SplitStream = true }, false},
+		{"text split stream with buffer", func(c *logsapi.LoggingConfiguration) { withBuffer(c, false) }, true},
+		{"json default", func(c *logsapi.LoggingConfiguration) { c.Format = logsapi.JSONLogFormat }, false},
+		{"json split stream with buffer", func(c *logsapi.LoggingConfiguration) {
+			c.Format = logsapi.JSONLogFormat
+			withBuffer(c, true)
+		}, true},
+		{"unknown format", func(c *logsapi.LoggingConfiguration) { c.Format = "other" }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := logsapi.NewLoggingConfiguration()
+			tc.setup(c)
+			if got := buffered(c); got != tc.want {
+				t.Errorf("buffered = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

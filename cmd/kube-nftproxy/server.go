@@ -157,6 +157,18 @@ type backendHooks struct {
 	syncAt  func(time.Time)
 	changed func()
 	drift   func(table string, diffs []string)
+	// others is the change monitor's signal of other processes' nftables
+	// changes (nftlib.Kernel.OtherChanges), once the backend opened it.
+	others func() <-chan struct{}
+}
+
+// OtherChanges is the change monitor's signal of other processes'
+// nftables changes; nil when there is none.
+func (h *backendHooks) OtherChanges() <-chan struct{} {
+	if h.others == nil {
+		return nil
+	}
+	return h.others()
 }
 
 // SyncAt asks the loop for a sync at t (IPVS: draining real servers).
@@ -196,6 +208,7 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 	if err != nil {
 		return nil, err
 	}
+	hooks.others = s.kernel.OtherChanges
 	return &modeBackend{Backend: b, hooks: hooks}, nil
 }
 
@@ -225,6 +238,7 @@ func (s *proxyServer) observe(ctx context.Context) error {
 	s.metrics = proxier.NewModeMetrics(s.o.modeName())
 	// kube-proxy's leftovers go after our first sync (afterSync below).
 	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
+	s.upstream.changes = s.backend.hooks.OtherChanges
 	s.health.Answered = s.metrics.CountProbe
 	s.loop.OnQueued = func() {
 		s.health.Queued()

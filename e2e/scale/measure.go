@@ -186,3 +186,60 @@ func Sizes(spec string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// Activity is a running process's CPU time and context switches so far,
+// over all its threads: what an idle process costs the node.
+type Activity struct {
+	// CPUSeconds is its own user+system time (all threads);
+	// ChildCPUSeconds that of the children it has waited for.
+	CPUSeconds, ChildCPUSeconds float64
+	// Switches is the sum over its threads of voluntary and involuntary
+	// context switches: each is a wakeup of one of them (a thread that
+	// has exited is no longer counted; a Go program's rarely exit).
+	Switches int64
+}
+
+// ProcessActivity reads a running process's Activity from /proc.
+func ProcessActivity(pid int) (Activity, error) {
+	u, err := ProcessUsage(pid)
+	if err != nil {
+		return Activity{}, err
+	}
+	a := Activity{CPUSeconds: u.CPUSeconds, ChildCPUSeconds: u.ChildCPUSeconds}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return Activity{}, err
+	}
+	for _, t := range tasks {
+		status, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread has just exited
+		}
+		a.Switches += parseSwitches(string(status))
+	}
+	return a, nil
+}
+
+// parseSwitches sums voluntary_ctxt_switches and nonvoluntary_ctxt_switches
+// in a /proc/<pid>/task/<tid>/status text.
+func parseSwitches(status string) int64 {
+	var n int64
+	for _, l := range strings.Split(status, "\n") {
+		name, value, ok := strings.Cut(l, ":")
+		if !ok || (name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches") {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		if err == nil {
+			n += v
+		}
+	}
+	return n
+}
+
+// Minus is the activity between before and a.
+func (a Activity) Minus(before Activity) Activity {
+	return Activity{CPUSeconds: a.CPUSeconds - before.CPUSeconds,
+		ChildCPUSeconds: a.ChildCPUSeconds - before.ChildCPUSeconds, Switches: a.Switches - before.Switches}
+}

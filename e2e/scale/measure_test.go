@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,25 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, err := parseStat("1234 (short) S 1 2"); err == nil {
 		t.Error("a short line parsed")
+	}
+}
+
+func TestParseSwitches(t *testing.T) {
+	status := "Name:\tkube-proxy\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n"
+	if got := parseSwitches(status); got != 127 {
+		t.Errorf("parseSwitches = %d, want 127", got)
+	}
+	if got := parseSwitches("Name:\tx\n"); got != 0 {
+		t.Errorf("parseSwitches without the fields = %d, want 0", got)
+	}
+}
+
+func TestProcessActivitySelf(t *testing.T) {
+	a, err := ProcessActivity(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Switches <= 0 {
+		t.Errorf("this process has %d context switches", a.Switches)
 	}
 }
