@@ -25,10 +25,10 @@ type startup struct {
 	// log's "caches filled", the first sync's start and end (by its log
 	// line's took), and the harness seeing the sync counted.
 	listening, filled, syncBegan, syncEnded, synced float64
-	took, kernel                                   float64 // the first sync's, from its log line
-	messages                                       int
-	peakMiB, steadyMiB                             float64 // VmHWM; VmRSS after the first sync and a GC
-	cpu                                            float64 // user+sys seconds until then
+	took, kernel                                    float64 // the first sync's, from its log line
+	messages                                        int
+	peakMiB, steadyMiB                              float64 // VmHWM; VmRSS after the first sync and a GC
+	cpu                                             float64 // user+sys seconds until then
 }
 
 // TestStartup measures start to synced, its timeline from the proxy's
