@@ -49,6 +49,10 @@ func TestStartup(t *testing.T) {
 		b.binaries["base"] = base
 		kinds = append(kinds, "base")
 	}
+	if os.Getenv("KNP_STARTUP_NOGZIP") == "ab" {
+		b.binaries["nogzip"] = b.binaries["ours"]
+		kinds = append(kinds, "nogzip")
+	}
 	rounds, _ := strconv.Atoi(os.Getenv("KNP_STARTUP_ROUNDS"))
 	rounds = max(rounds, 1)
 	var rs []startup
@@ -109,7 +113,7 @@ func (b *bench) startup(kind string, round int) (r startup, err error) {
 	}
 	logPath := filepath.Join(logDir, fmt.Sprintf("startup-%s-%d-%d.log", kind, b.created, round))
 	start := time.Now()
-	p, err := startProxy(n.ns, logPath, startupArgv(b.argv(kind)))
+	p, err := startProxy(n.ns, logPath, startupArgv(kind, b.argv(kind)))
 	if err != nil {
 		return r, err
 	}
@@ -142,7 +146,11 @@ func (b *bench) startup(kind string, round int) (r startup, err error) {
 	if err := <-profiled; err != nil {
 		return r, err
 	}
-	if r.steadyMiB, err = steadyRSS(ctx, httpc, p.cmd.Process.Pid); err != nil {
+	heap := os.DevNull
+	if dir := os.Getenv("KNP_STARTUP_PROFILES"); dir != "" {
+		heap = filepath.Join(dir, fmt.Sprintf("heap-%s-%d-%d.pprof", kind, b.created, round))
+	}
+	if r.steadyMiB, err = steadyRSS(ctx, httpc, p.cmd.Process.Pid, heap); err != nil {
 		return r, err
 	}
 	return r, parseTimeline(logPath, start, &r)
@@ -151,7 +159,7 @@ func (b *bench) startup(kind string, round int) (r startup, err error) {
 // startupArgv is argv with --profiling, the mode of KNP_STARTUP_MODE
 // (default iptables: the topology whose commit is cheapest) and the
 // arguments of KNP_STARTUP_ARGS (split at spaces).
-func startupArgv(argv []string) []string {
+func startupArgv(kind string, argv []string) []string {
 	mode := os.Getenv("KNP_STARTUP_MODE")
 	if mode == "" {
 		mode = "iptables"
@@ -164,7 +172,7 @@ func startupArgv(argv []string) []string {
 		out = append(out, a)
 	}
 	out = append(out, "--profiling")
-	if os.Getenv("KNP_STARTUP_NOGZIP") == "1" {
+	if os.Getenv("KNP_STARTUP_NOGZIP") == "1" || kind == "nogzip" {
 		// The kubeconfig's disable-compression: the API server sends
 		// its lists as they are rather than gzipped.
 		for i, a := range out {
@@ -209,14 +217,14 @@ func metricsUp(ctx context.Context, c *http.Client) bool {
 // KNP_STARTUP_PROFILES, if set.
 func (b *bench) cpuProfile(ctx context.Context, c *http.Client, kind string, round int) error {
 	dir := os.Getenv("KNP_STARTUP_PROFILES")
-	if dir == "" || kind != "ours" {
+	if dir == "" || kind == "base" {
 		return nil
 	}
 	secs := os.Getenv("KNP_STARTUP_PROFILE_SECS")
 	if secs == "" {
 		secs = "5"
 	}
-	path := filepath.Join(dir, fmt.Sprintf("cpu-%d-%d.pprof", b.created, round))
+	path := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pprof", kind, b.created, round))
 	return httpToFile(ctx, c, "http://"+metricsAddr+"/debug/pprof/profile?seconds="+secs, path)
 }
 
@@ -243,10 +251,11 @@ func httpToFile(ctx context.Context, c *http.Client, url, path string) error {
 }
 
 // steadyRSS forces a GC in the proxy (pprof's heap?gc=1) and returns its
-// VmRSS once it stops falling (the scavenger returns memory over time),
+// VmRSS once it stops falling (the heap profile taken goes to
+// heapProfile) (the scavenger returns memory over time),
 // at most 10 s later.
-func steadyRSS(ctx context.Context, c *http.Client, pid int) (float64, error) {
-	if err := httpToFile(ctx, c, "http://"+metricsAddr+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+func steadyRSS(ctx context.Context, c *http.Client, pid int, heapProfile string) (float64, error) {
+	if err := httpToFile(ctx, c, "http://"+metricsAddr+"/debug/pprof/heap?gc=1", heapProfile); err != nil {
 		return 0, err
 	}
 	last, err := vmRSS(pid)
