@@ -121,7 +121,7 @@ func (b *Batch) room() []byte {
 // inPlace reports whether Buf is still the free end of the last chunk.
 func (b *Batch) inPlace() bool {
 	c := b.chunks[len(b.chunks)-1]
-	return cap(b.Buf) > 0 && cap(c) > len(c) && &b.Buf[:1][0] == &c[len(c):len(c)+1][0]
+	return cap(b.Buf) > 0 && cap(c) > len(c) && &b.Buf[:1][0] == &c[len(c) : len(c)+1][0]
 }
 
 // newChunk appends an empty chunk for at least need bytes. Chunks grow
