@@ -23,6 +23,7 @@ func TestBatchInPlace(t *testing.T) {
 		{"fills chunks", repeat(40, 200)},                 // 16 KiB chunks, many of them
 		{"outgrows the room", append(repeat(5, 60), 256)}, // a 10 KiB message after many small ones
 		{"largest first", []int{256, 1, 256, 3, 256, 256, 256}},
+		{"in parts", repeat(1, 2*ParallelMin+100)}, // writeEach encodes parts apart and joins them
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, parallel := range []bool{false, true} {
