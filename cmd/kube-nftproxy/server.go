@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -248,9 +251,15 @@ func (s *proxyServer) observe(ctx context.Context) error {
 		s.health.Drifted()
 		s.metrics.DriftRepairs.WithLabelValues(table).Inc()
 	})
+	var first sync.Once
 	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		s.metrics.Observe(res, took, err)
 		if err == nil {
+			// The first full sync's garbage (the encoded transaction's
+			// heap part, the build's scratch) is the most the proxy
+			// ever frees at once: handed back to the kernel now rather
+			// than as the scavenger gets to it, minutes later.
+			first.Do(func() { go debug.FreeOSMemory() })
 			s.upstream.afterSync(ctx)
 			s.health.Updated()
 		}
@@ -333,7 +342,16 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	// Each informer retries with its own URL in the error: one failure.
 	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
 	src := &apisource.APISource{Client: a.client, Builder: b, Log: s.log, OnChange: s.loop.Changed,
-		OnReady: s.loop.SourceReady, OnError: status.Failing, OnRecovered: status.OK,
+		OnReady: func() {
+			// The first listing's decoded objects are garbage now (the
+			// caches keep slimmed copies): a collection before the first
+			// sync bases the heap's goal on what stays, not on them, so
+			// the sync's garbage does not add to their peak. In the
+			// background: the sync need not wait for it.
+			go runtime.GC()
+			s.loop.SourceReady()
+		},
+		OnError: status.Failing, OnRecovered: status.OK,
 		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period
 		// One small request per sync period notices a server gone
 		// silent (hung, or its packets dropped) within that period.
