@@ -260,15 +260,15 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	return nil
 }
 
-// withIPTablesMode adds --proxy-mode=iptables to the DaemonSet's command:
+// withIPTablesMode turns deploy/'s --proxy-mode=nftables into iptables:
 // kube-proxy's iptables mode's behaviour (NodePorts on localhost too), as
 // docs/migration.md says to keep it when moving from that mode.
 func withIPTablesMode(manifests string) (string, error) {
-	const flag = "        - --cluster-cidr="
+	const flag = "        - --proxy-mode=nftables\n"
 	if strings.Count(manifests, flag) != 1 {
-		return "", errors.New("deploy manifests: want exactly one --cluster-cidr flag")
+		return "", errors.New("deploy manifests: want exactly one --proxy-mode=nftables flag")
 	}
-	return strings.Replace(manifests, flag, "        - --proxy-mode=iptables\n"+flag, 1), nil
+	return strings.Replace(manifests, flag, "        - --proxy-mode=iptables\n", 1), nil
 }
 
 // withNodeSelector adds key: value to the one pod template's nodeSelector,

@@ -66,8 +66,8 @@ func TestWithNodeSelector(t *testing.T) {
 	}
 }
 
-// TestWithIPTablesMode: deploy/'s command gets --proxy-mode=iptables once,
-// before --cluster-cidr, and a manifest without that flag is refused.
+// TestWithIPTablesMode: deploy/'s --proxy-mode=nftables becomes
+// --proxy-mode=iptables, and a manifest without that flag is refused.
 func TestWithIPTablesMode(t *testing.T) {
 	m, err := DeployManifests(deployDir(), "img", "https://10.200.0.1:6443")
 	if err != nil {
@@ -77,10 +77,10 @@ func TestWithIPTablesMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(got, "        - --proxy-mode=iptables\n        - --cluster-cidr=") || strings.Count(got, "--proxy-mode") != 1 {
-		t.Errorf("no --proxy-mode=iptables before --cluster-cidr:\n%s", got)
+	if !strings.Contains(got, "        - --proxy-mode=iptables\n") || strings.Count(got, "--proxy-mode") != 1 {
+		t.Errorf("no single --proxy-mode=iptables:\n%s", got)
 	}
 	if _, err := withIPTablesMode("kind: DaemonSet\n"); err == nil {
-		t.Error("a manifest without --cluster-cidr was taken")
+		t.Error("a manifest without --proxy-mode=nftables was taken")
 	}
 }
