@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/internal/testbin"
 )
@@ -314,43 +312,13 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// iptables-legacy under the names kube-proxy runs.
-	bin := filepath.Join(dir, "legacy-bin")
-	if err := os.Mkdir(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, tool := range legacyTools {
-		target, _ := exec.LookPath(strings.Replace(tool, "tables", "tables-legacy", 1))
-		if err := os.Symlink(target, filepath.Join(bin, tool)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := legacyBin(t, dir)
 
 	e := newTestEnv(t, dir, ours)
 
 	// The objects, before either proxy starts.
-	for _, n := range []*corev1.Node{
-		node(localNode, "10.99.0.1", "fd00:99::1", "10.244.0.0/24", "fd00:10:244::/64"),
-		node(remoteNode, "10.99.0.2", "fd00:99::2", "10.244.1.0/24", "fd00:10:244:1::/64"),
-	} {
-		status := n.Status
-		var created corev1.Node
-		e.do("POST", "/api/v1/nodes", n, &created)
-		created.Status = status
-		e.do("PUT", "/api/v1/nodes/"+n.Name+"/status", &created, nil)
-	}
+	createObjects(e)
 	specs := featureServices()
-	for _, s := range specs {
-		var created corev1.Service
-		e.do("POST", "/api/v1/namespaces/default/services", s.object(), &created)
-		if s.lbIngress != "" {
-			created.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.lbIngress}}
-			e.do("PUT", "/api/v1/namespaces/default/services/"+s.name+"/status", &created, nil)
-		}
-		for _, es := range s.slices() {
-			e.do("POST", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", es, nil)
-		}
-	}
 	wantPorts := 1 // default/kubernetes:https
 	for _, s := range specs {
 		wantPorts += len(s.svc.Ports) * len(s.svc.IPFamilies)
