@@ -12,6 +12,7 @@ package nftbench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -160,12 +161,24 @@ func newBench(t *testing.T, kubeProxy string) *bench {
 	return b
 }
 
-// fill creates Services up to n (the ones before exist already).
+// fill creates Services up to n (the ones before exist already). The
+// API server's data after a fill is kept under seedDir and loaded instead
+// of filling again in later runs (50k took a quarter of an hour).
 func (b *bench) fill(n int) {
 	if n <= b.created {
 		return
 	}
 	t0 := time.Now()
+	seed := seedDir(n)
+	if seed != "" {
+		if err := b.srv.LoadData(b.t.Context(), seed); err == nil {
+			b.t.Logf("loaded the API server's data with %d Services from %s in %v", n, seed, time.Since(t0).Round(time.Millisecond))
+			b.created = n
+			return
+		} else if !errors.Is(err, os.ErrNotExist) {
+			b.t.Logf("not loading %s: %v", seed, err)
+		}
+	}
 	spec := scale.Spec{From: b.created, To: n, PerService: perService, Node: nodeName, NodePortEvery: nodePortEvery}
 	if err := scale.Populate(b.t.Context(), b.api, spec); err != nil {
 		b.t.Fatal(err)
@@ -173,6 +186,34 @@ func (b *bench) fill(n int) {
 	b.t.Logf("created Services %d..%d with %d endpoints each (every %dth a NodePort) in %v",
 		b.created, n-1, perService, nodePortEvery, time.Since(t0).Round(time.Millisecond))
 	b.created = n
+	if seed != "" {
+		if err := b.srv.SaveData(b.t.Context(), seed); err != nil {
+			b.t.Fatalf("saving the API server's data: %v", err)
+		}
+	}
+}
+
+// seedDir is where the API server's data with n Services of this harness
+// is kept: under $KNP_CACHE/bench-etcd, named for the harness's objects
+// and the API server and etcd binaries; "" with KNP_BENCH_SEED=0.
+func seedDir(n int) string {
+	if os.Getenv("KNP_BENCH_SEED") == "0" {
+		return ""
+	}
+	cache := os.Getenv("KNP_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kube-nftproxy"
+	}
+	id := func(path string) string {
+		st, err := os.Stat(path)
+		if err != nil {
+			return "missing"
+		}
+		return fmt.Sprintf("%x-%x", st.Size(), st.ModTime().Unix())
+	}
+	name := fmt.Sprintf("v1-%d-x%d-np%d-%s-api%s-etcd%s", n, perService, nodePortEvery, nodeName,
+		id(apiserver.BinaryPath()), id(apiserver.EtcdPath()))
+	return filepath.Join(cache, "bench-etcd", name)
 }
 
 // kubeconfig is the proxy kubeconfig pointed at the API server through
