@@ -7,6 +7,7 @@ package scale
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -46,6 +47,8 @@ type Client struct {
 	URL   string
 	Token string
 	http  *http.Client
+	// retryUnit is createRetrying's first pause (zero: a second).
+	retryUnit time.Duration
 }
 
 // NewClient returns a Client for the API server at url (https), trusting
@@ -231,18 +234,45 @@ type Spec struct {
 
 // Populate creates the Services of spec and their slices, each slice
 // right after its Service, with spec.Workers requests in flight. It
-// returns at the first error.
+// returns at the first error that survives createRetrying's retries.
 func Populate(ctx context.Context, c *Client, spec Spec) error {
 	return forEach(ctx, spec.From, spec.To, spec.Workers, func(ctx context.Context, i int) error {
 		nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
-		if err := c.Do(ctx, http.MethodPost, ServicesPath, Service(i, nodePort), nil); err != nil {
+		if err := createRetrying(ctx, c, ServicesPath, Service(i, nodePort)); err != nil {
 			return fmt.Errorf("creating Service %d: %w", i, err)
 		}
-		if err := c.Do(ctx, http.MethodPost, SlicesPath, Slice(i, spec.PerService, spec.Node), nil); err != nil {
+		if err := createRetrying(ctx, c, SlicesPath, Slice(i, spec.PerService, spec.Node)); err != nil {
 			return fmt.Errorf("creating Service %d's slice: %w", i, err)
 		}
 		return nil
 	})
+}
+
+// createRetrying POSTs obj, trying again after an answer that says the
+// server is overloaded or its etcd timed out (a fill of 50k Services on a
+// busy machine met "etcdserver: request timed out"). Such a request may
+// have been carried out all the same, so AlreadyExists on a retry is
+// success.
+func createRetrying(ctx context.Context, c *Client, path string, obj any) error {
+	const attempts = 6
+	for attempt := 1; ; attempt++ {
+		err := c.Do(ctx, http.MethodPost, path, obj, nil)
+		var status *StatusError
+		if !errors.As(err, &status) {
+			return err
+		}
+		if status.Code == http.StatusConflict && attempt > 1 {
+			return nil
+		}
+		if attempt == attempts || status.Code != http.StatusTooManyRequests && status.Code < 500 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * cmp.Or(c.retryUnit, time.Second)):
+		}
+	}
 }
 
 // forEach calls fn for every i in [from, to) with workers calls in flight
