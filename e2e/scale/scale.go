@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,6 +249,14 @@ func Populate(ctx context.Context, c *Client, spec Spec) error {
 	})
 }
 
+// overloaded reports whether an answer says the server or its etcd could
+// not keep up (a Service's IP allocation that timed out in etcd comes back
+// as 422 Invalid).
+func overloaded(status *StatusError) bool {
+	return status.Code == http.StatusTooManyRequests || status.Code >= 500 ||
+		strings.Contains(status.Body, "etcdserver: request timed out")
+}
+
 // createRetrying POSTs obj, trying again after an answer that says the
 // server is overloaded or its etcd timed out (a fill of 50k Services on a
 // busy machine met "etcdserver: request timed out"). Such a request may
@@ -264,7 +273,7 @@ func createRetrying(ctx context.Context, c *Client, path string, obj any) error 
 		if status.Code == http.StatusConflict && attempt > 1 {
 			return nil
 		}
-		if attempt == attempts || status.Code != http.StatusTooManyRequests && status.Code < 500 {
+		if attempt == attempts || !overloaded(status) {
 			return err
 		}
 		select {
