@@ -115,7 +115,13 @@ func (s *Syncer) CheckHelper(scope DriftScope) (map[string][]string, error) {
 		return nil, nil
 	}
 	addrs := slices.SortedFunc(maps.Keys(s.haveAddrs), netip.Addr.Compare)
-	elems := slices.SortedFunc(maps.Keys(s.haveElems), compareElements)
+	var elems []Element
+	for k, st := range s.elems {
+		if st.have {
+			elems = append(elems, k.element())
+		}
+	}
+	slices.SortFunc(elems, compareElements)
 	diffs, err := c.Drift(addrs, elems, scope)
 	if err != nil {
 		return nil, err
@@ -161,24 +167,7 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 		if !v.sameSettings(a.svc) {
 			add("virtual server %s: scheduler %s flags 0x%x timeout %d, want %s 0x%x %d", key, v.Scheduler, v.Flags, v.Timeout, a.svc.Scheduler, a.svc.Flags, a.svc.Timeout)
 		}
-		kd := make(map[netip.AddrPort]Dest, len(v.Dests))
-		for _, x := range v.Dests {
-			kd[x.Addr] = x
-		}
-		for _, addr := range slices.SortedFunc(maps.Keys(a.dests), netip.AddrPort.Compare) {
-			want := a.dests[addr]
-			x, ok := kd[addr]
-			switch {
-			case !ok:
-				add("real server %s -> %s: missing", key, addr)
-			case want.Weight != unknownWeight && (x.Weight != want.Weight || x.Fwd&fwdMask != want.Fwd&fwdMask):
-				add("real server %s -> %s: weight %d, want %d", key, addr, x.Weight, want.Weight)
-			}
-			delete(kd, addr)
-		}
-		for _, addr := range slices.SortedFunc(maps.Keys(kd), netip.AddrPort.Compare) {
-			add("real server %s -> %s: not ours", key, addr)
-		}
+		destDrift(key, a.dests, v.Dests, add)
 	}
 	for _, key := range slices.SortedFunc(maps.Keys(got), ServiceKey.Compare) {
 		if s.have[key] == nil && !s.excluded(key.Addr) {
@@ -192,4 +181,31 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 		s.adoptIPVS(vss)
 	}
 	return d, nil
+}
+
+// destDrift describes how the real servers got differ from those applied
+// (want), both ordered by address: missing ones and changed weights in
+// want's order, then those not ours.
+func destDrift(key ServiceKey, want, got []Dest, add func(format string, args ...any)) {
+	byAddr := func(a, b Dest) int { return a.Addr.Compare(b.Addr) }
+	if !slices.IsSortedFunc(got, byAddr) {
+		got = slices.SortedFunc(slices.Values(got), byAddr)
+	}
+	seen := make([]bool, len(got))
+	for _, w := range want {
+		i, ok := slices.BinarySearchFunc(got, w.Addr, compareDestAddr)
+		switch {
+		case !ok:
+			add("real server %s -> %s: missing", key, w.Addr)
+			continue
+		case w.Weight != unknownWeight && (got[i].Weight != w.Weight || got[i].Fwd&fwdMask != w.Fwd&fwdMask):
+			add("real server %s -> %s: weight %d, want %d", key, w.Addr, got[i].Weight, w.Weight)
+		}
+		seen[i] = true
+	}
+	for i, x := range got {
+		if !seen[i] {
+			add("real server %s -> %s: not ours", key, x.Addr)
+		}
+	}
 }
