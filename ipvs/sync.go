@@ -136,24 +136,22 @@ func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 	}
 	s.updateDesired(p)
 
-	var errs []error
 	// 1. Virtual and real servers, all but deleted services.
-	ops, dels, newlyDraining := s.diffServices(now)
-	opErrs, err := s.apply(ops, &res)
+	step, err := s.applyServices(now, &res)
 	if err != nil {
 		return res, err
 	}
-	errs = append(errs, opErrs...)
+	errs, dels, newlyDraining := step.errs, step.dels, step.newlyDraining
 
 	// 2. Addresses and elements: added once their servers exist, removed
 	// before their servers go.
-	if err := s.syncHelper(s.failedNewAddrs(ops), &res); err != nil {
+	if err := s.syncHelper(step.failedNew, &res); err != nil {
 		errs = append(errs, err)
 		dels = nil // their addresses may still be there
 	}
 
 	// 3. Deleted virtual servers.
-	opErrs, err = s.apply(dels, &res)
+	opErrs, err := s.apply(dels, &res)
 	if err != nil {
 		return res, err
 	}
@@ -198,34 +196,58 @@ func (s *Syncer) readIfNeeded() error {
 	return nil
 }
 
-// diffServices returns the commands that bring the dirty virtual servers
-// to what is desired: ops for those that stay, dels for those that go,
-// and the keys whose real servers began to drain.
-func (s *Syncer) diffServices(now time.Time) (ops, dels []Op, newlyDraining []ServiceKey) {
+// opsPerApply bounds the commands of step 1 held at once: a full sync at
+// 10k Services has 110k of them (15 MiB); the kernel gets them in
+// batches of batchBytes either way.
+const opsPerApply = 8192
+
+// serviceStep is what step 1 leaves for the others.
+type serviceStep struct {
+	errs          []error // commands that failed
+	dels          []Op    // DEL_SERVICE commands, for step 3
+	newlyDraining []ServiceKey
+	// failedNew are the addresses of virtual servers it should have
+	// created and did not: they must not lead traffic yet.
+	failedNew map[netip.Addr]bool
+}
+
+// applyServices brings the dirty virtual servers that stay to what is
+// desired, applying the commands opsPerApply at a time, and returns the
+// deletions of those that go. The error is a transport failure.
+func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, error) {
+	step := serviceStep{failedNew: map[netip.Addr]bool{}}
+	var ops []Op
+	flush := func() error {
+		opErrs, err := s.apply(ops, res)
+		if err != nil {
+			return err
+		}
+		step.errs = append(step.errs, opErrs...)
+		for _, op := range ops {
+			if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
+				step.failedNew[op.Service.Addr] = true
+			}
+		}
+		ops = ops[:0]
+		return nil
+	}
 	for _, key := range sortedKeys(s.dirtyVS) {
 		o, d, drains := s.diffService(key, now)
 		if len(o) == 0 && len(d) == 0 {
 			delete(s.dirtyVS, key) // matches (draining aside)
 			s.shareDests(key)
 		}
-		ops, dels = append(ops, o...), append(dels, d...)
+		ops, step.dels = append(ops, o...), append(step.dels, d...)
 		if drains {
-			newlyDraining = append(newlyDraining, key)
+			step.newlyDraining = append(step.newlyDraining, key)
+		}
+		if len(ops) >= opsPerApply {
+			if err := flush(); err != nil {
+				return step, err
+			}
 		}
 	}
-	return ops, dels, newlyDraining
-}
-
-// failedNewAddrs are the addresses of virtual servers that ops should
-// have created and did not: their addresses must not lead traffic yet.
-func (s *Syncer) failedNewAddrs(ops []Op) map[netip.Addr]bool {
-	failed := map[netip.Addr]bool{}
-	for _, op := range ops {
-		if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
-			failed[op.Service.Addr] = true
-		}
-	}
-	return failed
+	return step, flush()
 }
 
 // syncHelper applies the change of addresses and set elements; after a
@@ -407,8 +429,7 @@ func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
 		s.addrRefs[a]++
 		s.dirtyAddrs[a] = true
 	}
-	for _, e := range fr.Elements {
-		k := e.key()
+	for _, k := range fr.elems {
 		s.setElem(k, func(st *elemState) { st.refs++ })
 		s.dirtyElems[k] = struct{}{}
 	}
@@ -430,8 +451,7 @@ func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 		}
 		s.dirtyAddrs[a] = true
 	}
-	for _, e := range fr.Elements {
-		k := e.key()
+	for _, k := range fr.elems {
 		s.setElem(k, func(st *elemState) { st.refs-- })
 		s.dirtyElems[k] = struct{}{}
 	}
