@@ -58,17 +58,18 @@ func TestIPVSMemory(t *testing.T) {
 	}
 	defer k.Close()
 	kernel := &recordingKernel{}
+	stage := heapStages(t, profiles, n)
 	be := ipvs.NewBackend(kernel, ipvs.BackendConfig{
 		Plan:      ipvs.Config{Scheduler: "rr"},
 		NodeAddrs: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("10.0.2.15")}, nil },
 		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
-			return ipvs.NewNftHelper(k, nft.DefaultConfig().Settings, node, &memLink{addrs: map[netip.Addr]bool{}}), nil
+			h := ipvs.NewNftHelper(k, nft.DefaultConfig().Settings, node, &memLink{addrs: map[netip.Addr]bool{}})
+			return &profiledHelper{NftHelper: h, stage: func() { stage("helper-apply") }}, nil
 		},
 		// Every sync after the first checks IPVS and the helper tables.
 		CheckEvery: time.Nanosecond,
 	})
 
-	stage := heapStages(t, profiles, n)
 	stage("start")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -223,4 +224,21 @@ func (l *memLink) DelAddrs(as []netip.Addr) error {
 		delete(l.addrs, a)
 	}
 	return nil
+}
+
+// profiledHelper takes a stage (heap figures, a profile) before the first
+// Apply: the full sync's peak, with its commands sent and the helper's
+// change in hand.
+type profiledHelper struct {
+	*ipvs.NftHelper
+	stage func()
+	done  bool
+}
+
+func (h *profiledHelper) Apply(c ipvs.HelperChange) error {
+	if !h.done {
+		h.done = true
+		h.stage()
+	}
+	return h.NftHelper.Apply(c)
 }
