@@ -69,6 +69,10 @@ type Syncer struct {
 	dirtyVS    map[ServiceKey]bool
 	dirtyAddrs map[netip.Addr]bool
 	dirtyElems map[elemKey]struct{}
+	// allElemsDirty stands for every element in elems being dirty (the
+	// first sync, a read of the helper): a hundred thousand keys that
+	// dirtyElems need not hold.
+	allElemsDirty bool
 	helperRead bool // the helper must be read again (a failed Apply)
 }
 
@@ -255,6 +259,7 @@ func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, err
 func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) error {
 	change := s.diffHelper(failedNew)
 	if change.empty() {
+		s.elemsLookedAt()
 		return nil
 	}
 	res.Helper = change
@@ -262,11 +267,28 @@ func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) erro
 		s.helperRead = true
 		return fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err)
 	}
+	s.elemsLookedAt()
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.AddAddrs, true)
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.DelAddrs, false)
 	s.markElems(change.AddElems, true)
 	s.markElems(change.DelElems, false)
 	return nil
+}
+
+// elemsLookedAt ends "every element is dirty" once the helper has what
+// the diff of all of them asked for.
+func (s *Syncer) elemsLookedAt() {
+	if s.allElemsDirty {
+		s.allElemsDirty = false
+		clear(s.dirtyElems)
+	}
+}
+
+// elemDirty marks an element for the next diff of the helper.
+func (s *Syncer) elemDirty(k elemKey) {
+	if !s.allElemsDirty {
+		s.dirtyElems[k] = struct{}{}
+	}
 }
 
 // markElems records elements as held (or not) and no longer dirty.
@@ -358,13 +380,11 @@ func (s *Syncer) readHelper() error {
 			continue
 		}
 		s.elems[k] = elemState{refs: st.refs}
-		s.dirtyElems[k] = struct{}{}
 	}
 	for _, e := range elems {
-		k := e.key()
-		s.setElem(k, func(st *elemState) { st.have = true })
-		s.dirtyElems[k] = struct{}{}
+		s.setElem(e.key(), func(st *elemState) { st.have = true })
 	}
+	s.allElemsDirty = true
 	for a := range s.addrRefs {
 		s.dirtyAddrs[a] = true
 	}
@@ -431,7 +451,7 @@ func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
 	}
 	for _, k := range fr.elems {
 		s.setElem(k, func(st *elemState) { st.refs++ })
-		s.dirtyElems[k] = struct{}{}
+		s.elemDirty(k)
 	}
 }
 
@@ -453,7 +473,7 @@ func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 	}
 	for _, k := range fr.elems {
 		s.setElem(k, func(st *elemState) { st.refs-- })
-		s.dirtyElems[k] = struct{}{}
+		s.elemDirty(k)
 	}
 }
 
@@ -692,14 +712,15 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 			delete(s.dirtyAddrs, a)
 		}
 	}
-	for k := range s.dirtyElems {
-		switch st := s.elems[k]; {
-		case st.refs > 0 && !st.have:
-			c.AddElems = append(c.AddElems, k.element())
-		case st.refs <= 0 && st.have:
-			c.DelElems = append(c.DelElems, k.element())
-		default:
-			delete(s.dirtyElems, k)
+	if s.allElemsDirty {
+		for k, st := range s.elems {
+			c.diffElem(k, st)
+		}
+	} else {
+		for k := range s.dirtyElems {
+			if c.diffElem(k, s.elems[k]) {
+				delete(s.dirtyElems, k)
+			}
 		}
 	}
 	for _, l := range [][]netip.Addr{c.AddAddrs, c.DelAddrs} {
@@ -708,6 +729,20 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 	slices.SortFunc(c.AddElems, compareElements)
 	slices.SortFunc(c.DelElems, compareElements)
 	return c
+}
+
+// diffElem adds the change an element needs, if any, and reports whether
+// it needs none.
+func (c *HelperChange) diffElem(k elemKey, st elemState) bool {
+	switch {
+	case st.refs > 0 && !st.have:
+		c.AddElems = append(c.AddElems, k.element())
+	case st.refs <= 0 && st.have:
+		c.DelElems = append(c.DelElems, k.element())
+	default:
+		return true
+	}
+	return false
 }
 
 // drain deletes draining real servers whose connections are gone or whose
