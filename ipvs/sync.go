@@ -73,7 +73,7 @@ type Syncer struct {
 	// first sync, a read of the helper): a hundred thousand keys that
 	// dirtyElems need not hold.
 	allElemsDirty bool
-	helperRead bool // the helper must be read again (a failed Apply)
+	helperRead    bool // the helper must be read again (a failed Apply)
 }
 
 // vsOwner is a service port that wants a virtual server, and its
