@@ -713,6 +713,8 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 		}
 	}
 	if s.allElemsDirty {
+		// Most are additions (a first sync): made once at their size.
+		c.AddElems = make([]Element, 0, len(s.elems))
 		for k, st := range s.elems {
 			c.diffElem(k, st)
 		}
