@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -25,15 +26,16 @@ var allHelpers = DriftScope{IPv4: true, IPv6: true, Addrs: true}
 type DriftChecker interface {
 	// Drift compares the kernel with addrs and elems, all that was
 	// applied, within scope, and returns the differences by object: "ip
-	// kube-nftproxy-ipvs", "ip6 kube-nftproxy-ipvs", "kube-ipvs0".
-	Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error)
+	// kube-nftproxy-ipvs", "ip6 kube-nftproxy-ipvs", "kube-ipvs0". elems
+	// may be walked more than once, in no order.
+	Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error)
 }
 
 var _ DriftChecker = (*NftHelper)(nil)
 
 // Drift reads the helper tables back (rules, sets and elements, through
 // nft's read-back) and kube-ipvs0's addresses.
-func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error) {
+func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error) {
 	out := map[string][]string{}
 	if scope.Addrs && h.link != nil {
 		got, err := h.link.Addrs()
@@ -49,12 +51,7 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 			continue
 		}
 		want := *t
-		want.Elements = map[string][]nftlib.SetElement{}
-		for _, e := range elems {
-			if e.V6 == (t.Family == nftlib.IPv6) {
-				want.Elements[e.Set] = append(want.Elements[e.Set], setElement(e))
-			}
-		}
+		want.Elements = familyElements(elems, t.Family == nftlib.IPv6)
 		d, err := h.k.SetTableDrift(&want)
 		if err != nil {
 			return nil, fmt.Errorf("reading back %s %s: %w", t.Family, t.Name, err)
@@ -64,6 +61,27 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 		}
 	}
 	return out, nil
+}
+
+// familyElements groups one family's elements by set, each set's list
+// made once at its size (a hundred thousand at 10k Services).
+func familyElements(elems iter.Seq[Element], v6 bool) map[string][]nftlib.SetElement {
+	count := map[string]int{}
+	for e := range elems {
+		if e.V6 == v6 {
+			count[e.Set]++
+		}
+	}
+	out := make(map[string][]nftlib.SetElement, len(count))
+	for set, n := range count {
+		out[set] = make([]nftlib.SetElement, 0, n)
+	}
+	for e := range elems {
+		if e.V6 == v6 {
+			out[e.Set] = append(out[e.Set], setElement(e))
+		}
+	}
+	return out
 }
 
 // HelperTableRefs names the helper tables, for a change monitor.
@@ -115,13 +133,14 @@ func (s *Syncer) CheckHelper(scope DriftScope) (map[string][]string, error) {
 		return nil, nil
 	}
 	addrs := slices.SortedFunc(maps.Keys(s.haveAddrs), netip.Addr.Compare)
-	var elems []Element
-	for k, st := range s.elems {
-		if st.have {
-			elems = append(elems, k.element())
+	// The elements applied, unpacked one at a time as Drift walks them.
+	elems := func(yield func(Element) bool) {
+		for k, st := range s.elems {
+			if st.have && !yield(k.element()) {
+				return
+			}
 		}
 	}
-	slices.SortFunc(elems, compareElements)
 	diffs, err := c.Drift(addrs, elems, scope)
 	if err != nil {
 		return nil, err
