@@ -134,14 +134,7 @@ func (s *Syncer) CheckHelper(scope DriftScope) (map[string][]string, error) {
 	}
 	addrs := slices.SortedFunc(maps.Keys(s.haveAddrs), netip.Addr.Compare)
 	// The elements applied, unpacked one at a time as Drift walks them.
-	elems := func(yield func(Element) bool) {
-		for k, st := range s.elems {
-			if st.have && !yield(k.element()) {
-				return
-			}
-		}
-	}
-	diffs, err := c.Drift(addrs, elems, scope)
+	diffs, err := c.Drift(addrs, s.elems.held(), scope)
 	if err != nil {
 		return nil, err
 	}

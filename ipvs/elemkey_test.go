@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -26,6 +27,8 @@ func TestElemKeyRoundTrip(t *testing.T) {
 		t.Fatalf("only %d elements to check", len(elems))
 	}
 	keys := map[elemKey]Element{}
+	keys4 := map[elemKey4]Element{}
+	small := 0
 	for _, e := range elems {
 		k := e.key()
 		if got := k.element(); got != e {
@@ -35,5 +38,30 @@ func TestElemKeyRoundTrip(t *testing.T) {
 			t.Errorf("%+v and %+v share a key", o, e)
 		}
 		keys[k] = e
+		k4, ok := e.key4()
+		if !ok {
+			continue
+		}
+		small++
+		if e.Addr.Is6() || e.Addr2.Is6() || e.Net.Addr().Is6() {
+			t.Errorf("%+v has an IPv6 address but packs small", e)
+		}
+		if got := k4.element(); got != e {
+			t.Errorf("%+v came back from 18 bytes as %+v", e, got)
+		}
+		if o, dup := keys4[k4]; dup && o != e {
+			t.Errorf("%+v and %+v share a small key", o, e)
+		}
+		keys4[k4] = e
+	}
+	if small == 0 || small == len(elems) {
+		t.Errorf("%d of %d elements pack small: want some, not all", small, len(elems))
+	}
+	// A fragment's packed lists unpack to its elements, sorted.
+	p := packElements(elems)
+	want := slices.Clone(elems)
+	slices.SortFunc(want, compareElements)
+	if got := p.all(); !slices.Equal(got, want) {
+		t.Errorf("packed elements came back as\n%v\nwant\n%v", got, want)
 	}
 }

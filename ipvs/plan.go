@@ -55,16 +55,12 @@ type Fragment struct {
 	// elems are its helper set elements, packed (one per local endpoint
 	// and more: the plan's largest part after the real servers), in
 	// compareElements order.
-	elems []elemKey
+	elems packedElems
 }
 
 // Elements lists the fragment's helper set elements, sorted.
 func (f *Fragment) Elements() []Element {
-	out := make([]Element, len(f.elems))
-	for i, k := range f.elems {
-		out[i] = k.element()
-	}
-	return out
+	return f.elems.all()
 }
 
 // Equal reports whether two fragments program the same objects.
@@ -77,7 +73,7 @@ func (f *Fragment) Equal(o *Fragment) bool {
 	}
 	return slices.EqualFunc(f.Virtual, o.Virtual, func(a, b VirtualServer) bool {
 		return a.Service == b.Service && slices.Equal(a.Dests, b.Dests)
-	}) && slices.Equal(f.Addrs, o.Addrs) && slices.Equal(f.elems, o.elems)
+	}) && slices.Equal(f.Addrs, o.Addrs) && f.elems.equal(o.elems)
 }
 
 // BuildPlan builds the plan of a State (a function named Plan would clash
@@ -244,11 +240,7 @@ func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fr
 	slices.SortFunc(fr.Addrs, netip.Addr.Compare)
 	fr.Addrs = slices.Compact(fr.Addrs)
 	slices.SortFunc(b.elems, compareElements)
-	elems := slices.Compact(b.elems)
-	fr.elems = make([]elemKey, len(elems))
-	for i, e := range elems {
-		fr.elems[i] = e.key()
-	}
+	fr.elems = packElements(slices.Compact(b.elems))
 	return fr
 }
 
@@ -496,9 +488,7 @@ func (p *Plan) Addrs() []netip.Addr {
 func (p *Plan) Elements() []Element {
 	var out []Element
 	for _, fr := range p.Services {
-		for _, k := range fr.elems {
-			out = append(out, k.element())
-		}
+		out = append(out, fr.elems.all()...)
 	}
 	slices.SortFunc(out, compareElements)
 	return slices.Compact(out)

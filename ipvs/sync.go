@@ -57,23 +57,19 @@ type Syncer struct {
 	have      map[ServiceKey]*appliedService
 	haveAddrs map[netip.Addr]bool
 	// elems is, per helper set element, how many fragments want it and
-	// whether the helper holds it: one map, of packed keys, because
-	// there are as many elements as local endpoints.
-	elems map[elemKey]elemState
+	// whether the helper holds it: packed keys, because there are as many
+	// elements as local endpoints.
+	elems elemSet
 	// Draining real servers and since when.
 	draining  map[ServiceKey]map[netip.AddrPort]time.Time
 	nextCheck time.Time
 	// Keys to look at in the next sync (changed, or failed last time).
 	// Emptied maps are replaced (Sync's end): a map keeps the room of its
-	// largest size, and the first sync marks everything.
+	// largest size, and the first sync marks everything. Dirty elements
+	// are elems'.
 	dirtyVS    map[ServiceKey]bool
 	dirtyAddrs map[netip.Addr]bool
-	dirtyElems map[elemKey]struct{}
-	// allElemsDirty stands for every element in elems being dirty (the
-	// first sync, a read of the helper): a hundred thousand keys that
-	// dirtyElems need not hold.
-	allElemsDirty bool
-	helperRead    bool // the helper must be read again (a failed Apply)
+	helperRead bool // the helper must be read again (a failed Apply)
 }
 
 // vsOwner is a service port that wants a virtual server, and its
@@ -124,9 +120,9 @@ func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
 	}
 	return &Syncer{k: k, h: h, cfg: cfg,
 		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ServiceKey][]vsOwner{},
-		addrRefs: map[netip.Addr]int{}, elems: map[elemKey]elemState{},
+		addrRefs: map[netip.Addr]int{}, elems: newElemSet(),
 		draining: map[ServiceKey]map[netip.AddrPort]time.Time{},
-		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{}, dirtyElems: map[elemKey]struct{}{},
+		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{},
 	}
 }
 
@@ -181,9 +177,7 @@ func (s *Syncer) shrinkDirty() {
 	if len(s.dirtyAddrs) == 0 {
 		s.dirtyAddrs = map[netip.Addr]bool{}
 	}
-	if len(s.dirtyElems) == 0 {
-		s.dirtyElems = map[elemKey]struct{}{}
-	}
+	s.elems.shrink()
 }
 
 // readIfNeeded reads the kernel on the first sync, and the helper again
@@ -259,7 +253,7 @@ func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, err
 func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) error {
 	change := s.diffHelper(failedNew)
 	if change.empty() {
-		s.elemsLookedAt()
+		s.elems.lookedAt()
 		return nil
 	}
 	res.Helper = change
@@ -267,48 +261,16 @@ func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) erro
 		s.helperRead = true
 		return fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err)
 	}
-	s.elemsLookedAt()
+	s.elems.lookedAt()
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.AddAddrs, true)
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.DelAddrs, false)
-	s.markElems(change.AddElems, true)
-	s.markElems(change.DelElems, false)
+	for _, e := range change.AddElems {
+		s.elems.applied(e, true)
+	}
+	for _, e := range change.DelElems {
+		s.elems.applied(e, false)
+	}
 	return nil
-}
-
-// elemsLookedAt ends "every element is dirty" once the helper has what
-// the diff of all of them asked for.
-func (s *Syncer) elemsLookedAt() {
-	if s.allElemsDirty {
-		s.allElemsDirty = false
-		clear(s.dirtyElems)
-	}
-}
-
-// elemDirty marks an element for the next diff of the helper.
-func (s *Syncer) elemDirty(k elemKey) {
-	if !s.allElemsDirty {
-		s.dirtyElems[k] = struct{}{}
-	}
-}
-
-// markElems records elements as held (or not) and no longer dirty.
-func (s *Syncer) markElems(elems []Element, held bool) {
-	for _, e := range elems {
-		k := e.key()
-		s.setElem(k, func(st *elemState) { st.have = held })
-		delete(s.dirtyElems, k)
-	}
-}
-
-// setElem changes k's state, forgetting an element nobody wants or holds.
-func (s *Syncer) setElem(k elemKey, change func(*elemState)) {
-	st := s.elems[k]
-	change(&st)
-	if st.refs <= 0 && !st.have {
-		delete(s.elems, k)
-		return
-	}
-	s.elems[k] = st
 }
 
 // markApplied records keys as held (or not) and no longer dirty.
@@ -374,17 +336,7 @@ func (s *Syncer) readHelper() error {
 		s.haveAddrs[a] = true
 		s.dirtyAddrs[a] = true
 	}
-	for k, st := range s.elems {
-		if st.refs <= 0 {
-			delete(s.elems, k)
-			continue
-		}
-		s.elems[k] = elemState{refs: st.refs}
-	}
-	for _, e := range elems {
-		s.setElem(e.key(), func(st *elemState) { st.have = true })
-	}
-	s.allElemsDirty = true
+	s.elems.readBack(elems)
 	for a := range s.addrRefs {
 		s.dirtyAddrs[a] = true
 	}
@@ -449,10 +401,7 @@ func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
 		s.addrRefs[a]++
 		s.dirtyAddrs[a] = true
 	}
-	for _, k := range fr.elems {
-		s.setElem(k, func(st *elemState) { st.refs++ })
-		s.elemDirty(k)
-	}
+	s.elems.own(fr.elems, 1)
 }
 
 func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
@@ -471,10 +420,7 @@ func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 		}
 		s.dirtyAddrs[a] = true
 	}
-	for _, k := range fr.elems {
-		s.setElem(k, func(st *elemState) { st.refs-- })
-		s.elemDirty(k)
-	}
+	s.elems.own(fr.elems, -1)
 }
 
 // want is the virtual server wanted at key: the first owner's by name
@@ -712,19 +658,7 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 			delete(s.dirtyAddrs, a)
 		}
 	}
-	if s.allElemsDirty {
-		// Most are additions (a first sync): made once at their size.
-		c.AddElems = make([]Element, 0, len(s.elems))
-		for k, st := range s.elems {
-			c.diffElem(k, st)
-		}
-	} else {
-		for k := range s.dirtyElems {
-			if c.diffElem(k, s.elems[k]) {
-				delete(s.dirtyElems, k)
-			}
-		}
-	}
+	s.elems.diff(&c)
 	for _, l := range [][]netip.Addr{c.AddAddrs, c.DelAddrs} {
 		slices.SortFunc(l, netip.Addr.Compare)
 	}
@@ -735,7 +669,7 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 
 // diffElem adds the change an element needs, if any, and reports whether
 // it needs none.
-func (c *HelperChange) diffElem(k elemKey, st elemState) bool {
+func diffElem[K packed](c *HelperChange, k K, st elemState) bool {
 	switch {
 	case st.refs > 0 && !st.have:
 		c.AddElems = append(c.AddElems, k.element())
