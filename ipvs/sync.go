@@ -87,7 +87,7 @@ type elemState struct {
 
 // appliedService is a virtual server as applied. Its real servers are
 // ordered by address; they may be a fragment's own slice (shared once
-// the kernel matched it, never written through: see setDests).
+// the kernel matched it, never written through: see shareDests).
 type appliedService struct {
 	svc    Service
 	dests  []Dest
