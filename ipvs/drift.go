@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -25,15 +26,16 @@ var allHelpers = DriftScope{IPv4: true, IPv6: true, Addrs: true}
 type DriftChecker interface {
 	// Drift compares the kernel with addrs and elems, all that was
 	// applied, within scope, and returns the differences by object: "ip
-	// kube-nftproxy-ipvs", "ip6 kube-nftproxy-ipvs", "kube-ipvs0".
-	Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error)
+	// kube-nftproxy-ipvs", "ip6 kube-nftproxy-ipvs", "kube-ipvs0". elems
+	// may be walked more than once, in no order.
+	Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error)
 }
 
 var _ DriftChecker = (*NftHelper)(nil)
 
 // Drift reads the helper tables back (rules, sets and elements, through
 // nft's read-back) and kube-ipvs0's addresses.
-func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error) {
+func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error) {
 	out := map[string][]string{}
 	if scope.Addrs && h.link != nil {
 		got, err := h.link.Addrs()
@@ -49,12 +51,7 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 			continue
 		}
 		want := *t
-		want.Elements = map[string][]nftlib.SetElement{}
-		for _, e := range elems {
-			if e.V6 == (t.Family == nftlib.IPv6) {
-				want.Elements[e.Set] = append(want.Elements[e.Set], setElement(e))
-			}
-		}
+		want.Elements = familyElements(elems, t.Family == nftlib.IPv6)
 		d, err := h.k.SetTableDrift(&want)
 		if err != nil {
 			return nil, fmt.Errorf("reading back %s %s: %w", t.Family, t.Name, err)
@@ -64,6 +61,27 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope)
 		}
 	}
 	return out, nil
+}
+
+// familyElements groups one family's elements by set, each set's list
+// made once at its size (a hundred thousand at 10k Services).
+func familyElements(elems iter.Seq[Element], v6 bool) map[string][]nftlib.SetElement {
+	count := map[string]int{}
+	for e := range elems {
+		if e.V6 == v6 {
+			count[e.Set]++
+		}
+	}
+	out := make(map[string][]nftlib.SetElement, len(count))
+	for set, n := range count {
+		out[set] = make([]nftlib.SetElement, 0, n)
+	}
+	for e := range elems {
+		if e.V6 == v6 {
+			out[e.Set] = append(out[e.Set], setElement(e))
+		}
+	}
+	return out
 }
 
 // HelperTableRefs names the helper tables, for a change monitor.
@@ -115,8 +133,8 @@ func (s *Syncer) CheckHelper(scope DriftScope) (map[string][]string, error) {
 		return nil, nil
 	}
 	addrs := slices.SortedFunc(maps.Keys(s.haveAddrs), netip.Addr.Compare)
-	elems := slices.SortedFunc(maps.Keys(s.haveElems), compareElements)
-	diffs, err := c.Drift(addrs, elems, scope)
+	// The elements applied, unpacked one at a time as Drift walks them.
+	diffs, err := c.Drift(addrs, s.elems.held(), scope)
 	if err != nil {
 		return nil, err
 	}
@@ -161,24 +179,7 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 		if !v.sameSettings(a.svc) {
 			add("virtual server %s: scheduler %s flags 0x%x timeout %d, want %s 0x%x %d", key, v.Scheduler, v.Flags, v.Timeout, a.svc.Scheduler, a.svc.Flags, a.svc.Timeout)
 		}
-		kd := make(map[netip.AddrPort]Dest, len(v.Dests))
-		for _, x := range v.Dests {
-			kd[x.Addr] = x
-		}
-		for _, addr := range slices.SortedFunc(maps.Keys(a.dests), netip.AddrPort.Compare) {
-			want := a.dests[addr]
-			x, ok := kd[addr]
-			switch {
-			case !ok:
-				add("real server %s -> %s: missing", key, addr)
-			case want.Weight != unknownWeight && (x.Weight != want.Weight || x.Fwd&fwdMask != want.Fwd&fwdMask):
-				add("real server %s -> %s: weight %d, want %d", key, addr, x.Weight, want.Weight)
-			}
-			delete(kd, addr)
-		}
-		for _, addr := range slices.SortedFunc(maps.Keys(kd), netip.AddrPort.Compare) {
-			add("real server %s -> %s: not ours", key, addr)
-		}
+		destDrift(key, a.dests, v.Dests, add)
 	}
 	for _, key := range slices.SortedFunc(maps.Keys(got), ServiceKey.Compare) {
 		if s.have[key] == nil && !s.excluded(key.Addr) {
@@ -192,4 +193,31 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 		s.adoptIPVS(vss)
 	}
 	return d, nil
+}
+
+// destDrift describes how the real servers got differ from those applied
+// (want), both ordered by address: missing ones and changed weights in
+// want's order, then those not ours.
+func destDrift(key ServiceKey, want, got []Dest, add func(format string, args ...any)) {
+	byAddr := func(a, b Dest) int { return a.Addr.Compare(b.Addr) }
+	if !slices.IsSortedFunc(got, byAddr) {
+		got = slices.SortedFunc(slices.Values(got), byAddr)
+	}
+	seen := make([]bool, len(got))
+	for _, w := range want {
+		i, ok := slices.BinarySearchFunc(got, w.Addr, compareDestAddr)
+		switch {
+		case !ok:
+			add("real server %s -> %s: missing", key, w.Addr)
+			continue
+		case w.Weight != unknownWeight && (got[i].Weight != w.Weight || got[i].Fwd&fwdMask != w.Fwd&fwdMask):
+			add("real server %s -> %s: weight %d, want %d", key, w.Addr, got[i].Weight, w.Weight)
+		}
+		seen[i] = true
+	}
+	for i, x := range got {
+		if !seen[i] {
+			add("real server %s -> %s: not ours", key, x.Addr)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -235,7 +236,7 @@ var _ DriftChecker = (*FakeHelper)(nil)
 
 // Drift compares the fake's addresses and elements with what was applied,
 // as NftHelper does with the kernel's.
-func (h *FakeHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope) (map[string][]string, error) {
+func (h *FakeHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error) {
 	out := map[string][]string{}
 	if scope.Addrs {
 		if d := addrDrift(addrs, slices.Collect(maps.Keys(h.Addrs))); len(d) > 0 {
@@ -248,7 +249,7 @@ func (h *FakeHelper) Drift(addrs []netip.Addr, elems []Element, scope DriftScope
 		}
 		var d []string
 		want := map[Element]bool{}
-		for _, e := range elems {
+		for e := range elems {
 			if e.V6 == v6 {
 				want[e] = true
 				if !h.Elems[e] {

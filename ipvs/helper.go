@@ -92,24 +92,34 @@ func (h *NftHelper) Apply(c HelperChange) error {
 // elementChanges groups a change's elements by table and set: additions
 // first, then deletions.
 func (h *NftHelper) elementChanges(c HelperChange) []nftlib.SetElementChange {
+	type tableSet struct {
+		v6  bool
+		set string
+	}
 	var out []nftlib.SetElementChange
 	for _, del := range []bool{false, true} {
 		elems := c.AddElems
 		if del {
 			elems = c.DelElems
 		}
-		at := map[[2]any]int{}
+		// Counted first: each set's list is made once, at its size (a
+		// full sync's are a hundred thousand elements).
+		count := map[tableSet]int{}
 		for _, e := range elems {
-			t := h.tables[0]
-			if e.V6 {
-				t = h.tables[1]
-			}
-			k := [2]any{t, e.Set}
+			count[tableSet{e.V6, e.Set}]++
+		}
+		at := map[tableSet]int{}
+		for _, e := range elems {
+			k := tableSet{e.V6, e.Set}
 			i, ok := at[k]
 			if !ok {
+				t := h.tables[0]
+				if e.V6 {
+					t = h.tables[1]
+				}
 				i = len(out)
 				at[k] = i
-				out = append(out, nftlib.SetElementChange{Table: t, Set: e.Set, Delete: del})
+				out = append(out, nftlib.SetElementChange{Table: t, Set: e.Set, Delete: del, Elements: make([]nftlib.SetElement, 0, count[k])})
 			}
 			out[i].Elements = append(out[i].Elements, setElement(e))
 		}

@@ -50,9 +50,17 @@ type Plan struct {
 // service ports may share addresses (one ClusterIP, several ports) and
 // elements (an endpoint behind two services): the Syncer counts owners.
 type Fragment struct {
-	Virtual  []VirtualServer // by key
-	Addrs    []netip.Addr    // for kube-ipvs0, sorted
-	Elements []Element       // sorted
+	Virtual []VirtualServer // by key
+	Addrs   []netip.Addr    // for kube-ipvs0, sorted
+	// elems are its helper set elements, packed (one per local endpoint
+	// and more: the plan's largest part after the real servers), in
+	// compareElements order.
+	elems packedElems
+}
+
+// Elements lists the fragment's helper set elements, sorted.
+func (f *Fragment) Elements() []Element {
+	return f.elems.all()
 }
 
 // Equal reports whether two fragments program the same objects.
@@ -65,7 +73,7 @@ func (f *Fragment) Equal(o *Fragment) bool {
 	}
 	return slices.EqualFunc(f.Virtual, o.Virtual, func(a, b VirtualServer) bool {
 		return a.Service == b.Service && slices.Equal(a.Dests, b.Dests)
-	}) && slices.Equal(f.Addrs, o.Addrs) && slices.Equal(f.Elements, o.Elements)
+	}) && slices.Equal(f.Addrs, o.Addrs) && f.elems.equal(o.elems)
 }
 
 // BuildPlan builds the plan of a State (a function named Plan would clash
@@ -152,6 +160,8 @@ type builder struct {
 	// NodePorts listen on.
 	local    map[netip.Addr]bool
 	nodePort []netip.Addr
+	// elems collects the fragment being built's elements, reused.
+	elems []Element
 }
 
 func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder {
@@ -219,6 +229,7 @@ func addrsOfFamily(v6 bool, in []netip.Addr) []netip.Addr {
 // it has no ClusterIP (upstream's per-family proxiers skip such ports).
 func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fragment {
 	fr := &Fragment{}
+	b.elems = b.elems[:0]
 	for _, v6 := range []bool{false, true} {
 		b.family(fr, v6, svc, eps)
 	}
@@ -228,8 +239,8 @@ func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fr
 	slices.SortFunc(fr.Virtual, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	slices.SortFunc(fr.Addrs, netip.Addr.Compare)
 	fr.Addrs = slices.Compact(fr.Addrs)
-	slices.SortFunc(fr.Elements, compareElements)
-	fr.Elements = slices.Compact(fr.Elements)
+	slices.SortFunc(b.elems, compareElements)
+	fr.elems = packElements(slices.Compact(b.elems))
 	return fr
 }
 
@@ -239,10 +250,13 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 	if len(clusterIPs) == 0 {
 		return
 	}
-	var eps []proxier.Endpoint
-	for _, ep := range all {
-		if ep.Addr.Unmap().Is6() == v6 {
-			eps = append(eps, ep)
+	eps := all
+	if slices.ContainsFunc(all, func(ep proxier.Endpoint) bool { return ep.Addr.Unmap().Is6() != v6 }) {
+		eps = nil // a copy of this family's only
+		for _, ep := range all {
+			if ep.Addr.Unmap().Is6() == v6 {
+				eps = append(eps, ep)
+			}
 		}
 	}
 	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, b.node)
@@ -254,7 +268,7 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 	fb.loadBalancerIPs()
 	fb.nodePorts()
 	if svc.HealthCheckNodePort != 0 {
-		fr.Elements = append(fr.Elements, Element{V6: v6, Set: SetHealthCheckNodePort, Port: svc.HealthCheckNodePort})
+		b.elems = append(b.elems, Element{V6: v6, Set: SetHealthCheckNodePort, Port: svc.HealthCheckNodePort})
 	}
 	fb.hairpin(eps)
 }
@@ -292,13 +306,13 @@ func (fb *familyBuild) virtual(a netip.Addr, port uint16, dests []Dest) {
 }
 
 func (fb *familyBuild) elem(set string, a netip.Addr, port uint16) {
-	fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: set, Addr: a, Protocol: fb.svc.Protocol, Port: port})
+	fb.elems = append(fb.elems, Element{V6: fb.v6, Set: set, Addr: a, Protocol: fb.svc.Protocol, Port: port})
 }
 
 // bind puts an address on kube-ipvs0.
 func (fb *familyBuild) bind(a netip.Addr) {
 	fb.fr.Addrs = append(fb.fr.Addrs, a)
-	fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: SetIPVSIPs, Addr: a})
+	fb.elems = append(fb.elems, Element{V6: fb.v6, Set: SetIPVSIPs, Addr: a})
 }
 
 func (fb *familyBuild) clusterIP(ip netip.Addr) {
@@ -349,14 +363,14 @@ func (fb *familyBuild) loadBalancerIPs() {
 		}
 		fb.elem(SetLoadBalancerFW, ip, svc.Port)
 		for _, p := range ranges {
-			fb.fr.Elements = append(fb.fr.Elements, Element{V6: v6, Set: SetLBSourceCIDR, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Net: p.Masked()})
+			fb.elems = append(fb.elems, Element{V6: v6, Set: SetLBSourceCIDR, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Net: p.Masked()})
 		}
 		// The node's requests to an LB IP it holds come from that IP.
 		self := Element{V6: v6, Set: SetLBSourceIP, Addr: ip, Protocol: svc.Protocol, Port: svc.Port, Addr2: ip}
 		if !nodeInRange {
 			self.Set = SetLBNoNodeAccess
 		}
-		fb.fr.Elements = append(fb.fr.Elements, self)
+		fb.elems = append(fb.elems, self)
 	}
 }
 
@@ -371,7 +385,7 @@ func (fb *familyBuild) nodePorts() {
 		fb.virtual(a, nodePort, fb.external)
 	}
 	add := func(set string, a netip.Addr) {
-		fb.fr.Elements = append(fb.fr.Elements, Element{V6: v6, Set: set, Addr: a, Port: nodePort})
+		fb.elems = append(fb.elems, Element{V6: v6, Set: set, Addr: a, Port: nodePort})
 	}
 	if svc.Protocol == proxier.SCTP {
 		for _, a := range nodeAddrs {
@@ -404,7 +418,7 @@ func (fb *familyBuild) hairpin(eps []proxier.Endpoint) {
 	for _, v := range fb.fr.Virtual {
 		for _, d := range v.Dests {
 			if localEps[d.Addr] {
-				fb.fr.Elements = append(fb.fr.Elements, Element{V6: fb.v6, Set: SetLoopBack, Addr: d.Addr.Addr(), Protocol: fb.svc.Protocol, Port: d.Addr.Port(), Addr2: d.Addr.Addr()})
+				fb.elems = append(fb.elems, Element{V6: fb.v6, Set: SetLoopBack, Addr: d.Addr.Addr(), Protocol: fb.svc.Protocol, Port: d.Addr.Port(), Addr2: d.Addr.Addr()})
 			}
 		}
 	}
@@ -474,7 +488,7 @@ func (p *Plan) Addrs() []netip.Addr {
 func (p *Plan) Elements() []Element {
 	var out []Element
 	for _, fr := range p.Services {
-		out = append(out, fr.Elements...)
+		out = append(out, fr.elems.all()...)
 	}
 	slices.SortFunc(out, compareElements)
 	return slices.Compact(out)

@@ -51,26 +51,47 @@ type Syncer struct {
 	frags    map[proxier.ServicePortName]*Fragment
 	planner  *Planner // of the last plan, and its generation
 	planGen  uint64
-	vsOwners map[ServiceKey]map[proxier.ServicePortName]*VirtualServer
+	vsOwners map[ServiceKey][]vsOwner
 	addrRefs map[netip.Addr]int
-	elemRefs map[Element]int
 	// Applied: what the kernel and helper hold, as far as we know.
 	have      map[ServiceKey]*appliedService
 	haveAddrs map[netip.Addr]bool
-	haveElems map[Element]bool
+	// elems is, per helper set element, how many fragments want it and
+	// whether the helper holds it: packed keys, because there are as many
+	// elements as local endpoints.
+	elems elemSet
 	// Draining real servers and since when.
 	draining  map[ServiceKey]map[netip.AddrPort]time.Time
 	nextCheck time.Time
 	// Keys to look at in the next sync (changed, or failed last time).
+	// Emptied maps are replaced (Sync's end): a map keeps the room of its
+	// largest size, and the first sync marks everything. Dirty elements
+	// are elems'.
 	dirtyVS    map[ServiceKey]bool
 	dirtyAddrs map[netip.Addr]bool
-	dirtyElems map[Element]bool
 	helperRead bool // the helper must be read again (a failed Apply)
 }
 
+// vsOwner is a service port that wants a virtual server, and its
+// settings for it; most virtual servers have one.
+type vsOwner struct {
+	name proxier.ServicePortName
+	v    *VirtualServer
+}
+
+// elemState is what the Syncer knows of one helper set element.
+type elemState struct {
+	refs int32 // fragments that want it
+	have bool  // the helper holds it
+}
+
+// appliedService is a virtual server as applied. Its real servers are
+// ordered by address; they may be a fragment's own slice (shared once
+// the kernel matched it, never written through: see shareDests).
 type appliedService struct {
-	svc   Service
-	dests map[netip.AddrPort]Dest
+	svc    Service
+	dests  []Dest
+	shared bool
 }
 
 // unknownWeight marks a real server that exists with a weight we do not
@@ -98,10 +119,10 @@ func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
 		cfg.Now = time.Now
 	}
 	return &Syncer{k: k, h: h, cfg: cfg,
-		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ServiceKey]map[proxier.ServicePortName]*VirtualServer{},
-		addrRefs: map[netip.Addr]int{}, elemRefs: map[Element]int{},
+		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ServiceKey][]vsOwner{},
+		addrRefs: map[netip.Addr]int{}, elems: newElemSet(),
 		draining: map[ServiceKey]map[netip.AddrPort]time.Time{},
-		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{}, dirtyElems: map[Element]bool{},
+		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{},
 	}
 }
 
@@ -115,24 +136,22 @@ func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 	}
 	s.updateDesired(p)
 
-	var errs []error
 	// 1. Virtual and real servers, all but deleted services.
-	ops, dels, newlyDraining := s.diffServices(now)
-	opErrs, err := s.apply(ops, &res)
+	step, err := s.applyServices(now, &res)
 	if err != nil {
 		return res, err
 	}
-	errs = append(errs, opErrs...)
+	errs, dels, newlyDraining := step.errs, step.dels, step.newlyDraining
 
 	// 2. Addresses and elements: added once their servers exist, removed
 	// before their servers go.
-	if err := s.syncHelper(s.failedNewAddrs(ops), &res); err != nil {
+	if err := s.syncHelper(step.failedNew, &res); err != nil {
 		errs = append(errs, err)
 		dels = nil // their addresses may still be there
 	}
 
 	// 3. Deleted virtual servers.
-	opErrs, err = s.apply(dels, &res)
+	opErrs, err := s.apply(dels, &res)
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +164,20 @@ func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 	for _, m := range s.draining {
 		res.Draining += len(m)
 	}
+	s.shrinkDirty()
 	return res, errors.Join(errs...)
+}
+
+// shrinkDirty replaces the dirty maps that emptied: after the first sync
+// they would keep the room of every key for good.
+func (s *Syncer) shrinkDirty() {
+	if len(s.dirtyVS) == 0 {
+		s.dirtyVS = map[ServiceKey]bool{}
+	}
+	if len(s.dirtyAddrs) == 0 {
+		s.dirtyAddrs = map[netip.Addr]bool{}
+	}
+	s.elems.shrink()
 }
 
 // readIfNeeded reads the kernel on the first sync, and the helper again
@@ -162,33 +194,58 @@ func (s *Syncer) readIfNeeded() error {
 	return nil
 }
 
-// diffServices returns the commands that bring the dirty virtual servers
-// to what is desired: ops for those that stay, dels for those that go,
-// and the keys whose real servers began to drain.
-func (s *Syncer) diffServices(now time.Time) (ops, dels []Op, newlyDraining []ServiceKey) {
+// opsPerApply bounds the commands of step 1 held at once: a full sync at
+// 10k Services has 110k of them (15 MiB); the kernel gets them in
+// batches of batchBytes either way.
+const opsPerApply = 8192
+
+// serviceStep is what step 1 leaves for the others.
+type serviceStep struct {
+	errs          []error // commands that failed
+	dels          []Op    // DEL_SERVICE commands, for step 3
+	newlyDraining []ServiceKey
+	// failedNew are the addresses of virtual servers it should have
+	// created and did not: they must not lead traffic yet.
+	failedNew map[netip.Addr]bool
+}
+
+// applyServices brings the dirty virtual servers that stay to what is
+// desired, applying the commands opsPerApply at a time, and returns the
+// deletions of those that go. The error is a transport failure.
+func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, error) {
+	step := serviceStep{failedNew: map[netip.Addr]bool{}}
+	var ops []Op
+	flush := func() error {
+		opErrs, err := s.apply(ops, res)
+		if err != nil {
+			return err
+		}
+		step.errs = append(step.errs, opErrs...)
+		for _, op := range ops {
+			if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
+				step.failedNew[op.Service.Addr] = true
+			}
+		}
+		ops = ops[:0]
+		return nil
+	}
 	for _, key := range sortedKeys(s.dirtyVS) {
 		o, d, drains := s.diffService(key, now)
 		if len(o) == 0 && len(d) == 0 {
 			delete(s.dirtyVS, key) // matches (draining aside)
+			s.shareDests(key)
 		}
-		ops, dels = append(ops, o...), append(dels, d...)
+		ops, step.dels = append(ops, o...), append(step.dels, d...)
 		if drains {
-			newlyDraining = append(newlyDraining, key)
+			step.newlyDraining = append(step.newlyDraining, key)
+		}
+		if len(ops) >= opsPerApply {
+			if err := flush(); err != nil {
+				return step, err
+			}
 		}
 	}
-	return ops, dels, newlyDraining
-}
-
-// failedNewAddrs are the addresses of virtual servers that ops should
-// have created and did not: their addresses must not lead traffic yet.
-func (s *Syncer) failedNewAddrs(ops []Op) map[netip.Addr]bool {
-	failed := map[netip.Addr]bool{}
-	for _, op := range ops {
-		if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
-			failed[op.Service.Addr] = true
-		}
-	}
-	return failed
+	return step, flush()
 }
 
 // syncHelper applies the change of addresses and set elements; after a
@@ -196,6 +253,7 @@ func (s *Syncer) failedNewAddrs(ops []Op) map[netip.Addr]bool {
 func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) error {
 	change := s.diffHelper(failedNew)
 	if change.empty() {
+		s.elems.lookedAt()
 		return nil
 	}
 	res.Helper = change
@@ -203,10 +261,15 @@ func (s *Syncer) syncHelper(failedNew map[netip.Addr]bool, res *SyncResult) erro
 		s.helperRead = true
 		return fmt.Errorf("kube-ipvs0 addresses and helper sets: %w", err)
 	}
+	s.elems.lookedAt()
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.AddAddrs, true)
 	markApplied(s.haveAddrs, s.dirtyAddrs, change.DelAddrs, false)
-	markApplied(s.haveElems, s.dirtyElems, change.AddElems, true)
-	markApplied(s.haveElems, s.dirtyElems, change.DelElems, false)
+	for _, e := range change.AddElems {
+		s.elems.applied(e, true)
+	}
+	for _, e := range change.DelElems {
+		s.elems.applied(e, false)
+	}
 	return nil
 }
 
@@ -251,9 +314,9 @@ func (s *Syncer) readKernel() error {
 func (s *Syncer) adoptIPVS(vss []VirtualServer) {
 	s.have = make(map[ServiceKey]*appliedService, len(vss))
 	for _, v := range vss {
-		a := &appliedService{svc: v.Service, dests: make(map[netip.AddrPort]Dest, len(v.Dests))}
+		a := &appliedService{svc: v.Service}
 		for _, d := range v.Dests {
-			a.dests[d.Addr] = d
+			a.setDest(d)
 		}
 		s.have[v.ServiceKey] = a
 		s.dirtyVS[v.ServiceKey] = true
@@ -268,20 +331,14 @@ func (s *Syncer) readHelper() error {
 	if err != nil {
 		return fmt.Errorf("reading kube-ipvs0 addresses and helper sets: %w", err)
 	}
-	s.haveAddrs, s.haveElems = map[netip.Addr]bool{}, map[Element]bool{}
+	s.haveAddrs = map[netip.Addr]bool{}
 	for _, a := range addrs {
 		s.haveAddrs[a] = true
 		s.dirtyAddrs[a] = true
 	}
-	for _, e := range elems {
-		s.haveElems[e] = true
-		s.dirtyElems[e] = true
-	}
+	s.elems.readBack(elems)
 	for a := range s.addrRefs {
 		s.dirtyAddrs[a] = true
-	}
-	for e := range s.elemRefs {
-		s.dirtyElems[e] = true
 	}
 	s.helperRead = false
 	return nil
@@ -332,27 +389,28 @@ func (s *Syncer) updateFragment(name proxier.ServicePortName, fr *Fragment) {
 func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
 	for i := range fr.Virtual {
 		v := &fr.Virtual[i]
-		if s.vsOwners[v.ServiceKey] == nil {
-			s.vsOwners[v.ServiceKey] = map[proxier.ServicePortName]*VirtualServer{}
+		owners := s.vsOwners[v.ServiceKey]
+		if i := slices.IndexFunc(owners, func(o vsOwner) bool { return o.name == name }); i >= 0 {
+			owners[i].v = v
+		} else {
+			s.vsOwners[v.ServiceKey] = append(owners, vsOwner{name: name, v: v})
 		}
-		s.vsOwners[v.ServiceKey][name] = v
 		s.dirtyVS[v.ServiceKey] = true
 	}
 	for _, a := range fr.Addrs {
 		s.addrRefs[a]++
 		s.dirtyAddrs[a] = true
 	}
-	for _, e := range fr.Elements {
-		s.elemRefs[e]++
-		s.dirtyElems[e] = true
-	}
+	s.elems.own(fr.elems, 1)
 }
 
 func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 	for _, v := range fr.Virtual {
-		delete(s.vsOwners[v.ServiceKey], name)
-		if len(s.vsOwners[v.ServiceKey]) == 0 {
+		owners := slices.DeleteFunc(s.vsOwners[v.ServiceKey], func(o vsOwner) bool { return o.name == name })
+		if len(owners) == 0 {
 			delete(s.vsOwners, v.ServiceKey)
+		} else {
+			s.vsOwners[v.ServiceKey] = owners
 		}
 		s.dirtyVS[v.ServiceKey] = true
 	}
@@ -362,22 +420,21 @@ func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 		}
 		s.dirtyAddrs[a] = true
 	}
-	for _, e := range fr.Elements {
-		if s.elemRefs[e]--; s.elemRefs[e] <= 0 {
-			delete(s.elemRefs, e)
-		}
-		s.dirtyElems[e] = true
-	}
+	s.elems.own(fr.elems, -1)
 }
 
 // want is the virtual server wanted at key: the first owner's by name
 // when two service ports claim it (the same external IP and port).
 func (s *Syncer) want(key ServiceKey) *VirtualServer {
+	owners := s.vsOwners[key]
+	if len(owners) == 1 {
+		return owners[0].v
+	}
 	var best *VirtualServer
 	var bestName string
-	for name, v := range s.vsOwners[key] {
-		if n := name.String(); best == nil || n < bestName {
-			best, bestName = v, n
+	for _, o := range owners {
+		if n := o.name.String(); best == nil || n < bestName {
+			best, bestName = o.v, n
 		}
 	}
 	return best
@@ -412,10 +469,8 @@ func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, dra
 	if !have.svc.sameSettings(want.Service) {
 		ops = append(ops, Op{Cmd: CmdSetService, Service: want.Service})
 	}
-	wanted := make(map[netip.AddrPort]bool, len(want.Dests))
 	for _, d := range want.Dests {
-		wanted[d.Addr] = true
-		h, ok := have.dests[d.Addr]
+		h, ok := have.dest(d.Addr)
 		switch {
 		case !ok:
 			ops = append(ops, Op{Cmd: CmdNewDest, Service: want.Service, Dest: d})
@@ -426,11 +481,11 @@ func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, dra
 		}
 		s.stopDraining(key, d.Addr)
 	}
-	for _, addr := range slices.SortedFunc(maps.Keys(have.dests), netip.AddrPort.Compare) {
-		if wanted[addr] {
+	for _, h := range have.dests {
+		addr := h.Addr
+		if hasDest(want.Dests, addr) {
 			continue
 		}
-		h := have.dests[addr]
 		if key.Protocol != proxier.TCP {
 			// No connection state to wait for: UDP and SCTP clients
 			// would keep sending to a dead server.
@@ -473,11 +528,11 @@ func (s *Syncer) record(op Op, err error) bool {
 		return op.Cmd == CmdDelService
 	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdDelDest:
 	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdSetDest && have != nil:
-		delete(have.dests, op.Dest.Addr)
+		have.delDest(op.Dest.Addr)
 		s.stopDraining(key, op.Dest.Addr)
 		return false
 	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewDest && have != nil:
-		have.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: unknownWeight}
+		have.setDest(Dest{Addr: op.Dest.Addr, Weight: unknownWeight})
 		return false
 	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewService:
 		s.read = false // someone else made it: read everything again
@@ -487,7 +542,7 @@ func (s *Syncer) record(op Op, err error) bool {
 	}
 	switch op.Cmd {
 	case CmdNewService:
-		s.have[key] = &appliedService{svc: op.Service, dests: map[netip.AddrPort]Dest{}}
+		s.have[key] = &appliedService{svc: op.Service}
 	case CmdSetService:
 		if have != nil {
 			have.svc = op.Service
@@ -497,11 +552,11 @@ func (s *Syncer) record(op Op, err error) bool {
 		delete(s.draining, key)
 	case CmdNewDest, CmdSetDest:
 		if have != nil {
-			have.dests[op.Dest.Addr] = Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd}
+			have.setDest(Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd})
 		}
 	case CmdDelDest:
 		if have != nil {
-			delete(have.dests, op.Dest.Addr)
+			have.delDest(op.Dest.Addr)
 		}
 		s.stopDraining(key, op.Dest.Addr)
 	}
@@ -518,20 +573,75 @@ func (s *Syncer) settled(key ServiceKey) bool {
 	if !have.svc.sameSettings(want.Service) {
 		return false
 	}
-	wanted := make(map[netip.AddrPort]bool, len(want.Dests))
 	for _, d := range want.Dests {
-		h, ok := have.dests[d.Addr]
+		h, ok := have.dest(d.Addr)
 		if !ok || h.Weight != d.Weight || h.Fwd != d.Fwd {
 			return false
 		}
-		wanted[d.Addr] = true
 	}
-	for addr, h := range have.dests {
-		if _, drain := s.draining[key][addr]; !wanted[addr] && (!drain || h.Weight != 0) {
+	if len(have.dests) == len(want.Dests) {
+		return true // every real server held is wanted
+	}
+	for _, h := range have.dests {
+		if _, drain := s.draining[key][h.Addr]; !hasDest(want.Dests, h.Addr) && (!drain || h.Weight != 0) {
 			return false
 		}
 	}
 	return true
+}
+
+// shareDests lets a settled virtual server's applied real servers be the
+// wanted ones, when they are equal: one copy of each real server, not
+// two (it is copied again before a change).
+func (s *Syncer) shareDests(key ServiceKey) {
+	want, have := s.want(key), s.have[key]
+	if want != nil && have != nil && !have.shared && slices.Equal(have.dests, want.Dests) {
+		have.dests, have.shared = want.Dests, true
+	}
+}
+
+// dest is the applied real server at addr.
+func (a *appliedService) dest(addr netip.AddrPort) (Dest, bool) {
+	i, ok := slices.BinarySearchFunc(a.dests, addr, compareDestAddr)
+	if !ok {
+		return Dest{}, false
+	}
+	return a.dests[i], true
+}
+
+// setDest records d, in place of the real server at its address.
+func (a *appliedService) setDest(d Dest) {
+	a.unshare()
+	i, ok := slices.BinarySearchFunc(a.dests, d.Addr, compareDestAddr)
+	if ok {
+		a.dests[i] = d
+	} else {
+		a.dests = slices.Insert(a.dests, i, d)
+	}
+}
+
+// delDest forgets the real server at addr.
+func (a *appliedService) delDest(addr netip.AddrPort) {
+	if i, ok := slices.BinarySearchFunc(a.dests, addr, compareDestAddr); ok {
+		a.unshare()
+		a.dests = slices.Delete(a.dests, i, i+1)
+	}
+}
+
+// unshare copies real servers shared with a fragment before a change.
+func (a *appliedService) unshare() {
+	if a.shared {
+		a.dests, a.shared = slices.Clone(a.dests), false
+	}
+}
+
+func compareDestAddr(d Dest, addr netip.AddrPort) int { return d.Addr.Compare(addr) }
+
+// hasDest reports whether ds, ordered by address as a VirtualServer's
+// real servers are, holds one at addr.
+func hasDest(ds []Dest, addr netip.AddrPort) bool {
+	_, ok := slices.BinarySearchFunc(ds, addr, compareDestAddr)
+	return ok
 }
 
 // diffHelper returns the address and element changes of the dirty keys,
@@ -548,22 +658,27 @@ func (s *Syncer) diffHelper(failedNew map[netip.Addr]bool) HelperChange {
 			delete(s.dirtyAddrs, a)
 		}
 	}
-	for e := range s.dirtyElems {
-		switch want, have := s.elemRefs[e] > 0, s.haveElems[e]; {
-		case want && !have:
-			c.AddElems = append(c.AddElems, e)
-		case !want && have:
-			c.DelElems = append(c.DelElems, e)
-		default:
-			delete(s.dirtyElems, e)
-		}
-	}
+	s.elems.diff(&c)
 	for _, l := range [][]netip.Addr{c.AddAddrs, c.DelAddrs} {
 		slices.SortFunc(l, netip.Addr.Compare)
 	}
 	slices.SortFunc(c.AddElems, compareElements)
 	slices.SortFunc(c.DelElems, compareElements)
 	return c
+}
+
+// diffElem adds the change an element needs, if any, and reports whether
+// it needs none.
+func diffElem[K packed](c *HelperChange, k K, st elemState) bool {
+	switch {
+	case st.refs > 0 && !st.have:
+		c.AddElems = append(c.AddElems, k.element())
+	case st.refs <= 0 && st.have:
+		c.DelElems = append(c.DelElems, k.element())
+	default:
+		return true
+	}
+	return false
 }
 
 // drain deletes draining real servers whose connections are gone or whose
@@ -603,7 +718,7 @@ func (s *Syncer) drain(now time.Time, fresh []ServiceKey, res *SyncResult) error
 			n, ok := conns[addr]
 			switch {
 			case !ok:
-				delete(have.dests, addr)
+				have.delDest(addr)
 				s.stopDraining(key, addr)
 			case n == 0 || now.Sub(m[addr]) >= s.cfg.DrainTimeout:
 				ops = append(ops, Op{Cmd: CmdDelDest, Service: have.svc, Dest: Dest{Addr: addr}})
@@ -647,6 +762,7 @@ func (s *Syncer) apply(ops []Op, res *SyncResult) (errs []error, err error) {
 	for key := range touched {
 		if s.dirtyVS[key] && s.settled(key) {
 			delete(s.dirtyVS, key)
+			s.shareDests(key)
 		}
 	}
 	return errs, nil

@@ -43,7 +43,7 @@ func planElements(p *Plan) []Element {
 	seen := map[Element]bool{}
 	var out []Element
 	for _, fr := range p.Services {
-		for _, e := range fr.Elements {
+		for _, e := range fr.Elements() {
 			if !seen[e] {
 				seen[e] = true
 				out = append(out, e)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,11 +85,44 @@ func firstSyncBounds(t *testing.T, sizes []int) map[int]time.Duration {
 	return out
 }
 
+// proxies are KNP_IPVS_BENCH_PROXIES (ours, upstream, baseline), by
+// default ours and upstream, and baseline when KNP_IPVS_BENCH_BASELINE is
+// set: another build of ours (a binary's path) to compare with, each size
+// run right after ours.
 func proxies() []string {
 	if p := os.Getenv("KNP_IPVS_BENCH_PROXIES"); p != "" {
 		return strings.Split(p, ",")
 	}
+	if os.Getenv("KNP_IPVS_BENCH_BASELINE") != "" {
+		return []string{"baseline", "ours", "upstream"}
+	}
 	return []string{"ours", "upstream"}
+}
+
+// run is one proxy at one size.
+type run struct {
+	proxy string
+	size  int
+}
+
+// runOrder is proxies() at their sizes: each proxy at every size in turn,
+// but baseline and ours alternate size by size (the same objects, the
+// machine's load alike), before the others.
+func runOrder(t *testing.T) []run {
+	ps := proxies()
+	var out []run
+	if slices.Contains(ps, "baseline") && slices.Contains(ps, "ours") {
+		for _, n := range sizes(t) {
+			out = append(out, run{"baseline", n}, run{"ours", n})
+		}
+		ps = slices.DeleteFunc(ps, func(p string) bool { return p == "baseline" || p == "ours" })
+	}
+	for _, p := range ps {
+		for _, n := range sizesOf(t, p) {
+			out = append(out, run{p, n})
+		}
+	}
+	return out
 }
 
 // result is the guest's Result (e2e/ipvsbench/guest).
@@ -105,6 +139,7 @@ type result struct {
 	RealServers    int     `json:"realServers"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
 	PeakRSSMiB     float64 `json:"peakRSSMiB"`
+	SteadyRSSMiB   float64 `json:"steadyRSSMiB"`
 	Error          string  `json:"error"`
 }
 
@@ -154,6 +189,7 @@ func TestIPVSSideBySide(t *testing.T) {
 	binaries := map[string]string{
 		"ours":     filepath.Join(bin, "kube-nftproxy"),
 		"upstream": strings.TrimSpace(string(upstream)),
+		"baseline": os.Getenv("KNP_IPVS_BENCH_BASELINE"),
 	}
 
 	bounds := firstSyncBounds(t, sizes(t))
@@ -162,32 +198,30 @@ func TestIPVSSideBySide(t *testing.T) {
 	// upstream's bounded runs at the larger sizes give lower bounds anyway.
 	var results []result
 	created := 0
-	for _, p := range proxies() {
-		path, ok := binaries[p]
-		if !ok {
-			t.Fatalf("KNP_IPVS_BENCH_PROXIES: unknown proxy %q (ours, upstream)", p)
+	for _, r := range runOrder(t) {
+		path := binaries[r.proxy]
+		if path == "" {
+			t.Fatalf("KNP_IPVS_BENCH_PROXIES: unknown proxy %q (ours, upstream, baseline with KNP_IPVS_BENCH_BASELINE)", r.proxy)
 		}
-		for _, n := range sizesOf(t, p) {
-			t0 := time.Now()
-			switch {
-			case n > created:
-				if err := scale.Populate(ctx, api, scale.Spec{From: created, To: n, PerService: 10, Node: nodeName}); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("created Services %d..%d with 10 endpoints each in %v", created, n-1, time.Since(t0).Round(time.Millisecond))
-			case n < created:
-				if err := scale.Depopulate(ctx, api, n, created, 0); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("deleted Services %d..%d in %v", n, created-1, time.Since(t0).Round(time.Millisecond))
-			}
-			created = n
-			r := boot(t, root, srv, hostPort, p, path, bin, n, bounds[n])
-			results = append(results, r)
-			// Both proxies see the same objects: put the moved endpoint back.
-			if _, err := scale.SetEndpoint(ctx, api, 0, 0, scale.EndpointAddr(0, 0, 10)); err != nil {
+		n := r.size
+		t0 := time.Now()
+		switch {
+		case n > created:
+			if err := scale.Populate(ctx, api, scale.Spec{From: created, To: n, PerService: 10, Node: nodeName}); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("created Services %d..%d with 10 endpoints each in %v", created, n-1, time.Since(t0).Round(time.Millisecond))
+		case n < created:
+			if err := scale.Depopulate(ctx, api, n, created, 0); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("deleted Services %d..%d in %v", n, created-1, time.Since(t0).Round(time.Millisecond))
+		}
+		created = n
+		results = append(results, boot(t, root, srv, hostPort, r.proxy, path, bin, n, bounds[n]))
+		// Every proxy sees the same objects: put the moved endpoint back.
+		if _, err := scale.SetEndpoint(ctx, api, 0, 0, scale.EndpointAddr(0, 0, 10)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	printTable(t, results)
@@ -234,6 +268,10 @@ current-context: kube-proxy
 		}
 	}
 	timeout := int(bound.Seconds()) + 600
+	guestKind := kind
+	if kind == "baseline" {
+		guestKind = "ours" // another build of ours
+	}
 	script := fmt.Sprintf(`#!/bin/sh
 exec 3>"$1"
 echo "KNPVM start %[1]s-%[2]d" >&3
@@ -241,7 +279,7 @@ echo "KNPVM start %[1]s-%[2]d" >&3
 	-ca /mnt/share/ca.pem -token-file /mnt/share/token -services %[2]d -timeout %[3]ds \
 	-first-sync-bound %[4]v >&3 2>&1
 printf '\nKNPVM end %[1]s-%[2]d rc=%%d\n' $? >&3
-`, kind, n, timeout-60, bound)
+`, guestKind, n, timeout-60, bound)
 	if err := os.WriteFile(filepath.Join(share, "guest.sh"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -287,8 +325,8 @@ func lastLines(s string, n int) string {
 
 func printTable(t *testing.T, rs []result) {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | full sync | change to kernel | change sync | CPU s | peak RSS MiB |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | full sync | change to kernel | change sync | CPU s | peak RSS MiB | steady RSS MiB |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	by := map[string]map[int]result{}
 	for _, r := range rs {
 		if by[r.Proxy] == nil {
@@ -299,8 +337,8 @@ func printTable(t *testing.T, rs []result) {
 		if r.Unfinished {
 			start, full = "> "+start+" (unfinished)", "> "+start
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.1f | %.0f |\n", r.Services, r.Proxy,
-			start, full, scale.Secs(r.ChangeToKernel), scale.Secs(r.ChangeSync), r.CPUSeconds, r.PeakRSSMiB)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.1f | %.0f | %.0f |\n", r.Services, r.Proxy,
+			start, full, scale.Secs(r.ChangeToKernel), scale.Secs(r.ChangeSync), r.CPUSeconds, r.PeakRSSMiB, r.SteadyRSSMiB)
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | full sync: upstream / ours | one change sync: upstream / ours | change to kernel: upstream / ours |")

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,7 +55,10 @@ type Result struct {
 	// The proxy process: user+system CPU seconds and peak RSS, at the end.
 	CPUSeconds float64 `json:"cpuSeconds"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
-	Error      string  `json:"error,omitempty"`
+	// SteadyRSSMiB is the proxy's RSS once it has settled after the
+	// changes: steadyWait later, past a periodic sync and its read-back.
+	SteadyRSSMiB float64 `json:"steadyRSSMiB"`
+	Error        string  `json:"error,omitempty"`
 }
 
 type config struct {
@@ -63,6 +67,7 @@ type config struct {
 	token                            string
 	services, perService, changes    int
 	timeout, firstSyncBound          time.Duration
+	steadyWait                       time.Duration
 }
 
 func main() {
@@ -80,6 +85,7 @@ func main() {
 	flag.IntVar(&c.changes, "changes", 5, "endpoint changes to measure, one after the other")
 	flag.DurationVar(&c.timeout, "timeout", time.Hour, "bound for the whole run")
 	flag.DurationVar(&c.firstSyncBound, "first-sync-bound", 30*time.Minute, "give up waiting for the first sync after this long (reported as a lower bound)")
+	flag.DurationVar(&c.steadyWait, "steady-wait", 40*time.Second, "how long after the changes the steady RSS is read (past one --ipvs-sync-period, 30s)")
 	flag.Parse()
 
 	r := Result{Proxy: c.kind, Services: c.services}
@@ -205,8 +211,35 @@ func run(c config, r *Result) error {
 	}
 	r.ChangesToKernel, r.ChangeSyncDurations = walls, syncs
 	r.ChangeToKernel, r.ChangeSync = median(walls), median(syncs)
+	// Steady state: nothing changes for a while (a periodic sync and its
+	// read-back of IPVS happen meanwhile).
+	if err := pause(ctx, c.steadyWait); err != nil {
+		return err
+	}
+	if err := alive(proc); err != nil {
+		return err
+	}
+	if r.SteadyRSSMiB, err = currentRSS(proc.Process.Pid); err != nil {
+		return err
+	}
+	logf("steady RSS %.0f MiB after %v", r.SteadyRSSMiB, c.steadyWait)
 	r.CPUSeconds, r.PeakRSSMiB, err = usage(proc.Process.Pid)
 	return err
+}
+
+// currentRSS is a process's resident set (VmRSS) in MiB.
+func currentRSS(pid int) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // changeOne moves endpoint 0 of Service 0 to addr and waits until the
