@@ -70,6 +70,16 @@ func (x *Tx) Empty() bool {
 		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
+// Rules is how many rules the transaction writes: what most of a large
+// transaction's encoded size is.
+func (x *Tx) Rules() int {
+	n := 0
+	for _, c := range x.rules {
+		n += len(c.Rules)
+	}
+	return n
+}
+
 func (x *Tx) Write(w txWriter, setID *uint32) {
 	t := x.table
 	if x.delTable {

@@ -39,6 +39,8 @@ import (
 // (VmHWM), and writes heap profiles to KNP_MEM_PROFILES if set. One size
 // per process: the peak RSS of a smaller size would hide under a larger's.
 // With KNP_MEM_KERNEL=0 it stops at building the Ruleset (no namespace).
+// The backend has the proxy's large-transaction guard (largeTxMemory)
+// unless KNP_MEM_LARGETX=0.
 func TestProxyMemory(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("KNP_MEM_SERVICES"))
 	if n == 0 {
@@ -77,7 +79,12 @@ func TestProxyMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer k.Close()
-		if be, err = nft.NewBackend(k, nft.BackendConfig{Rules: cfg}); err != nil {
+		// As the proxy runs it (KNP_MEM_LARGETX=0: without the guard).
+		bc := nft.BackendConfig{Rules: cfg, OnLargeTx: largeTxMemory}
+		if os.Getenv("KNP_MEM_LARGETX") == "0" {
+			bc.OnLargeTx = nil
+		}
+		if be, err = nft.NewBackend(k, bc); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -207,7 +207,7 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 		return &modeBackend{Backend: b, hooks: hooks}, nil
 	}
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
-		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift})
+		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, OnLargeTx: largeTxMemory})
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +252,10 @@ func (s *proxyServer) observe(ctx context.Context) error {
 		s.metrics.DriftRepairs.WithLabelValues(table).Inc()
 	})
 	var first sync.Once
+	var gc idleGC
 	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		s.metrics.Observe(res, took, err)
+		gc.synced(res.Changed || err != nil)
 		if err == nil {
 			// The first full sync's garbage (the encoded transaction's
 			// heap part, the build's scratch) is the most the proxy

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+)
+
+// largeTxHeadroom is how much the Go runtime's memory may grow above
+// what it holds after the collection largeTxMemory starts with, while a
+// large transaction is encoded and sent.
+const largeTxHeadroom = 64 << 20
+
+// largeTxMemory is the backend's OnLargeTx: a full sync at 50k Services
+// encodes about 0.5 GB of netlink messages in anonymous mappings outside
+// the Go heap (nftlib.Batch) and holds them for its one sendmsg, on top
+// of a live heap of about 0.5 GB. The garbage collector does not count
+// the mappings: left alone, its goal (twice the live heap) let the
+// build's garbage stay resident beside them, and that sum set the
+// process's peak RSS. So before encoding, the garbage is collected and
+// its pages handed back to the kernel, and until the transaction is
+// sent a soft memory limit a little above what remains keeps the heap
+// from growing on top of the messages. The limit is the runtime's soft
+// one: should the live heap itself outgrow it (a burst of watch events
+// during the send), the collector caps its own CPU rather than spin, and
+// done lifts the limit again. Small syncs never get here (see
+// nft.largeTxRules).
+func largeTxMemory() (done func()) {
+	debug.FreeOSMemory()
+	held := runtimeHeld()
+	prev := debug.SetMemoryLimit(-1)
+	debug.SetMemoryLimit(min(prev, held+max(held/8, largeTxHeadroom)))
+	return func() { debug.SetMemoryLimit(prev) }
+}
+
+// runtimeHeld is the memory the Go runtime holds from the kernel, as the
+// soft memory limit counts it: all it mapped less what it released.
+func runtimeHeld() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+}
+
+// idleHeadroom is the least garbage the heap may gather while idle
+// before a collection (see idleGC).
+const idleHeadroom = 16 << 20
+
+// idleGC paces the garbage collector by a soft memory limit instead of
+// GOGC while the proxy is idle (its last sync had nothing to write).
+//
+// Why: with GOGC on, the runtime forces a full collection every two
+// minutes even when nothing was allocated, and marking the live heap (the
+// applied rules, the caches: about 90 MB at 10k Services) was most of an
+// idle proxy's CPU. An idle proxy allocates little (a periodic sync's
+// check), so with GOGC off and a limit of what the process holds when
+// it goes idle plus a small headroom (idleHeadroom or a sixteenth), a
+// collection runs only once that garbage has piled up, and the process
+// never holds more than that limit: steady RSS stays where it was (GOGC
+// itself would let the heap reach twice the live one).
+//
+// The risk of pacing by a limit is a live heap that outgrows it: every
+// collection then frees too little and the next follows at once (the
+// runtime caps that at about half the CPU). So the first sync that
+// writes anything, and the first collection after which the live heap
+// has grown by half the headroom, give GOGC back its pacing; a GOGC or
+// GOMEMLIMIT set by the user is left alone.
+type idleGC struct {
+	mu   sync.Mutex
+	idle bool
+	// percent and limit are GOGC and the memory limit before idle;
+	// live the live heap then, headroom the limit's room above what the
+	// process held.
+	percent        int
+	limit          int64
+	live, headroom uint64
+}
+
+// synced is told after each successful sync whether it wrote anything.
+func (g *idleGC) synced(changed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case !changed && !g.idle:
+		g.enter()
+	case changed && g.idle:
+		g.leave()
+	}
+}
+
+func (g *idleGC) enter() {
+	held := runtimeHeld()
+	g.headroom = max(uint64(held)/16, idleHeadroom)
+	limit := held + int64(g.headroom)
+	if prev := debug.SetMemoryLimit(-1); prev <= limit {
+		return // a tighter GOMEMLIMIT: it and GOGC pace already
+	}
+	g.live = heapLive()
+	g.limit = debug.SetMemoryLimit(limit)
+	if g.percent = debug.SetGCPercent(-1); g.percent < 0 {
+		debug.SetMemoryLimit(g.limit) // GOGC=off is the user's: leave it so
+		return
+	}
+	g.idle = true
+	g.watch()
+}
+
+func (g *idleGC) leave() {
+	debug.SetGCPercent(g.percent)
+	debug.SetMemoryLimit(g.limit)
+	g.idle = false
+}
+
+// gcSentinel is garbage as soon as it is made: its cleanup tells that a
+// collection ran. (A pointer field keeps it out of the tiny allocator,
+// whose blocks are freed together.)
+type gcSentinel struct{ _ *int }
+
+// watch calls collected after the next collection.
+func (g *idleGC) watch() {
+	runtime.AddCleanup(new(gcSentinel), func(g *idleGC) { g.collected() }, g)
+}
+
+// collected runs after each collection while idle: it ends idle pacing
+// when the live heap grew, and watches for the next collection otherwise.
+func (g *idleGC) collected() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.idle {
+		return
+	}
+	if heapLive() > g.live+g.headroom/2 {
+		g.leave()
+		return
+	}
+	g.watch()
+}
+
+// heapLive is the heap the last collection found live.
+func heapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
