@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -54,10 +55,11 @@ const idleHeadroom = 16 << 20
 // applied rules, the caches: about 90 MB at 10k Services) was most of an
 // idle proxy's CPU. An idle proxy allocates little (a periodic sync's
 // check), so with GOGC off and a limit of what the process holds when
-// it goes idle plus a small headroom (idleHeadroom or a sixteenth), a
-// collection runs only once that garbage has piled up, and the process
-// never holds more than that limit: steady RSS stays where it was (GOGC
-// itself would let the heap reach twice the live one).
+// it goes idle (after a collection) plus a small headroom (idleHeadroom
+// or a sixteenth), a collection runs only once that garbage has piled
+// up, and the process never holds more than that limit: steady RSS is
+// the live heap and that headroom (GOGC itself lets the heap reach twice
+// the live one).
 //
 // The risk of pacing by a limit is a live heap that outgrows it: every
 // collection then frees too little and the next follows at once (the
@@ -89,18 +91,19 @@ func (g *idleGC) synced(changed bool) {
 }
 
 func (g *idleGC) enter() {
+	if percent, limit := gcSettings(); percent < 0 || limit != math.MaxInt64 {
+		return // the user's GOGC=off or GOMEMLIMIT: it paces already
+	}
+	// The busy time's garbage (up to the live heap again under GOGC) is
+	// collected and handed back first, so the limit follows the live
+	// heap: steady RSS drops to it. One collection per busy spell, in
+	// the MinSyncPeriod the loop waits after a sync anyway.
+	debug.FreeOSMemory()
 	held := runtimeHeld()
 	g.headroom = max(uint64(held)/16, idleHeadroom)
-	limit := held + int64(g.headroom)
-	if prev := debug.SetMemoryLimit(-1); prev <= limit {
-		return // a tighter GOMEMLIMIT: it and GOGC pace already
-	}
 	g.live = heapLive()
-	g.limit = debug.SetMemoryLimit(limit)
-	if g.percent = debug.SetGCPercent(-1); g.percent < 0 {
-		debug.SetMemoryLimit(g.limit) // GOGC=off is the user's: leave it so
-		return
-	}
+	g.percent = debug.SetGCPercent(-1)
+	g.limit = debug.SetMemoryLimit(held + int64(g.headroom))
 	g.idle = true
 	g.watch()
 }
@@ -134,6 +137,13 @@ func (g *idleGC) collected() {
 		return
 	}
 	g.watch()
+}
+
+// gcSettings returns GOGC and the soft memory limit.
+func gcSettings() (percent int, limit int64) {
+	percent = debug.SetGCPercent(-1)
+	debug.SetGCPercent(percent)
+	return percent, debug.SetMemoryLimit(-1)
 }
 
 // heapLive is the heap the last collection found live.

@@ -103,9 +103,3 @@ func TestIdleGCLiveHeapGrew(t *testing.T) {
 		t.Errorf("after the live heap grew: idle %v, GOGC %d, limit %d; want GOGC's pacing back", g.idle, percent, limit)
 	}
 }
-
-func gcSettings() (percent int, limit int64) {
-	percent = debug.SetGCPercent(-1)
-	debug.SetGCPercent(percent)
-	return percent, debug.SetMemoryLimit(-1)
-}
