@@ -30,6 +30,8 @@ type idleResult struct {
 	Syncs int
 	// Load is the host's 1-minute load average at the window's end.
 	Load string
+	// RSSMiB is the proxy's resident set (VmRSS) at the window's end.
+	RSSMiB float64
 	// Unfinished: no first sync within the bound; nothing measured.
 	Unfinished bool
 	// ToSynced is the proxy's activity from its start to its first sync
@@ -234,8 +236,12 @@ func (b *bench) measureIdle(kinds []string, bound, settle, window time.Duration,
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ip.kind, err)
 		}
+		rss, err := vmRSS(ip.p.cmd.Process.Pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ip.kind, err)
+		}
 		rs = append(rs, idleResult{Proxy: ip.kind, Services: b.created, Window: time.Since(t0),
-			Activity: a.Minus(start[i]), Unfinished: !ip.synced, ToSynced: ip.toSynced})
+			Activity: a.Minus(start[i]), Unfinished: !ip.synced, ToSynced: ip.toSynced, RSSMiB: rss})
 	}
 	load := loadAverage()
 	for i, ip := range ps {
@@ -381,8 +387,8 @@ func TestNFTablesIdle(t *testing.T) {
 // formatIdle prints the idle results, and upstream's over ours.
 func formatIdle(rs []idleResult) string {
 	var b bytes.Buffer
-	fmt.Fprintln(&b, "| Services x 10 | proxy | window | CPU s per hour | of which children | wakeups per minute | syncs in window | load average | CPU s start to synced (children) |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| Services x 10 | proxy | window | CPU s per hour | of which children | wakeups per minute | syncs in window | load average | CPU s start to synced (children) | RSS at the end MiB |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	by := map[string]map[int]idleResult{}
 	for _, r := range rs {
 		if by[r.Proxy] == nil {
@@ -390,13 +396,13 @@ func formatIdle(rs []idleResult) string {
 		}
 		by[r.Proxy][r.Services] = r
 		if r.Unfinished {
-			fmt.Fprintf(&b, "| %d | %s | - | not measured (no first sync) | - | - | - | %s | - |\n", r.Services, r.Proxy, r.Load)
+			fmt.Fprintf(&b, "| %d | %s | - | not measured (no first sync) | - | - | - | %s | - | - |\n", r.Services, r.Proxy, r.Load)
 			continue
 		}
 		children := float64(time.Hour) / float64(r.Window) * r.Activity.ChildCPUSeconds
-		fmt.Fprintf(&b, "| %d | %s | %.0fs | %.2f | %.2f | %.1f | %d | %s | %.1f (%.1f) |\n", r.Services, r.Proxy,
+		fmt.Fprintf(&b, "| %d | %s | %.0fs | %.2f | %.2f | %.1f | %d | %s | %.1f (%.1f) | %.0f |\n", r.Services, r.Proxy,
 			r.Window.Seconds(), r.cpuPerHour(), children, r.wakeupsPerMinute(), r.Syncs, r.Load,
-			r.ToSynced.CPUSeconds+r.ToSynced.ChildCPUSeconds, r.ToSynced.ChildCPUSeconds)
+			r.ToSynced.CPUSeconds+r.ToSynced.ChildCPUSeconds, r.ToSynced.ChildCPUSeconds, r.RSSMiB)
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | over ours | CPU | wakeups |")
