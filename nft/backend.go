@@ -123,22 +123,30 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
+	ph := newSyncPhases()
 	b.check.start(b.cfg, b.applied != nil)
 	p := b.plan(st, b.wantsFull(st))
-	d, err := b.diff(p)
+	ph.build = ph.lap()
+	d, err := b.diff(p, ph)
 	if err != nil {
 		return proxier.SyncResult{}, err
 	}
+	ph.diff = ph.lap()
 	res := proxier.SyncResult{Full: p.full, StaleChainsDeleted: d.deleted,
 		CleanupOnly: !p.full && len(p.names) == 0 && d.deleted > 0}
 	if kt := b.tx.write(d.txs); kt != nil {
+		ph.encode = ph.lap()
 		r := b.commit(p, kt)
+		ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 		res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 		if r.err != nil {
 			return res, fmt.Errorf("applying nftables generation: %w", r.err)
 		}
 	}
 	res.FollowUpAt = b.record(st, p, d)
+	if p.full {
+		ph.log(b.log)
+	}
 	return res, nil
 }
 
