@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -150,7 +151,8 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		be, err := NewBackend(k, BackendConfig{Rules: demoConfig()})
+		phases := &phaseCapture{}
+		be, err := NewBackend(k, BackendConfig{Rules: demoConfig(), Log: slog.New(phases)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -176,6 +178,7 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		b.ReportMetric(float64(res.Bytes)/(1<<20), "MiB")
 		b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
 		b.ReportMetric(took.Seconds()/res.Kernel.Seconds(), "x-kernel")
+		phases.report(b)
 	}
 }
 
