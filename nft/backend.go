@@ -49,6 +49,10 @@ type Backend struct {
 	// full sync deletes and creates them again whole, in its one
 	// transaction, whatever they hold (see markReplace).
 	replace map[tableID]bool
+	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
+	// table whose settling transaction is due (nil: none).
+	deferSettle bool
+	settleAfter *nftlib.TableRef
 }
 
 // BackendConfig is a Backend's configuration.
@@ -74,6 +78,13 @@ type BackendConfig struct {
 	// OnDrift, when set, is called for each table in which a check found
 	// differences, with short descriptions of them.
 	OnDrift func(table string, diffs []string)
+	// DeferSettle leaves the transaction that settles a large full sync
+	// (see committer.settle) to Settle, which the sync loop calls once it
+	// has reported the sync, instead of doing it within Sync: the rules
+	// are in place (and the proxy reports it) one kernel walk of every
+	// chain earlier, at start-up above all. A Sync before Settle settles
+	// first.
+	DeferSettle bool
 }
 
 type tableID struct {
@@ -93,7 +104,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Backend{
-		cfg: cfg.Rules, foldAt: cfg.FoldAt, k: k, log: log, needFull: true,
+		cfg: cfg.Rules, foldAt: cfg.FoldAt, k: k, log: log, needFull: true, deferSettle: cfg.DeferSettle,
 		check: &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
 		tx:    &committer{k: k, log: log, trace: cfg.Trace},
 		stale: staleChains{now: time.Now},
@@ -123,6 +134,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
+	b.Settle()
 	ph := newSyncPhases()
 	b.check.start(b.cfg, b.applied != nil)
 	p := b.plan(st, b.wantsFull(st))
@@ -171,7 +183,18 @@ func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
 		id := tableIDs()[0]
 		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
-	r := b.tx.commit(kt, settle)
+	if b.deferSettle {
+		r := b.tx.commit(kt, nil)
+		if r.err == nil && settle != nil && r.messages >= settleFrom {
+			b.settleAfter = settle
+		}
+		return b.committed(p, r)
+	}
+	return b.committed(p, b.tx.commit(kt, settle))
+}
+
+// committed accounts for a sync's commit, r.
+func (b *Backend) committed(p *syncPlan, r commitReport) commitReport {
 	b.check.committed(r)
 	if r.err != nil {
 		b.needFull = true
@@ -182,6 +205,25 @@ func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
 		}
 	}
 	return r
+}
+
+// Settle commits the transaction that settles the last full sync, when
+// DeferSettle left it to now (see committer.settle); otherwise it does
+// nothing. The sync loop calls it once it has reported the sync.
+func (b *Backend) Settle() {
+	t := b.settleAfter
+	if t == nil {
+		return
+	}
+	b.settleAfter = nil
+	start := time.Now()
+	var r commitReport
+	r.genBefore, r.genErr = b.k.Generation()
+	if r.err = b.tx.settle(*t); r.err == nil {
+		r.commits = 1
+	}
+	b.check.committed(r) // the verified generation survives our own commit
+	b.log.Log(context.Background(), levelPhases, "settled the full sync", "took", time.Since(start))
 }
 
 // record makes a successful sync's plan the applied state; it returns
@@ -271,7 +313,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}
-	b.applied, b.inDelta, b.needFull = nil, nil, true
+	b.applied, b.inDelta, b.needFull, b.settleAfter = nil, nil, true, nil
 	b.changes.Reset()
 	return true, nil
 }

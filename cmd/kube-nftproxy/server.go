@@ -214,7 +214,7 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 		return &modeBackend{Backend: b, hooks: hooks}, nil
 	}
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
-		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift})
+		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, DeferSettle: true})
 	if err != nil {
 		return nil, err
 	}
