@@ -214,8 +214,8 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 		}
 		return out.String()
 	}
-	if st.Services.Len() < 3*buildParallelMin {
-		t.Fatalf("%d service ports make fewer than 3 parts", st.Services.Len())
+	if nftlib.ParallelParts(st.Services.Len()) != 3 {
+		t.Fatalf("%d service ports make %d parts, want 3", st.Services.Len(), nftlib.ParallelParts(st.Services.Len()))
 	}
 	if serial, par := render(false), render(true); serial != par {
 		t.Errorf("the tables differ: %d bytes built in parallel, %d one by one", len(par), len(serial))
