@@ -37,7 +37,7 @@ func (c *phaseCapture) Handle(_ context.Context, r slog.Record) error {
 func (c *phaseCapture) report(b *testing.B) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, k := range []string{"build", "diff", "encode", "settle"} {
+	for _, k := range []string{"build", "diff", "encode"} {
 		b.ReportMetric(c.phases[k].Seconds()*1000, k+"-ms")
 	}
 }
