@@ -53,6 +53,10 @@ type Backend struct {
 	// largeTx rules (largeTxRules; tests lower it).
 	onLargeTx func() (done func())
 	largeTx   int
+	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
+	// table whose settling transaction is due (nil: none).
+	deferSettle bool
+	settleAfter *nftlib.TableRef
 }
 
 // BackendConfig is a Backend's configuration.
@@ -85,6 +89,13 @@ type BackendConfig struct {
 	// process can collect its garbage first and keep the heap from
 	// growing on top of them (see cmd/kube-nftproxy's largeTxMemory).
 	OnLargeTx func() (done func())
+	// DeferSettle leaves the transaction that settles a large full sync
+	// (see committer.settle) to Settle, which the sync loop calls once it
+	// has reported the sync, instead of doing it within Sync: the rules
+	// are in place (and the proxy reports it) one kernel walk of every
+	// chain earlier, at start-up above all. A Sync before Settle settles
+	// first.
+	DeferSettle bool
 }
 
 type tableID struct {
@@ -104,7 +115,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Backend{
-		cfg: cfg.Rules, foldAt: cfg.FoldAt, k: k, log: log, needFull: true,
+		cfg: cfg.Rules, foldAt: cfg.FoldAt, k: k, log: log, needFull: true, deferSettle: cfg.DeferSettle,
 		check:     &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
@@ -135,18 +146,25 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
+	b.Settle()
+	ph := newSyncPhases()
 	b.check.start(b.cfg, b.applied != nil)
 	p := b.plan(st, b.wantsFull(st))
-	d, err := b.diff(p)
+	ph.build = ph.lap()
+	d, err := b.diff(p, ph)
 	if err != nil {
 		return proxier.SyncResult{}, err
 	}
+	ph.diff = ph.lap()
 	res := proxier.SyncResult{Full: p.full, StaleChainsDeleted: d.deleted,
 		CleanupOnly: !p.full && len(p.names) == 0 && d.deleted > 0}
-	if err := b.apply(p, d, &res); err != nil {
+	if err := b.apply(p, d, &res, ph); err != nil {
 		return res, err
 	}
 	res.FollowUpAt = b.record(st, p, d)
+	if p.full {
+		ph.log(b.log)
+	}
 	return res, nil
 }
 
@@ -160,7 +178,7 @@ const largeTxRules = 500_000
 
 // apply encodes the sync's transactions and commits them, reporting into
 // res.
-func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult) error {
+func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
 	if b.onLargeTx != nil && rulesOf(d.txs) >= b.largeTx {
 		defer b.onLargeTx()()
 	}
@@ -168,7 +186,9 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult) error
 	if kt == nil {
 		return nil
 	}
+	ph.encode = ph.lap()
 	r := b.commit(p, kt)
+	ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 	res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 	if r.err != nil {
 		return fmt.Errorf("applying nftables generation: %w", r.err)
@@ -205,7 +225,18 @@ func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
 		id := tableIDs()[0]
 		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
-	r := b.tx.commit(kt, settle)
+	if b.deferSettle {
+		r := b.tx.commit(kt, nil)
+		if r.err == nil && settle != nil && r.messages >= settleFrom {
+			b.settleAfter = settle
+		}
+		return b.committed(p, r)
+	}
+	return b.committed(p, b.tx.commit(kt, settle))
+}
+
+// committed accounts for a sync's commit, r.
+func (b *Backend) committed(p *syncPlan, r commitReport) commitReport {
 	b.check.committed(r)
 	if r.err != nil {
 		b.needFull = true
@@ -216,6 +247,25 @@ func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
 		}
 	}
 	return r
+}
+
+// Settle commits the transaction that settles the last full sync, when
+// DeferSettle left it to now (see committer.settle); otherwise it does
+// nothing. The sync loop calls it once it has reported the sync.
+func (b *Backend) Settle() {
+	t := b.settleAfter
+	if t == nil {
+		return
+	}
+	b.settleAfter = nil
+	start := time.Now()
+	var r commitReport
+	r.genBefore, r.genErr = b.k.Generation()
+	if r.err = b.tx.settle(*t); r.err == nil {
+		r.commits = 1
+	}
+	b.check.committed(r) // the verified generation survives our own commit
+	b.log.Log(context.Background(), levelPhases, "settled the full sync", "took", time.Since(start))
 }
 
 // record makes a successful sync's plan the applied state; it returns
@@ -305,7 +355,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}
-	b.applied, b.inDelta, b.needFull = nil, nil, true
+	b.applied, b.inDelta, b.needFull, b.settleAfter = nil, nil, true, nil
 	b.changes.Reset()
 	return true, nil
 }

@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -126,8 +127,10 @@ func BenchmarkFullSyncUserspace(b *testing.B) {
 // without, since the kernel builds its notifications for every commit.
 //
 // Besides ns/op it reports the kernel's part (kernel-ms: the transaction's
-// sendmsg to its ack), the whole sync over it (x-kernel), and the heap the
-// backend keeps once the sync is done (heap-MiB, live after a GC).
+// sendmsg to its ack), the whole sync over it (x-kernel), the phases of
+// the last sync (build-ms, diff-ms, encode-ms), the settling transaction
+// that follows it, outside the sync as in the proxy (settle-ms), and the
+// heap the backend keeps once the sync is done (heap-MiB, live after a GC).
 func BenchmarkKernelFullSync(b *testing.B) {
 	for _, n := range benchSizes(b, 1000, 5000, 10000) {
 		st := scaleState(n, 10)
@@ -150,7 +153,10 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		be, err := NewBackend(k, BackendConfig{Rules: demoConfig()})
+		phases := &phaseCapture{}
+		// As the proxy runs: the settling transaction after the loop
+		// reports the sync (timed apart, as settle-ms).
+		be, err := NewBackend(k, BackendConfig{Rules: demoConfig(), Log: slog.New(phases), DeferSettle: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,6 +171,9 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		settleStart := time.Now()
+		be.Settle()
+		b.ReportMetric(time.Since(settleStart).Seconds()*1000, "settle-ms")
 		b.ReportMetric(liveHeapMiB(), "heap-MiB")
 		runtime.KeepAlive(be)
 		k.Close()
@@ -176,6 +185,7 @@ func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
 		b.ReportMetric(float64(res.Bytes)/(1<<20), "MiB")
 		b.ReportMetric(res.Kernel.Seconds()*1000, "kernel-ms")
 		b.ReportMetric(took.Seconds()/res.Kernel.Seconds(), "x-kernel")
+		phases.report(b)
 	}
 }
 

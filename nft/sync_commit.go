@@ -29,6 +29,8 @@ type commitReport struct {
 	genErr    error
 	commits   uint32
 	err       error
+	// settle is how long the settling transaction took (zero: none).
+	settle time.Duration
 }
 
 func (r commitReport) ok() bool { return r.genErr == nil && r.err == nil }
@@ -80,8 +82,12 @@ func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitRe
 	r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
 	if r.err == nil {
 		r.commits++
-		if settle != nil && r.messages >= settleFrom && c.settle(*settle) == nil {
-			r.commits++
+		if settle != nil && r.messages >= settleFrom {
+			t0 := time.Now()
+			if c.settle(*settle) == nil {
+				r.commits++
+			}
+			r.settle = time.Since(t0)
 		}
 	}
 	if muted {

@@ -14,13 +14,14 @@ type syncDiff struct {
 // diff turns a plan into table transactions: a full plan against what the
 // kernel holds (read first), any other against the applied tables, at the
 // service ports the plan names.
-func (b *Backend) diff(p *syncPlan) (*syncDiff, error) {
+func (b *Backend) diff(p *syncPlan, ph *syncPhases) (*syncDiff, error) {
 	var kts map[tableID]*nftlib.KernelTable
 	if p.full {
 		var err error
 		if kts, err = b.readKernel(p.want); err != nil {
 			return nil, err
 		}
+		ph.read = ph.lap()
 	}
 	d := &syncDiff{stale: map[tableID][]string{}, kept: map[tableID][]string{}}
 	keys := fragmentKeys(p.names)

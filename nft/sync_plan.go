@@ -170,21 +170,25 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 // placeAll builds every service port of st into the tables of its home,
 // the fragments on all CPUs (they depend on their own inputs alone).
 func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
-	names := make([]proxier.ServicePortName, 0, st.Services.Len())
-	for name := range st.Services.Keys() {
-		names = append(names, name)
+	type port struct {
+		name proxier.ServicePortName
+		svc  *proxier.ServicePort
 	}
-	built := make([][2]*nftlib.Fragment, len(names)) // per family: IPv4, IPv6
-	nftlib.InParallel(len(names), func(_, lo, hi int) {
+	ports := make([]port, 0, st.Services.Len())
+	for name, svc := range st.Services.All() {
+		ports = append(ports, port{name, svc})
+	}
+	built := make([][2]*nftlib.Fragment, len(ports)) // per family: IPv4, IPv6
+	nftlib.InParallelFrom(len(ports), buildParallelMin, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			svc := st.Services.Get(names[i])
+			eps := st.Endpoints.Get(ports[i].name)
 			for j, f := range nftlib.Families {
-				built[i][j] = BuildFragment(f, b.cfg, st.Node, svc, st.Endpoints.Get(names[i]))
+				built[i][j] = BuildFragment(f, b.cfg, st.Node, ports[i].svc, eps)
 			}
 		}
 	})
-	for i, name := range names {
-		kind, key := homeTable(st.Services.Get(name)), fragmentKey(name)
+	for i, p := range ports {
+		kind, key := homeTable(p.svc), fragmentKey(p.name)
 		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
 				want[tableID{f, kind}].Fragments[key] = fr
@@ -192,6 +196,12 @@ func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
 		}
 	}
 }
+
+// buildParallelMin is the least number of service ports whose fragments
+// are built on more than one CPU: each costs tens of microseconds (eleven
+// chains at ten endpoints), so a thousand of them, a first sync at 1k
+// Services, is worth splitting.
+const buildParallelMin = 256
 
 // unplace removes a service port from whichever table holds it.
 func unplace(want map[tableID]*nftlib.Table, name proxier.ServicePortName) {

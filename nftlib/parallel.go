@@ -12,16 +12,22 @@ const ParallelMin = 2048
 
 // ParallelParts is how many parts inParallel splits n items into: one per
 // CPU, each of at least parallelMin items.
-func ParallelParts(n int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), n/ParallelMin))
+func ParallelParts(n int) int { return parallelParts(n, ParallelMin) }
+
+func parallelParts(n, least int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), n/least))
 }
 
 // InParallel runs fn over [0, n) split into parallelParts(n) contiguous
 // ranges, part p covering [lo, hi) (ranges in order of p), each on a
 // goroutine of its own unless there is one part, and returns once all are
 // done.
-func InParallel(n int, fn func(p, lo, hi int)) {
-	parts := ParallelParts(n)
+func InParallel(n int, fn func(p, lo, hi int)) { InParallelFrom(n, ParallelMin, fn) }
+
+// InParallelFrom is InParallel with parts of at least least items, for
+// work whose items cost more than a message's encoding.
+func InParallelFrom(n, least int, fn func(p, lo, hi int)) {
+	parts := parallelParts(n, least)
 	if parts == 1 {
 		fn(0, 0, n)
 		return

@@ -215,7 +215,17 @@ func (l *Loop) Run(ctx context.Context) error {
 		if err == nil && l.OnApplied != nil {
 			l.OnApplied(st)
 		}
+		if s, ok := l.backend.(Settler); ok {
+			s.Settle()
+		}
 	}
+}
+
+// Settler is a Backend with work left after a sync that need not delay
+// its report: the loop calls Settle after each sync's callbacks, before it
+// waits for the next one.
+type Settler interface {
+	Settle()
 }
 
 // nextBackoff doubles the wait after each failure in a row, from lo to hi.

@@ -72,7 +72,9 @@ func (s *proxyServer) close() {
 
 // prepare checks the settings and opens what can fail on bad input before
 // anything on the node is touched: IPVS, the API client, the state files.
-func (s *proxyServer) prepare(context.Context) error {
+// The API source starts reading here: its listing overlaps the steps that
+// follow, and nothing is synced before run connects it to the loop.
+func (s *proxyServer) prepare(ctx context.Context) error {
 	cfg, err := s.o.nftConfig()
 	if err != nil {
 		return err
@@ -95,8 +97,13 @@ func (s *proxyServer) prepare(context.Context) error {
 	if s.node, err = s.o.nodeName(); err != nil {
 		return err
 	}
-	s.source, err = newStateSource(s.o, s.node, s.log)
-	return err
+	if s.source, err = newStateSource(s.o, s.node, s.log); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.onClose(cancel) // a step that fails stops the source again
+	s.source.begin(ctx, s)
+	return nil
 }
 
 // openKernel takes the namespace's instance lock, tunes conntrack, opens
@@ -207,7 +214,7 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 		return &modeBackend{Backend: b, hooks: hooks}, nil
 	}
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
-		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, OnLargeTx: largeTxMemory})
+		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, OnLargeTx: largeTxMemory, DeferSettle: true})
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +315,9 @@ func (s *proxyServer) run(ctx context.Context) error {
 // stateSource is where the loop's states come from: the API server or
 // the state files.
 type stateSource interface {
+	// begin starts reading what can be read before the loop exists (the
+	// API server's listing); what it learns waits for start.
+	begin(ctx context.Context, s *proxyServer)
 	// start connects the source to the server's loop, health and metrics,
 	// starts it, and logs that the proxy runs.
 	start(ctx context.Context, s *proxyServer)
@@ -330,30 +340,19 @@ func newStateSource(o *options, node string, log *slog.Logger) (stateSource, err
 	return &fileStateSource{files: files}, nil
 }
 
-type apiStateSource struct{ client kubernetes.Interface }
+type apiStateSource struct {
+	client  kubernetes.Interface
+	builder *model.Builder
+	early   earlySource
+}
 
-func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
-	b := model.NewBuilder(s.node)
-	s.metrics.CountChanges(b.ChangeCounts)
-	s.loop.SetSource(func() *proxier.State {
-		st, triggers := b.StateWithFamilyTriggers()
-		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
-		s.health.SetNodeEligible(!st.Node.Leaving)
-		return st
-	})
-	// Each informer retries with its own URL in the error: one failure.
-	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
-	src := &apisource.APISource{Client: a.client, Builder: b, Log: s.log, OnChange: s.loop.Changed,
-		OnReady: func() {
-			// The first listing's decoded objects are garbage now (the
-			// caches keep slimmed copies): a collection before the first
-			// sync bases the heap's goal on what stays, not on them, so
-			// the sync's garbage does not add to their peak. In the
-			// background: the sync need not wait for it.
-			go runtime.GC()
-			s.loop.SourceReady()
-		},
-		OnError: status.Failing, OnRecovered: status.OK,
+// begin starts the informers: the TLS handshake, the lists and their
+// decoding overlap the kernel's set-up. The Builder fills meanwhile; the
+// loop takes no State from it before start has wired it and it is ready.
+func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
+	a.builder = model.NewBuilder(s.node)
+	src := &apisource.APISource{Client: a.client, Builder: a.builder, Log: s.log, OnChange: a.early.changed,
+		OnReady: a.early.readyNow, OnError: a.early.failing, OnRecovered: a.early.ok,
 		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period
 		// One small request per sync period notices a server gone
 		// silent (hung, or its packets dropped) within that period.
@@ -363,11 +362,37 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 			s.log.Error("API source stopped", "err", err)
 		}
 	}()
+}
+
+func (a *apiStateSource) start(_ context.Context, s *proxyServer) {
+	b := a.builder
+	s.metrics.CountChanges(b.ChangeCounts)
+	s.loop.SetSource(func() *proxier.State {
+		st, triggers := b.StateWithFamilyTriggers()
+		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
+		s.health.SetNodeEligible(!st.Node.Leaving)
+		return st
+	})
+	// Each informer retries with its own URL in the error: one failure.
+	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
+	a.early.wire(sourceCallbacks{changed: s.loop.Changed, failing: status.Failing, ok: status.OK,
+		ready: func() {
+			// The first listing's decoded objects are garbage now (the
+			// caches keep slimmed copies): a collection before the first
+			// sync bases the heap's goal on what stays, not on them, so
+			// the sync's garbage does not add to their peak. In the
+			// background: the sync need not wait for it.
+			go runtime.GC()
+			s.loop.SourceReady()
+		}})
 	s.log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
 		"source", "API server", "node", s.node, "mode", s.o.modeName())
 }
 
 type fileStateSource struct{ files *filesource.FileSource }
+
+// begin does nothing: the files are read once the loop runs.
+func (f *fileStateSource) begin(context.Context, *proxyServer) {}
 
 func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
 	f.files.OnState = s.loop.SetState

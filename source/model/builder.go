@@ -480,10 +480,7 @@ func (b *Builder) State() *proxier.State {
 }
 
 func (b *Builder) stateLocked() *proxier.State {
-	b.settleHeld()
-	for key := range b.dirty {
-		b.refreshLocked(key)
-	}
+	b.settleAndRefresh()
 	if len(b.dirty) > 0 {
 		// A fresh map rather than clear, which costs the largest size
 		// the map ever had (every Service, after the first listing).
@@ -506,6 +503,36 @@ func (b *Builder) stateLocked() *proxier.State {
 	}
 	b.snap = st
 	return st
+}
+
+// concurrentFrom is how many changed keys and Services make settleAndRefresh
+// settle on a goroutine of its own: a first listing's tens of thousands,
+// not a steady state's few.
+const concurrentFrom = 4096
+
+// settleAndRefresh records the keys' holders (settleHeld) and refreshes the
+// dirty Services. The two touch disjoint fields, so after a first listing,
+// when both are large and stand between the caches filling and the first
+// sync, they run side by side.
+func (b *Builder) settleAndRefresh() {
+	if len(b.published) == 0 && len(b.dirty) > 0 {
+		b.published = make(map[serviceKey][]proxier.ServicePortName, len(b.dirty))
+	}
+	if len(b.touched) < concurrentFrom || len(b.dirty) < concurrentFrom {
+		b.settleHeld()
+		b.refreshDirty()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(b.settleHeld)
+	b.refreshDirty()
+	wg.Wait()
+}
+
+func (b *Builder) refreshDirty() {
+	for key := range b.dirty {
+		b.refreshLocked(key)
+	}
 }
 
 // refreshLocked replaces a Service's entries in the live maps.

@@ -129,3 +129,32 @@ func BenchmarkBuilderStateAfterSliceChange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBuilderFirstState is start-up's: every Service and slice of a
+// first listing handled, then the first snapshot, which publishes them all.
+func BenchmarkBuilderFirstState(b *testing.B) {
+	for _, n := range []int{10_000, 50_000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			svcs, slices := make([]*corev1.Service, n), make([]*discoveryv1.EndpointSlice, n)
+			for i := range n {
+				svcs[i], slices[i] = benchService(i), benchSlice(i, 0)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				bl := NewBuilder("node-1")
+				for i := range n {
+					if err := bl.UpsertService(svcs[i]); err != nil {
+						b.Fatal(err)
+					}
+					if err := bl.UpsertEndpointSlice(slices[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if st := bl.State(); st.Services.Len() != n {
+					b.Fatalf("state has %d services, want %d", st.Services.Len(), n)
+				}
+			}
+		})
+	}
+}

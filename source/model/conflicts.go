@@ -178,6 +178,9 @@ func (b *Builder) outranksFor(e, o *serviceEntry, c claim) bool {
 // settleHeld records the holders of the keys that changed hands since the
 // last snapshot, as a new snapshot is taken.
 func (b *Builder) settleHeld() {
+	if len(b.held) == 0 && len(b.touched) > 0 {
+		b.held = make(map[claim]serviceKey, len(b.touched)) // grown once, not step by step
+	}
 	for c := range b.touched {
 		if e := b.owner[c]; e != nil {
 			b.held[c] = e.key
