@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"math"
 	"runtime/debug"
+	"slices"
 	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // TestLargeTxMemory checks that largeTxMemory sets a soft memory limit a
@@ -101,5 +106,53 @@ func TestIdleGCLiveHeapGrew(t *testing.T) {
 	g.collected()
 	if percent, limit := gcSettings(); g.idle || percent != 100 || limit != math.MaxInt64 {
 		t.Errorf("after the live heap grew: idle %v, GOGC %d, limit %d; want GOGC's pacing back", g.idle, percent, limit)
+	}
+}
+
+// gcRecorder is a Backend that records GOGC during each Sync and fails
+// the syncs its fail says.
+type gcRecorder struct {
+	proxier.Backend
+	fail []bool
+	seen []int
+}
+
+func (r *gcRecorder) Sync(context.Context, *proxier.State) (proxier.SyncResult, error) {
+	percent, _ := gcSettings()
+	r.seen = append(r.seen, percent)
+	if len(r.seen) <= len(r.fail) && r.fail[len(r.seen)-1] {
+		return proxier.SyncResult{}, errors.New("refused")
+	}
+	return proxier.SyncResult{}, nil
+}
+
+// TestLeanFirstSync checks that syncs run under firstSyncGOGC until one
+// succeeds, then under the GOGC before, which is back after each sync,
+// and that a lower or disabled GOGC of the user's is kept.
+func TestLeanFirstSync(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(orig) })
+	for _, tc := range []struct {
+		user int
+		fail []bool
+		want []int
+	}{
+		{100, nil, []int{firstSyncGOGC, 100, 100}},
+		{100, []bool{true, true}, []int{firstSyncGOGC, firstSyncGOGC, firstSyncGOGC, 100}},
+		{10, nil, []int{10, 10}},
+		{-1, nil, []int{-1, -1}},
+	} {
+		debug.SetGCPercent(tc.user)
+		rec := &gcRecorder{fail: tc.fail}
+		b := &leanFirstSync{Backend: rec}
+		for range tc.want {
+			_, _ = b.Sync(context.Background(), nil)
+			if percent, _ := gcSettings(); percent != tc.user {
+				t.Errorf("GOGC %d: %d after a sync", tc.user, percent)
+			}
+		}
+		if !slices.Equal(rec.seen, tc.want) {
+			t.Errorf("GOGC %d, failures %v: syncs ran under GOGC %v, want %v", tc.user, tc.fail, rec.seen, tc.want)
+		}
 	}
 }

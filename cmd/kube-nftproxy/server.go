@@ -211,7 +211,7 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 			return nil, err
 		}
 		s.removeNFTablesMode(ctx)
-		return &modeBackend{Backend: b, hooks: hooks}, nil
+		return &modeBackend{Backend: &leanFirstSync{Backend: b}, hooks: hooks}, nil
 	}
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
 		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, OnLargeTx: largeTxMemory, DeferSettle: true})
