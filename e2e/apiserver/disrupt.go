@@ -24,6 +24,12 @@ func (s *Server) RestartEtcd(ctx context.Context) error {
 	if err := etcd.stop(syscall.SIGKILL, 0); err != nil {
 		return fmt.Errorf("kill etcd: %w", err)
 	}
+	return s.startEtcdAgain(ctx)
+}
+
+// startEtcdAgain starts etcd as before on its data directory and waits
+// until it is healthy.
+func (s *Server) startEtcdAgain(ctx context.Context) error {
 	s.mu.Lock()
 	p, err := startProc("etcd", s.etcdLog, s.inNetNS(s.etcdArgv))
 	if err == nil {

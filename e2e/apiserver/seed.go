@@ -68,17 +68,8 @@ func (s *Server) whileStopped(ctx context.Context, fn func(dataDir string) error
 	if err := fn(filepath.Join(s.Dir, "etcd-data")); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	p, err := startProc("etcd", s.etcdLog, s.inNetNS(s.etcdArgv))
-	if err == nil {
-		s.etcd = p
-	}
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.startEtcdAgain(ctx); err != nil {
 		return err
-	}
-	if err := s.waitEtcd(ctx); err != nil {
-		return fmt.Errorf("etcd on new data: %w; log: %s", err, logTail(s.etcdLog, 20))
 	}
 	return s.startAPI(ctx)
 }
