@@ -199,15 +199,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		} else {
 			backoff = 0
 			failures.recovered("sync succeeded again")
-			switch {
-			case res.CleanupOnly:
-				l.log.Info("deleted stale chains", "chains", res.StaleChainsDeleted, "took", took)
-			case res.Changed:
-				l.log.Info("synced", "full", res.Full, "services", st.Services.Len(), "messages", res.Messages, "bytes", res.Bytes, "took", took, "kernel", res.Kernel)
-			}
-			if !res.FollowUpAt.IsZero() {
-				l.SyncAt(res.FollowUpAt)
-			}
+			l.succeeded(res, st, took)
 		}
 		if l.OnSync != nil {
 			l.OnSync(res, took, err)
@@ -218,6 +210,20 @@ func (l *Loop) Run(ctx context.Context) error {
 		if s, ok := l.backend.(Settler); ok {
 			s.Settle()
 		}
+	}
+}
+
+// succeeded logs a sync that wrote something and asks for the follow-up
+// sync the backend wants.
+func (l *Loop) succeeded(res SyncResult, st *State, took time.Duration) {
+	switch {
+	case res.CleanupOnly:
+		l.log.Info("deleted stale chains", "chains", res.StaleChainsDeleted, "took", took)
+	case res.Changed:
+		l.log.Info("synced", "full", res.Full, "services", st.Services.Len(), "messages", res.Messages, "bytes", res.Bytes, "took", took, "kernel", res.Kernel)
+	}
+	if !res.FollowUpAt.IsZero() {
+		l.SyncAt(res.FollowUpAt)
 	}
 }
 
