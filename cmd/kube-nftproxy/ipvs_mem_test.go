@@ -14,13 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
-
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -50,7 +43,7 @@ func TestIPVSMemory(t *testing.T) {
 	}
 	profiles := os.Getenv("KNP_MEM_PROFILES")
 	const perService, node = 10, "node-1"
-	client := ipvsMemClient(n, perService, node)
+	client := memClient(n, perService, node)
 	ns := testns.New(t, "knp-ipvsmem-")
 	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
@@ -109,29 +102,6 @@ func TestIPVSMemory(t *testing.T) {
 	<-done
 	runtime.KeepAlive(b)
 	runtime.KeepAlive(be)
-}
-
-// ipvsMemClient is a fake clientset whose lists are built when asked for,
-// as an API server's response is decoded (the fake's tracker would hold a
-// second copy).
-func ipvsMemClient(n, perService int, node string) *fake.Clientset {
-	created := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
-	client := fake.NewClientset()
-	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		l := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
-		for i := range n {
-			l.Items = append(l.Items, *apiService(i, created))
-		}
-		return true, l, nil
-	})
-	client.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		l := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
-		for i := range n {
-			l.Items = append(l.Items, *apiSlice(i, perService, node, created))
-		}
-		return true, l, nil
-	})
-	return client
 }
 
 // heapStages returns a function that logs, for the stage that just ended,

@@ -51,24 +51,7 @@ func TestProxyMemory(t *testing.T) {
 	}
 	profiles := os.Getenv("KNP_MEM_PROFILES")
 	const perService, node = 10, "node-1"
-	created := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
-	client := fake.NewClientset()
-	// Lists are built when asked for, as an API server's response is
-	// decoded: the fake's tracker would otherwise hold a second copy.
-	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		l := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
-		for i := range n {
-			l.Items = append(l.Items, *apiService(i, created))
-		}
-		return true, l, nil
-	})
-	client.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		l := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
-		for i := range n {
-			l.Items = append(l.Items, *apiSlice(i, perService, node, created))
-		}
-		return true, l, nil
-	})
+	client := memClient(n, perService, node)
 	cfg := nft.DefaultConfig()
 	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	var be *nft.Backend
@@ -246,4 +229,27 @@ func serverMeta(m *metav1.ObjectMeta, i int, created metav1.Time, apiVersion, fi
 		Manager: "nftbench.test", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: apiVersion,
 		Time: &created, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields),
 	}}
+}
+
+// memClient is a fake clientset whose lists are built when asked for,
+// as an API server's response is decoded (the fake's tracker would hold a
+// second copy).
+func memClient(n, perService int, node string) *fake.Clientset {
+	created := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	client := fake.NewClientset()
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		l := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+		for i := range n {
+			l.Items = append(l.Items, *apiService(i, created))
+		}
+		return true, l, nil
+	})
+	client.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		l := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+		for i := range n {
+			l.Items = append(l.Items, *apiSlice(i, perService, node, created))
+		}
+		return true, l, nil
+	})
+	return client
 }
