@@ -38,7 +38,9 @@ type Backend struct {
 	// changes knows the service ports applied, to tell which changed.
 	changes proxier.ChangeTracker
 
-	// applied is what the kernel holds since the last successful sync.
+	// applied is what the kernel holds since the last successful sync,
+	// the tables' fixed parts: the fragments are rebuilt from the State
+	// changes recorded when needed (see appliedPort).
 	applied map[tableID]*nftlib.Table
 	// inDelta holds the service ports that live in the delta tables (only
 	// those: its size is the delta's).
@@ -214,10 +216,12 @@ func (b *Backend) wantsFull(st *proxier.State) bool {
 }
 
 // drifted reports whether the kernel holds something else than applied.
-func (b *Backend) drifted() bool { return b.check.drifted(b.applied, b.stale.pending) }
+func (b *Backend) drifted() bool {
+	return b.check.drifted(b.applied, b.appliedTables, b.stale.pending)
+}
 
 // commit sends one sync's transaction. A refused one leaves the applied
-// tables as they were (a full sync's refusal marks tables to replace) and
+// state as it was (a full sync's refusal marks tables to replace) and
 // makes the next sync a full one.
 func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
 	var settle *nftlib.TableRef
@@ -242,8 +246,6 @@ func (b *Backend) committed(p *syncPlan, r commitReport) commitReport {
 		b.needFull = true
 		if p.full {
 			b.markReplace(r.err, p.want)
-		} else {
-			b.undo(p.have)
 		}
 	}
 	return r
@@ -272,7 +274,10 @@ func (b *Backend) Settle() {
 // when the next stale chain is due for deletion (zero: none).
 func (b *Backend) record(st *proxier.State, p *syncPlan, d *syncDiff) time.Time {
 	b.replace = nil
-	b.applied = p.want
+	b.applied = make(map[tableID]*nftlib.Table, len(p.want))
+	for id, t := range p.want {
+		b.applied[id] = withoutFragments(t)
+	}
 	b.needFull = false
 	b.node = st.Node
 	b.inDelta = p.inDelta
@@ -327,6 +332,9 @@ func homeTable(svc *proxier.ServicePort) TableKind {
 	}
 	return MainTable
 }
+
+// homeKind is homeTable as placeAll asks for it.
+func homeKind(_ proxier.ServicePortName, svc *proxier.ServicePort) TableKind { return homeTable(svc) }
 
 // Cleanup deletes all our tables in one transaction.
 func (b *Backend) Cleanup(ctx context.Context) (bool, error) {

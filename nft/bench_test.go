@@ -105,7 +105,7 @@ func BenchmarkFullSyncUserspace(b *testing.B) {
 				for _, id := range tableIDs() {
 					want[id] = BuildTable(id.f, be.cfg, st.Node, id.kind)
 				}
-				be.placeAll(want, st)
+				placeAll(want, be.cfg, st, st.Node, homeKind)
 				bt := nftlib.NewBatch(1)
 				var setID uint32
 				for _, id := range tableIDs() {

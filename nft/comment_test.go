@@ -60,7 +60,7 @@ func TestKernelUnicodeComments(t *testing.T) {
 	if got := testns.NFT(t, ns, "list", "ruleset"); testutil.SortedText(got) != testutil.SortedText(text) {
 		t.Errorf("kernel differs from render:\n%s\n--- want:\n%s", got, text)
 	}
-	if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+	if d := readBackDrift(t, b, b.appliedTables(tableIDs())); len(d) > 0 {
 		t.Errorf("read-back differs: %v", d)
 	}
 }

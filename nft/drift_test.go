@@ -49,13 +49,14 @@ func TestKernelRuleDumpCanonical(t *testing.T) {
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
 			}
-			if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+			applied := b.appliedTables(tableIDs())
+			if d := readBackDrift(t, b, applied); len(d) > 0 {
 				t.Errorf("read-back right after a full sync differs: %v", d)
 			}
 			raw, total := 0, 0
 			scratch := &nftlib.Batch{}
 			for _, id := range tableIDs() {
-				tb := b.applied[id]
+				tb := applied[id]
 				idx := map[string]int{}
 				err := b.kern().DumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
 					r := tb.Chain(chain).Rules[idx[chain]]

@@ -202,7 +202,7 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 			want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 		}
 		if parallel {
-			b.placeAll(want, st)
+			placeAll(want, b.cfg, st, st.Node, homeKind)
 		} else {
 			for name, svc := range st.Services.All() {
 				b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints.Get(name))

@@ -192,7 +192,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 			if _, err := b.Sync(ctx, next); err != nil {
 				t.Fatalf("the follow-up sync: %v", err)
 			}
-			if d := readBackDrift(t, b, b.applied); len(d) > 0 {
+			if d := readBackDrift(t, b, b.appliedTables(tableIDs())); len(d) > 0 {
 				t.Errorf("the kernel differs from what the Service change applied: %q", d)
 			}
 		})
@@ -266,7 +266,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 	}
 	read := func() map[tableID]*nftlib.KernelTable {
 		t.Helper()
-		kts, err := b.readKernel(b.applied)
+		kts, err := b.readKernel(b.appliedTables(tableIDs()))
 		if err != nil {
 			t.Fatal(err)
 		}

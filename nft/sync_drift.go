@@ -87,9 +87,10 @@ func (c *driftChecker) due() bool {
 // nothing when the generation is the verified one and the monitor saw no
 // change; else the tables the monitor saw another process change (all of
 // them without a monitor, or when it lost events) are read back and
-// compared with the applied ones. Differences are logged and handed to
-// onDrift. pending are the stale chains each table may still hold.
-func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, pending map[tableID][]string) bool {
+// compared with the applied ones (applied names them, rebuild gives them
+// whole). Differences are logged and handed to onDrift. pending are the
+// stale chains each table may still hold.
+func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([]tableID) map[tableID]*nftlib.Table, pending map[tableID][]string) bool {
 	c.lastCheck = time.Now()
 	// The monitor first: every event it has read belongs to a transaction
 	// the generation read after it counts.
@@ -105,13 +106,13 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, pending map[ta
 		return false
 	}
 	c.verified = false
-	check := map[tableID]*nftlib.Table{}
+	var ids []tableID
 	for _, id := range tableIDs() {
 		if t := applied[id]; all || lost || marked[nftlib.TableRef{Family: id.f, Name: t.Name}] {
-			check[id] = t
+			ids = append(ids, id)
 		}
 	}
-	found, err := c.checkTables(check, pending)
+	found, err := c.checkTables(rebuild(ids), pending)
 	if err != nil {
 		c.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
 		return true

@@ -11,11 +11,10 @@ import (
 // syncPlan is what one sync wants the kernel to hold: the tables, and,
 // for a sync that is not full, the service ports whose place changed.
 //
-// A full plan builds every table afresh. Any other updates the applied
-// tables in place (cloning maps of every service port would cost more
-// than the rest of a small sync): have keeps, per table, what each touched
-// service port had there before (nil: nothing), for the diff and to undo
-// a failed commit.
+// A full plan builds every table afresh. Any other holds, besides the
+// tables' fixed parts, the fragments of the service ports it touches: want
+// what they get, have what they had (nil: nothing), rebuilt from the
+// applied State, for the diff.
 type syncPlan struct {
 	full bool
 	want map[tableID]*nftlib.Table
@@ -52,26 +51,24 @@ func (b *Backend) planFull(st *proxier.State) *syncPlan {
 	for _, id := range tableIDs() {
 		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 	}
-	b.placeAll(p.want, st)
+	placeAll(p.want, b.cfg, st, st.Node, homeKind)
 	return p
 }
 
 // planChanges moves each service port that differs from what was applied
 // (added, changed or removed) to its new table: a changed port goes to the
-// delta table, unless its home is the affinity table.
+// delta table, unless its home is the affinity table. The tables of the
+// plan hold the fragments of those ports only (see appliedPort).
 func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 	p := &syncPlan{want: map[tableID]*nftlib.Table{}, have: map[tableID]*nftlib.Table{}, inDelta: maps.Clone(b.inDelta)}
 	for _, id := range tableIDs() {
-		t := *b.applied[id]
-		t.Fragments = map[string]*nftlib.Fragment{}
-		p.have[id] = &t
-		p.want[id] = b.applied[id]
+		p.have[id] = withoutFragments(b.applied[id])
+		p.want[id] = withoutFragments(b.applied[id])
 	}
 	p.changed = b.changes.Changes(st)
 	p.names = p.changed
 	for _, name := range p.changed {
-		p.remember(name)
-		unplace(p.want, name)
+		b.remember(p, name)
 		svc, ok := st.Services.Lookup(name)
 		if !ok {
 			delete(p.inDelta, name)
@@ -90,7 +87,8 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 }
 
 // planFold moves every service port of the delta tables back to the main
-// ones.
+// ones: those this sync changed with their new fragments, the others with
+// the applied ones (the same, rebuilt once for both tables).
 func (b *Backend) planFold(p *syncPlan) {
 	changed := make(map[proxier.ServicePortName]bool, len(p.names))
 	for _, name := range p.names {
@@ -101,14 +99,18 @@ func (b *Backend) planFold(p *syncPlan) {
 		if !changed[name] { // a port is diffed once, wherever it goes
 			names = append(names, name)
 		}
-		p.remember(name)
+		b.remember(p, name)
 		key := fragmentKey(name)
 		for _, f := range nftlib.Families {
-			delta, main := p.want[tableID{f, DeltaTable}], p.want[tableID{f, MainTable}]
-			if fr := delta.Fragments[key]; fr != nil {
-				main.Fragments[key] = fr
-				delete(delta.Fragments, key)
+			delta, main := tableID{f, DeltaTable}, tableID{f, MainTable}
+			fr := p.want[delta].Fragments[key]
+			if !changed[name] {
+				fr = p.have[delta].Fragments[key]
 			}
+			if fr != nil {
+				p.want[main].Fragments[key] = fr
+			}
+			delete(p.want[delta].Fragments, key)
 		}
 	}
 	p.names = names
@@ -133,27 +135,20 @@ func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.S
 }
 
 // remember saves, once per sync, what the applied tables hold for a service
-// port before it is changed: have[id].Fragments gets the old fragment, or nil
-// when there was none.
-func (p *syncPlan) remember(name proxier.ServicePortName) {
+// port before the sync changes or moves it: have[id].Fragments gets its
+// fragment in that table, rebuilt, or nil.
+func (b *Backend) remember(p *syncPlan, name proxier.ServicePortName) {
 	key := fragmentKey(name)
-	for _, id := range tableIDs() {
-		if _, done := p.have[id].Fragments[key]; !done {
-			p.have[id].Fragments[key] = p.want[id].Fragments[key]
-		}
+	if _, done := p.have[tableIDs()[0]].Fragments[key]; done {
+		return
 	}
-}
-
-// undo puts back what remember saved, after a failed transaction.
-func (b *Backend) undo(have map[tableID]*nftlib.Table) {
-	for id, t := range have {
-		for key, fr := range t.Fragments {
-			if fr == nil {
-				delete(b.applied[id].Fragments, key)
-			} else {
-				b.applied[id].Fragments[key] = fr
-			}
+	kind, svc, eps, ok := b.appliedPort(name)
+	for _, id := range tableIDs() {
+		var fr *nftlib.Fragment
+		if ok && id.kind == kind {
+			fr = BuildFragment(id.f, b.cfg, b.node, svc, eps)
 		}
+		p.have[id].Fragments[key] = fr
 	}
 }
 
@@ -167,31 +162,35 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 	}
 }
 
-// placeAll builds every service port of st into the tables of its home,
-// the fragments on all CPUs (they depend on their own inputs alone).
-func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
+// placeAll builds every service port of st into the given tables, each in
+// the table kindOf names (ports whose table is not given are skipped), the
+// fragments on all CPUs (they depend on their own inputs alone).
+func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, node proxier.Node, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) {
 	type port struct {
 		name proxier.ServicePortName
 		svc  *proxier.ServicePort
+		kind TableKind
 	}
 	ports := make([]port, 0, st.Services.Len())
 	for name, svc := range st.Services.All() {
-		ports = append(ports, port{name, svc})
+		ports = append(ports, port{name, svc, kindOf(name, svc)})
 	}
 	built := make([][2]*nftlib.Fragment, len(ports)) // per family: IPv4, IPv6
 	nftlib.InParallelFrom(len(ports), buildParallelMin, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			eps := st.Endpoints.Get(ports[i].name)
 			for j, f := range nftlib.Families {
-				built[i][j] = BuildFragment(f, b.cfg, st.Node, ports[i].svc, eps)
+				if tables[tableID{f, ports[i].kind}] != nil {
+					built[i][j] = BuildFragment(f, cfg, node, ports[i].svc, eps)
+				}
 			}
 		}
 	})
 	for i, p := range ports {
-		kind, key := homeTable(p.svc), fragmentKey(p.name)
+		key := fragmentKey(p.name)
 		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
-				want[tableID{f, kind}].Fragments[key] = fr
+				tables[tableID{f, p.kind}].Fragments[key] = fr
 			}
 		}
 	}
@@ -202,11 +201,3 @@ func (b *Backend) placeAll(want map[tableID]*nftlib.Table, st *proxier.State) {
 // chains at ten endpoints), so a thousand of them, a first sync at 1k
 // Services, is worth splitting.
 const buildParallelMin = 256
-
-// unplace removes a service port from whichever table holds it.
-func unplace(want map[tableID]*nftlib.Table, name proxier.ServicePortName) {
-	key := fragmentKey(name)
-	for _, id := range tableIDs() {
-		delete(want[id].Fragments, key)
-	}
-}

@@ -141,3 +141,7 @@ func (t *ChangeTracker) Recorded(name ServicePortName) bool {
 	_, ok := t.recorded.Services.Lookup(name)
 	return ok
 }
+
+// State is the recorded State (nil before the first Record): what the
+// caller applied last.
+func (t *ChangeTracker) State() *State { return t.recorded }

@@ -1,0 +1,71 @@
+package nft
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+)
+
+// The backend keeps no fragment of what it applied, and the tables it
+// rebuilds from the recorded State are what the kernel holds: after a full
+// sync, a change (to the delta table), a removal and an addition, and the
+// fold. A drift check compares the kernel with those rebuilt tables, so
+// it still finds a fragment's chain emptied behind our back.
+func TestKernelAppliedRebuilt(t *testing.T) {
+	ns := testns.New(t, "knp-applied-")
+	b := openTestBackend(t, ns, demoConfig())
+	steps := []struct {
+		what  string
+		eps   map[string]string
+		delta int // service ports in the delta tables after the sync
+	}{
+		{"full sync", map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}, 0},
+		{"a's endpoint moves", map[string]string{"a": "10.0.0.9", "b": "10.0.0.2", "c": "10.0.0.3"}, 1},
+		{"c goes, d comes", map[string]string{"a": "10.0.0.9", "b": "10.0.0.2", "d": "10.0.0.4"}, 2},
+		{"nothing changes: the fold", map[string]string{"a": "10.0.0.9", "b": "10.0.0.2", "d": "10.0.0.4"}, 0},
+		{"b's endpoint moves", map[string]string{"a": "10.0.0.9", "b": "10.0.0.8", "d": "10.0.0.4"}, 1},
+	}
+	for _, s := range steps {
+		if _, err := b.Sync(context.Background(), tinyState(s.eps)); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		for id, tb := range b.applied {
+			if len(tb.Fragments) > 0 {
+				t.Errorf("%s: the backend keeps %d fragments of %v %s", s.what, len(tb.Fragments), id.f, tb.Name)
+			}
+		}
+		if len(b.inDelta) != s.delta {
+			t.Errorf("%s: %d service ports in the delta, want %d", s.what, len(b.inDelta), s.delta)
+		}
+		n := 0
+		for _, tb := range b.appliedTables(tableIDs()) {
+			n += len(tb.Fragments)
+		}
+		if n != len(s.eps) {
+			t.Errorf("%s: %d fragments rebuilt, want %d", s.what, n, len(s.eps))
+		}
+		// Every table read back and compared (no monitor), flushed
+		// chains awaiting deletion allowed for.
+		if b.drifted() {
+			t.Errorf("%s: a drift check found differences in our own tables", s.what)
+		}
+	}
+
+	// Behind our back: the delta's KUBE-SEP chain of b loses its rules.
+	delta := tableID{nftlib.IPv4, DeltaTable}
+	fr := b.appliedTables([]tableID{delta})[delta].Fragments[fragmentKey(proxierName("ns", "b", "p"))]
+	if fr == nil {
+		t.Fatal("no fragment of ns/b:p in the delta table")
+	}
+	sep := fr.Chains[len(fr.Chains)-1].Name
+	kt := b.k.NewTx()
+	kt.FlushChain(nftlib.IPv4, b.applied[delta].Name, sep)
+	if err := b.k.CommitTx(kt); err != nil {
+		t.Fatal(err)
+	}
+	if !b.drifted() {
+		t.Errorf("a drift check did not find %s emptied", sep)
+	}
+}
