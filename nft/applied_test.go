@@ -69,3 +69,35 @@ func TestKernelAppliedRebuilt(t *testing.T) {
 		t.Errorf("a drift check did not find %s emptied", sep)
 	}
 }
+
+// A large transaction's rules are dropped from the sync's tables as they
+// are encoded, a round at a time (here three rules a round): the kernel
+// still gets all of them, the applied tables (fixed chains included) are
+// still what it holds, and the syncs after it diff against them.
+func TestKernelLargeTxReleasesRules(t *testing.T) {
+	ns := testns.New(t, "knp-release-")
+	b := openTestBackend(t, ns, demoConfig())
+	rounds := 0
+	b.onLargeTx = func() func() { return func() {} }
+	b.onLargeTxRound = func() { rounds++ }
+	b.largeTx, b.largeTxRound = 1, 3
+	eps := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
+	res, err := b.Sync(context.Background(), tinyState(eps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules := res.Messages; rounds < 2 {
+		t.Errorf("%d rounds for a full sync of %d messages, want several", rounds, rules)
+	}
+	if b.drifted() {
+		t.Error("after a full sync that released its rules, a drift check found differences")
+	}
+	b.largeTx = 1 << 30 // the change is small, as in the proxy
+	eps["b"] = "10.0.0.7"
+	if _, err := b.Sync(context.Background(), tinyState(eps)); err != nil {
+		t.Fatal(err)
+	}
+	if b.drifted() {
+		t.Error("after a change, a drift check found differences")
+	}
+}

@@ -53,8 +53,12 @@ type Backend struct {
 	replace map[tableID]bool
 	// onLargeTx is BackendConfig.OnLargeTx, for transactions of at least
 	// largeTx rules (largeTxRules; tests lower it).
-	onLargeTx func() (done func())
-	largeTx   int
+	// onLargeTxRound is BackendConfig.OnLargeTxRound, called every
+	// largeTxRound rules (largeTxRoundRules; tests lower it).
+	onLargeTx      func() (done func())
+	onLargeTxRound func()
+	largeTx        int
+	largeTxRound   int
 	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
 	// table whose settling transaction is due (nil: none).
 	deferSettle bool
@@ -91,6 +95,13 @@ type BackendConfig struct {
 	// process can collect its garbage first and keep the heap from
 	// growing on top of them (see cmd/kube-nftproxy's largeTxMemory).
 	OnLargeTx func() (done func())
+	// OnLargeTxRound, when set, is called within OnLargeTx each time
+	// another round of the transaction's rules is encoded (about 256k
+	// rules) and those rules dropped from the sync's tables, which
+	// nothing uses after the sync: the process can collect and hand
+	// them back, so that it never holds all the rules beside all the
+	// messages.
+	OnLargeTxRound func()
 	// DeferSettle leaves the transaction that settles a large full sync
 	// (see committer.settle) to Settle, which the sync loop calls once it
 	// has reported the sync, instead of doing it within Sync: the rules
@@ -121,7 +132,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		check:     &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
-		onLargeTx: cfg.OnLargeTx, largeTx: largeTxRules,
+		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules, largeTxRound: largeTxRoundRules,
 	}, nil
 }
 
@@ -178,13 +189,21 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 // 0.1-0.2 s more to synced, so smaller transactions go without.
 const largeTxRules = 500_000
 
+// largeTxRoundRules is how many rules of a large transaction are encoded
+// between two calls of OnLargeTxRound: each call may cost a collection of
+// the heap (a fifth of a second at 50k Services), and up to a round's
+// rules stay beside the messages until it.
+const largeTxRoundRules = 256 << 10
+
 // apply encodes the sync's transactions and commits them, reporting into
 // res.
 func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
+	var release func()
 	if b.onLargeTx != nil && rulesOf(d.txs) >= b.largeTx {
 		defer b.onLargeTx()()
+		release = b.onLargeTxRound
 	}
-	kt := b.tx.write(d.txs)
+	kt := b.tx.write(d.txs, b.largeTxRound, release)
 	if kt == nil {
 		return nil
 	}

@@ -50,8 +50,11 @@ const settleFrom = 10000
 const muteAbove = 1024
 
 // write puts the non-empty table transactions into one kernel
-// transaction (and the trace); it returns nil when all are empty.
-func (c *committer) write(txs []*nftlib.Tx) nftlib.KernelTx {
+// transaction (and the trace); it returns nil when all are empty. With
+// release (and no trace, which prints the rules after), the fragments'
+// rules are dropped as they are encoded, release called after each
+// round of round rules (see nftlib.Tx.ReleaseRules).
+func (c *committer) write(txs []*nftlib.Tx, round int, release func()) nftlib.KernelTx {
 	var kt nftlib.KernelTx
 	var setID uint32
 	for _, x := range txs {
@@ -60,6 +63,9 @@ func (c *committer) write(txs []*nftlib.Tx) nftlib.KernelTx {
 		}
 		if kt == nil {
 			kt = c.k.NewTx()
+		}
+		if release != nil && c.trace == nil {
+			x.ReleaseRules(round, release)
 		}
 		id0 := setID
 		x.Write(kt, &setID)

@@ -2,6 +2,8 @@ package nft
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -164,17 +166,22 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 
 // placeAll builds every service port of st into the given tables, each in
 // the table kindOf names (ports whose table is not given are skipped), the
-// fragments on all CPUs (they depend on their own inputs alone).
+// fragments on all CPUs (they depend on their own inputs alone). They are
+// built in the order of their keys, the order in which a transaction
+// writes them: one that lets go of them as it goes (nftlib.Tx.ReleaseRules)
+// then frees whole pages of memory, not a few objects of each.
 func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, node proxier.Node, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) {
 	type port struct {
+		key  string
 		name proxier.ServicePortName
 		svc  *proxier.ServicePort
 		kind TableKind
 	}
 	ports := make([]port, 0, st.Services.Len())
 	for name, svc := range st.Services.All() {
-		ports = append(ports, port{name, svc, kindOf(name, svc)})
+		ports = append(ports, port{fragmentKey(name), name, svc, kindOf(name, svc)})
 	}
+	slices.SortFunc(ports, func(a, b port) int { return strings.Compare(a.key, b.key) })
 	built := make([][2]*nftlib.Fragment, len(ports)) // per family: IPv4, IPv6
 	nftlib.InParallelFrom(len(ports), buildParallelMin, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -187,10 +194,9 @@ func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, n
 		}
 	})
 	for i, p := range ports {
-		key := fragmentKey(p.name)
 		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
-				tables[tableID{f, p.kind}].Fragments[key] = fr
+				tables[tableID{f, p.kind}].Fragments[p.key] = fr
 			}
 		}
 	}

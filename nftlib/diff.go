@@ -2,6 +2,7 @@ package nftlib
 
 import (
 	"bytes"
+	"strings"
 )
 
 // txWriter receives the operations of one transaction, in the order the
@@ -58,6 +59,10 @@ type Tx struct {
 	DelChains   []string
 	rules       []*Chain // chains whose rules are (re)written
 	addElems    map[string][]Element
+	// release, when set, makes Write drop the rules of the fragments'
+	// chains as it encodes them, round rules at a time (see ReleaseRules).
+	release func()
+	round   int
 }
 
 func newTx(t *Table) *Tx {
@@ -112,6 +117,10 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		w.AddAffinitySet(x.f, t.Name, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
+	if x.release != nil {
+		x.newChains, t.Fragments = nil, nil
+		cloneElementStrings(x.addElems)
+	}
 	for _, m := range x.flushMaps {
 		w.FlushMap(x.f, t.Name, m)
 	}
@@ -126,10 +135,55 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	for _, c := range x.DelChains {
 		w.DelChain(x.f, t.Name, c)
 	}
-	w.AddChainRules(x.f, t.Name, x.rules)
+	x.writeRules(w)
 	for _, m := range t.Maps {
 		if e := x.addElems[m.Name]; len(e) > 0 {
 			w.Elements(true, x.f, t.Name, m, e)
+		}
+	}
+}
+
+// ReleaseRules makes Write let go of the table's fragments as it encodes
+// them: for a transaction whose messages are the size of the fragments
+// themselves (hundreds of MiB at 50k Services), so that the process does
+// not hold both at once. Write then drops the table's Fragments, writes
+// the rules in rounds of about round rules, forgets each round's chains
+// once written, and calls between after each round (to collect them).
+// The elements keep copies of their strings: sharing the fragments'
+// memory, they would keep its pages in use. The table keeps its fixed
+// parts. Only for a table whose fragments are not used again (the
+// nftables backend rebuilds them from its State), and a writer that
+// copies what it writes (the kernel's batch, the fake kernel).
+func (x *Tx) ReleaseRules(round int, between func()) {
+	x.round, x.release = max(round, 1), between
+}
+
+// writeRules writes the rules of every chain in x.rules, in order.
+func (x *Tx) writeRules(w txWriter) {
+	if x.release == nil {
+		w.AddChainRules(x.f, x.table.Name, x.rules)
+		return
+	}
+	for lo := 0; lo < len(x.rules); {
+		hi, n := lo, 0
+		for hi < len(x.rules) && n < x.round {
+			n += len(x.rules[hi].Rules)
+			hi++
+		}
+		w.AddChainRules(x.f, x.table.Name, x.rules[lo:hi])
+		clear(x.rules[lo:hi])
+		x.release()
+		lo = hi
+	}
+	x.rules = nil
+}
+
+// cloneElementStrings gives the elements' strings memory of their own.
+func cloneElementStrings(elems map[string][]Element) {
+	for _, es := range elems {
+		for i := range es {
+			es[i].Verdict.Chain = strings.Clone(es[i].Verdict.Chain)
+			es[i].Comment = strings.Clone(es[i].Comment)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
@@ -63,9 +64,15 @@ func TestProxyMemory(t *testing.T) {
 		}
 		defer k.Close()
 		// As the proxy runs it (KNP_MEM_LARGETX=0: without the guard).
-		bc := nft.BackendConfig{Rules: cfg, OnLargeTx: largeTxMemory}
+		// Each round of the transaction's rules logged as it is let go.
+		bc := nft.BackendConfig{Rules: cfg, OnLargeTx: largeTxMemory, OnLargeTxRound: func() {
+			debug.FreeOSMemory()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.Logf("%-22s heap in use %6.1f MiB  RSS %6.1f MiB  peak RSS %6.1f MiB", "  a round encoded", mib(ms.HeapInuse), statusMiB(t, "VmRSS:"), peakRSS(t))
+		}}
 		if os.Getenv("KNP_MEM_LARGETX") == "0" {
-			bc.OnLargeTx = nil
+			bc.OnLargeTx, bc.OnLargeTxRound = nil, nil
 		}
 		if be, err = nft.NewBackend(k, bc); err != nil {
 			t.Fatal(err)
@@ -162,13 +169,16 @@ func TestProxyMemory(t *testing.T) {
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // peakRSS is VmHWM of this process in MiB.
-func peakRSS(t *testing.T) float64 {
+func peakRSS(t *testing.T) float64 { return statusMiB(t, "VmHWM:") }
+
+// statusMiB is a size in /proc/self/status (key with its colon), in MiB.
+func statusMiB(t *testing.T, key string) float64 {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, key); ok {
 			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
 			if err != nil {
 				t.Fatal(err)
@@ -176,7 +186,7 @@ func peakRSS(t *testing.T) float64 {
 			return float64(kb) / 1024
 		}
 	}
-	t.Fatal("no VmHWM in /proc/self/status")
+	t.Fatalf("no %s in /proc/self/status", key)
 	return 0
 }
 
