@@ -53,8 +53,9 @@ type Backend struct {
 	replace map[tableID]bool
 	// onLargeTx is BackendConfig.OnLargeTx, for transactions of at least
 	// largeTx rules (largeTxRules; tests lower it).
-	// onLargeTxRound is BackendConfig.OnLargeTxRound, called every
-	// largeTxRound rules (largeTxRoundRules; tests lower it).
+	// onLargeTxRound is BackendConfig.OnLargeTxRound, called after each
+	// full round of largeTxRound rules (0: releaseShare of the
+	// transaction's; tests set it).
 	onLargeTx      func() (done func())
 	onLargeTxRound func()
 	largeTx        int
@@ -96,11 +97,10 @@ type BackendConfig struct {
 	// growing on top of them (see cmd/kube-nftproxy's largeTxMemory).
 	OnLargeTx func() (done func())
 	// OnLargeTxRound, when set, is called within OnLargeTx each time
-	// another round of the transaction's rules is encoded (about 256k
-	// rules) and those rules dropped from the sync's tables, which
-	// nothing uses after the sync: the process can collect and hand
-	// them back, so that it never holds all the rules beside all the
-	// messages.
+	// another two fifths of the transaction's rules are encoded and
+	// dropped from the sync's tables, which nothing uses after the sync
+	// (see releaseRound): the process can collect and hand them back, so
+	// that it never holds all the rules beside all the messages.
 	OnLargeTxRound func()
 	// DeferSettle leaves the transaction that settles a large full sync
 	// (see committer.settle) to Settle, which the sync loop calls once it
@@ -132,7 +132,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		check:     &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
-		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules, largeTxRound: largeTxRoundRules,
+		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules,
 	}, nil
 }
 
@@ -189,21 +189,31 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 // 0.1-0.2 s more to synced, so smaller transactions go without.
 const largeTxRules = 500_000
 
-// largeTxRoundRules is how many rules of a large transaction are encoded
-// between two calls of OnLargeTxRound: each call may cost a collection of
-// the heap (a fifth of a second at 50k Services), and up to a round's
-// rules stay beside the messages until it.
-const largeTxRoundRules = 256 << 10
+// releaseRound is how many rules of a large transaction are encoded
+// between two calls of OnLargeTxRound: two fifths, so that it is called
+// twice (the last fifth goes with the transaction). Each call costs a
+// collection of the heap (a fifth of a second at 50k Services), and what
+// counts is what is resident at the end of the encoding: the messages
+// (about 1.6 times the rules' memory) and the rules not yet let go. At
+// 50k through the API server the peak RSS was 1030 MiB with one call (at
+// three fifths), 984 with two, 966 with eleven, 1159 with none.
+func (b *Backend) releaseRound(rules int) int {
+	if b.largeTxRound > 0 {
+		return b.largeTxRound
+	}
+	return rules * 2 / 5
+}
 
 // apply encodes the sync's transactions and commits them, reporting into
 // res.
 func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
 	var release func()
-	if b.onLargeTx != nil && rulesOf(d.txs) >= b.largeTx {
+	rules := rulesOf(d.txs)
+	if b.onLargeTx != nil && rules >= b.largeTx {
 		defer b.onLargeTx()()
 		release = b.onLargeTxRound
 	}
-	kt := b.tx.write(d.txs, b.largeTxRound, release)
+	kt := b.tx.write(d.txs, b.releaseRound(rules), release)
 	if kt == nil {
 		return nil
 	}

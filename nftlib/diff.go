@@ -148,7 +148,8 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 // themselves (hundreds of MiB at 50k Services), so that the process does
 // not hold both at once. Write then drops the table's Fragments, writes
 // the rules in rounds of about round rules, forgets each round's chains
-// once written, and calls between after each round (to collect them).
+// once written, and calls between after each full round (to collect
+// them; the chains of the last round go with the transaction).
 // The elements keep copies of their strings: sharing the fragments'
 // memory, they would keep its pages in use. The table keeps its fixed
 // parts. Only for a table whose fragments are not used again (the
@@ -172,7 +173,9 @@ func (x *Tx) writeRules(w txWriter) {
 		}
 		w.AddChainRules(x.f, x.table.Name, x.rules[lo:hi])
 		clear(x.rules[lo:hi])
-		x.release()
+		if n >= x.round { // the last, partial round goes with the Tx
+			x.release()
+		}
 		lo = hi
 	}
 	x.rules = nil
