@@ -20,10 +20,16 @@ const (
 
 // chainName is prefix and the first 16 characters of
 // base32(sha256(name.String() + proto.Lower() + endpoint)), as iptables
-// mode names its per-service and per-endpoint chains. It is made in stack
-// buffers with only the result on the heap: a full sync names every chain
-// anew (110k at 10k Services x 10 endpoints).
+// mode names its per-service and per-endpoint chains.
 func chainName(prefix string, name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
+	var out [32]byte
+	return string(appendChainName(out[:0], prefix, name, proto, endpoint))
+}
+
+// appendChainName appends chainName's name to dst. It hashes in stack
+// buffers: a full sync names every chain anew (110k at 10k Services x 10
+// endpoints), and the caller decides where the name lives.
+func appendChainName[E string | []byte](dst []byte, prefix string, name proxier.ServicePortName, proto proxier.Protocol, endpoint E) []byte {
 	var in [192]byte
 	s := append(in[:0], name.Namespace...)
 	s = append(s, '/')
@@ -47,8 +53,7 @@ func chainName(prefix string, name proxier.ServicePortName, proto proxier.Protoc
 	sum := sha256.Sum256(s)
 	var enc [56]byte // base32 of 32 bytes, padded
 	base32.StdEncoding.Encode(enc[:], sum[:])
-	var out [32]byte
-	return string(append(append(out[:0], prefix...), enc[:16]...))
+	return append(append(dst, prefix...), enc[:16]...)
 }
 
 func isASCII(s string) bool {
