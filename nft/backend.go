@@ -54,8 +54,8 @@ type Backend struct {
 	// onLargeTx is BackendConfig.OnLargeTx, for transactions of at least
 	// largeTx rules (largeTxRules; tests lower it).
 	// onLargeTxRound is BackendConfig.OnLargeTxRound, called after each
-	// full round of largeTxRound rules (0: releaseShare of the
-	// transaction's; tests set it).
+	// full round of largeTxRound rules (0: two fifths of the
+	// transaction's, see releaseRound; tests set it).
 	onLargeTx      func() (done func())
 	onLargeTxRound func()
 	largeTx        int

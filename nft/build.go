@@ -476,9 +476,8 @@ func (fb *fragmentBuilder) firewallChain() {
 
 // endpointChains are the KUBE-SEP chains, for every endpoint some policy
 // can reach. Their chains, rules and terms are carved from one array each
-// per fragment: a full sync builds millions of them (a few small
-// allocations fewer per endpoint made the build a third faster), and they
-// live and go with their fragment.
+// per fragment: a full sync builds millions of them (this halved the
+// build's allocations), and they live and go with their fragment.
 func (fb *fragmentBuilder) endpointChains() {
 	svc, eps := fb.svc, fb.allReachable
 	fb.epNames = make(map[netip.AddrPort]endpointNames, len(eps))

@@ -30,9 +30,10 @@ const largeTxHeadroom = 64 << 20
 // during the send), the collector caps its own CPU rather than spin, and
 // done lifts the limit again. Small syncs never get here (see
 // nft.largeTxRules). While it is encoded, the backend lets go of the
-// sync's rules a round at a time (OnLargeTxRound), and the proxy hands
-// each round's pages back with debug.FreeOSMemory: the rules (about 300
-// MB at 50k) and their messages are then never resident together.
+// sync's rules as they are written, and twice (OnLargeTxRound, at two and
+// four fifths) the proxy hands their pages back with debug.FreeOSMemory:
+// the rules (about 300 MB at 50k) and their messages are then never
+// resident together.
 func largeTxMemory() (done func()) {
 	debug.FreeOSMemory()
 	held := runtimeHeld()
