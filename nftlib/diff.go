@@ -59,8 +59,8 @@ type Tx struct {
 	DelChains   []string
 	rules       []*Chain // chains whose rules are (re)written
 	addElems    map[string][]Element
-	// release, when set, makes Write drop the rules of the fragments'
-	// chains as it encodes them, round rules at a time (see ReleaseRules).
+	// release, when set, makes Write let go of the fragments as it
+	// encodes them, round rules at a time (see ReleaseRules).
 	release func()
 	round   int
 }
