@@ -2,6 +2,8 @@ package nft
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
@@ -99,5 +101,46 @@ func TestKernelLargeTxReleasesRules(t *testing.T) {
 	}
 	if b.drifted() {
 		t.Error("after a change, a drift check found differences")
+	}
+}
+
+// A large full sync the kernel refuses, after its rules were let go, leaves
+// nothing behind that the next sync depends on: that one (full again)
+// writes everything, and a change after it diffs against what it applied.
+func TestLargeTxRefusedThenRetried(t *testing.T) {
+	b, k, _ := fakeBackend(t, BackendConfig{})
+	b.onLargeTx = func() func() { return func() {} }
+	rounds := 0
+	b.onLargeTxRound = func() { rounds++ }
+	b.largeTx, b.largeTxRound = 1, 2
+	refuse := true
+	k.Refuse = func(op string) error {
+		if refuse && strings.HasPrefix(op, "add rule") {
+			refuse = false
+			return syscall.ENOSPC
+		}
+		return nil
+	}
+	eps := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
+	if _, err := b.Sync(t.Context(), tinyState(eps)); err == nil {
+		t.Fatal("the refused full sync reported no error")
+	}
+	if rounds == 0 {
+		t.Fatal("the refused full sync let go of no round")
+	}
+	res, err := b.Sync(t.Context(), tinyState(eps))
+	if err != nil || !res.Full {
+		t.Fatalf("the sync after the refusal: full=%v, err %v; want a full one", res.Full, err)
+	}
+	holdsFullSync(t, k, tinyState(eps), b.cfg)
+	eps["a"] = "10.0.0.9"
+	if _, err := b.Sync(t.Context(), tinyState(eps)); err != nil {
+		t.Fatal(err)
+	}
+	if !b.inDelta[proxierName("ns", "a", "p")] {
+		t.Error("the change did not go to the delta table")
+	}
+	if b.drifted() { // the fake kernel's tables compared with the rebuilt ones
+		t.Errorf("after the change the kernel differs from the applied tables:\n%s", k.String())
 	}
 }
