@@ -60,6 +60,10 @@ type Backend struct {
 	onLargeTxRound func()
 	largeTx        int
 	largeTxRound   int
+	// stageRules is the size (rules) of a staged transaction, stagedRules
+	// (tests lower it; 0: never staged): a full sync of at least two
+	// such over tables the kernel lacks is staged (see stage).
+	stageRules int
 	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
 	// table whose settling transaction is due (nil: none).
 	deferSettle bool
@@ -133,6 +137,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
 		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules,
+		stageRules: stagedRules,
 	}, nil
 }
 
@@ -207,24 +212,42 @@ func (b *Backend) releaseRound(rules int) int {
 // apply encodes the sync's transactions and commits them, reporting into
 // res.
 func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
-	var release func()
+	var r commitReport
 	rules := rulesOf(d.txs)
-	if b.onLargeTx != nil && rules >= b.largeTx {
-		defer b.onLargeTx()()
-		release = b.onLargeTxRound
+	if pieces := b.staged(d.txs, rules); len(pieces) > 0 {
+		ph.staged = len(pieces)
+		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
+			return b.tx.commitStaged(pieces, d.txs, settle, b.onLargeTxRound)
+		})
+	} else {
+		var release func()
+		if b.onLargeTx != nil && rules >= b.largeTx {
+			defer b.onLargeTx()()
+			release = b.onLargeTxRound
+		}
+		kt := b.tx.write(d.txs, b.releaseRound(rules), release)
+		if kt == nil {
+			return nil
+		}
+		ph.encode = ph.lap()
+		r = b.commit(p, func(settle *nftlib.TableRef) commitReport { return b.tx.commit(kt, settle) })
 	}
-	kt := b.tx.write(d.txs, b.releaseRound(rules), release)
-	if kt == nil {
-		return nil
-	}
-	ph.encode = ph.lap()
-	r := b.commit(p, kt)
 	ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 	res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 	if r.err != nil {
 		return fmt.Errorf("applying nftables generation: %w", r.err)
 	}
 	return nil
+}
+
+// staged splits a large full sync over tables the kernel lacks into
+// staged transactions (see stage); none for the others, or with a
+// trace, which prints the sync as one transaction.
+func (b *Backend) staged(txs []*nftlib.Tx, rules int) []*nftlib.Tx {
+	if b.stageRules == 0 || rules < 2*b.stageRules || b.tx.trace != nil {
+		return nil
+	}
+	return stage(txs, b.stageRules)
 }
 
 func rulesOf(txs []*nftlib.Tx) int {
@@ -249,23 +272,24 @@ func (b *Backend) drifted() bool {
 	return b.check.drifted(b.applied, b.appliedTables, b.stale.pending)
 }
 
-// commit sends one sync's transaction. A refused one leaves the applied
-// state as it was (a full sync's refusal marks tables to replace) and
-// makes the next sync a full one.
-func (b *Backend) commit(p *syncPlan, kt nftlib.KernelTx) commitReport {
+// commit sends one sync's transaction with send, which settles it when
+// given a table to settle. A refused one leaves the applied state as it
+// was (a full sync's refusal marks tables to replace) and makes the next
+// sync a full one.
+func (b *Backend) commit(p *syncPlan, send func(settle *nftlib.TableRef) commitReport) commitReport {
 	var settle *nftlib.TableRef
 	if p.full {
 		id := tableIDs()[0]
 		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
 	if b.deferSettle {
-		r := b.tx.commit(kt, nil)
+		r := send(nil)
 		if r.err == nil && settle != nil && r.messages >= settleFrom {
 			b.settleAfter = settle
 		}
 		return b.committed(p, r)
 	}
-	return b.committed(p, b.tx.commit(kt, settle))
+	return b.committed(p, send(settle))
 }
 
 // committed accounts for a sync's commit, r.

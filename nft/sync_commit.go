@@ -88,18 +88,25 @@ func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitRe
 	r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
 	if r.err == nil {
 		r.commits++
-		if settle != nil && r.messages >= settleFrom {
-			t0 := time.Now()
-			if c.settle(*settle) == nil {
-				r.commits++
-			}
-			r.settle = time.Since(t0)
-		}
 	}
+	c.settleIfLarge(&r, settle)
 	if muted {
 		c.rejoin(m, r)
 	}
 	return r
+}
+
+// settleIfLarge settles a large full sync that committed (settle: its
+// table; nil for other syncs), into r.
+func (c *committer) settleIfLarge(r *commitReport, settle *nftlib.TableRef) {
+	if r.err != nil || settle == nil || r.messages < settleFrom {
+		return
+	}
+	t0 := time.Now()
+	if c.settle(*settle) == nil {
+		r.commits++
+	}
+	r.settle = time.Since(t0)
 }
 
 // settle commits a transaction that changes nothing (a chain added and

@@ -16,6 +16,9 @@ type syncPhases struct {
 	// transaction, kernel included (kernel: the kernel's part); settle:
 	// the empty transaction after a large full sync.
 	build, read, diff, encode, commit, kernel, settle time.Duration
+	// staged is how many staged transactions came before the sync's
+	// (see stage): their encoding is then part of commit.
+	staged int
 }
 
 func newSyncPhases() *syncPhases {
@@ -41,5 +44,5 @@ func (p *syncPhases) log(log *slog.Logger) {
 	}
 	log.Log(context.Background(), levelPhases, "full sync phases",
 		"build", p.build, "read", p.read, "diff", p.diff, "encode", p.encode,
-		"commit", p.commit, "kernel", p.kernel, "settle", p.settle, "total", time.Since(p.start))
+		"commit", p.commit, "kernel", p.kernel, "settle", p.settle, "staged", p.staged, "total", time.Since(p.start))
 }

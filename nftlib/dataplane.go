@@ -17,6 +17,12 @@ type Dataplane interface {
 	// CommitTx sends a transaction: all of it applies, or none of it (a
 	// *TxError says which message the kernel refused).
 	CommitTx(tx KernelTx) error
+	// NextTx starts a transaction to commit right after prev, which is
+	// written but not committed yet: it can be written on another
+	// goroutine while prev commits.
+	NextTx(prev KernelTx) KernelTx
+	// DiscardTx lets go of a transaction that will not be committed.
+	DiscardTx(tx KernelTx)
 	// Generation is the ruleset's generation: every process's commits
 	// move it.
 	Generation() (uint32, error)
@@ -54,6 +60,22 @@ type Watcher interface {
 var _ Dataplane = (*Kernel)(nil)
 
 func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
+
+// NextTx numbers its messages after prev's (and prev's batch end), as
+// the socket reads answers by sequence number.
+func (k *Kernel) NextTx(prev KernelTx) KernelTx {
+	if b, ok := prev.(*Batch); ok {
+		return NewBatch(b.seq + 1)
+	}
+	return k.NewBatch()
+}
+
+// DiscardTx unmaps a batch that is not sent.
+func (k *Kernel) DiscardTx(tx KernelTx) {
+	if b, ok := tx.(*Batch); ok {
+		b.Release()
+	}
+}
 
 func (k *Kernel) CommitTx(tx KernelTx) error {
 	bt, ok := tx.(*Batch)

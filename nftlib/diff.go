@@ -35,6 +35,8 @@ type Tx struct {
 	table      *Table
 	newTable   bool
 	flushTable bool
+	// fresh: the kernel holds no such table (see Stage).
+	fresh bool
 	// delTable deletes the table first, for what only a re-creation
 	// changes (its comment).
 	delTable bool
@@ -202,7 +204,7 @@ func cloneElementStrings(elems map[string][]Element) {
 // it in between.
 func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string) {
 	x = newTx(want)
-	x.newTable = true
+	x.newTable, x.fresh = true, !have.Exists
 	if have.Exists && (replace || !bytes.Equal(have.Udata, CommentUdata(0, want.Comment))) {
 		x.delTable = true // a comment is set only when a table is created
 		have = &KernelTable{}

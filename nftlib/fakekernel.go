@@ -67,6 +67,10 @@ type fakeOp struct {
 
 func (k *FakeKernel) NewTx() KernelTx { return &fakeTx{} }
 
+func (k *FakeKernel) NextTx(KernelTx) KernelTx { return &fakeTx{} }
+
+func (k *FakeKernel) DiscardTx(KernelTx) {}
+
 // CommitTx applies every command to a copy of the tables, which replaces
 // them only when all applied.
 func (k *FakeKernel) CommitTx(kt KernelTx) error {
