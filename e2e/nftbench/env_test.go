@@ -118,10 +118,18 @@ func newNode(apiNS string) (n *node, err error) {
 		return nil, err
 	}
 	n.cleanups = append(n.cleanups, del)
-	if err := veth(apiNS, "nb-"+n.ns[len(n.ns)-6:], []string{apiSideAddr.String() + "/30"},
+	apiSide := "nb-" + n.ns[len(n.ns)-6:]
+	if err := veth(apiNS, apiSide, []string{apiSideAddr.String() + "/30"},
 		n.ns, "api0", []string{nodeAddr.String() + "/30"}); err != nil {
 		return nil, err
 	}
+	// Every node's veth has the same subnet in the API server's
+	// namespace. Deleting the node's namespace removes its end there
+	// only when the kernel's namespace cleanup gets to it, and until
+	// then the API server's answers to the next node can take that dead
+	// route: its first connection then waited for a retransmission (a
+	// second; one start-up in six). So the pair goes first, at once.
+	n.cleanups = append(n.cleanups, func() { _ = ipCmd("-n", apiNS, "link", "del", apiSide) })
 	if err := veth(n.ns, "pod0", []string{nodePodSide.String() + "/24"},
 		n.podNS, "eth0", []string{podAddrs[0].String() + "/24", podAddrs[1].String() + "/24"}); err != nil {
 		return nil, err
