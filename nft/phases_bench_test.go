@@ -27,7 +27,9 @@ func (c *phaseCapture) Handle(_ context.Context, r slog.Record) error {
 	defer c.mu.Unlock()
 	c.phases = map[string]time.Duration{}
 	r.Attrs(func(a slog.Attr) bool {
-		c.phases[a.Key] = a.Value.Duration()
+		if a.Value.Kind() == slog.KindDuration {
+			c.phases[a.Key] = a.Value.Duration()
+		}
 		return true
 	})
 	return nil
