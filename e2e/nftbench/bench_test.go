@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,12 @@ type result struct {
 	// address -> a new connection answered there.
 	ChangeToTraffic, ChangeSync float64
 	ChangeSyncs                 int
+	// SmallestCommit: the kernel's smallest commit in the proxy's
+	// namespace afterwards (a chain added and deleted in a table of the
+	// harness's, the median of floorSamples, each floorSpacing after the
+	// last, as a change comes after the caches went cold): the floor of
+	// any change's sync at that size, whoever sends it.
+	SmallestCommit float64
 	// Usage at the end, of the proxy process (children: nft for upstream).
 	// Its peak RSS is the proxy's own VmHWM. wait4's figure for a process
 	// includes the RSS of the process that spawned it (a Go program's
@@ -377,6 +384,10 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 		return r, err
 	}
 	b.t.Logf("%s: endpoint changed: traffic after %.4fs (%d syncs of %.4fs)", kind, r.ChangeToTraffic, r.ChangeSyncs, r.ChangeSync)
+	if r.SmallestCommit, err = smallestCommit(ctx, n.ns); err != nil {
+		return r, err
+	}
+	b.t.Logf("%s: the kernel's smallest commit in its namespace: %.4fs (the change's sync is %.2f of it)", kind, r.SmallestCommit, r.ChangeSync/r.SmallestCommit)
 	if r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid); err != nil {
 		return r, err
 	}
@@ -459,6 +470,49 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// floorSamples smallest commits, floorSpacing apart, make SmallestCommit.
+const (
+	floorSamples = 5
+	floorSpacing = 2 * time.Second
+)
+
+// smallestCommit times the kernel's smallest commit in namespace ns (see
+// result.SmallestCommit) and returns the median, in seconds.
+func smallestCommit(ctx context.Context, ns string) (float64, error) {
+	k, err := nftlib.OpenKernel("/run/netns/" + ns)
+	if err != nil {
+		return 0, err
+	}
+	defer k.Close()
+	const table, chain = "knp-bench-floor", "floor"
+	kt := k.NewTx()
+	kt.AddTable(nftlib.IPv4, table, "the bench harness's: the kernel's smallest commit")
+	if err := k.CommitTx(kt); err != nil {
+		return 0, fmt.Errorf("creating %s: %w", table, err)
+	}
+	var ds []float64
+	for range floorSamples {
+		if err := pause(ctx, floorSpacing); err != nil {
+			return 0, err
+		}
+		kt := k.NewTx()
+		kt.AddChains(nftlib.IPv4, table, []*nftlib.Chain{{Name: chain}})
+		kt.DelChain(nftlib.IPv4, table, chain)
+		t0 := time.Now()
+		if err := k.CommitTx(kt); err != nil {
+			return 0, fmt.Errorf("the smallest commit: %w", err)
+		}
+		ds = append(ds, time.Since(t0).Seconds())
+	}
+	kt = k.NewTx()
+	kt.DelTable(nftlib.IPv4, table)
+	if err := k.CommitTx(kt); err != nil {
+		return 0, fmt.Errorf("deleting %s: %w", table, err)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], nil
 }
 
 // countRules counts, over netlink in namespace ns, the chains, rules and
@@ -583,8 +637,8 @@ func TestNFTablesSideBySideSmoke(t *testing.T) {
 // formatTable prints the results, then upstream's figures over ours.
 func formatTable(rs []result) string {
 	var b bytes.Buffer
-	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | first sync | add: sync | add: create to traffic | change: sync | change: to traffic | CPU s | peak RSS MiB | chains / rules / elements |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | first sync | add: sync | add: create to traffic | change: sync | change: to traffic | smallest commit | CPU s | peak RSS MiB | chains / rules / elements |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	by := map[string]map[int]result{}
 	for _, r := range rs {
 		if by[r.Proxy] == nil {
@@ -600,9 +654,9 @@ func formatTable(rs []result) string {
 			cpu += fmt.Sprintf(" (children %.1f)", r.Usage.ChildCPUSeconds)
 		}
 		rss := fmt.Sprintf("%.0f", r.Usage.PeakRSSMiB)
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
 			start, first, syncs(r.AddSync, r.AddSyncs), scale.Secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
-			scale.Secs(r.ChangeToTraffic), cpu, rss, objects(r))
+			scale.Secs(r.ChangeToTraffic), smallestCell(r.SmallestCommit), cpu, rss, objects(r))
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Services x 10 | upstream / ours: start to synced | first sync | add: sync | add: to traffic | change: sync | change: to traffic | CPU | peak RSS |")
@@ -648,4 +702,13 @@ func syncs(mean float64, n int) string {
 		return scale.Secs(mean)
 	}
 	return fmt.Sprintf("%s (%d syncs)", scale.Secs(mean), n)
+}
+
+// smallestCell is a SmallestCommit for the table ("-": not measured, for an
+// unfinished run).
+func smallestCell(secs float64) string {
+	if secs == 0 {
+		return "-"
+	}
+	return scale.Secs(secs)
 }
