@@ -60,10 +60,12 @@ type Backend struct {
 	onLargeTxRound func()
 	largeTx        int
 	largeTxRound   int
-	// stageRules is the size (rules) of a staged transaction, stagedRules
-	// (tests lower it; 0: never staged): a full sync of at least two
-	// such over tables the kernel lacks is staged (see stage).
-	stageRules int
+	// stageRules is the least size (rules) of a staged transaction,
+	// stagedRules (tests lower it; 0: never staged): a full sync of at
+	// least two such over tables the kernel lacks is staged, in about
+	// stagePieces transactions (stagedPieces; tests raise it) of Service
+	// chains (see stage).
+	stageRules, stagePieces int
 	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
 	// table whose settling transaction is due (nil: none).
 	deferSettle bool
@@ -137,7 +139,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
 		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules,
-		stageRules: stagedRules,
+		stageRules: stagedRules, stagePieces: stagedPieces,
 	}, nil
 }
 
@@ -247,7 +249,7 @@ func (b *Backend) staged(txs []*nftlib.Tx, rules int) []*nftlib.Tx {
 	if b.stageRules == 0 || rules < 2*b.stageRules || b.tx.trace != nil {
 		return nil
 	}
-	return stage(txs, b.stageRules)
+	return stage(txs, max(rules/b.stagePieces, b.stageRules))
 }
 
 func rulesOf(txs []*nftlib.Tx) int {

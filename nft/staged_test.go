@@ -20,7 +20,7 @@ func fiveServices() map[string]string {
 // it left is one transaction again.
 func TestStagedFullSync(t *testing.T) {
 	b, k, _ := fakeBackend(t, BackendConfig{})
-	b.stageRules = 2
+	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
 	eps := fiveServices()
 	gen0, _ := k.Generation()
 	if _, err := b.Sync(t.Context(), tinyState(eps)); err != nil {
@@ -55,11 +55,11 @@ func TestStagedFullSync(t *testing.T) {
 // everything.
 func TestStagedRefusedThenRetried(t *testing.T) {
 	b, k, _ := fakeBackend(t, BackendConfig{})
-	b.stageRules = 2
+	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
 	rules := 0
 	k.Refuse = func(op string) error {
 		if strings.HasPrefix(op, "add rule") {
-			if rules++; rules == 5 { // in the third fragment's piece
+			if rules++; rules == 5 { // in the third piece of Service chains
 				return syscall.ENOSPC
 			}
 		}
@@ -89,7 +89,7 @@ func TestStagedRefusedThenRetried(t *testing.T) {
 func TestKernelStagedFullSync(t *testing.T) {
 	ns := testns.New(t, "knp-staged-")
 	b := openTestBackend(t, ns, demoConfig())
-	b.stageRules = 3
+	b.stageRules, b.stagePieces = 3, 1<<20
 	eps := fiveServices()
 	gen0, err := b.k.Generation()
 	if err != nil {

@@ -4,11 +4,19 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
-// stagedRules is how many rules each staged transaction of a full sync
-// over new tables carries (see nftlib.Tx.Stage): about 60 MiB of
-// messages, a second or so of the kernel's time, while the next one is
-// encoded beside it.
-const stagedRules = 200_000
+// stagedRules is the least number of rules a staged transaction of a
+// full sync over new tables carries (see nftlib.Tx.Stage), and a sync of
+// twice that or more is staged (about 7k Services x 10 endpoints): each
+// is about 30 MiB of messages and a fifth of a second of the kernel's
+// time, and is encoded while the kernel takes the one before.
+const stagedRules = 100_000
+
+// stagedPieces is about how many staged transactions of Service chains a
+// large sync is cut into: each commit walks every chain of the namespace,
+// so more of them would cost the kernel more (17 instead of 9 at 50k
+// Services: up to a few tenths of a second), and fewer would put more
+// of the encoding before the first commit and hold more messages at once.
+const stagedPieces = 8
 
 // stage splits off the staged transactions of a full sync whose tables
 // the kernel does not hold yet (a node's first start), leaving in txs
