@@ -175,6 +175,12 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	if err != nil {
 		return proxier.SyncResult{}, err
 	}
+	if p.deferred != nil && !allFresh(d.txs) { // a table appeared since the plan looked
+		b.placeDeferred(p)
+		if d, err = b.diff(p, ph); err != nil {
+			return proxier.SyncResult{}, err
+		}
+	}
 	ph.diff = ph.lap()
 	res := proxier.SyncResult{Full: p.full, StaleChainsDeleted: d.deleted,
 		CleanupOnly: !p.full && len(p.names) == 0 && d.deleted > 0}
@@ -215,13 +221,13 @@ func (b *Backend) releaseRound(rules int) int {
 // res.
 func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
 	var r commitReport
-	rules := rulesOf(d.txs)
-	if pieces := b.staged(d.txs, rules); len(pieces) > 0 {
-		ph.staged = len(pieces)
+	if p.deferred != nil {
 		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
-			return b.tx.commitStaged(pieces, d.txs, settle, b.onLargeTxRound)
+			return b.tx.commitStaged(b.stagedPieces(p, d.txs), d.txs, settle)
 		})
+		ph.staged = r.staged
 	} else {
+		rules := rulesOf(d.txs)
 		var release func()
 		if b.onLargeTx != nil && rules >= b.largeTx {
 			defer b.onLargeTx()()
@@ -240,16 +246,6 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 		return fmt.Errorf("applying nftables generation: %w", r.err)
 	}
 	return nil
-}
-
-// staged splits a large full sync over tables the kernel lacks into
-// staged transactions (see stage); none for the others, or with a
-// trace, which prints the sync as one transaction.
-func (b *Backend) staged(txs []*nftlib.Tx, rules int) []*nftlib.Tx {
-	if b.stageRules == 0 || rules < 2*b.stageRules || b.tx.trace != nil {
-		return nil
-	}
-	return stage(txs, max(rules/b.stagePieces, b.stageRules))
 }
 
 func rulesOf(txs []*nftlib.Tx) int {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // fiveServices is tinyState with five Services of one endpoint each.
@@ -111,5 +112,36 @@ func TestKernelStagedFullSync(t *testing.T) {
 	}
 	if b.drifted() {
 		t.Error("after a change, a drift check found differences")
+	}
+}
+
+// absentKernel is a fake kernel that says it holds no table: as if the
+// tables appeared between the plan's look and the sync's read.
+type absentKernel struct{ *nftlib.FakeKernel }
+
+func (absentKernel) HasTables(_ nftlib.Family, names []string) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+
+// A full sync planned as staged whose tables turn out to exist when it
+// reads the kernel is one transaction after all: staged chains would sit
+// in live tables that the last transaction flushes.
+func TestStagedTablesAppeared(t *testing.T) {
+	k := nftlib.NewFakeKernel()
+	eps := fiveServices()
+	for _, dp := range []nftlib.Dataplane{k, absentKernel{k}} {
+		b, err := NewBackend(dp, BackendConfig{Rules: demoConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.stageRules, b.stagePieces = 2, 1<<20
+		gen0, _ := k.Generation()
+		if _, err := b.Sync(t.Context(), tinyState(eps)); err != nil {
+			t.Fatal(err)
+		}
+		if gen1, _ := k.Generation(); dp != nftlib.Dataplane(k) && gen1 != gen0+1 {
+			t.Errorf("a full sync over existing tables took %d transactions, want one", gen1-gen0)
+		}
+		holdsFullSync(t, k, tinyState(eps), b.cfg)
 	}
 }

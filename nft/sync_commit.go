@@ -31,6 +31,8 @@ type commitReport struct {
 	err       error
 	// settle is how long the settling transaction took (zero: none).
 	settle time.Duration
+	// staged is how many staged transactions came before the sync's last.
+	staged int
 }
 
 func (r commitReport) ok() bool { return r.genErr == nil && r.err == nil }

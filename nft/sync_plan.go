@@ -29,6 +29,12 @@ type syncPlan struct {
 	inDelta map[proxier.ServicePortName]bool
 	// now is the stale-chain clock's time of the sync.
 	now time.Time
+	// deferred, for a full plan to stage (see stagesFull), are the
+	// service ports, in key order, whose fragments are built as they are
+	// staged: the tables then hold their fixed parts only. node is the
+	// Node they are built for.
+	deferred []placedPort
+	node     proxier.Node
 }
 
 // plan builds the plan of st.
@@ -47,14 +53,28 @@ func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
 	return p
 }
 
-// planFull puts every service port of st in the tables of its home.
+// planFull puts every service port of st in the tables of its home, or
+// defers them to the staged transactions that build them (see
+// stagesFull).
 func (b *Backend) planFull(st *proxier.State) *syncPlan {
-	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[proxier.ServicePortName]bool{}}
+	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[proxier.ServicePortName]bool{}, node: st.Node}
 	for _, id := range tableIDs() {
 		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 	}
-	placeAll(p.want, b.cfg, st, st.Node, homeKind)
+	ports := sortedPorts(st, homeKind)
+	if b.stagesFull(ports, p.want) {
+		p.deferred = ports
+		return p
+	}
+	placePorts(p.want, b.cfg, st.Node, ports)
 	return p
+}
+
+// placeDeferred builds the fragments a plan deferred into its tables, for
+// a sync that will not be staged after all.
+func (b *Backend) placeDeferred(p *syncPlan) {
+	placePorts(p.want, b.cfg, p.node, p.deferred)
+	p.deferred = nil
 }
 
 // planChanges moves each service port that differs from what was applied
@@ -165,34 +185,29 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 }
 
 // placeAll builds every service port of st into the given tables, each in
-// the table kindOf names (ports whose table is not given are skipped), the
-// fragments on all CPUs (they depend on their own inputs alone). They are
-// built in the order of their keys, the order in which a transaction
-// writes them: one that lets go of them as it goes (nftlib.Tx.ReleaseRules)
-// then frees whole pages of memory, not a few objects of each.
+// the table kindOf names (ports whose table is not given are skipped).
 func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, node proxier.Node, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) {
-	type port struct {
-		key  string
-		name proxier.ServicePortName
-		svc  *proxier.ServicePort
-		kind TableKind
-	}
-	ports := make([]port, 0, st.Services.Len())
+	placePorts(tables, cfg, node, sortedPorts(st, kindOf))
+}
+
+// sortedPorts lists st's service ports in the order of their keys, each
+// with its endpoints and the table kind kindOf names.
+func sortedPorts(st *proxier.State, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) []placedPort {
+	ports := make([]placedPort, 0, st.Services.Len())
 	for name, svc := range st.Services.All() {
-		ports = append(ports, port{fragmentKey(name), name, svc, kindOf(name, svc)})
+		ports = append(ports, placedPort{fragmentKey(name), name, svc, st.Endpoints.Get(name), kindOf(name, svc)})
 	}
-	slices.SortFunc(ports, func(a, b port) int { return strings.Compare(a.key, b.key) })
-	built := make([][2]*nftlib.Fragment, len(ports)) // per family: IPv4, IPv6
-	nftlib.InParallelFrom(len(ports), buildParallelMin, func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			eps := st.Endpoints.Get(ports[i].name)
-			for j, f := range nftlib.Families {
-				if tables[tableID{f, ports[i].kind}] != nil {
-					built[i][j] = BuildFragment(f, cfg, node, ports[i].svc, eps)
-				}
-			}
-		}
-	})
+	slices.SortFunc(ports, func(a, b placedPort) int { return strings.Compare(a.key, b.key) })
+	return ports
+}
+
+// placePorts builds the ports' fragments into the tables, on all CPUs
+// (they depend on their own inputs alone), in the order of their keys,
+// the order in which a transaction writes them: one that lets go of them
+// as it goes (nftlib.Tx.ReleaseRules) then frees whole pages of memory,
+// not a few objects of each.
+func placePorts(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort) {
+	built := buildFragments(tables, cfg, node, ports, true)
 	for i, p := range ports {
 		for j, f := range nftlib.Families {
 			if fr := built[i][j]; fr != nil {
@@ -200,6 +215,27 @@ func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, n
 			}
 		}
 	}
+}
+
+// buildFragments builds each port's fragment per family (IPv4, IPv6) for
+// the tables given, on all CPUs when parallel.
+func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort, parallel bool) [][2]*nftlib.Fragment {
+	built := make([][2]*nftlib.Fragment, len(ports))
+	build := func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			for j, f := range nftlib.Families {
+				if tables[tableID{f, ports[i].kind}] != nil {
+					built[i][j] = BuildFragment(f, cfg, node, ports[i].svc, ports[i].eps)
+				}
+			}
+		}
+	}
+	if !parallel {
+		build(0, 0, len(ports))
+		return built
+	}
+	nftlib.InParallelFrom(len(ports), buildParallelMin, build)
+	return built
 }
 
 // buildParallelMin is the least number of service ports whose fragments

@@ -1,51 +1,181 @@
 package nft
 
 import (
+	"iter"
+
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// stagedRules is the least number of rules a staged transaction of a
-// full sync over new tables carries (see nftlib.Tx.Stage), and a sync of
-// twice that or more is staged (about 7k Services x 10 endpoints): each
-// is about 30 MiB of messages and a fifth of a second of the kernel's
-// time, and is encoded while the kernel takes the one before.
+// A full sync into tables the kernel does not hold yet (a node's first
+// start) that writes stagedRules*2 rules or more is staged (see
+// nftlib.StageFixed): the plan builds the tables' fixed parts only, and a
+// goroutine builds and encodes the Service ports' chains, about
+// stagedPieces transactions of them, each while the kernel commits the one
+// before; their elements and what makes them reachable go in the last
+// transaction. Only the first piece's build and encoding are on the way
+// to synced, and the process never holds all the fragments, nor all the
+// messages, at once.
+
+// stagedRules is the least number of rules a staged transaction of
+// Service chains carries; a sync of twice that or more is staged (about
+// 7k Services x 10 endpoints). Each is then 30 MiB of messages or more.
 const stagedRules = 100_000
 
 // stagedPieces is about how many staged transactions of Service chains a
 // large sync is cut into: each commit walks every chain of the namespace,
-// so more of them would cost the kernel more (17 instead of 9 at 50k
-// Services: up to a few tenths of a second), and fewer would put more
-// of the encoding before the first commit and hold more messages at once.
+// so more of them would cost the kernel more (sixteen instead of eight at
+// 50k Services: up to a few tenths of a second), and fewer would put more
+// of the build and encoding before the first commit.
 const stagedPieces = 8
 
-// stage splits off the staged transactions of a full sync whose tables
-// the kernel does not hold yet (a node's first start), leaving in txs
-// the one transaction that makes them reachable. None when a table
-// exists: its rewrite stays one transaction.
-func stage(txs []*nftlib.Tx, pieceRules int) (pieces []*nftlib.Tx) {
-	for _, x := range txs {
-		pieces = append(pieces, x.Stage(pieceRules)...)
+// placedPort is a service port and what a full sync places of it.
+type placedPort struct {
+	key  string
+	name proxier.ServicePortName
+	svc  *proxier.ServicePort
+	eps  []proxier.Endpoint
+	kind TableKind
+}
+
+// portRules is about how many rules a service port's fragment holds:
+// three an endpoint (two in its KUBE-SEP chain, one in the service's
+// chain to reach it) and one.
+func portRules(pt placedPort) int { return 3*len(pt.eps) + 1 }
+
+// stagesFull reports whether a full sync of ports into want (the tables'
+// fixed parts) is staged: large enough, no trace (which prints a sync as
+// one transaction), and none of the tables in the kernel.
+func (b *Backend) stagesFull(ports []placedPort, want map[tableID]*nftlib.Table) bool {
+	if b.stageRules == 0 || b.tx.trace != nil {
+		return false
 	}
-	return pieces
+	rules := 0
+	for _, pt := range ports {
+		rules += portRules(pt)
+	}
+	return rules >= 2*b.stageRules && b.tablesAbsent(want)
+}
+
+// tablesAbsent reports whether the kernel holds none of the tables.
+func (b *Backend) tablesAbsent(want map[tableID]*nftlib.Table) bool {
+	for _, f := range nftlib.Families {
+		var names []string
+		for _, id := range tableIDs() {
+			if id.f == f && want[id] != nil {
+				names = append(names, want[id].Name)
+			}
+		}
+		have, err := b.k.HasTables(f, names)
+		if err != nil {
+			return false // the full sync's own read reports it
+		}
+		for _, n := range names {
+			if have[n] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// allFresh reports whether every transaction creates its table.
+func allFresh(txs []*nftlib.Tx) bool {
+	for _, x := range txs {
+		if !x.Fresh() {
+			return false
+		}
+	}
+	return true
+}
+
+// stagedPieces is the staged transactions of a full sync whose plan
+// deferred its fragments, each a list of table transactions to commit as
+// one: first the tables with their sets and regular chains, then the
+// Service ports' chains, built in key order as they are asked for; each
+// fragment's elements go to txs (one per table, in tableIDs order), the
+// sync's last transaction.
+func (b *Backend) stagedPieces(p *syncPlan, txs []*nftlib.Tx) iter.Seq[[]*nftlib.Tx] {
+	return func(yield func([]*nftlib.Tx) bool) {
+		var first []*nftlib.Tx
+		for _, x := range txs {
+			if f := x.StageFixed(); f != nil {
+				first = append(first, f)
+			}
+		}
+		if !yield(first) {
+			return
+		}
+		ports := p.deferred
+		total := 0
+		for _, pt := range ports {
+			total += portRules(pt)
+		}
+		size := max(total/b.stagePieces, b.stageRules)
+		for lo := 0; lo < len(ports); {
+			hi, n := lo, 0
+			for hi < len(ports) && n < size {
+				n += portRules(ports[hi])
+				hi++
+			}
+			// The first piece is built on all CPUs: nothing else runs yet.
+			if !yield(b.buildPiece(p, txs, ports[lo:hi], lo == 0)) {
+				return
+			}
+			lo = hi
+		}
+	}
+}
+
+// buildPiece builds the fragments of ports and returns, per table, the
+// transaction that adds their chains; their elements go to txs.
+func (b *Backend) buildPiece(p *syncPlan, txs []*nftlib.Tx, ports []placedPort, parallel bool) []*nftlib.Tx {
+	built := buildFragments(p.want, b.cfg, p.node, ports, parallel)
+	ids := tableIDs()
+	chains := make([][]*nftlib.Chain, len(ids))
+	for i, pt := range ports {
+		for j, f := range nftlib.Families {
+			fr := built[i][j]
+			if fr == nil {
+				continue
+			}
+			t := tableIndex(f, pt.kind)
+			chains[t] = append(chains[t], fr.Chains...)
+			txs[t].AddElements(fr.Elements)
+		}
+	}
+	var out []*nftlib.Tx
+	for t, id := range ids {
+		if len(chains[t]) > 0 {
+			out = append(out, nftlib.ChainsTx(p.want[id], chains[t]))
+		}
+	}
+	return out
+}
+
+// tableIndex is the index in tableIDs of the table of that family and kind.
+func tableIndex(f nftlib.Family, kind TableKind) int {
+	for i, id := range tableIDs() {
+		if id.f == f && id.kind == kind {
+			return i
+		}
+	}
+	panic("no table of that family and kind")
 }
 
 // commitStaged commits pieces, each a transaction of its own, and then
-// txs as one: the kernel takes each while a goroutine encodes the next,
-// so that the encoding of all but the first is off the critical path.
-// A refused one ends it: the chains the pieces before created are not
-// reachable, and the full sync that follows a failure rewrites the
-// tables (see Backend.markReplace). After the last, a large one is
-// settled. release (BackendConfig.OnLargeTxRound), when set, is called
-// on the encoding goroutine after the first fragments' piece and half
-// way: it collects the build's garbage and the pieces already sent while
-// the kernel works, off the critical path.
-func (c *committer) commitStaged(pieces, txs []*nftlib.Tx, settle *nftlib.TableRef, release func()) commitReport {
+// txs as one: the kernel takes each while a goroutine builds and encodes
+// the next. A refused one ends it: the chains the pieces before created
+// are not reachable, and the full sync that follows a failure rewrites
+// the tables (see Backend.markReplace). After the last, a large one is
+// settled.
+func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef) commitReport {
 	var r commitReport
 	r.genBefore, r.genErr = c.k.Generation()
 	m := c.k.Monitor()
 	muted := m != nil && m.SetMember(false) == nil
 	next, stop := make(chan nftlib.KernelTx), make(chan struct{})
-	go c.encodeStaged(pieces, txs, next, stop, release)
+	go c.encodeStaged(pieces, txs, next, stop)
 	for kt := range next {
 		if r.err != nil {
 			c.k.DiscardTx(kt)
@@ -61,6 +191,7 @@ func (c *committer) commitStaged(pieces, txs []*nftlib.Tx, settle *nftlib.TableR
 		}
 		r.commits++
 	}
+	r.staged = max(int(r.commits)-1, 0)
 	c.settleIfLarge(&r, settle)
 	if muted {
 		c.rejoin(m, r)
@@ -70,23 +201,23 @@ func (c *committer) commitStaged(pieces, txs []*nftlib.Tx, settle *nftlib.TableR
 
 // encodeStaged writes each piece, then txs, into a transaction of its
 // own and hands it to next, until stop.
-func (c *committer) encodeStaged(pieces, txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}, release func()) {
+func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}) {
 	defer close(next)
 	var setID uint32
 	kt := c.k.NewTx()
-	n := len(pieces)
-	for i, x := range pieces {
-		x.Write(kt, &setID)
-		pieces[i] = nil // its chains are garbage once encoded
+	for piece := range pieces {
+		for _, x := range piece {
+			x.Write(kt, &setID)
+		}
+		if kt.Messages() == 0 {
+			continue
+		}
 		following := c.k.NextTx(kt)
 		if !handOver(next, stop, kt) {
 			c.k.DiscardTx(following)
 			return
 		}
 		kt = following
-		if release != nil && (i == 1 || i == n/2) {
-			release()
-		}
 	}
 	for _, x := range txs {
 		x.Write(kt, &setID)

@@ -28,6 +28,8 @@ type Dataplane interface {
 	Generation() (uint32, error)
 	// PortID is our netlink port id, which owner-flagged tables record.
 	PortID() uint32
+	// HasTables reports which of the named tables of family f exist.
+	HasTables(f Family, names []string) (map[string]bool, error)
 	// ReadFamily reads the named tables' metadata (see Kernel.readFamily).
 	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
 	// TableDrift describes every difference between t and the kernel's.
@@ -68,6 +70,19 @@ func (k *Kernel) NextTx(prev KernelTx) KernelTx {
 		return NewBatch(b.seq + 1)
 	}
 	return k.NewBatch()
+}
+
+// HasTables lists the family's tables, without reading what they hold.
+func (k *Kernel) HasTables(f Family, names []string) (map[string]bool, error) {
+	kts, err := k.readTables(f, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(kts))
+	for name, kt := range kts {
+		out[name] = kt.Exists
+	}
+	return out, nil
 }
 
 // DiscardTx unmaps a batch that is not sent.

@@ -128,6 +128,15 @@ func (k *FakeKernel) Watch([]TableRef, int, func()) error {
 	return fmt.Errorf("the fake kernel has no change monitor")
 }
 
+// HasTables reports which of the named tables exist.
+func (k *FakeKernel) HasTables(f Family, names []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = k.tables[TableRef{f, n}] != nil
+	}
+	return out, nil
+}
+
 // ReadFamily reports the named tables' metadata as the kernel would.
 func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string) (map[string]*KernelTable, error) {
 	out := make(map[string]*KernelTable, len(names))

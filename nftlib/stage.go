@@ -1,54 +1,62 @@
 package nftlib
 
-import "slices"
+import "strings"
 
-// Stage splits a transaction that creates its table into several, so
-// that a large full sync's chains can be encoded while the kernel takes
-// the ones before them, rather than all of them while it waits.
+// A full sync into tables the kernel does not hold yet can be staged, so
+// that the chains of a large one are built and encoded while the kernel
+// takes the ones before them, rather than all of them while it waits:
 //
-// The transactions it returns, to commit in order before x, create the
-// table, its sets and its regular fixed chains, empty, and then the
-// fragments' chains with their rules, about pieceRules rules each. None
-// of them changes what a packet meets: the table has no base chain and
-// its maps no element until x commits, and x, left with the base chains,
-// the fixed chains' rules and the maps' elements, is what makes the rest
-// reachable, in one step. A fragment's rules refer only to its own
+//  1. StageFixed splits off a transaction that creates the table, its sets
+//     and its regular fixed chains, empty;
+//  2. transactions of their own (ChainsTx) add the fragments' chains with
+//     their rules, and their elements go to x (AddElements);
+//  3. x, left with the base chains, the fixed chains' rules and the maps'
+//     elements, commits last.
+//
+// None of the staged transactions changes what a packet meets: the table
+// has no base chain and its maps no element until x commits, and x makes
+// the rest reachable in one step. A fragment's rules refer only to its own
 // chains, the fixed ones and the table's sets, all created by then.
-//
-// For a table the kernel holds already, whose rewrite must stay one
-// transaction, it returns nil and leaves x as it was. Like ReleaseRules,
-// only for a table whose fragments are not used again: x's table no
-// longer lists them, and the returned transactions hold the only
-// references to their chains.
-func (x *Tx) Stage(pieceRules int) []*Tx {
-	t := x.table
-	fixed := len(t.Chains)
-	if !x.fresh || x.delTable || len(x.rules) <= fixed || len(x.newChains) != len(x.rules) {
+
+// Fresh reports whether the transaction creates its table: the kernel
+// holds none by that name (see StageFixed).
+func (x *Tx) Fresh() bool { return x.fresh && !x.delTable }
+
+// StageFixed splits off, from a transaction that creates its table (see
+// Fresh), one that creates the table, its sets and its regular chains,
+// empty, to commit before the staged chains; x keeps what makes them
+// reachable. It returns nil, leaving x as it was, for a table the kernel
+// holds, whose rewrite must stay one transaction.
+func (x *Tx) StageFixed() *Tx {
+	if !x.Fresh() || len(x.newChains) != len(x.rules) {
 		return nil
 	}
-	first := &Tx{f: x.f, table: t, newTable: true, newMaps: x.newMaps, newAffinity: x.newAffinity}
+	first := &Tx{f: x.f, table: x.table, newTable: true, newMaps: x.newMaps, newAffinity: x.newAffinity}
 	var base []*Chain
-	for _, c := range x.rules[:fixed] {
+	for _, c := range x.newChains {
 		if c.Hook != nil {
 			base = append(base, c)
 		} else {
 			first.newChains = append(first.newChains, c)
 		}
 	}
-	pieces := []*Tx{first}
-	frags := x.rules[fixed:]
-	for lo := 0; lo < len(frags); {
-		hi, n := lo, 0
-		for hi < len(frags) && n < pieceRules {
-			n += len(frags[hi].Rules)
-			hi++
-		}
-		chains := slices.Clone(frags[lo:hi])
-		pieces = append(pieces, &Tx{f: x.f, table: t, newChains: chains, rules: chains})
-		lo = hi
+	x.newMaps, x.newAffinity, x.newChains = nil, false, base
+	return first
+}
+
+// ChainsTx is a transaction that adds chains, with their rules, to t,
+// whose table and fixed chains the kernel holds (see StageFixed).
+func ChainsTx(t *Table, chains []*Chain) *Tx {
+	return &Tx{f: t.Family, table: t, newChains: chains, rules: chains}
+}
+
+// AddElements adds staged fragments' elements to x, in order after those
+// it holds, with strings of their own: sharing the fragments' memory,
+// they would keep it in use after the fragments are encoded.
+func (x *Tx) AddElements(elems []MapElement) {
+	for _, e := range elems {
+		el := e.Element
+		el.Verdict.Chain, el.Comment = strings.Clone(el.Verdict.Chain), strings.Clone(el.Comment)
+		x.addElems[e.Map] = append(x.addElems[e.Map], el)
 	}
-	cloneElementStrings(x.addElems)
-	t.Fragments = nil
-	x.newMaps, x.newAffinity, x.newChains, x.rules = nil, false, base, slices.Clone(x.rules[:fixed])
-	return pieces
 }

@@ -30,17 +30,29 @@ func script(txs ...*Tx) string {
 	return strings.Join(blocks, "--\n")
 }
 
-// A full sync of a table the kernel lacks is staged: first the table, its
+// A full sync of a table the kernel lacks, staged: first the table, its
 // map and its regular fixed chains, empty; then the fragments' chains with
-// their rules, about pieceRules rules a transaction; last, what makes them
+// their rules, two fragments a transaction here; last, what makes them
 // reachable: the base chain, the fixed chains' rules and the map's
 // elements. Together they write what the one transaction writes.
 func TestTxStage(t *testing.T) {
 	x, _ := FullTx(stageTable(3), &KernelTable{}, false)
 	whole := script(x)
-	x, _ = FullTx(stageTable(3), &KernelTable{}, false)
-	pieces := x.Stage(4)
-	got := script(append(pieces, x)...)
+
+	tb := stageTable(3)
+	frags, keys := tb.Fragments, tb.fragmentKeys()
+	tb.Fragments = map[string]*Fragment{}
+	x, _ = FullTx(tb, &KernelTable{}, false)
+	txs := []*Tx{x.StageFixed()}
+	for lo := 0; lo < len(keys); lo += 2 {
+		var chains []*Chain
+		for _, k := range keys[lo:min(lo+2, len(keys))] {
+			chains = append(chains, frags[k].Chains...)
+			x.AddElements(frags[k].Elements)
+		}
+		txs = append(txs, ChainsTx(tb, chains))
+	}
+	got := script(append(txs, x)...)
 	want := `add table ip t { comment "rules for t"; }
 add map ip t m { type ipv4_addr : verdict; }
 add chain ip t KUBE-MARK-MASQ
@@ -78,12 +90,17 @@ add element ip t m { 10.96.0.2 comment "ns/s:p" : goto KUBE-SVC-0002 }
 // filled again, never without its rules in between.
 func TestTxStageExistingTable(t *testing.T) {
 	x, _ := FullTx(stageTable(3), &KernelTable{Exists: true}, false)
-	if pieces := x.Stage(4); pieces != nil {
-		t.Errorf("staged a full sync over an existing table into %d transactions", len(pieces))
+	if x.Fresh() || x.StageFixed() != nil {
+		t.Error("staged a full sync over an existing table")
 	}
-	if x.Rules() != 9 {
-		t.Errorf("the transaction writes %d rules after Stage, want all 9", x.Rules())
+	if got, want := script(x), script(mustFullTx(stageTable(3), true)); got != want {
+		t.Errorf("StageFixed changed a transaction over an existing table:\n%s\nwant\n%s", got, want)
 	}
+}
+
+func mustFullTx(t *Table, exists bool) *Tx {
+	x, _ := FullTx(t, &KernelTable{Exists: exists}, false)
+	return x
 }
 
 // sortedLines is s's lines, sorted, without the separators and the
