@@ -223,7 +223,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	var r commitReport
 	if p.deferred != nil {
 		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
-			return b.tx.commitStaged(b.stagedPieces(p, d.txs), d.txs, settle)
+			return b.tx.commitStaged(b.stagedPieces(p, d.txs), d.txs, settle, b.onLargeTxRound)
 		})
 		ph.staged = r.staged
 	} else {

@@ -169,13 +169,13 @@ func tableIndex(f nftlib.Family, kind TableKind) int {
 // are not reachable, and the full sync that follows a failure rewrites
 // the tables (see Backend.markReplace). After the last, a large one is
 // settled.
-func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef) commitReport {
+func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef, release func()) commitReport {
 	var r commitReport
 	r.genBefore, r.genErr = c.k.Generation()
 	m := c.k.Monitor()
 	muted := m != nil && m.SetMember(false) == nil
 	next, stop := make(chan nftlib.KernelTx), make(chan struct{})
-	go c.encodeStaged(pieces, txs, next, stop)
+	go c.encodeStaged(pieces, txs, next, stop, release)
 	for kt := range next {
 		if r.err != nil {
 			c.k.DiscardTx(kt)
@@ -200,11 +200,15 @@ func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 }
 
 // encodeStaged writes each piece, then txs, into a transaction of its
-// own and hands it to next, until stop.
-func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}) {
+// own and hands it to next, until stop. After every second piece handed
+// over, release (BackendConfig.OnLargeTxRound), when set, collects the
+// fragments built and encoded so far and hands their pages back: on this
+// goroutine, while the kernel commits, off the way to synced.
+func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}, release func()) {
 	defer close(next)
 	var setID uint32
 	kt := c.k.NewTx()
+	sent := 0
 	for piece := range pieces {
 		for _, x := range piece {
 			x.Write(kt, &setID)
@@ -218,6 +222,9 @@ func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 			return
 		}
 		kt = following
+		if sent++; release != nil && sent%2 == 0 {
+			release()
+		}
 	}
 	for _, x := range txs {
 		x.Write(kt, &setID)
