@@ -135,16 +135,18 @@ func (b *Backend) stagedPieces(p *syncPlan, txs []*nftlib.Tx) iter.Seq[[]*nftlib
 func (b *Backend) buildPiece(p *syncPlan, txs []*nftlib.Tx, ports []placedPort, parallel bool) []*nftlib.Tx {
 	built := buildFragments(p.want, b.cfg, p.node, ports, parallel)
 	ids := tableIDs()
+	index := make(map[tableID]int, len(ids)) // txs are in tableIDs order
+	for t, id := range ids {
+		index[id] = t
+	}
 	chains := make([][]*nftlib.Chain, len(ids))
 	for i, pt := range ports {
 		for j, f := range nftlib.Families {
-			fr := built[i][j]
-			if fr == nil {
-				continue
+			if fr := built[i][j]; fr != nil { // only for the tables p.want has
+				t := index[tableID{f, pt.kind}]
+				chains[t] = append(chains[t], fr.Chains...)
+				txs[t].AddElements(fr.Elements)
 			}
-			t := tableIndex(f, pt.kind)
-			chains[t] = append(chains[t], fr.Chains...)
-			txs[t].AddElements(fr.Elements)
 		}
 	}
 	var out []*nftlib.Tx
@@ -154,16 +156,6 @@ func (b *Backend) buildPiece(p *syncPlan, txs []*nftlib.Tx, ports []placedPort, 
 		}
 	}
 	return out
-}
-
-// tableIndex is the index in tableIDs of the table of that family and kind.
-func tableIndex(f nftlib.Family, kind TableKind) int {
-	for i, id := range tableIDs() {
-		if id.f == f && id.kind == kind {
-			return i
-		}
-	}
-	panic("no table of that family and kind")
 }
 
 // commitStaged commits pieces, each a transaction of its own, and then
