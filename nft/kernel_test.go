@@ -36,22 +36,34 @@ func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
 // decompiles it back to the same text.
 func TestKernelListingMatchesRender(t *testing.T) {
 	for _, tc := range goldenCases(t) {
-		t.Run(tc.name, func(t *testing.T) {
-			ns := testns.New(t, "knp-nft-")
-			b := openTestBackend(t, ns, tc.cfg)
-			res, err := b.Sync(context.Background(), tc.st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !res.Full {
-				t.Errorf("first sync was not full")
-			}
-			want := Build(tc.st, tc.cfg).String()
-			got := testns.NFT(t, ns, "list", "ruleset")
-			if testutil.SortedText(got) != testutil.SortedText(want) {
-				t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
-			}
-		})
+		for _, staged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/staged=%v", tc.name, staged), func(t *testing.T) {
+				kernelListingMatchesRender(t, tc, staged)
+			})
+		}
+	}
+}
+
+// kernelListingMatchesRender syncs tc into a new namespace, staged (each
+// service port's chains a transaction of their own) or not, and compares
+// nft's listing with what render prints.
+func kernelListingMatchesRender(t *testing.T, tc goldenCase, staged bool) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, tc.cfg)
+	if staged {
+		b.stageRules, b.stagePieces = 1, 1<<20
+	}
+	res, err := b.Sync(context.Background(), tc.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Full {
+		t.Errorf("first sync was not full")
+	}
+	want := Build(tc.st, tc.cfg).String()
+	got := testns.NFT(t, ns, "list", "ruleset")
+	if testutil.SortedText(got) != testutil.SortedText(want) {
+		t.Errorf("kernel listing differs from render\n--- kernel:\n%s\n--- render:\n%s", got, want)
 	}
 }
 
