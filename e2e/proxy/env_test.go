@@ -156,9 +156,15 @@ func (e *env) client(ctx context.Context, ns, proto, addr string, count int, ext
 // run; failed requests are for the caller to judge.
 func (e *env) requests(t *testing.T, ns, proto, addr string, count int) *echo.Summary {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	return e.requestsWithin(t, ns, proto, addr, count, time.Second)
+}
+
+// requestsWithin is requests with a timeout of each request's own.
+func (e *env) requestsWithin(t *testing.T, ns, proto, addr string, count int, timeout time.Duration) *echo.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second+time.Duration(count)*(timeout-time.Second))
 	defer cancel()
-	sum, err := e.client(ctx, ns, proto, addr, count, "--results", "all", "--timeout", "1s", "--until-fail")
+	sum, err := e.client(ctx, ns, proto, addr, count, "--results", "all", "--timeout", timeout.String(), "--until-fail")
 	if sum == nil {
 		t.Fatalf("%s: %s %s: %v", ns, proto, addr, err)
 	}
