@@ -64,7 +64,7 @@ type Backend struct {
 	// stagedRules (tests lower it; 0: never staged): a full sync of at
 	// least two such over tables the kernel lacks is staged, in about
 	// stagePieces transactions (stagedPieces; tests raise it) of Service
-	// chains (see stage).
+	// chains (see stagesFull).
 	stageRules, stagePieces int
 	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
 	// table whose settling transaction is due (nil: none).

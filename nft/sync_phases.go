@@ -17,7 +17,7 @@ type syncPhases struct {
 	// the empty transaction after a large full sync.
 	build, read, diff, encode, commit, kernel, settle time.Duration
 	// staged is how many staged transactions came before the sync's
-	// (see stage): their encoding is then part of commit.
+	// (see stagesFull): their build and encoding are then part of commit.
 	staged int
 }
 
