@@ -83,14 +83,24 @@ func (c *committer) write(txs []*nftlib.Tx, round int, release func()) nftlib.Ke
 // commit sends kt; after a full sync (settle: the table settle uses), a
 // large one is settled.
 func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitReport {
-	r := commitReport{messages: kt.Messages(), bytes: kt.Size()}
+	return c.around(kt.Messages() >= muteAbove, settle, func(r *commitReport) {
+		r.messages, r.bytes = kt.Messages(), kt.Size()
+		r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
+		if r.err == nil {
+			r.commits++
+		}
+	})
+}
+
+// around runs send, which commits a sync's transactions into r, after
+// reading the generation (and leaving the notification group, when mute),
+// then settles a large full sync and rejoins the group.
+func (c *committer) around(mute bool, settle *nftlib.TableRef, send func(r *commitReport)) commitReport {
+	var r commitReport
 	r.genBefore, r.genErr = c.k.Generation()
 	m := c.k.Monitor()
-	muted := m != nil && r.messages >= muteAbove && m.SetMember(false) == nil
-	r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
-	if r.err == nil {
-		r.commits++
-	}
+	muted := mute && m != nil && m.SetMember(false) == nil
+	send(&r)
 	c.settleIfLarge(&r, settle)
 	if muted {
 		c.rejoin(m, r)

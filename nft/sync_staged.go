@@ -165,33 +165,26 @@ func (b *Backend) buildPiece(p *syncPlan, txs []*nftlib.Tx, ports []placedPort, 
 // the tables (see Backend.markReplace). After the last, a large one is
 // settled.
 func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef, release func()) commitReport {
-	var r commitReport
-	r.genBefore, r.genErr = c.k.Generation()
-	m := c.k.Monitor()
-	muted := m != nil && m.SetMember(false) == nil
-	next, stop := make(chan nftlib.KernelTx), make(chan struct{})
-	go c.encodeStaged(pieces, txs, next, stop, release)
-	for kt := range next {
-		if r.err != nil {
-			c.k.DiscardTx(kt)
-			continue
+	return c.around(true, settle, func(r *commitReport) {
+		next, stop := make(chan nftlib.KernelTx), make(chan struct{})
+		go c.encodeStaged(pieces, txs, next, stop, release)
+		for kt := range next {
+			if r.err != nil {
+				c.k.DiscardTx(kt)
+				continue
+			}
+			r.messages, r.bytes = r.messages+kt.Messages(), r.bytes+kt.Size()
+			d, err := nftlib.Timed(func() error { return c.k.CommitTx(kt) })
+			r.kernel += d
+			if err != nil {
+				r.err = err
+				close(stop)
+				continue
+			}
+			r.commits++
 		}
-		r.messages, r.bytes = r.messages+kt.Messages(), r.bytes+kt.Size()
-		d, err := nftlib.Timed(func() error { return c.k.CommitTx(kt) })
-		r.kernel += d
-		if err != nil {
-			r.err = err
-			close(stop)
-			continue
-		}
-		r.commits++
-	}
-	r.staged = max(int(r.commits)-1, 0)
-	c.settleIfLarge(&r, settle)
-	if muted {
-		c.rejoin(m, r)
-	}
-	return r
+		r.staged = max(int(r.commits)-1, 0)
+	})
 }
 
 // encodeStaged writes each piece, then txs, into a transaction of its

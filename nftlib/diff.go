@@ -187,10 +187,16 @@ func (x *Tx) writeRules(w txWriter) {
 func cloneElementStrings(elems map[string][]Element) {
 	for _, es := range elems {
 		for i := range es {
-			es[i].Verdict.Chain = strings.Clone(es[i].Verdict.Chain)
-			es[i].Comment = strings.Clone(es[i].Comment)
+			es[i] = es[i].withOwnStrings()
 		}
 	}
+}
+
+// withOwnStrings is e with copies of its strings, so that it does not keep
+// the memory they shared (a fragment's) in use.
+func (e Element) withOwnStrings() Element {
+	e.Verdict.Chain, e.Comment = strings.Clone(e.Verdict.Chain), strings.Clone(e.Comment)
+	return e
 }
 
 // FullTx rewrites the whole table in one transaction: every rule and element

@@ -1,7 +1,5 @@
 package nftlib
 
-import "strings"
-
 // A full sync into tables the kernel does not hold yet can be staged, so
 // that the chains of a large one are built and encoded while the kernel
 // takes the ones before them, rather than all of them while it waits:
@@ -55,8 +53,6 @@ func ChainsTx(t *Table, chains []*Chain) *Tx {
 // they would keep it in use after the fragments are encoded.
 func (x *Tx) AddElements(elems []MapElement) {
 	for _, e := range elems {
-		el := e.Element
-		el.Verdict.Chain, el.Comment = strings.Clone(el.Verdict.Chain), strings.Clone(el.Comment)
-		x.addElems[e.Map] = append(x.addElems[e.Map], el)
+		x.addElems[e.Map] = append(x.addElems[e.Map], e.withOwnStrings())
 	}
 }
