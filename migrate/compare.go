@@ -58,6 +58,9 @@ type Report struct {
 	NodeKnown []string
 	// Hints say what probably explains the differences.
 	Hints []string
+	// Likely say what probably explains the differences as a whole
+	// (another proxy mode): printed "probably: ...".
+	Likely []string
 	// clusterCIDRs: off-cluster ranges only iptables masquerades from,
 	// and how many Service ports differ by that alone (see hint.go).
 	clusterCIDRs []string
@@ -104,6 +107,11 @@ func (r *Report) Write(w io.Writer) error {
 	}
 	for _, h := range r.Hints {
 		if _, err := fmt.Fprintf(w, "probably missing: %s\n", h); err != nil {
+			return err
+		}
+	}
+	for _, l := range r.Likely {
+		if _, err := fmt.Fprintf(w, "probably: %s\n", l); err != nil {
 			return err
 		}
 	}

@@ -95,10 +95,13 @@ func goldenConfig(args []string) (Config, string, error) {
 	fs.StringVar(&prefix, "pod-interface-name-prefix", "", "")
 	fs.StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "")
 	fs.BoolVar(&cfg.ConntrackTCPBeLiberal, "conntrack-tcp-be-liberal", false, "")
-	fs.StringVar(&mode, "proxy-mode", "nftables", "")
+	fs.StringVar(&mode, "proxy-mode", "", "") // as the proxy: empty is iptables
 	fs.BoolVar(&localhost, "iptables-localhost-nodeports", true, "")
 	if err := fs.Parse(args); err != nil {
 		return cfg, "", err
+	}
+	if mode == "" {
+		mode = "iptables" // as the proxy and render: kube-proxy's default
 	}
 	// iptables mode serves NodePorts on localhost unless told not to.
 	cfg.LocalhostNodePorts = mode == "iptables" && localhost

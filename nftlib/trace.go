@@ -149,6 +149,9 @@ func runAll(states []*state, bc baseChain) []*state {
 }
 
 func isLocal(a netip.Addr, local []netip.Addr) bool {
+	if a.IsLoopback() {
+		return true // the kernel's local routes cover 127.0.0.0/8 and ::1
+	}
 	for _, l := range local {
 		if l == a {
 			return true

@@ -67,6 +67,12 @@ type options struct {
 	// only); localhostNodePortsSet: given, as a flag or in --config.
 	localhostNodePorts    bool
 	localhostNodePortsSet bool
+	// givenNodePortAddrs is --nodeport-addresses as given, before complete
+	// fills in the mode's default (render, diff and trace try both modes).
+	givenNodePortAddrs []string
+	// commandFlags are render's, diff's or trace's own flags, which are
+	// not settings: --config leaves them alone.
+	commandFlags []string
 
 	skipConntrackCleanup bool
 
@@ -300,16 +306,18 @@ func newRenderCommand() *cobra.Command {
 			if o.statePath == "" {
 				return errors.New("render needs --state")
 			}
-			st, err := loadState(o, klogSlog())
-			if err != nil {
+			if err := o.completeRuleCommand(cmd.Flags(), "state"); err != nil {
 				return err
-			}
-			if err := checkMode(o.proxyMode); err != nil {
-				return fmt.Errorf("--proxy-mode: %w", err)
 			}
 			if err := o.ipvs.validate(o.proxyMode); err != nil {
 				return err
 			}
+			st, err := loadState(o, klogSlog())
+			if err != nil {
+				return err
+			}
+			// A comment: the output still loads with nft -f.
+			fmt.Fprintf(cmd.OutOrStdout(), "# kube-nftproxy render: mode %s\n", o.assumedMode())
 			if o.proxyMode == modeIPVS {
 				return renderIPVS(cmd.OutOrStdout(), o, st)
 			}
@@ -320,8 +328,7 @@ func newRenderCommand() *cobra.Command {
 			return nft.Build(st, cfg).Render(cmd.OutOrStdout())
 		},
 	}
-	o.addRuleFlags(cmd.Flags())
-	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "the proxy mode to render: nftables, iptables or ipvs")
+	o.addRuleCommandFlags(cmd.Flags(), "iptables, nftables or ipvs")
 	o.ipvs.addFlags(cmd.Flags())
 	return cmd
 }

@@ -44,7 +44,7 @@ func (o *options) ignoreFlagsUnderConfig(fs *pflag.FlagSet) error {
 	keep := flagsKeptWithConfig()
 	var errs []error
 	fs.Visit(func(f *pflag.Flag) {
-		if keep[f.Name] || strings.HasPrefix(f.Name, "testing-") {
+		if keep[f.Name] || slices.Contains(o.commandFlags, f.Name) || strings.HasPrefix(f.Name, "testing-") {
 			return
 		}
 		o.ignoredFlags = append(o.ignoredFlags, ignoredFlag{name: f.Name, given: f.Value.String()})

@@ -42,6 +42,9 @@ probably missing (--cluster-cidr) and a summary, and exits 0 when everything is
 equal, 1 when something differs, 2 on bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.completeRuleCommand(cmd.Flags(), "state", "iptables-save"); err != nil {
+				return &exitError{code: exitBadInput, err: err}
+			}
 			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
 			if code == exitEqual {
 				return nil
@@ -50,8 +53,7 @@ equal, 1 when something differs, 2 on bad input.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&dumps, "iptables-save", nil, "iptables-save or ip6tables-save output to compare (\"-\": standard input); give it twice for both families")
-	o.addRuleFlags(cmd.Flags())
-	cmd.Flags().StringVar(&o.proxyMode, "proxy-mode", modeNFTables, "with --state: the mode to render, nftables or iptables (iptables mode's localhost NodePorts)")
+	o.addRuleCommandFlags(cmd.Flags(), "iptables or nftables; with --state")
 	return cmd
 }
 
@@ -60,7 +62,8 @@ var errDifferent = errors.New("the rules differ")
 
 // runDiff compares the dumps with our live tables or the render of --state,
 // writes the report and returns the exit code, with an error saying why
-// when it is not 0.
+// when it is not 0. With --state it names the mode it rendered and, when
+// everything that differs would be equal in the other mode, says so.
 func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths []string) (int, error) {
 	if len(paths) == 0 {
 		return exitBadInput, errors.New("diff needs --iptables-save FILE")
@@ -73,13 +76,19 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 		}
 		dumps = append(dumps, d)
 	}
-	rs, want, err := oursToCompare(o, stderr)
+	ours, err := oursToCompare(o, stderr)
 	if err != nil {
 		return exitBadInput, err
 	}
-	rep, err := migrate.CompareWith(dumps, rs, want)
+	rep, err := migrate.CompareWith(dumps, ours.rs, ours.want)
 	if err != nil {
 		return exitBadInput, err
+	}
+	if ours.st != nil {
+		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
+		if !rep.Equal() {
+			rep.Likely = append(rep.Likely, otherModeHint(o, ours, dumps)...)
+		}
 	}
 	if err := rep.Write(out); err != nil {
 		return exitBadInput, err
@@ -88,6 +97,25 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 		return exitDifferent, errDifferent
 	}
 	return exitEqual, nil
+}
+
+// otherModeHint is a hint when the other of iptables and nftables mode,
+// with the same flags, renders rules equal to the dumps.
+func otherModeHint(o *options, ours compared, dumps []*iptsave.Dump) []string {
+	other := modeNFTables
+	if o.modeName() == modeNFTables {
+		other = modeIPTables
+	}
+	alt := o.inMode(other)
+	rs, err := renderState(alt, ours.st)
+	if err != nil {
+		return nil
+	}
+	if rep, err := migrate.CompareWith(dumps, rs, ours.want); err != nil || !rep.Equal() {
+		return nil
+	}
+	return []string{fmt.Sprintf("--proxy-mode %s: in that mode (NodePorts on %s) every difference goes away; the dump's kube-proxy ran with that mode's settings: diff (and run ours) with --proxy-mode %s, or give --config with kube-proxy's configuration file",
+		other, alt.nodePortsServed(), other)}
 }
 
 func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
@@ -107,20 +135,25 @@ func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
 	return d, nil
 }
 
-// oursToCompare is our ruleset and what else is known of the Services:
-// with --state, its render and its objects' health check node ports;
-// else the live tables alone.
-func oursToCompare(o *options, stderr io.Writer) (*nftlib.Ruleset, migrate.Expect, error) {
+// compared is our side of a diff: with --state, its render, the State and
+// what its objects say of the Services; else the live tables alone.
+type compared struct {
+	rs   *nftlib.Ruleset
+	st   *proxier.State
+	want migrate.Expect
+}
+
+func oursToCompare(o *options, stderr io.Writer) (compared, error) {
 	if o.statePath == "" {
 		rs, err := oursFor(o, stderr)
-		return rs, migrate.Expect{}, err
+		return compared{rs: rs}, err
 	}
 	st, err := loadState(o, klogSlog())
 	if err != nil {
-		return nil, migrate.Expect{}, err
+		return compared{}, err
 	}
 	rs, err := renderState(o, st)
-	return rs, migrate.ExpectFromState(st), err
+	return compared{rs: rs, st: st, want: migrate.ExpectFromState(st)}, err
 }
 
 func renderState(o *options, st *proxier.State) (*nftlib.Ruleset, error) {

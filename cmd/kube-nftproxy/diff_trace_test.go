@@ -159,3 +159,32 @@ func TestTraceMergesSamePaths(t *testing.T) {
 	}
 	checkPathsOnce(t, out.String())
 }
+
+// diff in nftables mode of a dump of kube-proxy's default iptables mode
+// differs in the NodePorts on localhost and on every address, and says
+// that in iptables mode every difference goes away; in iptables mode it
+// is equal and says nothing of the kind.
+func TestRunDiffOtherModeHint(t *testing.T) {
+	dir := "../../migrate/testdata/upstream-localhost"
+	base := []string{"diff", "--iptables-save", dir + "/iptables-legacy-save.txt", "--iptables-save", dir + "/ip6tables-legacy-save.txt",
+		"--state", dir + "/objects.json", "--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48"}
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		mode, hint string
+	}{
+		{[]string{"--proxy-mode", "nftables"}, exitDifferent, "mode: nftables (--proxy-mode); NodePorts on the Node's primary addresses\n",
+			"probably: --proxy-mode iptables: in that mode (NodePorts on every local address and 127.0.0.0/8) every difference goes away"},
+		// The addresses given stay in the other mode, where the NodePorts
+		// still differ: no hint.
+		{[]string{"--proxy-mode", "nftables", "--nodeport-addresses", "10.99.0.1/32"}, exitDifferent, "NodePorts on 10.99.0.1/32\n", ""},
+		{nil, exitEqual, "mode: iptables (--proxy-mode not set: kube-proxy's default); NodePorts on every local address and 127.0.0.0/8\n", ""},
+		{[]string{"--proxy-mode", "iptables", "--iptables-localhost-nodeports=false"}, exitDifferent, "mode: iptables (--proxy-mode); NodePorts on every local address\n", ""},
+	} {
+		out, code := runCommand(append(base, tc.args...))
+		first, _, _ := strings.Cut(out, "\n")
+		if code != tc.code || !strings.Contains(first+"\n", tc.mode) || strings.Contains(out, "probably: ") != (tc.hint != "") || !strings.Contains(out, tc.hint) {
+			t.Errorf("diff %v: exit %d, want %d, a first line with %q and hint %q:\n%s", tc.args, code, tc.code, tc.mode, tc.hint, out)
+		}
+	}
+}

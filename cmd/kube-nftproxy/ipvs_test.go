@@ -38,10 +38,7 @@ func TestIPVSFlags(t *testing.T) {
 		for _, fs := range []string{"root", "render"} {
 			fl, def := root.Flags().Lookup(f.name), f.def
 			if fs == "render" {
-				fl = render.Flags().Lookup(f.name)
-				if f.name == "proxy-mode" {
-					def = "nftables"
-				}
+				fl = render.Flags().Lookup(f.name) // the same defaults as the proxy's
 			}
 			if fl == nil || fl.Hidden || fl.Value.Type() != f.typ || fl.DefValue != def {
 				t.Errorf("%s --%s: %+v; want a visible %s flag defaulting to %s", fs, f.name, fl, f.typ, def)

@@ -121,15 +121,18 @@ func TestIPTablesModeWriteConfig(t *testing.T) {
 	}
 }
 
-// `render --proxy-mode iptables` serves NodePorts on localhost, guarded by
-// KUBE-FIREWALL; without it (or with the flag off) they stay off loopback.
+// `render` in iptables mode (no mode, as the proxy's default, or
+// --proxy-mode iptables) serves NodePorts on localhost, guarded by
+// KUBE-FIREWALL; in nftables mode (or with the flag off) they stay off
+// loopback.
 func TestRenderIPTablesMode(t *testing.T) {
 	base := []string{"render", "--state", "../../examples/demo", "--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16"}
 	for _, tc := range []struct {
 		args      []string
 		localhost bool
 	}{
-		{nil, false},
+		{nil, true}, // no mode: iptables, as the proxy's default
+		{[]string{"--proxy-mode", "nftables"}, false},
 		{[]string{"--proxy-mode", "iptables"}, true},
 		{[]string{"--proxy-mode", "iptables", "--iptables-localhost-nodeports=false"}, false},
 		{[]string{"--proxy-mode", "iptables", "--nodeport-addresses", "10.0.0.0/8"}, false},

@@ -32,13 +32,24 @@ filter after it, SNAT. Every random choice among endpoints is followed, so each
 possible DNAT target is printed with its probability. --from-node traces a
 connection the node itself opens (the output hook) instead of one arriving on
 or passing through it. The node's addresses (for NodePorts) are this namespace's,
-or with --state those of the Node object. A client is assumed to have no session
-affinity yet.`,
+or with --state those of the Node object. With --state it assumes the mode and
+settings the proxy would run with (--proxy-mode, --config: an empty mode is
+iptables mode, as kube-proxy's) and says which. A client is assumed to have no
+session affinity yet.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := parsePacket(src, dst, iif, fromNode)
 			if err != nil {
 				return err
+			}
+			if err := o.completeRuleCommand(cmd.Flags(), "state", "src", "dst", "iif", "from-node"); err != nil {
+				return err
+			}
+			if o.statePath != "" {
+				if o.modeName() == modeIPVS {
+					return errors.New("trace follows the rules of iptables and nftables mode; IPVS mode's virtual servers are not traced (render --proxy-mode ipvs prints them)")
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "mode: %s\n", o.assumedMode())
 			}
 			rs, local, err := traceRuleset(o, cmd.ErrOrStderr())
 			if err != nil {
@@ -56,7 +67,7 @@ affinity yet.`,
 	cmd.Flags().StringVar(&dst, "dst", "", "the packet's destination, IP:PORT[/PROTO] (tcp, udp or sctp; default tcp); [IPv6]:PORT")
 	cmd.Flags().StringVar(&iif, "iif", "", "the interface the packet comes in on (for --detect-local-mode BridgeInterface/InterfaceNamePrefix)")
 	cmd.Flags().BoolVar(&fromNode, "from-node", false, "the node itself opens the connection (output hook)")
-	o.addRuleFlags(cmd.Flags())
+	o.addRuleCommandFlags(cmd.Flags(), "iptables or nftables; with --state")
 	return cmd
 }
 

@@ -217,7 +217,7 @@ func (e *env) render(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, proxyBin, "render", "--state", e.state,
+	cmd := exec.CommandContext(ctx, proxyBin, "render", "--proxy-mode=nftables", "--state", e.state,
 		"--hostname-override", nodeName, "--cluster-cidr", clusterCIDRs())
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

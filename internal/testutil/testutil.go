@@ -36,6 +36,9 @@ func SortedListing(listing string) []string {
 	var out []string
 	for l := range strings.Lines(listing) {
 		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") {
+			continue // a comment (render names its mode), not a rule
+		}
 		l = strings.TrimPrefix(l, "elements = { ")
 		l = strings.TrimSuffix(strings.TrimSuffix(l, " }"), ",")
 		if l != "" {
