@@ -259,8 +259,21 @@ func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, notLoopback
 			}
 		}
 	}
-	within = append(within, given...)
-	if len(within) == 0 {
+	// Loopback CIDRs where NodePorts stay off loopback would make a rule
+	// that never matches (the keyword localhost in nftables mode, whose
+	// localhost NodePorts are answered in userspace, if at all).
+	offLoopback := false
+	for _, p := range given {
+		if len(notLoopback) > 0 && loopbackPrefix(f).Bits() <= p.Bits() && loopbackPrefix(f).Contains(p.Addr()) {
+			offLoopback = true
+			continue
+		}
+		within = append(within, p)
+	}
+	switch {
+	case len(within) == 0 && offLoopback:
+		return nil
+	case len(within) == 0:
 		// Nothing given for this family: all its node addresses, as
 		// upstream's NodePortAddresses does per family.
 		return [][]nftlib.Term{base}

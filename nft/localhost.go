@@ -58,11 +58,15 @@ func loopbackExclusion(f nftlib.Family, cfg Config) []nftlib.Term {
 	if localhostNodePorts(f, cfg) {
 		return nil
 	}
-	loopback := ipv4Loopback
+	return []nftlib.Term{nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopbackPrefix(f)}}
+}
+
+// loopbackPrefix is the family's loopback range: 127.0.0.0/8 or ::1.
+func loopbackPrefix(f nftlib.Family) netip.Prefix {
 	if f == nftlib.IPv6 {
-		loopback = ipv6Loopback
+		return ipv6Loopback
 	}
-	return []nftlib.Term{nftlib.AddrMatch{Field: nftlib.FieldDaddr, Negate: true, Prefix: loopback}}
+	return ipv4Loopback
 }
 
 // addLocalnetFirewall adds KUBE-FIREWALL and its jumps from the input and

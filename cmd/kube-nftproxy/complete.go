@@ -26,7 +26,7 @@ type featureGate struct {
 // honouredGates are the feature gates that change what kube-nftproxy does;
 // any other gate set away from its default is accepted, as kube-proxy
 // accepts it, with a warning that it has no effect here.
-var honouredGates = []string{"LoggingAlphaOptions", "LoggingBetaOptions"}
+var honouredGates = []string{"LoggingAlphaOptions", "LoggingBetaOptions", gateLocalhostNodePorts}
 
 // complete resolves the settings as kube-proxy does after reading flags and
 // --config, before validating them: an empty proxy mode is iptables (its

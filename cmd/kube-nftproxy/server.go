@@ -292,7 +292,14 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	syncLocal, closeLocal := localNodePorts(localhostFamilies(s.o.modeName(), s.o.gates, s.cfg), s.metrics, s.log)
+	if closeLocal != nil {
+		s.onClose(closeLocal)
+	}
 	s.loop.OnApplied = func(st *proxier.State) {
+		if syncLocal != nil {
+			syncLocal(st)
+		}
 		hc.Update(st)
 		s.metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)

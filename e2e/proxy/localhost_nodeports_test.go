@@ -52,6 +52,36 @@ func TestLocalhostNodePorts(t *testing.T) {
 		lnpExpectFailure(t, e, sandbox.Node, lnpNodePort, "refused")
 	})
 
+	// nftables mode behind kube-proxy's alpha gate (KEP-6032): a userspace
+	// proxy answers TCP NodePorts on 127.0.0.1 and ::1, with no
+	// route_localnet, so another host still reaches nothing there.
+	t.Run("NFTablesModeUserspace", func(t *testing.T) {
+		e := newFlagsEnv(t, nil, "--proxy-mode=nftables", "--nodeport-addresses=primary,localhost",
+			"--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true")
+		lnpExpectRouteLocalnet(t, e, "0")
+		v6NodePort := hostPort("::1", webNodePort)
+		for _, addr := range []string{lnpNodePort, v6NodePort} {
+			err := sandbox.Poll(t.Context(), 10*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
+				_, err := e.client(ctx, sandbox.Node, "tcp", addr, 1, "--timeout", "200ms")
+				return err
+			})
+			if err != nil {
+				t.Fatalf("the userspace listener on %s: %v", addr, err)
+			}
+		}
+		// Both pods answer, from the node's bridge address: the proxy's
+		// own connection to each pod.
+		flagsExpectSource(t, e, sandbox.Node, lnpNodePort, sandbox.BridgeIPv4.Addr(), "the userspace proxy connects from the node")
+		flagsExpectSource(t, e, sandbox.Node, v6NodePort, sandbox.BridgeIPv6.Addr(), "the userspace proxy connects from the node")
+		lnpClientRoutesLoopbackToNode(t, e)
+		lnpExpectFailure(t, e, sandbox.Client, lnpNodePort, "timeout")
+		// UDP is not proxied, as upstream.
+		sum, _ := e.client(t.Context(), sandbox.Node, "udp", hostPort("127.0.0.1", dnsNodePort), 1, "--timeout", "300ms")
+		if sum != nil && sum.OK > 0 {
+			t.Errorf("udp to 127.0.0.1:%s answered; the userspace proxy serves TCP only", dnsNodePort)
+		}
+	})
+
 	t.Run("IPTablesModeWithoutLocalhost", func(t *testing.T) {
 		e := newFlagsEnv(t, nil, "--proxy-mode=iptables", "--iptables-localhost-nodeports=false")
 		lnpExpectRouteLocalnet(t, e, "0")

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"log/slog"
+	"net/netip"
+	"slices"
+
+	"github.com/kube-nftproxy/kube-nftproxy/localnodeport"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+)
+
+// gateLocalhostNodePorts is kube-proxy's alpha gate for localhost
+// NodePorts in nftables mode, answered by a userspace proxy (KEP-6032).
+const gateLocalhostNodePorts = "KubeProxyNFTablesLocalhostNodePorts"
+
+// localhostFamilies are the loopback addresses on which nftables mode
+// answers NodePorts in userspace: with the gate on, those of the families
+// whose --nodeport-addresses hold their loopback address (the keyword
+// localhost, or a CIDR holding 127.0.0.1 or ::1).
+func localhostFamilies(mode string, gates map[string]bool, cfg nft.Config) []netip.Addr {
+	if mode != modeNFTables || !gates[gateLocalhostNodePorts] {
+		return nil
+	}
+	var out []netip.Addr
+	for _, lo := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
+		if slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(lo) }) {
+			out = append(out, lo)
+		}
+	}
+	return out
+}
+
+// localNodePorts starts a userspace proxy on each loopback address and
+// returns what follows each applied State, and what closes them; nil when
+// none is asked for.
+func localNodePorts(addrs []netip.Addr, metrics *proxier.Metrics, log *slog.Logger) (sync func(*proxier.State), closeAll func()) {
+	if len(addrs) == 0 {
+		return nil, nil
+	}
+	gauge := localnodeport.NewListenersGauge(metrics.Registry)
+	var proxies []*localnodeport.Proxy
+	for _, a := range addrs {
+		family := "IPv4"
+		if a.Is6() {
+			family = "IPv6"
+		}
+		g := gauge.WithLabelValues(family)
+		proxies = append(proxies, localnodeport.New(a, log, func(n int) { g.Set(float64(n)) }))
+	}
+	log.Info("answering TCP NodePorts on localhost in userspace, without route_localnet", "gate", gateLocalhostNodePorts, "addresses", addrs)
+	sync = func(st *proxier.State) {
+		for i, p := range proxies {
+			p.Sync(localnodeport.Ports(st, addrs[i].Is6()))
+		}
+	}
+	closeAll = func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}
+	return sync, closeAll
+}
