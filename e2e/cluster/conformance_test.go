@@ -44,6 +44,16 @@ func TestClusterKubeadmDropIn(t *testing.T) {
 	runClusterSubset(t, l, kubeadmFocus, ciSkip)
 }
 
+// TestClusterLocalhostNodePorts runs upstream's localhost NodePort specs
+// against deploy/ in nftables mode with kube-proxy's alpha gate
+// KubeProxyNFTablesLocalhostNodePorts on and --nodeport-addresses
+// primary,localhost: answered by the userspace proxy, no route_localnet.
+func TestClusterLocalhostNodePorts(t *testing.T) {
+	l := DefaultLayout()
+	l.Proxy = ProxyLocalhost
+	runClusterSubset(t, l, `\[Feature:LocalhostNodePorts\]`, ciSkip)
+}
+
 // runClusterSubset brings l up, smoke-checks it, runs e2e.test on focus
 // minus skip, and brings it down.
 func runClusterSubset(t *testing.T, l Layout, focus, skipSpecs string) {

@@ -105,11 +105,21 @@ func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRe
 			return fmt.Errorf("the privileged variant: %w", err)
 		}
 	}
+	if l.Proxy == ProxyLocalhost {
+		if _, err := l.kubectl(ctx, "-n", "kube-system", "patch", "daemonset", l.proxyName(), "--type=json", "-p", localhostArgsPatch); err != nil {
+			return fmt.Errorf("the localhost NodePorts variant: %w", err)
+		}
+	}
 	if refs.coredns == "" {
 		return nil // Up reports it
 	}
 	return l.apply(ctx, "coredns", CoreDNSManifests(refs.coredns))
 }
+
+// localhostArgsPatch adds to deploy/'s container the flags of
+// ProxyLocalhost.
+const localhostArgsPatch = `[{"op":"add","path":"/spec/template/spec/containers/0/command/-","value":"--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"},` +
+	`{"op":"add","path":"/spec/template/spec/containers/0/command/-","value":"--nodeport-addresses=primary,localhost"}]`
 
 // waitNodesReady waits until every node is Ready, printing each as it
 // becomes so.

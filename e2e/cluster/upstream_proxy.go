@@ -13,15 +13,19 @@ const (
 	// ProxyKubeadm is kubeadm's kube-proxy objects as kubeadm writes them
 	// (deploy/kubeadm), with only the image changed to ours: the drop-in.
 	ProxyKubeadm = "kubeadm"
+	// ProxyLocalhost is deploy/ (nftables mode, unprivileged) with
+	// kube-proxy's alpha gate for localhost NodePorts on and the NodePort
+	// addresses primary,localhost: the userspace proxy (localnodeport).
+	ProxyLocalhost = "localhost"
 )
 
 // checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
 func (l Layout) checkProxy() error {
 	switch l.Proxy {
-	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm:
+	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm, ProxyLocalhost:
 		return nil
 	}
-	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm)
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm, ProxyLocalhost)
 }
 
 // proxyName is the proxy's DaemonSet name: kubeadm's objects name it

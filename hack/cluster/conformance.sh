@@ -6,12 +6,13 @@
 #   PROXY=privileged hack/cluster/conformance.sh # deploy/ + deploy/privileged/patch.yaml
 #   PROXY=upstream hack/cluster/conformance.sh   # kube-proxy v1.37.1, iptables mode
 #   PROXY=kubeadm hack/cluster/conformance.sh    # upstream's objects, our image
+#   PROXY=localhost hack/cluster/conformance.sh  # deploy/ + KubeProxyNFTablesLocalhostNodePorts, primary,localhost
 #   hack/cluster/conformance.sh --list     # print the selection, run nothing
 #
 # It brings the cluster up with that proxy if none is up (KNP_CLUSTER_PROXY),
 # and refuses to run on a cluster that runs the other proxy. The cluster stays
 # up afterwards (make cluster-down). Environment:
-#   PROXY                ours (default), privileged, upstream or kubeadm
+#   PROXY                ours (default), privileged, upstream, kubeadm or localhost
 #   CONFORMANCE_PROCS    parallel ginkgo processes (default 4; [Serial] specs
 #                        run alone at the end); 1 runs e2e.test by itself
 #   CONFORMANCE_FOCUS    replaces the focus regular expression below
@@ -29,9 +30,9 @@ e2e=$cache/k8s-v1.37.1/bin/e2e.test
 ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
 
 case $proxy in
-ours | privileged) ds=kube-nftproxy ;;
+ours | privileged | localhost) ds=kube-nftproxy ;;
 upstream | kubeadm) ds=kube-proxy ;;
-*) echo "conformance.sh: PROXY must be ours, privileged, upstream or kubeadm, not $proxy" >&2; exit 2 ;;
+*) echo "conformance.sh: PROXY must be ours, privileged, upstream, kubeadm or localhost, not $proxy" >&2; exit 2 ;;
 esac
 
 # The selection: all of "[sig-network] Services" (Conformance or not, Serial
@@ -57,7 +58,9 @@ skip '\[Feature:LoadBalancer\]'
 # NFAcct metrics need the nfnetlink_acct counters kube-proxy's iptables mode
 # reads; localhost NodePorts (route_localnet) are iptables-mode only: deploy/
 # runs nftables mode, which serves none, as upstream's. kubeadm's objects
-# (PROXY=upstream, PROXY=kubeadm) run iptables mode privileged: they run them.
+# (PROXY=upstream, PROXY=kubeadm) run iptables mode privileged, and
+# PROXY=localhost nftables mode with kube-proxy's alpha gate for them (a
+# userspace proxy): they run them.
 skip '\[Feature:KubeProxyNFAcct\]'
 case $proxy in
 ours | privileged) skip '\[Feature:LocalhostNodePorts\]' ;;
