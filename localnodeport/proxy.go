@@ -36,10 +36,10 @@ const dialTimeout = 5 * time.Second
 // Proxy serves the NodePorts of one IP family on that family's loopback
 // address. Its methods may be called from any goroutine.
 type Proxy struct {
-	addr      netip.Addr
-	log       *slog.Logger
-	listeners func(n int) // reports the number of listeners (a gauge)
-	now       func() time.Time
+	addr netip.Addr
+	log  *slog.Logger
+	obs  Observer
+	now  func() time.Time
 
 	ctx    context.Context // ends with Close: every connection goes
 	cancel context.CancelFunc
@@ -48,14 +48,23 @@ type Proxy struct {
 	wg     sync.WaitGroup
 }
 
-// New returns a Proxy listening on addr (127.0.0.1 or ::1); listeners, if
-// not nil, is told the number of listeners after each Sync.
-func New(addr netip.Addr, log *slog.Logger, listeners func(int)) *Proxy {
+// Observer is told what a Proxy does: the number of listeners after each
+// Sync, and each listener that could not be opened. Either may be nil.
+type Observer struct {
+	Listeners    func(n int)
+	ListenFailed func()
+}
+
+// New returns a Proxy listening on addr (127.0.0.1 or ::1).
+func New(addr netip.Addr, log *slog.Logger, obs Observer) *Proxy {
 	ctx, cancel := context.WithCancel(context.Background())
-	if listeners == nil {
-		listeners = func(int) {}
+	if obs.Listeners == nil {
+		obs.Listeners = func(int) {}
 	}
-	return &Proxy{addr: addr, log: log, listeners: listeners, now: time.Now, ctx: ctx, cancel: cancel, active: map[uint16]*listener{}}
+	if obs.ListenFailed == nil {
+		obs.ListenFailed = func() {}
+	}
+	return &Proxy{addr: addr, log: log, obs: obs, now: time.Now, ctx: ctx, cancel: cancel, active: map[uint16]*listener{}}
 }
 
 // Sync makes the listeners those of ports with endpoints: a new NodePort
@@ -86,11 +95,12 @@ func (p *Proxy) Sync(ports []Port) {
 		l, err := p.listen(port)
 		if err != nil {
 			p.log.Error("Failed to listen on a localhost NodePort; trying again at the next sync", "servicePort", port.Name, "address", netip.AddrPortFrom(p.addr, np), "err", err)
+			p.obs.ListenFailed()
 			continue
 		}
 		p.active[np] = l
 	}
-	p.listeners(len(p.active))
+	p.obs.Listeners(len(p.active))
 }
 
 // Close closes every listener and every connection through them.
@@ -100,7 +110,7 @@ func (p *Proxy) Close() {
 		l.close()
 		delete(p.active, np)
 	}
-	p.listeners(0)
+	p.obs.Listeners(0)
 	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()

@@ -71,7 +71,7 @@ func ask(t *testing.T, np uint16, msg string) (string, error) {
 func newProxy(t *testing.T) (*Proxy, *int) {
 	t.Helper()
 	n := -1
-	p := New(loopback, slog.New(slog.DiscardHandler), func(c int) { n = c })
+	p := New(loopback, slog.New(slog.DiscardHandler), Observer{Listeners: func(c int) { n = c }})
 	t.Cleanup(p.Close)
 	return p, &n
 }
@@ -150,7 +150,9 @@ func TestUnreachableEndpointClosesTheClient(t *testing.T) {
 }
 
 func TestPortHeldElsewhereIsRetried(t *testing.T) {
-	p, listeners := newProxy(t)
+	listeners, failures := -1, 0
+	p := New(loopback, slog.New(slog.DiscardHandler), Observer{Listeners: func(n int) { listeners = n }, ListenFailed: func() { failures++ }})
+	t.Cleanup(p.Close)
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,18 +160,18 @@ func TestPortHeldElsewhereIsRetried(t *testing.T) {
 	np := netip.MustParseAddrPort(held.Addr().String()).Port()
 	ports := []Port{{Name: "default/web:http", NodePort: np, Endpoints: []netip.AddrPort{backend(t)}}}
 	p.Sync(ports)
-	if *listeners != 0 {
-		t.Fatalf("%d listeners on a port another socket holds", *listeners)
+	if listeners != 0 || failures != 1 {
+		t.Fatalf("%d listeners, %d failures on a port another socket holds; want 0, 1", listeners, failures)
 	}
 	_ = held.Close()
 	p.Sync(ports)
-	if *listeners != 1 {
-		t.Errorf("%d listeners once the port is free, want 1", *listeners)
+	if listeners != 1 || failures != 1 {
+		t.Errorf("%d listeners, %d failures once the port is free, want 1, 1", listeners, failures)
 	}
 }
 
 func TestCloseEndsOpenConnections(t *testing.T) {
-	p := New(loopback, slog.New(slog.DiscardHandler), nil)
+	p := New(loopback, slog.New(slog.DiscardHandler), Observer{})
 	np := freePort(t)
 	p.Sync([]Port{{Name: "default/web:http", NodePort: np, Endpoints: []netip.AddrPort{backend(t)}}})
 	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(np))))

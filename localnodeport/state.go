@@ -7,10 +7,10 @@ import (
 )
 
 // Ports are a State's TCP NodePorts in one IP family, each with the
-// endpoints its cluster policy chooses: the node's own connections to a
-// NodePort go to the Service's cluster-wide endpoints, whatever its
-// externalTrafficPolicy, as iptables mode sends local sources. A Service
-// port without a ClusterIP of the family is not served in it.
+// endpoints its external policy chooses, as upstream's userspace proxy:
+// the cluster-wide ones, or with externalTrafficPolicy Local the node's
+// own. A Service port without a ClusterIP of the family is not served in
+// it.
 func Ports(st *proxier.State, ipv6 bool) []Port {
 	var out []Port
 	for name, svc := range st.Services.All() {
@@ -24,7 +24,10 @@ func Ports(st *proxier.State, ipv6 bool) []Port {
 				eps = append(eps, ep)
 			}
 		}
-		cluster, _, _, _ := proxier.CategorizeEndpoints(svc, eps, st.Node)
+		cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, st.Node)
+		if svc.ExternalPolicyLocal {
+			cluster = local
+		}
 		port := Port{Name: name.String(), NodePort: np, Affinity: svc.AffinityTimeout}
 		for _, ep := range cluster {
 			port.Endpoints = append(port.Endpoints, netip.AddrPortFrom(ep.Addr, ep.Port))

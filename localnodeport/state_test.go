@@ -26,6 +26,7 @@ func TestPorts(t *testing.T) {
 	dual := []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}
 	add("web", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30080, ClusterIPs: dual},
 		ep("10.244.0.1", "node-1", true), ep("10.244.1.1", "node-2", true), ep("10.244.1.2", "node-2", false), ep("fd00:10:244::1", "node-1", true))
+	// externalTrafficPolicy Local: the node's own endpoints only (none).
 	add("local", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30081, ClusterIPs: dual[:1], ExternalPolicyLocal: true, AffinityTimeout: time.Hour},
 		ep("10.244.1.1", "node-2", true))
 	add("dns", proxier.ServicePort{Protocol: proxier.UDP, Port: 53, NodePort: 30053, ClusterIPs: dual}, ep("10.244.0.1", "node-1", true))
@@ -46,7 +47,7 @@ func TestPorts(t *testing.T) {
 		want string
 	}{
 		{false, `default/empty:http 0.0.0.0:30083 ->  affinity 0s
-default/local:http 0.0.0.0:30081 -> 10.244.1.1:8080 affinity 1h0m0s
+default/local:http 0.0.0.0:30081 ->  affinity 1h0m0s
 default/web:http 0.0.0.0:30080 -> 10.244.0.1:8080,10.244.1.1:8080 affinity 0s`},
 		{true, `default/empty:http 0.0.0.0:30083 ->  affinity 0s
 default/held:http 0.0.0.0:30082 -> [fd00:10:244::1]:8080 affinity 0s

@@ -16,15 +16,16 @@ const gateLocalhostNodePorts = "KubeProxyNFTablesLocalhostNodePorts"
 
 // localhostFamilies are the loopback addresses on which nftables mode
 // answers NodePorts in userspace: with the gate on, those of the families
-// whose --nodeport-addresses hold their loopback address (the keyword
-// localhost, or a CIDR holding 127.0.0.1 or ::1).
+// whose --nodeport-addresses name loopback explicitly (the keyword
+// localhost, or a CIDR whose address is loopback: not all, 0.0.0.0/0), as
+// upstream's ContainsExplicitLoopback.
 func localhostFamilies(mode string, gates map[string]bool, cfg nft.Config) []netip.Addr {
 	if mode != modeNFTables || !gates[gateLocalhostNodePorts] {
 		return nil
 	}
 	var out []netip.Addr
 	for _, lo := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
-		if slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(lo) }) {
+		if slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Addr().IsLoopback() && p.Addr().Is4() == lo.Is4() }) {
 			out = append(out, lo)
 		}
 	}
@@ -38,15 +39,15 @@ func localNodePorts(addrs []netip.Addr, metrics *proxier.Metrics, log *slog.Logg
 	if len(addrs) == 0 {
 		return nil, nil
 	}
-	gauge := localnodeport.NewListenersGauge(metrics.Registry)
+	m := localnodeport.NewMetrics(metrics.Registry)
 	var proxies []*localnodeport.Proxy
 	for _, a := range addrs {
 		family := "IPv4"
 		if a.Is6() {
 			family = "IPv6"
 		}
-		g := gauge.WithLabelValues(family)
-		proxies = append(proxies, localnodeport.New(a, log, func(n int) { g.Set(float64(n)) }))
+		g, f := m.Listeners.WithLabelValues(family), m.ListenFailures.WithLabelValues(family)
+		proxies = append(proxies, localnodeport.New(a, log, localnodeport.Observer{Listeners: func(n int) { g.Set(float64(n)) }, ListenFailed: f.Inc}))
 	}
 	log.Info("answering TCP NodePorts on localhost in userspace, without route_localnet", "gate", gateLocalhostNodePorts, "addresses", addrs)
 	sync = func(st *proxier.State) {
