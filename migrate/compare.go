@@ -155,17 +155,14 @@ func CompareWith(dumps []*iptsave.Dump, ours *nftlib.Ruleset, want Expect) (*Rep
 		compareViews(rep, theirs, fromRuleset(ours, d.IPv6), want)
 	}
 	rep.hintClusterCIDR()
-	sort.Slice(rep.Results, func(i, j int) bool {
-		a, b := rep.Results[i].Key, rep.Results[j].Key
-		if a.IPv6 != b.IPv6 {
-			return !a.IPv6
-		}
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		return a.Proto < b.Proto
-	})
+	sortResults(rep.Results)
 	return rep, nil
+}
+
+// sortResults orders results as compareKeys does: IPv4 first, then by
+// Service port and protocol.
+func sortResults(rs []Result) {
+	sort.Slice(rs, func(i, j int) bool { return compareKeys(rs[i].Key, rs[j].Key) < 0 })
 }
 
 func compareViews(rep *Report, theirs, ours *view, want Expect) {

@@ -25,8 +25,9 @@ const (
 func newDiffCommand() *cobra.Command {
 	o := &options{}
 	var dumps []string
+	var ruleset string
 	cmd := &cobra.Command{
-		Use:   "diff --iptables-save FILE [--state PATH]",
+		Use:   "diff (--iptables-save FILE | --nft-ruleset FILE) [--state PATH]",
 		Short: "compare kube-proxy's iptables rules (iptables-save output) with ours, Service port by Service port",
 		Long: `diff reads iptables-save (and/or ip6tables-save) output of a node where kube-proxy
 ran in iptables mode, and compares it with kube-nftproxy's tables in this network
@@ -39,11 +40,24 @@ NodePorts). Differences of form (maps, numgen, comments) are not differences;
 deliberate ones are named as known differences; a rule it cannot read is a
 difference. It prints one line per Service port, the node-wide lines, what is
 probably missing (--cluster-cidr) and a summary, and exits 0 when everything is
-equal, 1 when something differs, 2 on bad input.`,
+equal, 1 when something differs, 2 on bad input.
+
+With --nft-ruleset it reads instead the output of nft list ruleset on a node where
+kube-proxy ran in nftables mode (its ip and ip6 kube-proxy tables), and compares
+each Service port's destinations, endpoints and their chances, session affinity,
+source ranges and the routing of external traffic; node-wide rules are not
+compared.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.completeRuleCommand(cmd.Flags(), "state", "iptables-save"); err != nil {
+			if err := o.completeRuleCommand(cmd.Flags(), "state", "iptables-save", "nft-ruleset"); err != nil {
 				return &exitError{code: exitBadInput, err: err}
+			}
+			if ruleset != "" {
+				code, err := runDiffNFT(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, ruleset, len(dumps) > 0)
+				if code == exitEqual {
+					return nil
+				}
+				return &exitError{code: code, err: err}
 			}
 			code, err := runDiff(cmd.OutOrStdout(), cmd.InOrStdin(), cmd.ErrOrStderr(), o, dumps)
 			if code == exitEqual {
@@ -53,6 +67,7 @@ equal, 1 when something differs, 2 on bad input.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&dumps, "iptables-save", nil, "iptables-save or ip6tables-save output to compare (\"-\": standard input); give it twice for both families")
+	cmd.Flags().StringVar(&ruleset, "nft-ruleset", "", "instead: nft list ruleset output of a node where kube-proxy ran in nftables mode (\"-\": standard input)")
 	o.addRuleCommandFlags(cmd.Flags(), "iptables or nftables; with --state")
 	return cmd
 }
@@ -118,16 +133,59 @@ func otherModeHint(o *options, ours compared, dumps []*iptsave.Dump) []string {
 		other, alt.nodePortsServed(), other)}
 }
 
-func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
-	r := stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("--iptables-save: %w", err)
-		}
-		defer f.Close()
-		r = f
+// runDiffNFT compares an nft listing of kube-proxy's nftables mode with
+// our live tables or the render of --state, as runDiff does.
+func runDiffNFT(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, path string, withDumps bool) (int, error) {
+	if withDumps {
+		return exitBadInput, errors.New("diff takes --iptables-save or --nft-ruleset, not both")
 	}
+	r, closeFile, err := openInput(path, stdin)
+	if err != nil {
+		return exitBadInput, fmt.Errorf("--nft-ruleset: %w", err)
+	}
+	theirs, err := migrate.ParseNFTRuleset(r)
+	closeFile()
+	if err != nil {
+		return exitBadInput, fmt.Errorf("--nft-ruleset %s: %w", path, err)
+	}
+	ours, err := oursToCompare(o, stderr)
+	if err != nil {
+		return exitBadInput, err
+	}
+	rep, err := migrate.CompareNFT(theirs, ours.rs)
+	if err != nil {
+		return exitBadInput, err
+	}
+	if ours.st != nil {
+		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
+	}
+	if err := rep.Write(out); err != nil {
+		return exitBadInput, err
+	}
+	if !rep.Equal() {
+		return exitDifferent, errDifferent
+	}
+	return exitEqual, nil
+}
+
+// openInput opens path, or for "-" standard input.
+func openInput(path string, stdin io.Reader) (io.Reader, func(), error) {
+	if path == "-" {
+		return stdin, func() {}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
+}
+
+func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
+	r, closeFile, err := openInput(path, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("--iptables-save: %w", err)
+	}
+	defer closeFile()
 	d, err := iptsave.Parse(r)
 	if err != nil {
 		return nil, fmt.Errorf("--iptables-save %s: %w", path, err)
