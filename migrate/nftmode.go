@@ -23,8 +23,8 @@ const (
 	roleCluster  = "cluster endpoints"
 	roleLocal    = "local endpoints"
 	roleExternal = "external"
-	roleFW = "firewall"
-	roleSEP = "endpoint"
+	roleFW       = "firewall"
+	roleSEP      = "endpoint"
 )
 
 var upstreamRoles = map[string]string{"service-": roleCluster, "local-": roleLocal, "external-": roleExternal, "firewall-": roleFW, "endpoint-": roleSEP}
