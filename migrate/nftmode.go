@@ -146,7 +146,7 @@ func hostPortOf(addr, port string) string {
 
 var (
 	dnatOne  = regexp.MustCompile(`dnat (?:ip6? )?to (\S+)$`)
-	dnatMap  = regexp.MustCompile(`dnat ip6? addr \. port to numgen random mod (\d+) map \{ (.*) \}$`)
+	dnatMap  = regexp.MustCompile(`dnat (?:ip6? )?(?:addr \. port )?to numgen random mod (\d+) map \{ (.*) \}$`)
 	jumpMap  = regexp.MustCompile(`^numgen random mod (\d+) vmap \{ (.*) \}$`)
 	affinity = regexp.MustCompile(`^ip6? saddr @(\S+) goto (\S+)$`)
 )
