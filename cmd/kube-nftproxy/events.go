@@ -4,12 +4,10 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 )
 
 // The fields of kube-proxy's events, kept so that tools which look for
@@ -29,7 +27,7 @@ const (
 // nodeEvents records events (events.k8s.io/v1) on this proxy's Node, as
 // kube-proxy does. Recording never blocks or fails the proxy: client-go
 // sends each event in the background, retries while the API server is
-// away, and logs what it could not write through the proxy's logger.
+// away, and logs what it could not write.
 type nodeEvents struct {
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
@@ -40,8 +38,8 @@ type nodeEvents struct {
 // ctx ends or stop is called. Events are only sent once this has run: an
 // event recorded earlier would reach no sink and be lost.
 func startNodeEvents(ctx context.Context, client kubernetes.Interface, node string, log *slog.Logger) *nodeEvents {
-	// client-go logs its failures through the context's logger: ours.
-	ctx = klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
+	// client-go logs what it could not send through klog, which is the
+	// proxy's log output (startLogging).
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		log.Warn("could not start recording events; none are sent", "err", err)
