@@ -23,8 +23,8 @@ import (
 
 // The Starting event is kube-proxy's: on the Node by name, in namespace
 // default, type Normal, reason Starting, action StartKubeProxy, reported
-// by kube-proxy from this host. An API server that refuses it costs (client-go's)
-// log line, never a blocked start or stop.
+// by kube-proxy from this host. An API server that refuses it costs a log
+// line (client-go's), never a blocked start or stop.
 func TestNodeEventsStarting(t *testing.T) {
 	hostname, err := os.Hostname()
 	if err != nil {
