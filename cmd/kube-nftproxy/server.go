@@ -372,7 +372,7 @@ func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
 	}()
 }
 
-func (a *apiStateSource) start(_ context.Context, s *proxyServer) {
+func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	b := a.builder
 	s.metrics.CountChanges(b.ChangeCounts)
 	s.loop.SetSource(func() *proxier.State {
@@ -395,6 +395,11 @@ func (a *apiStateSource) start(_ context.Context, s *proxyServer) {
 		}})
 	s.log.Info("kube-nftproxy running; nothing is programmed before the API server's first complete listing",
 		"source", "API server", "node", s.node, "mode", s.o.modeName())
+	// kube-proxy's event on its Node, at the same point: set up, the
+	// informers started, before the first sync.
+	events := startNodeEvents(ctx, a.client, s.node, s.log)
+	s.onClose(events.stop)
+	events.starting()
 }
 
 type fileStateSource struct{ files *filesource.FileSource }

@@ -23,22 +23,18 @@ var collection = map[string]string{
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 }
 
-// Every manifest is accepted by a real kube-apiserver (server-side dry run:
-// full validation and admission, nothing stored).
-func TestManifestsAreValid(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a real kube-apiserver (skipped with -short)")
-	}
-	ctx := context.Background()
-	srv, err := apiserver.Start(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("../../deploy/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests found: %v", err)
-	}
-	kinds := map[string]bool{}
+// manifest is one document of a file in deploy/.
+type manifest struct {
+	file, kind, name string
+	path             string // the collection it is created in
+	body             any
+}
+
+// readManifests splits files into their documents, failing t on a
+// document it cannot read or whose kind has no collection above.
+func readManifests(t *testing.T, files ...string) []manifest {
+	t.Helper()
+	var out []manifest
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -68,16 +64,38 @@ func TestManifestsAreValid(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s document %d: no test path for %s", f, i, key)
 			}
-			path = strings.Replace(path, "%s", obj.Metadata.Namespace, 1)
-			var body any
-			if err := yaml.Unmarshal(js, &body); err != nil {
+			m := manifest{file: filepath.Base(f), kind: obj.Kind, name: obj.Metadata.Name,
+				path: strings.Replace(path, "%s", obj.Metadata.Namespace, 1)}
+			if err := yaml.Unmarshal(js, &m.body); err != nil {
 				t.Fatal(err)
 			}
-			if err := srv.Do(ctx, "POST", path+"?dryRun=All&fieldValidation=Strict", body, nil); err != nil {
-				t.Errorf("%s: %s %s refused: %v", filepath.Base(f), obj.Kind, obj.Metadata.Name, err)
-			}
-			kinds[obj.Kind] = true
+			out = append(out, m)
 		}
+	}
+	return out
+}
+
+// Every manifest is accepted by a real kube-apiserver (server-side dry run:
+// full validation and admission, nothing stored).
+func TestManifestsAreValid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver (skipped with -short)")
+	}
+	ctx := context.Background()
+	srv, err := apiserver.Start(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../../deploy/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests found: %v", err)
+	}
+	kinds := map[string]bool{}
+	for _, m := range readManifests(t, files...) {
+		if err := srv.Do(ctx, "POST", m.path+"?dryRun=All&fieldValidation=Strict", m.body, nil); err != nil {
+			t.Errorf("%s: %s %s refused: %v", m.file, m.kind, m.name, err)
+		}
+		kinds[m.kind] = true
 	}
 	for _, k := range []string{"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap"} {
 		if !kinds[k] {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -150,6 +151,22 @@ func (a *apiEnv) setSliceEndpoints(t *testing.T, service string, pods ...sandbox
 	es := apiSlice(service, nil, pods...)
 	es.ResourceVersion = cur.ResourceVersion
 	a.do(t, "PUT", slicesPath+"/"+service+"-ipv4", es, nil)
+}
+
+// startingEvents lists the events.k8s.io/v1 events of reason Starting
+// on Node node (kube-proxy's, and ours, at start).
+func (a *apiEnv) startingEvents(ctx context.Context, node string) ([]eventsv1.Event, error) {
+	var list eventsv1.EventList
+	if err := a.srv.Do(ctx, "GET", "/apis/events.k8s.io/v1/namespaces/default/events", nil, &list); err != nil {
+		return nil, err
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == "Starting" {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // probe sends n TCP requests from pod-c to addr with short timeouts and

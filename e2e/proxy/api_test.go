@@ -2,13 +2,16 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
@@ -32,11 +35,12 @@ const (
 )
 
 // TestAPI runs the proxy against a real kube-apiserver in the sandbox's
-// node namespace: Services and EndpointSlices created and changed through
-// the API reach the kernel quickly, the rules survive the API server's
-// death, the proxy reconnects when it returns, and Services that are not
-// kube-proxy's are left alone. The steps build on each other, so the
-// first failure ends the test.
+// node namespace: it records kube-proxy's Starting event on its Node;
+// Services and EndpointSlices created and changed through the API reach
+// the kernel quickly, the rules survive the API server's death, the proxy
+// reconnects when it returns, and Services that are not kube-proxy's are
+// left alone. The steps build on each other, so the first failure ends
+// the test.
 func TestAPI(t *testing.T) {
 	a := newAPIEnv(t)
 	web := hostPort(apiWebIP, webPort)
@@ -45,6 +49,7 @@ func TestAPI(t *testing.T) {
 		name string
 		fn   func(t *testing.T)
 	}{
+		{"StartingEventOnNode", func(t *testing.T) { a.checkStartingEvent(t) }},
 		{"CreateReachesBothPods", func(t *testing.T) {
 			t0 := time.Now()
 			a.do(t, "POST", servicesPath, apiService(apiWebName, apiWebIP, nil), nil)
@@ -187,5 +192,48 @@ func TestAPI(t *testing.T) {
 		if !t.Run(s.name, s.fn) {
 			t.Fatalf("step %s failed; later steps depend on it", s.name)
 		}
+	}
+}
+
+// checkStartingEvent waits for the event kube-proxy records on its Node at
+// start, written by our binary with kube-proxy's fields, once.
+func (a *apiEnv) checkStartingEvent(t *testing.T) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []eventsv1.Event
+	a.proxy.poll(t, 10*time.Second, "the Starting event on Node "+nodeName, func(ctx context.Context) error {
+		if got, err = a.startingEvents(ctx, nodeName); err != nil {
+			return err
+		}
+		if len(got) == 0 {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	if len(got) != 1 {
+		t.Fatalf("%d Starting events on Node %s, want 1: %+v", len(got), nodeName, got)
+	}
+	e := got[0]
+	want := corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: nodeName}
+	if e.Regarding != want {
+		t.Errorf("regarding %+v, want %+v (kube-proxy's: no UID, no namespace)", e.Regarding, want)
+	}
+	for _, f := range []struct{ name, got, want string }{
+		{"namespace", e.Namespace, "default"},
+		{"type", e.Type, corev1.EventTypeNormal},
+		{"action", e.Action, "StartKubeProxy"},
+		{"reportingController", e.ReportingController, "kube-proxy"},
+		{"reportingInstance", e.ReportingInstance, "kube-proxy-" + hostname},
+		{"note", e.Note, ""},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s %q, want %q", f.name, f.got, f.want)
+		}
+	}
+	// Written by our binary (its user agent names the field manager).
+	if len(e.ManagedFields) == 0 || e.ManagedFields[0].Manager != "kube-nftproxy" {
+		t.Errorf("managedFields %+v: want the event written by kube-nftproxy", e.ManagedFields)
 	}
 }

@@ -264,7 +264,7 @@ const apiserverLib = "registered at init by k8s.io/apiserver packages kube-proxy
 // same metric families with the same types, label names, help (stability
 // prefix included) and buckets, but for knownDifferences; and the same
 // fields on /healthz and /livez, the same /configz shape and the metrics
-// server's paths.
+// server's paths; and both record the same Starting event on their Node.
 func TestUpstreamMetricsFamilies(t *testing.T) {
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {
@@ -276,6 +276,7 @@ func TestUpstreamMetricsFamilies(t *testing.T) {
 			compareFamilies(t, mode, shapes(pp.up.families(t)), shapes(pp.ours.families(t)))
 			pp.compareHealth(t)
 			pp.compareZPages(t)
+			pp.compareStartingEvents(t)
 		})
 	}
 }
