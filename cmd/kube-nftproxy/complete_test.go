@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
@@ -16,7 +19,8 @@ import (
 // TestGateAllowServiceExternalIPs: the effective AllowServiceExternalIPs,
 // from --feature-gates or --config's featureGates (which complete merges),
 // decides whether the Builder made with modelOptions programs a Service's
-// external IPs; the gate is honoured, so no warning says it has no effect,
+// external IPs (in the State, and so in IPVS mode's plan, which no kernel
+// here can run); the gate is honoured, so no warning says it has no effect,
 // and the Builder's note goes to the log given.
 func TestGateAllowServiceExternalIPs(t *testing.T) {
 	tests := []struct {
@@ -36,6 +40,7 @@ func TestGateAllowServiceExternalIPs(t *testing.T) {
 		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.5", ExternalIPs: []string{"192.0.2.50"},
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}
+	extIP := netip.MustParseAddr(svc.Spec.ExternalIPs[0])
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &options{featureGates: tt.flag, fileGates: tt.fileGates}
@@ -65,6 +70,22 @@ func TestGateAllowServiceExternalIPs(t *testing.T) {
 			if noted := strings.Contains(logged.String(), "AllowServiceExternalIPs is disabled"); noted == tt.want {
 				t.Errorf("log noted ignored external IPs: %t, want %t:\n%s", noted, !tt.want, logged.String())
 			}
+			if got := ipvsPlanHas(b.State(), extIP); got != tt.want {
+				t.Errorf("IPVS mode's plan has %v: %t, want %t", extIP, got, tt.want)
+			}
 		})
 	}
+}
+
+// ipvsPlanHas reports whether IPVS mode's plan of st has a virtual server,
+// a kube-ipvs0 address or a helper set element for addr.
+func ipvsPlanHas(st *proxier.State, addr netip.Addr) bool {
+	for _, fr := range ipvs.BuildPlan(st, ipvs.Config{}, nil).Services {
+		if slices.Contains(fr.Addrs, addr) ||
+			slices.ContainsFunc(fr.Virtual, func(v ipvs.VirtualServer) bool { return v.Addr == addr }) ||
+			slices.ContainsFunc(fr.Elements(), func(e ipvs.Element) bool { return e.Addr == addr }) {
+			return true
+		}
+	}
+	return false
 }
