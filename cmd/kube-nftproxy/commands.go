@@ -265,7 +265,7 @@ func (o *options) addProxyFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.proxyMode, "proxy-mode", "", "the proxy mode: iptables (the default, as kube-proxy's on Linux: iptables mode's behaviour, programmed as nftables), nftables or ipvs")
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "kube-proxy's node address hint; accepted for compatibility")
 	fs.Int32Var(&o.oomScoreAdj, "oom-score-adj", defaultOOMScoreAdj, "the oom_score_adj of the proxy process, within [-1000, 1000]")
-	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy's feature gates (Name=true,...); ignored with --config, whose featureGates apply; unknown ones are refused; only LoggingAlphaOptions and LoggingBetaOptions have an effect, others set away from their default are warned of")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "kube-proxy's feature gates (Name=true,...); ignored with --config, whose featureGates apply; unknown ones are refused; only LoggingAlphaOptions, LoggingBetaOptions and AllowServiceExternalIPs (false: no Service's externalIPs are programmed) have an effect, others set away from their default are warned of")
 	fs.StringVar(&o.healthzAddress, "healthz-bind-address", "0.0.0.0:10256", "ip:port of the health server (/healthz, /livez); empty to disable")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", "127.0.0.1:10249", "ip:port of the metrics server (/metrics, /proxyMode); empty to disable")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (with neither this nor --master nor --state: the in-cluster config)")

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // featureGate is one of kube-proxy's feature gates: its stage, its
@@ -26,7 +28,27 @@ type featureGate struct {
 // honouredGates are the feature gates that change what kube-nftproxy does;
 // any other gate set away from its default is accepted, as kube-proxy
 // accepts it, with a warning that it has no effect here.
-var honouredGates = []string{"LoggingAlphaOptions", "LoggingBetaOptions", gateLocalhostNodePorts}
+var honouredGates = []string{"LoggingAlphaOptions", "LoggingBetaOptions", gateExternalIPs, gateLocalhostNodePorts}
+
+// gateExternalIPs lets Services' spec.externalIPs be programmed (GA, on by
+// default; KEP-5707 turns it off later).
+const gateExternalIPs = "AllowServiceExternalIPs"
+
+// gateEnabled is a feature gate's effective value: as gates sets it, else
+// its default.
+func gateEnabled(gates map[string]bool, name string) bool {
+	if v, ok := gates[name]; ok {
+		return v
+	}
+	return knownFeatureGates[name].def
+}
+
+// modelOptions are the options the feature gates give the Builder that
+// turns Services into the proxier's model; log gets the notes on what
+// they leave out.
+func modelOptions(gates map[string]bool, log *slog.Logger) []model.Option {
+	return []model.Option{model.AllowExternalIPs(gateEnabled(gates, gateExternalIPs), log)}
+}
 
 // complete resolves the settings as kube-proxy does after reading flags and
 // --config, before validating them: an empty proxy mode is iptables (its

@@ -339,9 +339,9 @@ func newStateSource(o *options, node string, log *slog.Logger) (stateSource, err
 		if err != nil {
 			return nil, err
 		}
-		return &apiStateSource{client: client}, nil
+		return &apiStateSource{client: client, opts: modelOptions(o.gates, log)}, nil
 	}
-	files, err := filesource.NewFileSource(o.statePath, node, log)
+	files, err := filesource.NewFileSource(o.statePath, node, log, modelOptions(o.gates, log)...)
 	if err != nil {
 		return nil, fmt.Errorf("--state: %w", err)
 	}
@@ -350,6 +350,7 @@ func newStateSource(o *options, node string, log *slog.Logger) (stateSource, err
 
 type apiStateSource struct {
 	client  kubernetes.Interface
+	opts    []model.Option // the Builder's
 	builder *model.Builder
 	early   earlySource
 }
@@ -358,7 +359,7 @@ type apiStateSource struct {
 // decoding overlap the kernel's set-up. The Builder fills meanwhile; the
 // loop takes no State from it before start has wired it and it is ready.
 func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
-	a.builder = model.NewBuilder(s.node)
+	a.builder = model.NewBuilder(s.node, a.opts...)
 	src := &apisource.APISource{Client: a.client, Builder: a.builder, Log: s.log, OnChange: a.early.changed,
 		OnReady: a.early.readyNow, OnError: a.early.failing, OnRecovered: a.early.ok,
 		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period

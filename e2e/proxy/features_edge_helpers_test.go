@@ -238,8 +238,9 @@ endpoints:
 	return documents(docs...)
 }
 
-// newEdgeEnv runs the proxy on the example state plus edge.yaml, with
-// pod-a and pod-b serving and pod-c as a client pod, and sets up the
+// newEdgeEnv runs the proxy, with the extra flags given, on the example
+// state plus edge.yaml, with pod-a and pod-b serving and pod-c as a client
+// pod, and sets up the
 // sandbox for external traffic:
 //   - the client routes 203.0.113.0/24 and fd00:203::/64 via the node, and
 //     has second addresses 10.99.0.3 and fd00:99::3 (used only where a
@@ -250,11 +251,12 @@ endpoints:
 //   - the node sends ICMP errors without rate limit: by default the kernel
 //     sends a peer a burst of 6, then one a second (icmp_ratelimit), and
 //     the rejected requests past those would time out.
-func newEdgeEnv(t *testing.T) *env {
+func newEdgeEnv(t *testing.T, proxyArgs ...string) *env {
 	t.Helper()
 	e := newEnv(t, envOptions{
-		pods:  []sandbox.Pod{podA, podB, podC},
-		extra: map[string]string{edgeStateFile: edgeState()},
+		pods:      []sandbox.Pod{podA, podB, podC},
+		extra:     map[string]string{edgeStateFile: edgeState()},
+		proxyArgs: proxyArgs,
 	})
 	steps := []struct {
 		ns   string

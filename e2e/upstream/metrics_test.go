@@ -96,6 +96,7 @@ type proxyPair struct {
 	up, ours *endpoint
 	srv      *apiserver.Server
 	dir      string
+	env      *testEnv
 }
 
 // startPair starts both proxies in mode with extra flags, and waits until
@@ -122,7 +123,7 @@ func startPair(t *testing.T, mode string, extra ...string) *proxyPair {
 		p.proc = start(t, name, ns, filepath.Join(dir, name+".log"), env, args...)
 		return p
 	}
-	pair := &proxyPair{srv: e.srv, dir: dir,
+	pair := &proxyPair{srv: e.srv, dir: dir, env: e,
 		up:   side("kube-proxy", e.upNS, kubeProxy, "10.123.1.1", []string{"PATH=" + bin + ":" + os.Getenv("PATH")}),
 		ours: side("kube-nftproxy", e.ouNS, ours, "10.123.2.1", nil)}
 	for _, p := range []*endpoint{pair.up, pair.ours} {

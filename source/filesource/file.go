@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // LoadState reads the objects under path (a file, or a directory's *.yaml,
@@ -15,9 +16,10 @@ import (
 // file, document, object and value, then the values Services lost to each
 // other (see ConflictError); bad objects are skipped and the rest loads.
 // The state is nil when path or one of its files cannot be read or parsed
-// (a *FileError among the problems): that state would be incomplete.
-func LoadState(path, nodeName string) (*proxier.State, []error) {
-	s, err := newFileSet(path, nodeName)
+// (a *FileError among the problems): that state would be incomplete. opts
+// are the Builder's (see model.Option).
+func LoadState(path, nodeName string, opts ...model.Option) (*proxier.State, []error) {
+	s, err := newFileSet(path, nodeName, opts...)
 	if err != nil {
 		return nil, []error{err}
 	}

@@ -1,6 +1,7 @@
 package filesource
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/internal/sourcetest"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 func writeFiles(t *testing.T, files map[string]string) string {
@@ -217,4 +219,32 @@ func TestLoadKubectlOutput(t *testing.T) {
 		Name: "kind-control-plane", Zone: "zone-a",
 		PodCIDRs: sourcetest.Prefixes("10.244.0.0/24"), IPs: sourcetest.Addrs("172.18.0.2"),
 	})
+}
+
+// TestLoadStateBuilderOptions: the Builder's options reach it, so render,
+// diff and trace can honour AllowServiceExternalIPs as the proxy does.
+func TestLoadStateBuilderOptions(t *testing.T) {
+	ext := strings.Replace(sourcetest.WebService, "  ports:", "  externalIPs: [192.0.2.50]\n  ports:", 1)
+	dir := writeFiles(t, map[string]string{"web.yaml": ext + "\n"})
+	for _, tt := range []struct {
+		name string
+		opts []model.Option
+		want []netip.Addr
+	}{
+		{"no options", nil, sourcetest.Addrs("192.0.2.50")},
+		{"gate on", []model.Option{model.AllowExternalIPs(true, nil)}, sourcetest.Addrs("192.0.2.50")},
+		{"gate off", []model.Option{model.AllowExternalIPs(false, nil)}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st, problems := LoadState(dir, "node-1", tt.opts...)
+			if len(problems) != 0 || st == nil {
+				t.Fatalf("state %v, problems %v", st, problems)
+			}
+			p := st.Services.Get(sourcetest.WebPortName("http"))
+			if p == nil {
+				t.Fatal("default/web:http is not in the State")
+			}
+			sourcetest.MustEqual(t, "external IPs", p.ExternalIPs, tt.want)
+		})
+	}
 }

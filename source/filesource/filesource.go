@@ -78,13 +78,14 @@ const (
 
 // NewFileSource returns a FileSource for path (a file, or a directory whose
 // *.yaml, *.yml and *.json files are read) building the state of node
-// nodeName. It fails if path cannot be read now: a proxy started on a
-// mistyped path should stop, not run with nothing programmed.
-func NewFileSource(path, nodeName string, log *slog.Logger) (*FileSource, error) {
+// nodeName, its Builder made with opts. It fails if path cannot be read
+// now: a proxy started on a mistyped path should stop, not run with
+// nothing programmed.
+func NewFileSource(path, nodeName string, log *slog.Logger, opts ...model.Option) (*FileSource, error) {
 	if _, err := manifestFiles(path); err != nil {
 		return nil, err
 	}
-	set, err := newFileSet(path, nodeName)
+	set, err := newFileSet(path, nodeName, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -350,13 +351,13 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 	}, true
 }
 
-func newFileSet(path, nodeName string) (*fileSet, error) {
+func newFileSet(path, nodeName string, opts ...model.Option) (*fileSet, error) {
 	dec, err := manifest.NewDecoder()
 	if err != nil {
 		return nil, err
 	}
 	return &fileSet{
-		path: path, b: model.NewBuilder(nodeName), dec: dec,
+		path: path, b: model.NewBuilder(nodeName, opts...), dec: dec,
 		files: map[string]*fileEntry{}, current: map[objectRef]manifest.Object{},
 		racyWindow: time.Second, readFile: readManifest,
 	}, nil

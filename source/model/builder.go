@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"sync"
@@ -26,6 +27,7 @@ import (
 type Builder struct {
 	mu       sync.Mutex
 	nodeName string
+	opts     builderOptions
 
 	services map[serviceKey]*serviceEntry
 	slices   map[serviceKey]*sliceInfo   // keyed by the slice's own namespace/name
@@ -38,6 +40,9 @@ type Builder struct {
 	owner     map[claim]*serviceEntry
 	rivals    map[claim][]*serviceEntry
 	conflicts map[objectRef][]error // per losing Service
+	// ignoredIPs are the external IPs the options left out of each
+	// Service's latest version (only Services that had some).
+	ignoredIPs map[serviceKey][]netip.Addr
 	// held is the holder of every key as of the last snapshot, which keeps
 	// it against newcomers; touched are the keys claimed or let go since.
 	held    map[claim]serviceKey
@@ -78,22 +83,25 @@ type objectRef struct{ kind, namespace, name string }
 
 // NewBuilder returns an empty Builder for the node named nodeName (the
 // hostname override): only that Node object is used, and endpoints on it
-// are local.
-func NewBuilder(nodeName string) *Builder {
+// are local. Without options it reads Services as kube-proxy does by
+// default.
+func NewBuilder(nodeName string, opts ...Option) *Builder {
 	return &Builder{
-		nodeName:  nodeName,
-		services:  map[serviceKey]*serviceEntry{},
-		slices:    map[serviceKey]*sliceInfo{},
-		bySvc:     map[serviceKey][]*sliceInfo{},
-		errs:      map[objectRef]error{},
-		owner:     map[claim]*serviceEntry{},
-		rivals:    map[claim][]*serviceEntry{},
-		conflicts: map[objectRef][]error{},
-		held:      map[claim]serviceKey{},
-		touched:   map[claim]struct{}{},
-		published: map[serviceKey][]proxier.ServicePortName{},
-		dirty:     map[serviceKey]struct{}{},
-		lineage:   &proxier.Lineage{},
+		nodeName:   nodeName,
+		opts:       newBuilderOptions(opts),
+		services:   map[serviceKey]*serviceEntry{},
+		slices:     map[serviceKey]*sliceInfo{},
+		bySvc:      map[serviceKey][]*sliceInfo{},
+		errs:       map[objectRef]error{},
+		owner:      map[claim]*serviceEntry{},
+		rivals:     map[claim][]*serviceEntry{},
+		conflicts:  map[objectRef][]error{},
+		ignoredIPs: map[serviceKey][]netip.Addr{},
+		held:       map[claim]serviceKey{},
+		touched:    map[claim]struct{}{},
+		published:  map[serviceKey][]proxier.ServicePortName{},
+		dirty:      map[serviceKey]struct{}{},
+		lineage:    &proxier.Lineage{},
 
 		started:        time.Now(),
 		servicesBefore: map[serviceKey][]*proxier.ServicePort{},
@@ -113,21 +121,31 @@ func (b *Builder) UpsertService(svc *corev1.Service) error {
 	if svc == nil {
 		return nil
 	}
-	ports, err := ServicePorts(svc)
+	ports, ignored, err := servicePorts(svc, b.opts.dropExternalIPs)
 	key := serviceKey{NamespaceOrDefault(svc.Namespace), svc.Name}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	changed := b.upsertServiceLocked(key, svc.CreationTimestamp.Time, ports, err)
+	logIgnored := b.noteIgnoredLocked(key, ignored, changed)
+	b.mu.Unlock()
+	if logIgnored {
+		b.logIgnored(key, ignored)
+	}
+	return err
+}
+
+// upsertServiceLocked replaces a Service's ports (none: it goes), and
+// reports whether that changed what the Builder holds for it.
+func (b *Builder) upsertServiceLocked(key serviceKey, created time.Time, ports []*proxier.ServicePort, err error) (changed bool) {
 	b.serviceEvents++
 	defer b.noteServiceChange(key, b.portsOf(key))
 	b.setErr(objectRef{"service", key.namespace, key.name}, err)
+	old := b.services[key]
 	if len(ports) == 0 {
 		b.deleteServiceLocked(key)
-		return err
+		return old != nil
 	}
-	created := svc.CreationTimestamp.Time
-	old := b.services[key]
 	if old != nil && old.created.Equal(created) && slices.EqualFunc(old.ports, ports, (*proxier.ServicePort).Equal) {
-		return err // a resync, or a change the proxy does not use
+		return false // a resync, or a change the proxy does not use
 	}
 	e := newServiceEntry(key, created, ports)
 	if old != nil {
@@ -140,7 +158,7 @@ func (b *Builder) UpsertService(svc *corev1.Service) error {
 	b.addClaims(e)
 	b.resolvePending()
 	b.markDirty(key)
-	return err
+	return true
 }
 
 // DeleteService removes a Service; its slices stay until they are deleted.
@@ -151,6 +169,7 @@ func (b *Builder) DeleteService(namespace, name string) {
 	b.serviceEvents++
 	defer b.noteServiceChange(key, b.portsOf(key))
 	delete(b.errs, objectRef{"service", key.namespace, key.name})
+	delete(b.ignoredIPs, key)
 	b.deleteServiceLocked(key)
 }
 

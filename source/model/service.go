@@ -26,20 +26,28 @@ const defaultAffinityTimeout = 10800 * time.Second
 // the ports are still usable. The error may join several problems; see
 // SplitErrors.
 func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
+	ports, _, err := servicePorts(svc, false)
+	return ports, err
+}
+
+// servicePorts is ServicePorts; with dropExternalIPs, spec.externalIPs are
+// left out of the ports and returned as ignored instead (the valid ones,
+// only when there are ports).
+func servicePorts(svc *corev1.Service, dropExternalIPs bool) (ports []*proxier.ServicePort, ignored []netip.Addr, _ error) {
 	if svc == nil || ignoredService(svc) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ns := NamespaceOrDefault(svc.Namespace)
 	p := &problems{kind: "service", namespace: ns, name: svc.Name}
 	if !checkServiceMeta(svc, ns, p) {
-		return nil, p.err()
+		return nil, nil, p.err()
 	}
 	clusterIPs, ok := serviceClusterIPs(svc, p)
 	if !ok {
-		return nil, p.err()
+		return nil, nil, p.err()
 	}
-	tmpl := portTemplate(svc, clusterIPs, p)
-	ports := make([]*proxier.ServicePort, 0, len(svc.Spec.Ports))
+	tmpl, ignored := portTemplate(svc, clusterIPs, dropExternalIPs, p)
+	ports = make([]*proxier.ServicePort, 0, len(svc.Spec.Ports))
 	seen := newPortsSeen()
 	for i := range svc.Spec.Ports {
 		sp := &svc.Spec.Ports[i]
@@ -56,9 +64,9 @@ func ServicePorts(svc *corev1.Service) ([]*proxier.ServicePort, error) {
 	}
 	if len(ports) == 0 {
 		p.add("no valid ports, service skipped")
-		return nil, p.err()
+		return nil, nil, p.err()
 	}
-	return ports, p.err()
+	return ports, ignored, p.err()
 }
 
 // checkServiceMeta checks what a Service needs before its ports are
@@ -92,18 +100,23 @@ func checkServiceMeta(svc *corev1.Service, ns string, p *problems) bool {
 }
 
 // portTemplate is what every port of the Service shares: its addresses,
-// policies, affinity and load balancer settings.
-func portTemplate(svc *corev1.Service, clusterIPs []netip.Addr, p *problems) proxier.ServicePort {
+// policies, affinity and load balancer settings. With dropExternalIPs the
+// external IPs are left out, as if the Service had none, and returned as
+// ignored.
+func portTemplate(svc *corev1.Service, clusterIPs []netip.Addr, dropExternalIPs bool, p *problems) (tmpl proxier.ServicePort, ignored []netip.Addr) {
 	// An address listed under two roles would become two map elements with
 	// one key, which the kernel refuses: the cluster IP keeps it, then the
 	// external IP.
 	externalIPs := parseIPList(svc.Spec.ExternalIPs, "spec.externalIPs", notForEndpoint, p)
+	if dropExternalIPs {
+		ignored, externalIPs = externalIPs, nil
+	}
 	externalIPs = withoutAddrs(externalIPs, clusterIPs, "spec.externalIPs", "cluster IP", p)
 	lbIPs := loadBalancerIPs(svc, p)
 	lbIPs = withoutAddrs(lbIPs, clusterIPs, lbIngressField, "cluster IP", p)
 	lbIPs = withoutAddrs(lbIPs, externalIPs, lbIngressField, "external IP", p)
 
-	tmpl := proxier.ServicePort{
+	tmpl = proxier.ServicePort{
 		ClusterIPs:          clusterIPs,
 		ExternalIPs:         externalIPs,
 		LoadBalancerIPs:     lbIPs,
@@ -130,7 +143,7 @@ func portTemplate(svc *corev1.Service, clusterIPs []netip.Addr, p *problems) pro
 		p.add("no valid load balancer source range: load balancer IPs not programmed")
 		tmpl.LoadBalancerIPs = nil
 	}
-	return tmpl
+	return tmpl, ignored
 }
 
 type protoPort struct {
