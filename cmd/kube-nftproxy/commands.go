@@ -340,7 +340,7 @@ func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, problems := filesource.LoadState(o.statePath, node)
+	st, problems := filesource.LoadState(o.statePath, node, modelOptions(o.gates, log)...)
 	for _, p := range problems {
 		log.Warn("bad input", "err", p)
 	}

@@ -20,7 +20,7 @@ const gateLocalhostNodePorts = "KubeProxyNFTablesLocalhostNodePorts"
 // localhost, or a CIDR whose address is loopback: not all, 0.0.0.0/0), as
 // upstream's ContainsExplicitLoopback.
 func localhostFamilies(mode string, gates map[string]bool, cfg nft.Config) []netip.Addr {
-	if mode != modeNFTables || !gates[gateLocalhostNodePorts] {
+	if mode != modeNFTables || !gateEnabled(gates, gateLocalhostNodePorts) {
 		return nil
 	}
 	var out []netip.Addr
