@@ -279,8 +279,8 @@ func ourModeFacts(v *view) map[Key]modeFacts {
 	for _, e := range v.entries {
 		k := Key{Service: e.service, Proto: e.proto, IPv6: v.ipv6}
 		dest := e.dest()
-		if e.kind == "nodeport" {
-			dest = "nodeport " + dest
+		if !e.addr.IsValid() && e.kind != "" { // a NodePort, on loopback too in iptables mode
+			dest = e.kind + " " + dest
 		}
 		verdict := e.verdict
 		if role := roleOf(e.verdict, ourRoles); role != "" {
@@ -367,14 +367,11 @@ func compareModeFacts(theirs, ours map[Key]modeFacts) []Result {
 		a, b := theirs[k], ours[k]
 		switch {
 		case b == nil:
-			res.Differences = []string{"only in the nft ruleset"}
+			res.Differences, b = []string{"only in the nft ruleset"}, modeFacts{}
 		case a == nil:
-			res.Differences = []string{"only in ours"}
+			res.Differences, a = []string{"only in ours"}, modeFacts{}
 		}
 		for _, cat := range modeCategories {
-			if a == nil || b == nil {
-				break
-			}
 			sort.Strings(a[cat])
 			sort.Strings(b[cat])
 			onlyTheirs, onlyOurs := setDiff(slices.Compact(a[cat]), slices.Compact(b[cat]))

@@ -102,7 +102,10 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 	if ours.st != nil {
 		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
 		if !rep.Equal() {
-			rep.Likely = append(rep.Likely, otherModeHint(o, ours, dumps)...)
+			rep.Likely = append(rep.Likely, otherModeHint(o, ours, func(rs *nftlib.Ruleset) bool {
+				alt, err := migrate.CompareWith(dumps, rs, ours.want)
+				return err == nil && alt.Equal()
+			})...)
 		}
 	}
 	if err := rep.Write(out); err != nil {
@@ -115,18 +118,15 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 }
 
 // otherModeHint is a hint when the other of iptables and nftables mode,
-// with the same flags, renders rules equal to the dumps.
-func otherModeHint(o *options, ours compared, dumps []*iptsave.Dump) []string {
+// with the same flags, renders rules that equalIn finds equal.
+func otherModeHint(o *options, ours compared, equalIn func(*nftlib.Ruleset) bool) []string {
 	other := modeNFTables
 	if o.modeName() == modeNFTables {
 		other = modeIPTables
 	}
 	alt := o.inMode(other)
 	rs, err := renderState(alt, ours.st)
-	if err != nil {
-		return nil
-	}
-	if rep, err := migrate.CompareWith(dumps, rs, ours.want); err != nil || !rep.Equal() {
+	if err != nil || !equalIn(rs) {
 		return nil
 	}
 	return []string{fmt.Sprintf("--proxy-mode %s: in that mode (NodePorts on %s) every difference goes away; the dump's kube-proxy ran with that mode's settings: diff (and run ours) with --proxy-mode %s, or give --config with kube-proxy's configuration file",
@@ -158,6 +158,12 @@ func runDiffNFT(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, pa
 	}
 	if ours.st != nil {
 		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
+		if !rep.Equal() {
+			rep.Likely = append(rep.Likely, otherModeHint(o, ours, func(rs *nftlib.Ruleset) bool {
+				alt, err := migrate.CompareNFT(theirs, rs)
+				return err == nil && alt.Equal()
+			})...)
+		}
 	}
 	if err := rep.Write(out); err != nil {
 		return exitBadInput, err

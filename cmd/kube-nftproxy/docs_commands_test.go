@@ -18,12 +18,14 @@ import (
 const (
 	docDumps        = "../../migrate/testdata/upstream-localhost"
 	docClusterCIDRs = "10.244.0.0/16,fd00:10:244::/48"
+	// docNFTDump is a real listing of kube-proxy v1.37.1's nftables mode
+	// and its objects, for the commands with --nft-ruleset.
+	docNFTDump = "../../migrate/testdata/upstream-nftables"
 )
 
-// docCommand matches the render, diff and trace commands the docs show with
-// --state (the ones without it read a live node), in code spans or blocks;
-// a span may be wrapped over lines.
-var docCommand = regexp.MustCompile("(?m)(?:`|^)(kube-nftproxy (?:render|diff|trace) [^`\\n#]*(?:\\n   [^`\\n#]*)?)")
+// docCommand matches the render, diff and trace commands the docs show, in
+// code spans (which may be wrapped over lines) or lines of code blocks.
+var docCommand = regexp.MustCompile("`(kube-nftproxy (?:render|diff|trace) [^`]*)`|(?m)^(kube-nftproxy (?:render|diff|trace) [^\\n#]*)")
 
 // documentedCommands are the commands of one doc that take --state, as
 // argument lists with the doc's placeholders replaced by the checked-in
@@ -42,13 +44,21 @@ func documentedCommands(t *testing.T, doc string) [][]string {
 	}
 	var out [][]string
 	for _, m := range docCommand.FindAllStringSubmatch(string(text), -1) {
-		words := strings.Fields(m[1])
-		if !strings.Contains(m[1], "--state") {
+		cmd := m[1] + m[2] // a code span, or a line of a code block
+		words := strings.Fields(cmd)
+		if !strings.Contains(cmd, "--state") {
 			continue
 		}
+		nft := strings.Contains(cmd, "--nft-ruleset")
 		for i, w := range words[1:] {
 			if r, ok := replace[w]; ok {
 				words[i+1] = r
+			}
+			switch {
+			case nft && w == "ruleset.txt":
+				words[i+1] = docNFTDump + "/nft-ruleset.txt"
+			case nft && (w == "state" || w == "DIR"):
+				words[i+1] = docNFTDump + "/objects.json"
 			}
 		}
 		out = append(out, words[1:])
@@ -109,13 +119,13 @@ func TestDocumentedDiffCommands(t *testing.T) {
 			if code != exitEqual || strings.Contains(out, ": different") {
 				t.Errorf("%s: kube-nftproxy %s: exit %d, want 0 and every Service port equal:\n%s", doc, strings.Join(args, " "), code, out)
 			}
-			if !strings.HasPrefix(out, "mode: iptables (") {
+			if !strings.HasPrefix(out, "mode: ") {
 				t.Errorf("%s: kube-nftproxy %s: does not first say the mode it assumed:\n%s", doc, strings.Join(args, " "), out)
 			}
 		}
 	}
-	if n < 3 {
-		t.Fatalf("found %d documented diff commands with --state, want at least 3 (migration.md step 2 and its kubeadm form, debugging.md)", n)
+	if n < 5 {
+		t.Fatalf("found %d documented diff commands with --state, want at least 5 (migration.md step 2, its kubeadm form and from nftables mode, debugging.md's two)", n)
 	}
 }
 
