@@ -50,6 +50,7 @@ func checkClusterIPs(t *testing.T, e *env, probe *leakProbe, f checksFamily, nft
 	edgeExpectRefused(t, e, podC.Name, "tcp", edgeAddr(f.none, 80))
 	edgeExpectDropped(t, e, podC.Name, "tcp", edgeAddr(f.localNone, 80))
 
+	checkClusterIPTrace(t, e, f, nftablesMode)
 	before := probe.count(t, f.name)
 	if nftablesMode {
 		for _, proto := range []string{"tcp", "udp"} {
@@ -62,13 +63,52 @@ func checkClusterIPs(t *testing.T, e *env, probe *leakProbe, f checksFamily, nft
 		if n := probe.count(t, f.name) - before; n != 0 {
 			t.Errorf("%d packets to %s left the node; want none (rejected)", n, f.web)
 		}
-		return
+	} else {
+		edgeExpectDropped(t, e, podC.Name, "tcp", web(81))
+		edgeExpectDropped(t, e, podC.Name, "udp", web(81))
+		if n := probe.count(t, f.name) - before; n < 2*edgeDropCount {
+			t.Errorf("%d packets to %s:81 reached the client; want the %d sent: iptables mode leaves them to the node's routes",
+				n, f.web, 2*edgeDropCount)
+		}
 	}
-	edgeExpectDropped(t, e, podC.Name, "tcp", web(81))
-	edgeExpectDropped(t, e, podC.Name, "udp", web(81))
-	if n := probe.count(t, f.name) - before; n < 2*edgeDropCount {
-		t.Errorf("%d packets to %s:81 reached the client; want the %d sent: iptables mode leaves them to the node's routes",
-			n, f.web, 2*edgeDropCount)
+
+	// An address of the ServiceCIDR no Service holds gets no answer:
+	// nftables mode drops it on the node, iptables mode lets it out.
+	before = probe.count(t, f.name)
+	for _, proto := range []string{"tcp", "udp"} {
+		edgeExpectDropped(t, e, podC.Name, proto, edgeAddr(f.unallocated, 80))
+	}
+	left := probe.count(t, f.name) - before
+	switch {
+	case nftablesMode && left != 0:
+		t.Errorf("%d packets to %s (unallocated) left the node; want none (dropped)", left, f.unallocated)
+	case !nftablesMode && left < 2*edgeDropCount:
+		t.Errorf("%d packets to %s (unallocated) reached the client; want the %d sent", left, f.unallocated, 2*edgeDropCount)
+	}
+}
+
+// checkClusterIPTrace: `trace` on the live tables gives the verdicts the
+// traffic meets: reject for an undefined port, drop for an unallocated
+// address, in nftables mode; neither in iptables mode.
+func checkClusterIPTrace(t *testing.T, e *env, f checksFamily, nftablesMode bool) {
+	t.Helper()
+	src := podC.IPv4
+	if f.web.Is6() {
+		src = podC.IPv6
+	}
+	for _, tc := range []struct{ dst, nft string }{
+		{edgeAddr(f.web, 81), "reject"},
+		{edgeAddr(f.unallocated, 80), "drop"},
+	} {
+		want := tc.nft
+		if !nftablesMode {
+			want = "accept"
+		}
+		for _, proto := range []string{"tcp", "udp"} {
+			if tr := e.trace(t, "--src", src.String(), "--dst", tc.dst+"/"+proto); tr.verdict != want {
+				t.Errorf("trace of %s/%s from %s: verdict %q, want %q:\n%s", tc.dst, proto, src, tr.verdict, want, tr.text)
+			}
+		}
 	}
 }
 
@@ -99,7 +139,8 @@ var checksFamilies = []checksFamily{
 
 // checksState is checks.yaml: Services "none" (TCP 80, no endpoints) and
 // "local-none" (TCP 80, internalTrafficPolicy Local, its only endpoint on
-// another node), dual-stack.
+// another node), dual-stack, and a ServiceCIDR of the sandbox's Service
+// ranges.
 func checksState() string {
 	v4, v6 := checksFamilies[0], checksFamilies[1]
 	svc := func(name string, v4ip, v6ip netip.Addr, extra string) string {
@@ -133,6 +174,8 @@ endpoints:
 `, strings.ToLower(family), family, podTCPPort, addr)
 	}
 	return documents(
+		fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\nspec: {cidrs: [%s, %q]}\n",
+			v4.serviceCIDR, v6.serviceCIDR),
 		svc("none", v4.none, v6.none, ""),
 		svc("local-none", v4.localNone, v6.localNone, "  internalTrafficPolicy: Local\n"),
 		elsewhere("IPv4", podA.IPv4.String()),
