@@ -1,4 +1,5 @@
-// Package upstream runs upstream kube-proxy (iptables mode) and
+// Package upstream runs upstream kube-proxy (iptables mode, and nftables mode for
+// the ClusterIP checks) and
 // kube-nftproxy side by side against one real API server, each in a network
 // namespace of its own, and checks with `kube-nftproxy diff` that they
 // program the same thing for every Service port.
