@@ -73,10 +73,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	if m.Plain {
 		// nft sorts a set's elements by key and prints narrow keys
 		// several to a line.
-		elems = slices.Clone(elems)
-		slices.SortFunc(elems, func(a, c Element) int {
-			return bytes.Compare(encodeKey(t.Family, m.Key, a.Key), encodeKey(t.Family, m.Key, c.Key))
-		})
+		elems = sortedByKey(t.Family, m.Key, elems)
 		perLine = (&Set{Key: m.Key}).perLine(t.Family)
 	}
 	for i, e := range elems {
@@ -122,6 +119,25 @@ func (r Rule) Text(f Family) string {
 		parts = append(parts, "comment "+quoteComment(r.Comment))
 	}
 	return strings.Join(parts, " ")
+}
+
+// sortedByKey is a copy of elems in the order of their encoded keys, each
+// encoded once.
+func sortedByKey(f Family, key []Field, elems []Element) []Element {
+	type keyed struct {
+		k []byte
+		e Element
+	}
+	ks := make([]keyed, len(elems))
+	for i, e := range elems {
+		ks[i] = keyed{encodeKey(f, key, e.Key), e}
+	}
+	slices.SortFunc(ks, func(a, c keyed) int { return bytes.Compare(a.k, c.k) })
+	out := make([]Element, len(ks))
+	for i, k := range ks {
+		out[i] = k.e
+	}
+	return out
 }
 
 // ElementText is an element of the map as nft prints it: without a
