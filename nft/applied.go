@@ -45,6 +45,16 @@ func (b *Backend) appliedTables(ids []tableID) map[tableID]*nftlib.Table {
 	}
 	if st := b.changes.State(); st != nil && len(ids) > 0 {
 		placeAll(out, b.cfg, st, b.node, b.appliedKind)
+		if b.cfg.ClusterIPChecks {
+			// From the State, not the index: a drift check also finds an
+			// index that went wrong.
+			ix := newClusterIPIndex(st)
+			for id, t := range out {
+				if id.kind == MainTable {
+					placeClusterIPs(t, ix)
+				}
+			}
+		}
 	}
 	return out
 }

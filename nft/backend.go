@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -44,9 +45,13 @@ type Backend struct {
 	applied map[tableID]*nftlib.Table
 	// inDelta holds the service ports that live in the delta tables (only
 	// those: its size is the delta's).
-	inDelta  map[proxier.ServicePortName]bool
-	node     proxier.Node
-	needFull bool
+	inDelta map[proxier.ServicePortName]bool
+	node    proxier.Node
+	// clusterIPs and serviceCIDRs are those of the applied State, for
+	// Config.ClusterIPChecks (see clusterips.go).
+	clusterIPs   clusterIPIndex
+	serviceCIDRs []netip.Prefix
+	needFull     bool
 	// replace holds the tables whose repair the kernel refused: the next
 	// full sync deletes and creates them again whole, in its one
 	// transaction, whatever they hold (see markReplace).
@@ -332,6 +337,7 @@ func (b *Backend) record(st *proxier.State, p *syncPlan, d *syncDiff) time.Time 
 	b.needFull = false
 	b.node = st.Node
 	b.inDelta = p.inDelta
+	b.recordClusterIPs(st, p)
 	if p.full {
 		b.changes.RecordAll(st)
 	} else {
@@ -415,6 +421,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}
 	b.applied, b.inDelta, b.needFull, b.settleAfter = nil, nil, true, nil
+	b.clusterIPs, b.serviceCIDRs = nil, nil
 	b.changes.Reset()
 	return true, nil
 }

@@ -232,6 +232,7 @@ func TestBackendFakeScenarios(t *testing.T) {
 			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
 			{what: "b removed", st: withChanges(tinyState(eps("a", "10.244.0.1")), lin, 2, "b"), changed: true, followUp: true, tx: `
 delete element ip kube-nftproxy service-ips { 10.96.0.2 . tcp . 80 }
+delete element ip kube-nftproxy cluster-ips { 10.96.0.2 }
 flush chain ip kube-nftproxy KUBE-SEP-Z5OOVPMZYYAASIAC
 flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 			{what: "c added", st: withChanges(tinyState(eps("a", "10.244.0.1", "c", "10.244.0.3")), lin, 3, "c"), changed: true, followUp: true, delta: []string{"c"}},

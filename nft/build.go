@@ -84,6 +84,12 @@ type Config struct {
 	// iptables mode does (--iptables-localhost-nodeports), when the
 	// NodePort addresses include loopback; see localhost.go.
 	LocalhostNodePorts bool
+	// ClusterIPChecks, as upstream's nftables mode does (its cluster-ips
+	// set and cluster-ips-check chain): a new connection to a ClusterIP
+	// that no rule took (a port no Service port defines) is rejected, one
+	// to an address of the State's ServiceCIDRs that no Service holds is
+	// dropped. See clusterips.go.
+	ClusterIPChecks bool
 }
 
 // DefaultConfig is kube-proxy's defaults.
@@ -122,6 +128,10 @@ func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
 				tables[homeTable(svc)].Fragments[fragmentKey(name)] = fr
 			}
 		}
+		if cfg.ClusterIPChecks {
+			tables[MainTable] = withServiceCIDRs(tables[MainTable], st.ServiceCIDRs)
+			placeClusterIPs(tables[MainTable], newClusterIPIndex(st))
+		}
 		rs.Tables = append(rs.Tables, tables[MainTable], tables[DeltaTable], tables[AffinityTable])
 	}
 	return rs
@@ -155,6 +165,9 @@ func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) 
 	}
 	if kind == MainTable && localhostNodePorts(f, cfg) {
 		addLocalnetFirewall(t)
+	}
+	if kind == MainTable && cfg.ClusterIPChecks {
+		addClusterIPChecks(t)
 	}
 	if kind != MainTable {
 		earlierTable(t, cfg, kind)

@@ -31,6 +31,7 @@ func demoState() *proxier.State {
 func demoConfig() Config {
 	cfg := DefaultConfig()
 	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+	cfg.ClusterIPChecks = true // the golden cases' nftables mode
 	return cfg
 }
 

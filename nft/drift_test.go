@@ -117,6 +117,14 @@ func tamperCases() []tamperCase {
 			cmd("add chain", sep, "{ type filter hook forward priority 0; policy drop; }")}, "chain " + sep + ": type filter hook forward"},
 		{"table re-created with another comment", [][]string{cmd("delete table"), cmd("add table", "{ comment \"someone else's\"; }")},
 			"comment differs"},
+		{"deleted cluster-ips element", [][]string{cmd("delete element", "cluster-ips", "{ 10.96.0.10 }")},
+			"map cluster-ips: element 10.96.0.10 missing"},
+		{"rogue cluster-ips element", [][]string{cmd("add element", "cluster-ips", "{ 10.96.0.77 }")},
+			"map cluster-ips: element 0a60004d is not ours"},
+		{"cluster-ips element's comment", [][]string{cmd("delete element", "cluster-ips", "{ 10.96.0.10 }"),
+			cmd("add element", "cluster-ips", "{ 10.96.0.10 comment \"someone\" }")}, "map cluster-ips: element 10.96.0.10: comment differs"},
+		{"cluster-ips a map", [][]string{cmd("flush table"), cmd("delete set", "cluster-ips"),
+			cmd("add map", "cluster-ips", "{ type ipv4_addr : verdict; }")}, "map cluster-ips: flags"},
 	}
 }
 

@@ -108,7 +108,7 @@ func TestDescribeMessage(t *testing.T) {
 		{func() { b.AddChain(nftlib.IPv4, "t", &nftlib.Chain{Name: "KUBE-SVC-X"}) }, "add chain KUBE-SVC-X"},
 		{func() { b.AddRule(nftlib.IPv4, "t", "KUBE-SVC-X", nftlib.R(nftlib.Verdict{Kind: nftlib.Drop})) }, "add rule to KUBE-SVC-X"},
 		{func() { b.FlushChain(nftlib.IPv4, "t", "KUBE-SVC-X") }, "flush chain KUBE-SVC-X"},
-		{func() { b.FlushMap(nftlib.IPv4, "t", mapServiceIPs) }, "flush map service-ips"},
+		{func() { b.FlushMap(nftlib.IPv4, "t", m) }, "flush map service-ips"},
 		{func() {
 			b.Elements(true, nftlib.IPv4, "t", m, []nftlib.Element{{Key: nftlib.Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}})
 		}, "add elements to service-ips"},

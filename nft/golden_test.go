@@ -105,6 +105,7 @@ func goldenConfig(args []string) (Config, string, error) {
 	}
 	// iptables mode serves NodePorts on localhost unless told not to.
 	cfg.LocalhostNodePorts = mode == "iptables" && localhost
+	cfg.ClusterIPChecks = mode == "nftables"
 	cfg.MasqueradeBit = uint(masqBit)
 	cfg.DetectLocal = proxier.LocalDetector{Mode: detect, BridgeInterface: bridge, InterfacePrefix: prefix}
 	if len(nodePortAddrs) == 0 && mode == "nftables" {

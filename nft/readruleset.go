@@ -20,7 +20,9 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 		if err != nil {
 			return nil, err
 		}
-		template := BuildTable(f, DefaultConfig(), proxier.Node{}, MainTable)
+		cfg := DefaultConfig()
+		cfg.ClusterIPChecks = true // knows the nftables mode's set too
+		template := BuildTable(f, cfg, proxier.Node{}, MainTable)
 		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
 			comment, ok := comments[name]
 			if !ok {

@@ -24,7 +24,7 @@ func (b *Backend) diff(p *syncPlan, ph *syncPhases) (*syncDiff, error) {
 		ph.read = ph.lap()
 	}
 	d := &syncDiff{stale: map[tableID][]string{}, kept: map[tableID][]string{}}
-	keys := fragmentKeys(p.names)
+	keys := append(fragmentKeys(p.names), p.extraKeys...)
 	for _, id := range tableIDs() {
 		var x *nftlib.Tx
 		if p.full {

@@ -35,6 +35,12 @@ type syncPlan struct {
 	// Node they are built for.
 	deferred []placedPort
 	node     proxier.Node
+	// extraKeys are the keys of the ClusterIP elements' fragments the diff
+	// must look at besides names'; clusterIPs the holders of those
+	// ClusterIPs after the sync (a full plan's: of every one). See
+	// clusterips.go.
+	extraKeys  []string
+	clusterIPs clusterIPIndex
 }
 
 // plan builds the plan of st.
@@ -60,6 +66,14 @@ func (b *Backend) planFull(st *proxier.State) *syncPlan {
 	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[proxier.ServicePortName]bool{}, node: st.Node}
 	for _, id := range tableIDs() {
 		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
+	}
+	if b.cfg.ClusterIPChecks {
+		p.clusterIPs = newClusterIPIndex(st)
+		for _, f := range nftlib.Families {
+			id := tableID{f, MainTable}
+			p.want[id] = withServiceCIDRs(p.want[id], st.ServiceCIDRs)
+			placeClusterIPs(p.want[id], p.clusterIPs)
+		}
 	}
 	ports := sortedPorts(st, homeKind)
 	if b.stagesFull(ports, p.want) {
@@ -105,6 +119,7 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 		}
 		b.place(p.want, name, kind, st.Node, svc, st.Endpoints.Get(name))
 	}
+	b.planClusterIPs(p, st)
 	return p
 }
 

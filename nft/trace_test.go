@@ -49,9 +49,9 @@ func TestTrace(t *testing.T) {
 			want: []string{"1.000 no dnat"},
 		},
 		{
-			name: "wrong protocol does not match",
+			name: "wrong protocol does not match: a port of no Service port, rejected (cluster-ips-check)",
 			pkt:  nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_UDP, Dport: 80, Local: node},
-			want: []string{"1.000 no dnat"},
+			want: []string{"1.000 reject"},
 		},
 		{
 			name: "IPv6 ClusterIP has the IPv6 endpoint only",

@@ -153,7 +153,10 @@ func mapMismatch(f Family, ks *KernelSet, m *Map) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.Flags != unix.NFT_SET_MAP || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != VerdictType:
+	case m.Plain && (ks.Flags != 0 || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != 0):
+		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a plain set with key type 0x%x (%d bytes)",
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
+	case !m.Plain && (ks.Flags != unix.NFT_SET_MAP || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != VerdictType):
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a verdict map with key type 0x%x (%d bytes)",
 			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
 	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, m.Comment)):
@@ -274,7 +277,7 @@ func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
 			}
 			delete(want, string(e.key))
 			v := w.Verdict.Expr()
-			if e.verdict != int32(v.Kind) || e.chain != v.Chain {
+			if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
 				d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
 			} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
 				d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))

@@ -16,7 +16,7 @@ type txWriter interface {
 	delFlowtable(f Family, table, name string)
 	AddMap(f Family, table string, m *Map, id uint32)
 	AddAffinitySet(f Family, table string, id uint32)
-	FlushMap(f Family, table, m string)
+	FlushMap(f Family, table string, m *Map)
 	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
@@ -124,7 +124,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		cloneElementStrings(x.addElems)
 	}
 	for _, m := range x.flushMaps {
-		w.FlushMap(x.f, t.Name, m)
+		w.FlushMap(x.f, t.Name, t.Map(m))
 	}
 	for _, m := range t.Maps {
 		if e := x.delElems[m.Name]; len(e) > 0 {

@@ -172,6 +172,9 @@ func fakeKSet(f Family, s *fakeSet) *KernelSet {
 	if s.m == nil {
 		return &KernelSet{Flags: affinityFlags, KeyType: affinityKeyType(f), KeyLen: affinityKeyLen(f), Udata: affinityUserdata(f)}
 	}
+	if s.m.Plain {
+		return &KernelSet{KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key), Udata: CommentUdata(SetCommentType, s.m.Comment)}
+	}
 	return &KernelSet{Flags: unix.NFT_SET_MAP, KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key),
 		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
 }
@@ -211,9 +214,9 @@ func tableObjects(t *Table) []string {
 		out = append(out, chainObject(c, t.Family))
 	}
 	for _, m := range t.Maps {
-		out = append(out, "map "+m.Name+" "+fmt.Sprint(m.Key)+" "+quoteComment(m.Comment))
+		out = append(out, "map "+m.Name+" "+fmt.Sprint(m.Key)+" "+fmt.Sprint(m.Plain)+" "+quoteComment(m.Comment))
 		for _, e := range t.Elements(m.Name) {
-			out = append(out, "map "+m.Name+" element "+e.Text(t.Family, m.Key))
+			out = append(out, "map "+m.Name+" element "+m.ElementText(t.Family, e))
 		}
 	}
 	if t.Affinity {
@@ -253,11 +256,11 @@ func (t *fakeTable) table(f Family, name string) *Table {
 			out.Affinity = true
 			continue
 		}
-		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment}
+		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain}
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}
-		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(a.Text(f, m.Key), b.Text(f, m.Key)) })
+		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(m.ElementText(f, a), m.ElementText(f, b)) })
 		out.Maps = append(out.Maps, m)
 	}
 	for _, cn := range slices.Sorted(maps.Keys(t.chains)) {

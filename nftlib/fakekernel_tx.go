@@ -80,7 +80,7 @@ func (x *fakeTx) AddMap(f Family, table string, m *Map, id uint32) {
 			}
 			return nil
 		}
-		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment}, elems: map[Key]Element{}}
+		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment, Plain: m.Plain}, elems: map[Key]Element{}}
 		return nil
 	})
 }
@@ -94,9 +94,9 @@ func (x *fakeTx) AddAffinitySet(f Family, table string, id uint32) {
 	})
 }
 
-func (x *fakeTx) FlushMap(f Family, table, m string) {
+func (x *fakeTx) FlushMap(f Family, table string, m *Map) {
 	x.add(f, table, func(w *ScriptWriter) { w.FlushMap(f, table, m) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
-		s := t.sets[m]
+		s := t.sets[m.Name]
 		if s == nil {
 			return syscall.ENOENT
 		}

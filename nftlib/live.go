@@ -101,10 +101,10 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		if tm == nil {
 			return nil, fmt.Errorf("%s %s: set %s is not one of ours", f, name, s)
 		}
-		m := &Map{Name: s, Key: tm.Key, Comment: tm.Comment}
+		m := &Map{Name: s, Key: tm.Key, Comment: tm.Comment, Plain: tm.Plain}
 		var derr error
 		err := k.dumpElements(f, name, s, func(e kElement) {
-			el, err := decodeElement(f, m.Key, e)
+			el, err := decodeElement(f, m, e)
 			if err != nil && derr == nil {
 				derr = fmt.Errorf("%s %s map %s: %w", f, name, s, err)
 			}
@@ -136,10 +136,10 @@ func udataComment(u []byte) string {
 	return ""
 }
 
-func decodeElement(f Family, key []Field, e kElement) (Element, error) {
+func decodeElement(f Family, m *Map, e kElement) (Element, error) {
 	el := Element{Comment: udataComment(e.udata)}
 	b := e.key
-	for _, fl := range key {
+	for _, fl := range m.Key {
 		n := int((fl.Size(f) + 3) &^ 3)
 		if len(b) < n {
 			return el, fmt.Errorf("element key of %d bytes is too short", len(e.key))
@@ -154,6 +154,9 @@ func decodeElement(f Family, key []Field, e kElement) (Element, error) {
 			el.Key.Port = binary.BigEndian.Uint16(b)
 		}
 		b = b[n:]
+	}
+	if m.Plain {
+		return el, nil
 	}
 	switch e.verdict {
 	case unix.NFT_JUMP:

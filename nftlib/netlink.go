@@ -480,11 +480,17 @@ func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
 	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.Str(unix.NFTA_SET_TABLE, table)
 	b.Str(unix.NFTA_SET_NAME, m.Name)
-	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	if m.Plain {
+		b.U32(unix.NFTA_SET_FLAGS, 0)
+	} else {
+		b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+	}
 	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
 	b.U32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
-	b.U32(unix.NFTA_SET_DATA_TYPE, 0xffffff00) // verdict
-	b.U32(unix.NFTA_SET_DATA_LEN, 0)
+	if !m.Plain {
+		b.U32(unix.NFTA_SET_DATA_TYPE, VerdictType)
+		b.U32(unix.NFTA_SET_DATA_LEN, 0)
+	}
 	b.U32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
 		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
@@ -493,10 +499,10 @@ func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
 }
 
 // FlushMap deletes every element of a map.
-func (b *Batch) FlushMap(f Family, table, m string) {
+func (b *Batch) FlushMap(f Family, table string, m *Map) {
 	b.Begin(unix.NFT_MSG_DELSETELEM, 0, f)
 	b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-	b.Str(unix.NFTA_SET_ELEM_LIST_SET, m)
+	b.Str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
 	b.End()
 }
 
@@ -513,15 +519,17 @@ func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 		if !add {
 			return
 		}
-		b.Nest(unix.NFTA_SET_ELEM_DATA)
-		b.Nest(unix.NFTA_DATA_VERDICT)
-		v := e.Verdict.Expr()
-		b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
-		if v.Chain != "" {
-			b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+		if !m.Plain {
+			b.Nest(unix.NFTA_SET_ELEM_DATA)
+			b.Nest(unix.NFTA_DATA_VERDICT)
+			v := e.Verdict.Expr()
+			b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+			if v.Chain != "" {
+				b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+			}
+			b.Unnest()
+			b.Unnest()
 		}
-		b.Unnest()
-		b.Unnest()
 		if e.Comment != "" {
 			b.CommentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
 		}

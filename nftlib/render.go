@@ -1,8 +1,10 @@
 package nftlib
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -54,24 +56,36 @@ func (t *Table) RenderTo(b *strings.Builder) {
 }
 
 func (t *Table) renderMap(b *strings.Builder, m *Map) {
-	fmt.Fprintf(b, "\tmap %s {\n", m.Name)
-	var types []string
+	types := make([]string, 0, len(m.Key))
 	for _, fl := range m.Key {
 		name, _ := fl.datatype(t.Family)
 		types = append(types, name)
 	}
-	fmt.Fprintf(b, "\t\ttype %s : verdict\n", strings.Join(types, " . "))
+	if m.Plain {
+		fmt.Fprintf(b, "\tset %s {\n\t\ttype %s\n", m.Name, strings.Join(types, " . "))
+	} else {
+		fmt.Fprintf(b, "\tmap %s {\n\t\ttype %s : verdict\n", m.Name, strings.Join(types, " . "))
+	}
 	if m.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(m.Comment))
 	}
-	elems := t.Elements(m.Name)
+	elems, perLine := t.Elements(m.Name), 1
+	if m.Plain {
+		// nft sorts a set's elements by key and prints narrow keys
+		// several to a line.
+		elems = sortedByKey(t.Family, m.Key, elems)
+		perLine = (&Set{Key: m.Key}).perLine(t.Family)
+	}
 	for i, e := range elems {
-		if i == 0 {
+		switch {
+		case i == 0:
 			b.WriteString("\t\telements = { ")
-		} else {
+		case i%perLine == 0:
 			b.WriteString(",\n\t\t\t     ")
+		default:
+			b.WriteString(", ")
 		}
-		b.WriteString(e.Text(t.Family, m.Key))
+		b.WriteString(m.ElementText(t.Family, e))
 	}
 	if len(elems) > 0 {
 		b.WriteString(" }\n")
@@ -105,6 +119,38 @@ func (r Rule) Text(f Family) string {
 		parts = append(parts, "comment "+quoteComment(r.Comment))
 	}
 	return strings.Join(parts, " ")
+}
+
+// sortedByKey is a copy of elems in the order of their encoded keys, each
+// encoded once.
+func sortedByKey(f Family, key []Field, elems []Element) []Element {
+	type keyed struct {
+		k []byte
+		e Element
+	}
+	ks := make([]keyed, len(elems))
+	for i, e := range elems {
+		ks[i] = keyed{encodeKey(f, key, e.Key), e}
+	}
+	slices.SortFunc(ks, func(a, c keyed) int { return bytes.Compare(a.k, c.k) })
+	out := make([]Element, len(ks))
+	for i, k := range ks {
+		out[i] = k.e
+	}
+	return out
+}
+
+// ElementText is an element of the map as nft prints it: without a
+// verdict in a Plain set.
+func (m *Map) ElementText(f Family, e Element) string {
+	if !m.Plain {
+		return e.Text(f, m.Key)
+	}
+	s := e.keyText(m.Key)
+	if e.Comment != "" {
+		s += " comment " + quoteComment(e.Comment)
+	}
+	return s
 }
 
 func (e Element) Text(f Family, key []Field) string {

@@ -125,11 +125,15 @@ func R(terms ...Term) Rule { return Rule{Terms: terms} }
 // WithComment returns the rule with a comment.
 func (r Rule) WithComment(c string) Rule { r.Comment = c; return r }
 
-// Map is a named verdict map.
+// Map is a named verdict map, or with Plain a named set.
 type Map struct {
 	Name    string
 	Key     []Field
 	Comment string
+	// Plain makes it a set: keys without verdicts (`set NAME { type ... }`),
+	// for lookups (SetMatch, SetLookup). Its elements' Verdict is unused;
+	// adding them costs the kernel no validation of the table.
+	Plain bool
 	// Elements are the map's fixed elements; fragments add theirs.
 	Elements []Element
 }

@@ -38,10 +38,20 @@ func (s *ScriptWriter) AddMap(f Family, table string, m *Map, _ uint32) {
 		n, _ := fl.datatype(f)
 		types = append(types, n)
 	}
+	if m.Plain {
+		s.line("add set %s %s %s { type %s; }", f, table, m.Name, strings.Join(types, " . "))
+		return
+	}
 	s.line("add map %s %s %s { type %s : verdict; }", f, table, m.Name, strings.Join(types, " . "))
 }
 
-func (s *ScriptWriter) FlushMap(f Family, table, m string) { s.line("flush map %s %s %s", f, table, m) }
+func (s *ScriptWriter) FlushMap(f Family, table string, m *Map) {
+	kind := "map"
+	if m.Plain {
+		kind = "set"
+	}
+	s.line("flush %s %s %s %s", kind, f, table, m.Name)
+}
 
 func (s *ScriptWriter) AddChains(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
@@ -87,7 +97,7 @@ func (s *ScriptWriter) AddRule(f Family, table, chain string, r Rule) {
 func (s *ScriptWriter) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	for _, e := range elems {
 		if add {
-			s.line("add element %s %s %s { %s }", f, table, m.Name, e.Text(f, m.Key))
+			s.line("add element %s %s %s { %s }", f, table, m.Name, m.ElementText(f, e))
 		} else {
 			s.line("delete element %s %s %s { %s }", f, table, m.Name, e.keyText(m.Key))
 		}

@@ -121,7 +121,7 @@ func (t *ChangeTracker) Record(st *State, changed []ServicePortName) {
 			eps.Delete(name)
 		}
 	}
-	t.recorded = &State{Node: st.Node, Services: svcs.Map(), Endpoints: eps.Map(), Changes: st.Changes}
+	t.recorded = &State{Node: st.Node, Services: svcs.Map(), Endpoints: eps.Map(), ServiceCIDRs: st.ServiceCIDRs, Changes: st.Changes}
 	t.lineage, t.gen = st.Changes.Lineage, st.Changes.Gen
 }
 

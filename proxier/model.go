@@ -182,6 +182,12 @@ type State struct {
 	// Endpoints holds every endpoint of a service port, whatever its
 	// conditions, deduplicated and in a stable order.
 	Endpoints PortMap[[]Endpoint]
+	// ServiceCIDRs are the ranges of the cluster's ServiceCIDR objects
+	// (networking.k8s.io/v1, spec.cidrs), masked, sorted and without
+	// repeats; none when the source knows of none. The nftables mode drops
+	// new connections to an address in them that no Service holds, as
+	// upstream's nftables mode does.
+	ServiceCIDRs []netip.Prefix
 	// Changes, when its source keeps track: how this State differs from
 	// the one before it of the same lineage.
 	Changes StateChanges
@@ -200,6 +206,9 @@ type StateChanges struct {
 	// NodeChanged.
 	Ports       []ServicePortName
 	NodeChanged bool
+	// ServiceCIDRsChanged: the ServiceCIDRs differ from those of the
+	// State of generation Gen-1 (the Ports remain valid).
+	ServiceCIDRsChanged bool
 }
 
 // Lineage is the identity of a source of States (compared by address).

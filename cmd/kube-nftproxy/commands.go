@@ -148,6 +148,7 @@ func (o *options) nftConfig() (nft.Config, error) {
 	}
 	cfg.MasqueradeBit = uint(o.masqueradeBit)
 	cfg.LocalhostNodePorts = o.modeName() == modeIPTables && o.localhostNodePorts
+	cfg.ClusterIPChecks = o.modeName() == modeNFTables
 	seen := map[bool]bool{}
 	for _, s := range strings.Split(o.clusterCIDR, ",") {
 		if s = strings.TrimSpace(s); s == "" {

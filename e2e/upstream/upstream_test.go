@@ -1,7 +1,8 @@
 // Package upstream runs upstream kube-proxy (iptables mode) and
 // kube-nftproxy side by side against one real API server, each in a network
 // namespace of its own, and checks with `kube-nftproxy diff` that they
-// program the same thing for every Service port.
+// program the same thing for every Service port; and, both in nftables
+// mode, that they give traffic to ClusterIPs the same verdicts.
 package upstream
 
 import (

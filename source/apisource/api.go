@@ -17,6 +17,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -83,6 +84,10 @@ func (s *APISource) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cidrs := s.serviceCIDRInformer(log)
+	if cidrs != nil {
+		sources.cidrs = cidrs.Networking().V1().ServiceCIDRs().Informer()
+	}
 	// No sync before every cache has filled: a proxy restarting on a node
 	// must not program a partial view over the rules it left there.
 	var synced atomic.Bool
@@ -95,9 +100,13 @@ func (s *APISource) Run(ctx context.Context) error {
 	onWatchError := func(r *cache.Reflector, err error) {
 		dog.failed(fmt.Errorf("listing or watching %s: %w", r.TypeDescription(), err))
 	}
-	var handlersSynced []cache.DoneChecker
+	var handlersSynced, optionalSynced []cache.DoneChecker
 	for _, h := range s.handlers(log, sources) {
-		if err := h.informer.SetWatchErrorHandler(onWatchError); err != nil {
+		onError := onWatchError
+		if h.optional {
+			onError = optionalWatchError(log)
+		}
+		if err := h.informer.SetWatchErrorHandler(onError); err != nil {
 			return fmt.Errorf("adding watch error handler: %w", err)
 		}
 		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -108,16 +117,25 @@ func (s *APISource) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
-		handlersSynced = append(handlersSynced, reg.HasSyncedChecker())
+		if h.optional {
+			optionalSynced = append(optionalSynced, reg.HasSyncedChecker())
+		} else {
+			handlersSynced = append(handlersSynced, reg.HasSyncedChecker())
+		}
 	}
 	go dog.run(ctx)
 	objects.Start(ctx.Done())
 	nodes.Start(ctx.Done())
 	defer objects.Shutdown()
 	defer nodes.Shutdown()
+	if cidrs != nil {
+		cidrs.Start(ctx.Done())
+		defer cidrs.Shutdown()
+	}
 	if err := waitFilled(ctx, handlersSynced, objects, nodes); err != nil {
 		return err
 	}
+	waitOptional(ctx, log, optionalSynced)
 	log.Info("API server caches filled")
 	synced.Store(true)
 	if s.OnReady != nil {
@@ -128,9 +146,10 @@ func (s *APISource) Run(ctx context.Context) error {
 	return nil
 }
 
-// apiInformers are the Service, EndpointSlice and Node informers.
+// apiInformers are the Service, EndpointSlice and Node informers, and the
+// ServiceCIDR one (nil when the API server does not serve them).
 type apiInformers struct {
-	services, slices, nodes cache.SharedIndexInformer
+	services, slices, nodes, cidrs cache.SharedIndexInformer
 }
 
 // informers builds the factories: one for Services and EndpointSlices
@@ -161,23 +180,26 @@ func (s *APISource) informers() (objects, nodes informers.SharedInformerFactory,
 	return objects, nodes, in, nil
 }
 
-// apiHandler passes one informer's objects to the Builder.
+// apiHandler passes one informer's objects to the Builder. An optional
+// one does not hold the first sync back for long (see waitOptional), and
+// its failures do not count as the API server's.
 type apiHandler struct {
 	informer cache.SharedIndexInformer
 	upsert   func(any)
 	remove   func(any)
+	optional bool
 }
 
 // typedHandler passes informer's objects of type T to upsert, and those
 // deleted (also from a tombstone) to remove; warn gets upsert's errors.
 func typedHandler[T any](informer cache.SharedIndexInformer, warn func(error), upsert func(T) error, remove func(T)) apiHandler {
-	return apiHandler{informer,
-		func(o any) {
+	return apiHandler{informer: informer,
+		upsert: func(o any) {
 			if v, ok := o.(T); ok {
 				warn(upsert(v))
 			}
 		},
-		func(o any) {
+		remove: func(o any) {
 			if v, ok := unwrap(o).(T); ok {
 				remove(v)
 			}
@@ -190,13 +212,20 @@ func (s *APISource) handlers(log *slog.Logger, in apiInformers) []apiHandler {
 			log.Warn("skipping bad input", "err", err)
 		}
 	}
-	return []apiHandler{
+	hs := []apiHandler{
 		typedHandler(in.services, warn, s.Builder.UpsertService,
 			func(svc *corev1.Service) { s.Builder.DeleteService(svc.Namespace, svc.Name) }),
 		typedHandler(in.slices, warn, s.Builder.UpsertEndpointSlice, s.Builder.RemoveEndpointSlice),
 		typedHandler(in.nodes, warn, s.Builder.UpsertNode,
 			func(n *corev1.Node) { s.Builder.DeleteNode(n.Name) }),
 	}
+	if in.cidrs != nil {
+		h := typedHandler(in.cidrs, warn, s.Builder.UpsertServiceCIDR,
+			func(sc *networkingv1.ServiceCIDR) { s.Builder.DeleteServiceCIDR(sc.Name) })
+		h.optional = true
+		hs = append(hs, h)
+	}
+	return hs
 }
 
 // waitFilled waits until both factories' caches have filled and the

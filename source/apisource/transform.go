@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -28,6 +29,8 @@ func (s *slimmer) slim(obj any) (any, error) {
 		return s.slimSlice(o), nil
 	case *corev1.Node:
 		return slimNode(o), nil
+	case *networkingv1.ServiceCIDR:
+		return &networkingv1.ServiceCIDR{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: o.Spec}, nil
 	}
 	return obj, nil
 }

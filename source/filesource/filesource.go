@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
@@ -643,6 +644,8 @@ func refOf(o manifest.Object) (objectRef, bool) {
 		return objectRef{"endpointslice", model.NamespaceOrDefault(obj.Namespace), obj.Name}, true
 	case *corev1.Node:
 		return objectRef{"node", "", obj.Name}, true
+	case *networkingv1.ServiceCIDR:
+		return objectRef{"servicecidr", "", obj.Name}, true
 	}
 	return objectRef{}, false
 }
@@ -655,6 +658,8 @@ func upsert(b *model.Builder, obj any) error {
 		return b.UpsertEndpointSlice(obj)
 	case *corev1.Node:
 		return b.UpsertNode(obj)
+	case *networkingv1.ServiceCIDR:
+		return b.UpsertServiceCIDR(obj)
 	}
 	return nil
 }
@@ -667,5 +672,7 @@ func remove(b *model.Builder, ref objectRef) {
 		b.DeleteEndpointSlice(ref.namespace, ref.name)
 	case "node":
 		b.DeleteNode(ref.name)
+	case "servicecidr":
+		b.DeleteServiceCIDR(ref.name)
 	}
 }

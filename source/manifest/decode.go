@@ -1,6 +1,6 @@
 // Package manifest decodes Kubernetes manifests, YAML or JSON streams of
 // documents and lists, into the objects the proxy uses (Services,
-// EndpointSlices, Nodes), each with the file and line it came from; a bad
+// EndpointSlices, Nodes, ServiceCIDRs), each with the file and line it came from; a bad
 // document or object is reported and skipped alone. It also tells a stream
 // that looks cut short (see Tail), for the file source.
 package manifest
@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
@@ -26,7 +27,8 @@ import (
 type Object struct {
 	// Source is "file:line" of the YAML document, plus " items[N]" inside a list.
 	Source string
-	// Obj is a *corev1.Service, *discoveryv1.EndpointSlice or *corev1.Node.
+	// Obj is a *corev1.Service, *discoveryv1.EndpointSlice, *corev1.Node or
+	// *networkingv1.ServiceCIDR.
 	Obj runtime.Object
 }
 
@@ -44,13 +46,14 @@ func IsWarning(err error) bool {
 	return errors.As(err, &w)
 }
 
-// Decoder decodes Services, EndpointSlices and Nodes (and lists of them)
+// Decoder decodes Services, EndpointSlices, Nodes and ServiceCIDRs (and lists of them)
 // from YAML or JSON. Build one with NewDecoder; it is safe for concurrent use.
 type Decoder struct {
 	codec runtime.Decoder
 }
 
-// NewDecoder returns a Decoder that knows core/v1 and discovery.k8s.io/v1.
+// NewDecoder returns a Decoder that knows core/v1, discovery.k8s.io/v1 and
+// networking.k8s.io/v1.
 func NewDecoder() (*Decoder, error) {
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -58,6 +61,9 @@ func NewDecoder() (*Decoder, error) {
 	}
 	if err := discoveryv1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("registering discovery.k8s.io/v1: %w", err)
+	}
+	if err := networkingv1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering networking.k8s.io/v1: %w", err)
 	}
 	// Strict mode reports unknown and duplicate fields but still returns
 	// the object, so they become warnings rather than losses.
@@ -220,7 +226,7 @@ func (d *Decoder) decodeJSON(js []byte, src string) ([]Object, []error) {
 	}
 
 	switch o := obj.(type) {
-	case *corev1.Service, *discoveryv1.EndpointSlice, *corev1.Node:
+	case *corev1.Service, *discoveryv1.EndpointSlice, *corev1.Node, *networkingv1.ServiceCIDR:
 		return []Object{{Source: src, Obj: o}}, errs
 	case *corev1.List:
 		var objs []Object
@@ -239,6 +245,8 @@ func (d *Decoder) decodeJSON(js []byte, src string) ([]Object, []error) {
 	case *discoveryv1.EndpointSliceList:
 		return listItems(o.Items, src), errs
 	case *corev1.NodeList:
+		return listItems(o.Items, src), errs
+	case *networkingv1.ServiceCIDRList:
 		return listItems(o.Items, src), errs
 	}
 	return nil, append(errs, &Warning{fmt.Errorf("%s: %s: kind %q is not used by the proxy, skipped", src, peek, peek.Kind)})

@@ -34,6 +34,10 @@ type Builder struct {
 	bySvc    map[serviceKey][]*sliceInfo // service -> its slices (a list: a map per Service costs hundreds of bytes)
 	node     *proxier.Node
 	errs     map[objectRef]error
+	// serviceCIDRs are the ServiceCIDR objects' ranges by object name;
+	// cidrs their union (see servicecidr.go).
+	serviceCIDRs map[string][]netip.Prefix
+	cidrs        []netip.Prefix
 
 	// owner holds, for every key some Service asks for, the Service that
 	// keeps it; rivals lists the others asking, only for contested keys.
@@ -60,10 +64,11 @@ type Builder struct {
 	snap *proxier.State
 	// The snapshots' lineage and the last one's generation; the service
 	// ports refreshed and whether the Node changed since it.
-	lineage     *proxier.Lineage
-	gen         uint64
-	changed     []proxier.ServicePortName
-	nodeChanged bool
+	lineage      *proxier.Lineage
+	gen          uint64
+	changed      []proxier.ServicePortName
+	nodeChanged  bool
+	cidrsChanged bool
 
 	// For kube-proxy's change metrics (ChangeCounts, StateWithTriggers):
 	// events seen since started; the Services changed since the last
@@ -510,13 +515,14 @@ func (b *Builder) stateLocked() *proxier.State {
 	}
 	b.gen++
 	st := &proxier.State{
-		Node:      proxier.Node{Name: b.nodeName},
-		Services:  b.liveServices.Map(),
-		Endpoints: b.liveEndpoints.Map(),
+		Node:         proxier.Node{Name: b.nodeName},
+		Services:     b.liveServices.Map(),
+		Endpoints:    b.liveEndpoints.Map(),
+		ServiceCIDRs: b.cidrs,
 		Changes: proxier.StateChanges{Lineage: b.lineage, Gen: b.gen, Ports: b.changed,
-			NodeChanged: b.nodeChanged || b.gen == 1},
+			NodeChanged: b.nodeChanged || b.gen == 1, ServiceCIDRsChanged: b.cidrsChanged},
 	}
-	b.changed, b.nodeChanged = nil, false
+	b.changed, b.nodeChanged, b.cidrsChanged = nil, false, false
 	if b.node != nil {
 		st.Node = *b.node
 	}
