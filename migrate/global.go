@@ -41,6 +41,11 @@ const (
 	// KnownCanary: iptables mode's empty KUBE-PROXY-CANARY chains tell
 	// it when someone flushed its tables.
 	KnownCanary = "iptables has the empty KUBE-PROXY-CANARY chains kube-proxy watches for flushes; ours watches its tables itself"
+	// KnownClusterIPChecks: upstream's nftables mode rejects new
+	// connections to a ClusterIP's undefined ports and drops those to
+	// unallocated ServiceCIDR addresses; iptables mode lets them leave by
+	// the node's routes.
+	KnownClusterIPChecks = "ours in nftables mode, like upstream's nftables mode, rejects new connections to undefined ports of ClusterIPs and drops those to unallocated ServiceCIDR addresses (cluster-ips-check); iptables mode lets them out by the node's routes"
 	// KnownKubeletFirewall: without localhost NodePorts, KUBE-FIREWALL's
 	// localnet drop is kubelet's rule, not kube-proxy's.
 	KnownKubeletFirewall = "KUBE-FIREWALL's localnet drop without localhost NodePorts is kubelet's rule (kube-proxy writes it only for localhost NodePorts): not compared"
@@ -475,6 +480,10 @@ func compareGlobal(family string, theirs, ours globalFacts, localhost bool) (dif
 		ourFacts = slices.DeleteFunc(ourFacts, func(s string) bool { return s == outputExternal })
 		known = append(known, KnownNodeToExternalNoEndpoints)
 	}
+	if slices.ContainsFunc(ourFacts, isClusterIPCheck) && !slices.ContainsFunc(theirs.facts, isClusterIPCheck) {
+		ourFacts = slices.DeleteFunc(ourFacts, isClusterIPCheck)
+		known = append(known, KnownClusterIPChecks)
+	}
 	theirFacts := slices.Clone(theirs.facts)
 	if slices.ContainsFunc(theirFacts, isHealthCheckJump) {
 		theirFacts = slices.DeleteFunc(theirFacts, isHealthCheckJump)
@@ -509,3 +518,6 @@ func compareGlobal(family string, theirs, ours globalFacts, localhost bool) (dif
 }
 
 func isHealthCheckJump(fact string) bool { return strings.HasSuffix(fact, "-> "+roleHealthChecks) }
+
+// isClusterIPCheck: a hook's jump to nftables mode's cluster-ips-check.
+func isClusterIPCheck(fact string) bool { return strings.HasSuffix(fact, "-> cluster-ips-check") }

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
+	"github.com/kube-nftproxy/kube-nftproxy/nft"
+	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
 // The dumps in testdata/upstream are real: upstream kube-proxy v1.37.1 in
@@ -106,5 +109,33 @@ func TestCompareOneFamily(t *testing.T) {
 	checkReport(t, rep, nil, 1)
 	if _, err := Compare([]*iptsave.Dump{d, d}, rs); err == nil {
 		t.Errorf("two IPv6 dumps: no error")
+	}
+}
+
+// Ours in nftables mode checks ClusterIPs (cluster-ips-check) where
+// iptables mode does not: a known node-wide difference, not a difference.
+func TestCompareClusterIPChecksKnown(t *testing.T) {
+	dir := filepath.Join("testdata", "upstream")
+	st, problems := filesource.LoadState(filepath.Join(dir, "objects.json"), "node-1")
+	if st == nil || len(problems) > 0 {
+		t.Fatalf("loading: %v", problems)
+	}
+	cfg := nft.DefaultConfig()
+	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+	cfg.ClusterIPChecks = true
+	var dumps []*iptsave.Dump
+	for _, f := range []string{"iptables-legacy-save.txt", "ip6tables-legacy-save.txt"} {
+		d, err := iptsave.Parse(strings.NewReader(readDump(t, filepath.Join(dir, f))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dumps = append(dumps, d)
+	}
+	rep, err := Compare(dumps, nft.Build(st, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Equal() || !slices.ContainsFunc(rep.NodeKnown, func(k string) bool { return strings.Contains(k, KnownClusterIPChecks) }) {
+		t.Errorf("equal %v, node %q, known %q; want equal with the cluster-ips-check known difference", rep.Equal(), rep.Node, rep.NodeKnown)
 	}
 }
