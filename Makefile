@@ -228,14 +228,17 @@ conformance: cluster-build cluster-images
 # the cluster up, the smoke check, upstream's 15 Services [Conformance]
 # specs, the cluster down; then the same with kubeadm's kube-proxy objects
 # and our image (TestClusterKubeadmDropIn: the 3 LocalhostNodePorts specs
-# and 2 Services specs); about 6 minutes with a warm cache; it skips,
+# and 2 Services specs); then deploy/ in nftables mode with the
+# KubeProxyNFTablesLocalhostNodePorts gate (TestClusterLocalhostNodePorts:
+# the same 3 specs, answered in userspace); about 8 minutes with a warm
+# cache; it skips,
 # saying what is missing, when the binaries or images are not cached. It
 # waits its turn on /run/knp-cluster.lock: one cluster on a machine at a time.
 # KNP_CLUSTER_SKIP (set by .ci/run only when a cold cache's builds took
 # too long) skips it, printing why.
 cluster-test:
 	@if [ -n "$$KNP_CLUSTER_SKIP" ]; then echo "cluster-test skipped: $$KNP_CLUSTER_SKIP"; else \
-		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 30m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn)$$' ./e2e/cluster/; fi
+		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 30m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn|TestClusterLocalhostNodePorts)$$' ./e2e/cluster/; fi
 
 # The real-cluster faults (e2e/cluster faults_test.go), with a client
 # pod on node1 sending TCP and UDP requests to a ClusterIP and to both
