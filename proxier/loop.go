@@ -193,6 +193,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		took := time.Since(start)
 		last = time.Now()
 		periodic.Reset(l.SyncPeriod)
+		if err != nil && ctx.Err() != nil {
+			return nil // cut short by the stop, not a failure
+		}
 		if err != nil {
 			backoff = nextBackoff(backoff, l.MinSyncPeriod, l.SyncPeriod)
 			failures.failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)

@@ -30,6 +30,8 @@ func TestUpstreamRulesStayUntilOurFirstSync(t *testing.T) {
 		"--kubeconfig", u.srv.ProxyKubeconfig, "--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(), "--iptables-min-sync-period", "100ms")
 	u.proxy = p
+	// The Starting event cannot be written while the API server is down.
+	p.expectedErrors = append(p.expectedErrors, "Unable to write event")
 	// Logged once start-up is done and we wait for the first listing.
 	p.waitLog(t, 30*time.Second, "the proxy waiting for the API server", func(lines []string) bool {
 		return logHas(lines, "kube-nftproxy running")

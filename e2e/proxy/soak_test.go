@@ -196,18 +196,20 @@ type soakState struct {
 	took     time.Duration // until the kernel equalled render
 }
 
-// checkSoakState writes the API server's Services and EndpointSlices into
-// the env's state directory and waits until the kernel's ruleset equals
-// what render makes of them; then it checks by name that each Service of
-// the API server is in the ruleset and that none of deleted is, unless it
-// is still in the API server (its DELETE failed).
+// checkSoakState writes the API server's Services, EndpointSlices and
+// ServiceCIDRs into the env's state directory and waits until the kernel's
+// ruleset equals what render makes of them; then it checks by name that
+// each Service of the API server is in the ruleset and that none of
+// deleted is, unless it is still in the API server (its DELETE failed).
 func (a *apiEnv) checkSoakState(t *testing.T, deleted []string, timeout time.Duration, what string) soakState {
 	t.Helper()
-	var services, slices json.RawMessage
+	var services, slices, cidrs json.RawMessage
 	a.do(t, "GET", "/api/v1/services", nil, &services)
 	a.do(t, "GET", "/apis/discovery.k8s.io/v1/endpointslices", nil, &slices)
+	a.do(t, "GET", "/apis/networking.k8s.io/v1/servicecidrs", nil, &cidrs)
 	writeAtomic(t, a.state, "services.json", string(services))
 	writeAtomic(t, a.state, "endpointslices.json", string(slices))
+	writeAtomic(t, a.state, "servicecidrs.json", string(cidrs))
 	took := a.waitRendered(t, timeout, what)
 
 	var list corev1.ServiceList
