@@ -77,8 +77,7 @@ var errDifferent = errors.New("the rules differ")
 
 // runDiff compares the dumps with our live tables or the render of --state,
 // writes the report and returns the exit code, with an error saying why
-// when it is not 0. With --state it names the mode it rendered and, when
-// everything that differs would be equal in the other mode, says so.
+// when it is not 0.
 func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths []string) (int, error) {
 	if len(paths) == 0 {
 		return exitBadInput, errors.New("diff needs --iptables-save FILE")
@@ -95,7 +94,16 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 	if err != nil {
 		return exitBadInput, err
 	}
-	rep, err := migrate.CompareWith(dumps, ours.rs, ours.want)
+	return report(out, o, ours, func(rs *nftlib.Ruleset) (*migrate.Report, error) {
+		return migrate.CompareWith(dumps, rs, ours.want)
+	})
+}
+
+// report compares ours with compare, writes the report (with --state,
+// after the mode it rendered and, when everything that differs would be
+// equal in the other mode, a hint saying so) and returns the exit code.
+func report(out io.Writer, o *options, ours compared, compare func(*nftlib.Ruleset) (*migrate.Report, error)) (int, error) {
+	rep, err := compare(ours.rs)
 	if err != nil {
 		return exitBadInput, err
 	}
@@ -103,7 +111,7 @@ func runDiff(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, paths
 		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
 		if !rep.Equal() {
 			rep.Likely = append(rep.Likely, otherModeHint(o, ours, func(rs *nftlib.Ruleset) bool {
-				alt, err := migrate.CompareWith(dumps, rs, ours.want)
+				alt, err := compare(rs)
 				return err == nil && alt.Equal()
 			})...)
 		}
@@ -152,26 +160,9 @@ func runDiffNFT(out io.Writer, stdin io.Reader, stderr io.Writer, o *options, pa
 	if err != nil {
 		return exitBadInput, err
 	}
-	rep, err := migrate.CompareNFT(theirs, ours.rs)
-	if err != nil {
-		return exitBadInput, err
-	}
-	if ours.st != nil {
-		fmt.Fprintf(out, "mode: %s\n", o.assumedMode())
-		if !rep.Equal() {
-			rep.Likely = append(rep.Likely, otherModeHint(o, ours, func(rs *nftlib.Ruleset) bool {
-				alt, err := migrate.CompareNFT(theirs, rs)
-				return err == nil && alt.Equal()
-			})...)
-		}
-	}
-	if err := rep.Write(out); err != nil {
-		return exitBadInput, err
-	}
-	if !rep.Equal() {
-		return exitDifferent, errDifferent
-	}
-	return exitEqual, nil
+	return report(out, o, ours, func(rs *nftlib.Ruleset) (*migrate.Report, error) {
+		return migrate.CompareNFT(theirs, rs)
+	})
 }
 
 // openInput opens path, or for "-" standard input.
