@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // deploySubject is the ServiceAccount deploy/daemonset.yaml runs as.
@@ -24,7 +26,7 @@ func (a access) String() string {
 
 // deploy/rbac.yaml, created in a real kube-apiserver, lets the proxy's
 // ServiceAccount do what the proxy does: watch Services, EndpointSlices and
-// its Node, and record its Starting event (events.k8s.io/v1, namespace
+// its Node and ServiceCIDRs, and record its Starting event (events.k8s.io/v1, namespace
 // default, as kube-proxy's system:node-proxier allows); and nothing it has
 // no use for.
 func TestRBACGrantsWhatTheProxyUses(t *testing.T) {
@@ -48,9 +50,15 @@ func TestRBACGrantsWhatTheProxyUses(t *testing.T) {
 		{"", "services", "list", ""}, {"", "services", "watch", ""},
 		{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
 		{"", "nodes", "list", ""}, {"", "nodes", "watch", ""}, {"", "nodes", "get", ""},
+		{"networking.k8s.io", "servicecidrs", "list", ""}, {"networking.k8s.io", "servicecidrs", "watch", ""},
 		// The event sink creates, and patches a repeated event's series.
 		{"events.k8s.io", "events", "create", "default"}, {"events.k8s.io", "events", "patch", "default"},
 	}
+	// The authorizer learns of new roles and bindings from its own
+	// informers, a moment after they are created.
+	testutil.WaitFor(t, 30*time.Second, "the authorizer to know deploy/'s binding", func() bool {
+		return allowed(ctx, t, srv, granted[0])
+	})
 	refused := []access{
 		{"", "secrets", "list", ""}, {"", "nodes", "update", ""}, {"events.k8s.io", "events", "delete", "default"},
 	}
