@@ -278,3 +278,39 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	}
 	assertKernelIsRender(t, ns, st)
 }
+
+// A commit of another process that went unseen (it landed while our own
+// transaction kept the monitor out of the notification group) asks for a
+// check at once, as a notification does, not at the periodic sync: the
+// monitor's MarkAll tells OnForeignChange when nothing was pending.
+func TestKernelUnseenCommitAsksForCheck(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	told := 0
+	b.check.onForeign = func() { told++ }
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if b.kern().Mon == nil {
+		t.Fatal("no change monitor")
+	}
+	b.kern().Mon.MarkAll() // what rejoin does after an unseen commit
+	if told != 1 {
+		t.Fatalf("MarkAll told OnForeignChange %d times, want 1", told)
+	}
+	b.kern().Mon.MarkAll() // still pending: the check is already asked for
+	if told != 1 {
+		t.Errorf("a second MarkAll while marks are pending told it again (%d)", told)
+	}
+	var drift []string
+	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	b.kern().Mon.MarkAll() // nothing pending after the check: asks again
+	if told != 2 {
+		t.Errorf("after the check, MarkAll told OnForeignChange %d times in all, want 2", told)
+	}
+}

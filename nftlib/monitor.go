@@ -301,12 +301,20 @@ func (m *monitor) SetMember(join bool) error {
 	return serr
 }
 
-// MarkAll makes the next take report every table: events may have been missed.
+// MarkAll makes the next take report every table: events may have been
+// missed. Like a notification, it calls onMark when nothing was pending:
+// a commit that went unseen (one during our own) asks for a check at once,
+// not at the periodic sync.
 func (m *monitor) MarkAll() {
 	m.Mu.Lock()
+	before := m.pendingLocked()
 	m.all = true
 	m.otherLocked()
+	marked := !before && m.pendingLocked()
 	m.Mu.Unlock()
+	if marked && m.onMark != nil {
+		m.onMark()
+	}
 }
 
 // TableRef names a table of one family.
