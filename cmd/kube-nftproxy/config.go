@@ -32,7 +32,7 @@ const (
 // which win over its logging block. A field the file leaves zero gets
 // kube-proxy's default.
 func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
@@ -70,6 +70,28 @@ func (o *options) loadConfig(path string, fs *pflag.FlagSet) error {
 		o.hostnameOverride = hostname
 	}
 	return nil
+}
+
+// maxConfigBytes bounds the --config file: a KubeProxyConfiguration with
+// every field set is about 2 KiB, so a larger file is not one (and
+// /dev/zero would otherwise be read until memory runs out).
+const maxConfigBytes = 1 << 20
+
+// readConfigFile reads the --config file, refusing one over maxConfigBytes.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes: not a KubeProxyConfiguration", path, maxConfigBytes)
+	}
+	return data, nil
 }
 
 // decodeConfig decodes a KubeProxyConfiguration as kube-proxy's strict

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -81,5 +82,21 @@ func TestApplyOOMScoreAdj(t *testing.T) {
 	applyOOMScoreAdj(p, -999, slog.New(slog.DiscardHandler))
 	if got, err := os.ReadFile(p); err != nil || string(got) != "-999" {
 		t.Errorf("wrote %q, %v; want -999", got, err)
+	}
+}
+
+// A --config that is no KubeProxyConfiguration by its size (/dev/zero, a
+// disk image) is refused after maxConfigBytes, not read until memory runs
+// out.
+func TestConfigFileTooLarge(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("#\n"), maxConfigBytes), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/dev/zero", big} {
+		out, err := run("--config", path, "--write-config-to", os.DevNull)
+		if err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
+			t.Errorf("--config %s: %v (%s), want it refused for its size", path, err, out)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 )
 
@@ -41,7 +40,7 @@ func runWatched(ctx context.Context, o *options, log *slog.Logger) error {
 // read again at the next tick.
 func watchConfigFile(ctx context.Context, path string, loaded []byte, period time.Duration, changed context.CancelCauseFunc, log *slog.Logger) {
 	tickUntil(ctx, period, func() bool {
-		data, err := os.ReadFile(path)
+		data, err := readConfigFile(path)
 		if err != nil {
 			log.Debug("could not read the --config file; trying again", "file", path, "err", err)
 			return false
