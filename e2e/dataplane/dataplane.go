@@ -129,6 +129,52 @@ func socket(typ int, timeout time.Duration) (int, error) {
 	return fd, nil
 }
 
+// retryEINTR calls f again while a signal interrupts it (see connect).
+func retryEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if !errors.Is(err, unix.EINTR) {
+			return n, err
+		}
+	}
+}
+
+// connect is a blocking connect that a signal does not cut short: Go's
+// runtime interrupts a thread's system call to preempt it (SIGURG), and an
+// interrupted connect goes on in the kernel, so it waits for the socket
+// to be writable and reads the outcome.
+func connect(fd int, sa unix.Sockaddr, timeout time.Duration) error {
+	err := unix.Connect(fd, sa)
+	if !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline).Milliseconds()
+		if left <= 0 {
+			return unix.ETIMEDOUT
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(fds, int(left))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return unix.ETIMEDOUT
+		}
+		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soErr != 0 {
+			return unix.Errno(soErr)
+		}
+		return nil
+	}
+}
+
 // TCPConnect opens a new TCP connection to dst from the calling thread's
 // network namespace and returns how long connect took (the SYN's way out
 // and the SYN-ACK's way back). Then, untimed, it asks the echo server for
@@ -145,18 +191,18 @@ func TCPConnect(dst netip.AddrPort, timeout time.Duration) (time.Duration, Reply
 	}
 	defer unix.Close(fd)
 	start := time.Now()
-	err = unix.Connect(fd, sa)
+	err = connect(fd, sa, timeout)
 	d := time.Since(start)
 	if err != nil {
 		return 0, Reply{}, fmt.Errorf("tcp connect %v: %w", dst, err)
 	}
-	if _, err := unix.Write(fd, []byte("hello\n")); err != nil {
+	if _, err := retryEINTR(func() (int, error) { return unix.Write(fd, []byte("hello\n")) }); err != nil {
 		return d, Reply{}, fmt.Errorf("tcp %v: write: %w", dst, err)
 	}
 	var line []byte
 	buf := make([]byte, 256)
 	for !slices.Contains(line, '\n') {
-		n, err := unix.Read(fd, buf)
+		n, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf) })
 		if err != nil {
 			return d, Reply{}, fmt.Errorf("tcp %v: read: %w", dst, err)
 		}
@@ -186,10 +232,14 @@ func UDPRequest(dst netip.AddrPort, timeout time.Duration) (time.Duration, Reply
 	defer unix.Close(fd)
 	buf := make([]byte, 256)
 	start := time.Now()
-	if err := unix.Sendto(fd, []byte("hello\n"), 0, sa); err != nil {
+	if _, err := retryEINTR(func() (int, error) { return 0, unix.Sendto(fd, []byte("hello\n"), 0, sa) }); err != nil {
 		return 0, Reply{}, fmt.Errorf("udp %v: send: %w", dst, err)
 	}
-	n, from, err := unix.Recvfrom(fd, buf, 0)
+	var from unix.Sockaddr
+	n, err := retryEINTR(func() (n int, err error) {
+		n, from, err = unix.Recvfrom(fd, buf, 0)
+		return n, err
+	})
 	d := time.Since(start)
 	if err != nil {
 		return 0, Reply{}, fmt.Errorf("udp %v: receive: %w", dst, err)
