@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // checkedInDumps are the copies of upstream's dumps the fast tests of
@@ -88,4 +89,27 @@ func equalPorts(out string) int {
 		}
 	}
 	return n
+}
+
+// converge runs diff until it reports wantPorts equal Service ports (exit
+// 0), failing the test when a proxy exits or after 90 s; it returns the
+// last report.
+func converge(t *testing.T, procs []*process, wantPorts int, diff func() (string, int)) string {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, code := diff()
+		if code == 0 && equalPorts(out) == wantPorts {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("diff did not report %d equal Service ports within 90s (exit %d):\n%s", wantPorts, code, out)
+		}
+		time.Sleep(500 * time.Millisecond) // a poll: each round runs a diff anyway
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestUpstreamIPTablesDiffNoExternalIPs: with the feature gate
@@ -27,24 +26,9 @@ func TestUpstreamIPTablesDiffNoExternalIPs(t *testing.T) {
 	if len(extIPs) != 2 {
 		t.Fatalf("featureServices has external IPs %v; the test expects ext's and ext-empty's", extIPs)
 	}
-	var out string
-	var code int
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		for _, p := range []*process{pp.up.proc, pp.ours.proc} {
-			if err := p.exited(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out, code = e.diff(e.dumps("")...)
-		if code == 0 && equalPorts(out) == wantPorts {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("diff did not report %d equal Service ports within 90s (exit %d):\n%s", wantPorts, code, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	out := converge(t, []*process{pp.up.proc, pp.ours.proc}, wantPorts, func() (string, int) {
+		return e.diff(e.dumps("")...)
+	})
 	t.Logf("diff with AllowServiceExternalIPs=false on both:\n%s", out)
 	// ext-empty's external IP, unprogrammed, has no known difference left.
 	if !slices.Contains(strings.Split(out, "\n"), "default/ext-empty:http tcp: equal") {

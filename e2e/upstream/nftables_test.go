@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/internal/testbin"
 )
@@ -49,25 +48,11 @@ func TestUpstreamNFTablesDiff(t *testing.T) {
 			"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, e.ouNS, taken))}, common...)...)
 
 	listing := filepath.Join(dir, "nft-ruleset.txt")
-	var out string
-	var code int
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		for _, p := range []*process{up, ou} {
-			if err := p.exited(); err != nil {
-				t.Fatal(err)
-			}
-		}
+	out := converge(t, []*process{up, ou}, wantPorts, func() (string, int) {
 		e.saveListing(listing)
-		out, code = e.diffNFT(listing)
-		if code == 0 && equalPorts(out) == wantPorts {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("diff --nft-ruleset did not report %d equal Service ports within 90s (exit %d):\n%s", wantPorts, code, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return e.diffNFT(listing)
+	})
+	var code int // of the diffs below
 	t.Logf("diff of upstream's nft list ruleset against our live tables:\n%s", out)
 	if d := os.Getenv("KNP_SAVE_NFT_DUMP"); d != "" { // refresh migrate/testdata/upstream-nftables
 		b, _ := os.ReadFile(listing)

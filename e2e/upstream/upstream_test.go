@@ -344,24 +344,10 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 		"--iptables-min-sync-period=100ms")
 
 	// Both converge: every Service port equal, within a deadline.
-	var out string
-	var code int
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		for _, p := range []*process{up, ou} {
-			if err := p.exited(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out, code = e.diff(e.dumps("")...)
-		if code == 0 && equalPorts(out) == wantPorts {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("diff did not report %d equal Service ports within 90s (exit %d):\n%s", wantPorts, code, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	out := converge(t, []*process{up, ou}, wantPorts, func() (string, int) {
+		return e.diff(e.dumps("")...)
+	})
+	var code int // of the diffs below
 	t.Logf("diff of upstream's iptables-save against our live tables:\n%s", out)
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if servicePortLine.MatchString(l) && !strings.Contains(l, ": equal") {
@@ -407,7 +393,7 @@ func TestUpstreamIPTablesDiff(t *testing.T) {
 	eps := slice["endpoints"].([]any)
 	slice["endpoints"] = eps[:len(eps)-1]
 	e.do("PUT", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/np-ipv4", slice, nil)
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, code = e.diff(e.dumps("-stopped")...)
 		if code != 0 || time.Now().After(deadline) {
