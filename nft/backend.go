@@ -177,14 +177,17 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 	p := b.plan(st, b.wantsFull(st))
 	ph.build = ph.lap()
 	d, err := b.diff(p, ph)
-	if err != nil {
-		return proxier.SyncResult{}, err
-	}
-	if p.deferred != nil && !allFresh(d.txs) { // a table appeared since the plan looked
+	if err == nil && p.deferred != nil && !allFresh(d.txs) { // a table appeared since the plan looked
 		b.placeDeferred(p)
-		if d, err = b.diff(p, ph); err != nil {
-			return proxier.SyncResult{}, err
-		}
+		d, err = b.diff(p, ph)
+	}
+	if err != nil {
+		// Refused before the commit (a table another process owns, a
+		// read that failed): the kernel is not known to hold what was
+		// applied, so the retry is a full sync too, not a partial one
+		// that finds nothing to write and passes.
+		b.needFull = true
+		return proxier.SyncResult{}, err
 	}
 	ph.diff = ph.lap()
 	res := proxier.SyncResult{Full: p.full, StaleChainsDeleted: d.deleted,

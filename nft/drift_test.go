@@ -342,3 +342,63 @@ func TestKernelCheckGeneration(t *testing.T) {
 		t.Errorf("a rogue chain in the delta table: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.check.readBacks-reads)
 	}
 }
+
+// createOwnedTable creates table ip6|ip name owned by a socket of its own,
+// as `nft -i` with `flags owner` does; closing the returned kernel makes
+// the kernel delete the table, without a notification or a new generation.
+func createOwnedTable(t *testing.T, ns string, f nftlib.Family, name string, deleteFirst bool) *nftlib.Kernel {
+	t.Helper()
+	owner, err := nftlib.OpenKernel(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := owner.NewBatch()
+	if deleteFirst {
+		bt.Begin(unix.NFT_MSG_DELTABLE, 0, f)
+		bt.Str(unix.NFTA_TABLE_NAME, name)
+		bt.End()
+	}
+	bt.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
+	bt.Str(unix.NFTA_TABLE_NAME, name)
+	bt.U32(unix.NFTA_TABLE_FLAGS, nftlib.NftTableFOwner)
+	bt.End()
+	if err := owner.Apply(bt); err != nil {
+		owner.Close()
+		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
+		// own a table, and the kernel refuses the unknown flag.
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			t.Skipf("this kernel has no owned tables (NFT_TABLE_F_OWNER, Linux 5.12+): %v", err)
+		}
+		t.Fatal(err)
+	}
+	return owner
+}
+
+// Our table replaced by one another process owns: every sync fails (a
+// refusal found before the commit must not let the next sync pass as
+// partial with nothing to write), and the first sync after the owner
+// exits writes the table again, though the kernel said nothing of it.
+func TestKernelOwnedTableTakenOver(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	owner := createOwnedTable(t, ns, nftlib.IPv4, DefaultTableName, true)
+	defer owner.Close()
+	testutil.WaitFor(t, 10*time.Second, "the monitor to see the new table", func() bool {
+		return b.kern().Mon != nil && b.kern().Mon.Pending()
+	})
+	for i := range 3 {
+		if _, err := b.Sync(context.Background(), st); !errors.Is(err, nftlib.ErrTableOwned) {
+			t.Fatalf("sync %d while the table is owned: err %v, want ErrTableOwned", i+1, err)
+		}
+	}
+	owner.Close()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatalf("sync after the owner exited: %v", err)
+	}
+	assertKernelIsRender(t, ns, st)
+}

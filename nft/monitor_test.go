@@ -3,6 +3,8 @@ package nft
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,4 +315,50 @@ func TestKernelUnseenCommitAsksForCheck(t *testing.T) {
 	if told != 2 {
 		t.Errorf("after the check, MarkAll told OnForeignChange %d times in all, want 2", told)
 	}
+}
+
+// Another process's change to our table that lands between the
+// transactions of a staged first sync (the monitor is out of the
+// notification group meanwhile) asks for a check as soon as the sync
+// ends, and that check repairs it: it used to wait for the periodic one.
+func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
+	told := 0
+	b.check.onForeign = func() { told++ }
+	testns.NFT(t, ns, "list", "tables") // skips without nft
+	rogue, rogueErr := false, error(nil)
+	b.onLargeTxRound = func() { // on the encoder's goroutine, between commits
+		if !rogue {
+			rogue = true
+			cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader("add table ip " + DefaultTableName + "\nadd chain ip " + DefaultTableName +
+				" rogue { type filter hook input priority 0; policy drop; }\n")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				rogueErr = fmt.Errorf("%w: %s", err, out)
+			}
+		}
+	}
+	st := tinyState(fiveServices())
+	res, err := b.Sync(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rogue || rogueErr != nil || res.Messages == 0 {
+		t.Fatalf("the sync was not staged, or the rogue chain not added (called: %v, err: %v)", rogue, rogueErr)
+	}
+	if told == 0 {
+		t.Fatal("a change made during the staged sync asked for no check")
+	}
+	var drift []string
+	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if !containsSub(drift, "rogue") {
+		t.Errorf("the check after the staged sync found %q, want the rogue chain", drift)
+	}
+	assertKernelIsRender(t, ns, st)
 }

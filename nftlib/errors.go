@@ -35,6 +35,10 @@ func (e *TableOwnedError) Error() string {
 
 func (e *TableOwnedError) Unwrap() error { return ErrTableOwned }
 
+// WaitsForOtherProcess says that the refusal lasts until the owner exits,
+// which the kernel announces to no one: the sync loop polls for it.
+func (e *TableOwnedError) WaitsForOtherProcess() bool { return true }
+
 // TxTooLargeError says how large the transaction is, what the socket
 // accepts and how to raise that.
 type TxTooLargeError struct {

@@ -17,6 +17,11 @@ type Health struct {
 	// Timeout is how long a queued change may wait for a sync
 	// (kube-proxy: twice the sync period).
 	Timeout time.Duration
+	// FailTimeout is how long syncs may fail in a row before /readyz
+	// fails (the sync period; zero: Timeout/2): meanwhile the kernel
+	// holds something other than what the proxy wants, e.g. our table
+	// replaced by one another process owns.
+	FailTimeout time.Duration
 	// Answered, when set, is called with each answer of the handler:
 	// the probe ("healthz" or "livez") and the HTTP status code
 	// (Metrics.CountProbe: kubeproxy_proxy_{healthz,livez}_total).
@@ -31,6 +36,8 @@ type Health struct {
 	sourceErr    string
 	lastDrift    time.Time // when the kernel last differed from what we wrote
 	drifts       uint64
+	failingSince time.Time // first failed sync of the current run; zero when the last succeeded
+	failLogged   bool      // SyncFailed reported the run past FailTimeout
 }
 
 // NewHealth returns a Health that is healthy until a change waits too long.
@@ -53,6 +60,34 @@ func (h *Health) Updated() {
 	defer h.mu.Unlock()
 	h.lastUpdated = h.now()
 	h.oldestQueued = time.Time{}
+	h.failingSince, h.failLogged = time.Time{}, false
+}
+
+// SyncFailed records a failed sync. It returns true once per run of
+// failures, at the first failure that finds the run older than
+// FailTimeout: the caller logs that /readyz fails from now on.
+func (h *Health) SyncFailed() (overdue bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	if h.failingSince.IsZero() {
+		h.failingSince = now
+	}
+	if h.failLogged || !h.syncsFailing(now) {
+		return false
+	}
+	h.failLogged = true
+	return true
+}
+
+// syncsFailing reports whether syncs have failed in a row for longer than
+// FailTimeout.
+func (h *Health) syncsFailing(now time.Time) bool {
+	limit := h.FailTimeout
+	if limit <= 0 {
+		limit = h.Timeout / 2
+	}
+	return !h.failingSince.IsZero() && now.Sub(h.failingSince) >= limit
 }
 
 // SetNodeEligible records whether this node should get load balancer
@@ -103,6 +138,7 @@ type healthBody struct {
 	Synced       *bool                   `json:"synced,omitempty"`
 	SourceError  string                  `json:"sourceError,omitempty"`
 	SourceSince  *time.Time              `json:"sourceFailingSince,omitempty"`
+	FailingSince *time.Time              `json:"syncFailingSince,omitempty"`
 	LastDrift    *time.Time              `json:"lastDriftRepaired,omitempty"`
 	DriftRepairs uint64                  `json:"driftRepairs,omitempty"`
 }
@@ -143,7 +179,8 @@ type probe struct {
 // (being deleted, or tainted for removal); both answer 200 before the
 // first sync, as kube-proxy. /readyz, ours, is /healthz that also fails
 // before the first successful sync of a complete view and while the
-// source of Services has been failing for Timeout: a readiness probe,
+// source of Services has been failing for Timeout or syncs for
+// FailTimeout: a readiness probe,
 // so that a rolling update waits for each new pod to program the rules.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -192,6 +229,10 @@ func (h *Health) answer(p probe) (healthBody, bool) {
 		drift := h.lastDrift
 		body.LastDrift = &drift
 	}
+	if !h.failingSince.IsZero() {
+		failing := h.failingSince
+		body.FailingSince = &failing
+	}
 	ok := healthy
 	if p.withNode {
 		eligible := h.nodeEligible
@@ -202,7 +243,7 @@ func (h *Health) answer(p probe) (healthBody, bool) {
 		synced := !h.lastUpdated.IsZero()
 		body.Synced = &synced
 		sourceOK := h.sourceSince.IsZero() || now.Sub(h.sourceSince) < h.Timeout
-		ok = ok && synced && sourceOK
+		ok = ok && synced && sourceOK && !h.syncsFailing(now)
 	}
 	if ok {
 		// As kube-proxy: lastUpdated is "now" while healthy (older

@@ -3,6 +3,7 @@ package proxier
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -44,6 +45,11 @@ func TestHealth(t *testing.T) {
 		{"source failing past the timeout: /readyz only", func() { h.SourceFailing(errors.New("API down")); now = now.Add(2 * time.Second) }, 200, 200, 503},
 		{"source fine again", func() { h.SourceOK() }, 200, 200, 200},
 		{"drift repaired: shown, still healthy", func() { h.Drifted() }, 200, 200, 200},
+		{"syncs failing, within the sync period", func() { h.SyncFailed(); now = now.Add(29 * time.Second); h.SyncFailed() }, 200, 200, 200},
+		{"syncs failing past the sync period: /readyz only", func() { now = now.Add(2 * time.Second) }, 200, 200, 503},
+		{"a sync succeeds", func() { h.Updated() }, 200, 200, 200},
+		{"failing again: the clock starts anew", func() { h.SyncFailed(); now = now.Add(10 * time.Second) }, 200, 200, 200},
+		{"synced", func() { h.Updated() }, 200, 200, 200},
 		{"node being removed: /healthz and /readyz", func() { h.SetNodeEligible(false) }, 503, 200, 503},
 	}
 	for _, s := range steps {
@@ -227,5 +233,27 @@ func TestHealthProbeMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// SyncFailed says once per run of failures that the run has outlasted
+// FailTimeout, so that the caller logs it once.
+func TestHealthSyncFailedOverdueOnce(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHealth(time.Minute)
+	h.FailTimeout = 5 * time.Second
+	h.now = func() time.Time { return now }
+	var got []bool
+	for _, step := range []time.Duration{0, 4, 1, 1, 1} {
+		now = now.Add(step * time.Second)
+		got = append(got, h.SyncFailed())
+	}
+	h.Updated()
+	for _, step := range []time.Duration{0, 6} {
+		now = now.Add(step * time.Second)
+		got = append(got, h.SyncFailed())
+	}
+	if want := "[false false true false false false true]"; fmt.Sprint(got) != want {
+		t.Errorf("SyncFailed overdue answers %v, want %s", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -197,7 +198,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil // cut short by the stop, not a failure
 		}
 		if err != nil {
-			backoff = nextBackoff(backoff, l.MinSyncPeriod, l.SyncPeriod)
+			backoff = l.retryAfter(backoff, err)
 			failures.failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
 		} else {
 			backoff = 0
@@ -235,6 +236,25 @@ func (l *Loop) succeeded(res SyncResult, st *State, took time.Duration) {
 // waits for the next one.
 type Settler interface {
 	Settle()
+}
+
+// WaitsForOther is implemented by sync errors that last as long as another
+// process holds something of ours (a table it owns): their end comes with
+// no notification (the kernel deletes an owned table when its owner exits
+// without a new generation or an event), so the sync is retried every
+// MinSyncPeriod while they last, not backed off to the sync period.
+type WaitsForOther interface {
+	WaitsForOtherProcess() bool
+}
+
+// retryAfter is the wait before retrying a sync that failed with err, the
+// last wait having been cur.
+func (l *Loop) retryAfter(cur time.Duration, err error) time.Duration {
+	var w WaitsForOther
+	if errors.As(err, &w) && w.WaitsForOtherProcess() {
+		return max(l.MinSyncPeriod, time.Millisecond)
+	}
+	return nextBackoff(cur, l.MinSyncPeriod, l.SyncPeriod)
 }
 
 // nextBackoff doubles the wait after each failure in a row, from lo to hi.

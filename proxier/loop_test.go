@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +143,39 @@ func TestNextBackoff(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i]*time.Second {
 			t.Fatalf("backoff steps %v, want %v seconds", got, want)
+		}
+	}
+}
+
+// waitingError is a refusal that lasts as long as another process.
+type waitingError struct{}
+
+func (waitingError) Error() string              { return "owned by another process" }
+func (waitingError) WaitsForOtherProcess() bool { return true }
+
+// A sync refused for as long as another process holds something of ours
+// is retried every MinSyncPeriod, not backed off: its end is not
+// announced, and nothing else would sync before the sync period.
+func TestLoopPollsWhileWaitingForOther(t *testing.T) {
+	l := NewLoop(&fakeBackend{}, nil)
+	l.MinSyncPeriod, l.SyncPeriod = time.Second, 30*time.Second
+	cases := []struct {
+		name string
+		err  error
+		want []time.Duration
+	}{
+		{"refused", errors.New("refused"), []time.Duration{1, 2, 4, 8, 16, 30}},
+		{"owned", fmt.Errorf("applying: %w", waitingError{}), []time.Duration{1, 1, 1, 1, 1, 1}},
+	}
+	for _, tc := range cases {
+		var got []time.Duration
+		d := time.Duration(0)
+		for range tc.want {
+			d = l.retryAfter(d, tc.err)
+			got = append(got, d/time.Second)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: retries after %v s, want %v s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -55,6 +55,9 @@ type Metrics struct {
 	SourceFailures *metrics.CounterVec
 	SourceUp       *metrics.GaugeVec
 	DriftRepairs   *metrics.CounterVec
+	// SyncFailing is 1 while syncs fail (since the last one that
+	// succeeded): the kernel holds other rules than the proxy wants.
+	SyncFailing *metrics.Gauge
 	// HTTPConnsDropped counts the connections to our HTTP servers closed
 	// for ConnGuard's caps, by server and reason (ConnGuard.OnDropped).
 	HTTPConnsDropped *metrics.CounterVec
@@ -95,11 +98,14 @@ func NewModeMetrics(mode string) *Metrics {
 	m.SourceFailures = counterVec("kubenftproxy", "source_failures_total", "Failures to read the source of Services (API server, state files); the rules keep the last good view", "source")
 	m.SourceUp = gaugeVec("kubenftproxy", "source_up", "1 when the source of Services reads fine, 0 while it fails", "source")
 	m.DriftRepairs = counterVec("kubenftproxy", "drift_repairs_total", "Times our nftables tables differed from what was written and were rewritten", "table")
+	m.SyncFailing = metrics.NewGauge(&metrics.GaugeOpts{Subsystem: "kubenftproxy", Name: "sync_failing",
+		Help:           "1 while syncs fail (since the last successful one): the kernel does not hold the rules the proxy wants",
+		StabilityLevel: metrics.ALPHA})
 	m.HTTPConnsDropped = counterVec("kubenftproxy", "http_connections_dropped_total",
 		"Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy)",
 		"server", "reason")
 	m.Registry.MustRegister(m.SyncDuration, m.LastSync, m.LastQueued, m.NoLocalEndpoints, m.NetworkProgramming,
-		m.ProxyHealthz, m.ProxyLivez, m.SourceFailures, m.SourceUp, m.DriftRepairs, m.HTTPConnsDropped,
+		m.ProxyHealthz, m.ProxyLivez, m.SourceFailures, m.SourceUp, m.DriftRepairs, m.SyncFailing, m.HTTPConnsDropped,
 		m.SyncFullDuration, m.SyncPartialDuration)
 	m.Registry.CustomMustRegister(m.changes)
 	m.registerModeFailures(mode)
@@ -201,8 +207,10 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 		for _, f := range families {
 			m.SyncFailures.WithLabelValues(f).Inc()
 		}
+		m.SyncFailing.Set(1)
 		return
 	}
+	m.SyncFailing.Set(0)
 	now := m.now()
 	for _, t := range triggers {
 		m.NetworkProgramming.WithLabelValues(t.Family).Observe(now.Sub(t.At).Seconds())

@@ -246,6 +246,7 @@ func (s *proxyServer) buildLoop(context.Context) error {
 // observe creates the health and metrics the loop and the backend report to.
 func (s *proxyServer) observe(ctx context.Context) error {
 	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
+	s.health.FailTimeout = s.syncPeriod
 	s.metrics = proxier.NewModeMetrics(s.o.modeName())
 	// kube-proxy's leftovers go after our first sync (afterSync below).
 	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
@@ -272,6 +273,9 @@ func (s *proxyServer) observe(ctx context.Context) error {
 			first.Do(func() { go debug.FreeOSMemory() })
 			s.upstream.afterSync(ctx)
 			s.health.Updated()
+		} else if s.health.SyncFailed() {
+			s.log.Warn("syncs have failed for longer than the sync period: the kernel does not hold the rules it should; /readyz fails until a sync succeeds",
+				"syncPeriod", s.syncPeriod, "err", err)
 		}
 	}
 	return nil

@@ -236,6 +236,7 @@ var knownDifferences = map[string]difference{
 	"kubenftproxy_source_up":                      {"ours", "", "ours: whether the source of Services reads fine"},
 	"kubenftproxy_drift_repairs_total":            {"ours", "", "ours: kernel rules rewritten after another process changed them"},
 	"kubenftproxy_http_connections_dropped_total": {"ours", "", "ours: connections closed for the HTTP servers' caps"},
+	"kubenftproxy_sync_failing":                   {"ours", "", "ours: 1 while syncs fail"},
 	"kubenftproxy_leftover_removed_total":         {"ours", "", "ours: kube-proxy leftovers removed"},
 
 	"aggregator_discovery_aggregation_count_total":                 {"upstream", "", apiserverLib},
