@@ -42,7 +42,12 @@ type Loop struct {
 	changed chan struct{}
 	at      time.Time     // a sync asked for at this time (SyncAt); zero: none
 	rearm   chan struct{} // SyncAt from another goroutine
+	repair  bool          // Repair asked for the next sync
 }
+
+// repairPaceMin is the least a repair waits after the last sync: enough
+// for a burst of another process's commits to land in one repair.
+const repairPaceMin = 50 * time.Millisecond
 
 // NewLoop returns a loop with kube-proxy's default periods.
 func NewLoop(b Backend, log *slog.Logger) *Loop {
@@ -123,6 +128,50 @@ func (l *Loop) Changed() {
 	}
 }
 
+// Repair asks for a sync that rewrites what another process changed in
+// our rules. Traffic meets the changed rules until then, so it does not
+// wait out MinSyncPeriod, which paces the source's changes: the first
+// repair after a quiet MinSyncPeriod waits repairPaceMin after the last
+// sync, and each one that follows sooner waits twice as long as the one
+// before, up to MinSyncPeriod, so that a process changing our rules in a
+// loop costs at most one sync per MinSyncPeriod.
+func (l *Loop) Repair() {
+	l.mu.Lock()
+	l.repair = true
+	l.mu.Unlock()
+	l.Changed()
+}
+
+// pause is how long the next sync waits, the last having ended at last:
+// what is left of MinSyncPeriod, or of the repair pace (updated in pace)
+// when a repair was asked for.
+func (l *Loop) pause(last time.Time, pace *time.Duration) time.Duration {
+	if last.IsZero() {
+		return 0
+	}
+	since := time.Since(last)
+	l.mu.Lock()
+	repair := l.repair
+	l.repair = false
+	l.mu.Unlock()
+	wait := l.MinSyncPeriod
+	if repair {
+		*pace = nextRepairPace(*pace, since, l.MinSyncPeriod)
+		wait = min(wait, *pace)
+	}
+	return wait - since
+}
+
+// nextRepairPace is the wait of a repair asked for since after the last
+// sync, the one before having waited cur: repairPaceMin after a quiet
+// period, doubling while repairs follow each other, up to hi.
+func nextRepairPace(cur, since, hi time.Duration) time.Duration {
+	if cur == 0 || since >= hi {
+		return min(repairPaceMin, hi)
+	}
+	return min(2*cur, hi)
+}
+
 // current is the State to sync now, nil while there is no complete view.
 func (l *Loop) current() *State {
 	l.mu.Lock()
@@ -148,6 +197,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	periodic := time.NewTimer(l.SyncPeriod)
 	defer periodic.Stop()
 	var backoff time.Duration // after a failure: the wait before the retry
+	var pace time.Duration    // the last repair's wait (see Repair)
 	failures := newErrorLog(l.log, l.SyncPeriod)
 	for {
 		var wait <-chan time.Time
@@ -174,7 +224,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		// Debounce: changes that arrive within MinSyncPeriod of the last
 		// sync are folded into the next one.
-		if d := l.MinSyncPeriod - time.Since(last); !last.IsZero() && d > 0 {
+		if d := l.pause(last, &pace); d > 0 {
 			select {
 			case <-ctx.Done():
 				return nil

@@ -179,3 +179,54 @@ func TestLoopPollsWhileWaitingForOther(t *testing.T) {
 		}
 	}
 }
+
+// A repair waits repairPaceMin after the last sync, not MinSyncPeriod; one
+// that follows a repair sooner than MinSyncPeriod waits twice as long as
+// the one before, up to MinSyncPeriod; a quiet MinSyncPeriod starts again.
+func TestNextRepairPace(t *testing.T) {
+	const hi = time.Second
+	steps := []struct {
+		since, want time.Duration
+	}{
+		{time.Hour, 50 * time.Millisecond},
+		{10 * time.Millisecond, 100 * time.Millisecond},
+		{10 * time.Millisecond, 200 * time.Millisecond},
+		{10 * time.Millisecond, 400 * time.Millisecond},
+		{10 * time.Millisecond, 800 * time.Millisecond},
+		{10 * time.Millisecond, time.Second},
+		{10 * time.Millisecond, time.Second},
+		{2 * time.Second, 50 * time.Millisecond},
+	}
+	pace := time.Duration(0)
+	for i, s := range steps {
+		if pace = nextRepairPace(pace, s.since, hi); pace != s.want {
+			t.Fatalf("step %d (%v after the last sync): pace %v, want %v", i, s.since, pace, s.want)
+		}
+	}
+	if got := nextRepairPace(0, time.Hour, 10*time.Millisecond); got != 10*time.Millisecond {
+		t.Errorf("pace with MinSyncPeriod 10ms: %v, want 10ms", got)
+	}
+}
+
+// Only a repair shortens the pause after a sync: a change waits out what
+// is left of MinSyncPeriod.
+func TestLoopPauseRepair(t *testing.T) {
+	l := NewLoop(&fakeBackend{}, nil)
+	l.MinSyncPeriod = time.Second
+	last := time.Now()
+	var pace time.Duration
+	if d := l.pause(last, &pace); d <= 900*time.Millisecond || d > time.Second {
+		t.Errorf("a change right after a sync waits %v, want about MinSyncPeriod (1s)", d)
+	}
+	l.Repair()
+	if d := l.pause(last, &pace); d <= 0 || d > repairPaceMin {
+		t.Errorf("a repair right after a sync waits %v, want at most %v", d, repairPaceMin)
+	}
+	l.Repair()
+	if d := l.pause(last, &pace); d <= repairPaceMin || d > 2*repairPaceMin {
+		t.Errorf("a second repair right after waits %v, want up to %v", d, 2*repairPaceMin)
+	}
+	if d := l.pause(time.Time{}, &pace); d != 0 {
+		t.Errorf("the first sync waits %v, want 0", d)
+	}
+}

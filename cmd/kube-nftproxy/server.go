@@ -157,7 +157,7 @@ type modeBackend struct {
 // wire connects the backend to the loop (repairs of another process's
 // changes, syncs at the times it asks for) and to drift accounting.
 func (m *modeBackend) wire(loop *proxier.Loop, onDrift func(table string, diffs []string)) {
-	m.hooks.syncAt, m.hooks.changed, m.hooks.drift = loop.SyncAt, loop.Changed, onDrift
+	m.hooks.syncAt, m.hooks.changed, m.hooks.drift = loop.SyncAt, loop.Repair, onDrift
 }
 
 // backendHooks pass a backend's calls on to the loop and to drift

@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
+)
+
+// driftLogged counts the proxy's "changed behind our back" warnings.
+func (p *proxy) driftLogged() int {
+	n := 0
+	for _, l := range p.log.lines() {
+		if strings.Contains(l, "changed behind our back") {
+			n++
+		}
+	}
+	return n
+}
+
+// repairServices is how many more Services TestFaultTamperingDuringRepair
+// programs: enough that a repair (a full sync) is a transaction of
+// thousands of messages, during which the change monitor leaves the
+// notification group.
+const repairServices = 1500
+
+// TestFaultTamperingDuringRepair flushes a Service's chain, waits for the
+// proxy to say it saw the change, and flushes it again while the repair
+// commits. The second change lands during our own transaction, when the
+// change monitor is out of the notification group: it must be repaired as
+// soon as the transaction ends, not at the periodic sync (30 s here).
+func TestFaultTamperingDuringRepair(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
+		"load-services.yaml":       loadServices(repairServices),
+		"load-endpointslices.yaml": loadSlices(repairServices, loadPortBase),
+	}})
+	e.waitRendered(t, 30*time.Second, "before tampering")
+	chain := svcChain(webSPN, "tcp")
+	flush := fmt.Sprintf("flush chain ip kube-nftproxy %s\n", chain)
+	// The second flush's delay is the fault (when it lands), not a wait
+	// for anything: 0.25-0.3 s after the warning met the repair's commit
+	// in 3 of 5 tries on a node of 1-2k Services.
+	for _, delay := range []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
+		t.Run(fmt.Sprintf("second flush %v after the warning", delay), func(t *testing.T) {
+			f := e.startExampleFlows(t)
+			seen := e.proxy.driftLogged()
+			if err := e.nftScript(t.Context(), flush); err != nil {
+				t.Fatal(err)
+			}
+			e.proxy.waitLog(t, 5*time.Second, "the drift warning", func([]string) bool { return e.proxy.driftLogged() > seen })
+			time.Sleep(delay)
+			t0 := time.Now()
+			if err := e.nftScript(t.Context(), flush); err != nil {
+				t.Fatal(err)
+			}
+			// The chain alone is polled (listing 1,500 Services in a loop
+			// would slow down what it measures); the whole listing then
+			// proves the repair.
+			e.proxy.poll(t, 5*time.Second, "the chain refilled", func(ctx context.Context) error {
+				out, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "chain", "ip", "kube-nftproxy", chain)
+				if n := strings.Count(string(out), "KUBE-SEP-"); err != nil || n == 0 {
+					return fmt.Errorf("%d rules to a KUBE-SEP chain (%v)", n, err)
+				}
+				return nil
+			})
+			repaired := time.Since(t0)
+			e.waitRendered(t, 10*time.Second, "after the second flush")
+			res := f.stop(t)
+			logFault(t, fmt.Sprintf("nft: a KUBE-SVC chain flushed again %v after the drift warning (%d Services, sync period 30 s)", delay, repairServices), repaired, res)
+		})
+	}
+}
+
+// ownTable replaces the proxy's ip table with one that `nft -i` owns
+// (NFT_TABLE_F_OWNER): the kernel refuses every change to it from another
+// process until nft exits, and then deletes it without telling anyone.
+// Closing the returned writer ends nft.
+func (e *env) ownTable(t *testing.T) (release func()) {
+	t.Helper()
+	cmd := e.sb.Command(t.Context(), sandbox.Node, "nft", "-i")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(in, "delete table ip kube-nftproxy; add table ip kube-nftproxy { flags owner; }\n"); err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.poll(t, 5*time.Second, "the owned table", func(ctx context.Context) error {
+		got, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "table", "ip", "kube-nftproxy")
+		if err != nil || !strings.Contains(string(got), "flags owner") {
+			return fmt.Errorf("not owned yet (%v): %s %s", err, got, out.String())
+		}
+		return nil
+	})
+	return func() {
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("nft -i: %v: %s", err, out.String())
+		}
+	}
+}
+
+// TestFaultOwnedTable: another process replaces our table with one it
+// owns. Every sync is refused meanwhile (the node has no Service rules of
+// that family, which the flows count); /readyz turns 503 once that has
+// lasted a sync period, with a warning and kubenftproxy_sync_failing 1;
+// once the owner exits (the kernel deletes its table and tells no one)
+// the table is back within about a second, and /readyz is 200 again.
+func TestFaultOwnedTable(t *testing.T) {
+	args := []string{"--iptables-sync-period", tamperSyncPeriod.String()}
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, proxyArgs: args})
+	e.proxy.expectedErrors = append(e.proxy.expectedErrors, "owned by another process")
+	e.waitRendered(t, 10*time.Second, "before the takeover")
+	f := e.startExampleFlows(t)
+	release := e.ownTable(t)
+	owned := time.Now()
+	e.proxy.poll(t, 3*tamperSyncPeriod, "/readyz 503 while the table is owned", func(ctx context.Context) error {
+		return e.expectProbe(ctx, "/readyz", 503)
+	})
+	notReady := time.Since(owned)
+	e.proxy.waitLog(t, 5*time.Second, "the warning that syncs keep failing", func(lines []string) bool {
+		return e.proxy.logged("syncs have failed for longer than the sync period")
+	})
+	e.proxy.poll(t, 5*time.Second, "kubenftproxy_sync_failing 1", func(ctx context.Context) error {
+		return e.expectMetric(ctx, "kubenftproxy_sync_failing 1")
+	})
+	if code, _, err := e.health(t.Context(), "/livez"); err != nil || code != 200 {
+		t.Errorf("/livez while the table is owned: %d %v, want 200 (a restart would not help)", code, err)
+	}
+	release()
+	t0 := time.Now()
+	e.waitRendered(t, 5*time.Second, "after the owner exited")
+	repaired := time.Since(t0)
+	e.proxy.poll(t, 5*time.Second, "/readyz 200 again", func(ctx context.Context) error {
+		return e.expectProbe(ctx, "/readyz", 200)
+	})
+	if err := e.expectMetric(t.Context(), "kubenftproxy_sync_failing 0"); err != nil {
+		t.Error(err)
+	}
+	res := f.stop(t)
+	t.Logf("/readyz 503 %v after the takeover (sync period %v)", notReady.Round(time.Millisecond), tamperSyncPeriod)
+	logFault(t, "nft: our table replaced by one another process owns, then the owner exits", repaired, res)
+}
+
+// logged reports whether any line of the proxy's log contains s.
+func (p *proxy) logged(s string) bool {
+	for _, l := range p.log.lines() {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// expectProbe GETs path of the health server and wants code.
+func (e *env) expectProbe(ctx context.Context, path string, code int) error {
+	got, body, err := e.health(ctx, path)
+	if err != nil {
+		return err
+	}
+	if got != code {
+		return fmt.Errorf("%s: %d %s, want %d", path, got, body, code)
+	}
+	return nil
+}
+
+// expectMetric wants line in the proxy's /metrics.
+func (e *env) expectMetric(ctx context.Context, line string) error {
+	_, body, err := getIn(ctx, e.sb, sandbox.Node, metricsURL)
+	if err != nil {
+		return err
+	}
+	for l := range strings.Lines(body) {
+		if strings.TrimSpace(l) == line {
+			return nil
+		}
+	}
+	return fmt.Errorf("/metrics has no line %q", line)
+}
