@@ -84,20 +84,32 @@ func TestBuilderConflicts(t *testing.T) {
 		name  string
 		steps []conflictStep
 	}{{
-		name: "same NodePort: the Service holding it keeps it, even against an older one, and the other gets it back when it goes",
+		name: "same NodePort: an older Service arriving takes it, as a restart would give it; the other gets it back when it goes",
 		steps: []conflictStep{{
 			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
 			want:   []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
 		}, {
 			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
 			want: []string{
-				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
-				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
 			},
-			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http", which keeps it; dropped`},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
 		}, {
-			del:  "a",
-			want: []string{"default/b:http TCP/80 cluster=10.96.0.2 np=30080"},
+			del:  "b",
+			want: []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
+		}},
+	}, {
+		name: "same NodePort: a newer Service arriving does not take it",
+		steps: []conflictStep{{
+			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
+		}, {
+			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+			},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
 		}},
 	}, {
 		name: "same NodePort arriving together: the older Service keeps it",
@@ -254,7 +266,7 @@ func TestBuilderConflicts(t *testing.T) {
 			},
 		}},
 	}, {
-		name: "a Service replaced (a new creation time) still holds what it held",
+		name: "a Service replaced (a new creation time) ranks by it: the older rival takes the value",
 		steps: []conflictStep{{
 			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
 		}, {
@@ -264,10 +276,10 @@ func TestBuilderConflicts(t *testing.T) {
 			// A missed delete: the new object arrives as an update.
 			upsert: csvc("a", 3, "10.96.0.1", nodePort(30080)),
 			want: []string{
-				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
-				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
 			},
-			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http"`},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http"`},
 		}},
 	}, {
 		name: "a loser that moves off the value is clean; one going away no longer counts",
