@@ -47,7 +47,7 @@ type Builder struct {
 	// ignoredIPs are the external IPs the options left out of each
 	// Service's latest version (only Services that had some).
 	ignoredIPs map[serviceKey][]netip.Addr
-	pending []*serviceEntry // entries to resolve before the lock is released
+	pending    []*serviceEntry // entries to resolve before the lock is released
 
 	// liveServices and liveEndpoints are the state as of the last snapshot
 	// plus the refreshed Services; published lists the port names each
