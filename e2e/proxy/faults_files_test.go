@@ -294,3 +294,49 @@ func TestFaultFileEmptiedOrRenamed(t *testing.T) {
 	logFault(t, "a file of 100 Services emptied and written again 1 s later; then made invalid in place, renamed, and fixed 1 s later (held, warnings naming the file)", -1, res)
 	res.expectNoFailures(t, "file emptied or renamed")
 }
+
+// TestFaultRestartKeepsContestedClusterIP: a ClusterIP held by a Service
+// made through the API (it has a creation time) is claimed by a second,
+// hand-written Service without one, added to the state directory while
+// the proxy runs; the holder keeps it. The proxy is then restarted under
+// traffic to that address: every request must still reach the holder's
+// endpoint (pod-a), never the claimant's (pod-b), and the kernel must
+// equal what render prints.
+func TestFaultRestartKeepsContestedClusterIP(t *testing.T) {
+	const contested = "10.96.2.60"
+	holder := strings.Replace(service{namespace: "default", name: "zz-holder", clusterIP: netip.MustParseAddr(contested),
+		portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),
+		"  namespace: default\n", "  namespace: default\n  creationTimestamp: \"2026-01-01T00:00:00Z\"\n", 1)
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
+		"contest-holder.yaml": documents(holder,
+			endpointSlice{namespace: "default", name: "zz-holder-ipv4", service: "zz-holder", portName: "http", protocol: "TCP", port: podTCPPort, pods: []sandbox.Pod{podA}}.yaml()),
+	}})
+	addr := hostPort(contested, "80")
+	e.waitTraffic(t, time.Now(), 10*time.Second, addr, podA.Name)
+
+	logged := len(e.proxy.log.lines())
+	writeAtomic(t, e.state, "contest-claimant.yaml", documents(
+		service{namespace: "default", name: "aa-claimant", clusterIP: netip.MustParseAddr(contested),
+			portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),
+		endpointSlice{namespace: "default", name: "aa-claimant-ipv4", service: "aa-claimant", portName: "http", protocol: "TCP", port: podTCPPort, pods: []sandbox.Pod{podB}}.yaml()))
+	e.proxy.waitLog(t, 10*time.Second, "the conflict reported", func(lines []string) bool {
+		return warned(lines[logged:], "aa-claimant", "conflicts with the cluster IP of service default/zz-holder")
+	})
+	f := e.startFlows(t, addr, hostPort(dnsClusterIP, dnsPort))
+	e.waitTraffic(t, time.Now(), 5*time.Second, addr, podA.Name)
+
+	e.proxy.stop(t)
+	t0 := time.Now()
+	e.proxy = startProxy(t, e.sb, e.state)
+	restarted := time.Since(t0)
+	if err := e.probe(t.Context(), addr, 16, podA.Name); err != nil {
+		t.Errorf("after the restart, %s: %v", addr, err)
+	}
+	e.waitRendered(t, 10*time.Second, "after the restart")
+	res := f.stop(t)
+	if got := sortedKeys(res.tcp.Backend); !slices.Equal(got, []string{podA.Name}) {
+		t.Errorf("the flow to %s was answered by %v, want only %s (the holder's endpoint)", addr, got, podA.Name)
+	}
+	logFault(t, "a ClusterIP claimed by a second, hand-written Service, then the proxy restarted (first sync after "+restarted.Round(time.Millisecond).String()+"): every request reached the holder", -1, res)
+	res.expectNoFailures(t, "restart with a contested ClusterIP")
+}
