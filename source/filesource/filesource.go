@@ -1,9 +1,11 @@
 // Package filesource is standalone mode's source: Services, EndpointSlices
 // and Nodes kept in a manifest file or a directory of them, decoded with
 // source/manifest into a model.Builder, reloaded on every change an
-// inotify watch signals. A file that cannot be read or parsed, or that
-// looks cut short while being written, keeps the objects it gave last time;
-// LoadState is the same load done once, for render, diff and trace.
+// inotify watch signals. A file that cannot be read or parsed, that looks
+// cut short while being written, or that gave objects and is now empty,
+// keeps the objects it gave last time, under a new name too if it was
+// renamed within the directory; LoadState is the same load done once, for
+// render, diff and trace.
 package filesource
 
 import (
