@@ -476,6 +476,9 @@ func (s *fileSet) goneByInode(listed map[string]bool) map[inode]string {
 // whose inode name now has: the file was renamed. It keeps its last good
 // contents under its new name, so a file made invalid (or emptied) and then
 // renamed does not lose its objects; nil if name is a new file.
+// (A file deleted as another is created may hand its inode number on; the
+// new file then starts from the deleted one's contents, which last only
+// while it cannot be read: its first good read replaces them.)
 func (s *fileSet) takeRenamed(name string, gone map[inode]string) *fileEntry {
 	if len(gone) == 0 {
 		return nil
