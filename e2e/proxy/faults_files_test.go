@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,4 +224,119 @@ func TestFaultFileCutShort(t *testing.T) {
 	t.Logf("cut at byte %d of %d: warned (held) after %v, refused after %v; no Service lost", cut, len(full), heldAfter.Round(time.Millisecond), refusedAfter.Round(time.Millisecond))
 	logFault(t, "a file of 300 Services cut short mid-document (held, then kept), then at a document boundary (removal of 100 logged)", -1, res)
 	res.expectNoFailures(t, "file cut short")
+}
+
+// TestFaultFileEmptiedOrRenamed: the example's Services file, grown to 100
+// Services, under traffic to two of them (web and dns-like). It is
+// truncated to nothing and written again a second later, as a failed
+// `kubectl get ... > file` followed by a good one leaves it; then made
+// invalid in place and renamed within the directory, and fixed under its
+// new name a second later. Neither may take a Service out of the kernel
+// for a moment: each is held, with a warning naming the file.
+func TestFaultFileEmptiedOrRenamed(t *testing.T) {
+	example, err := os.ReadFile(filepath.Join(exampleState, "services.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const file, renamed = "services.yaml", "renamed.yaml"
+	full := documents(string(example), manyServices(98))
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{file: full}})
+	e.proxy.expectedErrors = []string{e.state}
+	path, newPath := filepath.Join(e.state, file), filepath.Join(e.state, renamed)
+	const last = "10.96.64.98 " // many-0097's ClusterIP
+	e.proxy.poll(t, 10*time.Second, "the 100 Services in the ruleset", func(context.Context) error {
+		if !strings.Contains(e.nftRuleset(t), last) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	f := e.startExampleFlows(t)
+	rules := e.sampleRules(t)
+
+	// Emptied, then written again in place a second later.
+	logged := len(e.proxy.log.lines())
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the writer's pause: the fault's duration, not a synchronization
+	if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	emptied := logged
+
+	// Invalid in place, then renamed; fixed under the new name.
+	logged = len(e.proxy.log.lines())
+	if err := os.WriteFile(path, []byte(strings.Replace(full, "name: web\n", "name: {web\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.waitLog(t, 10*time.Second, "the invalid file refused", func(lines []string) bool {
+		return warned(lines[logged:], path, "invalid YAML")
+	})
+	if err := os.Rename(path, newPath); err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.waitLog(t, 10*time.Second, "the renamed file refused", func(lines []string) bool {
+		return warned(lines[logged:], newPath, "invalid YAML")
+	})
+	time.Sleep(time.Second) // the fault's duration, not a synchronization
+	writeAtomic(t, e.state, renamed, full)
+	e.proxy.waitLog(t, 10*time.Second, "the renamed file read", func(lines []string) bool {
+		return slices.ContainsFunc(lines[logged:], func(l string) bool { return strings.Contains(l, "reads fine again") })
+	})
+	rules.expectAlways(t, "emptied and rewritten; invalid and renamed")
+	if !warned(e.proxy.log.lines()[emptied:], path, "it is empty", "still being written") {
+		t.Errorf("no warning that the emptied %s is held", path)
+	}
+	if rs := e.nftRuleset(t); !strings.Contains(rs, last) {
+		t.Errorf("many-0097 (%s) is gone from the ruleset", last)
+	}
+	res := f.stop(t)
+	logFault(t, "a file of 100 Services emptied and written again 1 s later; then made invalid in place, renamed, and fixed 1 s later (held, warnings naming the file)", -1, res)
+	res.expectNoFailures(t, "file emptied or renamed")
+}
+
+// TestFaultRestartKeepsContestedClusterIP: a ClusterIP held by a Service
+// made through the API (it has a creation time) is claimed by a second,
+// hand-written Service without one, added to the state directory while
+// the proxy runs; the holder keeps it. The proxy is then restarted under
+// traffic to that address: every request must still reach the holder's
+// endpoint (pod-a), never the claimant's (pod-b), and the kernel must
+// equal what render prints.
+func TestFaultRestartKeepsContestedClusterIP(t *testing.T) {
+	const contested = "10.96.2.60"
+	holder := strings.Replace(service{namespace: "default", name: "zz-holder", clusterIP: netip.MustParseAddr(contested),
+		portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),
+		"  namespace: default\n", "  namespace: default\n  creationTimestamp: \"2026-01-01T00:00:00Z\"\n", 1)
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
+		"contest-holder.yaml": documents(holder,
+			endpointSlice{namespace: "default", name: "zz-holder-ipv4", service: "zz-holder", portName: "http", protocol: "TCP", port: podTCPPort, pods: []sandbox.Pod{podA}}.yaml()),
+	}})
+	addr := hostPort(contested, "80")
+	e.waitTraffic(t, time.Now(), 10*time.Second, addr, podA.Name)
+
+	logged := len(e.proxy.log.lines())
+	writeAtomic(t, e.state, "contest-claimant.yaml", documents(
+		service{namespace: "default", name: "aa-claimant", clusterIP: netip.MustParseAddr(contested),
+			portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),
+		endpointSlice{namespace: "default", name: "aa-claimant-ipv4", service: "aa-claimant", portName: "http", protocol: "TCP", port: podTCPPort, pods: []sandbox.Pod{podB}}.yaml()))
+	e.proxy.waitLog(t, 10*time.Second, "the conflict reported", func(lines []string) bool {
+		return warned(lines[logged:], "aa-claimant", "conflicts with the cluster IP of service default/zz-holder")
+	})
+	f := e.startFlows(t, addr, hostPort(dnsClusterIP, dnsPort))
+	e.waitTraffic(t, time.Now(), 5*time.Second, addr, podA.Name)
+
+	e.proxy.stop(t)
+	t0 := time.Now()
+	e.proxy = startProxy(t, e.sb, e.state)
+	restarted := time.Since(t0)
+	if err := e.probe(t.Context(), addr, 16, podA.Name); err != nil {
+		t.Errorf("after the restart, %s: %v", addr, err)
+	}
+	e.waitRendered(t, 10*time.Second, "after the restart")
+	res := f.stop(t)
+	if got := sortedKeys(res.tcp.Backend); !slices.Equal(got, []string{podA.Name}) {
+		t.Errorf("the flow to %s was answered by %v, want only %s (the holder's endpoint)", addr, got, podA.Name)
+	}
+	logFault(t, "a ClusterIP claimed by a second, hand-written Service, then the proxy restarted (first sync after "+restarted.Round(time.Millisecond).String()+"): every request reached the holder", -1, res)
+	res.expectNoFailures(t, "restart with a contested ClusterIP")
 }

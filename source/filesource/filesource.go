@@ -1,9 +1,11 @@
 // Package filesource is standalone mode's source: Services, EndpointSlices
 // and Nodes kept in a manifest file or a directory of them, decoded with
 // source/manifest into a model.Builder, reloaded on every change an
-// inotify watch signals. A file that cannot be read or parsed, or that
-// looks cut short while being written, keeps the objects it gave last time;
-// LoadState is the same load done once, for render, diff and trace.
+// inotify watch signals. A file that cannot be read or parsed, that looks
+// cut short while being written, or that gave objects and is now empty,
+// keeps the objects it gave last time, under a new name too if it was
+// renamed within the directory; LoadState is the same load done once, for
+// render, diff and trace.
 package filesource
 
 import (
@@ -400,12 +402,18 @@ func (s *fileSet) reload() reloadResult {
 	listed := make(map[string]bool, len(names))
 	for _, name := range names {
 		listed[name] = true
+	}
+	gone := s.goneByInode(listed)
+	for _, name := range names {
 		e := s.files[name]
 		if e == nil {
-			e = &fileEntry{}
+			if e = s.takeRenamed(name, gone); e != nil {
+				changed = true // it may now come earlier or later in name order
+			} else {
+				e = &fileEntry{}
+			}
 			s.files[name] = e
-		}
-		if s.unchanged(name, e) {
+		} else if s.unchanged(name, e) {
 			continue
 		}
 		fresh, problems := s.read(name, e)
@@ -439,6 +447,58 @@ func (s *fileSet) reload() reloadResult {
 		res.problems = append(res.problems, problems...)
 	}
 	return res
+}
+
+// inode names a file whatever its name.
+type inode struct{ dev, ino uint64 }
+
+// goneByInode indexes the files no longer listed by the inodes they had
+// when last read; nil if none went.
+func (s *fileSet) goneByInode(listed map[string]bool) map[inode]string {
+	var gone map[inode]string
+	for name, e := range s.files {
+		if listed[name] {
+			continue
+		}
+		if gone == nil {
+			gone = map[inode]string{}
+		}
+		for _, id := range []fileID{e.id, e.failedID, e.heldID} {
+			if id.ino != 0 {
+				gone[inode{id.dev, id.ino}] = name
+			}
+		}
+	}
+	return gone
+}
+
+// takeRenamed returns the entry of a file that went from the listing and
+// whose inode name now has: the file was renamed. It keeps its last good
+// contents under its new name, so a file made invalid (or emptied) and then
+// renamed does not lose its objects; nil if name is a new file.
+// (A file deleted as another is created may hand its inode number on; the
+// new file then starts from the deleted one's contents, which last only
+// while it cannot be read: its first good read replaces them.)
+func (s *fileSet) takeRenamed(name string, gone map[inode]string) *fileEntry {
+	if len(gone) == 0 {
+		return nil
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil
+	}
+	id, ok := idOf(fi)
+	if !ok {
+		return nil
+	}
+	old, found := gone[inode{id.dev, id.ino}]
+	if !found {
+		return nil
+	}
+	e := s.files[old]
+	delete(s.files, old)
+	delete(gone, inode{id.dev, id.ino})
+	return e
 }
 
 // unchanged reports whether a file need not be read again: it is as it
@@ -491,6 +551,13 @@ func (s *fileSet) read(name string, e *fileEntry) (fresh bool, problems []error)
 			e.failedID, e.held = id, ""
 			return false, nil
 		}
+	}
+	if len(data) == 0 && e.good && len(e.objs) > 0 {
+		// Truncated, and not yet written again (or its writer failed, as
+		// `kubectl get ... > file` does when the API server is away).
+		reason := fmt.Sprintf("it is empty, and gave %d objects before (to remove them, delete the file or write a document without objects, such as a kind: List with no items)", len(e.objs))
+		_, problem := s.hold(name, e, id, reason, true)
+		return false, problem
 	}
 	if reason, strong := tail.CutShort(data); reason != "" {
 		if held, problem := s.hold(name, e, id, reason, strong); held {

@@ -422,9 +422,10 @@ func TestFileSourceRereadsOnlyChanged(t *testing.T) {
 	}
 }
 
-// TestFileSourceDuplicateNodePort: a Service added with a NodePort another
-// already has loses that NodePort alone; the holder keeps it in both
-// families whatever the names and creation times.
+// TestFileSourceDuplicateNodePort: an older Service added with a NodePort
+// another already has takes it, in both families, as LoadState (render, a
+// restart) gives it: a restart never moves it. The newer, dual-stack one
+// loses that NodePort in IPv4 alone.
 func TestFileSourceDuplicateNodePort(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "z.yaml"), `apiVersion: v1
@@ -448,9 +449,17 @@ spec:
 `)
 	st := r.waitState(t, "default/alpha:http", "default/zeta:http")
 	sourcetest.MustEqual(t, "services", sourcetest.Summarize(st), []string{
-		"default/alpha:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1",
+		"default/alpha:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1 np=30080",
 		"default/zeta:http TCP/80 cluster=10.96.0.1,fd00::1 np=30080",
 	})
+	if sp := st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "zeta", Port: "http"}); sp.NodePortIn(false) != 0 || sp.NodePortIn(true) != 30080 {
+		t.Errorf("zeta's NodePort: IPv4 %d, IPv6 %d; want none and 30080", sp.NodePortIn(false), sp.NodePortIn(true))
+	}
+	loaded, _ := LoadState(dir, "node-1")
+	if loaded == nil {
+		t.Fatal("LoadState: no state")
+	}
+	sourcetest.MustEqual(t, "LoadState against the running source", sourcetest.Summarize(loaded), sourcetest.Summarize(st))
 }
 
 // TestFileSourcePathGone: the --state directory going away is a failure

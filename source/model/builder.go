@@ -47,11 +47,7 @@ type Builder struct {
 	// ignoredIPs are the external IPs the options left out of each
 	// Service's latest version (only Services that had some).
 	ignoredIPs map[serviceKey][]netip.Addr
-	// held is the holder of every key as of the last snapshot, which keeps
-	// it against newcomers; touched are the keys claimed or let go since.
-	held    map[claim]serviceKey
-	touched map[claim]struct{}
-	pending []*serviceEntry // entries to resolve before the lock is released
+	pending    []*serviceEntry // entries to resolve before the lock is released
 
 	// liveServices and liveEndpoints are the state as of the last snapshot
 	// plus the refreshed Services; published lists the port names each
@@ -102,8 +98,6 @@ func NewBuilder(nodeName string, opts ...Option) *Builder {
 		rivals:     map[claim][]*serviceEntry{},
 		conflicts:  map[objectRef][]error{},
 		ignoredIPs: map[serviceKey][]netip.Addr{},
-		held:       map[claim]serviceKey{},
-		touched:    map[claim]struct{}{},
 		published:  map[serviceKey][]proxier.ServicePortName{},
 		dirty:      map[serviceKey]struct{}{},
 		lineage:    &proxier.Lineage{},
@@ -504,7 +498,10 @@ func (b *Builder) State() *proxier.State {
 }
 
 func (b *Builder) stateLocked() *proxier.State {
-	b.settleAndRefresh()
+	if len(b.published) == 0 && len(b.dirty) > 0 {
+		b.published = make(map[serviceKey][]proxier.ServicePortName, len(b.dirty))
+	}
+	b.refreshDirty()
 	if len(b.dirty) > 0 {
 		// A fresh map rather than clear, which costs the largest size
 		// the map ever had (every Service, after the first listing).
@@ -530,30 +527,7 @@ func (b *Builder) stateLocked() *proxier.State {
 	return st
 }
 
-// concurrentFrom is how many changed keys and Services make settleAndRefresh
-// settle on a goroutine of its own: a first listing's tens of thousands,
-// not a steady state's few.
-const concurrentFrom = 4096
-
-// settleAndRefresh records the keys' holders (settleHeld) and refreshes the
-// dirty Services. The two touch disjoint fields, so after a first listing,
-// when both are large and stand between the caches filling and the first
-// sync, they run side by side.
-func (b *Builder) settleAndRefresh() {
-	if len(b.published) == 0 && len(b.dirty) > 0 {
-		b.published = make(map[serviceKey][]proxier.ServicePortName, len(b.dirty))
-	}
-	if len(b.touched) < concurrentFrom || len(b.dirty) < concurrentFrom {
-		b.settleHeld()
-		b.refreshDirty()
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Go(b.settleHeld)
-	b.refreshDirty()
-	wg.Wait()
-}
-
+// refreshDirty refreshes the Services changed since the last snapshot.
 func (b *Builder) refreshDirty() {
 	for key := range b.dirty {
 		b.refreshLocked(key)

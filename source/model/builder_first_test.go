@@ -5,12 +5,11 @@ import (
 	"testing"
 )
 
-// TestBuilderLargeFirstState checks the first snapshot of a listing large
-// enough that settleAndRefresh settles the keys' holders on a goroutine of
-// its own (run with -race): it must equal the snapshot of a Builder that
-// took the same objects one snapshot at a time, conflicts included.
+// TestBuilderLargeFirstState checks the first snapshot of a large listing:
+// it must equal the snapshot of a Builder that took the same objects one
+// snapshot at a time, conflicts included.
 func TestBuilderLargeFirstState(t *testing.T) {
-	n := 2 * concurrentFrom
+	const n = 8192
 	big, small := NewBuilder("node-1"), NewBuilder("node-1")
 	for i := range n {
 		svc := benchService(i)
@@ -43,9 +42,5 @@ func TestBuilderLargeFirstState(t *testing.T) {
 	}
 	if len(big.Errors()) == 0 || len(big.Errors()) != len(small.Errors()) {
 		t.Fatalf("errors: got %d, want %d (and some)", len(big.Errors()), len(small.Errors()))
-	}
-	// The holders settled: a newcomer asking for a held NodePort loses.
-	if len(big.held) != len(small.held) {
-		t.Fatalf("held keys: got %d, want %d", len(big.held), len(small.held))
 	}
 }

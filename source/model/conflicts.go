@@ -22,13 +22,18 @@ import (
 // the value, the others go without that one value and are reported, and a
 // loser gets its value back as soon as the holder lets it go.
 //
-// The Service that held a key in the last snapshot ranks first: a newcomer
-// (say, a second Service given the same NodePort in a file) never takes a
-// working value away. Among Services none of which held it, the older
-// Service (then namespace/name) ranks first, which is the one the API server
-// would have kept, and which does not depend on the order a watch or a
-// directory delivered them. One rule comes before both: a cluster IP keeps
-// its address against an external or load balancer IP.
+// Who keeps a key depends on the Services asking for it alone, never on
+// the order they came in or on who held it before: a proxy that saw them
+// come one by one, a restarted one and render all agree, so a restart never
+// moves a value. One rule comes first: a cluster IP keeps its address
+// against an external or load balancer IP. Then the older Service keeps
+// it, which is the one the API server would have kept; a Service without a
+// creation time (hand-written in a state file) counts as the newest, so it
+// never takes a value from one that has a time; then namespace, then name.
+// The API server gives a new Service a later creation time than every
+// existing one, so a new Service takes a value only from one created in
+// the same second with a later name; an older Service that asks for a
+// value later (an external IP added) takes it.
 
 // claim is a key shared by all Services: an address, protocol and port, or
 // a NodePort, protocol and IP family (addr not valid; ipv6 set for IPv6).
@@ -142,9 +147,12 @@ func newServiceEntry(key serviceKey, created time.Time, ports []*proxier.Service
 }
 
 // outranks reports whether e keeps a key that o also asks for: the older
-// Service, then the first by namespace and name.
+// Service (one without a creation time after all that have one), then the
+// first by namespace and name.
 func (e *serviceEntry) outranks(o *serviceEntry) bool {
 	switch {
+	case e.created.IsZero() != o.created.IsZero():
+		return o.created.IsZero()
 	case !e.created.Equal(o.created):
 		return e.created.Before(o.created)
 	case e.key.namespace != o.key.namespace:
@@ -156,41 +164,14 @@ func (e *serviceEntry) outranks(o *serviceEntry) bool {
 // outranksFor reports whether e keeps key c against o. A cluster IP always
 // keeps its address against an external or load balancer IP: otherwise a
 // Service could take over another's cluster IP by listing it as its
-// external IP (the pattern of CVE-2020-8554). Then the Service that held c
-// in the last snapshot keeps it; else outranks decides.
-func (b *Builder) outranksFor(e, o *serviceEntry, c claim) bool {
+// external IP (the pattern of CVE-2020-8554). Else outranks decides.
+func outranksFor(e, o *serviceEntry, c claim) bool {
 	eu, _ := e.use(c)
 	ou, _ := o.use(c)
 	if ec, oc := eu.role == roleClusterIP, ou.role == roleClusterIP; ec != oc {
 		return ec
 	}
-	if h, ok := b.held[c]; ok {
-		switch h {
-		case e.key:
-			return true
-		case o.key:
-			return false
-		}
-	}
 	return e.outranks(o)
-}
-
-// settleHeld records the holders of the keys that changed hands since the
-// last snapshot, as a new snapshot is taken.
-func (b *Builder) settleHeld() {
-	if len(b.held) == 0 && len(b.touched) > 0 {
-		b.held = make(map[claim]serviceKey, len(b.touched)) // grown once, not step by step
-	}
-	for c := range b.touched {
-		if e := b.owner[c]; e != nil {
-			b.held[c] = e.key
-		} else {
-			delete(b.held, c)
-		}
-	}
-	if len(b.touched) > 0 {
-		b.touched = map[claim]struct{}{} // not clear: see stateLocked
-	}
 }
 
 // use returns how e uses key c.
@@ -230,12 +211,11 @@ func (e *ConflictError) Error() string {
 func (b *Builder) addClaims(e *serviceEntry) {
 	for _, u := range e.claims {
 		c := u.key
-		b.touched[c] = struct{}{}
 		holder, held := b.owner[c]
 		switch {
 		case !held:
 			b.owner[c] = e
-		case b.outranksFor(e, holder, c):
+		case outranksFor(e, holder, c):
 			b.owner[c] = e
 			b.rivals[c] = append(b.rivals[c], holder)
 			// The old holder loses the value; the others' messages name
@@ -253,7 +233,6 @@ func (b *Builder) addClaims(e *serviceEntry) {
 func (b *Builder) removeClaims(e *serviceEntry) {
 	for _, u := range e.claims {
 		c := u.key
-		b.touched[c] = struct{}{}
 		rivals := b.rivals[c]
 		if b.owner[c] != e {
 			if i := slices.Index(rivals, e); i >= 0 {
@@ -264,7 +243,7 @@ func (b *Builder) removeClaims(e *serviceEntry) {
 		} else {
 			best := 0
 			for i, r := range rivals[1:] {
-				if b.outranksFor(r, rivals[best], c) {
+				if outranksFor(r, rivals[best], c) {
 					best = i + 1
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -26,13 +27,15 @@ func csvc(name string, created int, clusterIP string, opts ...func(*corev1.Servi
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "default", Name: name,
-			CreationTimestamp: metav1.NewTime(conflictEpoch.Add(time.Duration(created) * time.Second)),
 		},
 		Spec: corev1.ServiceSpec{
 			Type:       corev1.ServiceTypeLoadBalancer,
 			ClusterIPs: strings.Split(clusterIP, ","),
 			Ports:      []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
 		},
+	}
+	if created >= 0 { // <0: none, as in a hand-written state file
+		svc.CreationTimestamp = metav1.NewTime(conflictEpoch.Add(time.Duration(created) * time.Second))
 	}
 	for _, o := range opts {
 		o(svc)
@@ -81,20 +84,32 @@ func TestBuilderConflicts(t *testing.T) {
 		name  string
 		steps []conflictStep
 	}{{
-		name: "same NodePort: the Service holding it keeps it, even against an older one, and the other gets it back when it goes",
+		name: "same NodePort: an older Service arriving takes it, as a restart would give it; the other gets it back when it goes",
 		steps: []conflictStep{{
 			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
 			want:   []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
 		}, {
 			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
 			want: []string{
-				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
-				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
 			},
-			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http", which keeps it; dropped`},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
 		}, {
-			del:  "a",
-			want: []string{"default/b:http TCP/80 cluster=10.96.0.2 np=30080"},
+			del:  "b",
+			want: []string{"default/a:http TCP/80 cluster=10.96.0.1 np=30080"},
+		}},
+	}, {
+		name: "same NodePort: a newer Service arriving does not take it",
+		steps: []conflictStep{{
+			upsert: csvc("b", 1, "10.96.0.2", nodePort(30080)),
+		}, {
+			upsert: csvc("a", 2, "10.96.0.1", nodePort(30080)),
+			want: []string{
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
+			},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http", which keeps it; dropped`},
 		}},
 	}, {
 		name: "same NodePort arriving together: the older Service keeps it",
@@ -251,7 +266,7 @@ func TestBuilderConflicts(t *testing.T) {
 			},
 		}},
 	}, {
-		name: "a Service replaced (a new creation time) still holds what it held",
+		name: "a Service replaced (a new creation time) ranks by it: the older rival takes the value",
 		steps: []conflictStep{{
 			upsert: csvc("a", 1, "10.96.0.1", nodePort(30080)),
 		}, {
@@ -261,10 +276,10 @@ func TestBuilderConflicts(t *testing.T) {
 			// A missed delete: the new object arrives as an update.
 			upsert: csvc("a", 3, "10.96.0.1", nodePort(30080)),
 			want: []string{
-				"default/a:http TCP/80 cluster=10.96.0.1 np=30080",
-				"default/b:http TCP/80 cluster=10.96.0.2",
+				"default/a:http TCP/80 cluster=10.96.0.1",
+				"default/b:http TCP/80 cluster=10.96.0.2 np=30080",
 			},
-			errs: []string{`service default/b: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/a port "http"`},
+			errs: []string{`service default/a: port "http": NodePort 30080/TCP conflicts with the NodePort of service default/b port "http"`},
 		}},
 	}, {
 		name: "a loser that moves off the value is clean; one going away no longer counts",
@@ -416,9 +431,9 @@ func errorStrings(errs []error) []string {
 // TestBuilderConflictsIncremental drives one Builder through random
 // upserts and deletes of Services that fight over a few values, and after
 // every snapshot checks the rules against the objects alone: no key is in
-// the state twice, every address some Service asks for is in it, and a key
-// stays with its holder of the previous snapshot while the holder asks
-// for it (unless a cluster IP claims the address).
+// the state twice, every address some Service asks for is in it, and the
+// state and the reports are those of a Builder given the same objects at
+// once, as a restarted proxy or render is: a restart never moves a value.
 func TestBuilderConflictsIncremental(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
@@ -440,12 +455,11 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 			))
 		}
 		ip := pick(fmt.Sprintf("10.96.0.%d", 10+i), "10.96.0.1", "10.96.0.2")
-		return csvc(fmt.Sprintf("s%d", i), rng.IntN(3), ip, opts...)
+		return csvc(fmt.Sprintf("s%d", i), rng.IntN(4)-1, ip, opts...)
 	}
 
 	b := NewBuilder("node-1")
 	live := map[string]*corev1.Service{}
-	var before map[claim]string // holders in the previous snapshot
 	compared, conflicted := 0, 0
 	for step := range 2000 {
 		i := rng.IntN(8)
@@ -465,32 +479,22 @@ func TestBuilderConflictsIncremental(t *testing.T) {
 		got := b.State()
 		sourcetest.CheckUniqueKeys(t, what, got)
 		held := stateClaims(got)
-		asked := map[claim]map[string]role{} // key -> Service -> how it asks
-		for name, svc := range live {
-			ports, _ := ServicePorts(svc)
+		restarted := NewBuilder("node-1")
+		for _, name := range slices.Sorted(maps.Keys(live)) {
+			_ = restarted.UpsertService(live[name])
+			ports, _ := ServicePorts(live[name])
 			for _, u := range newServiceEntry(serviceKey{"default", name}, time.Time{}, ports).claims {
-				if asked[u.key] == nil {
-					asked[u.key] = map[string]role{}
+				if _, ok := held[u.key]; !ok && u.key.addr.IsValid() {
+					// (A NodePort can go unheld: a dual-stack port losing it
+					// in one family loses it in both, the model having one
+					// NodePort.)
+					t.Errorf("%s: %s is asked for by %s but nobody holds it", what, u.key, name)
 				}
-				asked[u.key][name] = u.role
 			}
 		}
-		for c, who := range asked {
-			// (A NodePort can go unheld: a dual-stack port losing it in one
-			// family loses it in both, the model having one NodePort.)
-			if _, ok := held[c]; !ok && c.addr.IsValid() {
-				t.Errorf("%s: %s is asked for by %v but nobody holds it", what, c, who)
-			}
-			prev, ok := before[c]
-			r, asks := who[prev]
-			if !ok || !asks || held[c] == prev {
-				continue
-			}
-			if r == roleClusterIP || who[held[c]] != roleClusterIP {
-				t.Errorf("%s: %s went from %s to %s although %s still asks for it", what, c, prev, held[c], prev)
-			}
-		}
-		before = held
+		sourcetest.MustEqual(t, what+": the running Builder against one given the same objects at once",
+			sourcetest.Summarize(got), sourcetest.Summarize(restarted.State()))
+		sourcetest.MustEqual(t, what+": reports", errorStrings(b.Errors()), errorStrings(restarted.Errors()))
 		if t.Failed() {
 			t.FailNow()
 		}
@@ -584,4 +588,54 @@ func TestNodePortConflictIsPerFamily(t *testing.T) {
 			newcomer.NodePortIn(false), newcomer.NodePortIn(true))
 	}
 	sourcetest.CheckUniqueKeys(t, "per-family NodePort", st)
+}
+
+// TestContestedClusterIPSurvivesRestart: two Services on one cluster IP,
+// the second arriving while the first holds it (as state files allow).
+// The Service keeping it is the one a Builder given both at once picks,
+// as a restarted proxy and render are: the older, a Service without a
+// creation time (hand-written) counting as the newest, then by name.
+func TestContestedClusterIPSurvivesRestart(t *testing.T) {
+	tests := []struct {
+		name            string
+		first, second   int // creation times; <0: none
+		wantFirstKeeps  bool
+		firstN, secondN string
+	}{
+		{"an older Service arrives: it takes the address", 2, 1, false, "zz", "aa"},
+		{"a newer Service arrives: the holder keeps it", 1, 2, true, "zz", "aa"},
+		{"one without creation time arrives: the holder keeps it", 2, -1, true, "zz", "aa"},
+		{"the holder has no creation time: an API-made one takes it", -1, 2, false, "aa", "zz"},
+		{"neither has a creation time: the first by name", -1, -1, false, "zz", "aa"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := csvc(tt.firstN, tt.first, "10.96.0.50")
+			second := csvc(tt.secondN, tt.second, "10.96.0.50")
+			running := NewBuilder("node-1")
+			if err := running.UpsertService(first); err != nil {
+				t.Fatal(err)
+			}
+			running.State()
+			if err := running.UpsertService(second); err != nil {
+				t.Fatal(err)
+			}
+			restarted := NewBuilder("node-1")
+			for _, s := range []*corev1.Service{second, first} {
+				if err := restarted.UpsertService(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			holder := tt.secondN
+			if tt.wantFirstKeeps {
+				holder = tt.firstN
+			}
+			for what, b := range map[string]*Builder{"running": running, "restarted": restarted} {
+				claims := stateClaims(b.State())
+				if got := claims[claim{addr: netip.MustParseAddr("10.96.0.50"), proto: proxier.TCP, port: 80}]; got != holder {
+					t.Errorf("%s: 10.96.0.50:80 held by %q, want %q", what, got, holder)
+				}
+			}
+		})
+	}
 }
