@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 )
 
 // Name is the abstract unix socket that marks a running instance. Abstract
@@ -22,14 +24,20 @@ var ErrRunning = errors.New("another kube-nftproxy is running in this network na
 
 // Acquire takes the lock of the current network namespace, or says which
 // process holds it.
-func Acquire() (*Lock, error) { return acquire(Name) }
+func Acquire() (*Lock, error) { return acquire("") }
 
-func acquire(name string) (*Lock, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+// acquire takes the lock of the network namespace at netnsPath ("" for
+// the current one).
+func acquire(netnsPath string) (*Lock, error) {
+	fd := -1
+	err := netns.Do(netnsPath, func() (err error) {
+		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("instance lock: socket: %w", err)
 	}
-	addr := &unix.SockaddrUnix{Name: "@" + name}
+	addr := &unix.SockaddrUnix{Name: "@" + Name}
 	err = unix.Bind(fd, addr)
 	if err == nil {
 		err = unix.Listen(fd, 1)
@@ -41,15 +49,19 @@ func acquire(name string) (*Lock, error) {
 	if !errors.Is(err, unix.EADDRINUSE) {
 		return nil, fmt.Errorf("instance lock: %w", err)
 	}
-	if pid := holder(addr); pid > 0 {
+	if pid := holder(netnsPath, addr); pid > 0 {
 		return nil, fmt.Errorf("%w (pid %d)", ErrRunning, pid)
 	}
 	return nil, ErrRunning
 }
 
 // holder connects to the lock and asks the kernel for its owner's pid.
-func holder(addr *unix.SockaddrUnix) int {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+func holder(netnsPath string, addr *unix.SockaddrUnix) int {
+	fd := -1
+	err := netns.Do(netnsPath, func() (err error) {
+		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return 0
 	}

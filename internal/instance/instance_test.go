@@ -1,29 +1,251 @@
 package instance
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
-func TestLockIsExclusive(t *testing.T) {
-	name := fmt.Sprintf("kube-nftproxy-test-%d", os.Getpid())
-	first, err := acquire(name)
+// helperEnv makes the test binary, started again by startHelper, play a
+// process of a test (runHelper) instead of running the tests.
+const (
+	helperEnv     = "KNP_INSTANCE_HELPER"
+	dropNetAdmin  = "KNP_INSTANCE_DROP_NET_ADMIN"
+	helperSquat   = "squat"
+	helperHold    = "hold"
+	nobody        = 65534
+	helperTimeout = 10 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// runHelper is a process of a test, in the network namespace it was
+// started in. squat: a process that binds the abstract socket as a proxy
+// of older versions took it, and tries the lock itself, without being
+// able to run a proxy. hold: a proxy's lock. It prints one line saying
+// what it got, then holds it until its stdin closes or it is killed.
+func runHelper(mode string) int {
+	// Capabilities are per thread: what this helper does runs here.
+	runtime.LockOSThread()
+	if os.Getenv(dropNetAdmin) != "" {
+		if err := dropCapNetAdmin(); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+	}
+	var report string
+	switch mode {
+	case helperSquat:
+		fd, err := squat()
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		defer unix.Close(fd)
+		report = fmt.Sprintf("squatting uid=%d net_admin=%v", os.Getuid(), hasCapNetAdmin())
+	case helperHold:
+		l, err := acquire("")
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		defer l.Release()
+		report = "held"
+	default:
+		fmt.Println("error: unknown helper mode", mode)
+		return 1
+	}
+	fmt.Println(report)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// squat binds and listens on the abstract socket of the start-up lock.
+func squat() (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@" + Name}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("binding @%s: %w", Name, err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// dropCapNetAdmin takes CAP_NET_ADMIN from this thread (a root process
+// without it, as a container's root often is).
+func dropCapNetAdmin() error {
+	if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_NET_ADMIN, 0, 0, 0); err != nil {
+		return fmt.Errorf("dropping CAP_NET_ADMIN from the bounding set: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	const bit = 1 << unix.CAP_NET_ADMIN
+	data[0].Effective &^= bit
+	data[0].Permitted &^= bit
+	data[0].Inheritable &^= bit
+	return unix.Capset(&hdr, &data[0])
+}
+
+// hasCapNetAdmin reports whether this thread has CAP_NET_ADMIN in effect.
+func hasCapNetAdmin() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	return unix.Capget(&hdr, &data[0]) == nil && data[0].Effective&(1<<unix.CAP_NET_ADMIN) != 0
+}
+
+// helper is a process startHelper started, and the line it printed.
+type helper struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	report string
+}
+
+// startHelper starts the test binary as a helper process in namespace
+// ns, as uid (root: 0) and, when dropNetAdmin, without CAP_NET_ADMIN, and
+// waits for its report. The helper is killed when the test ends.
+func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *helper {
+	t.Helper()
+	// The child runs this binary through /proc/self/exe, which another
+	// uid can execute without reaching the build directory.
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	if noNetAdmin {
+		cmd.Env = append(cmd.Env, dropNetAdmin+"=1")
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A child starts in the network namespace of the thread that forks it.
+	if err := netns.Do(testns.Path(ns), cmd.Start); err != nil {
+		t.Fatalf("starting the %s helper: %v", mode, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-lines:
+		return &helper{cmd: cmd, stdin: stdin, report: line}
+	case <-time.After(helperTimeout):
+		t.Fatalf("the %s helper said nothing within %v", mode, helperTimeout)
+		return nil
+	}
+}
+
+// A process that cannot run a proxy (no CAP_NET_ADMIN: an unprivileged
+// uid, or root without the capability) cannot stop one from starting,
+// whatever it binds first; two proxies still exclude each other.
+func TestKernelLockSquatted(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		uid        uint32
+		noNetAdmin bool
+	}{
+		{"uid 65534 without capabilities", nobody, false},
+		{"root without CAP_NET_ADMIN", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testns.New(t, "knp-lock-")
+			sq := startHelper(t, ns, helperSquat, tc.uid, tc.noNetAdmin)
+			if want := fmt.Sprintf("squatting uid=%d net_admin=false", tc.uid); sq.report != want {
+				t.Fatalf("the squatter reported %q, want %q", sq.report, want)
+			}
+			l, err := acquire(testns.Path(ns))
+			if err != nil {
+				t.Fatalf("a squatter (pid %d) stops the proxy from starting: %v", sq.cmd.Process.Pid, err)
+			}
+			defer l.Release()
+			_, err = acquire(testns.Path(ns))
+			wantHeldBy(t, err, os.Getpid())
+		})
+	}
+}
+
+// A proxy killed with SIGKILL leaves no lock behind.
+func TestKernelLockHolderKilled(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	h := startHelper(t, ns, helperHold, 0, false)
+	if h.report != "held" {
+		t.Fatalf("the holder reported %q", h.report)
+	}
+	_, err := acquire(testns.Path(ns))
+	wantHeldBy(t, err, h.cmd.Process.Pid)
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	var l *Lock
+	testutil.WaitFor(t, 5*time.Second, "the lock of a killed holder to be free", func() bool {
+		l, err = acquire(testns.Path(ns))
+		return err == nil
+	})
+	l.Release()
+}
+
+// A lock given back is free again.
+func TestKernelLockReleased(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	first, err := acquire(testns.Path(ns))
 	if err != nil {
 		t.Fatalf("first lock: %v", err)
 	}
-	_, err = acquire(name)
-	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
-		t.Fatalf("second lock: %v, want ErrRunning naming pid %d", err, os.Getpid())
-	}
+	_, err = acquire(testns.Path(ns))
+	wantHeldBy(t, err, os.Getpid())
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := acquire(name)
+	again, err := acquire(testns.Path(ns))
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.Release()
+}
+
+// wantHeldBy fails t unless err is ErrRunning naming pid.
+func wantHeldBy(t *testing.T, err error, pid int) {
+	t.Helper()
+	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", pid)) {
+		t.Fatalf("second lock: %v, want ErrRunning naming pid %d", err, pid)
+	}
 }
