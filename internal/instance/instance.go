@@ -1,34 +1,137 @@
 // Package instance keeps one kube-nftproxy per network namespace: two would
 // rewrite each other's tables at every sync.
+//
+// The lock is an empty nftables table, `ip kube-nftproxy-lock`, created
+// with NFT_TABLE_F_OWNER on a netlink socket that stays open while the
+// process runs. Only a process with CAP_NET_ADMIN in the namespace can
+// create it, as only such a process can run a proxy; no other process can
+// change or delete it; and the kernel deletes it when that socket closes,
+// however the process ends, so no lock is ever left behind. Two proxies in
+// different containers of one hostNetwork node share it, as they share
+// the network namespace (a file under /run would not be shared).
+//
+// Kernels before 5.12 have no owned tables: there the lock is the abstract
+// unix socket @kube-nftproxy, which also goes with its process but which
+// any process of the namespace can bind first.
 package instance
 
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
-// Name is the abstract unix socket that marks a running instance. Abstract
-// sockets belong to a network namespace and vanish when their process
-// dies, however it dies, so there is no stale lock to clean up.
+// TableFamily and TableName name the lock's table.
+const (
+	TableFamily = nftlib.IPv4
+	TableName   = "kube-nftproxy-lock"
+)
+
+// Name is the abstract unix socket that marks a running instance on
+// kernels without owned tables (before 5.12).
 const Name = "kube-nftproxy"
 
 // Lock is held while the process runs.
-type Lock struct{ fd int }
+type Lock struct {
+	kernel *nftlib.Kernel // the socket that owns the lock table; nil with the abstract socket
+	fd     int            // the abstract socket; -1 with the table
+}
 
 // ErrRunning is returned by Acquire when another instance holds the lock.
 var ErrRunning = errors.New("another kube-nftproxy is running in this network namespace")
 
+// errNoOwnedTables: the kernel refused NFT_TABLE_F_OWNER (before 5.12).
+var errNoOwnedTables = errors.New("this kernel has no owned nftables tables")
+
 // Acquire takes the lock of the current network namespace, or says which
-// process holds it.
+// process holds it. Without CAP_NET_ADMIN it fails with a permission
+// error (errors.Is os.ErrPermission), as the proxy would later.
 func Acquire() (*Lock, error) { return acquire("") }
 
 // acquire takes the lock of the network namespace at netnsPath ("" for
 // the current one).
 func acquire(netnsPath string) (*Lock, error) {
+	l, err := acquireTable(netnsPath)
+	if errors.Is(err, errNoOwnedTables) {
+		return acquireSocket(netnsPath)
+	}
+	return l, err
+}
+
+// tableComment says, in `nft list ruleset`, what the table is and who
+// holds it; tableHolder reads the pid back.
+func tableComment(pid int) string {
+	return fmt.Sprintf("kube-nftproxy instance lock, held by pid %d: one proxy per network namespace; deleted when it exits", pid)
+}
+
+var commentPid = regexp.MustCompile(`held by pid (\d+)`)
+
+// acquireTable creates the lock table on a socket of its own. A holder
+// that exits between our attempt and our look at its table is retried.
+func acquireTable(netnsPath string) (*Lock, error) {
+	k, err := nftlib.OpenKernel(netnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("instance lock: %w", err)
+	}
+	const attempts = 3
+	for range attempts {
+		b := k.NewBatch()
+		b.AddOwnedTable(TableFamily, TableName, tableComment(os.Getpid()))
+		err = k.Apply(b)
+		switch {
+		case err == nil:
+			return &Lock{kernel: k, fd: -1}, nil
+		case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL):
+			// 5.12+ answers an unknown table flag with EOPNOTSUPP, 5.10 with EINVAL.
+			k.Close()
+			return nil, fmt.Errorf("%w: %w", errNoOwnedTables, err)
+		case !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.EPERM):
+			k.Close()
+			return nil, fmt.Errorf("instance lock: creating table %s %s: %w", TableFamily, TableName, err)
+		}
+		// Held by another socket, or no CAP_NET_ADMIN: reading tells.
+		gone, err := tableHolder(k)
+		if !gone {
+			k.Close()
+			return nil, err
+		}
+	}
+	k.Close()
+	return nil, fmt.Errorf("%w (table %s %s came and went %d times)", ErrRunning, TableFamily, TableName, attempts)
+}
+
+// tableHolder reads the lock table that exists: ErrRunning naming its
+// holder, or gone when it was deleted meanwhile.
+func tableHolder(k *nftlib.Kernel) (gone bool, err error) {
+	kt, err := k.TableInfo(TableFamily, TableName)
+	if err != nil {
+		return false, fmt.Errorf("instance lock: reading table %s %s: %w", TableFamily, TableName, err)
+	}
+	switch {
+	case !kt.Exists:
+		return true, nil
+	case kt.Flags&nftlib.NftTableFOwner == 0:
+		// Only a process with CAP_NET_ADMIN makes such a table (nft -f
+		// with a copied ruleset, say); it goes with no process.
+		return false, fmt.Errorf("instance lock: table %s %s exists without an owner, so it is nobody's lock: "+
+			"delete it (nft delete table %s %s) and start again", TableFamily, TableName, TableFamily, TableName)
+	}
+	if m := commentPid.FindStringSubmatch(kt.Comment()); m != nil {
+		pid, _ := strconv.Atoi(m[1])
+		return false, fmt.Errorf("%w (pid %d, which holds table %s %s)", ErrRunning, pid, TableFamily, TableName)
+	}
+	return false, fmt.Errorf("%w (netlink port id %d holds table %s %s)", ErrRunning, kt.Owner, TableFamily, TableName)
+}
+
+// acquireSocket binds the abstract socket, on kernels without owned tables.
+func acquireSocket(netnsPath string) (*Lock, error) {
 	fd := -1
 	err := netns.Do(netnsPath, func() (err error) {
 		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -49,14 +152,14 @@ func acquire(netnsPath string) (*Lock, error) {
 	if !errors.Is(err, unix.EADDRINUSE) {
 		return nil, fmt.Errorf("instance lock: %w", err)
 	}
-	if pid := holder(netnsPath, addr); pid > 0 {
-		return nil, fmt.Errorf("%w (pid %d)", ErrRunning, pid)
+	if pid := socketHolder(netnsPath, addr); pid > 0 {
+		return nil, fmt.Errorf("%w (pid %d, which holds the abstract socket @%s)", ErrRunning, pid, Name)
 	}
-	return nil, ErrRunning
+	return nil, fmt.Errorf("%w (the abstract socket @%s is bound)", ErrRunning, Name)
 }
 
-// holder connects to the lock and asks the kernel for its owner's pid.
-func holder(netnsPath string, addr *unix.SockaddrUnix) int {
+// socketHolder connects to the lock and asks the kernel for its owner's pid.
+func socketHolder(netnsPath string, addr *unix.SockaddrUnix) int {
 	fd := -1
 	err := netns.Do(netnsPath, func() (err error) {
 		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -76,5 +179,10 @@ func holder(netnsPath string, addr *unix.SockaddrUnix) int {
 	return int(cred.Pid)
 }
 
-// Release gives the lock up.
-func (l *Lock) Release() error { return unix.Close(l.fd) }
+// Release gives the lock up: closing the owner's socket deletes the table.
+func (l *Lock) Release() error {
+	if l.kernel != nil {
+		return l.kernel.Close()
+	}
+	return unix.Close(l.fd)
+}

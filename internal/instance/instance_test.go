@@ -61,7 +61,9 @@ func runHelper(mode string) int {
 			return 1
 		}
 		defer unix.Close(fd)
-		report = fmt.Sprintf("squatting uid=%d net_admin=%v", os.Getuid(), hasCapNetAdmin())
+		// The lock itself: refused without CAP_NET_ADMIN.
+		_, err = acquire("")
+		report = fmt.Sprintf("squatting uid=%d net_admin=%v lock_refused=%v", os.Getuid(), hasCapNetAdmin(), errors.Is(err, os.ErrPermission))
 	case helperHold:
 		l, err := acquire("")
 		if err != nil {
@@ -188,7 +190,7 @@ func TestKernelLockSquatted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "knp-lock-")
 			sq := startHelper(t, ns, helperSquat, tc.uid, tc.noNetAdmin)
-			if want := fmt.Sprintf("squatting uid=%d net_admin=false", tc.uid); sq.report != want {
+			if want := fmt.Sprintf("squatting uid=%d net_admin=false lock_refused=true", tc.uid); sq.report != want {
 				t.Fatalf("the squatter reported %q, want %q", sq.report, want)
 			}
 			l, err := acquire(testns.Path(ns))
@@ -236,6 +238,61 @@ func TestKernelLockReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := acquire(testns.Path(ns))
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.Release()
+}
+
+// The lock is readable in `nft list ruleset`, and goes with its holder.
+func TestKernelLockListed(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	l, err := acquire(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testns.NFT(t, ns, "list", "ruleset")
+	for _, want := range []string{
+		"table ip kube-nftproxy-lock {",
+		"flags owner",
+		fmt.Sprintf(`comment "kube-nftproxy instance lock, held by pid %d: one proxy per network namespace; deleted when it exits"`, os.Getpid()),
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("nft list ruleset lacks %q:\n%s", want, got)
+		}
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testns.NFT(t, ns, "list", "ruleset"); got != "" {
+		t.Errorf("after Release, nft list ruleset still shows:\n%s", got)
+	}
+}
+
+// A lock table that no process owns (made with nft) is nobody's lock:
+// the error says so and how to remove it.
+func TestKernelLockTableWithoutOwner(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	testns.NFTScript(t, ns, "add table ip kube-nftproxy-lock { comment \"kube-nftproxy instance lock, held by pid 1\"; }\n")
+	_, err := acquire(testns.Path(ns))
+	if err == nil || errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "nft delete table ip kube-nftproxy-lock") {
+		t.Fatalf("acquire = %v, want an error saying how to delete the table", err)
+	}
+}
+
+// On kernels without owned tables the abstract socket is the lock.
+func TestKernelLockSocketFallback(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	first, err := acquireSocket(testns.Path(ns))
+	if err != nil {
+		t.Fatalf("first lock: %v", err)
+	}
+	_, err = acquireSocket(testns.Path(ns))
+	wantHeldBy(t, err, os.Getpid())
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := acquireSocket(testns.Path(ns))
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
