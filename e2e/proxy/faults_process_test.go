@@ -98,7 +98,8 @@ func (e *env) launchSecondProxy(t *testing.T) *proxy {
 // one binds the abstract socket that was the start-up lock (uid 65534
 // without capabilities), and another (root without CAP_NET_ADMIN) tries to
 // create the lock's table first. The proxy must start and serve anyway,
-// and a second proxy must still be refused, naming the first one's pid.
+// and a second proxy and --cleanup must still be refused, naming the
+// first one's pid.
 func TestFaultLockSquatted(t *testing.T) {
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	e.proxy.stop(t)
@@ -131,10 +132,17 @@ func TestFaultLockSquatted(t *testing.T) {
 	if second.syncs() > 0 {
 		t.Errorf("the second proxy synced %d times", second.syncs())
 	}
-	e.waitRendered(t, 5*time.Second, "after the second proxy was refused")
+	// --cleanup takes the same lock: refused while the proxy runs.
+	if out, err := e.sb.Exec(t.Context(), sandbox.Node, proxyBin, "--cleanup"); err == nil || !strings.Contains(err.Error(), naming) {
+		t.Errorf("--cleanup while the proxy runs: %v, output %q; want a refusal naming %s", err, out, naming)
+	}
+	e.waitRendered(t, 5*time.Second, "after the second proxy and --cleanup were refused")
 	res := f.stop(t)
-	logFault(t, fmt.Sprintf("start-up lock: @%s bound first by uid 65534 (pid %d), the lock table tried by root without CAP_NET_ADMIN; then a second instance",
-		"kube-nftproxy", squatter.Pid()), started, res)
+	if squatter.Exited() {
+		t.Errorf("the squatter (pid %d) exited: the proxy was not shown to start beside it", squatter.Pid())
+	}
+	logFault(t, "@kube-nftproxy bound first by uid 65534, the lock table tried first by root without CAP_NET_ADMIN; "+
+		"the proxy starts (recovery: to its first sync); a second instance and --cleanup refused", started, res)
 	res.expectNoFailures(t, "a squatted abstract socket, then a second instance")
 	e.proxy.checkRunning(t)
 }
