@@ -78,7 +78,7 @@ var commentPid = regexp.MustCompile(`held by pid (\d+)`)
 func acquireTable(netnsPath string) (*Lock, error) {
 	k, err := nftlib.OpenKernel(netnsPath)
 	if err != nil {
-		return nil, fmt.Errorf("instance lock: %w", err)
+		return nil, fmt.Errorf("opening nftables: %w", err)
 	}
 	const attempts = 3
 	for range attempts {
@@ -94,13 +94,17 @@ func acquireTable(netnsPath string) (*Lock, error) {
 			return nil, fmt.Errorf("%w: %w", errNoOwnedTables, err)
 		case !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.EPERM):
 			k.Close()
-			return nil, fmt.Errorf("instance lock: creating table %s %s: %w", TableFamily, TableName, err)
+			return nil, fmt.Errorf("creating table %s %s: %w", TableFamily, TableName, err)
 		}
 		// Held by another socket, or no CAP_NET_ADMIN: reading tells.
-		gone, err := tableHolder(k)
+		gone, readErr := tableHolder(k)
+		if errors.Is(readErr, os.ErrPermission) {
+			k.Close()
+			return nil, fmt.Errorf("creating table %s %s: %w", TableFamily, TableName, err)
+		}
 		if !gone {
 			k.Close()
-			return nil, err
+			return nil, readErr
 		}
 	}
 	k.Close()
@@ -112,7 +116,7 @@ func acquireTable(netnsPath string) (*Lock, error) {
 func tableHolder(k *nftlib.Kernel) (gone bool, err error) {
 	kt, err := k.TableInfo(TableFamily, TableName)
 	if err != nil {
-		return false, fmt.Errorf("instance lock: reading table %s %s: %w", TableFamily, TableName, err)
+		return false, fmt.Errorf("reading table %s %s: %w", TableFamily, TableName, err)
 	}
 	switch {
 	case !kt.Exists:
@@ -120,7 +124,7 @@ func tableHolder(k *nftlib.Kernel) (gone bool, err error) {
 	case kt.Flags&nftlib.NftTableFOwner == 0:
 		// Only a process with CAP_NET_ADMIN makes such a table (nft -f
 		// with a copied ruleset, say); it goes with no process.
-		return false, fmt.Errorf("instance lock: table %s %s exists without an owner, so it is nobody's lock: "+
+		return false, fmt.Errorf("table %s %s exists without an owner, so it is nobody's lock: "+
 			"delete it (nft delete table %s %s) and start again", TableFamily, TableName, TableFamily, TableName)
 	}
 	if m := commentPid.FindStringSubmatch(kt.Comment()); m != nil {
@@ -138,7 +142,7 @@ func acquireSocket(netnsPath string) (*Lock, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("instance lock: socket: %w", err)
+		return nil, fmt.Errorf("abstract socket @%s: %w", Name, err)
 	}
 	addr := &unix.SockaddrUnix{Name: "@" + Name}
 	err = unix.Bind(fd, addr)
@@ -150,7 +154,7 @@ func acquireSocket(netnsPath string) (*Lock, error) {
 	}
 	unix.Close(fd)
 	if !errors.Is(err, unix.EADDRINUSE) {
-		return nil, fmt.Errorf("instance lock: %w", err)
+		return nil, fmt.Errorf("abstract socket @%s: %w", Name, err)
 	}
 	if pid := socketHolder(netnsPath, addr); pid > 0 {
 		return nil, fmt.Errorf("%w (pid %d, which holds the abstract socket @%s)", ErrRunning, pid, Name)

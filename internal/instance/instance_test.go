@@ -18,6 +18,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // helperEnv makes the test binary, started again by startHelper, play a
@@ -242,6 +243,31 @@ func TestKernelLockReleased(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.Release()
+}
+
+// A refused attempt (a second proxy, --cleanup while one runs) commits
+// nothing, so a running proxy's change monitor has nothing to see.
+func TestKernelLockRefusalCommitsNothing(t *testing.T) {
+	ns := testns.New(t, "knp-lock-")
+	l, err := acquire(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	k, err := nftlib.OpenKernel(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	before, err := k.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = acquire(testns.Path(ns))
+	wantHeldBy(t, err, os.Getpid())
+	if after, err := k.Generation(); err != nil || after != before {
+		t.Errorf("nftables generation %d -> %d (%v) after a refused attempt: something was committed", before, after, err)
+	}
 }
 
 // The lock is readable in `nft list ruleset`, and goes with its holder.
