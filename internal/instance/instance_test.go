@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -25,7 +24,6 @@ import (
 // process of a test (runHelper) instead of running the tests.
 const (
 	helperEnv     = "KNP_INSTANCE_HELPER"
-	dropNetAdmin  = "KNP_INSTANCE_DROP_NET_ADMIN"
 	helperSquat   = "squat"
 	helperHold    = "hold"
 	nobody        = 65534
@@ -45,14 +43,6 @@ func TestMain(m *testing.M) {
 // able to run a proxy. hold: a proxy's lock. It prints one line saying
 // what it got, then holds it until its stdin closes or it is killed.
 func runHelper(mode string) int {
-	// Capabilities are per thread: what this helper does runs here.
-	runtime.LockOSThread()
-	if os.Getenv(dropNetAdmin) != "" {
-		if err := dropCapNetAdmin(); err != nil {
-			fmt.Println("error:", err)
-			return 1
-		}
-	}
 	var report string
 	switch mode {
 	case helperSquat:
@@ -64,7 +54,8 @@ func runHelper(mode string) int {
 		defer unix.Close(fd)
 		// The lock itself: refused without CAP_NET_ADMIN.
 		_, err = acquire("")
-		report = fmt.Sprintf("squatting uid=%d net_admin=%v lock_refused=%v", os.Getuid(), hasCapNetAdmin(), errors.Is(err, os.ErrPermission))
+		netAdmin, _ := hasCapNetAdmin(os.Getpid())
+		report = fmt.Sprintf("squatting uid=%d net_admin=%v lock_refused=%v", os.Getuid(), netAdmin, errors.Is(err, os.ErrPermission))
 	case helperHold:
 		l, err := acquire("")
 		if err != nil {
@@ -99,8 +90,8 @@ func squat() (int, error) {
 	return fd, nil
 }
 
-// dropCapNetAdmin takes CAP_NET_ADMIN from this thread (a root process
-// without it, as a container's root often is).
+// dropCapNetAdmin takes CAP_NET_ADMIN from this thread and what it
+// executes (a root process without it, as a container's root often is).
 func dropCapNetAdmin() error {
 	if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_NET_ADMIN, 0, 0, 0); err != nil {
 		return fmt.Errorf("dropping CAP_NET_ADMIN from the bounding set: %w", err)
@@ -115,13 +106,6 @@ func dropCapNetAdmin() error {
 	data[0].Permitted &^= bit
 	data[0].Inheritable &^= bit
 	return unix.Capset(&hdr, &data[0])
-}
-
-// hasCapNetAdmin reports whether this thread has CAP_NET_ADMIN in effect.
-func hasCapNetAdmin() bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	return unix.Capget(&hdr, &data[0]) == nil && data[0].Effective&(1<<unix.CAP_NET_ADMIN) != 0
 }
 
 // helper is a process startHelper started, and the line it printed.
@@ -141,10 +125,9 @@ func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *he
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Dir = "/"
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
-	if noNetAdmin {
-		cmd.Env = append(cmd.Env, dropNetAdmin+"=1")
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}, Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: the thread that forks it ends at once. A helper ends
+	// when its stdin closes, with this process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -154,8 +137,7 @@ func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *he
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A child starts in the network namespace of the thread that forks it.
-	if err := netns.Do(testns.Path(ns), cmd.Start); err != nil {
+	if err := startIn(ns, noNetAdmin, cmd); err != nil {
 		t.Fatalf("starting the %s helper: %v", mode, err)
 	}
 	t.Cleanup(func() {
@@ -176,24 +158,87 @@ func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *he
 	}
 }
 
+// startIn starts cmd in namespace ns, without CAP_NET_ADMIN when asked:
+// a child gets the namespaces and capabilities of the thread that forks
+// it, so it is forked from a thread of its own, which ends with it (a
+// goroutine that exits locked to its thread takes the thread along).
+func startIn(ns string, noNetAdmin bool, cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread is changed for good
+		errc <- func() error {
+			f, err := os.Open(testns.Path(ns))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				return err
+			}
+			if noNetAdmin {
+				if err := dropCapNetAdmin(); err != nil {
+					return err
+				}
+			}
+			return cmd.Start()
+		}()
+	}()
+	return <-errc
+}
+
+// ownedTables reports whether the kernel has owned tables (5.12+); if
+// not, the lock is the abstract socket.
+func ownedTables(t *testing.T, ns string) bool {
+	t.Helper()
+	k, err := nftlib.OpenKernel(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close() // deletes the table
+	b := k.NewBatch()
+	b.AddOwnedTable(nftlib.IPv4, "knp-owned-probe", "")
+	err = k.Apply(b)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// squatters are processes that cannot run a proxy.
+var squatters = []struct {
+	name       string
+	uid        uint32
+	noNetAdmin bool
+}{
+	{"uid 65534 without capabilities", nobody, false},
+	{"root without CAP_NET_ADMIN", 0, true},
+}
+
+// startSquatter starts a squatter in ns and checks what it says: it holds
+// the abstract socket, and the lock's table was refused to it.
+func startSquatter(t *testing.T, ns string, uid uint32, noNetAdmin bool) *helper {
+	t.Helper()
+	sq := startHelper(t, ns, helperSquat, uid, noNetAdmin)
+	if want := fmt.Sprintf("squatting uid=%d net_admin=false lock_refused=true", uid); sq.report != want {
+		t.Fatalf("the squatter reported %q, want %q", sq.report, want)
+	}
+	return sq
+}
+
 // A process that cannot run a proxy (no CAP_NET_ADMIN: an unprivileged
 // uid, or root without the capability) cannot stop one from starting,
 // whatever it binds first; two proxies still exclude each other.
 func TestKernelLockSquatted(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		uid        uint32
-		noNetAdmin bool
-	}{
-		{"uid 65534 without capabilities", nobody, false},
-		{"root without CAP_NET_ADMIN", 0, true},
-	} {
+	for _, tc := range squatters {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "knp-lock-")
-			sq := startHelper(t, ns, helperSquat, tc.uid, tc.noNetAdmin)
-			if want := fmt.Sprintf("squatting uid=%d net_admin=false lock_refused=true", tc.uid); sq.report != want {
-				t.Fatalf("the squatter reported %q, want %q", sq.report, want)
+			if !ownedTables(t, ns) {
+				t.Skip("no owned nftables tables (Linux 5.12+): the lock is the abstract socket (TestKernelLockSocketSquatted)")
 			}
+			sq := startSquatter(t, ns, tc.uid, tc.noNetAdmin)
 			l, err := acquire(testns.Path(ns))
 			if err != nil {
 				t.Fatalf("a squatter (pid %d) stops the proxy from starting: %v", sq.cmd.Process.Pid, err)
@@ -201,6 +246,22 @@ func TestKernelLockSquatted(t *testing.T) {
 			defer l.Release()
 			_, err = acquire(testns.Path(ns))
 			wantHeldBy(t, err, os.Getpid())
+		})
+	}
+}
+
+// On kernels without owned tables a squatter of the abstract socket does
+// stop the proxy, which says who it is and that it is no proxy.
+func TestKernelLockSocketSquatted(t *testing.T) {
+	for _, tc := range squatters {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testns.New(t, "knp-lock-")
+			sq := startSquatter(t, ns, tc.uid, tc.noNetAdmin)
+			_, err := acquireSocket(testns.Path(ns))
+			want := fmt.Sprintf("held by pid %d (uid %d), which has no CAP_NET_ADMIN, so not by a kube-nftproxy", sq.cmd.Process.Pid, tc.uid)
+			if err == nil || errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("acquire = %v, want an error saying %q", err, want)
+			}
 		})
 	}
 }
@@ -273,6 +334,9 @@ func TestKernelLockRefusalCommitsNothing(t *testing.T) {
 // The lock is readable in `nft list ruleset`, and goes with its holder.
 func TestKernelLockListed(t *testing.T) {
 	ns := testns.New(t, "knp-lock-")
+	if !ownedTables(t, ns) {
+		t.Skip("no owned nftables tables (Linux 5.12+): the lock is the abstract socket")
+	}
 	l, err := acquire(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +377,26 @@ func TestKernelLockSocketFallback(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first lock: %v", err)
 	}
-	_, err = acquireSocket(testns.Path(ns))
-	wantHeldBy(t, err, os.Getpid())
+	// Each attempt is answered at once: the holder takes the connections
+	// that ask who it is, which would otherwise fill its queue.
+	done := make(chan error, 1)
+	go func() {
+		for range 10 {
+			if _, err := acquireSocket(testns.Path(ns)); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("an attempt while the lock is held: %v, want ErrRunning naming pid %d", err, os.Getpid())
+		}
+	case <-time.After(helperTimeout):
+		t.Fatalf("10 attempts while the lock is held did not end within %v", helperTimeout)
+	}
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
