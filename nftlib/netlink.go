@@ -303,6 +303,20 @@ func (b *Batch) AddTable(f Family, name, comment string) {
 	b.End()
 }
 
+// AddOwnedTable creates an empty table that only this socket may change
+// and that the kernel deletes when the socket closes (NFT_TABLE_F_OWNER,
+// Linux 5.12+; older kernels refuse the flag with EOPNOTSUPP). It fails
+// with EEXIST when the table exists, or EPERM when another socket owns it.
+func (b *Batch) AddOwnedTable(f Family, name, comment string) {
+	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f)
+	b.Str(unix.NFTA_TABLE_NAME, name)
+	b.U32(unix.NFTA_TABLE_FLAGS, NftTableFOwner)
+	if comment != "" {
+		b.CommentAttr(nftaTableUserdata, 0, ClampComment(comment))
+	}
+	b.End()
+}
+
 func (b *Batch) DelTable(f Family, name string) {
 	b.Begin(unix.NFT_MSG_DELTABLE, 0, f)
 	b.Str(unix.NFTA_TABLE_NAME, name)

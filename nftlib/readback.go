@@ -127,6 +127,19 @@ func (k *Kernel) ReadFamily(f Family, names []string, expect map[string][]string
 	return out, nil
 }
 
+// TableInfo reads one table's attributes (flags, owner, comment), not what
+// it holds; Exists is false when the kernel has no such table.
+func (k *Kernel) TableInfo(f Family, name string) (*KernelTable, error) {
+	kts, err := k.readTables(f, []string{name})
+	if err != nil {
+		return nil, err
+	}
+	return kts[name], nil
+}
+
+// Comment is the table's comment, "" without one.
+func (kt *KernelTable) Comment() string { return udataComment(kt.Udata) }
+
 // readTables reads the attributes of the named tables of family f.
 func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, error) {
 	out := make(map[string]*KernelTable, len(names))

@@ -447,8 +447,11 @@ func (o *options) apiClient() (kubernetes.Interface, error) {
 
 func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger) error {
 	lock, err := instance.Acquire()
-	if err != nil {
+	if errors.Is(err, instance.ErrRunning) {
 		return fmt.Errorf("%w: stop it before --cleanup, or it writes its tables again", err)
+	}
+	if err != nil {
+		return needPrivileges("taking the instance lock", err)
 	}
 	defer lock.Release()
 	k, err := nftlib.OpenKernel("")

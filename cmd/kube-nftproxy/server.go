@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -112,8 +113,11 @@ func (s *proxyServer) openKernel(context.Context) error {
 	// One instance per network namespace: two would rewrite each other's
 	// tables at every sync.
 	lock, err := instance.Acquire()
-	if err != nil {
+	if errors.Is(err, instance.ErrRunning) {
 		return fmt.Errorf("%w; stop it first", err)
+	}
+	if err != nil {
+		return needPrivileges("taking the instance lock", err)
 	}
 	s.onClose(func() { lock.Release() })
 	// kube-proxy's conntrack sysctls, once, before the first sync. A key

@@ -6,6 +6,7 @@
 //	          [--interval D] [--duration D] [--src-port P] [--src ADDR]
 //	          [--until-fail | --until-ok] [--results none|failed|all]
 //	e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [...client flags]
+//	e2e-agent squat @NAME
 //
 // serve answers each TCP connection (a raw line, or an HTTP response to an
 // HTTP request, for curl) and each UDP datagram with "NAME SRC-IP:PORT",
@@ -21,6 +22,10 @@
 // otherwise, 2 on a usage error. loop is client with --count 0 (as many as
 // fit in --duration), no interval and --results failed: for watching a
 // path while the rules change under it.
+//
+// squat listens on the unix socket NAME (abstract with a leading @), says
+// "squatting NAME uid=UID" and holds it until SIGTERM or SIGINT: a process
+// of the node that takes a name before the proxy does.
 package main
 
 import (
@@ -31,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -45,6 +51,7 @@ const usage = `usage:
   e2e-agent client (--tcp | --udp) HOST:PORT [--count N] [--timeout D] [--interval D]
             [--duration D] [--src-port P] [--src ADDR] [--until-fail | --until-ok] [--results none|failed|all]
   e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [client flags]
+  e2e-agent squat @NAME
 `
 
 func main() {
@@ -68,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return client(ctx, args[1:], false, stdout, stderr)
 	case "loop":
 		return client(ctx, args[1:], true, stdout, stderr)
+	case "squat":
+		err = squat(ctx, args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -86,6 +95,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type usageError struct{ error }
+
+func squat(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return usageError{errors.New("need one unix socket name")}
+	}
+	l, err := net.Listen("unix", args[0])
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Fprintf(stdout, "squatting %s uid=%d\n", args[0], os.Getuid())
+	<-ctx.Done()
+	return nil
+}
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

@@ -301,7 +301,8 @@ func (e *env) resetProxy(t *testing.T, args ...string) {
 	}
 	var script strings.Builder
 	for _, table := range nftTables(t, e.sb) {
-		if f := strings.Fields(table); len(f) == 3 && strings.HasPrefix(f[2], "kube-nftproxy") {
+		// Not the lock's table: it goes with its holder, which no one else may delete.
+		if f := strings.Fields(table); len(f) == 3 && strings.HasPrefix(f[2], "kube-nftproxy") && f[2] != "kube-nftproxy-lock" {
 			fmt.Fprintf(&script, "delete %s\n", table)
 		}
 	}

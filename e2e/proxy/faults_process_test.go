@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -33,12 +34,7 @@ var (
 func TestFaultTwoInstances(t *testing.T) {
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	f := e.startExampleFlows(t)
-	second := launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state,
-		"--healthz-bind-address", "127.0.0.1:10266", "--metrics-bind-address", "127.0.0.1:10259")...)
-	second.log.mu.Lock()
-	second.log.prefix = "second proxy: "
-	second.log.mu.Unlock()
-	second.exitJudged.Store(true)
+	second := e.launchSecondProxy(t)
 
 	// Judged within a deadline: exited, synced, or waiting.
 	const watch = 10 * time.Second
@@ -82,6 +78,129 @@ func TestFaultTwoInstances(t *testing.T) {
 	logFault(t, "second instance in the same network namespace", -1, res)
 	res.expectNoFailures(t, "a second instance started")
 	e.proxy.checkRunning(t)
+}
+
+// launchSecondProxy starts a second proxy in the node namespace, with other
+// health and metrics ports than the env's (so that those do not stop it),
+// its log lines prefixed "second proxy: "; its exit is the test's to judge.
+func (e *env) launchSecondProxy(t *testing.T) *proxy {
+	t.Helper()
+	second := launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state,
+		"--healthz-bind-address", "127.0.0.1:10266", "--metrics-bind-address", "127.0.0.1:10259")...)
+	second.log.mu.Lock()
+	second.log.prefix = "second proxy: "
+	second.log.mu.Unlock()
+	second.exitJudged.Store(true)
+	return second
+}
+
+// TestFaultLockSquatted: before the proxy starts, a process that cannot run
+// one binds the abstract socket that was the start-up lock (uid 65534
+// without capabilities), and another (root without CAP_NET_ADMIN) tries to
+// create the lock's table first. The proxy must start and serve anyway,
+// and a second proxy and --cleanup must still be refused, naming the
+// first one's pid.
+func TestFaultLockSquatted(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
+	e.proxy.stop(t)
+	squatter := e.squat(t)
+	// root without CAP_NET_ADMIN cannot take the lock's table first.
+	out, err := e.sb.Exec(t.Context(), sandbox.Node, "setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin",
+		"nft", "add table ip kube-nftproxy-lock { flags owner; }")
+	if err == nil || !strings.Contains(err.Error(), "Operation not permitted") {
+		t.Fatalf("root without CAP_NET_ADMIN creating the lock's table: %v, output %q; want Operation not permitted", err, out)
+	}
+	t0 := time.Now()
+	e.proxy = startProxy(t, e.sb, e.state) // fails the test unless it syncs
+	started := time.Since(t0)
+	e.waitRendered(t, 5*time.Second, "with the abstract socket squatted")
+	f := e.startExampleFlows(t)
+
+	second := e.launchSecondProxy(t)
+	select {
+	case <-second.proc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the second proxy still runs after 10s (%d syncs) next to the first", second.syncs())
+	}
+	lines := second.log.lines()
+	naming := fmt.Sprintf("pid %d", e.proxy.proc.Pid())
+	if werr := second.proc.Wait(); werr == nil || !slices.ContainsFunc(lines, func(l string) bool {
+		return otherInstanceRE.MatchString(l) && strings.Contains(l, naming)
+	}) {
+		t.Errorf("the second proxy exited (%v) without saying that another instance (%s) runs; its log: %q", werr, naming, lines)
+	}
+	if second.syncs() > 0 {
+		t.Errorf("the second proxy synced %d times", second.syncs())
+	}
+	// --cleanup takes the same lock: refused while the proxy runs.
+	if out, err := e.sb.Exec(t.Context(), sandbox.Node, proxyBin, "--cleanup"); err == nil || !strings.Contains(err.Error(), naming) {
+		t.Errorf("--cleanup while the proxy runs: %v, output %q; want a refusal naming %s", err, out, naming)
+	}
+	e.waitRendered(t, 5*time.Second, "after the second proxy and --cleanup were refused")
+	res := f.stop(t)
+	if squatter.Exited() {
+		t.Errorf("the squatter (pid %d) exited: the proxy was not shown to start beside it", squatter.Pid())
+	}
+	logFault(t, "@kube-nftproxy bound first by uid 65534, the lock table tried first by root without CAP_NET_ADMIN; "+
+		"the proxy starts (recovery: to its first sync); a second instance and --cleanup refused", started, res)
+	res.expectNoFailures(t, "a squatted abstract socket, then a second instance")
+	e.proxy.checkRunning(t)
+}
+
+// squat starts, in the node namespace, an e2e-agent as uid 65534 without
+// capabilities holding the abstract socket @kube-nftproxy, and returns
+// it once it says so.
+func (e *env) squat(t *testing.T) *sandbox.Process {
+	t.Helper()
+	bin := runnableByAnyone(t, agentBin)
+	cmd := e.sb.Command(context.Background(), sandbox.Node, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", bin, "squat", "@kube-nftproxy")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	p, err := e.sb.StartCmd(sandbox.Node, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		said <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-said:
+		if want := "squatting @kube-nftproxy uid=65534"; line != want {
+			t.Fatalf("the squatter said %q, want %q", line, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the squatter said nothing within 10s")
+	}
+	return p
+}
+
+// runnableByAnyone copies the executable at path into a directory every
+// uid can reach (the test's build directories are root's only).
+func runnableByAnyone(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "knp-anyone-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(out, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestFaultStartupErrors runs the proxy with a --state that does not exist

@@ -50,7 +50,8 @@ func TestChainNames(t *testing.T) {
 type ruleset map[string]map[string][]string
 
 var (
-	tableRE = regexp.MustCompile(`^table (\S+ \S+) \{$`)
+	// An owned table (the instance lock's) has "# progname NAME" after its brace.
+	tableRE = regexp.MustCompile(`^table (\S+ \S+) \{(?: # .*)?$`)
 	blockRE = regexp.MustCompile(`^\t((?:chain|map|set) \S+) \{$`)
 )
 
@@ -133,6 +134,10 @@ table ip6 other {
 	chain c {
 	}
 }
+table ip kube-nftproxy-lock { # progname kube-nftproxy
+	flags owner
+	comment "kube-nftproxy instance lock, held by pid 7: one proxy per network namespace; deleted when it exits"
+}
 `
 	rs, err := parseRuleset(text)
 	if err != nil {
@@ -146,6 +151,9 @@ table ip6 other {
 	}
 	if body, ok := rs["ip6 other"]["chain c"]; !ok || len(body) != 0 {
 		t.Errorf("ip6 other chain c = %q, %v", body, ok)
+	}
+	if _, ok := rs["ip kube-nftproxy-lock"]; !ok {
+		t.Errorf("the lock table (an owned table) was not read")
 	}
 	if _, err := parseRuleset("table ip t {\n"); err == nil {
 		t.Error("an unclosed table parsed")

@@ -29,13 +29,27 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// LockTable is how `nft list ruleset` opens the table of a running
+// proxy's instance lock (internal/instance: TableFamily, TableName).
+const LockTable = "table ip kube-nftproxy-lock {"
+
 // SortedListing is an nft listing's lines, trimmed and sorted, with set and
 // map elements one per line: two listings that differ only in the kernel's
-// order (of tables, chains, elements) compare equal.
+// order (of tables, chains, elements) compare equal. A running proxy's
+// lock table is left out: it holds no rules, render never prints it, and
+// its comment names the pid of the proxy.
 func SortedListing(listing string) []string {
 	var out []string
+	inLock := false
 	for l := range strings.Lines(listing) {
 		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, LockTable) {
+			inLock = true
+		}
+		if inLock {
+			inLock = l != "}"
+			continue
+		}
 		if strings.HasPrefix(l, "#") {
 			continue // a comment (render names its mode), not a rule
 		}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 )
 
 func TestSortedListing(t *testing.T) {
@@ -15,6 +17,18 @@ func TestSortedListing(t *testing.T) {
 	want := []string{"1 : jump x", "2 : jump y", "map m {", "table ip t {", "}", "}"}
 	if got := SortedListing(a); !slices.Equal(got, want) {
 		t.Errorf("SortedListing = %q, want %q", got, want)
+	}
+	lock := "table ip kube-nftproxy-lock { # progname kube-nftproxy\n\tflags owner\n\tcomment \"held by pid 7\"\n}\n"
+	if got := SortedListing(lock + a); !slices.Equal(got, want) {
+		t.Errorf("SortedListing with the lock table = %q, want %q", got, want)
+	}
+}
+
+// LockTable follows the lock's table (testutil cannot import instance,
+// whose tests use testutil).
+func TestLockTableName(t *testing.T) {
+	if want := "table " + instance.TableFamily.String() + " " + instance.TableName + " {"; LockTable != want {
+		t.Errorf("LockTable = %q, want %q", LockTable, want)
 	}
 }
 
