@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -33,6 +34,14 @@ import (
 // larger file is refused (and keeps what it held before) rather than read,
 // so a path pointing at something huge cannot exhaust memory.
 const MaxFileSize = 64 << 20
+
+// freeMemoryAfterRead is how many bytes of files one reload must read for
+// the memory it freed to be handed back to the kernel at once. Parsing
+// costs about 15 times a file's size in garbage, which Go would otherwise
+// keep for reuse (a 60 MiB file left the process at 985 MiB of RSS for
+// 439 MiB of live heap), and state files are rarely that large, so a
+// forced collection after such a read is cheap next to the read itself.
+const freeMemoryAfterRead = 8 << 20
 
 // FileSource follows Services, EndpointSlices and Nodes kept in a file or a
 // directory of manifests (standalone mode) and hands out a State each time
@@ -216,6 +225,9 @@ func (s *FileSource) reload() time.Duration {
 	if s.OnState != nil {
 		s.OnState(st)
 	}
+	if s.set.readBytes >= freeMemoryAfterRead {
+		debug.FreeOSMemory()
+	}
 	return wait
 }
 
@@ -304,9 +316,10 @@ type fileSet struct {
 	// holdFor is how long a file that looks cut short (see cutShort) is
 	// taken as still being written, keeping its previous contents, before
 	// it is a failure; 0 makes it one at once.
-	holdFor  time.Duration
-	readFile func(name string) ([]byte, fileID, error) // readManifest; tests inject errors
-	reads    int                                       // files read so far
+	holdFor   time.Duration
+	readFile  func(name string) ([]byte, fileID, error) // readManifest; tests inject errors
+	reads     int                                       // files read so far
+	readBytes int64                                     // bytes read by the last reload
 }
 
 // fileEntry is one manifest file as last read.
@@ -391,6 +404,7 @@ type removedService struct {
 // path cannot be listed, nothing changes.
 func (s *fileSet) reload() reloadResult {
 	var res reloadResult
+	s.readBytes = 0
 	names, err := manifestFiles(s.path)
 	if err != nil {
 		res.failures = append(res.failures, &FileError{Path: s.path, Err: err})
@@ -477,6 +491,7 @@ func (s *fileSet) racy(id fileID) bool {
 func (s *fileSet) read(name string, e *fileEntry) (fresh bool, problems []error) {
 	s.reads++
 	data, id, err := s.readFile(name)
+	s.readBytes += int64(len(data))
 	if err != nil {
 		// A special or oversized file comes with its identity: it is not
 		// read again until it changes. A failed read is retried.
