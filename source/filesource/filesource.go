@@ -23,7 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
@@ -305,10 +304,9 @@ func (e *FileError) Unwrap() error { return e.Err }
 type fileSet struct {
 	path string
 	b    *model.Builder
-	dec  *manifest.Decoder
-	// slim trims each object read to what the Builder reads: the objects
-	// are kept for as long as their file is unchanged.
-	slim  *model.Slimmer
+	// dec trims each object it decodes to what the Builder reads
+	// (model.Slimmer): the objects are kept while their file is unchanged.
+	dec   *manifest.Decoder
 	files map[string]*fileEntry
 	// current is the definition of every object in the Builder: the one
 	// of the last file (in name order) defining it.
@@ -374,8 +372,9 @@ func newFileSet(path, nodeName string, opts ...model.Option) (*fileSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	dec.Transform = model.NewSlimmer().SlimObject
 	return &fileSet{
-		path: path, b: model.NewBuilder(nodeName, opts...), dec: dec, slim: model.NewSlimmer(),
+		path: path, b: model.NewBuilder(nodeName, opts...), dec: dec,
 		files: map[string]*fileEntry{}, current: map[objectRef]manifest.Object{},
 		racyWindow: time.Second, readFile: readManifest,
 	}, nil
@@ -516,13 +515,6 @@ func (s *fileSet) read(name string, e *fileEntry) (fresh bool, problems []error)
 			return false, problem
 		}
 		errs = append(errs, &manifest.Warning{Err: fmt.Errorf("%s: %s; read as it is (it never ended with a newline)", name, reason)})
-	}
-	for i := range objs {
-		if slim, err := s.slim.Slim(objs[i].Obj); err == nil {
-			if o, ok := slim.(runtime.Object); ok {
-				objs[i].Obj = o
-			}
-		}
 	}
 	e.id, e.objs, e.good, e.failed, e.held = id, objs, true, nil, ""
 	e.newline = len(data) > 0 && data[len(data)-1] == '\n'

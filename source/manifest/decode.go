@@ -50,6 +50,11 @@ func IsWarning(err error) bool {
 // from YAML or JSON. Build one with NewDecoder; it is safe for concurrent use.
 type Decoder struct {
 	codec runtime.Decoder
+	// Transform, when set, is applied to each object as soon as it is
+	// decoded (the file source keeps only what the Builder reads: done
+	// per object, a large file's objects are never all held whole). Set
+	// it before the first Decode; it must be safe for concurrent use.
+	Transform func(runtime.Object) runtime.Object
 }
 
 // NewDecoder returns a Decoder that knows core/v1, discovery.k8s.io/v1 and
@@ -102,6 +107,11 @@ func (d *Decoder) DecodeWithTail(data []byte, name string) ([]Object, []error, T
 			continue // only comments or whitespace
 		}
 		o, e := d.decodeJSON(js, src)
+		if d.Transform != nil {
+			for i := range o {
+				o[i].Obj = d.Transform(o[i].Obj)
+			}
+		}
 		objs, errs = append(objs, o...), append(errs, e...)
 		tail.addTo(shapes)
 		tail = Tail{text: doc.data, json: isJSON, kindless: slices.ContainsFunc(e, func(err error) bool {

@@ -7,6 +7,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Slim returns a fresh object holding only what the Builder reads of obj:
@@ -24,17 +25,25 @@ import (
 // Endpoints also share their node names and conditions: decoded, each
 // endpoint has its own copies, a few dozen bytes per endpoint.
 func (s *Slimmer) Slim(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *corev1.Service:
-		return slimService(o), nil
-	case *discoveryv1.EndpointSlice:
-		return s.slimSlice(o), nil
-	case *corev1.Node:
-		return slimNode(o), nil
-	case *networkingv1.ServiceCIDR:
-		return &networkingv1.ServiceCIDR{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: o.Spec}, nil
+	if o, ok := obj.(runtime.Object); ok {
+		return s.SlimObject(o), nil
 	}
 	return obj, nil
+}
+
+// SlimObject is Slim for a decoded object (the file source's).
+func (s *Slimmer) SlimObject(obj runtime.Object) runtime.Object {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return slimService(o)
+	case *discoveryv1.EndpointSlice:
+		return s.slimSlice(o)
+	case *corev1.Node:
+		return slimNode(o)
+	case *networkingv1.ServiceCIDR:
+		return &networkingv1.ServiceCIDR{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: o.Spec}
+	}
+	return obj
 }
 
 // Slimmer holds what slimmed endpoints share; it is safe for concurrent
