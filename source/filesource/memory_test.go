@@ -84,7 +84,7 @@ metadata:
   name: svc-%[1]d
   namespace: mem
   resourceVersion: "%[5]d"
-  uid: 6f1c%[1]08d-1c2d-4e5f-8a9b-0c1d2e3f4a5b
+  uid: 6f1c%08[1]d-1c2d-4e5f-8a9b-0c1d2e3f4a5b
 spec:
   clusterIP: 10.%[2]d.%[3]d.%[4]d
   clusterIPs:
@@ -125,9 +125,9 @@ metadata:
     controller: true
     kind: Service
     name: svc-%[1]d
-    uid: 6f1c%[1]08d-1c2d-4e5f-8a9b-0c1d2e3f4a5b
+    uid: 6f1c%08[1]d-1c2d-4e5f-8a9b-0c1d2e3f4a5b
   resourceVersion: "%[6]d"
-  uid: 7a2d%[1]08d-2d3e-4f5a-9b0c-1d2e3f4a5b6c
+  uid: 7a2d%08[1]d-2d3e-4f5a-9b0c-1d2e3f4a5b6c
 addressType: IPv4
 endpoints:
 - addresses:
@@ -141,7 +141,7 @@ endpoints:
     kind: Pod
     name: svc-%[1]d-7d9c5b6f4-x2x7k
     namespace: mem
-    uid: 8b3e%[1]08d-3e4f-4a5b-8c1d-2e3f4a5b6c7d
+    uid: 8b3e%08[1]d-3e4f-4a5b-8c1d-2e3f4a5b6c7d
 ports:
 - name: http
   port: 8080
