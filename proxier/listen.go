@@ -75,7 +75,12 @@ func DefaultServeLimits() ServeLimits {
 // for every connection, and has for less than busyAtMost, is the new one
 // closed at once. Our handlers answer in microseconds, so a flood of
 // connections costs a prober nothing, whatever those connections do: it
-// gets an answer, and the flood's connections are the ones closed.
+// gets an answer, and the flood's connections are the ones closed. Closing
+// at once rather than leaving new connections in the listen backlog keeps
+// the backlog short, so that a prober arriving after a flood is not queued
+// behind it, and tells the client at once; it costs one descriptor for an
+// instant, per server, as Accept and the close happen in the server's
+// accept loop.
 //
 // "Busy" follows our handler, not net/http's StateActive: net/http keeps a
 // connection active while it reads the rest of a request body after the
@@ -86,17 +91,14 @@ func DefaultServeLimits() ServeLimits {
 // is one blocked writing to such a client: it may be closed too. And no
 // request may carry a body (none of our servers takes one): such a request
 // is answered 413 and its connection closed before a byte of the body is
-// read (reason "body"). Closing at once rather than
-// leaving new connections in the listen backlog keeps the backlog short,
-// so that a prober arriving after a flood is not queued behind it, and
-// tells the client at once; it costs one descriptor for an instant, per
-// server, as Accept and the close happen in the server's accept loop.
+// read (OnDropped's reason "body").
 type ConnGuard struct {
 	limits ServeLimits
 	log    *slog.Logger
 	// OnDropped, when set, is called for each connection closed for the
 	// caps: reason "evicted" (closed to make room) or "refused" (closed
-	// at once). Set it before the first server starts.
+	// at once), or for a request with a body: reason "body". Set it
+	// before the first server starts.
 	OnDropped func(server, reason string)
 	now       func() time.Time
 	// busyAtMost is how long a handler counts as busy (defaultBusyAtMost).
