@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
 // slowFlood is what the clients of a flood saw.
@@ -95,10 +97,7 @@ func TestConnGuardSlowBodyFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	flood := floodSlowBodies(ctx, addr, "/livez", 20)
-	deadline := time.Now().Add(5 * time.Second)
-	for flood.dialed.Load() < 20 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling the count, with a deadline
-	}
+	testutil.WaitFor(t, 5*time.Second, "20 slow-body connections", func() bool { return flood.dialed.Load() >= 20 })
 	var failed []string
 	const probes = 24
 	for i := range probes {
@@ -200,7 +199,7 @@ func TestConnGuardSlowReaders(t *testing.T) {
 		writing.Add(1)
 		defer writing.Add(-1)
 		chunk := make([]byte, 64<<10)
-		for range 128 { // 8 MiB: more than any socket buffer holds
+		for { // until the connection is closed: more than any socket buffer holds
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
@@ -218,13 +217,9 @@ func TestConnGuardSlowReaders(t *testing.T) {
 		_ = c.(*net.TCPConn).SetReadBuffer(2048)
 		fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for writing.Load() < int64(limits.MaxConnsPerServer) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling the count, with a deadline
-	}
-	if n := writing.Load(); n < int64(limits.MaxConnsPerServer) {
-		t.Fatalf("only %d handlers blocked writing to clients that do not read, want %d", n, limits.MaxConnsPerServer)
-	}
+	testutil.WaitFor(t, 5*time.Second, "every handler blocked writing to a client that does not read", func() bool {
+		return writing.Load() >= int64(limits.MaxConnsPerServer)
+	})
 	time.Sleep(g.busyAtMost) // the handlers have been blocked for busyAtMost
 	for i := range 10 {
 		if code, _, err := get("http://" + addr + "/livez"); err != nil || code != http.StatusOK {
