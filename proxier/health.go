@@ -33,7 +33,7 @@ type Health struct {
 	oldestQueued time.Time // first change not yet synced; zero when none
 	nodeEligible bool
 	sourceSince  time.Time // when the source began failing; zero when fine
-	sourceErr    string
+	sourceKind   string    // which source is failing ("api", "file")
 	lastDrift    time.Time // when the kernel last differed from what we wrote
 	drifts       uint64
 	failingSince time.Time // first failed sync of the current run; zero when the last succeeded
@@ -98,23 +98,26 @@ func (h *Health) SetNodeEligible(ok bool) {
 	h.nodeEligible = ok
 }
 
-// SourceFailing records that the source of Services cannot be read (the
-// API server unreachable, a state file unreadable); the first call of a
-// run of failures starts the clock.
-func (h *Health) SourceFailing(err error) {
+// SourceFailing records that the source of Services of kind source ("api",
+// "file") cannot be read (the API server unreachable, a state file
+// unreadable); the first call of a run of failures starts the clock. Only
+// the kind is kept: the bodies are served to anyone who reaches the health
+// port, and the error names files and the API server's address (it goes
+// to the log and the metrics: SourceStatus).
+func (h *Health) SourceFailing(source string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sourceSince.IsZero() {
 		h.sourceSince = h.now()
 	}
-	h.sourceErr = err.Error()
+	h.sourceKind = source
 }
 
 // SourceOK records that the source reads fine again.
 func (h *Health) SourceOK() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sourceSince, h.sourceErr = time.Time{}, ""
+	h.sourceSince, h.sourceKind = time.Time{}, ""
 }
 
 // Drifted records that the kernel's rules differed from what we wrote and
@@ -128,7 +131,8 @@ func (h *Health) Drifted() {
 
 // healthBody is kube-proxy's /healthz and /livez body (lastUpdated,
 // currentTime, nodeEligible on /healthz only, healthy, status per IP
-// family), plus ours, which explain a 503 of /readyz.
+// family), plus ours, which explain a 503 of /readyz. As kube-proxy's, it
+// holds no error text, path or address: the port is open to the network.
 type healthBody struct {
 	LastUpdated  time.Time               `json:"lastUpdated"`
 	CurrentTime  time.Time               `json:"currentTime"`
@@ -136,7 +140,7 @@ type healthBody struct {
 	Healthy      bool                    `json:"healthy"`
 	Status       map[string]familyHealth `json:"status"`
 	Synced       *bool                   `json:"synced,omitempty"`
-	SourceError  string                  `json:"sourceError,omitempty"`
+	SourceKind   string                  `json:"sourceFailing,omitempty"`
 	SourceSince  *time.Time              `json:"sourceFailingSince,omitempty"`
 	FailingSince *time.Time              `json:"syncFailingSince,omitempty"`
 	LastDrift    *time.Time              `json:"lastDriftRepaired,omitempty"`
@@ -215,7 +219,7 @@ func (h *Health) answer(p probe) (healthBody, bool) {
 	now := h.now()
 	healthy := h.healthy(now)
 	body := healthBody{LastUpdated: h.lastUpdated, CurrentTime: now, Healthy: healthy,
-		Status: map[string]familyHealth{}, SourceError: h.sourceErr, DriftRepairs: h.drifts}
+		Status: map[string]familyHealth{}, SourceKind: h.sourceKind, DriftRepairs: h.drifts}
 	if !h.lastUpdated.IsZero() {
 		for _, f := range families {
 			body.Status[f] = familyHealth{LastUpdated: h.lastUpdated, Healthy: healthy}

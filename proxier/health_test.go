@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,8 +42,8 @@ func TestHealth(t *testing.T) {
 		{"synced again", func() { h.Updated() }, 200, 200, 200},
 		{"queued again later: the clock starts anew", func() { now = now.Add(time.Hour); h.Queued() }, 200, 200, 200},
 		{"synced again", func() { h.Updated() }, 200, 200, 200},
-		{"source failing, within the timeout", func() { h.SourceFailing(errors.New("API down")); now = now.Add(59 * time.Second) }, 200, 200, 200},
-		{"source failing past the timeout: /readyz only", func() { h.SourceFailing(errors.New("API down")); now = now.Add(2 * time.Second) }, 200, 200, 503},
+		{"source failing, within the timeout", func() { h.SourceFailing("api"); now = now.Add(59 * time.Second) }, 200, 200, 200},
+		{"source failing past the timeout: /readyz only", func() { h.SourceFailing("api"); now = now.Add(2 * time.Second) }, 200, 200, 503},
 		{"source fine again", func() { h.SourceOK() }, 200, 200, 200},
 		{"drift repaired: shown, still healthy", func() { h.Drifted() }, 200, 200, 200},
 		{"syncs failing, within the sync period", func() { h.SyncFailed(); now = now.Add(29 * time.Second); h.SyncFailed() }, 200, 200, 200},
@@ -172,24 +173,46 @@ func fetch(t *testing.T, url string) string {
 	return string(b)
 }
 
-// The body explains a 503: the source's error and since when, the drift
-// repairs.
+// The body explains a 503: which source fails and since when, the drift
+// repairs; never the source's error, which names files and the API
+// server's address to anyone who reaches the port.
 func TestHealthBodyExplains(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := NewHealth(time.Minute)
 	h.now = func() time.Time { return now }
 	h.Updated()
-	h.SourceFailing(errors.New("dial tcp 127.0.0.1:1: connection refused"))
+	var logged lockedBuffer
+	m := NewMetrics()
+	src := NewSourceStatus("file", slog.New(slog.NewTextHandler(&logged, nil)), time.Minute, h, m)
+	secret := "open /etc/secret-state/svc.yaml: dial tcp 10.0.0.9:6443: connection refused"
+	src.Failing(errors.New(secret))
 	h.Drifted()
-	rec := httptest.NewRecorder()
-	h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-	var body map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-		t.Fatal(err)
+	for _, path := range []string{"/readyz", "/healthz", "/livez"} {
+		rec := httptest.NewRecorder()
+		h.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if body["sourceFailing"] != "file" || body["sourceFailingSince"] == nil ||
+			body["driftRepairs"] != 1.0 || body["lastDriftRepaired"] == nil {
+			t.Errorf("%s: body %s lacks the failing source, its start or the drift repairs", path, rec.Body.String())
+		}
+		if path == "/readyz" && body["synced"] != true {
+			t.Errorf("%s: body %s lacks synced", path, rec.Body.String())
+		}
+		for _, leak := range []string{"secret-state", "10.0.0.9", "6443", "refused"} {
+			if strings.Contains(rec.Body.String(), leak) {
+				t.Errorf("%s: body %s shows the source's error (%q)", path, rec.Body.String(), leak)
+			}
+		}
 	}
-	if body["sourceError"] != "dial tcp 127.0.0.1:1: connection refused" || body["sourceFailingSince"] == nil ||
-		body["driftRepairs"] != 1.0 || body["lastDriftRepaired"] == nil || body["synced"] != true {
-		t.Errorf("body %s lacks the source error, its start, the drift repairs or synced", rec.Body.String())
+	// The detail goes to the log and the metrics instead.
+	if !strings.Contains(logged.String(), "secret-state/svc.yaml") {
+		t.Errorf("the log lacks the source's error:\n%s", logged.String())
+	}
+	if !strings.Contains(scrape(t, m), `kubenftproxy_source_failures_total{source="file"} 1`) {
+		t.Errorf("the metrics do not count the source's failure")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -68,24 +69,40 @@ func DefaultServeLimits() ServeLimits {
 // ConnGuard counts and caps the connections of all our HTTP servers.
 //
 // When a new connection would go over a cap, the connection that has waited
-// longest without a request in progress (idle between keep-alive requests,
-// or not yet done sending its first request's headers) is closed to make
-// room; only when every connection has a request in progress, which the
-// timeouts bound to seconds, is the new one closed at once. So a flood of
-// idle connections costs a prober nothing: it gets an answer, and the
-// flood's connections are the ones closed. Closing at once rather than
-// leaving new connections in the listen backlog keeps the backlog short,
-// so that a prober arriving after a flood is not queued behind it, and
-// tells the client at once; it costs one descriptor for an instant, per
-// server, as Accept and the close happen in the server's accept loop.
+// longest without our handler running for it (idle between keep-alive
+// requests, not yet done sending its first request's headers, or being
+// written its answer) is closed to make room; only when our handler runs
+// for every connection, and has for less than busyAtMost, is the new one
+// closed at once. Our handlers answer in microseconds, so a flood of
+// connections costs a prober nothing, whatever those connections do: it
+// gets an answer, and the flood's connections are the ones closed. Closing
+// at once rather than leaving new connections in the listen backlog keeps
+// the backlog short, so that a prober arriving after a flood is not queued
+// behind it, and tells the client at once; it costs one descriptor for an
+// instant, per server, as Accept and the close happen in the server's
+// accept loop.
+//
+// "Busy" follows our handler, not net/http's StateActive: net/http keeps a
+// connection active while it reads the rest of a request body after the
+// handler (up to 256 KiB, at the client's pace, until ReadTimeout) and
+// while it writes the answer to a client that does not read, so a pod
+// trickling bodies or not reading answers could fill a server's cap with
+// connections that look busy. A handler that runs longer than busyAtMost
+// is one blocked writing to such a client: it may be closed too. And no
+// request may carry a body (none of our servers takes one): such a request
+// is answered 413 and its connection closed before a byte of the body is
+// read (OnDropped's reason "body").
 type ConnGuard struct {
 	limits ServeLimits
 	log    *slog.Logger
 	// OnDropped, when set, is called for each connection closed for the
 	// caps: reason "evicted" (closed to make room) or "refused" (closed
-	// at once). Set it before the first server starts.
+	// at once), or for a request with a body: reason "body". Set it
+	// before the first server starts.
 	OnDropped func(server, reason string)
 	now       func() time.Time
+	// busyAtMost is how long a handler counts as busy (defaultBusyAtMost).
+	busyAtMost time.Duration
 
 	mu      sync.Mutex
 	total   int
@@ -98,12 +115,17 @@ type ConnGuard struct {
 // about dropped connections.
 const dropLogInterval = time.Minute
 
+// defaultBusyAtMost is how long a handler of ours counts as busy: they
+// answer in microseconds (a /metrics scrape in milliseconds), so one that
+// runs longer waits for a client that does not read its answer.
+const defaultBusyAtMost = time.Second
+
 // NewConnGuard returns a guard with the given limits.
 func NewConnGuard(limits ServeLimits, log *slog.Logger) *ConnGuard {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ConnGuard{limits: limits, log: log, now: time.Now,
+	return &ConnGuard{limits: limits, log: log, now: time.Now, busyAtMost: defaultBusyAtMost,
 		servers: map[*serverConns]bool{}, warned: map[string]time.Time{}, held: map[string]int{}}
 }
 
@@ -124,9 +146,23 @@ type serverConns struct {
 }
 
 type connInfo struct {
-	busy  bool      // a request is in progress
-	since time.Time // when it last became idle (or was accepted)
+	busy  bool      // our handler runs for it
+	since time.Time // when it was accepted, its handler started or it last became idle
 }
+
+// waitingSince is when the connection began to wait without our handler
+// running for it, counting a handler that has run busyAtMost as waiting
+// from then; ok is false while it is busy.
+func (ci *connInfo) waitingSince(now time.Time, busyAtMost time.Duration) (time.Time, bool) {
+	if !ci.busy {
+		return ci.since, true
+	}
+	stuck := ci.since.Add(busyAtMost)
+	return stuck, !stuck.After(now)
+}
+
+// connKey is the context key of a request's net.Conn.
+type connKey struct{}
 
 // NewServer returns an HTTP server for h with the guard's timeouts, its
 // connections counted and capped. name labels it in logs and metrics.
@@ -137,7 +173,10 @@ func (g *ConnGuard) NewServer(name string, h http.Handler) *Server {
 	g.mu.Unlock()
 	l := g.limits
 	return &Server{guard: g, conns: s, Server: &http.Server{
-		Handler:           h,
+		Handler: g.handler(s, h),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		ReadHeaderTimeout: l.ReadHeaderTimeout, ReadTimeout: l.ReadTimeout,
 		WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
 		MaxHeaderBytes: 16 << 10, // requests here are a GET line and a few headers
@@ -153,15 +192,8 @@ func (g *ConnGuard) connState(s *serverConns, c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		g.admit(s, c)
-	case http.StateActive, http.StateIdle:
-		g.mu.Lock()
-		if ci := s.conns[c]; ci != nil {
-			ci.busy = st == http.StateActive
-			if !ci.busy {
-				ci.since = g.now()
-			}
-		}
-		g.mu.Unlock()
+	case http.StateIdle:
+		g.setBusy(s, c, false)
 	case http.StateHijacked, http.StateClosed:
 		g.mu.Lock()
 		if s.conns[c] != nil {
@@ -170,6 +202,55 @@ func (g *ConnGuard) connState(s *serverConns, c net.Conn, st http.ConnState) {
 		}
 		g.mu.Unlock()
 	}
+}
+
+// handler wraps h: a request with a body is refused, and the connection
+// counts as busy while h runs.
+func (g *ConnGuard) handler(s *serverConns, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			g.refuseBody(s, w)
+			return
+		}
+		c, _ := r.Context().Value(connKey{}).(net.Conn)
+		g.setBusy(s, c, true)
+		defer g.setBusy(s, c, false)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// setBusy records that our handler starts or ends for c.
+func (g *ConnGuard) setBusy(s *serverConns, c net.Conn, busy bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ci := s.conns[c]; ci != nil {
+		ci.busy, ci.since = busy, g.now()
+	}
+}
+
+// bodyRefused is the whole answer to a request with a body.
+const bodyRefused = "HTTP/1.1 413 Request Entity Too Large\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 32\r\n\r\n" +
+	"request bodies are not accepted\n"
+
+// refuseBody answers 413 and closes the connection without reading the
+// request's body. It takes the connection from net/http (which would read
+// up to 256 KiB of the body after the handler, holding the connection at
+// the client's pace) and writes the answer itself: a fresh connection's
+// send buffer takes it without blocking.
+func (g *ConnGuard) refuseBody(s *serverConns, w http.ResponseWriter) {
+	if g.OnDropped != nil {
+		g.OnDropped(s.name, "body")
+	}
+	c, _, err := http.NewResponseController(w).Hijack()
+	if err != nil { // not HTTP/1: net/http closes the stream after the answer
+		w.Header().Set("Connection", "close")
+		http.Error(w, "request bodies are not accepted", http.StatusRequestEntityTooLarge)
+		return
+	}
+	defer c.Close()
+	_ = c.SetWriteDeadline(g.now().Add(time.Second))
+	_, _ = io.WriteString(c, bodyRefused)
 }
 
 // admit counts a new connection, making room for it over a cap by closing
@@ -185,7 +266,8 @@ func (g *ConnGuard) admit(s *serverConns, c net.Conn) {
 	var from *serverConns
 	switch {
 	case len(s.conns) >= g.limits.MaxConnsPerServer:
-		from, victim = s, s.oldestWaiting()
+		from = s
+		victim, _ = s.oldestWaiting(g.now(), g.busyAtMost)
 	case g.total >= g.limits.MaxConns:
 		from, victim = g.oldestWaiting()
 	default:
@@ -230,16 +312,17 @@ func (g *ConnGuard) noteDrop(server string) (bool, int) {
 }
 
 // oldestWaiting is the server's connection that has waited longest without
-// a request in progress, or nil.
-func (s *serverConns) oldestWaiting() net.Conn {
+// our handler running for it (or with one running busyAtMost), or nil,
+// and since when. Under ConnGuard.mu.
+func (s *serverConns) oldestWaiting(now time.Time, busyAtMost time.Duration) (net.Conn, time.Time) {
 	var oldest net.Conn
 	var at time.Time
 	for c, ci := range s.conns {
-		if !ci.busy && (oldest == nil || ci.since.Before(at)) {
-			oldest, at = c, ci.since
+		if since, ok := ci.waitingSince(now, busyAtMost); ok && (oldest == nil || since.Before(at)) {
+			oldest, at = c, since
 		}
 	}
-	return oldest
+	return oldest, at
 }
 
 // oldestWaiting is oldestWaiting over all servers. Under g.mu.
@@ -247,9 +330,10 @@ func (g *ConnGuard) oldestWaiting() (*serverConns, net.Conn) {
 	var from *serverConns
 	var oldest net.Conn
 	var at time.Time
+	now := g.now()
 	for s := range g.servers {
-		if c := s.oldestWaiting(); c != nil && (oldest == nil || s.conns[c].since.Before(at)) {
-			from, oldest, at = s, c, s.conns[c].since
+		if c, since := s.oldestWaiting(now, g.busyAtMost); c != nil && (oldest == nil || since.Before(at)) {
+			from, oldest, at = s, c, since
 		}
 	}
 	return from, oldest

@@ -204,7 +204,7 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "")
 }
 
-// When every connection of a server has a request in progress, a new one
+// When every connection of a server has our handler running, a new one
 // is closed at once (refused) rather than evicting a busy one; the
 // connections over the cap of all servers together are refused too.
 func TestConnGuardRefusesWhenAllBusy(t *testing.T) {

@@ -59,7 +59,8 @@ type Metrics struct {
 	// succeeded): the kernel holds other rules than the proxy wants.
 	SyncFailing *metrics.Gauge
 	// HTTPConnsDropped counts the connections to our HTTP servers closed
-	// for ConnGuard's caps, by server and reason (ConnGuard.OnDropped).
+	// for ConnGuard's caps or for a request body, by server and reason
+	// (ConnGuard.OnDropped).
 	HTTPConnsDropped *metrics.CounterVec
 
 	changes *changeCollector
@@ -102,7 +103,7 @@ func NewModeMetrics(mode string) *Metrics {
 		Help:           "1 while syncs fail (since the last successful one): the kernel does not hold the rules the proxy wants",
 		StabilityLevel: metrics.ALPHA})
 	m.HTTPConnsDropped = counterVec("kubenftproxy", "http_connections_dropped_total",
-		"Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy)",
+		"Connections to the health, metrics and health check node port servers closed for the connection caps: evicted (idle, closed to make room) or refused (closed at once, all busy); or answered 413 and closed: body (a request with a body)",
 		"server", "reason")
 	m.Registry.MustRegister(m.SyncDuration, m.LastSync, m.LastQueued, m.NoLocalEndpoints, m.NetworkProgramming,
 		m.ProxyHealthz, m.ProxyLivez, m.SourceFailures, m.SourceUp, m.DriftRepairs, m.SyncFailing, m.HTTPConnsDropped,
@@ -151,8 +152,8 @@ func counterVec(subsystem, name, help string, labels ...string) *metrics.Counter
 	return metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}, labels)
 }
 
-// CountDroppedConn counts one connection closed for the caps
-// (ConnGuard.OnDropped).
+// CountDroppedConn counts one connection closed for the caps or for a
+// request body (ConnGuard.OnDropped).
 func (m *Metrics) CountDroppedConn(server, reason string) {
 	m.HTTPConnsDropped.WithLabelValues(server, reason).Inc()
 }

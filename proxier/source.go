@@ -60,7 +60,7 @@ func (s *SourceStatus) Failing(err error) {
 		s.up.Set(0)
 	}
 	if s.health != nil {
-		s.health.SourceFailing(err)
+		s.health.SourceFailing(s.name)
 	}
 }
 

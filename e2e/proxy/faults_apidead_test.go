@@ -248,7 +248,7 @@ type apiGoneSeen struct {
 func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failuresBefore float64) apiGoneSeen {
 	t.Helper()
 	var seen apiGoneSeen
-	var last string
+	var last, unhealthyBody string
 	err := a.proxy.try(t.Context(), 3*apiGoneSyncPeriod+30*time.Second, func(ctx context.Context) error {
 		if seen.warned == 0 && slices.ContainsFunc(a.proxy.log.lines()[logged:], isGoneWarning) {
 			seen.warned = time.Since(t0)
@@ -265,8 +265,8 @@ func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failur
 			}
 		}
 		if seen.unhealthy == 0 {
-			if code, _, err := a.health(ctx, "/readyz"); err == nil && code == 503 {
-				seen.unhealthy = time.Since(t0)
+			if code, body, err := a.health(ctx, "/readyz"); err == nil && code == 503 {
+				seen.unhealthy, unhealthyBody = time.Since(t0), body
 			}
 		}
 		if seen.warned == 0 || seen.counted == 0 || seen.unhealthy == 0 {
@@ -276,6 +276,11 @@ func (a *apiEnv) waitGoneReported(t *testing.T, t0 time.Time, logged int, failur
 	})
 	if err != nil {
 		t.Fatalf("%v after the API server went away, the proxy has not reported it as promised: %v", time.Since(t0).Round(time.Millisecond), err)
+	}
+	// The health port is open to the network: the body says which source
+	// fails, never its error with the API server's address.
+	if !strings.Contains(unhealthyBody, `"sourceFailing":"api"`) || strings.Contains(unhealthyBody, a.srv.Host) || strings.Contains(unhealthyBody, "https://") {
+		t.Errorf("/readyz 503 body %s: want sourceFailing api and no address of the API server (%s)", unhealthyBody, a.srv.Host)
 	}
 	return seen
 }

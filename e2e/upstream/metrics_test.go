@@ -358,7 +358,7 @@ func jsonKeys(t *testing.T, who, body string) []string {
 }
 
 // ourExtraHealthFields are fields of our health bodies upstream lacks.
-var ourExtraHealthFields = []string{"driftRepairs", "lastDriftRepaired", "sourceError", "sourceFailingSince", "synced"}
+var ourExtraHealthFields = []string{"driftRepairs", "lastDriftRepaired", "sourceFailing", "sourceFailingSince", "synced"}
 
 // compareHealth: /healthz and /livez answer with the same codes and
 // fields (ours may add ourExtraHealthFields), and the metrics server's

@@ -159,7 +159,7 @@ func (s *APISource) informers() (objects, nodes informers.SharedInformerFactory,
 	if err != nil {
 		return nil, nil, in, fmt.Errorf("building label selector: %w", err)
 	}
-	slim := newSlimmer().slim
+	slim := model.NewSlimmer().Slim
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
 	objects = informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(tweak), informers.WithTransform(slim))

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // ServiceCIDRs (networking.k8s.io/v1, GA since Kubernetes 1.33) feed the
@@ -38,7 +40,7 @@ func (s *APISource) serviceCIDRInformer(log *slog.Logger) informers.SharedInform
 		return nil
 	}
 	return informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTransform(newSlimmer().slim))
+		informers.WithTransform(model.NewSlimmer().Slim))
 }
 
 // optionalWatchError logs an optional informer's listing or watch errors,

@@ -50,6 +50,11 @@ func IsWarning(err error) bool {
 // from YAML or JSON. Build one with NewDecoder; it is safe for concurrent use.
 type Decoder struct {
 	codec runtime.Decoder
+	// Transform, when set, is applied to each object as soon as it is
+	// decoded (the file source keeps only what the Builder reads: done
+	// per object, a large file's objects are never all held whole). Set
+	// it before the first Decode; it must be safe for concurrent use.
+	Transform func(runtime.Object) runtime.Object
 }
 
 // NewDecoder returns a Decoder that knows core/v1, discovery.k8s.io/v1 and
@@ -102,6 +107,11 @@ func (d *Decoder) DecodeWithTail(data []byte, name string) ([]Object, []error, T
 			continue // only comments or whitespace
 		}
 		o, e := d.decodeJSON(js, src)
+		if d.Transform != nil {
+			for i := range o {
+				o[i].Obj = d.Transform(o[i].Obj)
+			}
+		}
 		objs, errs = append(objs, o...), append(errs, e...)
 		tail.addTo(shapes)
 		tail = Tail{text: doc.data, json: isJSON, kindless: slices.ContainsFunc(e, func(err error) bool {
@@ -304,28 +314,51 @@ type document struct {
 }
 
 // splitDocuments cuts a YAML stream at "---" lines. JSON has no such lines,
-// so a JSON file comes back whole.
+// so a JSON file comes back whole. Each document's data is a part of data,
+// not a copy (but for one that a "..." line ends before more lines): a
+// 60 MiB file has millions of lines, and a slice per line and a copy of
+// each document cost more memory than the file.
 func splitDocuments(data []byte) []document {
 	var docs []document
 	cur := document{start: 1}
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	for i, ln := range lines {
+	from := 0         // where cur's data begins in data
+	var copied []byte // cur's data once a "..." line was left out of it
+	var dropped bool  // cur lost a "..." line: its data is copied
+	finish := func(at int) {
+		switch {
+		case dropped:
+			cur.data = copied
+		case at > from:
+			cur.data = data[from:at:at]
+		}
+		docs = append(docs, cur)
+	}
+	for i, off := 0, 0; off < len(data); i++ {
+		ln := data[off:]
+		if n := bytes.IndexByte(ln, '\n'); n >= 0 {
+			ln = ln[:n+1]
+		}
+		next := off + len(ln)
 		trimmed := bytes.TrimRight(ln, " \t\r\n")
 		switch {
 		case bytes.Equal(trimmed, []byte("---")) || bytes.HasPrefix(trimmed, []byte("--- ")) || bytes.HasPrefix(trimmed, []byte("---\t")):
-			docs = append(docs, cur)
+			finish(off)
 			// Whatever follows the marker on its line belongs to the next document.
-			cur = document{start: i + 2}
-			if rest := bytes.TrimPrefix(ln, []byte("---")); !isBlankOrComment(rest) {
-				cur = document{start: i + 1, data: append([]byte(nil), rest...)}
+			cur, from, copied, dropped = document{start: i + 2}, next, nil, false
+			if rest := ln[3:]; !isBlankOrComment(rest) {
+				cur, from = document{start: i + 1}, off+3
 			}
 		case bytes.Equal(trimmed, []byte("...")):
 			// explicit end of document: nothing to keep
-		default:
-			cur.data = append(cur.data, ln...)
+			if !dropped {
+				copied, dropped = append([]byte(nil), data[from:off]...), true
+			}
+		case dropped:
+			copied = append(copied, ln...)
 		}
+		off = next
 	}
-	docs = append(docs, cur)
+	finish(len(data))
 	for i := range docs {
 		docs[i].line = docs[i].start + leadingBlankLines(docs[i].data)
 	}

@@ -18,6 +18,16 @@ func TestSplitDocuments(t *testing.T) {
 		{"a: 1\n--- {b: 2}\n", []int{1, 2}, []string{"a: 1\n", " {b: 2}\n"}},
 		{"a: 1\r\n---\r\nb: 2\r\n", []int{1, 3}, []string{"a: 1\r\n", "b: 2\r\n"}},
 		{"a: '---'\nb: |\n  ---x\n", []int{1}, []string{"a: '---'\nb: |\n  ---x\n"}},
+		// What the copying split gave, kept by the one that cuts data in place.
+		{"", []int{1}, []string{""}},
+		{"a: 1", []int{1}, []string{"a: 1"}},
+		{"a: 1\n...\nb: 2\n---\nc: 3", []int{1, 5}, []string{"a: 1\nb: 2\n", "c: 3"}},
+		{"...\na: 1\n", []int{1}, []string{"a: 1\n"}},
+		{"a: 1\n---", []int{1, 3}, []string{"a: 1\n", ""}},
+		{"a: 1\n---\n", []int{1, 3}, []string{"a: 1\n", ""}},
+		{"---\t# c\nx: 1\n--- \ny: 2\n", []int{1, 2, 4}, []string{"", "x: 1\n", "y: 2\n"}},
+		{"a: 1\n--- {b: 2}\n...\n--- x\n", []int{1, 2, 4}, []string{"a: 1\n", " {b: 2}\n", " x\n"}},
+		{"\n\n---\n\n", []int{2, 4}, []string{"\n\n", "\n"}},
 	}
 	for _, tt := range tests {
 		docs := splitDocuments([]byte(tt.in))

@@ -1,4 +1,4 @@
-package apisource
+package model_test
 
 import (
 	"fmt"
@@ -143,7 +143,7 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 		raw, slimmed := model.NewBuilder(node), model.NewBuilder(node)
 		feed(raw, func(o any) (any, error) { return o, nil })
 		// Twice: client-go asks for an idempotent transform.
-		slim := newSlimmer().slim
+		slim := model.NewSlimmer().Slim
 		feed(slimmed, func(o any) (any, error) {
 			o, err := slim(o)
 			if err != nil {
@@ -167,7 +167,7 @@ func TestSlimKeepsWhatTheBuilderReads(t *testing.T) {
 			t.Errorf("node %s: errors differ with the transform:\n%s\n%s", node, x, y)
 		}
 	}
-	slim := newSlimmer().slim
+	slim := model.NewSlimmer().Slim
 	names := map[string]*string{}
 	for _, o := range objs {
 		s, _ := slim(o.Obj)

@@ -1,4 +1,4 @@
-package apisource
+package model
 
 import (
 	"sync"
@@ -7,37 +7,48 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// slim is the informers' transform: the caches keep of each object only
-// what the Builder reads, in a fresh object. The rest (managedFields,
+// Slim returns a fresh object holding only what the Builder reads of obj:
+// the API source's informers' transform (their caches keep the result) and
+// what the file source keeps of each object it read. The rest (managedFields,
 // last-applied annotations, owner references, endpoints' targetRefs, a
 // Node's images and conditions) was most of what they held at scale, and
 // copying, rather than trimming in place, also frees the list response
 // the objects were decoded into, which otherwise lives as long as any of
 // its items. Tombstones (cache.DeletedFinalStateUnknown) hold objects
 // already slimmed and are never passed here. Applying it twice gives the
-// same object, as client-go asks.
+// same object, as client-go asks; objects of other types come back as they
+// are.
 //
 // Endpoints also share their node names and conditions: decoded, each
 // endpoint has its own copies, a few dozen bytes per endpoint.
-func (s *slimmer) slim(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *corev1.Service:
-		return slimService(o), nil
-	case *discoveryv1.EndpointSlice:
-		return s.slimSlice(o), nil
-	case *corev1.Node:
-		return slimNode(o), nil
-	case *networkingv1.ServiceCIDR:
-		return &networkingv1.ServiceCIDR{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: o.Spec}, nil
+func (s *Slimmer) Slim(obj any) (any, error) {
+	if o, ok := obj.(runtime.Object); ok {
+		return s.SlimObject(o), nil
 	}
 	return obj, nil
 }
 
-// slimmer holds what slimmed endpoints share. Each informer calls its
-// transform from a goroutine of its own.
-type slimmer struct {
+// SlimObject is Slim for a decoded object (the file source's).
+func (s *Slimmer) SlimObject(obj runtime.Object) runtime.Object {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return slimService(o)
+	case *discoveryv1.EndpointSlice:
+		return s.slimSlice(o)
+	case *corev1.Node:
+		return slimNode(o)
+	case *networkingv1.ServiceCIDR:
+		return &networkingv1.ServiceCIDR{ObjectMeta: slimMeta(&o.ObjectMeta), Spec: o.Spec}
+	}
+	return obj
+}
+
+// Slimmer holds what slimmed endpoints share; it is safe for concurrent
+// use (each informer calls its transform from a goroutine of its own).
+type Slimmer struct {
 	mu    sync.Mutex
 	nodes map[string]*string
 }
@@ -46,10 +57,11 @@ type slimmer struct {
 // over a cluster's life, and the table starts over when it is full.
 const maxNodeNames = 1 << 14
 
-func newSlimmer() *slimmer { return &slimmer{nodes: map[string]*string{}} }
+// NewSlimmer returns a Slimmer sharing nothing yet.
+func NewSlimmer() *Slimmer { return &Slimmer{nodes: map[string]*string{}} }
 
 // nodeName returns a shared pointer to the same name.
-func (s *slimmer) nodeName(n *string) *string {
+func (s *Slimmer) nodeName(n *string) *string {
 	if n == nil {
 		return nil
 	}
@@ -108,7 +120,7 @@ func slimService(svc *corev1.Service) *corev1.Service {
 	}
 }
 
-func (s *slimmer) slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+func (s *Slimmer) slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
 		ObjectMeta:  slimMeta(&es.ObjectMeta, corev1.EndpointsLastChangeTriggerTime),
 		AddressType: es.AddressType,
