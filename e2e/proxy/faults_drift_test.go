@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -81,68 +82,76 @@ func TestFaultTamperingDuringRepair(t *testing.T) {
 	}
 }
 
+// nftShell is an `nft -i` in the node namespace: one process, one
+// netlink socket, for as long as it runs.
+type nftShell struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out strings.Builder
+}
+
+func (e *env) startNFTShell(t *testing.T) *nftShell {
+	t.Helper()
+	sh := &nftShell{cmd: e.sb.Command(t.Context(), sandbox.Node, "nft", "-i")}
+	var err error
+	if sh.in, err = sh.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	sh.cmd.Stdout, sh.cmd.Stderr = &sh.out, &sh.out
+	if err := sh.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+func (sh *nftShell) send(t *testing.T, script string) {
+	t.Helper()
+	if _, err := io.WriteString(sh.in, script); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// close ends nft once it has run what it was sent; the test fails if nft
+// reported an error.
+func (sh *nftShell) close(t *testing.T) {
+	t.Helper()
+	sh.in.Close()
+	if err := sh.cmd.Wait(); err != nil || strings.Contains(sh.out.String(), "Error") {
+		t.Errorf("nft -i: %v: %s", err, sh.out.String())
+	}
+}
+
 // flushFor runs script once, or every 25 ms for burst, through one nft
 // process, and returns once nft has applied the last one.
 func (e *env) flushFor(t *testing.T, script string, burst time.Duration) {
 	t.Helper()
-	cmd := e.sb.Command(t.Context(), sandbox.Node, "nft", "-i")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	end := time.Now().Add(burst)
-	for {
-		if _, err := io.WriteString(in, script); err != nil {
-			t.Fatal(err)
-		}
+	sh := e.startNFTShell(t)
+	for end := time.Now().Add(burst); ; {
+		sh.send(t, script)
 		if time.Now().After(end) {
 			break
 		}
 		time.Sleep(25 * time.Millisecond) // the fault's pace
 	}
-	in.Close()
-	if err := cmd.Wait(); err != nil || strings.Contains(out.String(), "Error") {
-		t.Fatalf("nft -i: %v: %s", err, out.String())
-	}
+	sh.close(t)
 }
 
 // ownTable replaces the proxy's ip table with one that `nft -i` owns
 // (NFT_TABLE_F_OWNER): the kernel refuses every change to it from another
 // process until nft exits, and then deletes it without telling anyone.
-// Closing the returned writer ends nft.
+// release ends nft.
 func (e *env) ownTable(t *testing.T) (release func()) {
 	t.Helper()
-	cmd := e.sb.Command(t.Context(), sandbox.Node, "nft", "-i")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(in, "delete table ip kube-nftproxy; add table ip kube-nftproxy { flags owner; }\n"); err != nil {
-		t.Fatal(err)
-	}
+	sh := e.startNFTShell(t)
+	sh.send(t, "delete table ip kube-nftproxy; add table ip kube-nftproxy { flags owner; }\n")
 	e.proxy.poll(t, 5*time.Second, "the owned table", func(ctx context.Context) error {
 		got, err := e.sb.Exec(ctx, sandbox.Node, "nft", "list", "table", "ip", "kube-nftproxy")
 		if err != nil || !strings.Contains(string(got), "flags owner") {
-			return fmt.Errorf("not owned yet (%v): %s %s", err, got, out.String())
+			return fmt.Errorf("not owned yet (%v): %s", err, got)
 		}
 		return nil
 	})
-	return func() {
-		in.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("nft -i: %v: %s", err, out.String())
-		}
-	}
+	return func() { sh.close(t) }
 }
 
 // TestFaultOwnedTable: another process replaces our table with one it
