@@ -52,6 +52,8 @@ type Backend struct {
 	clusterIPs   clusterIPIndex
 	serviceCIDRs []netip.Prefix
 	needFull     bool
+	// repaired is the transaction of this sync's repairInPlace, if any.
+	repaired commitReport
 	// replace holds the tables whose repair the kernel refused: the next
 	// full sync deletes and creates them again whole, in its one
 	// transaction, whatever they hold (see markReplace).
@@ -172,6 +174,7 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		return proxier.SyncResult{}, err
 	}
 	b.Settle()
+	b.repaired = commitReport{}
 	ph := newSyncPhases()
 	b.check.start(b.cfg, b.applied != nil)
 	p := b.plan(st, b.wantsFull(st))
@@ -194,6 +197,10 @@ func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResu
 		CleanupOnly: !p.full && len(p.names) == 0 && d.deleted > 0}
 	if err := b.apply(p, d, &res, ph); err != nil {
 		return res, err
+	}
+	if r := b.repaired; r.err == nil && r.messages > 0 { // repairInPlace's transaction
+		res.Changed, res.CleanupOnly = true, false
+		res.Messages, res.Bytes, res.Kernel = res.Messages+r.messages, res.Bytes+r.bytes, res.Kernel+r.kernel
 	}
 	res.FollowUpAt = b.record(st, p, d)
 	if p.full {
@@ -270,7 +277,38 @@ func (b *Backend) wantsFull(st *proxier.State) bool {
 	if b.needFull || b.applied == nil || !b.node.Equal(st.Node) {
 		return true
 	}
-	return b.check.due() && b.drifted()
+	if !b.check.due() || !b.drifted() {
+		return false
+	}
+	return !b.repairInPlace()
+}
+
+// repairInPlace rewrites the chains the last check found changed, when
+// another process changed only their rules: one transaction as small as
+// the change, after which the kernel holds what was applied and the sync
+// goes on as a partial one. It reports false, and the sync is a full one,
+// when the check found other differences or the kernel refused it.
+func (b *Backend) repairInPlace() bool {
+	repairs := b.check.repairs
+	b.check.repairs = nil
+	var txs []*nftlib.Tx
+	for _, id := range tableIDs() {
+		if cs := repairs[id]; len(cs) > 0 {
+			txs = append(txs, nftlib.RewriteChainsTx(id.f, b.applied[id].Name, cs))
+		}
+	}
+	kt := b.tx.write(txs, 0, nil)
+	if kt == nil {
+		return false
+	}
+	r := b.tx.commit(kt, nil)
+	b.check.committed(r)
+	b.repaired = r
+	if r.err != nil {
+		b.log.Warn("could not rewrite the changed chains in place; rewriting everything", "err", r.err)
+		return false
+	}
+	return true
 }
 
 // drifted reports whether the kernel holds something else than applied.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -437,6 +438,8 @@ func median(ds []time.Duration) time.Duration {
 // table before each check (the monitor marks nothing: nothing read back),
 // "tamper-delta" and "tamper-main" when another process added a chain to
 // our delta or main table (that table alone read back, drift found),
+// "rule-repair" a sync after another process inserted a rule in
+// KUBE-SERVICES (that chain alone read back and rewritten in place),
 // "readback-all" when every table is read back (lost events, or no monitor)
 // and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
@@ -507,6 +510,19 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				}
 			})
 		}
+		b.Run(fmt.Sprintf("services=%d/rule-repair", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				testns.NFT(b, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
+				testutil.WaitFor(b, 10*time.Second, "the monitor to see the rule", be.kern().Mon.Pending)
+				be.check.every = time.Nanosecond
+				b.StartTimer()
+				res, err := be.Sync(context.Background(), st)
+				if err != nil || res.Full || !res.Changed {
+					b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("services=%d/readback-all", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

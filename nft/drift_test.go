@@ -128,10 +128,15 @@ func tamperCases() []tamperCase {
 	}
 }
 
+// rulesOnly are the tamperCases that change rules only: with the change
+// monitor, only the chains it names are compared and rewritten.
+var rulesOnly = map[string]bool{"flushed table": true, "emptied endpoint chain": true, "rogue drop rule": true}
+
 // Each tampering is found by the periodic check, reported, and repaired by
 // one transaction, after which the kernel holds exactly what we render:
-// with the change monitor, which reads back only the table nft changed,
-// and without (every table read back).
+// with the change monitor, which reads back only the table nft changed
+// (only the chains it names, when rules alone changed), and without
+// (every table read back).
 func TestKernelTamperingRepaired(t *testing.T) {
 	for _, mode := range []string{"monitor", "no-monitor"} {
 		for _, tc := range tamperCases() {
@@ -163,8 +168,11 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
 				}
-				if !res.Full || b.kern().Commits-before != 1 {
-					t.Errorf("repair: full=%v transactions=%d, want one full transaction", res.Full, b.kern().Commits-before)
+				// Rules alone changed: the monitor names their chains,
+				// which are rewritten in place.
+				wantFull := mode == "no-monitor" || !rulesOnly[tc.name]
+				if res.Full != wantFull || !res.Changed || b.kern().Commits-before != 1 {
+					t.Errorf("repair: full=%v changed=%v transactions=%d, want one transaction, full %v", res.Full, res.Changed, b.kern().Commits-before, wantFull)
 				}
 				wantReads := len(tableIDs())
 				if mode == "monitor" {
@@ -230,7 +238,10 @@ func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
 	lines := strings.Split(got, "\n")
 	for i := 0; i < len(lines); i++ {
 		if i+1 < len(lines) && strings.HasPrefix(lines[i], "\tchain ") && lines[i+1] == "\t}" {
-			i += 2 // an empty stale chain and the blank line after it
+			i++ // an empty stale chain
+			if i+1 < len(lines) && lines[i+1] == "" {
+				i++ // and the blank line after it
+			}
 			continue
 		}
 		kept = append(kept, lines[i])

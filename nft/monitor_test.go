@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -113,8 +114,8 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	// And it still sees a change to ours.
 	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
 	res, err := b.Sync(context.Background(), st)
-	if err != nil || !res.Full {
-		t.Fatalf("after tampering: full=%v err=%v, want a full sync", res.Full, err)
+	if err != nil || !res.Changed {
+		t.Fatalf("after tampering: changed=%v err=%v, want a repair", res.Changed, err)
 	}
 }
 
@@ -275,8 +276,8 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Full || len(drift) == 0 {
-		t.Fatalf("the sync after the change: full %v, drift %q; want a repair within the check period", res.Full, drift)
+	if !res.Changed || len(drift) == 0 {
+		t.Fatalf("the sync after the change: changed %v, drift %q; want a repair within the check period", res.Changed, drift)
 	}
 	assertKernelIsRender(t, ns, st)
 }
@@ -361,4 +362,53 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 		t.Errorf("the check after the staged sync found %q, want the rogue chain", drift)
 	}
 	assertKernelIsRender(t, ns, st)
+}
+
+// The monitor names the chains of rule events; any other event marks the
+// whole table. A check then reads back only those chains, and the sync
+// rewrites them in place, in one transaction as small as the change,
+// instead of a full sync; a new chain makes it full again.
+func TestKernelRuleChangeRepairedInPlace(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	mon := b.kern().Mon
+	if mon == nil {
+		t.Fatal("no change monitor")
+	}
+	web := proxierName("default", "web", "http")
+	sep := EndpointChain(web, proxier.TCP, "10.244.0.10:8080")
+	for _, tc := range []struct {
+		name   string
+		script string
+		whole  bool     // a full sync repairs it
+		chains []string // the chains rewritten in place
+	}{
+		{"a rogue rule", "insert rule ip kube-nftproxy KUBE-SERVICES drop\n", false, []string{"KUBE-SERVICES"}},
+		{"two chains flushed", "flush chain ip kube-nftproxy " + sep + "\nflush chain ip kube-nftproxy KUBE-NODEPORTS\n", false, []string{sep, "KUBE-NODEPORTS"}},
+		{"a rogue chain with a rule", "add chain ip kube-nftproxy rogue\nadd rule ip kube-nftproxy rogue drop\n", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testns.NFTScript(t, ns, tc.script)
+			testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", mon.Pending)
+			var drift []string
+			b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+			before := b.kern().Commits
+			res, err := b.Sync(context.Background(), st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(drift) == 0 || !res.Changed || res.Full != tc.whole || b.kern().Commits-before != 1 {
+				t.Errorf("repair: drift %q, changed %v, full %v, %d transactions; want one, full %v", drift, res.Changed, res.Full, b.kern().Commits-before, tc.whole)
+			}
+			if !tc.whole && res.Messages > 4*len(tc.chains)+4 {
+				t.Errorf("the repair of %d chains sent %d messages", len(tc.chains), res.Messages)
+			}
+			assertKernelIsRender(t, ns, st)
+		})
+	}
 }

@@ -2,6 +2,8 @@ package nft
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -33,6 +35,11 @@ type driftChecker struct {
 	monitorBuf int
 	// readBacks counts the tables the checks read back (for tests).
 	readBacks int
+
+	// repairs, after a check that found differences only in chains whose
+	// rules alone another process changed, are those chains as they
+	// should be, per table: the sync rewrites them in place.
+	repairs map[tableID][]*nftlib.Chain
 
 	// verifiedGen is the generation at which the kernel was known to hold
 	// exactly what was applied (valid when verified).
@@ -88,33 +95,43 @@ func (c *driftChecker) due() bool {
 // change; else the tables the monitor saw another process change (all of
 // them without a monitor, or when it lost events) are read back and
 // compared with the applied ones (applied names them, rebuild gives them
-// whole). Differences are logged and handed to onDrift. pending are the
-// stale chains each table may still hold.
+// whole): only the chains whose rules alone changed, when the monitor
+// names them. Differences are logged and handed to onDrift; when they are
+// all in such chains, repairs holds the chains to rewrite in place (see
+// Backend.repairInPlace). pending are the stale chains each table may
+// still hold.
 func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([]tableID) map[tableID]*nftlib.Table, pending map[tableID][]string) bool {
 	c.lastCheck = time.Now()
+	c.repairs = nil
 	// The monitor first: every event it has read belongs to a transaction
 	// the generation read after it counts.
-	var marked map[nftlib.TableRef]bool
+	var scopes map[nftlib.TableRef]nftlib.ChangeScope
 	m := c.k.Monitor()
 	all, lost := m == nil || c.readAll, false
 	if m != nil {
-		marked, lost = m.Take()
+		scopes, lost = m.TakeScopes()
 	}
 	c.readAll = false
 	gen, genErr := c.k.Generation()
-	if genErr == nil && c.verified && gen == c.verifiedGen && !lost && len(marked) == 0 {
+	if genErr == nil && c.verified && gen == c.verifiedGen && !lost && len(scopes) == 0 {
 		return false
 	}
 	c.verified = false
 	var ids []tableID
+	chains := map[tableID][]string{}
 	for _, id := range tableIDs() {
-		if t := applied[id]; all || lost || marked[nftlib.TableRef{Family: id.f, Name: t.Name}] {
+		sc, marked := scopes[nftlib.TableRef{Family: id.f, Name: applied[id].Name}]
+		if all || lost || marked {
 			ids = append(ids, id)
 		}
+		if !all && !lost && marked && !sc.Whole && len(sc.Chains) > 0 {
+			chains[id] = slices.Sorted(maps.Keys(sc.Chains))
+		}
 	}
-	found, err := c.checkTables(rebuild(ids), pending)
+	found, err := c.checkTables(rebuild(ids), chains, pending)
 	if err != nil {
 		c.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
+		c.repairs = nil
 		return true
 	}
 	if !found && genErr == nil {
@@ -128,8 +145,45 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 	return found
 }
 
-// checkTables reads back and compares the given tables.
-func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, pending map[tableID][]string) (bool, error) {
+// checkTables reads back and compares the given tables: the named chains
+// only of those in chains, whole the others (and those whose chains
+// cannot be read alone). It sets repairs when every difference is in the
+// named chains.
+func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, chains map[tableID][]string, pending map[tableID][]string) (bool, error) {
+	whole := map[tableID]*nftlib.Table{}
+	found, inPlace := false, map[tableID][]*nftlib.Chain{}
+	for id, t := range tables {
+		names := chains[id]
+		if len(names) == 0 {
+			whole[id] = t
+			continue
+		}
+		c.readBacks++
+		diffs, err := c.k.ChainsDrift(t, names)
+		if err != nil {
+			whole[id] = t
+			continue
+		}
+		if len(diffs) > 0 {
+			found = true
+			c.report(t, diffs, "rewriting the chains another process changed")
+			for _, n := range names {
+				inPlace[id] = append(inPlace[id], t.Chain(n))
+			}
+		}
+	}
+	foundWhole, err := c.checkWhole(whole, pending)
+	if err != nil {
+		return false, err
+	}
+	if found && !foundWhole {
+		c.repairs = inPlace
+	}
+	return found || foundWhole, nil
+}
+
+// checkWhole reads back and compares the given tables whole.
+func (c *driftChecker) checkWhole(tables map[tableID]*nftlib.Table, pending map[tableID][]string) (bool, error) {
 	if len(tables) == 0 {
 		return false, nil
 	}
@@ -148,17 +202,21 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, pending map
 		if err != nil {
 			return false, err
 		}
-		if len(diffs) == 0 {
-			continue
-		}
-		found = true
-		name := t.Family.String() + " " + t.Name
-		c.log.Warn("nftables table changed behind our back; rewriting everything", "table", name, "differences", diffs)
-		if c.onDrift != nil {
-			c.onDrift(name, diffs)
+		if len(diffs) > 0 {
+			found = true
+			c.report(t, diffs, "rewriting everything")
 		}
 	}
 	return found, nil
+}
+
+// report logs the differences found in t and hands them to onDrift.
+func (c *driftChecker) report(t *nftlib.Table, diffs []string, action string) {
+	name := t.Family.String() + " " + t.Name
+	c.log.Warn("nftables table changed behind our back; "+action, "table", name, "differences", diffs)
+	if c.onDrift != nil {
+		c.onDrift(name, diffs)
+	}
 }
 
 // committed keeps the verified generation across our own transaction: the

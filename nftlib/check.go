@@ -295,6 +295,28 @@ func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
 
 // TableDrift describes every difference between an applied table and the
 // kernel's.
+// ChainsDrift compares the rules of the given chains of t with the
+// kernel's, one dump each, and nothing else: for a table in which another
+// process changed only rules (the change monitor names their chains). A
+// chain the kernel or t lacks is an error: the caller compares the whole
+// table instead.
+func (k *Kernel) ChainsDrift(t *Table, chains []string) ([]string, error) {
+	want := make(map[string]*Chain, len(chains))
+	kt := &KernelTable{Exists: true, Chains: make(map[string]*KernelChain, len(chains))}
+	for _, name := range chains {
+		c := t.Chain(name)
+		if c == nil {
+			return nil, fmt.Errorf("chain %s is not ours", name)
+		}
+		want[name], kt.Chains[name] = c, &KernelChain{}
+	}
+	var d drift
+	if err := k.chainRulesDrift(t.Family, t.Name, want, kt, &d); err != nil {
+		return nil, err
+	}
+	return d.list(), nil
+}
+
 func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift
 	staleSet := make(map[string]bool, len(stale))

@@ -34,6 +34,9 @@ type Dataplane interface {
 	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
 	// TableDrift describes every difference between t and the kernel's.
 	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)
+	// ChainsDrift describes the differences in the rules of t's chains
+	// named, and only there; an error when one is missing.
+	ChainsDrift(t *Table, chains []string) ([]string, error)
 	// Monitor is the open change monitor; nil when there is none.
 	Monitor() Watcher
 	// Watch opens the change monitor of the given tables.
@@ -53,6 +56,8 @@ type Watcher interface {
 	Pending() bool
 	// Take returns and clears the marked tables; all: events were lost.
 	Take() (marked map[TableRef]bool, all bool)
+	// TakeScopes is Take with what changed in each marked table.
+	TakeScopes() (scopes map[TableRef]ChangeScope, all bool)
 	// SetMember joins or leaves the notification group.
 	SetMember(join bool) error
 	// MarkAll marks every table, for a commit that went unseen.

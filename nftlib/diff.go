@@ -67,6 +67,17 @@ type Tx struct {
 	round   int
 }
 
+// RewriteChainsTx flushes each of chains of table t and writes its rules
+// again: the repair of chains whose rules another process changed.
+func RewriteChainsTx(f Family, table string, chains []*Chain) *Tx {
+	x := newTx(&Table{Family: f, Name: table})
+	for _, c := range chains {
+		x.flush = append(x.flush, c.Name)
+		x.rules = append(x.rules, c)
+	}
+	return x
+}
+
 func newTx(t *Table) *Tx {
 	return &Tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
 }

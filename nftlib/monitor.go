@@ -41,6 +41,11 @@ type monitor struct {
 
 	Mu     sync.Mutex
 	marked map[TableRef]bool
+	// chains are, per marked table, the chains whose rules alone another
+	// process changed; a table marked for anything else (a chain, set,
+	// element or object event) is in whole.
+	chains map[TableRef]map[string]bool
+	whole  map[TableRef]bool
 	all    bool // events were lost or not understood: everything may differ
 	broken bool // the socket failed: no more events will come
 	buf    []byte
@@ -102,6 +107,8 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 		watch:  map[TableRef]bool{},
 		done:   make(chan struct{}),
 		marked: map[TableRef]bool{},
+		chains: map[TableRef]map[string]bool{},
+		whole:  map[TableRef]bool{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
 		others: make(chan struct{}, 1),
@@ -196,25 +203,50 @@ func (m *monitor) parse(b []byte) {
 		if typ&0xff == unix.NFT_MSG_NEWGEN {
 			continue // ends a transaction; names no table
 		}
-		var table string
-		found := false
-		ok := ForAttrs(msg.Data[NfgenLen:], func(a Attr) {
-			if a.typ == 1 && !found { // the table's name, in every object message
-				table, found = a.Str(), true
-			}
-		})
-		if !ok || !found {
+		table, chain, ok := eventNames(typ&0xff, msg.Data[NfgenLen:])
+		if !ok {
 			m.all = true
 			m.otherLocked()
 			continue
 		}
 		t := TableRef{Family(msg.Data[0]), table}
 		if m.watch[t] {
-			m.marked[t] = true
+			m.markLocked(t, chain)
 		} else {
 			m.otherLocked()
 		}
 	}
+}
+
+// eventNames reads the table an event names (attribute 1 in every object
+// message) and, for a rule event, its chain (NFTA_RULE_CHAIN); ok is false
+// when the table is missing.
+func eventNames(typ uint16, attrs []byte) (table, chain string, ok bool) {
+	rule := typ == unix.NFT_MSG_NEWRULE || typ == unix.NFT_MSG_DELRULE
+	found := false
+	parsed := ForAttrs(attrs, func(a Attr) {
+		switch {
+		case a.typ == 1 && !found:
+			table, found = a.Str(), true
+		case rule && a.typ == unix.NFTA_RULE_CHAIN && chain == "":
+			chain = a.Str()
+		}
+	})
+	return table, chain, parsed && found
+}
+
+// markLocked marks table t, and its chain when a rule event named one
+// (else the whole table).
+func (m *monitor) markLocked(t TableRef, chain string) {
+	m.marked[t] = true
+	if chain == "" {
+		m.whole[t] = true
+		return
+	}
+	if m.chains[t] == nil {
+		m.chains[t] = map[string]bool{}
+	}
+	m.chains[t][chain] = true
 }
 
 // otherLocked signals others: another process changed a table we do not
@@ -245,6 +277,23 @@ func (m *monitor) Pending() bool {
 // were lost or the monitor broke (it then stays all). Events that arrive
 // after take stay for the next one.
 func (m *monitor) Take() (marked map[TableRef]bool, all bool) {
+	scopes, all := m.TakeScopes()
+	marked = make(map[TableRef]bool, len(scopes))
+	for t := range scopes {
+		marked[t] = true
+	}
+	return marked, all
+}
+
+// ChangeScope is what another process changed in one table: the rules of
+// Chains only, or anything (Whole).
+type ChangeScope struct {
+	Whole  bool
+	Chains map[string]bool
+}
+
+// TakeScopes is Take with what changed in each marked table.
+func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 	rc, err := m.f.SyscallConn()
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
@@ -258,9 +307,13 @@ func (m *monitor) Take() (marked map[TableRef]bool, all bool) {
 	if err != nil {
 		m.broken = true
 	}
-	marked, all = m.marked, m.all || m.broken
-	m.marked, m.all = map[TableRef]bool{}, false
-	return marked, all
+	scopes = make(map[TableRef]ChangeScope, len(m.marked))
+	for t := range m.marked {
+		scopes[t] = ChangeScope{Whole: m.whole[t], Chains: m.chains[t]}
+	}
+	all = m.all || m.broken
+	m.marked, m.chains, m.whole, m.all = map[TableRef]bool{}, map[TableRef]map[string]bool{}, map[TableRef]bool{}, false
+	return scopes, all
 }
 
 // Counts returns the events parsed and the overruns seen, for tests.
