@@ -283,20 +283,14 @@ func (b *Backend) wantsFull(st *proxier.State) bool {
 	return !b.repairInPlace()
 }
 
-// repairInPlace rewrites the chains the last check found changed, when
-// another process changed only their rules: one transaction as small as
-// the change, after which the kernel holds what was applied and the sync
+// repairInPlace rewrites the chains and maps the last check found
+// changed, when another process changed only their rules and elements:
+// one transaction as small as the change, after which the kernel holds what was applied and the sync
 // goes on as a partial one. It reports false, and the sync is a full one,
 // when the check found other differences or the kernel refused it.
 func (b *Backend) repairInPlace() bool {
-	repairs := b.check.repairs
+	txs := b.check.repairs
 	b.check.repairs = nil
-	var txs []*nftlib.Tx
-	for _, id := range tableIDs() {
-		if cs := repairs[id]; len(cs) > 0 {
-			txs = append(txs, nftlib.RewriteChainsTx(id.f, b.applied[id].Name, cs))
-		}
-	}
 	kt := b.tx.write(txs, 0, nil)
 	if kt == nil {
 		return false

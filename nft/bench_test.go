@@ -440,6 +440,8 @@ func median(ds []time.Duration) time.Duration {
 // our delta or main table (that table alone read back, drift found),
 // "rule-repair" a sync after another process inserted a rule in
 // KUBE-SERVICES (that chain alone read back and rewritten in place),
+// "element-repair" one after it deleted an element of service-ips (that
+// map alone read back and written again),
 // "readback-all" when every table is read back (lost events, or no monitor)
 // and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
@@ -523,6 +525,21 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("services=%d/element-repair", n), func(b *testing.B) {
+			elem := testns.NFT(b, ns, "-a", "list", "map", "ip", DefaultTableName, "service-ips")
+			key := firstServiceIPsKey(b, elem)
+			for b.Loop() {
+				b.StopTimer()
+				testns.NFT(b, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ "+key+" }")
+				testutil.WaitFor(b, 10*time.Second, "the monitor to see the element", be.kern().Mon.Pending)
+				be.check.every = time.Nanosecond
+				b.StartTimer()
+				res, err := be.Sync(context.Background(), st)
+				if err != nil || res.Full || !res.Changed {
+					b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("services=%d/readback-all", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -533,4 +550,19 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// firstServiceIPsKey is the key of the first element nft lists of the
+// service-ips map, in nft's syntax ("10.96.0.1 . tcp . 80").
+func firstServiceIPsKey(b testing.TB, listing string) string {
+	b.Helper()
+	_, after, ok := strings.Cut(listing, "elements = { ")
+	if !ok {
+		b.Fatalf("no elements in:\n%s", listing)
+	}
+	key, _, ok := strings.Cut(after, " comment")
+	if !ok {
+		b.Fatalf("no element comment in:\n%s", after[:min(len(after), 200)])
+	}
+	return key
 }

@@ -128,9 +128,12 @@ func tamperCases() []tamperCase {
 	}
 }
 
-// rulesOnly are the tamperCases that change rules only: with the change
-// monitor, only the chains it names are compared and rewritten.
-var rulesOnly = map[string]bool{"flushed table": true, "emptied endpoint chain": true, "rogue drop rule": true}
+// inPlace are the tamperCases that change rules and elements only: with
+// the change monitor, only the chains and maps it names are compared and
+// rewritten.
+var inPlace = map[string]bool{"flushed table": true, "emptied endpoint chain": true, "rogue drop rule": true,
+	"deleted service-ips element": true, "deleted cluster-ips element": true, "rogue cluster-ips element": true,
+	"cluster-ips element's comment": true}
 
 // Each tampering is found by the periodic check, reported, and repaired by
 // one transaction, after which the kernel holds exactly what we render:
@@ -168,9 +171,9 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
 				}
-				// Rules alone changed: the monitor names their chains,
-				// which are rewritten in place.
-				wantFull := mode == "no-monitor" || !rulesOnly[tc.name]
+				// Rules and elements alone changed: the monitor names
+				// their chains and maps, which are rewritten in place.
+				wantFull := mode == "no-monitor" || !inPlace[tc.name]
 				if res.Full != wantFull || !res.Changed || b.kern().Commits-before != 1 {
 					t.Errorf("repair: full=%v changed=%v transactions=%d, want one transaction, full %v", res.Full, res.Changed, b.kern().Commits-before, wantFull)
 				}

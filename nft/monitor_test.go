@@ -412,3 +412,27 @@ func TestKernelRuleChangeRepairedInPlace(t *testing.T) {
 		})
 	}
 }
+
+// A removed element of a map is compared and repaired in place too: that
+// map alone, flushed and written again in one transaction.
+func TestKernelElementChangeRepairedInPlace(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	testns.NFT(t, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
+	testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", b.kern().Mon.Pending)
+	var drift []string
+	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+	res, err := b.Sync(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsSub(drift, "map service-ips: element 10.96.0.10 . tcp . 80 missing") || res.Full || !res.Changed {
+		t.Errorf("repair: drift %q, full %v, changed %v; want the element found and repaired in place", drift, res.Full, res.Changed)
+	}
+	assertKernelIsRender(t, ns, st)
+}

@@ -36,10 +36,10 @@ type driftChecker struct {
 	// readBacks counts the tables the checks read back (for tests).
 	readBacks int
 
-	// repairs, after a check that found differences only in chains whose
-	// rules alone another process changed, are those chains as they
-	// should be, per table: the sync rewrites them in place.
-	repairs map[tableID][]*nftlib.Chain
+	// repairs, after a check that found differences only in the chains
+	// and maps whose rules and elements alone another process changed,
+	// rewrite those in place (see Backend.repairInPlace).
+	repairs []*nftlib.Tx
 
 	// verifiedGen is the generation at which the kernel was known to hold
 	// exactly what was applied (valid when verified).
@@ -118,17 +118,17 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 	}
 	c.verified = false
 	var ids []tableID
-	chains := map[tableID][]string{}
+	scoped := map[tableID]nftlib.ChangeScope{}
 	for _, id := range tableIDs() {
 		sc, marked := scopes[nftlib.TableRef{Family: id.f, Name: applied[id].Name}]
 		if all || lost || marked {
 			ids = append(ids, id)
 		}
-		if !all && !lost && marked && !sc.Whole && len(sc.Chains) > 0 {
-			chains[id] = slices.Sorted(maps.Keys(sc.Chains))
+		if !all && !lost && marked && !sc.Whole {
+			scoped[id] = sc
 		}
 	}
-	found, err := c.checkTables(rebuild(ids), chains, pending)
+	found, err := c.checkTables(rebuild(ids), scoped, pending)
 	if err != nil {
 		c.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
 		c.repairs = nil
@@ -145,31 +145,35 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 	return found
 }
 
-// checkTables reads back and compares the given tables: the named chains
-// only of those in chains, whole the others (and those whose chains
-// cannot be read alone). It sets repairs when every difference is in the
-// named chains.
-func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, chains map[tableID][]string, pending map[tableID][]string) (bool, error) {
+// checkTables reads back and compares the given tables: of those in
+// scoped, the chains and maps their scope names only; the others whole
+// (and those whose chains or maps cannot be read alone). It sets repairs
+// when every difference is in the named chains and maps.
+func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[tableID]nftlib.ChangeScope, pending map[tableID][]string) (bool, error) {
 	whole := map[tableID]*nftlib.Table{}
-	found, inPlace := false, map[tableID][]*nftlib.Chain{}
-	for id, t := range tables {
-		names := chains[id]
-		if len(names) == 0 {
+	found := false
+	var inPlace []*nftlib.Tx
+	for _, id := range tableIDs() {
+		t := tables[id]
+		sc, ok := scoped[id]
+		if t == nil {
+			continue
+		}
+		chains, sets := slices.Sorted(maps.Keys(sc.Chains)), slices.Sorted(maps.Keys(sc.Sets))
+		if !ok || len(chains)+len(sets) == 0 {
 			whole[id] = t
 			continue
 		}
 		c.readBacks++
-		diffs, err := c.k.ChainsDrift(t, names)
+		diffs, err := c.k.ScopedDrift(t, chains, sets)
 		if err != nil {
 			whole[id] = t
 			continue
 		}
 		if len(diffs) > 0 {
 			found = true
-			c.report(t, diffs, "rewriting the chains another process changed")
-			for _, n := range names {
-				inPlace[id] = append(inPlace[id], t.Chain(n))
-			}
+			c.report(t, diffs, "rewriting what another process changed")
+			inPlace = append(inPlace, nftlib.RewriteTx(t, chainsOf(t, chains), mapsOf(t, sets)))
 		}
 	}
 	foundWhole, err := c.checkWhole(whole, pending)
@@ -180,6 +184,22 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, chains map[
 		c.repairs = inPlace
 	}
 	return found || foundWhole, nil
+}
+
+func chainsOf(t *nftlib.Table, names []string) []*nftlib.Chain {
+	out := make([]*nftlib.Chain, len(names))
+	for i, n := range names {
+		out[i] = t.Chain(n)
+	}
+	return out
+}
+
+func mapsOf(t *nftlib.Table, names []string) []*nftlib.Map {
+	out := make([]*nftlib.Map, len(names))
+	for i, n := range names {
+		out[i] = t.Map(n)
+	}
+	return out
 }
 
 // checkWhole reads back and compares the given tables whole.

@@ -262,45 +262,51 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 // elementsDrift compares the elements of each of the table's maps that has
 // the right type (the others are rewritten whole anyway).
 func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
-	f := t.Family
 	for _, m := range t.Maps {
-		if mapMismatch(f, kt.Sets[m.Name], m) != "" {
+		if mapMismatch(t.Family, kt.Sets[m.Name], m) != "" {
 			continue
 		}
-		want := map[string]Element{}
-		t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
-		err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
-			w, ok := want[string(e.key)]
-			if !ok {
-				d.add("map %s: element %x is not ours", m.Name, e.key)
-				return
-			}
-			delete(want, string(e.key))
-			v := w.Verdict.Expr()
-			if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
-				d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
-			} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
-				d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
-			}
-		})
-		if err != nil {
+		if err := k.mapElementsDrift(t, m, d); err != nil {
 			return err
-		}
-		for _, w := range want {
-			d.add("map %s: element %s missing", m.Name, w.keyText(m.Key))
 		}
 	}
 	return nil
 }
 
-// TableDrift describes every difference between an applied table and the
-// kernel's.
-// ChainsDrift compares the rules of the given chains of t with the
-// kernel's, one dump each, and nothing else: for a table in which another
-// process changed only rules (the change monitor names their chains). A
-// chain the kernel or t lacks is an error: the caller compares the whole
-// table instead.
-func (k *Kernel) ChainsDrift(t *Table, chains []string) ([]string, error) {
+// mapElementsDrift compares the elements of t's map m with the kernel's.
+func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) error {
+	f := t.Family
+	want := map[string]Element{}
+	t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+	err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
+		w, ok := want[string(e.key)]
+		if !ok {
+			d.add("map %s: element %x is not ours", m.Name, e.key)
+			return
+		}
+		delete(want, string(e.key))
+		v := w.Verdict.Expr()
+		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
+			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
+		} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
+			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range want {
+		d.add("map %s: element %s missing", m.Name, w.keyText(m.Key))
+	}
+	return nil
+}
+
+// ScopedDrift compares, of t, the rules of the chains and the elements of
+// the maps named, one dump each, and nothing else: for a table in which
+// another process changed only rules and elements (the change monitor
+// names their chains and maps). A chain or map t lacks is an error, as is
+// one the kernel lacks: the caller compares the whole table instead.
+func (k *Kernel) ScopedDrift(t *Table, chains, maps []string) ([]string, error) {
 	want := make(map[string]*Chain, len(chains))
 	kt := &KernelTable{Exists: true, Chains: make(map[string]*KernelChain, len(chains))}
 	for _, name := range chains {
@@ -314,8 +320,20 @@ func (k *Kernel) ChainsDrift(t *Table, chains []string) ([]string, error) {
 	if err := k.chainRulesDrift(t.Family, t.Name, want, kt, &d); err != nil {
 		return nil, err
 	}
+	for _, name := range maps {
+		m := t.Map(name)
+		if m == nil {
+			return nil, fmt.Errorf("map %s is not ours", name)
+		}
+		if err := k.mapElementsDrift(t, m, &d); err != nil {
+			return nil, err
+		}
+	}
 	return d.list(), nil
 }
+
+// TableDrift describes every difference between an applied table and the
+// kernel's.
 
 func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift

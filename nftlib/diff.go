@@ -67,13 +67,18 @@ type Tx struct {
 	round   int
 }
 
-// RewriteChainsTx flushes each of chains of table t and writes its rules
-// again: the repair of chains whose rules another process changed.
-func RewriteChainsTx(f Family, table string, chains []*Chain) *Tx {
-	x := newTx(&Table{Family: f, Name: table})
+// RewriteTx flushes each of chains of t and writes its rules again, and
+// flushes each of maps of t and adds its elements again: the repair of
+// chains and maps whose rules or elements another process changed.
+func RewriteTx(t *Table, chains []*Chain, maps []*Map) *Tx {
+	x := newTx(&Table{Family: t.Family, Name: t.Name, Maps: maps})
 	for _, c := range chains {
 		x.flush = append(x.flush, c.Name)
 		x.rules = append(x.rules, c)
+	}
+	for _, m := range maps {
+		x.flushMaps = append(x.flushMaps, m.Name)
+		t.EachElement(m.Name, func(e Element) { x.addElems[m.Name] = append(x.addElems[m.Name], e) })
 	}
 	return x
 }

@@ -179,10 +179,10 @@ func fakeKSet(f Family, s *fakeSet) *KernelSet {
 		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
 }
 
-// ChainsDrift is not read chain by chain here: the fake kernel has no
+// ScopedDrift is not read chain by chain here: the fake kernel has no
 // change monitor to name chains, and the error makes a caller compare
 // the whole table.
-func (k *FakeKernel) ChainsDrift(*Table, []string) ([]string, error) {
+func (k *FakeKernel) ScopedDrift(*Table, []string, []string) ([]string, error) {
 	return nil, errors.New("the fake kernel compares whole tables only")
 }
 

@@ -41,11 +41,11 @@ type monitor struct {
 
 	Mu     sync.Mutex
 	marked map[TableRef]bool
-	// chains are, per marked table, the chains whose rules alone another
-	// process changed; a table marked for anything else (a chain, set,
-	// element or object event) is in whole.
-	chains map[TableRef]map[string]bool
-	whole  map[TableRef]bool
+	// chains and sets are, per marked table, the chains whose rules and
+	// the sets whose elements alone another process changed; a table
+	// marked for anything else (a chain, set or object event) is in whole.
+	chains, sets map[TableRef]map[string]bool
+	whole        map[TableRef]bool
 	all    bool // events were lost or not understood: everything may differ
 	broken bool // the socket failed: no more events will come
 	buf    []byte
@@ -108,6 +108,7 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 		done:   make(chan struct{}),
 		marked: map[TableRef]bool{},
 		chains: map[TableRef]map[string]bool{},
+		sets:   map[TableRef]map[string]bool{},
 		whole:  map[TableRef]bool{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
@@ -203,7 +204,7 @@ func (m *monitor) parse(b []byte) {
 		if typ&0xff == unix.NFT_MSG_NEWGEN {
 			continue // ends a transaction; names no table
 		}
-		table, chain, ok := eventNames(typ&0xff, msg.Data[NfgenLen:])
+		table, chain, set, ok := eventNames(typ&0xff, msg.Data[NfgenLen:])
 		if !ok {
 			m.all = true
 			m.otherLocked()
@@ -211,7 +212,7 @@ func (m *monitor) parse(b []byte) {
 		}
 		t := TableRef{Family(msg.Data[0]), table}
 		if m.watch[t] {
-			m.markLocked(t, chain)
+			m.markLocked(t, chain, set)
 		} else {
 			m.otherLocked()
 		}
@@ -219,10 +220,12 @@ func (m *monitor) parse(b []byte) {
 }
 
 // eventNames reads the table an event names (attribute 1 in every object
-// message) and, for a rule event, its chain (NFTA_RULE_CHAIN); ok is false
-// when the table is missing.
-func eventNames(typ uint16, attrs []byte) (table, chain string, ok bool) {
+// message), the chain of a rule event (NFTA_RULE_CHAIN) and the set of an
+// element event (NFTA_SET_ELEM_LIST_SET); ok is false when the table is
+// missing.
+func eventNames(typ uint16, attrs []byte) (table, chain, set string, ok bool) {
 	rule := typ == unix.NFT_MSG_NEWRULE || typ == unix.NFT_MSG_DELRULE
+	elem := typ == unix.NFT_MSG_NEWSETELEM || typ == unix.NFT_MSG_DELSETELEM
 	found := false
 	parsed := ForAttrs(attrs, func(a Attr) {
 		switch {
@@ -230,23 +233,32 @@ func eventNames(typ uint16, attrs []byte) (table, chain string, ok bool) {
 			table, found = a.Str(), true
 		case rule && a.typ == unix.NFTA_RULE_CHAIN && chain == "":
 			chain = a.Str()
+		case elem && a.typ == unix.NFTA_SET_ELEM_LIST_SET && set == "":
+			set = a.Str()
 		}
 	})
-	return table, chain, parsed && found
+	return table, chain, set, parsed && found
 }
 
-// markLocked marks table t, and its chain when a rule event named one
-// (else the whole table).
-func (m *monitor) markLocked(t TableRef, chain string) {
+// markLocked marks table t, and the chain or set a rule or element event
+// named (else the whole table).
+func (m *monitor) markLocked(t TableRef, chain, set string) {
 	m.marked[t] = true
-	if chain == "" {
+	switch {
+	case chain != "":
+		addName(m.chains, t, chain)
+	case set != "":
+		addName(m.sets, t, set)
+	default:
 		m.whole[t] = true
-		return
 	}
-	if m.chains[t] == nil {
-		m.chains[t] = map[string]bool{}
+}
+
+func addName(names map[TableRef]map[string]bool, t TableRef, name string) {
+	if names[t] == nil {
+		names[t] = map[string]bool{}
 	}
-	m.chains[t][chain] = true
+	names[t][name] = true
 }
 
 // otherLocked signals others: another process changed a table we do not
@@ -286,10 +298,10 @@ func (m *monitor) Take() (marked map[TableRef]bool, all bool) {
 }
 
 // ChangeScope is what another process changed in one table: the rules of
-// Chains only, or anything (Whole).
+// Chains and the elements of Sets only, or anything (Whole).
 type ChangeScope struct {
-	Whole  bool
-	Chains map[string]bool
+	Whole        bool
+	Chains, Sets map[string]bool
 }
 
 // TakeScopes is Take with what changed in each marked table.
@@ -309,10 +321,11 @@ func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 	}
 	scopes = make(map[TableRef]ChangeScope, len(m.marked))
 	for t := range m.marked {
-		scopes[t] = ChangeScope{Whole: m.whole[t], Chains: m.chains[t]}
+		scopes[t] = ChangeScope{Whole: m.whole[t], Chains: m.chains[t], Sets: m.sets[t]}
 	}
 	all = m.all || m.broken
-	m.marked, m.chains, m.whole, m.all = map[TableRef]bool{}, map[TableRef]map[string]bool{}, map[TableRef]bool{}, false
+	m.marked, m.whole, m.all = map[TableRef]bool{}, map[TableRef]bool{}, false
+	m.chains, m.sets = map[TableRef]map[string]bool{}, map[TableRef]map[string]bool{}
 	return scopes, all
 }
 
