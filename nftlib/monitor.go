@@ -46,9 +46,9 @@ type monitor struct {
 	// marked for anything else (a chain, set or object event) is in whole.
 	chains, sets map[TableRef]map[string]bool
 	whole        map[TableRef]bool
-	all    bool // events were lost or not understood: everything may differ
-	broken bool // the socket failed: no more events will come
-	buf    []byte
+	all          bool // events were lost or not understood: everything may differ
+	broken       bool // the socket failed: no more events will come
+	buf          []byte
 	// events counts the notifications parsed, overruns the ENOBUFS seen
 	// (for tests).
 	events, overruns int
