@@ -393,13 +393,7 @@ func createOwnedTable(t *testing.T, ns string, f nftlib.Family, name string, del
 // partial with nothing to write), and the first sync after the owner
 // exits writes the table again, though the kernel said nothing of it.
 func TestKernelOwnedTableTakenOver(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
-	st := demoState()
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
+	ns, b, st := syncedDemo(t)
 	owner := createOwnedTable(t, ns, nftlib.IPv4, DefaultTableName, true)
 	defer owner.Close()
 	testutil.WaitFor(t, 10*time.Second, "the monitor to see the new table", func() bool {

@@ -369,13 +369,7 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 // rewrites them in place, in one transaction as small as the change,
 // instead of a full sync; a new chain makes it full again.
 func TestKernelRuleChangeRepairedInPlace(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
-	st := demoState()
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
+	ns, b, st := syncedDemo(t)
 	mon := b.kern().Mon
 	if mon == nil {
 		t.Fatal("no change monitor")
@@ -416,13 +410,7 @@ func TestKernelRuleChangeRepairedInPlace(t *testing.T) {
 // A removed element of a map is compared and repaired in place too: that
 // map alone, flushed and written again in one transaction.
 func TestKernelElementChangeRepairedInPlace(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
-	st := demoState()
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
+	ns, b, st := syncedDemo(t)
 	testns.NFT(t, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
 	testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", b.kern().Mon.Pending)
 	var drift []string
@@ -435,4 +423,18 @@ func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 		t.Errorf("repair: drift %q, full %v, changed %v; want the element found and repaired in place", drift, res.Full, res.Changed)
 	}
 	assertKernelIsRender(t, ns, st)
+}
+
+// syncedDemo programs demoState in a new namespace, with drift checks
+// only when the monitor asks for one.
+func syncedDemo(t *testing.T) (string, *Backend, *proxier.State) {
+	t.Helper()
+	ns := testns.New(t, "knp-nft-")
+	b := openTestBackend(t, ns, demoConfig())
+	b.check.every = time.Hour
+	st := demoState()
+	if _, err := b.Sync(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	return ns, b, st
 }
