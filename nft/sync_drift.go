@@ -173,7 +173,8 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[
 		if len(diffs) > 0 {
 			found = true
 			c.report(t, diffs, "rewriting what another process changed")
-			inPlace = append(inPlace, nftlib.RewriteTx(t, chainsOf(t, chains), mapsOf(t, sets)))
+			ours, _ := t.ChainsNamed(chains) // all found: ScopedDrift checked
+			inPlace = append(inPlace, nftlib.RewriteTx(t, ours, mapsOf(t, sets)))
 		}
 	}
 	foundWhole, err := c.checkWhole(whole, pending)
@@ -184,14 +185,6 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[
 		c.repairs = inPlace
 	}
 	return found || foundWhole, nil
-}
-
-func chainsOf(t *nftlib.Table, names []string) []*nftlib.Chain {
-	out := make([]*nftlib.Chain, len(names))
-	for i, n := range names {
-		out[i] = t.Chain(n)
-	}
-	return out
 }
 
 func mapsOf(t *nftlib.Table, names []string) []*nftlib.Map {

@@ -307,14 +307,14 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) error {
 // names their chains and maps). A chain or map t lacks is an error, as is
 // one the kernel lacks: the caller compares the whole table instead.
 func (k *Kernel) ScopedDrift(t *Table, chains, maps []string) ([]string, error) {
+	ours, ok := t.ChainsNamed(chains)
+	if !ok {
+		return nil, fmt.Errorf("one of the chains %v is not ours", chains)
+	}
 	want := make(map[string]*Chain, len(chains))
 	kt := &KernelTable{Exists: true, Chains: make(map[string]*KernelChain, len(chains))}
-	for _, name := range chains {
-		c := t.Chain(name)
-		if c == nil {
-			return nil, fmt.Errorf("chain %s is not ours", name)
-		}
-		want[name], kt.Chains[name] = c, &KernelChain{}
+	for _, c := range ours {
+		want[c.Name], kt.Chains[c.Name] = c, &KernelChain{}
 	}
 	var d drift
 	if err := k.chainRulesDrift(t.Family, t.Name, want, kt, &d); err != nil {

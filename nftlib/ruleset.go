@@ -167,6 +167,24 @@ func (t *Table) Chain(name string) *Chain {
 	return nil
 }
 
+// ChainsNamed returns the fixed or fragment chains of those names, in
+// their order, and false if one is missing: one walk of the table, where
+// Chain would walk it once a name.
+func (t *Table) ChainsNamed(names []string) ([]*Chain, bool) {
+	idx := make(map[string]int, len(names))
+	for i, n := range names {
+		idx[n] = i
+	}
+	out, found := make([]*Chain, len(names)), 0
+	t.EachChain(func(c *Chain) {
+		if i, ok := idx[c.Name]; ok && out[i] == nil {
+			out[i] = c
+			found++
+		}
+	})
+	return out, found == len(names)
+}
+
 func (t *Table) FixedChain(name string) *Chain {
 	for _, c := range t.Chains {
 		if c.Name == name {
