@@ -63,7 +63,7 @@ e2e: build
 VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nftlib ./nft ./ipvs
 VM_FLAGS   ?=
 # One boot runs every package: the nft package alone takes 380-490 s in
-# the guest on 2 cores.
+# the guest (one CPU).
 VM_TIMEOUT ?= 900
 VM_KERNELS ?= 6.1 5.10
 vm_suite_6.1  :=
