@@ -30,6 +30,13 @@ const (
 	helperTimeout = 10 * time.Second
 )
 
+// init keeps the main thread to the main goroutine: startIn changes the
+// thread it runs on for good (its network namespace, its capabilities),
+// and that must never be the main thread, whose capabilities
+// /proc/<pid>/status reports: the test process would look like a
+// holder without CAP_NET_ADMIN (it did, in the 5.10 VM).
+func init() { runtime.LockOSThread() }
+
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
