@@ -26,6 +26,9 @@ type foreignCase struct {
 	// refused: the in-place repair is refused by the kernel, and the
 	// attempt after it replaces the table whole.
 	refused bool
+	// inPlace: the change monitor names every object it touches, which
+	// a repair in place rewrites or deletes (not a full sync).
+	inPlace bool
 	// optional: skip where the kernel cannot hold the object at all.
 	optional bool
 	// inject, when set, tampers over netlink instead of with nft.
@@ -35,28 +38,28 @@ type foreignCase struct {
 func foreignCases() []foreignCase {
 	const tbl = "ip " + DefaultTableName + " "
 	return []foreignCase{
-		{name: "rule with an anonymous set", want: "set __set",
+		{name: "rule with an anonymous set", want: "chain KUBE-SERVICES: 3 rules, want 2", inPlace: true,
 			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr { 1.2.3.4, 5.6.7.8 } counter"}},
-		{name: "rule with an anonymous verdict map", want: "__map",
+		{name: "rule with an anonymous verdict map", want: "chain KUBE-SERVICES: rule 1 differs", inPlace: true,
 			nft: []string{"insert rule " + tbl + "KUBE-SERVICES ip saddr vmap { 1.2.3.4 : drop, 5.6.7.8 : accept }"}},
-		{name: "rule with an anonymous chain", want: "chain __chain",
+		{name: "rule with an anonymous chain", want: "chain KUBE-SERVICES: 3 rules, want 2", inPlace: true,
 			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr 1.2.3.4 jump { counter; }"}},
-		{name: "named set and a rule using it", want: "set foreign: not ours",
+		{name: "named set and a rule using it", want: "set foreign: not ours", inPlace: true,
 			nft: []string{"add set " + tbl + "foreign { type ipv4_addr; elements = { 1.2.3.4 }; }",
 				"add rule " + tbl + "KUBE-SERVICES ip saddr @foreign drop"}},
-		{name: "counter used by a rule", want: "counter fc: not ours",
+		{name: "counter used by a rule", want: "counter fc: not ours", inPlace: true,
 			nft: []string{"add counter " + tbl + "fc", "add rule " + tbl + "KUBE-SERVICES counter name fc"}},
-		{name: "quota", want: "quota fq: not ours", nft: []string{"add quota " + tbl + "fq { over 25 mbytes }"}},
-		{name: "ct helper", want: "ct helper fh: not ours",
+		{name: "quota", want: "quota fq: not ours", inPlace: true, nft: []string{"add quota " + tbl + "fq { over 25 mbytes }"}},
+		{name: "ct helper", want: "ct helper fh: not ours", inPlace: true,
 			nft: []string{`add ct helper ` + tbl + `fh { type "ftp" protocol tcp; }`}},
-		{name: "limit, ct timeout, ct expectation and synproxy", want: "synproxy fs: not ours",
+		{name: "limit, ct timeout, ct expectation and synproxy", want: "synproxy fs: not ours", inPlace: true,
 			nft: []string{"add limit " + tbl + "fl { rate 10/second }",
 				"add ct timeout " + tbl + "fto { protocol tcp; policy = { established: 100 }; }",
 				"add ct expectation " + tbl + "fe { protocol tcp; dport 21; timeout 1s; size 10; l3proto ip; }",
 				"add synproxy " + tbl + "fs { mss 1460; wscale 7; }"}},
-		{name: "map of counters", want: "counter fc: not ours",
+		{name: "map of counters", want: "counter fc: not ours", inPlace: true,
 			nft: []string{"add counter " + tbl + "fc", `add map ` + tbl + `fcm { type ipv4_addr : counter; elements = { 1.2.3.4 : "fc" }; }`}},
-		{name: "flowtable used by a rule", want: "flowtable ff: not ours", optional: true,
+		{name: "flowtable used by a rule", want: "flowtable ff: not ours", inPlace: true, optional: true,
 			nft: []string{"add flowtable " + tbl + "ff { hook ingress priority 0; devices = { lo }; }",
 				"add chain " + tbl + "offload { type filter hook forward priority 0; }",
 				"add rule " + tbl + "offload ip protocol tcp flow add @ff"}},
@@ -150,8 +153,9 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 }
 
 // Whatever another process adds to our table is found by the drift check
-// and removed by the repair; when the kernel refuses the repair in place,
-// the next sync replaces the table whole. Afterwards the kernel holds
+// and removed by the repair: in place when the change monitor names all
+// it touched, else by a full sync; when the kernel refuses the full
+// sync's repair, the next sync replaces the table whole. Afterwards the kernel holds
 // exactly our render, the check is clean and a Service change syncs.
 func TestKernelForeignObjectsRepaired(t *testing.T) {
 	for _, tc := range foreignCases() {
@@ -169,8 +173,8 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 				}
 			}
 			injectForeign(t, ns, tc)
-			if res := syncUntilRepaired(t, b, st, tc.refused); !res.Full {
-				t.Errorf("the repair was not a full sync")
+			if res := syncUntilRepaired(t, b, st, tc.refused); res.Full == tc.inPlace {
+				t.Errorf("the repair was a full sync: %v, want %v", res.Full, !tc.inPlace)
 			}
 			t.Logf("reported: %q", found)
 			if !containsSub(found, tc.want) {

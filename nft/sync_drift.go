@@ -2,8 +2,6 @@ package nft
 
 import (
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -95,9 +93,10 @@ func (c *driftChecker) due() bool {
 // change; else the tables the monitor saw another process change (all of
 // them without a monitor, or when it lost events) are read back and
 // compared with the applied ones (applied names them, rebuild gives them
-// whole): only the chains whose rules alone changed, when the monitor
-// names them. Differences are logged and handed to onDrift; when they are
-// all in such chains, repairs holds the chains to rewrite in place (see
+// whole): only what the monitor says changed (see nftlib.ChangeScope),
+// when it can be compared alone. Differences are logged and handed to
+// onDrift; when every table with differences was compared that way,
+// repairs holds the transactions that repair them in place (see
 // Backend.repairInPlace). pending are the stale chains each table may
 // still hold.
 func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([]tableID) map[tableID]*nftlib.Table, pending map[tableID][]string) bool {
@@ -124,7 +123,7 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 		if all || lost || marked {
 			ids = append(ids, id)
 		}
-		if !all && !lost && marked && !sc.Whole {
+		if !all && !lost && marked {
 			scoped[id] = sc
 		}
 	}
@@ -146,9 +145,9 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 }
 
 // checkTables reads back and compares the given tables: of those in
-// scoped, the chains and maps their scope names only; the others whole
-// (and those whose chains or maps cannot be read alone). It sets repairs
-// when every difference is in the named chains and maps.
+// scoped, what their scope names only; the others whole (and those whose
+// scope cannot be compared alone). It sets repairs when every difference
+// was found in a scope.
 func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[tableID]nftlib.ChangeScope, pending map[tableID][]string) (bool, error) {
 	whole := map[tableID]*nftlib.Table{}
 	found := false
@@ -159,22 +158,21 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[
 		if t == nil {
 			continue
 		}
-		chains, sets := slices.Sorted(maps.Keys(sc.Chains)), slices.Sorted(maps.Keys(sc.Sets))
-		if !ok || len(chains)+len(sets) == 0 {
+		if !ok {
+			whole[id] = t
+			continue
+		}
+		diffs, repair, err := c.k.ScopedDrift(t, sc, pending[id])
+		if err != nil {
+			c.log.Debug("comparing the whole table", "table", t.Name, "why", err)
 			whole[id] = t
 			continue
 		}
 		c.readBacks++
-		diffs, err := c.k.ScopedDrift(t, chains, sets)
-		if err != nil {
-			whole[id] = t
-			continue
-		}
 		if len(diffs) > 0 {
 			found = true
 			c.report(t, diffs, "rewriting what another process changed")
-			ours, _ := t.ChainsNamed(chains) // all found: ScopedDrift checked
-			inPlace = append(inPlace, nftlib.RewriteTx(t, ours, mapsOf(t, sets)))
+			inPlace = append(inPlace, repair...)
 		}
 	}
 	foundWhole, err := c.checkWhole(whole, pending)
@@ -185,14 +183,6 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[
 		c.repairs = inPlace
 	}
 	return found || foundWhole, nil
-}
-
-func mapsOf(t *nftlib.Table, names []string) []*nftlib.Map {
-	out := make([]*nftlib.Map, len(names))
-	for i, n := range names {
-		out[i] = t.Map(n)
-	}
-	return out
 }
 
 // checkWhole reads back and compares the given tables whole.

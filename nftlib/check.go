@@ -301,37 +301,6 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) error {
 	return nil
 }
 
-// ScopedDrift compares, of t, the rules of the chains and the elements of
-// the maps named, one dump each, and nothing else: for a table in which
-// another process changed only rules and elements (the change monitor
-// names their chains and maps). A chain or map t lacks is an error, as is
-// one the kernel lacks: the caller compares the whole table instead.
-func (k *Kernel) ScopedDrift(t *Table, chains, maps []string) ([]string, error) {
-	ours, ok := t.ChainsNamed(chains)
-	if !ok {
-		return nil, fmt.Errorf("one of the chains %v is not ours", chains)
-	}
-	want := make(map[string]*Chain, len(chains))
-	kt := &KernelTable{Exists: true, Chains: make(map[string]*KernelChain, len(chains))}
-	for _, c := range ours {
-		want[c.Name], kt.Chains[c.Name] = c, &KernelChain{}
-	}
-	var d drift
-	if err := k.chainRulesDrift(t.Family, t.Name, want, kt, &d); err != nil {
-		return nil, err
-	}
-	for _, name := range maps {
-		m := t.Map(name)
-		if m == nil {
-			return nil, fmt.Errorf("map %s is not ours", name)
-		}
-		if err := k.mapElementsDrift(t, m, &d); err != nil {
-			return nil, err
-		}
-	}
-	return d.list(), nil
-}
-
 // TableDrift describes every difference between an applied table and the
 // kernel's.
 

@@ -34,10 +34,10 @@ type Dataplane interface {
 	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
 	// TableDrift describes every difference between t and the kernel's.
 	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)
-	// ScopedDrift describes the differences in the rules of t's chains
-	// and the elements of its maps named, and only there; an error when
-	// one is missing.
-	ScopedDrift(t *Table, chains, maps []string) ([]string, error)
+	// ScopedDrift describes the differences in what scope names of t, and
+	// only there, with the transactions that repair them in place; an
+	// error when they cannot be compared alone (see Kernel.ScopedDrift).
+	ScopedDrift(t *Table, scope ChangeScope, stale []string) ([]string, []*Tx, error)
 	// Monitor is the open change monitor; nil when there is none.
 	Monitor() Watcher
 	// Watch opens the change monitor of the given tables.

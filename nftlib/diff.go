@@ -67,22 +67,6 @@ type Tx struct {
 	round   int
 }
 
-// RewriteTx flushes each of chains of t and writes its rules again, and
-// flushes each of maps of t and adds its elements again: the repair of
-// chains and maps whose rules or elements another process changed.
-func RewriteTx(t *Table, chains []*Chain, maps []*Map) *Tx {
-	x := newTx(&Table{Family: t.Family, Name: t.Name, Maps: maps})
-	for _, c := range chains {
-		x.flush = append(x.flush, c.Name)
-		x.rules = append(x.rules, c)
-	}
-	for _, m := range maps {
-		x.flushMaps = append(x.flushMaps, m.Name)
-		t.EachElement(m.Name, func(e Element) { x.addElems[m.Name] = append(x.addElems[m.Name], e) })
-	}
-	return x
-}
-
 func newTx(t *Table) *Tx {
 	return &Tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
 }

@@ -182,8 +182,8 @@ func fakeKSet(f Family, s *fakeSet) *KernelSet {
 // ScopedDrift is not read chain by chain here: the fake kernel has no
 // change monitor to name chains, and the error makes a caller compare
 // the whole table.
-func (k *FakeKernel) ScopedDrift(*Table, []string, []string) ([]string, error) {
-	return nil, errors.New("the fake kernel compares whole tables only")
+func (k *FakeKernel) ScopedDrift(*Table, ChangeScope, []string) ([]string, []*Tx, error) {
+	return nil, nil, errors.New("the fake kernel compares whole tables only")
 }
 
 // TableDrift compares the table's objects, as nft text, with t's; the

@@ -39,16 +39,12 @@ type monitor struct {
 	others       chan struct{}
 	othersClosed bool
 
-	Mu     sync.Mutex
-	marked map[TableRef]bool
-	// chains and sets are, per marked table, the chains whose rules and
-	// the sets whose elements alone another process changed; a table
-	// marked for anything else (a chain, set or object event) is in whole.
-	chains, sets map[TableRef]map[string]bool
-	whole        map[TableRef]bool
-	all          bool // events were lost or not understood: everything may differ
-	broken       bool // the socket failed: no more events will come
-	buf          []byte
+	Mu sync.Mutex
+	// scopes has, per table another process changed, what it changed.
+	scopes map[TableRef]*ChangeScope
+	all    bool // events were lost or not understood: everything may differ
+	broken bool // the socket failed: no more events will come
+	buf    []byte
 	// events counts the notifications parsed, overruns the ENOBUFS seen
 	// (for tests).
 	events, overruns int
@@ -106,10 +102,7 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 		me:     me,
 		watch:  map[TableRef]bool{},
 		done:   make(chan struct{}),
-		marked: map[TableRef]bool{},
-		chains: map[TableRef]map[string]bool{},
-		sets:   map[TableRef]map[string]bool{},
-		whole:  map[TableRef]bool{},
+		scopes: map[TableRef]*ChangeScope{},
 		buf:    make([]byte, 1<<16),
 		onMark: onMark,
 		others: make(chan struct{}, 1),
@@ -204,7 +197,7 @@ func (m *monitor) parse(b []byte) {
 		if typ&0xff == unix.NFT_MSG_NEWGEN {
 			continue // ends a transaction; names no table
 		}
-		table, chain, set, ok := eventNames(typ&0xff, msg.Data[NfgenLen:])
+		table, ok := eventTable(msg.Data[NfgenLen:])
 		if !ok {
 			m.all = true
 			m.otherLocked()
@@ -212,53 +205,67 @@ func (m *monitor) parse(b []byte) {
 		}
 		t := TableRef{Family(msg.Data[0]), table}
 		if m.watch[t] {
-			m.markLocked(t, chain, set)
+			m.markLocked(t, typ&0xff, msg.Data[NfgenLen:])
 		} else {
 			m.otherLocked()
 		}
 	}
 }
 
-// eventNames reads the table an event names (attribute 1 in every object
-// message), the chain of a rule event (NFTA_RULE_CHAIN) and the set of an
-// element event (NFTA_SET_ELEM_LIST_SET); ok is false when the table is
-// missing.
-func eventNames(typ uint16, attrs []byte) (table, chain, set string, ok bool) {
-	rule := typ == unix.NFT_MSG_NEWRULE || typ == unix.NFT_MSG_DELRULE
-	elem := typ == unix.NFT_MSG_NEWSETELEM || typ == unix.NFT_MSG_DELSETELEM
-	found := false
+// eventTable reads the table an event names: attribute 1 in every object
+// message.
+func eventTable(attrs []byte) (table string, ok bool) {
 	parsed := ForAttrs(attrs, func(a Attr) {
-		switch {
-		case a.typ == 1 && !found:
-			table, found = a.Str(), true
-		case rule && a.typ == unix.NFTA_RULE_CHAIN && chain == "":
-			chain = a.Str()
-		case elem && a.typ == unix.NFTA_SET_ELEM_LIST_SET && set == "":
-			set = a.Str()
+		if a.typ == 1 && !ok {
+			table, ok = a.Str(), true
 		}
 	})
-	return table, chain, set, parsed && found
+	return table, parsed && ok
 }
 
-// markLocked marks table t, and the chain or set a rule or element event
-// named (else the whole table).
-func (m *monitor) markLocked(t TableRef, chain, set string) {
-	m.marked[t] = true
-	switch {
-	case chain != "":
-		addName(m.chains, t, chain)
-	case set != "":
-		addName(m.sets, t, set)
+// markLocked adds an event of type typ to its table's scope: the chain of
+// a chain or rule event, the set of a set or element event, whether it is
+// a table or stateful object event; anything else makes it whole.
+func (m *monitor) markLocked(t TableRef, typ uint16, attrs []byte) {
+	sc := m.scopes[t]
+	if sc == nil {
+		sc = &ChangeScope{}
+		m.scopes[t] = sc
+	}
+	switch typ {
+	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
+		sc.Chains = addName(sc.Chains, attrs, unix.NFTA_RULE_CHAIN)
+	case unix.NFT_MSG_NEWCHAIN, unix.NFT_MSG_DELCHAIN:
+		sc.Chains = addName(sc.Chains, attrs, unix.NFTA_CHAIN_NAME)
+	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
+		sc.Sets = addName(sc.Sets, attrs, unix.NFTA_SET_ELEM_LIST_SET)
+	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
+		sc.Sets = addName(sc.Sets, attrs, unix.NFTA_SET_NAME)
+	case unix.NFT_MSG_NEWTABLE:
+		sc.Table = true
+	case unix.NFT_MSG_NEWOBJ, unix.NFT_MSG_DELOBJ, unix.NFT_MSG_NEWFLOWTABLE, unix.NFT_MSG_DELFLOWTABLE:
+		sc.Stateful = true
 	default:
-		m.whole[t] = true
+		sc.Whole = true
+	}
+	if sc.Chains[""] || sc.Sets[""] {
+		sc.Whole = true // an event without the name it should carry
 	}
 }
 
-func addName(names map[TableRef]map[string]bool, t TableRef, name string) {
-	if names[t] == nil {
-		names[t] = map[string]bool{}
+// addName adds to names the string attribute attr of attrs ("" without).
+func addName(names map[string]bool, attrs []byte, attr uint16) map[string]bool {
+	if names == nil {
+		names = map[string]bool{}
 	}
-	names[t][name] = true
+	name := ""
+	ForAttrs(attrs, func(a Attr) {
+		if a.typ == attr && name == "" {
+			name = a.Str()
+		}
+	})
+	names[name] = true
+	return names
 }
 
 // otherLocked signals others: another process changed a table we do not
@@ -274,7 +281,7 @@ func (m *monitor) otherLocked() {
 }
 
 // pendingLocked reports whether a table is marked (or all are).
-func (m *monitor) pendingLocked() bool { return m.all || len(m.marked) > 0 }
+func (m *monitor) pendingLocked() bool { return m.all || len(m.scopes) > 0 }
 
 // Pending reports whether another process changed one of our tables since
 // the last take, as far as the events read so far tell.
@@ -297,11 +304,14 @@ func (m *monitor) Take() (marked map[TableRef]bool, all bool) {
 	return marked, all
 }
 
-// ChangeScope is what another process changed in one table: the rules of
-// Chains and the elements of Sets only, or anything (Whole).
+// ChangeScope is what another process changed in one table: the chains
+// (added, deleted, changed, or their rules) and sets (likewise, or their
+// elements) named, the table's own attributes (Table), its stateful
+// objects or flowtables (Stateful); or anything (Whole: the table deleted,
+// or an event not understood).
 type ChangeScope struct {
-	Whole        bool
-	Chains, Sets map[string]bool
+	Whole, Table, Stateful bool
+	Chains, Sets           map[string]bool
 }
 
 // TakeScopes is Take with what changed in each marked table.
@@ -319,13 +329,12 @@ func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 	if err != nil {
 		m.broken = true
 	}
-	scopes = make(map[TableRef]ChangeScope, len(m.marked))
-	for t := range m.marked {
-		scopes[t] = ChangeScope{Whole: m.whole[t], Chains: m.chains[t], Sets: m.sets[t]}
+	scopes = make(map[TableRef]ChangeScope, len(m.scopes))
+	for t, sc := range m.scopes {
+		scopes[t] = *sc
 	}
 	all = m.all || m.broken
-	m.marked, m.whole, m.all = map[TableRef]bool{}, map[TableRef]bool{}, false
-	m.chains, m.sets = map[TableRef]map[string]bool{}, map[TableRef]map[string]bool{}
+	m.scopes, m.all = map[TableRef]*ChangeScope{}, false
 	return scopes, all
 }
 

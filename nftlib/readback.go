@@ -232,6 +232,11 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable)
 	if kt.counted() >= int(kt.use) {
 		return nil
 	}
+	return k.readStateful(f, name, kt)
+}
+
+// readStateful reads a table's objects and flowtables.
+func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	kt.Stateful = true
 	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.Str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
 		var o KernelObject

@@ -1,0 +1,264 @@
+package nftlib
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// ScopedDrift compares, of t, only what scope names: the chains and sets
+// the change monitor saw another process add, delete or change (or their
+// rules and elements), the table's attributes, its stateful objects and
+// flowtables. It returns the differences and the transactions that repair
+// them in place (none when there are none):
+//   - our chains and maps are rewritten (flushed and filled again), or
+//     created again when they are missing; our base chains whose hook,
+//     type, priority, policy or comment changed are deleted and created;
+//   - chains, named sets, objects and flowtables not ours are deleted;
+//     anonymous sets and chains go with the rule that holds them;
+//   - the table's flags are set back to none.
+//
+// An error means the caller compares the whole table instead: the table
+// or a chain or map of ours that exists with another kind or comment, a
+// missing table, or a chain the last sync left to delete later (stale).
+func (k *Kernel) ScopedDrift(t *Table, scope ChangeScope, stale []string) ([]string, []*Tx, error) {
+	if scope.Whole {
+		return nil, nil, errors.New("the whole table may have changed")
+	}
+	r := newScopedRepair(t)
+	var d drift
+	if scope.Table {
+		if err := k.scopedTable(t, &d, r); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := k.scopedChains(t, slices.Sorted(maps.Keys(scope.Chains)), stale, &d, r); err != nil {
+		return nil, nil, err
+	}
+	if err := k.scopedSets(t, slices.Sorted(maps.Keys(scope.Sets)), &d, r); err != nil {
+		return nil, nil, err
+	}
+	if scope.Stateful {
+		if err := k.scopedStateful(t, &d, r); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(d.diffs) == 0 {
+		return nil, nil, nil
+	}
+	return d.list(), r.txs(), nil
+}
+
+// scopedTable compares the table's attributes; flags set by another
+// process (dormant) are cleared by adding the table again.
+func (k *Kernel) scopedTable(t *Table, d *drift, r *scopedRepair) error {
+	kt, err := k.TableInfo(t.Family, t.Name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case kt == nil || !kt.Exists:
+		return errors.New("the table is missing")
+	case !bytes.Equal(kt.Udata, CommentUdata(0, t.Comment)):
+		return errors.New("the table's comment differs")
+	case kt.Flags != 0:
+		d.add("table %s %s: flags 0x%x, want 0", t.Family, t.Name, kt.Flags)
+		r.fix.newTable, r.fix.table.Comment = true, t.Comment
+	}
+	return nil
+}
+
+// scopedStateful deletes the table's stateful objects and flowtables: we
+// create none. Rules using them are in chains the scope names (their
+// events came with them), flushed before.
+func (k *Kernel) scopedStateful(t *Table, d *drift, r *scopedRepair) error {
+	kt := &KernelTable{}
+	if err := k.readStateful(t.Family, t.Name, kt); err != nil {
+		return err
+	}
+	statefulDrift(kt, d)
+	r.drop.delObjs = append(r.drop.delObjs, kt.Objs...)
+	r.drop.delFlowtables = append(r.drop.delFlowtables, kt.Flowtables...)
+	return nil
+}
+
+// scopedRepair builds the repair of a scoped drift in two transactions
+// applied as one: fix rewrites our chains and maps and flushes the foreign
+// chains (dropping every reference the foreign objects hold to each
+// other); then drop deletes the foreign sets, then the foreign chains.
+type scopedRepair struct {
+	t         *Table
+	fix, drop *Tx
+}
+
+func newScopedRepair(t *Table) *scopedRepair {
+	part := func() *Tx { return newTx(&Table{Family: t.Family, Name: t.Name}) }
+	return &scopedRepair{t: t, fix: part(), drop: part()}
+}
+
+func (r *scopedRepair) txs() []*Tx { return []*Tx{r.fix, r.drop} }
+
+// rewrite flushes one of our chains and writes its rules again; create
+// when the kernel lacks it, recreate when it is a base chain whose
+// attributes changed.
+func (r *scopedRepair) rewrite(c *Chain, create, recreate bool) {
+	switch {
+	case recreate:
+		r.fix.delBase = append(r.fix.delBase, c.Name)
+		r.fix.newChains = append(r.fix.newChains, c)
+	case create:
+		r.fix.newChains = append(r.fix.newChains, c)
+	default:
+		r.fix.flush = append(r.fix.flush, c.Name)
+	}
+	r.fix.rules = append(r.fix.rules, c)
+}
+
+// foreignChain deletes a chain that is not ours; a base chain at once (no
+// rule can refer to it), a regular one once every chain is flushed.
+func (r *scopedRepair) foreignChain(name string, base bool) {
+	if base {
+		r.fix.delBase = append(r.fix.delBase, name)
+		return
+	}
+	r.fix.flush = append(r.fix.flush, name)
+	r.drop.DelChains = append(r.drop.DelChains, name)
+}
+
+// refill flushes one of our maps (creating it when the kernel lacks it)
+// and adds its elements again.
+func (r *scopedRepair) refill(m *Map, create bool) {
+	if create {
+		r.fix.newMaps = append(r.fix.newMaps, m)
+	} else {
+		r.fix.flushMaps = append(r.fix.flushMaps, m.Name)
+	}
+	r.fix.table.Maps = append(r.fix.table.Maps, m)
+	r.t.EachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
+}
+
+// scopedChains compares the named chains' attributes, and the rules of
+// those of ours the kernel holds as they should be.
+func (k *Kernel) scopedChains(t *Table, names, stale []string, d *drift, r *scopedRepair) error {
+	if len(names) == 0 {
+		return nil
+	}
+	ours, _ := t.ChainsNamed(names)
+	have := make(map[string]*KernelChain, len(names))
+	if err := k.getChains(t.Family, t.Name, names, have); err != nil {
+		return fmt.Errorf("reading chains %v: %w", names, err)
+	}
+	want := make(map[string]*Chain, len(names))
+	kt := &KernelTable{Exists: true, Chains: make(map[string]*KernelChain, len(names))}
+	for i, name := range names {
+		c, kc := ours[i], have[name]
+		if c == nil && slices.Contains(stale, name) {
+			return fmt.Errorf("chain %s is left to delete", name)
+		}
+		compare, err := scopedChain(name, c, kc, d, r)
+		if err != nil {
+			return err
+		}
+		if compare {
+			want[name], kt.Chains[name] = c, kc
+		}
+	}
+	n := len(d.diffs) + d.more
+	if err := k.chainRulesDrift(t.Family, t.Name, want, kt, d); err != nil {
+		return err
+	}
+	for _, c := range ours {
+		if c != nil && want[c.Name] != nil && len(d.diffs)+d.more > n {
+			r.rewrite(c, false, false)
+		}
+	}
+	return nil
+}
+
+// scopedChain compares one chain's attributes: ours (c) with the kernel's
+// (kc). It reports whether the rules are to be compared; the repair of a
+// chain whose attributes differ is added to r.
+func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepair) (compare bool, err error) {
+	switch {
+	case c == nil && (kc == nil || kc.binding()):
+		// Came and went, or belongs to a rule (whose chain is named too).
+	case c == nil:
+		if kc.Base {
+			d.add("chain %s: not ours, a base chain (%s)", name, kc.Describe())
+		} else {
+			d.add("chain %s: not ours", name)
+		}
+		r.foreignChain(name, kc.Base)
+	case kc == nil:
+		d.add("chain %s: missing", name)
+		r.rewrite(c, true, false)
+	default:
+		why := chainMismatch(kc, c)
+		if why == "" {
+			return true, nil
+		}
+		if !kc.Base || c.Hook == nil {
+			return false, fmt.Errorf("chain %s: %s", name, why)
+		}
+		d.add("chain %s: %s", name, why)
+		r.rewrite(c, false, true)
+	}
+	return false, nil
+}
+
+// scopedSets compares the named sets' attributes, and the elements of
+// those of our maps the kernel holds as they should be. The affinity
+// set's elements are the clients' and never compared.
+func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair) error {
+	if len(names) == 0 {
+		return nil
+	}
+	kt := &KernelTable{Sets: map[string]*KernelSet{}}
+	if err := k.readSets(t.Family, t.Name, kt); err != nil {
+		return err
+	}
+	for _, name := range names {
+		ks, m := kt.Sets[name], t.Map(name)
+		switch {
+		case name == SetAffinity && t.Affinity:
+			if err := scopedAffinity(t.Family, ks, d, r); err != nil {
+				return err
+			}
+		case m == nil && ks != nil && !ks.anonymous():
+			d.add("set %s: not ours", name)
+			r.drop.delSets = append(r.drop.delSets, name)
+		case m == nil:
+			// Came and went, or an anonymous set: it goes with its rule.
+		case ks == nil:
+			d.add("map %s: missing", name)
+			r.refill(m, true)
+		default:
+			if why := mapMismatch(t.Family, ks, m); why != "" {
+				return fmt.Errorf("map %s: %s", name, why)
+			}
+			n := len(d.diffs) + d.more
+			if err := k.mapElementsDrift(t, m, d); err != nil {
+				return err
+			}
+			if len(d.diffs)+d.more > n {
+				r.refill(m, false)
+			}
+		}
+	}
+	return nil
+}
+
+// scopedAffinity creates the affinity set again when it is missing.
+func scopedAffinity(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
+	if ks == nil {
+		d.add("set %s: missing", SetAffinity)
+		r.fix.newAffinity = true
+		return nil
+	}
+	if why := affinityMismatch(f, ks); why != "" {
+		return fmt.Errorf("set %s: %s", SetAffinity, why)
+	}
+	return nil
+}
