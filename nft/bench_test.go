@@ -436,14 +436,10 @@ func median(ds []time.Duration) time.Duration {
 // endpoints programmed: "generation" when only our transactions committed
 // (one GETGEN), "foreign-commits" when another process committed to its own
 // table before each check (the monitor marks nothing: nothing read back),
-// "tamper-delta" and "tamper-main" when another process added a chain to
-// our delta or main table (that table alone read back, drift found),
-// "rule-repair" a sync after another process inserted a rule in
-// KUBE-SERVICES (that chain alone read back and rewritten in place),
-// "element-repair" one after it deleted an element of service-ips (that
-// map alone read back and written again),
-// "readback-all" when every table is read back (lost events, or no monitor)
-// and compared: metadata, rules, elements.
+// "<what>-repair" a sync after another process changed our main table as
+// repairCases does (what the monitor names read back and repaired in
+// place), "readback-all" when every table is read back (lost events, or no
+// monitor) and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		ns := testns.New(b, "knp-nft-")
@@ -480,72 +476,22 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				b.Fatalf("%d tables read back", be.check.readBacks-reads)
 			}
 		})
-		// A stateful object is outside what the monitor scopes: the
-		// whole table is read back and compared.
-		for _, kind := range []TableKind{DeltaTable, MainTable} {
-			name := map[TableKind]string{DeltaTable: "delta", MainTable: "main"}[kind]
-			table := tableNameOf(demoConfig(), kind)
-			b.Run(fmt.Sprintf("services=%d/tamper-%s", n, name), func(b *testing.B) {
+		elem := testns.NFT(b, ns, "-a", "list", "map", "ip", DefaultTableName, "service-ips")
+		for _, tc := range repairCases(firstServiceIPsKey(b, elem)) {
+			b.Run(fmt.Sprintf("services=%d/%s-repair", n, tc.name), func(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
-					testns.NFT(b, ns, "add", "counter", "ip", table, "rogue")
-					testutil.WaitFor(b, 10*time.Second, "the monitor to see the counter", be.kern().Mon.Pending)
-					reads := be.check.readBacks
+					testns.NFTScript(b, ns, tc.tamper)
+					testutil.WaitFor(b, 10*time.Second, "the monitor to see the change", be.kern().Mon.Pending)
+					be.check.every = time.Nanosecond
 					b.StartTimer()
-					if !be.drifted() {
-						b.Fatal("no drift found")
+					res, err := be.Sync(context.Background(), st)
+					if err != nil || res.Full || !res.Changed {
+						b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
 					}
-					b.StopTimer()
-					if be.check.readBacks-reads != 1 {
-						b.Fatalf("%d tables read back, want 1", be.check.readBacks-reads)
-					}
-					testns.NFT(b, ns, "delete", "counter", "ip", table, "rogue")
-					be.kern().Mon.Take() // the repair would be ours
-					b.StartTimer()
 				}
 			})
 		}
-		b.Run(fmt.Sprintf("services=%d/chain-repair", n), func(b *testing.B) {
-			for b.Loop() {
-				b.StopTimer()
-				testns.NFT(b, ns, "add", "chain", "ip", DefaultTableName, "rogue", "{ type filter hook input priority 0; policy drop; }")
-				testutil.WaitFor(b, 10*time.Second, "the monitor to see the chain", be.kern().Mon.Pending)
-				be.check.every = time.Nanosecond
-				b.StartTimer()
-				res, err := be.Sync(context.Background(), st)
-				if err != nil || res.Full || !res.Changed {
-					b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("services=%d/rule-repair", n), func(b *testing.B) {
-			for b.Loop() {
-				b.StopTimer()
-				testns.NFT(b, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-				testutil.WaitFor(b, 10*time.Second, "the monitor to see the rule", be.kern().Mon.Pending)
-				be.check.every = time.Nanosecond
-				b.StartTimer()
-				res, err := be.Sync(context.Background(), st)
-				if err != nil || res.Full || !res.Changed {
-					b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("services=%d/element-repair", n), func(b *testing.B) {
-			elem := testns.NFT(b, ns, "-a", "list", "map", "ip", DefaultTableName, "service-ips")
-			key := firstServiceIPsKey(b, elem)
-			for b.Loop() {
-				b.StopTimer()
-				testns.NFT(b, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ "+key+" }")
-				testutil.WaitFor(b, 10*time.Second, "the monitor to see the element", be.kern().Mon.Pending)
-				be.check.every = time.Nanosecond
-				b.StartTimer()
-				res, err := be.Sync(context.Background(), st)
-				if err != nil || res.Full || !res.Changed {
-					b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
-				}
-			}
-		})
 		b.Run(fmt.Sprintf("services=%d/readback-all", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -555,6 +501,18 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// repairCases are changes another process makes to our main table that
+// the sync repairs in place: key is an element of service-ips.
+func repairCases(key string) []struct{ name, tamper string } {
+	const tbl = "ip " + DefaultTableName + " "
+	return []struct{ name, tamper string }{
+		{"rule", "insert rule " + tbl + "KUBE-SERVICES drop\n"},
+		{"element", "delete element " + tbl + "service-ips { " + key + " }\n"},
+		{"chain", "add chain " + tbl + "rogue { type filter hook input priority 0; policy drop; }\n"},
+		{"object", "add counter " + tbl + "rogue\ninsert rule " + tbl + "KUBE-SERVICES counter name rogue\n"},
 	}
 }
 

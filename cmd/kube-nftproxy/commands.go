@@ -453,6 +453,9 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 	if err != nil {
 		return needPrivileges("taking the instance lock", err)
 	}
+	if lock.Squatted != "" {
+		log.Warn(lock.Squatted)
+	}
 	defer lock.Release()
 	k, err := nftlib.OpenKernel("")
 	if err != nil {

@@ -119,6 +119,9 @@ func (s *proxyServer) openKernel(context.Context) error {
 	if err != nil {
 		return needPrivileges("taking the instance lock", err)
 	}
+	if lock.Squatted != "" {
+		s.log.Warn(lock.Squatted)
+	}
 	s.onClose(func() { lock.Release() })
 	// kube-proxy's conntrack sysctls, once, before the first sync. A key
 	// that is missing or read-only here is a warning; other errors stop us.

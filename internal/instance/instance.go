@@ -12,21 +12,21 @@
 //
 // Kernels before 5.12 have no owned tables: there the lock is the abstract
 // unix socket @kube-nftproxy, which also goes with its process but which
-// any process of the namespace can bind first.
+// any process of the namespace can bind first. Its holder proves that it
+// can run a proxy by answering a challenge with a change to nftables that
+// only CAP_NET_ADMIN allows (see socket.go); a holder that cannot is a
+// squatter, which the proxy names and starts without the lock beside.
 package instance
 
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -42,8 +42,11 @@ const Name = "kube-nftproxy"
 
 // Lock is held while the process runs.
 type Lock struct {
-	kernel   *nftlib.Kernel    // the socket that owns the lock table; nil with the abstract socket
-	listener *net.UnixListener // the abstract socket; nil with the table
+	kernel   *nftlib.Kernel  // the socket that owns the lock table; nil with the abstract socket
+	listener *socketListener // the abstract socket; nil with the table
+	// Squatted, when set, says why the process runs without the lock: the
+	// abstract socket is held by a process that cannot run a proxy.
+	Squatted string
 }
 
 // ErrRunning is returned by Acquire when another instance holds the lock.
@@ -136,97 +139,14 @@ func tableHolder(k *nftlib.Kernel) (gone bool, err error) {
 	return false, fmt.Errorf("%w (netlink port id %d holds table %s %s)", ErrRunning, kt.Owner, TableFamily, TableName)
 }
 
-// acquireSocket listens on the abstract socket, on kernels without owned
-// tables.
-func acquireSocket(netnsPath string) (*Lock, error) {
-	var l *net.UnixListener
-	err := netns.Do(netnsPath, func() (err error) {
-		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: "@" + Name, Net: "unix"})
-		return err
-	})
-	if err == nil {
-		go acceptAndClose(l)
-		return &Lock{listener: l}, nil
-	}
-	if !errors.Is(err, unix.EADDRINUSE) {
-		return nil, fmt.Errorf("abstract socket @%s: %w", Name, err)
-	}
-	return nil, socketHeld(netnsPath, &unix.SockaddrUnix{Name: "@" + Name})
-}
-
-// acceptAndClose takes the connections of other instances asking who
-// holds the lock: left in the queue, they would fill it in the end (at
-// the listen backlog), and then no one could ask.
-func acceptAndClose(l *net.UnixListener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return // closed by Release
-		}
-		c.Close()
-	}
-}
-
-// socketHeld says who holds the abstract socket: ErrRunning naming its
-// pid, unless the holder is certainly no kube-nftproxy (every version
-// listens on it, and runs with CAP_NET_ADMIN), which is then named as the
-// squatter to stop. A holder in another pid namespace cannot be judged.
-func socketHeld(netnsPath string, addr *unix.SockaddrUnix) error {
-	const squatted = "the start-up lock, abstract socket @%s, is held by %s, so not by a kube-nftproxy: " +
-		"on kernels before 5.12 (no owned nftables tables) any process can take it; stop that process"
-	cred, err := socketHolder(netnsPath, addr)
-	switch {
-	case errors.Is(err, unix.ECONNREFUSED):
-		return fmt.Errorf(squatted, Name, "a process that accepts no connections")
-	case err != nil || cred.Pid == 0:
-		return fmt.Errorf("%w (the abstract socket @%s is bound)", ErrRunning, Name)
-	}
-	if has, known := hasCapNetAdmin(int(cred.Pid)); known && !has {
-		return fmt.Errorf(squatted, Name, fmt.Sprintf("pid %d (uid %d), which has no CAP_NET_ADMIN", cred.Pid, cred.Uid))
-	}
-	return fmt.Errorf("%w (pid %d, which holds the abstract socket @%s)", ErrRunning, cred.Pid, Name)
-}
-
-// socketHolder connects to the lock and asks the kernel for its owner's
-// credentials (its pid as our pid namespace numbers it, 0 outside it).
-func socketHolder(netnsPath string, addr *unix.SockaddrUnix) (*unix.Ucred, error) {
-	fd := -1
-	err := netns.Do(netnsPath, func() (err error) {
-		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	// Non-blocking: a holder whose queue is full (one that never
-	// accepts) makes us wait for nothing.
-	if err := unix.Connect(fd, addr); err != nil {
-		return nil, err
-	}
-	return unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-}
-
-// hasCapNetAdmin reads whether process pid has CAP_NET_ADMIN in effect;
-// known is false when its status cannot be read.
-func hasCapNetAdmin(pid int) (has, known bool) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false, false
-	}
-	for line := range strings.Lines(string(status)) {
-		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-			return err == nil && caps&(1<<unix.CAP_NET_ADMIN) != 0, err == nil
-		}
-	}
-	return false, false
-}
-
-// Release gives the lock up: closing the owner's socket deletes the table.
+// Release gives the lock up: closing the owner's socket deletes the table;
+// the abstract socket is closed and its answers' table deleted.
 func (l *Lock) Release() error {
-	if l.kernel != nil {
+	switch {
+	case l.kernel != nil:
 		return l.kernel.Close()
+	case l.listener != nil:
+		return l.listener.close()
 	}
-	return l.listener.Close()
+	return nil
 }

@@ -26,6 +26,8 @@ const (
 	helperEnv     = "KNP_INSTANCE_HELPER"
 	helperSquat   = "squat"
 	helperHold    = "hold"
+	helperSocket  = "hold-socket"
+	helperTry     = "try-socket"
 	nobody        = 65534
 	helperTimeout = 10 * time.Second
 )
@@ -61,16 +63,25 @@ func runHelper(mode string) int {
 		defer unix.Close(fd)
 		// The lock itself: refused without CAP_NET_ADMIN.
 		_, err = acquire("")
-		netAdmin, _ := hasCapNetAdmin(os.Getpid())
+		netAdmin, _ := statusHasCapNetAdmin("/proc/self/status") // its pid may be another namespace's
 		report = fmt.Sprintf("squatting uid=%d net_admin=%v lock_refused=%v", os.Getuid(), netAdmin, errors.Is(err, os.ErrPermission))
-	case helperHold:
-		l, err := acquire("")
+	case helperHold, helperSocket:
+		take := map[string]func(string) (*Lock, error){helperHold: acquire, helperSocket: acquireSocket}[mode]
+		l, err := take("")
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
 		}
 		defer l.Release()
 		report = "held"
+	case helperTry:
+		l, err := acquireSocket("")
+		if err != nil {
+			report = "refused: " + err.Error()
+			break
+		}
+		defer l.Release()
+		report = "started: " + l.Squatted
 	default:
 		fmt.Println("error: unknown helper mode", mode)
 		return 1
@@ -122,10 +133,17 @@ type helper struct {
 	report string
 }
 
+// process says how startHelper starts a helper: as uid (root: 0), without
+// CAP_NET_ADMIN, in a pid namespace of its own.
+type process struct {
+	uid                  uint32
+	noNetAdmin, newPidNS bool
+}
+
 // startHelper starts the test binary as a helper process in namespace
-// ns, as uid (root: 0) and, when dropNetAdmin, without CAP_NET_ADMIN, and
-// waits for its report. The helper is killed when the test ends.
-func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *helper {
+// ns, as p says, and waits for its report. The helper is killed when the
+// test ends.
+func startHelper(t *testing.T, ns, mode string, p process) *helper {
 	t.Helper()
 	// The child runs this binary through /proc/self/exe, which another
 	// uid can execute without reaching the build directory.
@@ -134,7 +152,10 @@ func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *he
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
 	// No Pdeathsig: the thread that forks it ends at once. A helper ends
 	// when its stdin closes, with this process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: p.uid, Gid: p.uid}}
+	if p.newPidNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -144,7 +165,7 @@ func startHelper(t *testing.T, ns, mode string, uid uint32, noNetAdmin bool) *he
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := startIn(ns, noNetAdmin, cmd); err != nil {
+	if err := startIn(ns, p.noNetAdmin, cmd); err != nil {
 		t.Fatalf("starting the %s helper: %v", mode, err)
 	}
 	t.Cleanup(func() {
@@ -216,20 +237,19 @@ func ownedTables(t *testing.T, ns string) bool {
 
 // squatters are processes that cannot run a proxy.
 var squatters = []struct {
-	name       string
-	uid        uint32
-	noNetAdmin bool
+	name string
+	process
 }{
-	{"uid 65534 without capabilities", nobody, false},
-	{"root without CAP_NET_ADMIN", 0, true},
+	{"uid 65534 without capabilities", process{uid: nobody}},
+	{"root without CAP_NET_ADMIN", process{noNetAdmin: true}},
 }
 
 // startSquatter starts a squatter in ns and checks what it says: it holds
 // the abstract socket, and the lock's table was refused to it.
-func startSquatter(t *testing.T, ns string, uid uint32, noNetAdmin bool) *helper {
+func startSquatter(t *testing.T, ns string, p process) *helper {
 	t.Helper()
-	sq := startHelper(t, ns, helperSquat, uid, noNetAdmin)
-	if want := fmt.Sprintf("squatting uid=%d net_admin=false lock_refused=true", uid); sq.report != want {
+	sq := startHelper(t, ns, helperSquat, p)
+	if want := fmt.Sprintf("squatting uid=%d net_admin=false lock_refused=true", p.uid); sq.report != want {
 		t.Fatalf("the squatter reported %q, want %q", sq.report, want)
 	}
 	return sq
@@ -245,7 +265,7 @@ func TestKernelLockSquatted(t *testing.T) {
 			if !ownedTables(t, ns) {
 				t.Skip("no owned nftables tables (Linux 5.12+): the lock is the abstract socket (TestKernelLockSocketSquatted)")
 			}
-			sq := startSquatter(t, ns, tc.uid, tc.noNetAdmin)
+			sq := startSquatter(t, ns, tc.process)
 			l, err := acquire(testns.Path(ns))
 			if err != nil {
 				t.Fatalf("a squatter (pid %d) stops the proxy from starting: %v", sq.cmd.Process.Pid, err)
@@ -258,16 +278,45 @@ func TestKernelLockSquatted(t *testing.T) {
 }
 
 // On kernels without owned tables a squatter of the abstract socket does
-// stop the proxy, which says who it is and that it is no proxy.
+// not stop the proxy either: it cannot answer the challenge, so the proxy
+// starts without the lock and says who squats it. A second proxy is still
+// refused: the first holds the socket and answers.
 func TestKernelLockSocketSquatted(t *testing.T) {
 	for _, tc := range squatters {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "knp-lock-")
-			sq := startSquatter(t, ns, tc.uid, tc.noNetAdmin)
-			_, err := acquireSocket(testns.Path(ns))
+			sq := startSquatter(t, ns, tc.process)
 			want := fmt.Sprintf("held by pid %d (uid %d), which has no CAP_NET_ADMIN, so not by a kube-nftproxy", sq.cmd.Process.Pid, tc.uid)
-			if err == nil || errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), want) {
-				t.Fatalf("acquire = %v, want an error saying %q", err, want)
+			l, err := acquireSocket(testns.Path(ns))
+			if err != nil || !strings.Contains(l.Squatted, want) {
+				t.Fatalf("acquire = %+v, %v; want to start, saying %q", l, err, want)
+			}
+			l.Release()
+		})
+	}
+}
+
+// Where the holder of the abstract socket is in another pid namespace (a
+// pod of the node's network, not ours), its capabilities cannot be read:
+// the challenge alone tells a proxy, which refuses the second one, from a
+// squatter, which does not stop it.
+func TestKernelLockSocketChallenge(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode string
+		holder     process
+		want       string
+	}{
+		{"a proxy", helperSocket, process{newPidNS: true},
+			"refused: another kube-nftproxy is running in this network namespace (a process in another pid namespace, which holds"},
+		{"a squatter", helperSquat, process{uid: nobody, newPidNS: true},
+			"started: the start-up lock, abstract socket @kube-nftproxy, is held by a process in another pid namespace, which did not answer as a kube-nftproxy does"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testns.New(t, "knp-lock-")
+			startHelper(t, ns, tc.mode, tc.holder)
+			try := startHelper(t, ns, helperTry, process{newPidNS: true})
+			if !strings.HasPrefix(try.report, tc.want) {
+				t.Fatalf("a proxy in a sibling pid namespace: %q, want %q", try.report, tc.want)
 			}
 		})
 	}
@@ -276,7 +325,7 @@ func TestKernelLockSocketSquatted(t *testing.T) {
 // A proxy killed with SIGKILL leaves no lock behind.
 func TestKernelLockHolderKilled(t *testing.T) {
 	ns := testns.New(t, "knp-lock-")
-	h := startHelper(t, ns, helperHold, 0, false)
+	h := startHelper(t, ns, helperHold, process{})
 	if h.report != "held" {
 		t.Fatalf("the holder reported %q", h.report)
 	}
