@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,16 +13,19 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/sandbox"
 )
 
-// driftLogged counts the proxy's "changed behind our back" warnings.
-func (p *proxy) driftLogged() int {
+// countLogged counts the lines of the proxy's log that contain substr.
+func (p *proxy) countLogged(substr string) int {
 	n := 0
 	for _, l := range p.log.lines() {
-		if strings.Contains(l, "changed behind our back") {
+		if strings.Contains(l, substr) {
 			n++
 		}
 	}
 	return n
 }
+
+// driftLogged counts the proxy's "changed behind our back" warnings.
+func (p *proxy) driftLogged() int { return p.countLogged("changed behind our back") }
 
 // repairServices is how many more Services TestFaultTamperingDuringRepair
 // programs: enough that a repair (a full sync) is a transaction of
@@ -81,6 +85,83 @@ func TestFaultTamperingDuringRepair(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultForeignChainsRepairedInPlace adds what the drift probes added to
+// a node of 1,500 Services: a base chain that drops all input (the health
+// port's traffic too), a counter used by a rule in KUBE-SERVICES, our
+// table made dormant. Each is repaired in place, that change alone, at
+// once: no full sync, no table-wide compare.
+func TestFaultForeignChainsRepairedInPlace(t *testing.T) {
+	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
+		"load-services.yaml":       loadServices(repairServices),
+		"load-endpointslices.yaml": loadSlices(repairServices, loadPortBase),
+	}})
+	e.waitRendered(t, 30*time.Second, "before tampering")
+	const tbl = "ip kube-nftproxy "
+	// list lists what tampering added (a short listing: the whole table
+	// takes longer than the repair); gone matches it until it is repaired.
+	for _, tc := range []struct {
+		name, script, gone string
+		list               []string
+	}{
+		{"a policy-drop input chain", "add chain " + tbl + "rogue { type filter hook input priority 0; policy drop; }\n", "chain rogue",
+			[]string{"list", "chains", "ip"}},
+		{"a counter in KUBE-SERVICES", "add counter " + tbl + "rogue\ninsert rule " + tbl + "KUBE-SERVICES counter name rogue\n", "counter rogue",
+			[]string{"list", "counters", "ip"}},
+		{"the table dormant", "add table " + tbl + "{ flags dormant; }\n", `"name": "kube-nftproxy", "handle": \d+, "flags"`,
+			[]string{"-j", "list", "tables", "ip"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := e.startExampleFlows(t)
+			repairs, fullBefore := e.proxy.inPlaceRepairs(), e.proxy.fullSyncs()
+			if err := e.nftScript(t.Context(), tc.script); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			e.proxy.waitLog(t, 5*time.Second, "a sync after the repair's warning", func(lines []string) bool {
+				return syncedAfterRepair(lines, repairs)
+			})
+			repaired := time.Since(t0)
+			e.proxy.poll(t, 5*time.Second, "the change undone", func(ctx context.Context) error {
+				out, err := e.sb.Exec(ctx, sandbox.Node, append([]string{"nft"}, tc.list...)...)
+				if err != nil || regexp.MustCompile(tc.gone).Match(out) {
+					return fmt.Errorf("%q still there (%v)", tc.gone, err)
+				}
+				return nil
+			})
+			e.waitRendered(t, 10*time.Second, "after the repair")
+			if n := e.proxy.inPlaceRepairs() - repairs; n != 1 {
+				t.Errorf("%d repairs in place, want 1", n)
+			}
+			if full := e.proxy.fullSyncs(); full != fullBefore {
+				t.Errorf("%d full syncs after the tampering, want none", full-fullBefore)
+			}
+			res := f.stop(t)
+			logFault(t, fmt.Sprintf("nft: %s added to our table (%d Services)", tc.name, repairServices), repaired, res)
+		})
+	}
+}
+
+// syncedAfterRepair reports whether the log has a sync after the warning
+// of the repair in place that follows the first `before` ones.
+func syncedAfterRepair(lines []string, before int) bool {
+	seen := 0
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "rewriting what another process changed"):
+			seen++
+		case seen > before && strings.Contains(l, `"synced"`):
+			return true
+		}
+	}
+	return false
+}
+
+// fullSyncs counts the proxy's full syncs.
+func (p *proxy) fullSyncs() int { return p.countLogged(`"synced" full=true`) }
+
+// inPlaceRepairs counts the proxy's warnings of repairs in place.
+func (p *proxy) inPlaceRepairs() int { return p.countLogged("rewriting what another process changed") }
 
 // nftShell is an `nft -i` in the node namespace: one process, one
 // netlink socket, for as long as it runs.
@@ -173,7 +254,7 @@ func TestFaultOwnedTable(t *testing.T) {
 	})
 	notReady := time.Since(owned)
 	e.proxy.waitLog(t, 5*time.Second, "the warning that syncs keep failing", func(lines []string) bool {
-		return e.proxy.logged("syncs have failed for longer than the sync period")
+		return e.proxy.countLogged("syncs have failed for longer than the sync period") > 0
 	})
 	e.proxy.poll(t, 5*time.Second, "kubenftproxy_sync_failing 1", func(ctx context.Context) error {
 		return e.expectMetric(ctx, "kubenftproxy_sync_failing 1")
@@ -194,16 +275,6 @@ func TestFaultOwnedTable(t *testing.T) {
 	res := f.stop(t)
 	t.Logf("/readyz 503 %v after the takeover (sync period %v)", notReady.Round(time.Millisecond), tamperSyncPeriod)
 	logFault(t, "nft: our table replaced by one another process owns, then the owner exits", repaired, res)
-}
-
-// logged reports whether any line of the proxy's log contains s.
-func (p *proxy) logged(s string) bool {
-	for _, l := range p.log.lines() {
-		if strings.Contains(l, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // expectProbe GETs path of the health server and wants code.

@@ -21,10 +21,12 @@ import (
 // On kernels without owned tables, the abstract socket is the lock. Any
 // process can bind it, so whoever finds it bound challenges the holder:
 // it sends a random nonce, and a kube-nftproxy answers by writing a chain
-// named after it into table ip kube-nftproxy-lock, which only a process
-// with CAP_NET_ADMIN can do, and the challenger reads back. A holder that
+// named after it into table ip kube-nftproxy-lock-answers, which only a
+// process with CAP_NET_ADMIN can do, and the challenger reads back. A holder that
 // cannot is no proxy: the challenger starts anyway and says who squats.
 const (
+	// AnswersTable is the table of the answers (family TableFamily).
+	AnswersTable  = "kube-nftproxy-lock-answers"
 	challengeLen  = 16
 	answerTimeout = 2 * time.Second
 	// answerPause paces the holder's answers, each an nftables
@@ -73,7 +75,7 @@ func listenOn(l *net.UnixListener, k *nftlib.Kernel) (*Lock, error) {
 	if err := writeAnswer(k, nil); err != nil {
 		l.Close()
 		k.Close()
-		return nil, fmt.Errorf("creating table %s %s: %w", TableFamily, TableName, err)
+		return nil, fmt.Errorf("creating table %s %s: %w", TableFamily, AnswersTable, err)
 	}
 	sl := &socketListener{l: l, k: k, done: make(chan struct{})}
 	go sl.serve()
@@ -113,11 +115,11 @@ func (s *socketListener) answer(c net.Conn) {
 // chain for nil) in one transaction, whether the table exists or not.
 func writeAnswer(k *nftlib.Kernel, nonce []byte) error {
 	b := k.NewBatch()
-	b.AddTable(TableFamily, TableName, "")
-	b.DelTable(TableFamily, TableName)
-	b.AddTable(TableFamily, TableName, "")
+	b.AddTable(TableFamily, AnswersTable, "")
+	b.DelTable(TableFamily, AnswersTable)
+	b.AddTable(TableFamily, AnswersTable, "")
 	if nonce != nil {
-		b.AddChain(TableFamily, TableName, &nftlib.Chain{Name: answerChain(nonce)})
+		b.AddChain(TableFamily, AnswersTable, &nftlib.Chain{Name: answerChain(nonce)})
 	}
 	err := k.Apply(b)
 	k.Finished(b)
@@ -131,7 +133,7 @@ func (s *socketListener) close() error {
 	err := s.l.Close()
 	<-s.done
 	b := s.k.NewBatch()
-	b.DelTable(TableFamily, TableName)
+	b.DelTable(TableFamily, AnswersTable)
 	_ = s.k.Apply(b) // already gone: nothing to do
 	s.k.Finished(b)
 	return errors.Join(err, s.k.Close())
@@ -217,11 +219,11 @@ func challenge(fd int, k *nftlib.Kernel) (bool, error) {
 		}
 	}
 	chain := answerChain(nonce)
-	tables, err := k.ReadFamily(TableFamily, []string{TableName}, map[string][]string{TableName: {chain}})
+	tables, err := k.ReadFamily(TableFamily, []string{AnswersTable}, map[string][]string{AnswersTable: {chain}})
 	if err != nil {
 		return false, err
 	}
-	kt := tables[TableName]
+	kt := tables[AnswersTable]
 	return kt != nil && kt.Exists && kt.Chains[chain] != nil, nil
 }
 
