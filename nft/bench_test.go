@@ -438,7 +438,7 @@ func median(ds []time.Duration) time.Duration {
 // table before each check (the monitor marks nothing: nothing read back),
 // "<what>-repair" a sync after another process changed our main table as
 // repairCases does (what the monitor names read back and repaired in
-// place), "readback-all" when every table is read back (lost events, or no
+// place; the table deleted, a full sync), "readback-all" when every table is read back (lost events, or no
 // monitor) and compared: metadata, rules, elements.
 func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
@@ -486,8 +486,8 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 					be.check.every = time.Nanosecond
 					b.StartTimer()
 					res, err := be.Sync(context.Background(), st)
-					if err != nil || res.Full || !res.Changed {
-						b.Fatalf("repair: full %v, changed %v, err %v; want in place", res.Full, res.Changed, err)
+					if err != nil || res.Full != tc.full || !res.Changed {
+						b.Fatalf("repair: full %v, changed %v, err %v; want full %v", res.Full, res.Changed, err, tc.full)
 					}
 				}
 			})
@@ -504,15 +504,23 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 	}
 }
 
-// repairCases are changes another process makes to our main table that
-// the sync repairs in place: key is an element of service-ips.
-func repairCases(key string) []struct{ name, tamper string } {
+// repairCase is a change another process makes to our main table, which
+// the sync repairs in place, or with a full sync (full).
+type repairCase struct {
+	name, tamper string
+	full         bool
+}
+
+// repairCases are the repairCase of the benchmarks: key is an element of
+// service-ips.
+func repairCases(key string) []repairCase {
 	const tbl = "ip " + DefaultTableName + " "
-	return []struct{ name, tamper string }{
-		{"rule", "insert rule " + tbl + "KUBE-SERVICES drop\n"},
-		{"element", "delete element " + tbl + "service-ips { " + key + " }\n"},
-		{"chain", "add chain " + tbl + "rogue { type filter hook input priority 0; policy drop; }\n"},
-		{"object", "add counter " + tbl + "rogue\ninsert rule " + tbl + "KUBE-SERVICES counter name rogue\n"},
+	return []repairCase{
+		{name: "rule", tamper: "insert rule " + tbl + "KUBE-SERVICES drop\n"},
+		{name: "element", tamper: "delete element " + tbl + "service-ips { " + key + " }\n"},
+		{name: "chain", tamper: "add chain " + tbl + "rogue { type filter hook input priority 0; policy drop; }\n"},
+		{name: "object", tamper: "add counter " + tbl + "rogue\ninsert rule " + tbl + "KUBE-SERVICES counter name rogue\n"},
+		{name: "table", tamper: "delete table " + tbl + "\n", full: true},
 	}
 }
 

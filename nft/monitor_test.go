@@ -427,7 +427,7 @@ func TestKernelChangeRepairedInPlace(t *testing.T) {
 }
 
 // A removed element of a map is compared and repaired in place too: that
-// map alone, flushed and written again in one transaction.
+// map alone read back, the element alone added again.
 func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 	ns, b, st := syncedDemo(t)
 	testns.NFT(t, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
@@ -440,6 +440,9 @@ func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 	}
 	if !containsSub(drift, "map service-ips: element 10.96.0.10 . tcp . 80 missing") || res.Full || !res.Changed {
 		t.Errorf("repair: drift %q, full %v, changed %v; want the element found and repaired in place", drift, res.Full, res.Changed)
+	}
+	if res.Messages != 1 {
+		t.Errorf("the repair sent %d messages, want 1: the missing element added", res.Messages)
 	}
 	assertKernelIsRender(t, ns, st)
 }

@@ -266,39 +266,52 @@ func (k *Kernel) elementsDrift(t *Table, kt *KernelTable, d *drift) error {
 		if mapMismatch(t.Family, kt.Sets[m.Name], m) != "" {
 			continue
 		}
-		if err := k.mapElementsDrift(t, m, d); err != nil {
+		if _, err := k.mapElementsDrift(t, m, d); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// elementDiff is how a map's elements in the kernel differ from ours:
+// ours missing there, ours there with another verdict or comment, and
+// whether it holds elements that are not ours.
+type elementDiff struct {
+	missing, changed []Element
+	foreign          bool
+}
+
 // mapElementsDrift compares the elements of t's map m with the kernel's.
-func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) error {
+func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, error) {
 	f := t.Family
+	var ed elementDiff
 	want := map[string]Element{}
 	t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
 	err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
 		w, ok := want[string(e.key)]
 		if !ok {
+			ed.foreign = true
 			d.add("map %s: element %x is not ours", m.Name, e.key)
 			return
 		}
 		delete(want, string(e.key))
 		v := w.Verdict.Expr()
 		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
+			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
 		} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
+			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
 		}
 	})
 	if err != nil {
-		return err
+		return ed, err
 	}
 	for _, w := range want {
+		ed.missing = append(ed.missing, w)
 		d.add("map %s: element %s missing", m.Name, w.keyText(m.Key))
 	}
-	return nil
+	return ed, nil
 }
 
 // TableDrift describes every difference between an applied table and the

@@ -232,6 +232,9 @@ func (m *monitor) markLocked(t TableRef, typ uint16, attrs []byte) {
 		sc = &ChangeScope{}
 		m.scopes[t] = sc
 	}
+	if sc.Whole {
+		return // names tell nothing more (a deleted table names all it held)
+	}
 	switch typ {
 	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
 		sc.Chains = addName(sc.Chains, attrs, unix.NFTA_RULE_CHAIN)
@@ -248,8 +251,8 @@ func (m *monitor) markLocked(t TableRef, typ uint16, attrs []byte) {
 	default:
 		sc.Whole = true
 	}
-	if sc.Chains[""] || sc.Sets[""] {
-		sc.Whole = true // an event without the name it should carry
+	if sc.Whole || sc.Chains[""] || sc.Sets[""] { // "": an event without the name it should carry
+		*sc = ChangeScope{Whole: true}
 	}
 }
 

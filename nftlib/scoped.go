@@ -139,6 +139,20 @@ func (r *scopedRepair) refill(m *Map, create bool) {
 	r.t.EachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
 }
 
+// mend repairs the elements of one of our maps: those missing or changed
+// alone, unless the kernel holds elements not ours (their keys are only
+// bytes here), which a refill removes.
+func (r *scopedRepair) mend(m *Map, ed elementDiff) {
+	switch {
+	case ed.foreign:
+		r.refill(m, false)
+	case len(ed.missing)+len(ed.changed) > 0:
+		r.fix.table.Maps = append(r.fix.table.Maps, m)
+		r.fix.delElems[m.Name] = ed.changed
+		r.fix.addElems[m.Name] = append(ed.missing, ed.changed...)
+	}
+}
+
 // scopedChains compares the named chains' attributes, and the rules of
 // those of ours the kernel holds as they should be.
 func (k *Kernel) scopedChains(t *Table, names, stale []string, d *drift, r *scopedRepair) error {
@@ -238,13 +252,11 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 			if why := mapMismatch(t.Family, ks, m); why != "" {
 				return fmt.Errorf("map %s: %s", name, why)
 			}
-			n := len(d.diffs) + d.more
-			if err := k.mapElementsDrift(t, m, d); err != nil {
+			ed, err := k.mapElementsDrift(t, m, d)
+			if err != nil {
 				return err
 			}
-			if len(d.diffs)+d.more > n {
-				r.refill(m, false)
-			}
+			r.mend(m, ed)
 		}
 	}
 	return nil
