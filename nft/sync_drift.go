@@ -28,7 +28,7 @@ type driftChecker struct {
 	// change monitor; readAll makes the next check read every table (the
 	// monitor was opened after tables were written).
 	monTried, readAll bool
-	// monitorBuf is the monitor's receive buffer (0: monitorRcvBuf), for
+	// monitorBuf is the monitor's receive buffer (0: nftlib.MonitorRcvBuf), for
 	// tests that make it overflow.
 	monitorBuf int
 	// readBacks counts the tables the checks read back (for tests).

@@ -30,7 +30,7 @@ type Dataplane interface {
 	PortID() uint32
 	// HasTables reports which of the named tables of family f exist.
 	HasTables(f Family, names []string) (map[string]bool, error)
-	// ReadFamily reads the named tables' metadata (see Kernel.readFamily).
+	// ReadFamily reads the named tables' metadata (see Kernel.ReadFamily).
 	ReadFamily(f Family, names []string, expect map[string][]string) (map[string]*KernelTable, error)
 	// TableDrift describes every difference between t and the kernel's.
 	TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error)

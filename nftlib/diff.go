@@ -6,7 +6,7 @@ import (
 )
 
 // txWriter receives the operations of one transaction, in the order the
-// kernel must see them. *batch encodes them for the kernel; scriptWriter
+// kernel must see them. *Batch encodes them for the kernel; ScriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	AddTable(f Family, name, comment string)
@@ -17,7 +17,7 @@ type txWriter interface {
 	AddMap(f Family, table string, m *Map, id uint32)
 	AddAffinitySet(f Family, table string, id uint32)
 	FlushMap(f Family, table string, m *Map)
-	// AddChains adds chains without their rules, addChainRules their
+	// AddChains adds chains without their rules, AddChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
 	FlushChain(f Family, table, chain string)

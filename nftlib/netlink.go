@@ -227,7 +227,7 @@ func (b *Batch) Unnest() {
 
 // userdata encodes a comment as libnftnl does: one TLV (type 0 is the
 // comment for rules, chains, tables and set elements), NUL-terminated.
-// commentAttr appends an attribute holding userdataComment(typ, c)
+// CommentAttr appends an attribute holding userdataComment(typ, c)
 // without building it apart: every rule and element has one.
 func (b *Batch) CommentAttr(attr uint16, typ byte, c string) {
 	var h [6]byte

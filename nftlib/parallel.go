@@ -10,8 +10,8 @@ import (
 // saves, and small syncs stay on one goroutine.
 const ParallelMin = 2048
 
-// ParallelParts is how many parts inParallel splits n items into: one per
-// CPU, each of at least parallelMin items.
+// ParallelParts is how many parts InParallel splits n items into: one per
+// CPU, each of at least ParallelMin items.
 func ParallelParts(n int) int { return parallelParts(n, ParallelMin) }
 
 func parallelParts(n, least int) int {

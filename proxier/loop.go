@@ -10,7 +10,8 @@ import (
 )
 
 // Loop owns the current State and calls the backend: at most one sync per
-// MinSyncPeriod after a change, a full resync every SyncPeriod, and a retry
+// MinSyncPeriod after a change, a periodic sync every SyncPeriod (which
+// writes nothing when nothing changed: see the backends), and a retry
 // after a failed sync. Sources call SetState; the loop never blocks them.
 //
 // Nothing is synced before the source has a complete view: SetState hands

@@ -31,7 +31,7 @@ func LoadState(path, nodeName string, opts ...model.Option) (*proxier.State, []e
 	return s.b.State(), append(problems, s.b.ConflictErrors()...)
 }
 
-// manifestFiles lists what LoadInto reads: path itself if it is a file
+// manifestFiles lists what LoadState reads: path itself if it is a file
 // (whatever its name), else the directory's manifests in name order. Hidden
 // files are left out: editors keep their swap and backup files there.
 func manifestFiles(path string) ([]string, error) {
