@@ -36,8 +36,9 @@ const deltaSuffix = "-delta"
 
 // affinitySuffix names the tables of the service ports with session
 // affinity (their set: nftlib/affinity.go). They live there for good:
-// their clients' affinities are elements of that table's set, which a move would lose, and
-// changes to them validate this table only, not the main or delta ones.
+// their clients' affinities are elements of that table's set, which a
+// move would lose, and changes to them validate this table only, not the
+// main or delta ones.
 const affinitySuffix = "-affinity"
 
 // TableKind tells the three tables of a family apart.
