@@ -180,7 +180,7 @@ cluster-build:
 demo:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
 	$(GO) build -o $(BIN)/e2e-agent ./e2e/agent
-	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo
+	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo $(DEMO_FLAGS)
 
 clean:
 	rm -rf $(BIN)

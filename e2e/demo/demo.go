@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,13 +88,10 @@ func run(ctx context.Context, cfg config) (err error) {
 		fmt.Fprintf(out, "\nSandbox %s deleted.\n", sb.Prefix())
 	}()
 
-	heading(out, "Sandbox %s", sb.Prefix())
-	fmt.Fprintf(out, "  node    %-22s kbr0 %s, %s; ext0 %s, %s\n", sb.NS(sandbox.Node),
-		sandbox.BridgeIPv4.Addr(), sandbox.BridgeIPv6.Addr(), sandbox.NodeIPv4.Addr(), sandbox.NodeIPv6.Addr())
-	for _, p := range sb.Pods() {
-		fmt.Fprintf(out, "  %-7s %-22s eth0 %s, %s\n", p.Name, sb.NS(p.Name), p.IPv4, p.IPv6)
+	heading(out, "Sandbox %s: a node, two pods and a client, each a network namespace", sb.Prefix())
+	if cfg.Verbose {
+		describeSandbox(out, sb)
 	}
-	fmt.Fprintf(out, "  client  %-22s eth0 %s, %s\n", sb.NS(sandbox.Client), sandbox.ClientIPv4.Addr(), sandbox.ClientIPv6.Addr())
 
 	// Backends.
 	for _, p := range sb.Pods() {
@@ -110,22 +108,31 @@ func run(ctx context.Context, cfg config) (err error) {
 			return fmt.Errorf("agent in %s: %w", p.Name, err)
 		}
 	}
-	fmt.Fprintf(out, "  agents  answering on TCP %s and UDP %s in every pod\n", podTCPPort, podUDPPort)
+	if cfg.Verbose {
+		fmt.Fprintf(out, "  agents  answering on TCP %s and UDP %s in every pod\n", podTCPPort, podUDPPort)
+	}
 
 	// The proxy.
 	logFile, err := openLog(cfg.ProxyLog)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
+	defer func() {
+		logFile.Close()
+		if cfg.ProxyLog == "" && err == nil {
+			os.Remove(logFile.Name()) // kept, and its end shown, when the demo fails
+		}
+	}()
 	args := []string{proxy,
 		"--proxy-mode=nftables",
 		"--state", state,
 		"--hostname-override", nodeName,
 		"--cluster-cidr", sandbox.ClusterCIDRs[0].String() + "," + sandbox.ClusterCIDRs[1].String(),
 	}
-	heading(out, "Proxy")
-	fmt.Fprintf(out, "  %s\n  log: %s\n", strings.Join(args, " "), logFile.Name())
+	if cfg.Verbose {
+		heading(out, "Proxy")
+		fmt.Fprintf(out, "  %s\n  log: %s\n", strings.Join(args, " "), logFile.Name())
+	}
 	cmd := sb.Command(ctx, sandbox.Node, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	proc, err := sb.StartCmd(sandbox.Node, cmd)
@@ -171,72 +178,134 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		return fmt.Errorf("waiting for %s %s to answer: %w", first.proto, first.addr, err)
 	}
-	fmt.Fprintf(out, "  Service %s answered %v after the proxy started\n", first.addr, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "  kube-nftproxy started in the node; Service %s answered %v later\n", first.addr, time.Since(start).Round(time.Millisecond))
 
-	failed := 0
+	results := make([]checkResult, 0, len(checks()))
 	for _, c := range checks() {
-		if !show(ctx, out, sb, agent, c) {
-			failed++
-		}
+		results = append(results, runCheck(ctx, sb, agent, c))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-
-	heading(out, "nft list ruleset (node)")
-	ruleset, err := sb.Exec(ctx, sandbox.Node, "nft", "list", "ruleset")
-	if err != nil {
-		return err
+	failed := showResults(out, sb, results, cfg.Verbose)
+	if cfg.Ruleset {
+		heading(out, "nft list ruleset (node)")
+		ruleset, err := sb.Exec(ctx, sandbox.Node, "nft", "list", "ruleset")
+		if err != nil {
+			return err
+		}
+		out.Write(ruleset)
+	} else {
+		fmt.Fprintf(out, "\n  The node's rules: make demo DEMO_FLAGS=--ruleset (nft list ruleset).\n")
 	}
-	out.Write(ruleset)
-
 	if failed > 0 {
 		return fmt.Errorf("%d of %d checks had failed requests", failed, len(checks()))
 	}
 	return nil
 }
 
-// show runs one check and prints a line per request and a summary line. It
-// reports whether every request got an answer.
-func show(ctx context.Context, out io.Writer, sb *sandbox.Sandbox, agent string, c check) bool {
-	heading(out, "%s %s (%s, %d requests)", c.title, c.addr, c.proto, requests)
-	sum, err := request(ctx, sb, agent, c.from, c.proto, c.addr, requests, "--results", "all", "--interval", "20ms")
-	if sum == nil {
-		fmt.Fprintf(out, "  error: %v\n", err)
-		return false
+// describeSandbox lists the sandbox's namespaces and addresses.
+func describeSandbox(out io.Writer, sb *sandbox.Sandbox) {
+	fmt.Fprintf(out, "  node    %-22s kbr0 %s, %s; ext0 %s, %s\n", sb.NS(sandbox.Node),
+		sandbox.BridgeIPv4.Addr(), sandbox.BridgeIPv6.Addr(), sandbox.NodeIPv4.Addr(), sandbox.NodeIPv6.Addr())
+	for _, p := range sb.Pods() {
+		fmt.Fprintf(out, "  %-7s %-22s eth0 %s, %s\n", p.Name, sb.NS(p.Name), p.IPv4, p.IPv6)
 	}
-	for i, r := range sum.Results {
-		if r.Error != "" {
-			fmt.Fprintf(out, "  %2d  FAILED  %s\n", i+1, r.Error)
-			continue
-		}
-		fmt.Fprintf(out, "  %2d  %-6s  seen from %-28s %6.2f ms\n", i+1, r.Backend, r.Source, r.RTTMS)
-	}
-	fmt.Fprintf(out, "  => %s; %d failed; source %s\n", counts(sum.Backend), sum.Failed, describeSources(sb, c.from, sum.Sources))
-	return err == nil && sum.Failed == 0
+	fmt.Fprintf(out, "  client  %-22s eth0 %s, %s\n", sb.NS(sandbox.Client), sandbox.ClientIPv4.Addr(), sandbox.ClientIPv6.Addr())
 }
 
-// describeSources says whether the backends saw the requester's own
-// address or a masqueraded one.
-func describeSources(sb *sandbox.Sandbox, from string, sources map[string]int) string {
+// checkResult is what one check's requests got.
+type checkResult struct {
+	check
+	sum *echo.Summary
+	err error
+}
+
+func runCheck(ctx context.Context, sb *sandbox.Sandbox, agent string, c check) checkResult {
+	sum, err := request(ctx, sb, agent, c.from, c.proto, c.addr, requests, "--results", "all", "--interval", "20ms")
+	return checkResult{check: c, sum: sum, err: err}
+}
+
+// showResults prints a line per check (who answered, and which source
+// address the backends saw, and why), then, when verbose, every request;
+// it returns how many checks had a failed request.
+func showResults(out io.Writer, sb *sandbox.Sandbox, results []checkResult, verbose bool) (failed int) {
+	heading(out, "Requests (%d per flow)", requests)
+	for _, r := range results {
+		fmt.Fprintf(out, "  %s %s\n", r.title, r.addr)
+		if r.sum == nil {
+			fmt.Fprintf(out, "    error: %v\n", r.err)
+			failed++
+			continue
+		}
+		fmt.Fprintf(out, "    answered by  %s; %d failed\n", counts(r.sum.Backend), r.sum.Failed)
+		fmt.Fprintf(out, "    source seen  %s\n", describeSources(sb, r.from, r.sum.Results))
+		if r.err != nil || r.sum.Failed > 0 {
+			failed++
+		}
+	}
+	if verbose {
+		for _, r := range results {
+			showRequests(out, r)
+		}
+	}
+	return failed
+}
+
+// showRequests prints a line per request of one check.
+func showRequests(out io.Writer, r checkResult) {
+	if r.sum == nil {
+		return
+	}
+	heading(out, "%s %s (%s)", r.title, r.addr, r.proto)
+	for i, res := range r.sum.Results {
+		if res.Error != "" {
+			fmt.Fprintf(out, "  %2d  FAILED  %s\n", i+1, res.Error)
+			continue
+		}
+		fmt.Fprintf(out, "  %2d  %-6s  seen from %-28s %6.2f ms\n", i+1, res.Backend, res.Source, res.RTTMS)
+	}
+}
+
+// describeSources says which source address the backends saw: the
+// requester's own (kept), or the node's (masqueraded), and why: a pod
+// answered by itself through the Service (hairpin), or a client outside
+// the cluster reaching a NodePort (externalTrafficPolicy: Cluster).
+func describeSources(sb *sandbox.Sandbox, from string, results []echo.Result) string {
 	var own []string
 	if p, ok := sb.Pod(from); ok {
 		own = []string{p.IPv4.String(), p.IPv6.String()}
 	} else if from == sandbox.Client {
 		own = []string{sandbox.ClientIPv4.Addr().String(), sandbox.ClientIPv6.Addr().String()}
 	}
-	var parts []string
-	for _, src := range sortedKeys(sources) {
-		what := "masqueraded"
-		if slices.Contains(own, src) {
-			what = "kept"
+	seen := map[string]int{}
+	for _, r := range results {
+		if r.Error != "" {
+			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", src, what))
+		src := r.Source
+		if ap, err := netip.ParseAddrPort(r.Source); err == nil {
+			src = ap.Addr().String()
+		}
+		switch {
+		case slices.Contains(own, src):
+			seen["its own address "+src+" (kept)"]++
+		case r.Backend == from:
+			seen[src+" (masqueraded: "+from+" answered itself through the Service, a hairpin)"]++
+		case from == sandbox.Client:
+			seen[src+" (masqueraded: from outside the cluster to a NodePort, externalTrafficPolicy Cluster)"]++
+		default:
+			seen[src+" (masqueraded)"]++
+		}
 	}
-	if len(parts) == 0 {
+	if len(seen) == 0 {
 		return "-"
 	}
-	return strings.Join(parts, ", ")
+	var parts []string
+	for _, k := range sortedKeys(seen) {
+		parts = append(parts, fmt.Sprintf("%s x%d", k, seen[k]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // request runs the agent client in ns and returns its summary. The error is

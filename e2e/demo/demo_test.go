@@ -24,7 +24,7 @@ func needRoot(t *testing.T) {
 
 // runDemo runs the demo with the given proxy on the example state and
 // returns its output.
-func runDemo(t *testing.T, proxy, state string) (string, error) {
+func runDemo(t *testing.T, proxy, state string, ruleset bool) (string, error) {
 	t.Helper()
 	agent, err := testbin.Agent(t.TempDir())
 	if err != nil {
@@ -39,6 +39,7 @@ func runDemo(t *testing.T, proxy, state string) (string, error) {
 		State:    state,
 		ProxyLog: filepath.Join(t.TempDir(), "proxy.log"),
 		Wait:     30 * time.Second,
+		Ruleset:  ruleset,
 		Out:      &out,
 		Err:      &out,
 	})
@@ -46,24 +47,35 @@ func runDemo(t *testing.T, proxy, state string) (string, error) {
 	return out.String(), err
 }
 
-func checkOutput(t *testing.T, out string) {
+func checkOutput(t *testing.T, out string, ruleset bool) {
 	t.Helper()
-	for _, want := range []string{
-		"== TCP from pod-a to ClusterIP 10.96.0.10:80",
-		"== TCP from the client to NodePort 10.99.0.1:30080",
-		"== UDP from pod-b to ClusterIP 10.96.0.53:53",
-		"== TCP from pod-b to IPv6 ClusterIP [fd00:10:96::10]:80",
-		"== nft list ruleset (node)",
-		"; 0 failed;",
+	want := []string{
+		"== Requests (10 per flow)",
+		"  TCP from pod-a to ClusterIP 10.96.0.10:80\n    answered by  ",
+		"  TCP from the client to NodePort 10.99.0.1:30080\n    answered by  ",
+		"(masqueraded: from outside the cluster to a NodePort, externalTrafficPolicy Cluster) x",
+		"  UDP from pod-b to ClusterIP 10.96.0.53:53\n    answered by  ",
+		"  TCP from pod-b to IPv6 ClusterIP [fd00:10:96::10]:80\n    answered by  ",
+		"; 0 failed\n",
 		"Proxy stopped (SIGTERM, exit 0).",
 		"deleted.",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q", want)
+	}
+	shown, hint := "== nft list ruleset (node)", "make demo DEMO_FLAGS=--ruleset"
+	if ruleset {
+		want = append(want, shown)
+	} else {
+		want = append(want, hint)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q", w)
 		}
 	}
-	if strings.Contains(out, "FAILED") {
+	if strings.Contains(out, "FAILED") || strings.Contains(out, "error:") {
 		t.Error("a request failed")
+	}
+	if !ruleset && strings.Contains(out, shown) {
+		t.Error("the ruleset was printed unasked")
 	}
 }
 
@@ -71,11 +83,11 @@ func checkOutput(t *testing.T, out string) {
 // example Services with nft: it tests the demo, not the proxy.
 func TestDemoFakeProxy(t *testing.T) {
 	needRoot(t)
-	out, err := runDemo(t, "testdata/fake-proxy.sh", t.TempDir())
+	out, err := runDemo(t, "testdata/fake-proxy.sh", t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOutput(t, out)
+	checkOutput(t, out, false)
 }
 
 // TestDemo is `make demo`: the real proxy on examples/demo.
@@ -93,11 +105,11 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := runDemo(t, proxy, state)
+	out, err := runDemo(t, proxy, state, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOutput(t, out)
+	checkOutput(t, out, true)
 	for _, want := range []string{"table ip kube-nftproxy", "table ip6 kube-nftproxy"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ruleset lacks %q", want)

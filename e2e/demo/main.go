@@ -2,8 +2,9 @@
 // network namespaces (e2e/TOPOLOGY.md): it starts an e2e-agent server in
 // each pod, runs the proxy in the node namespace on the example state,
 // sends TCP and UDP requests to a ClusterIP, a NodePort and an IPv6
-// ClusterIP, prints who answered, prints the node's nft ruleset, then stops
-// the proxy and deletes the sandbox (also on Ctrl-C and on error).
+// ClusterIP, prints who answered and which source address the backends saw
+// (and, when asked, the node's nft ruleset), then stops the proxy and
+// deletes the sandbox (also on Ctrl-C and on error).
 //
 //	go build -o bin/ ./cmd/kube-nftproxy ./e2e/agent ./e2e/demo
 //	sudo bin/demo --proxy bin/kube-nftproxy --agent bin/e2e-agent --state examples/demo
@@ -28,9 +29,10 @@ func main() {
 	flag.StringVar(&cfg.Proxy, "proxy", "bin/kube-nftproxy", "kube-nftproxy binary")
 	flag.StringVar(&cfg.Agent, "agent", "bin/e2e-agent", "e2e-agent binary")
 	flag.StringVar(&cfg.State, "state", "examples/demo", "directory of Service/EndpointSlice/Node YAML for the proxy's --state")
-	flag.StringVar(&cfg.ProxyLog, "proxy-log", "", "file for the proxy's output (default: a new file in $TMPDIR)")
+	flag.StringVar(&cfg.ProxyLog, "proxy-log", "", "file for the proxy's output (default: a file in $TMPDIR, removed unless the demo fails)")
 	flag.DurationVar(&cfg.Wait, "wait", 30*time.Second, "how long to wait for the proxy to make the Service answer")
-	flag.BoolVar(&cfg.Verbose, "v", false, "also show the sandbox's progress and the agents' output")
+	flag.BoolVar(&cfg.Verbose, "v", false, "also show the sandbox's progress and every request")
+	flag.BoolVar(&cfg.Ruleset, "ruleset", false, "also print the node's nft ruleset")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: demo [flags]   (as root)\n")
 		flag.PrintDefaults()
@@ -63,6 +65,6 @@ type config struct {
 	Proxy, Agent, State string
 	ProxyLog            string
 	Wait                time.Duration
-	Verbose             bool
+	Verbose, Ruleset    bool
 	Out, Err            io.Writer
 }
