@@ -156,7 +156,7 @@ func (o *options) nftConfig() (nft.Config, error) {
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return cfg, fmt.Errorf("--cluster-cidr %q: %w", s, err)
+			return cfg, fmt.Errorf("--cluster-cidr %q: not a CIDR (such as 10.244.0.0/16; one per IP family, comma-separated)", s)
 		}
 		if seen[p.Addr().Is4()] {
 			return cfg, fmt.Errorf("--cluster-cidr %q: at most one CIDR per IP family", o.clusterCIDR)
@@ -187,6 +187,7 @@ flags and iptables mode's chain names, applying each generation atomically.`,
 	o.addProxyFlags(fs)
 	o.addLoggingFlags(root.PersistentFlags())
 	root.PersistentPreRunE = startCommandLogging
+	root.SetFlagErrorFunc(suggestFlag)
 	addVersionFlag(root)
 	root.AddCommand(newRenderCommand(), newVersionCommand(), newDiffCommand(), newTraceCommand())
 	return root
@@ -217,7 +218,6 @@ func runRoot(cmd *cobra.Command, o *options) error {
 	defer flushLog()
 	o.noteIgnoredFlags(cmd.Flags(), log)
 	o.noteGates(log)
-	o.noteMode(cmd.Flags(), log)
 	switch {
 	case o.writeConfigTo != "":
 		return o.writeConfig(o.writeConfigTo)

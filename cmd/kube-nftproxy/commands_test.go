@@ -33,7 +33,11 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--bogus"}, "unknown flag: --bogus"},
+		{[]string{"--bogus"}, "unknown flag: --bogus (see kube-nftproxy --help)"},
+		{[]string{"--nodeport-addresess", "10.0.0.0/8"}, "unknown flag: --nodeport-addresess; did you mean --nodeport-addresses?"},
+		{[]string{"render", "--hostname-overide", "n"}, "unknown flag: --hostname-overide; did you mean --hostname-override?"},
+		{[]string{"render", "--state", "../../examples/demo", "--cluster-cidr", "10.0.0/8"},
+			`--cluster-cidr "10.0.0/8": not a CIDR (such as 10.244.0.0/16; one per IP family, comma-separated)`},
 		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fo", "--write-config-to", "/dev/null"}, `--ipvs-scheduler "fo": want one of rr, wrr`},
 		{[]string{"--show-hidden-metrics-for-version=1.30", "--write-config-to", "/dev/null"},
 			`--show-hidden-metrics-for-version "1.30": must be omitted or have the value '1.36'; only the previous minor version is allowed`},

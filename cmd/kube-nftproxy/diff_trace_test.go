@@ -63,7 +63,7 @@ func TestTraceOutput(t *testing.T) {
 		{"10.99.0.2", "10.99.0.1:30053/udp", false, []string{"dnat targets: 10.244.0.10:5353 50%, 10.244.0.11:5353 50%", "masquerade: yes",
 			"\n    ip kube-nftproxy-affinity, kube-nftproxy-delta: nat-prerouting > KUBE-SERVICES > KUBE-NODEPORTS\n    ip kube-nftproxy: nat-prerouting > KUBE-SERVICES > KUBE-NODEPORTS > KUBE-EXT-Z5GLIDLRMQRBGBSD > KUBE-MARK-MASQ > KUBE-SVC-Z5GLIDLRMQRBGBSD > KUBE-SEP-"}},
 		{"10.99.0.1", "10.96.0.53:53/udp", true, []string{"(sent by the node)", "ip kube-nftproxy: nat-output > KUBE-SERVICES > KUBE-SVC-Z5GLIDLRMQRBGBSD", "masquerade: yes"}},
-		{"10.244.0.12", "10.96.0.10:81", false, []string{"verdict: accept", "dnat targets: none", "masquerade: no"}},
+		{"10.244.0.12", "10.96.0.99:80", false, []string{"verdict: accept", "dnat targets: none: no Service port holds 10.96.0.99:80/tcp", "masquerade: no"}},
 	} {
 		p, err := parsePacket(tc.src, tc.dst, "", tc.fromNode)
 		if err != nil {

@@ -122,6 +122,8 @@ func (s *proxyServer) openKernel(context.Context) error {
 	if lock.Squatted != "" {
 		s.log.Warn(lock.Squatted)
 	}
+	// Said once the lock is ours: a refused second instance says only why.
+	s.o.noteMode(s.o.flags, s.log)
 	s.onClose(func() { lock.Release() })
 	// kube-proxy's conntrack sysctls, once, before the first sync. A key
 	// that is missing or read-only here is a warning; other errors stop us.

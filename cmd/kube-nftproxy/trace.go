@@ -164,9 +164,13 @@ func writeTrace(w io.Writer, p nftlib.Packet, outs []nftlib.Outcome, base map[[2
 		fmt.Fprintf(&b, "path %d (%s): %s", i+1, percent(probs[i]), text)
 	}
 	fmt.Fprintf(&b, "verdict: %s\n", weighted(verdicts))
-	if len(targets) > 0 {
+	switch {
+	case len(targets) > 0:
 		fmt.Fprintf(&b, "dnat targets: %s\n", weighted(targets))
-	} else {
+	case len(verdicts) == 1 && verdicts["accept"] > 0:
+		fmt.Fprintf(&b, "dnat targets: none: no Service port holds %s/%s, so the proxy's rules leave it alone\n",
+			netip.AddrPortFrom(p.Dst, p.Dport), nftlib.ProtoName(p.Proto))
+	default:
 		b.WriteString("dnat targets: none (not DNATed)\n")
 	}
 	switch {

@@ -64,6 +64,9 @@ func TestFaultTwoInstances(t *testing.T) {
 		if !said {
 			t.Errorf("the second instance exited (%v) without saying that another instance runs; its log: %q", werr, lines)
 		}
+		if slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "proxy mode") }) {
+			t.Errorf("the refused second instance spoke of its mode first, which it never ran; its log: %q", lines)
+		}
 		t.Logf("the second instance exited: %v", werr)
 	default:
 		if !said || !slices.ContainsFunc(lines, waitingRE.MatchString) {
@@ -85,7 +88,9 @@ func TestFaultTwoInstances(t *testing.T) {
 // its log lines prefixed "second proxy: "; its exit is the test's to judge.
 func (e *env) launchSecondProxy(t *testing.T) *proxy {
 	t.Helper()
-	second := launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state,
+	// In iptables mode, whose meaning a proxy that runs logs at start (a
+	// refused one must say only why it is refused).
+	second := launchProxy(t, e.sb, 10*time.Second, proxyCommand(e.state, "--proxy-mode=iptables",
 		"--healthz-bind-address", "127.0.0.1:10266", "--metrics-bind-address", "127.0.0.1:10259")...)
 	second.log.mu.Lock()
 	second.log.prefix = "second proxy: "
