@@ -38,11 +38,11 @@ type foreignCase struct {
 func foreignCases() []foreignCase {
 	const tbl = "ip " + DefaultTableName + " "
 	return []foreignCase{
-		{name: "rule with an anonymous set", want: "chain KUBE-SERVICES: 3 rules, want 2", inPlace: true,
+		{name: "rule with an anonymous set", want: "chain KUBE-SERVICES: rule 3 (handle", inPlace: true,
 			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr { 1.2.3.4, 5.6.7.8 } counter"}},
-		{name: "rule with an anonymous verdict map", want: "chain KUBE-SERVICES: rule 1 differs", inPlace: true,
+		{name: "rule with an anonymous verdict map", want: "chain KUBE-SERVICES: rule 1 (handle", inPlace: true,
 			nft: []string{"insert rule " + tbl + "KUBE-SERVICES ip saddr vmap { 1.2.3.4 : drop, 5.6.7.8 : accept }"}},
-		{name: "rule with an anonymous chain", want: "chain KUBE-SERVICES: 3 rules, want 2", inPlace: true,
+		{name: "rule with an anonymous chain", want: "chain KUBE-SERVICES: rule 3 (handle", inPlace: true,
 			nft: []string{"add rule " + tbl + "KUBE-SERVICES ip saddr 1.2.3.4 jump { counter; }"}},
 		{name: "named set and a rule using it", want: "set foreign: not ours", inPlace: true,
 			nft: []string{"add set " + tbl + "foreign { type ipv4_addr; elements = { 1.2.3.4 }; }",

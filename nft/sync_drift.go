@@ -2,6 +2,8 @@ package nft
 
 import (
 	"log/slog"
+	"maps"
+	"strings"
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -127,7 +129,7 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 			scoped[id] = sc
 		}
 	}
-	found, err := c.checkTables(rebuild(ids), scoped, pending)
+	found, err := c.checkTables(tablesFor(ids, scoped, applied, rebuild), scoped, pending)
 	if err != nil {
 		c.log.Warn("cannot read our nftables tables back; rewriting everything", "err", err)
 		c.repairs = nil
@@ -142,6 +144,42 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 		c.verified, c.verifiedGen = err == nil && after == gen, gen
 	}
 	return found
+}
+
+// tablesFor gives the tables ids to compare: whole (rebuilt with their
+// fragments) unless their scope needs only the fixed parts that applied
+// holds (rebuilding the main table at 10k Services costs more than the
+// repair).
+func tablesFor(ids []tableID, scoped map[tableID]nftlib.ChangeScope, applied map[tableID]*nftlib.Table, rebuild func([]tableID) map[tableID]*nftlib.Table) map[tableID]*nftlib.Table {
+	out := map[tableID]*nftlib.Table{}
+	var whole []tableID
+	for _, id := range ids {
+		if sc, ok := scoped[id]; ok && !needsFragments(sc, applied[id]) {
+			out[id] = withoutFragments(applied[id])
+		} else {
+			whole = append(whole, id)
+		}
+	}
+	maps.Copy(out, rebuild(whole))
+	return out
+}
+
+// needsFragments reports whether comparing what sc names needs the
+// Service ports' fragments: one of our maps (their elements are the
+// fragments'), or a chain that is not a fixed one and may be a Service
+// port's (all are named KUBE-...; any other name is not ours).
+func needsFragments(sc nftlib.ChangeScope, fixed *nftlib.Table) bool {
+	for name := range sc.Sets {
+		if fixed.Map(name) != nil {
+			return true
+		}
+	}
+	for name := range sc.Chains {
+		if fixed.FixedChain(name) == nil && strings.HasPrefix(name, "KUBE-") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTables reads back and compares the given tables: of those in

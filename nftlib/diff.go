@@ -2,6 +2,8 @@ package nftlib
 
 import (
 	"bytes"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +23,7 @@ type txWriter interface {
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
 	FlushChain(f Family, table, chain string)
+	DelRule(f Family, table, chain string, handle uint64)
 	DelChain(f Family, table, name string)
 	AddChainRules(f Family, table string, chains []*Chain)
 	Elements(add bool, f Family, table string, m *Map, elems []Element)
@@ -57,10 +60,13 @@ type Tx struct {
 	flushMaps   []string
 	newChains   []*Chain
 	delElems    map[string][]Element
-	flush       []string
-	DelChains   []string
-	rules       []*Chain // chains whose rules are (re)written
-	addElems    map[string][]Element
+	// delRules are rules not ours, by chain, deleted by handle (a chain
+	// otherwise as it should be keeps its rules).
+	delRules  map[string][]uint64
+	flush     []string
+	DelChains []string
+	rules     []*Chain // chains whose rules are (re)written
+	addElems  map[string][]Element
 	// release, when set, makes Write let go of the fragments as it
 	// encodes them, round rules at a time (see ReleaseRules).
 	release func()
@@ -68,13 +74,13 @@ type Tx struct {
 }
 
 func newTx(t *Table) *Tx {
-	return &Tx{f: t.Family, table: t, delElems: map[string][]Element{}, addElems: map[string][]Element{}}
+	return &Tx{f: t.Family, table: t, delElems: map[string][]Element{}, delRules: map[string][]uint64{}, addElems: map[string][]Element{}}
 }
 
 func (x *Tx) Empty() bool {
 	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 &&
 		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
-		len(x.delElems) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
+		len(x.delElems) == 0 && len(x.delRules) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
 // Rules is how many rules the transaction writes: what most of a large
@@ -129,6 +135,11 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	for _, m := range t.Maps {
 		if e := x.delElems[m.Name]; len(e) > 0 {
 			w.Elements(false, x.f, t.Name, m, e)
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(x.delRules)) {
+		for _, h := range x.delRules[c] {
+			w.DelRule(x.f, t.Name, c, h)
 		}
 	}
 	for _, c := range x.flush {

@@ -121,6 +121,12 @@ func (x *fakeTx) AddChains(f Family, table string, chains []*Chain) {
 	}
 }
 
+// DelRule cannot find a rule here: the fake kernel keeps no handles (and
+// never compares in scope, where such deletions come from).
+func (x *fakeTx) DelRule(f Family, table, chain string, handle uint64) {
+	x.add(f, table, func(w *ScriptWriter) { w.DelRule(f, table, chain, handle) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+}
+
 func (x *fakeTx) FlushChain(f Family, table, chain string) {
 	x.add(f, table, func(w *ScriptWriter) { w.FlushChain(f, table, chain) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		if chain == "" {
