@@ -78,8 +78,11 @@ skip '\[Feature:LoadBalancer\]'
 # PROXY=localhost nftables mode with kube-proxy's alpha gate for them (a
 # userspace proxy): they run them.
 skip '\[Feature:KubeProxyNFAcct\]'
-case $proxy in
-ours | privileged) skip '\[Feature:LocalhostNodePorts\]' ;;
+# On IPv6 single-stack the LocalhostNodePorts specs call [::1]:NodePort, which
+# iptables mode never serves (route_localnet has no IPv6 counterpart: kube-proxy
+# v1.37.1 failed all three there, timing out), so they are skipped for every proxy.
+case $proxy/$family in
+ours/* | privileged/* | */ipv6) skip '\[Feature:LocalhostNodePorts\]' ;;
 esac
 # SCTP traffic: only when the kernel has the protocol (this machine's kernel
 # has no sctp and no modules to load, so the SCTP connectivity specs would
