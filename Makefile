@@ -201,6 +201,8 @@ cluster-images-test:
 # hack/cluster/build.sh and hack/cluster/images.sh under KNP_CACHE. Prints
 # each node Ready, the DaemonSet pod on each, and a smoke check.
 # hack/cluster/kubectl.sh talks to it; make cluster-down removes it all.
+# KNP_CLUSTER_FAMILY=dual (or ipv6) makes it dual-stack (IPv6 single-stack);
+# the default is ipv4. make conformance takes the same variable.
 # From nothing it first builds what is not cached (cluster-build, about 21
 # minutes cold; cluster-images, about a minute).
 cluster: cluster-build cluster-images

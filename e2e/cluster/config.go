@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // runcPath is Debian's runc (the contract builds none).
@@ -64,11 +65,11 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%s
 clusterDNS:
-- %s
+- %q
 clusterDomain: %s
 resolvConf: %s
 podLogsDir: %s
-address: %s
+address: %q
 healthzBindAddress: 127.0.0.1
 rotateCertificates: false
 serializeImagePulls: false
@@ -80,8 +81,17 @@ evictionHard:
   imagefs.available: 1%%
   nodefs.inodesFree: 1%%
 maxPods: 110
-`, l.pki("ca.crt"), n.Name, l.ContainerdSocket(n), DNSServiceIP, ClusterDomain,
-		l.resolvConf(n), l.podLogsDir(n), n.IP)
+`, l.pki("ca.crt"), n.Name, l.ContainerdSocket(n), l.DNSServiceIPs()[0], ClusterDomain,
+		l.resolvConf(n), l.podLogsDir(n), l.kubeletAddress(n))
+}
+
+// kubeletAddress is where kubelet serves: the node's IPv4 address on an
+// IPv4 cluster (as ever), else every address of both families.
+func (l Layout) kubeletAddress(n Node) string {
+	if l.HasIPv6() {
+		return l.wildcard()
+	}
+	return n.IP
 }
 
 // KubeletArgs are the node's kubelet flags (what the configuration file
@@ -91,7 +101,7 @@ func (l Layout) KubeletArgs(n Node) []string {
 		"--config=" + l.nodeFile(n, "kubelet.yaml"),
 		"--kubeconfig=" + l.kubeconfigFor("kubelet-"+n.Name),
 		"--root-dir=" + l.kubeletRoot(n),
-		"--node-ip=" + n.IP,
+		"--node-ip=" + strings.Join(l.NodeIPs(n), ","),
 		"--hostname-override=" + n.Name,
 		"--v=1",
 	}
@@ -179,10 +189,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 }
 
 // BridgeCNIConfig is the fallback pod network of a node (no flannel): the
-// bridge plugin on cni0 with host-local addresses from the node's pod CIDR
-// (a network name per node, so the two nodes' host-local stores under
-// /var/lib/cni/networks stay apart), and portmap.
-func (l Layout) BridgeCNIConfig(n Node, podCIDR string) (string, error) {
+// bridge plugin on cni0 with host-local addresses from the node's pod
+// CIDRs, one range and default route per family (a network name per node,
+// so the two nodes' host-local stores under /var/lib/cni/networks stay
+// apart), and portmap.
+func (l Layout) BridgeCNIConfig(n Node, podCIDRs []string) (string, error) {
+	var ranges [][]map[string]string
+	var routes []map[string]string
+	for _, c := range podCIDRs {
+		ranges = append(ranges, []map[string]string{{"subnet": c}})
+		dst := "0.0.0.0/0"
+		if isIPv6(c) {
+			dst = "::/0"
+		}
+		routes = append(routes, map[string]string{"dst": dst})
+	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "knp-" + n.Name,
@@ -192,8 +213,8 @@ func (l Layout) BridgeCNIConfig(n Node, podCIDR string) (string, error) {
 				"hairpinMode": true,
 				"ipam": map[string]any{
 					"type":   "host-local",
-					"ranges": [][]map[string]string{{{"subnet": podCIDR}}},
-					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+					"ranges": ranges,
+					"routes": routes,
 				},
 			},
 			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
@@ -231,8 +252,8 @@ func FlannelSubnetFile(n Node) string { return "/run/flannel/" + n.Name + "/subn
 
 // resolvConfText names the node network's gateway as the only name
 // server: nothing answers there, and no query can leave the namespaces.
-func resolvConfText() string {
-	return "nameserver " + BridgeIP + "\noptions ndots:1 timeout:1 attempts:1\n"
+func (l Layout) resolvConfText() string {
+	return "nameserver " + l.BridgeIPs()[0] + "\noptions ndots:1 timeout:1 attempts:1\n"
 }
 
 // controlPlaneArgs are the flags of etcd, kube-apiserver,
@@ -249,7 +270,7 @@ func (l Layout) controlPlaneArgs(etcdBin string) map[string][]string {
 			"--logger=zap", "--log-outputs=stderr", "--quota-backend-bytes=2147483648"},
 		"kube-apiserver": {l.K8sBin("kube-apiserver"),
 			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdClientPort),
-			"--advertise-address=" + BridgeIP, "--bind-address=0.0.0.0",
+			"--advertise-address=" + l.BridgeIPs()[0], "--bind-address=" + l.wildcard(),
 			fmt.Sprintf("--secure-port=%d", APIServerPort),
 			"--cert-dir=" + l.Dir + "/apiserver-certs",
 			"--tls-cert-file=" + l.pki("apiserver.crt"), "--tls-private-key-file=" + l.pki("apiserver.key"),
@@ -260,22 +281,23 @@ func (l Layout) controlPlaneArgs(etcdBin string) map[string][]string {
 			"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
 			"--service-account-key-file=" + l.pki("sa.pub"),
 			"--service-account-signing-key-file=" + l.pki("sa.key"),
-			"--service-cluster-ip-range=" + ServiceCIDR,
+			"--service-cluster-ip-range=" + l.ServiceCIDRs(),
 			"--authorization-mode=Node,RBAC",
 			"--enable-admission-plugins=NodeRestriction",
 			"--allow-privileged=true", "--profiling=false", "--v=1"},
-		"kube-controller-manager": {l.K8sBin("kube-controller-manager"),
+		"kube-controller-manager": append(append([]string{l.K8sBin("kube-controller-manager"),
 			"--kubeconfig=" + l.kubeconfigFor("kube-controller-manager"),
 			"--authentication-kubeconfig=" + l.kubeconfigFor("kube-controller-manager"),
 			"--authorization-kubeconfig=" + l.kubeconfigFor("kube-controller-manager"),
 			"--bind-address=127.0.0.1", "--leader-elect=false",
-			"--allocate-node-cidrs", "--cluster-cidr=" + ClusterCIDR, "--node-cidr-mask-size=24",
-			"--service-cluster-ip-range=" + ServiceCIDR,
-			"--service-account-private-key-file=" + l.pki("sa.key"),
-			"--root-ca-file=" + l.pki("ca.crt"),
-			"--cluster-signing-cert-file=" + l.pki("ca.crt"), "--cluster-signing-key-file=" + l.pki("ca.key"),
+			"--allocate-node-cidrs", "--cluster-cidr=" + l.ClusterCIDRs()},
+			l.nodeCIDRMaskArgs()...),
+			"--service-cluster-ip-range="+l.ServiceCIDRs(),
+			"--service-account-private-key-file="+l.pki("sa.key"),
+			"--root-ca-file="+l.pki("ca.crt"),
+			"--cluster-signing-cert-file="+l.pki("ca.crt"), "--cluster-signing-key-file="+l.pki("ca.key"),
 			"--use-service-account-credentials=true", "--controllers=*",
-			"--profiling=false", "--v=1"},
+			"--profiling=false", "--v=1"),
 		"kube-scheduler": {l.K8sBin("kube-scheduler"),
 			"--kubeconfig=" + l.kubeconfigFor("kube-scheduler"),
 			"--authentication-kubeconfig=" + l.kubeconfigFor("kube-scheduler"),

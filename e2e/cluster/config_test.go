@@ -17,6 +17,7 @@ import (
 func testLayout(t *testing.T) Layout {
 	l := DefaultLayout()
 	l.Dir = t.TempDir()
+	l.Family = FamilyIPv4 // whatever KNP_CLUSTER_FAMILY says
 	return l
 }
 
@@ -156,15 +157,15 @@ func splitDocs(t *testing.T, manifests string) []string {
 func TestManifestsDecode(t *testing.T) {
 	l := testLayout(t)
 	for name, m := range map[string]string{
-		"coredns": CoreDNSManifests("registry.k8s.io/coredns/coredns:v1.15.0"),
-		"flannel": FlannelManifests("ghcr.io/flannel-io/flannel:v0.27.0"),
+		"coredns": CoreDNSManifests("registry.k8s.io/coredns/coredns:v1.15.0", []string{DNSServiceIP}),
+		"flannel": FlannelManifests("ghcr.io/flannel-io/flannel:v0.27.0", l.flannelNetConf()),
 		"smoke":   l.SmokeManifests("registry.k8s.io/e2e-test-images/agnhost:2.66.1"),
 	} {
 		if kinds := splitDocs(t, m); len(kinds) < 3 {
 			t.Errorf("%s: only %v", name, kinds)
 		}
 	}
-	if !strings.Contains(CoreDNSManifests("x"), "clusterIP: "+DNSServiceIP) {
+	if !strings.Contains(CoreDNSManifests("x", []string{DNSServiceIP}), "clusterIP: "+DNSServiceIP) {
 		t.Error("kube-dns Service lacks its ClusterIP")
 	}
 }
@@ -288,7 +289,7 @@ func TestCNIConfigs(t *testing.T) {
 		if p.Type != "flannel" || p.SubnetFile != FlannelSubnetFile(n) || p.Delegate["ipMasq"] != false {
 			t.Errorf("%s flannel plugin = %+v", n.Name, p)
 		}
-		bridge, err := l.BridgeCNIConfig(n, "10.244.7.0/24")
+		bridge, err := l.BridgeCNIConfig(n, []string{"10.244.7.0/24"})
 		if err != nil {
 			t.Fatal(err)
 		}

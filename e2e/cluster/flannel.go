@@ -10,8 +10,9 @@ import "fmt"
 // contract's cni/flannel), so no init container installs them. Flannel
 // masquerades nothing (no traffic leaves the namespaces) and adds no
 // FORWARD rules: kube-nftproxy stays the only one programming the node's
-// netfilter for Services.
-func FlannelManifests(image string) string {
+// netfilter for Services. netConf is flannel's net-conf.json
+// (Layout.flannelNetConf).
+func FlannelManifests(image, netConf string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -53,7 +54,7 @@ metadata:
   namespace: kube-system
 data:
   net-conf.json: |
-    {"Network": %[2]q, "Backend": {"Type": "vxlan"}}
+    %[2]s
 ---
 apiVersion: apps/v1
 kind: DaemonSet
@@ -119,5 +120,20 @@ spec:
       - name: cfg
         configMap:
           name: kube-flannel-cfg
-`, image, ClusterCIDR)
+`, image, netConf)
+}
+
+// flannelNetConf is flannel's network configuration for the cluster's
+// families: the pod range of each (flanneld takes each node's subnets
+// from its spec.podCIDRs) on the vxlan backend; IPv6 single-stack turns
+// IPv4 off.
+func (l Layout) flannelNetConf() string {
+	backend := `"Backend": {"Type": "vxlan"}`
+	switch l.Family {
+	case FamilyDual:
+		return fmt.Sprintf(`{"Network": %q, "EnableIPv6": true, "IPv6Network": %q, %s}`, ClusterCIDR, ClusterCIDR6, backend)
+	case FamilyIPv6:
+		return fmt.Sprintf(`{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": %q, %s}`, ClusterCIDR6, backend)
+	}
+	return fmt.Sprintf(`{"Network": %q, %s}`, ClusterCIDR, backend)
 }

@@ -10,6 +10,11 @@
 //	netns "node1", "node2": eth0 10.200.0.11/24, 10.200.0.12/24 (veth peers
 //	    enslaved to br0), each with its own containerd and kubelet.
 //
+// KNP_CLUSTER_FAMILY=dual adds fd00:200::1/64 to br0 and fd00:200::11, ::12
+// to the nodes, a second Service range (fd00:10:96::/112) and pod range
+// (fd00:10:244::/56); =ipv6 has those alone (the API server at
+// https://[fd00:200::1]:6443). See family.go.
+//
 // The binaries come from the cluster build contract under $KNP_CACHE
 // (hack/cluster/build.sh), the images from $KNP_CACHE/cluster/images
 // (hack/cluster/images.sh). All state lives under Layout.Dir
@@ -30,9 +35,10 @@
 package cluster
 
 import (
-	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Kubernetes addressing, matching e2e/TOPOLOGY.md where it overlaps.
@@ -58,7 +64,8 @@ const (
 // Node is one kubelet + containerd in its own network namespace.
 type Node struct {
 	Name string // node name, network namespace and cgroup root (/Name)
-	IP   string // eth0's address on the node network
+	IP   string // eth0's IPv4 address on the node network
+	IP6  string // eth0's IPv6 address on the node network (dual, ipv6)
 }
 
 // Layout says where everything lives.
@@ -75,15 +82,18 @@ type Layout struct {
 	// Images, when set, is the directory of images.txt and the archives in
 	// place of the cache's (a test that builds its own proxy image).
 	Images string
+	// Family is the cluster's IP families: FamilyIPv4 (the default, also
+	// when empty), FamilyDual or FamilyIPv6; KNP_CLUSTER_FAMILY sets it.
+	Family string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
 // KNP_CLUSTER_DIR override the cache and state directories, KNP_CLUSTER_IMAGES
-// the images directory.
+// the images directory, KNP_CLUSTER_FAMILY the IP families.
 func DefaultLayout() Layout {
 	l := Layout{NodeNet: "nodenet", Dir: defaultDir, Cache: defaultCache, Nodes: []Node{
-		{Name: "node1", IP: "10.200.0.11"},
-		{Name: "node2", IP: "10.200.0.12"},
+		{Name: "node1", IP: "10.200.0.11", IP6: "fd00:200::11"},
+		{Name: "node2", IP: "10.200.0.12", IP6: "fd00:200::12"},
 	}}
 	if v := os.Getenv("KNP_CACHE"); v != "" {
 		l.Cache = v
@@ -98,12 +108,17 @@ func DefaultLayout() Layout {
 	if v := os.Getenv("KNP_CLUSTER_PROXY"); v != "" {
 		l.Proxy = v
 	}
+	l.Family = FamilyIPv4
+	if v := os.Getenv("KNP_CLUSTER_FAMILY"); v != "" {
+		l.Family = v
+	}
 	return l
 }
 
-// APIServerURL is the API server's address on the node network.
+// APIServerURL is the API server's address on the node network (of the
+// primary family).
 func (l Layout) APIServerURL() string {
-	return fmt.Sprintf("https://%s:%d", BridgeIP, APIServerPort)
+	return "https://" + net.JoinHostPort(l.BridgeIPs()[0], strconv.Itoa(APIServerPort))
 }
 
 // K8sBin is a Kubernetes binary from hack/cluster/build.sh.

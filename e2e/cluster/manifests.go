@@ -55,8 +55,9 @@ func replaceOnce(s, what string, rs []struct{ old, new string }) (string, error)
 
 // CoreDNSManifests are the objects kubeadm deploys for cluster DNS: RBAC,
 // the Corefile, a two-replica Deployment, and Service kube-dns at
-// DNSServiceIP.
-func CoreDNSManifests(image string) string {
+// dnsIPs (Layout.DNSServiceIPs: with two, the Service is dual-stack, so
+// CoreDNS answers on a ClusterIP of each family).
+func CoreDNSManifests(image string, dnsIPs []string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -224,7 +225,7 @@ spec:
   selector:
     k8s-app: kube-dns
   clusterIP: %[3]s
-  ports:
+%[4]s  ports:
   - name: dns
     port: 53
     protocol: UDP
@@ -234,13 +235,23 @@ spec:
   - name: metrics
     port: 9153
     protocol: TCP
-`, image, ClusterDomain, DNSServiceIP)
+`, image, ClusterDomain, dnsIPs[0], dualStackFields(dnsIPs))
+}
+
+// dualStackFields are a Service's fields for the ClusterIPs ips when
+// there are two (else none: the Service stays as kubeadm writes it).
+func dualStackFields(ips []string) string {
+	if len(ips) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("  ipFamilyPolicy: RequireDualStack\n  clusterIPs: [%q, %q]\n", ips[0], ips[1])
 }
 
 // SmokeManifests are the smoke check's workloads in namespace knp-smoke:
 // an agnhost netexec backend pinned to each node behind Service "web"
 // (ClusterIP) and "web-np" (NodePort), and a netexec client on the first
-// node whose /dial endpoint makes requests from inside the pod.
+// node whose /dial endpoint makes requests from inside the pod. A
+// dual-stack cluster adds "web6" (IPv6 alone) and makes web-np dual-stack.
 func (l Layout) SmokeManifests(agnhost string) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: knp-smoke\n")
@@ -285,7 +296,11 @@ spec:
   - name: http
     port: 80
     targetPort: 8080
----
+`)
+	if l.Family == FamilyDual {
+		b.WriteString(smokeIPv6Service)
+	}
+	b.WriteString(`---
 apiVersion: v1
 kind: Service
 metadata:
@@ -293,7 +308,11 @@ metadata:
   namespace: knp-smoke
 spec:
   type: NodePort
-  selector:
+`)
+	if l.Family == FamilyDual {
+		b.WriteString("  ipFamilyPolicy: RequireDualStack\n")
+	}
+	b.WriteString(`  selector:
     role: web
   ports:
   - name: http
@@ -303,3 +322,22 @@ spec:
 `)
 	return b.String()
 }
+
+// smokeIPv6Service is the dual-stack smoke check's Service of the second
+// family alone: its name resolves to an IPv6 ClusterIP only.
+const smokeIPv6Service = `---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web6
+  namespace: knp-smoke
+spec:
+  ipFamilyPolicy: SingleStack
+  ipFamilies: [IPv6]
+  selector:
+    role: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+`

@@ -54,20 +54,24 @@ func nsenter(ns string, argv ...string) []string {
 }
 
 // networkSteps are the commands that build the node network: a bridge in
-// NodeNet holding BridgeIP, and per node a veth whose eth0 end (in the
-// node's namespace) has the node's IP and a default route via the bridge.
-// Forwarding is on in every namespace, and bridged traffic goes through
-// the node's netfilter (br_netfilter), as kube-proxy expects on a node.
+// NodeNet holding the bridge's addresses, and per node a veth whose eth0
+// end (in the node's namespace) has the node's addresses and a default
+// route via the bridge, per family. Forwarding is on in every namespace,
+// and bridged traffic goes through the node's netfilter (br_netfilter),
+// as kube-proxy expects on a node. IPv6 addresses skip duplicate address
+// detection: nothing else holds them, and a tentative address could not
+// be bound yet.
 func (l Layout) networkSteps() [][]string {
-	gw := BridgeIP
 	steps := [][]string{
 		{"ip", "netns", "add", l.NodeNet},
 		{"ip", "-n", l.NodeNet, "link", "set", "lo", "up"},
 		{"ip", "-n", l.NodeNet, "link", "add", BridgeName, "type", "bridge"},
-		{"ip", "-n", l.NodeNet, "addr", "add", fmt.Sprintf("%s/%d", gw, NodeNetPrefix), "dev", BridgeName},
-		{"ip", "-n", l.NodeNet, "link", "set", BridgeName, "up"},
-		nsenter(l.NodeNet, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
 	}
+	for _, gw := range l.BridgeIPs() {
+		steps = append(steps, addrStep(l.NodeNet, BridgeName, gw))
+	}
+	steps = append(steps, []string{"ip", "-n", l.NodeNet, "link", "set", BridgeName, "up"})
+	steps = append(steps, l.forwardingSteps(l.NodeNet)...)
 	for _, n := range l.Nodes {
 		host := "veth-" + n.Name
 		steps = append(steps,
@@ -75,15 +79,48 @@ func (l Layout) networkSteps() [][]string {
 			[]string{"ip", "-n", n.Name, "link", "set", "lo", "up"},
 			[]string{"ip", "-n", l.NodeNet, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.Name},
 			[]string{"ip", "-n", l.NodeNet, "link", "set", host, "master", BridgeName, "up"},
-			[]string{"ip", "-n", n.Name, "addr", "add", fmt.Sprintf("%s/%d", n.IP, NodeNetPrefix), "dev", "eth0"},
-			[]string{"ip", "-n", n.Name, "link", "set", "eth0", "up"},
-			[]string{"ip", "-n", n.Name, "route", "add", "default", "via", gw},
-			nsenter(n.Name, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
-			nsenter(n.Name, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"),
-			nsenter(n.Name, "sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0"),
 		)
+		for _, ip := range l.NodeIPs(n) {
+			steps = append(steps, addrStep(n.Name, "eth0", ip))
+		}
+		steps = append(steps, []string{"ip", "-n", n.Name, "link", "set", "eth0", "up"})
+		for _, gw := range l.BridgeIPs() {
+			steps = append(steps, []string{"ip", "-n", n.Name, "route", "add", "default", "via", gw})
+		}
+		steps = append(steps, l.forwardingSteps(n.Name)...)
+		steps = append(steps, l.nodeSysctlSteps(n.Name)...)
 	}
 	return steps
+}
+
+// addrStep puts ip (with the node network's prefix length) on dev.
+func addrStep(ns, dev, ip string) []string {
+	if isIPv6(ip) {
+		return []string{"ip", "-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, NodeNetPrefix6), "dev", dev, "nodad"}
+	}
+	return []string{"ip", "-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, NodeNetPrefix), "dev", dev}
+}
+
+// forwardingSteps turn on forwarding for the cluster's families in ns.
+func (l Layout) forwardingSteps(ns string) [][]string {
+	var steps [][]string
+	if l.HasIPv4() {
+		steps = append(steps, nsenter(ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+	}
+	if l.HasIPv6() {
+		steps = append(steps, nsenter(ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"))
+	}
+	return steps
+}
+
+// nodeSysctlSteps send a node's bridged traffic through its netfilter
+// (for each family) and turn reverse path filtering off.
+func (l Layout) nodeSysctlSteps(ns string) [][]string {
+	steps := [][]string{nsenter(ns, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1")}
+	if l.HasIPv6() {
+		steps = append(steps, nsenter(ns, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-ip6tables=1"))
+	}
+	return append(steps, nsenter(ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0"))
 }
 
 // setupNetwork creates the namespaces, bridge and veths.
@@ -101,12 +138,12 @@ func (l Layout) setupNetwork(ctx context.Context) error {
 	return nil
 }
 
-// routeNodeNet routes each node's pod CIDR from the node network (where
+// routeNodeNet routes each node's pod CIDRs from the node network (where
 // the API server is) to that node: pods reach the API server through the
 // kubernetes Service unmasqueraded, and the replies must find them.
-func (l Layout) routeNodeNet(ctx context.Context, podCIDRs map[string]string) error {
+func (l Layout) routeNodeNet(ctx context.Context, podCIDRs map[string][]string) error {
 	for _, n := range l.Nodes {
-		if err := run(ctx, "ip", "-n", l.NodeNet, "route", "replace", podCIDRs[n.Name], "via", n.IP); err != nil {
+		if err := l.routeVia(ctx, l.NodeNet, podCIDRs[n.Name], n); err != nil {
 			return err
 		}
 	}
@@ -114,17 +151,31 @@ func (l Layout) routeNodeNet(ctx context.Context, podCIDRs map[string]string) er
 }
 
 // routePodCIDRs is the fallback (no flannel) pod network: each node routes
-// every other node's pod CIDR via that node's IP.
-func (l Layout) routePodCIDRs(ctx context.Context, podCIDRs map[string]string) error {
+// every other node's pod CIDRs via that node's address of their family.
+func (l Layout) routePodCIDRs(ctx context.Context, podCIDRs map[string][]string) error {
 	for _, n := range l.Nodes {
 		for _, peer := range l.Nodes {
 			if peer.Name == n.Name {
 				continue
 			}
-			err := run(ctx, "ip", "-n", n.Name, "route", "replace", podCIDRs[peer.Name], "via", peer.IP)
-			if err != nil {
+			if err := l.routeVia(ctx, n.Name, podCIDRs[peer.Name], peer); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// routeVia routes cidrs in namespace ns via node to's address of each
+// CIDR's family.
+func (l Layout) routeVia(ctx context.Context, ns string, cidrs []string, to Node) error {
+	for _, c := range cidrs {
+		gw, ok := sameFamily(c, l.NodeIPs(to))
+		if !ok {
+			return fmt.Errorf("pod CIDR %s of %s: the node has no address of its family", c, to.Name)
+		}
+		if err := run(ctx, "ip", "-n", ns, "route", "replace", c, "via", gw); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -26,15 +26,35 @@ func rootLayout(t *testing.T) Layout {
 	p := "t" + hex.EncodeToString(b)
 	l := testLayout(t)
 	l.NodeNet = p + "net"
-	l.Nodes = []Node{{Name: p + "n1", IP: "10.200.0.11"}, {Name: p + "n2", IP: "10.200.0.12"}}
+	l.Nodes = []Node{
+		{Name: p + "n1", IP: "10.200.0.11", IP6: "fd00:200::11"},
+		{Name: p + "n2", IP: "10.200.0.12", IP6: "fd00:200::12"},
+	}
 	return l
 }
 
 // TestNodeNetwork builds the node network (bridge, veths, addresses,
-// routes) with no Kubernetes, checks TCP between the nodes and to the
-// bridge, then deletes it and checks nothing is left.
+// routes) of each family shape with no Kubernetes, checks TCP between the
+// nodes and to the bridge on every address, routes pod CIDRs of each
+// family, then deletes it and checks nothing is left.
 func TestNodeNetwork(t *testing.T) {
-	l := rootLayout(t)
+	for _, tc := range []struct {
+		family string
+		cidrs  [2][]string // node1's and node2's pod CIDRs
+	}{
+		{FamilyIPv4, [2][]string{{"10.244.0.0/24"}, {"10.244.1.0/24"}}},
+		{FamilyDual, [2][]string{{"10.244.0.0/24", "fd00:10:244::/64"}, {"10.244.1.0/24", "fd00:10:244:1::/64"}}},
+		{FamilyIPv6, [2][]string{{"fd00:10:244::/64"}, {"fd00:10:244:1::/64"}}},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			l := rootLayout(t)
+			l.Family = tc.family
+			checkNodeNetwork(t, l, map[string][]string{l.Nodes[0].Name: tc.cidrs[0], l.Nodes[1].Name: tc.cidrs[1]})
+		})
+	}
+}
+
+func checkNodeNetwork(t *testing.T, l Layout, cidrs map[string][]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	t.Cleanup(func() { l.deleteNetwork(context.Background()) })
@@ -45,33 +65,35 @@ func TestNodeNetwork(t *testing.T) {
 		t.Errorf("second setup: err = %v, want already exists", err)
 	}
 	n1, n2 := l.Nodes[0], l.Nodes[1]
-	for _, c := range []struct{ from, to, addr string }{
-		{n1.Name, n2.Name, n2.IP},
-		{n2.Name, n1.Name, n1.IP},
-		{n1.Name, l.NodeNet, BridgeIP},
-	} {
-		if err := tcpCheck(c.from, c.to, c.addr); err != nil {
-			t.Errorf("%s -> %s (%s): %v", c.from, c.to, c.addr, err)
+	for i := range l.BridgeIPs() {
+		for _, c := range []struct{ from, to, addr string }{
+			{n1.Name, n2.Name, l.NodeIPs(n2)[i]},
+			{n2.Name, n1.Name, l.NodeIPs(n1)[i]},
+			{n1.Name, l.NodeNet, l.BridgeIPs()[i]},
+		} {
+			if err := tcpCheck(c.from, c.to, c.addr); err != nil {
+				t.Errorf("%s -> %s (%s): %v", c.from, c.to, c.addr, err)
+			}
 		}
 	}
-	cidrs := map[string]string{n1.Name: "10.244.0.0/24", n2.Name: "10.244.1.0/24"}
 	if err := l.routePodCIDRs(ctx, cidrs); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.routeNodeNet(ctx, cidrs); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := output(ctx, "ip", "-n", l.NodeNet, "route", "show", "10.244.0.0/24"); err != nil || !strings.Contains(out, "via "+n1.IP) {
-		t.Errorf("node network's route to %s's pods: %q, %v", n1.Name, out, err)
+	for i, dst := range cidrs[n1.Name] {
+		checkRoute(ctx, t, l.NodeNet, dst, l.NodeIPs(n1)[i])
 	}
-	out, err := output(ctx, "ip", "-n", n1.Name, "route", "show", "10.244.1.0/24")
-	if err != nil || !strings.Contains(out, "via "+n2.IP) {
-		t.Errorf("%s's route to %s's pods: %q, %v", n1.Name, n2.Name, out, err)
+	for i, dst := range cidrs[n2.Name] {
+		checkRoute(ctx, t, n1.Name, dst, l.NodeIPs(n2)[i])
 	}
 	for _, ns := range []string{n1.Name, n2.Name} {
-		v, err := output(ctx, nsenter(ns, "sysctl", "-n", "net.ipv4.ip_forward")...)
-		if err != nil || strings.TrimSpace(v) != "1" {
-			t.Errorf("%s: ip_forward = %q, %v", ns, v, err)
+		for _, key := range forwardingKeys(l) {
+			v, err := output(ctx, nsenter(ns, "sysctl", "-n", key)...)
+			if err != nil || strings.TrimSpace(v) != "1" {
+				t.Errorf("%s: %s = %q, %v", ns, key, v, err)
+			}
 		}
 	}
 	if errs := l.deleteNetwork(ctx); len(errs) > 0 {
@@ -82,6 +104,31 @@ func TestNodeNetwork(t *testing.T) {
 			t.Errorf("namespace %s left behind", ns)
 		}
 	}
+}
+
+// checkRoute says whether namespace ns routes dst via gw.
+func checkRoute(ctx context.Context, t *testing.T, ns, dst, gw string) {
+	t.Helper()
+	family := "-4"
+	if isIPv6(dst) {
+		family = "-6"
+	}
+	out, err := output(ctx, "ip", family, "-n", ns, "route", "show", dst)
+	if err != nil || !strings.Contains(out, "via "+gw) {
+		t.Errorf("%s's route to %s: %q, %v; want via %s", ns, dst, out, err, gw)
+	}
+}
+
+// forwardingKeys are the sysctls that must be 1 on a node of l's families.
+func forwardingKeys(l Layout) []string {
+	var keys []string
+	if l.HasIPv4() {
+		keys = append(keys, "net.ipv4.ip_forward")
+	}
+	if l.HasIPv6() {
+		keys = append(keys, "net.ipv6.conf.all.forwarding", "net.bridge.bridge-nf-call-ip6tables")
+	}
+	return keys
 }
 
 // tcpCheck listens on addr:7777 in namespace to and connects from

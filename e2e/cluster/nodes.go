@@ -9,39 +9,48 @@ import (
 	"time"
 )
 
-// nodeStatus is one line of `kubectl get nodes`: name, pod CIDR, Ready.
+// nodeStatus is one line of `kubectl get nodes`: name, Ready, pod CIDRs.
 type nodeStatus struct {
-	name, podCIDR, ready string
+	name, ready string
+	podCIDRs    []string
 }
 
 func (l Layout) nodeStatuses(ctx context.Context) (map[string]nodeStatus, error) {
 	out, err := l.kubectl(ctx, "get", "nodes", "-o",
-		`jsonpath={range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		`jsonpath={range .items[*]}{.metadata.name}|{.status.conditions[?(@.type=="Ready")].status}|{.spec.podCIDRs[*]}{"\n"}{end}`)
 	if err != nil {
 		return nil, err
 	}
+	return parseNodeStatuses(out), nil
+}
+
+// parseNodeStatuses reads nodeStatuses' lines: name|Ready|pod CIDRs
+// separated by spaces (either field empty until kubelet reports the
+// condition and the controller manager allocates the CIDRs).
+func parseNodeStatuses(out string) map[string]nodeStatus {
 	st := map[string]nodeStatus{}
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 3 {
-			st[f[0]] = nodeStatus{f[0], f[1], f[2]}
+		f := strings.Split(line, "|")
+		if len(f) == 3 && f[0] != "" {
+			st[f[0]] = nodeStatus{name: f[0], ready: f[1], podCIDRs: strings.Fields(f[2])}
 		}
 	}
-	return st, nil
+	return st
 }
 
 // waitPodCIDRs waits until every node has registered and been given a pod
-// CIDR by kube-controller-manager.
-func (l Layout) waitPodCIDRs(ctx context.Context) (map[string]string, error) {
-	cidrs := map[string]string{}
+// CIDR of each family by kube-controller-manager.
+func (l Layout) waitPodCIDRs(ctx context.Context) (map[string][]string, error) {
+	cidrs := map[string][]string{}
+	want := len(l.BridgeIPs())
 	err := poll(ctx, 3*time.Minute, func() (bool, error) {
 		st, _ := l.nodeStatuses(ctx)
 		for _, n := range l.Nodes {
 			s, ok := st[n.Name]
-			if !ok || !strings.Contains(s.podCIDR, "/") {
+			if !ok || len(s.podCIDRs) != want {
 				return false, nil
 			}
-			cidrs[n.Name] = s.podCIDR
+			cidrs[n.Name] = s.podCIDRs
 		}
 		return true, nil
 	})
@@ -54,7 +63,7 @@ func (l Layout) waitPodCIDRs(ctx context.Context) (map[string]string, error) {
 // setupPodNetwork installs the pod network: flannel when its image and
 // CNI plugin exist (and KNP_CLUSTER_CNI is not "bridge"), else the bridge
 // plugin on each node with routes to the other nodes' pod CIDRs.
-func (l Layout) setupPodNetwork(ctx context.Context, refs imageRefs, cidrs map[string]string, logf func(string, ...any)) error {
+func (l Layout) setupPodNetwork(ctx context.Context, refs imageRefs, cidrs map[string][]string, logf func(string, ...any)) error {
 	if err := l.routeNodeNet(ctx, cidrs); err != nil {
 		return err
 	}
@@ -65,7 +74,7 @@ func (l Layout) setupPodNetwork(ctx context.Context, refs imageRefs, cidrs map[s
 			}
 		}
 		logf("pod network: flannel (vxlan, kube subnet manager)")
-		return l.apply(ctx, "flannel", FlannelManifests(refs.flannel))
+		return l.apply(ctx, "flannel", FlannelManifests(refs.flannel, l.flannelNetConf()))
 	}
 	for _, n := range l.Nodes {
 		conf, err := l.BridgeCNIConfig(n, cidrs[n.Name])
@@ -113,7 +122,7 @@ func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRe
 	if refs.coredns == "" {
 		return nil // Up reports it
 	}
-	return l.apply(ctx, "coredns", CoreDNSManifests(refs.coredns))
+	return l.apply(ctx, "coredns", CoreDNSManifests(refs.coredns, l.DNSServiceIPs()))
 }
 
 // localhostArgsPatch adds to deploy/'s container the flags of

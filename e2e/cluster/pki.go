@@ -14,7 +14,7 @@ import (
 func (l Layout) certSpecs() []pki.Spec {
 	specs := []pki.Spec{
 		{File: "apiserver", CN: "kube-apiserver", Server: true,
-			IPs: []string{BridgeIP, KubernetesIP, "127.0.0.1"},
+			IPs: append(append(l.BridgeIPs(), l.kubernetesIPs()...), "127.0.0.1"),
 			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc." + ClusterDomain}},
 		{File: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},

@@ -16,6 +16,9 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.checkProxy(); err != nil {
 		return err
 	}
+	if err := l.checkFamily(); err != nil {
+		return err
+	}
 	if err := l.checkBinaries(); err != nil {
 		return err
 	}
@@ -54,7 +57,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err != nil {
 		return err
 	}
-	logf("nodes registered, pod CIDRs %v", cidrs)
+	logf("nodes registered, pod CIDRs %v", joinValues(cidrs))
 	if err := l.setupPodNetwork(ctx, refs, cidrs, logf); err != nil {
 		return err
 	}
@@ -79,6 +82,15 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	}
 	logf("CoreDNS available")
 	return nil
+}
+
+// joinValues shows each node's pod CIDRs comma-separated.
+func joinValues(m map[string][]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = strings.Join(v, ",")
+	}
+	return out
 }
 
 // checkBinaries says which of the contract's binaries are missing.
@@ -172,7 +184,7 @@ func (l Layout) prepare(ctx context.Context) error {
 		files[l.kubeconfigFor("kubelet-"+n.Name)] = l.kubeconfig(l.APIServerURL(), "kubelet-"+n.Name)
 		files[l.nodeFile(n, "kubelet.yaml")] = l.KubeletConfig(n)
 		files[l.nodeFile(n, "containerd.toml")] = l.ContainerdConfig(n, major)
-		files[l.resolvConf(n)] = resolvConfText()
+		files[l.resolvConf(n)] = l.resolvConfText()
 		for _, d := range []string{l.kubeletRoot(n), l.podLogsDir(n), l.cniConfDir(n), l.containerdRoot(n)} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err

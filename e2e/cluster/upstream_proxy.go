@@ -67,9 +67,16 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 		return KubeadmProxyManifests(deployDir, image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock"))
 	}
 	if l.Proxy == ProxyUpstream {
-		return UpstreamProxyManifests(image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock")), nil
+		return UpstreamProxyManifests(image, l.APIServerURL(), l.ClusterCIDRs(), filepath.Join(l.Dir, "xtables.lock")), nil
 	}
-	return DeployManifests(deployDir, image, l.APIServerURL())
+	m, err := DeployManifests(deployDir, image, l.APIServerURL())
+	if err != nil || l.ClusterCIDRs() == ClusterCIDR {
+		return m, err
+	}
+	// deploy/ says to set --cluster-cidr to one's pod ranges: one per family.
+	return replaceOnce(m, "deploy manifests", []struct{ old, new string }{
+		{"--cluster-cidr=" + ClusterCIDR + "\n", "--cluster-cidr=" + l.ClusterCIDRs() + "\n"},
+	})
 }
 
 // UpstreamProxyManifests run kube-proxy as kubeadm deploys it: ServiceAccount
@@ -81,7 +88,8 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 // nf_conntrack_max alone: it is machine-wide, not the node namespace's. The
 // xtables lock is xtablesLock, a file under the cluster's state directory
 // (not the host's /run/xtables.lock), so Down leaves nothing behind.
-func UpstreamProxyManifests(image, apiServer, xtablesLock string) string {
+// clusterCIDRs are the pod ranges (Layout.ClusterCIDRs).
+func UpstreamProxyManifests(image, apiServer, clusterCIDRs, xtablesLock string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -198,5 +206,5 @@ spec:
       - name: lib-modules
         hostPath:
           path: /lib/modules
-`, image, apiServer, ClusterCIDR, xtablesLock)
+`, image, apiServer, clusterCIDRs, xtablesLock)
 }

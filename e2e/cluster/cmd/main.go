@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -75,10 +76,16 @@ func up(ctx context.Context, l cluster.Layout, logf func(string, ...any), start 
 
 func smoke(ctx context.Context, l cluster.Layout, logf func(string, ...any)) error {
 	res, err := l.Smoke(ctx)
-	if res != nil {
-		logf("smoke: pod on %s -> web.knp-smoke.svc.cluster.local answered by %v", l.Nodes[0].Name, res.ViaDNS)
-		logf("smoke: NodePort %s:30080 from the node network answered by %v, backends saw sources %v (masqueraded)",
-			l.Nodes[0].IP, res.NodePortBackends, res.NodePortSources)
+	if res == nil {
+		return err
+	}
+	logf("smoke: pod on %s -> web.knp-smoke.svc.cluster.local answered by %v", l.Nodes[0].Name, res.ViaDNS)
+	if res.ViaDNSIPv6 != nil {
+		logf("smoke: pod on %s -> web6.knp-smoke.svc.cluster.local (IPv6 alone) answered by %v", l.Nodes[0].Name, res.ViaDNSIPv6)
+	}
+	for _, np := range res.NodePorts {
+		logf("smoke: NodePort %s from the node network answered by %v, backends saw sources %v (masqueraded)",
+			net.JoinHostPort(np.Addr, "30080"), np.Backends, np.Sources)
 	}
 	return err
 }
