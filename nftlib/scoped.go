@@ -16,9 +16,13 @@ import (
 // rules and elements), the table's attributes, its stateful objects and
 // flowtables. It returns the differences and the transactions that repair
 // them in place (none when there are none):
-//   - our chains and maps are rewritten (flushed and filled again), or
-//     created again when they are missing; our base chains whose hook,
-//     type, priority, policy or comment changed are deleted and created;
+//   - rules not ours are deleted by handle from a chain that otherwise
+//     holds ours in order; other chains of ours are rewritten (flushed and
+//     filled again), or created again when they are missing; our base
+//     chains whose hook, type, priority, policy or comment changed are
+//     deleted and created;
+//   - our maps get their missing or changed elements back (a map holding
+//     elements not ours, or missing, is filled again);
 //   - chains, named sets, objects and flowtables not ours are deleted;
 //     anonymous sets and chains go with the rule that holds them;
 //   - the table's flags are set back to none.
