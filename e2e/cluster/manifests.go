@@ -283,61 +283,39 @@ spec:
 		pod("web-"+n.Name, n.Name, "web")
 	}
 	pod("client", l.Nodes[0].Name, "client")
-	b.WriteString(`---
-apiVersion: v1
-kind: Service
-metadata:
-  name: web
-  namespace: knp-smoke
-spec:
-  selector:
-    role: web
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080
-`)
+	b.WriteString(smokeService("web", ""))
 	if l.Family == FamilyDual {
-		b.WriteString(smokeIPv6Service)
+		b.WriteString(smokeService("web6", "  ipFamilyPolicy: SingleStack\n  ipFamilies: [IPv6]\n"))
 	}
-	b.WriteString(`---
-apiVersion: v1
-kind: Service
-metadata:
-  name: web-np
-  namespace: knp-smoke
-spec:
-  type: NodePort
-`)
+	np := "  type: NodePort\n"
 	if l.Family == FamilyDual {
-		b.WriteString("  ipFamilyPolicy: RequireDualStack\n")
+		np += "  ipFamilyPolicy: RequireDualStack\n"
 	}
-	b.WriteString(`  selector:
-    role: web
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080
-    nodePort: 30080
-`)
+	b.WriteString(smokeService("web-np", np))
 	return b.String()
 }
 
-// smokeIPv6Service is the dual-stack smoke check's Service of the second
-// family alone: its name resolves to an IPv6 ClusterIP only.
-const smokeIPv6Service = `---
+// smokeService is a smoke-check Service of the web pods' port 8080 on 80,
+// with spec lines added (web6: the dual-stack check's Service of the second
+// family alone, whose name resolves to an IPv6 ClusterIP only; web-np: the
+// NodePort 30080).
+func smokeService(name, spec string) string {
+	nodePort := ""
+	if strings.Contains(spec, "NodePort") {
+		nodePort = "    nodePort: 30080\n"
+	}
+	return fmt.Sprintf(`---
 apiVersion: v1
 kind: Service
 metadata:
-  name: web6
+  name: %s
   namespace: knp-smoke
 spec:
-  ipFamilyPolicy: SingleStack
-  ipFamilies: [IPv6]
-  selector:
+%s  selector:
     role: web
   ports:
   - name: http
     port: 80
     targetPort: 8080
-`
+%s`, name, spec, nodePort)
+}
