@@ -202,7 +202,9 @@ cluster-images-test:
 # each node Ready, the DaemonSet pod on each, and a smoke check.
 # hack/cluster/kubectl.sh talks to it; make cluster-down removes it all.
 # KNP_CLUSTER_FAMILY=dual (or ipv6) makes it dual-stack (IPv6 single-stack);
-# the default is ipv4. make conformance takes the same variable.
+# the default is ipv4. KNP_CLUSTER_NODES=3 (to 6) adds nodes, in zones
+# zone-a, zone-b, zone-c in turn; KNP_CLUSTER_CNI=bridge swaps flannel for
+# the CNI bridge plugin. make conformance takes the same variables.
 # From nothing it first builds what is not cached (cluster-build, about 21
 # minutes cold; cluster-images, about a minute).
 cluster: cluster-build cluster-images
@@ -221,16 +223,19 @@ cluster-status:
 # ginkgo processes; JUnit report and log in bin/conformance/$(PROXY).
 # PROXY=privileged runs deploy/ with deploy/privileged/patch.yaml (the
 # conntrack sysctls set); PROXY=upstream runs kube-proxy v1.37.1 (iptables
-# mode) as the baseline; PROXY=kubeadm runs the same kubeadm objects with
-# only the image changed to ours (the drop-in).
+# mode) as the baseline, PROXY=upstream-nftables the same in nftables mode;
+# PROXY=kubeadm runs the same kubeadm objects with only the image changed to
+# ours (the drop-in).
 # Brings the cluster up with that proxy if none is up; leaves it up.
 PROXY ?= ours
 conformance: cluster-build cluster-images
 	PROXY=$(PROXY) hack/cluster/conformance.sh
 
 # The cluster tier's CI subset (e2e/cluster TestClusterConformanceSubset):
-# the cluster up, the smoke check, upstream's 15 Services [Conformance]
-# specs, the cluster down; then the same with kubeadm's kube-proxy objects
+# a dual-stack cluster of three nodes in three zones up, the smoke check,
+# upstream's 15 Services [Conformance] specs, the secondary family's
+# pod-to-Service checks and the zone-aware specs, the cluster down; then
+# the two-node IPv4 cluster with kubeadm's kube-proxy objects
 # and our image (TestClusterKubeadmDropIn: the 3 LocalhostNodePorts specs
 # and 2 Services specs); then deploy/ in nftables mode with the
 # KubeProxyNFTablesLocalhostNodePorts gate (TestClusterLocalhostNodePorts:

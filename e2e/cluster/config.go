@@ -97,14 +97,14 @@ func (l Layout) kubeletAddress(n Node) string {
 // KubeletArgs are the node's kubelet flags (what the configuration file
 // cannot say).
 func (l Layout) KubeletArgs(n Node) []string {
-	return []string{
+	return append([]string{
 		"--config=" + l.nodeFile(n, "kubelet.yaml"),
 		"--kubeconfig=" + l.kubeconfigFor("kubelet-"+n.Name),
 		"--root-dir=" + l.kubeletRoot(n),
 		"--node-ip=" + strings.Join(l.NodeIPs(n), ","),
 		"--hostname-override=" + n.Name,
 		"--v=1",
-	}
+	}, nodeLabelArgs(n)...)
 }
 
 // ContainerdConfig is the node's containerd configuration: its own root,

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,13 +10,31 @@ import (
 	"time"
 )
 
-// ciFocus is the CI subset of upstream's e2e suite: the Services
-// [Conformance] specs that can run in parallel with others (15 specs, about
-// 150 s serially on this machine).
+// ciFocus is the CI subset of upstream's e2e suite on the most demanding
+// shape (ciLayout): the Services [Conformance] specs that can run in
+// parallel with others (15), the secondary family's pod-to-Service checks
+// (2), and the zone-aware specs three zones let run (Traffic Distribution:
+// 3 of 6 run, the others need six nodes; Topology Hints: 1).
 const (
-	ciFocus = `\[sig-network\] Services .*\[Conformance\]`
-	ciSkip  = `\[Serial\]|\[Disruptive\]`
+	ciFocus = `\[sig-network\] Services .*\[Conformance\]` +
+		`|\[sig-network\] \[Feature:IPv6DualStack\] Granular Checks: Services Secondary IP Family \[LinuxOnly\] should function for pod-Service: (http|udp)` +
+		`|\[sig-network\] (Traffic Distribution|Topology Hints) `
+	ciSkip = `\[Serial\]|\[Disruptive\]`
 )
+
+// ciLayout is the cluster CI's main subset runs on: dual-stack, three nodes
+// in three zones, unless KNP_CLUSTER_FAMILY or KNP_CLUSTER_NODES say
+// otherwise.
+func ciLayout() Layout {
+	l := DefaultLayout()
+	if os.Getenv("KNP_CLUSTER_FAMILY") == "" {
+		l.Family = FamilyDual
+	}
+	if os.Getenv("KNP_CLUSTER_NODES") == "" {
+		l.Nodes, l.NodesErr = makeNodes(3), nil
+	}
+	return l
+}
 
 // kubeadmFocus is the CI subset for kubeadm's objects with our image
 // (ProxyKubeadm: iptables mode from kubeadm's config.conf, privileged):
@@ -23,15 +42,15 @@ const (
 // Service specs.
 const kubeadmFocus = `\[Feature:LocalhostNodePorts\]|\[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service) \[Conformance\]`
 
-// TestClusterConformanceSubset brings the two-node cluster up with
-// kube-nftproxy from deploy/ (KNP_CLUSTER_PROXY picks another), runs the
-// smoke check and e2e.test on the CI subset, and tears the cluster down.
+// TestClusterConformanceSubset brings the cluster up on ciLayout's shape
+// with kube-nftproxy from deploy/ (KNP_CLUSTER_PROXY picks another), runs
+// the smoke check and e2e.test on the CI subset, and tears the cluster down.
 // It runs only when asked (KNP_CLUSTER_TIER=1, as `make cluster-test`
 // does: alone, not beside the other packages' tests), as root and with a
 // warm cache (binaries and images); a cold cache skips, or fails with
 // KNP_REQUIRE_CLUSTER=1. It never touches a cluster that is already up.
 func TestClusterConformanceSubset(t *testing.T) {
-	l := DefaultLayout()
+	l := ciLayout()
 	runClusterSubset(t, l, ciFocus, ciSkip)
 }
 
@@ -113,7 +132,7 @@ func (l Layout) runE2E(ctx context.Context, t *testing.T, focus, skip string) JU
 	dir := t.TempDir()
 	begin := time.Now()
 	out, err := output(ctx, nsenter(l.NodeNet, l.K8sBin("e2e.test"),
-		"--kubeconfig="+l.Kubeconfig(), "--provider=skeleton", "--num-nodes=2",
+		"--kubeconfig="+l.Kubeconfig(), "--provider=skeleton", fmt.Sprintf("--num-nodes=%d", len(l.Nodes)),
 		"--report-dir="+dir, "--ginkgo.no-color",
 		"--ginkgo.focus="+focus, "--ginkgo.skip="+skip)...)
 	elapsed := time.Since(begin).Round(time.Second)

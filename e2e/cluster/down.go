@@ -40,6 +40,7 @@ func (l Layout) recordGlobalPaths() error {
 // Down stops and removes everything Up created, then checks that nothing
 // is left: processes, mounts, network namespaces, cgroups, directories.
 func (l Layout) Down(ctx context.Context, logf func(string, ...any)) error {
+	l = l.withRecordedNodes()
 	created, _ := os.ReadFile(filepath.Join(l.Dir, createdFile))
 	sysctls, _ := os.ReadFile(filepath.Join(l.Dir, sysctlFile))
 	// kubelets first, so that none restarts a container being killed.

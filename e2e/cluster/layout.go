@@ -1,4 +1,5 @@
-// Package cluster brings up a real two-node Kubernetes cluster on this one
+// Package cluster brings up a real Kubernetes cluster (two nodes unless
+// KNP_CLUSTER_NODES says otherwise) on this one
 // machine, with kube-nftproxy as its only service proxy, and tears it down.
 //
 // Topology (every address lives in network namespaces the package creates;
@@ -9,6 +10,9 @@
 //	    kube-controller-manager, kube-scheduler.
 //	netns "node1", "node2": eth0 10.200.0.11/24, 10.200.0.12/24 (veth peers
 //	    enslaved to br0), each with its own containerd and kubelet.
+//
+// KNP_CLUSTER_NODES=3 (up to 6) adds node3 (10.200.0.13) and on, and puts
+// the nodes in zones zone-a, zone-b, zone-c in turn (shape.go).
 //
 // KNP_CLUSTER_FAMILY=dual adds fd00:200::1/64 to br0 and fd00:200::11, ::12
 // to the nodes, a second Service range (fd00:10:96::/112) and pod range
@@ -66,6 +70,7 @@ type Node struct {
 	Name string // node name, network namespace and cgroup root (/Name)
 	IP   string // eth0's IPv4 address on the node network
 	IP6  string // eth0's IPv6 address on the node network (dual, ipv6)
+	Zone string // topology.kubernetes.io/zone, empty for none
 }
 
 // Layout says where everything lives.
@@ -85,16 +90,23 @@ type Layout struct {
 	// Family is the cluster's IP families: FamilyIPv4 (the default, also
 	// when empty), FamilyDual or FamilyIPv6; KNP_CLUSTER_FAMILY sets it.
 	Family string
+	// NodesErr is why KNP_CLUSTER_NODES was refused (Up returns it).
+	NodesErr error
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
 // KNP_CLUSTER_DIR override the cache and state directories, KNP_CLUSTER_IMAGES
-// the images directory, KNP_CLUSTER_FAMILY the IP families.
+// the images directory, KNP_CLUSTER_FAMILY the IP families,
+// KNP_CLUSTER_NODES the number of nodes (see makeNodes; a bad value leaves
+// Nodes empty, which Up refuses with NodesErr's reason).
 func DefaultLayout() Layout {
-	l := Layout{NodeNet: "nodenet", Dir: defaultDir, Cache: defaultCache, Nodes: []Node{
-		{Name: "node1", IP: "10.200.0.11", IP6: "fd00:200::11"},
-		{Name: "node2", IP: "10.200.0.12", IP6: "fd00:200::12"},
-	}}
+	l := Layout{NodeNet: "nodenet", Dir: defaultDir, Cache: defaultCache}
+	count, err := parseNodeCount(os.Getenv("KNP_CLUSTER_NODES"))
+	if err != nil {
+		l.NodesErr = err
+	} else {
+		l.Nodes = makeNodes(count)
+	}
 	if v := os.Getenv("KNP_CACHE"); v != "" {
 		l.Cache = v
 	}

@@ -19,6 +19,9 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.checkFamily(); err != nil {
 		return err
 	}
+	if l.NodesErr != nil {
+		return l.NodesErr
+	}
 	if err := l.checkBinaries(); err != nil {
 		return err
 	}
@@ -167,6 +170,9 @@ func (l Layout) prepare(ctx context.Context) error {
 		return err
 	}
 	if err := l.recordGlobalPaths(); err != nil {
+		return err
+	}
+	if err := l.recordNodes(); err != nil {
 		return err
 	}
 	if err := l.saveSysctls(); err != nil {

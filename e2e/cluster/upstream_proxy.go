@@ -10,6 +10,9 @@ const (
 	ProxyOurs       = "ours"       // kube-nftproxy from deploy/
 	ProxyPrivileged = "privileged" // deploy/ patched with deploy/privileged/patch.yaml
 	ProxyUpstream   = "upstream"   // kube-proxy v1.37.1, iptables mode: the baseline
+	// ProxyUpstreamNFT is the same kube-proxy in nftables mode: the
+	// baseline of our nftables mode.
+	ProxyUpstreamNFT = "upstream-nftables"
 	// ProxyKubeadm is kubeadm's kube-proxy objects as kubeadm writes them
 	// (deploy/kubeadm), with only the image changed to ours: the drop-in.
 	ProxyKubeadm = "kubeadm"
@@ -22,16 +25,28 @@ const (
 // checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
 func (l Layout) checkProxy() error {
 	switch l.Proxy {
-	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm, ProxyLocalhost:
+	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost:
 		return nil
 	}
-	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyKubeadm, ProxyLocalhost)
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged,
+		ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost)
+}
+
+// isUpstream says whether the proxy is upstream's kube-proxy binary.
+func (l Layout) isUpstream() bool { return l.Proxy == ProxyUpstream || l.Proxy == ProxyUpstreamNFT }
+
+// upstreamMode is kube-proxy's mode for an upstream proxy.
+func (l Layout) upstreamMode() string {
+	if l.Proxy == ProxyUpstreamNFT {
+		return "nftables"
+	}
+	return "iptables"
 }
 
 // proxyName is the proxy's DaemonSet name: kubeadm's objects name it
 // kube-proxy whatever image it runs.
 func (l Layout) proxyName() string {
-	if l.Proxy == ProxyUpstream || l.Proxy == ProxyKubeadm {
+	if l.isUpstream() || l.Proxy == ProxyKubeadm {
 		return "kube-proxy"
 	}
 	return "kube-nftproxy"
@@ -39,7 +54,7 @@ func (l Layout) proxyName() string {
 
 // proxyImage is the name of the image the proxy runs.
 func (l Layout) proxyImage() string {
-	if l.Proxy == ProxyUpstream {
+	if l.isUpstream() {
 		return "kube-proxy"
 	}
 	return "kube-nftproxy"
@@ -66,8 +81,9 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 	if l.Proxy == ProxyKubeadm {
 		return KubeadmProxyManifests(deployDir, image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock"))
 	}
-	if l.Proxy == ProxyUpstream {
-		return UpstreamProxyManifests(image, l.APIServerURL(), l.ClusterCIDRs(), filepath.Join(l.Dir, "xtables.lock")), nil
+	if l.isUpstream() {
+		return UpstreamProxyManifests(image, l.upstreamMode(), l.APIServerURL(), l.ClusterCIDRs(),
+			filepath.Join(l.Dir, "xtables.lock")), nil
 	}
 	m, err := DeployManifests(deployDir, image, l.APIServerURL())
 	if err != nil || l.ClusterCIDRs() == ClusterCIDR {
@@ -84,12 +100,12 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 // KubeProxyConfiguration and a kubeconfig naming the API server directly, and
 // a privileged hostNetwork DaemonSet labelled k8s-app=kube-proxy (the label
 // e2e's "restarting kube-proxy" spec looks for) mounting /run/xtables.lock
-// and /lib/modules. The mode is iptables. conntrack.maxPerCore 0 leaves
+// and /lib/modules, in mode (iptables or nftables). conntrack.maxPerCore 0 leaves
 // nf_conntrack_max alone: it is machine-wide, not the node namespace's. The
 // xtables lock is xtablesLock, a file under the cluster's state directory
 // (not the host's /run/xtables.lock), so Down leaves nothing behind.
 // clusterCIDRs are the pod ranges (Layout.ClusterCIDRs).
-func UpstreamProxyManifests(image, apiServer, clusterCIDRs, xtablesLock string) string {
+func UpstreamProxyManifests(image, mode, apiServer, clusterCIDRs, xtablesLock string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -124,7 +140,7 @@ data:
     clientConnection:
       kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
     clusterCIDR: %[3]s
-    mode: iptables
+    mode: %[5]s
     conntrack:
       maxPerCore: 0
   kubeconfig.conf: |
@@ -206,5 +222,5 @@ spec:
       - name: lib-modules
         hostPath:
           path: /lib/modules
-`, image, apiServer, clusterCIDRs, xtablesLock)
+`, image, apiServer, clusterCIDRs, xtablesLock, mode)
 }

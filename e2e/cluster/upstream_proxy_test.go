@@ -26,6 +26,9 @@ func TestProxyChoice(t *testing.T) {
 			"privileged: true", "path: /lib/modules", "server: https://10.200.0.1:6443",
 			"clusterCIDR: " + ClusterCIDR,
 		}},
+		{proxy: ProxyUpstreamNFT, name: "kube-proxy", contains: []string{
+			"k8s-app: kube-proxy", "mode: nftables", "privileged: true", "image: img",
+		}},
 		{proxy: ProxyKubeadm, name: "kube-proxy", contains: []string{
 			"k8s-app: kube-proxy", "mode: iptables", "privileged: true", "image: img",
 			"- /usr/local/bin/kube-proxy\n        - --config=/var/lib/kube-proxy/config.conf",

@@ -8,6 +8,7 @@
 set -e
 cache=${KNP_CACHE:-/var/cache/kube-nftproxy}
 dir=${KNP_CLUSTER_DIR:-/var/lib/knp-cluster}
+nodes=${KNP_CLUSTER_NODES:-2}
 exec nsenter --net=/run/netns/nodenet -- "$cache/k8s-v1.37.1/bin/e2e.test" \
-	--kubeconfig="$dir/admin.kubeconfig" --provider=skeleton --num-nodes=2 \
+	--kubeconfig="$dir/admin.kubeconfig" --provider=skeleton --num-nodes=$nodes \
 	--ginkgo.no-color "$@"
