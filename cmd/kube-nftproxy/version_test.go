@@ -44,16 +44,29 @@ func TestVersionFrom(t *testing.T) {
 }
 
 func TestVersionFlag(t *testing.T) {
-	want := versionLine() + "\n"
-	for _, args := range [][]string{{"version"}, {"--version"}, {"--version=true"}, {"--version", "--cluster-cidr", "10.0.0.0/8"}} {
-		out, err := run(args...)
-		if err != nil || out != want {
-			t.Errorf("%v: %q, %v; want %q", args, out, err, want)
+	rel, com := buildVersion()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version"}, "kube-nftproxy " + rel + " (" + com + ")\n"},
+		// kube-proxy prints "Kubernetes v1.37.1": the program and the version.
+		{[]string{"--version"}, "kube-nftproxy " + rel + "\n"},
+		{[]string{"--version=true"}, "kube-nftproxy " + rel + "\n"},
+		{[]string{"--version", "--cluster-cidr", "10.0.0.0/8"}, "kube-nftproxy " + rel + "\n"},
+	}
+	for _, tt := range tests {
+		out, err := run(tt.args...)
+		if err != nil || out != tt.want {
+			t.Errorf("%v: %q, %v; want %q", tt.args, out, err, tt.want)
 		}
 	}
+	// kube-proxy's --version=raw: version.Info in Go syntax.
 	out, err := run("--version=raw")
-	if err != nil || !strings.Contains(out, "goVersion: go") || !strings.Contains(out, "commit: ") {
-		t.Errorf("--version=raw: %q, %v", out, err)
+	for _, part := range []string{`version.Info{Major:"1", Minor:"37", `, `GitVersion:"` + rel + `"`, `GoVersion:"go`, `Platform:"linux/`} {
+		if err != nil || !strings.Contains(out, part) {
+			t.Errorf("--version=raw: %q, %v; want %s in it", out, err, part)
+		}
 	}
 	if _, err := run("--version=yes"); err == nil || !strings.Contains(err.Error(), `--version "yes"`) {
 		t.Errorf("--version=yes: %v, want an error naming it", err)
@@ -91,11 +104,25 @@ func TestMakeBuildStamps(t *testing.T) {
 	}
 	// After the build: the tree is dirty or not the same either way.
 	describe := git("describe", "--tags", "--always", "--dirty")
-	want := "kube-nftproxy " + describe + " (" + commit + ")\n"
-	for _, args := range [][]string{{"version"}, {"--version"}} {
-		got, err := exec.Command(filepath.Join(bin, "kube-nftproxy"), args...).Output()
-		if err != nil || string(got) != want {
-			t.Errorf("kube-nftproxy %v: %q, %v; want %q", args, got, err, want)
+	for _, tt := range []struct{ arg, want string }{
+		{"version", "kube-nftproxy " + describe + " (" + commit + ")\n"},
+		{"--version", "kube-nftproxy " + describe + "\n"},
+	} {
+		got, err := exec.Command(filepath.Join(bin, "kube-nftproxy"), tt.arg).Output()
+		if err != nil || string(got) != tt.want {
+			t.Errorf("kube-nftproxy %s: %q, %v; want %q", tt.arg, got, err, tt.want)
 		}
+	}
+	// -trimpath: no path of this checkout in the binary.
+	wd, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(bin, "kube-nftproxy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), wd+"/") {
+		t.Errorf("the binary holds the checkout's path %s (make build without -trimpath?)", wd)
 	}
 }
