@@ -1,12 +1,18 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 func TestVersionFrom(t *testing.T) {
@@ -124,5 +130,37 @@ func TestMakeBuildStamps(t *testing.T) {
 	}
 	if strings.Contains(string(b), wd+"/") {
 		t.Errorf("the binary holds the checkout's path %s (make build without -trimpath?)", wd)
+	}
+}
+
+// TestBuildInfoMetric checks kubernetes_build_info as /metrics serves it:
+// component-base's labels, major and minor of the kube-proxy release we
+// follow, and this build's version and commit.
+func TestBuildInfoMetric(t *testing.T) {
+	processMetrics()
+	fams, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(fams, func(f *dto.MetricFamily) bool { return f.GetName() == "kubernetes_build_info" })
+	if i < 0 || len(fams[i].GetMetric()) != 1 {
+		t.Fatalf("kubernetes_build_info: not one series in the process-wide registry")
+	}
+	got := map[string]string{}
+	for _, l := range fams[i].GetMetric()[0].GetLabel() {
+		got[l.GetName()] = l.GetValue()
+	}
+	rel, com := buildVersion()
+	want := map[string]string{"major": "1", "minor": "37", "git_version": rel, "git_commit": strings.TrimSuffix(com, "-dirty"),
+		"build_date": "", "compiler": runtime.Compiler, "go_version": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH}
+	want["git_tree_state"] = "clean"
+	if strings.HasSuffix(com, "-dirty") {
+		want["git_tree_state"] = "dirty"
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("kubernetes_build_info labels %v, want %v", got, want)
+	}
+	if v := fams[i].GetMetric()[0].GetGauge().GetValue(); v != 1 {
+		t.Errorf("kubernetes_build_info = %v, want 1", v)
 	}
 }
