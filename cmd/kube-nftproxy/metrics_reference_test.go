@@ -301,3 +301,29 @@ func lineDiff(want, got []string) []string {
 	}
 	return out
 }
+
+// notServed are families of kube-proxy that docs/metrics.md names as not
+// served.
+var notServed = []string{"kubeproxy_sync_proxy_rules_iptables_total", "kubeproxy_sync_proxy_rules_iptables_last"}
+
+var docMetricName = regexp.MustCompile(`\b(?:kubeproxy|kubenftproxy|kubernetes)_[a-z_]+[a-z]`)
+
+// TestDocsNameServedMetrics fails when the operators' docs or the alert
+// rules name a family the proxy does not serve (a misspelt or renamed one).
+func TestDocsNameServedMetrics(t *testing.T) {
+	fams, err := referenceFamilies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{metricsDoc, "../../docs/troubleshooting.md", alertRulesFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range docMetricName.FindAllString(string(b), -1) {
+			if !servedMetric(name, fams) && !slices.Contains(notServed, name) {
+				t.Errorf("%s names %s, which the proxy does not serve", f, name)
+			}
+		}
+	}
+}
