@@ -4,10 +4,12 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-# The release and commit that `kube-nftproxy version` and --version print.
-# The go command does not stamp VCS information in a git worktree (nor with
-# -buildvcs=false), so they are passed explicitly.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+# The release and commit that `kube-nftproxy version`, --version and
+# kubernetes_build_info report: hack/version.sh (the newest v* tag's git
+# describe, v0.0.0-<commits>-g<hash> before the first). The go command does
+# not stamp VCS information in a git worktree (nor with -buildvcs=false), so
+# they are passed explicitly.
+VERSION ?= $(shell hack/version.sh 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 # -trimpath: no path of the build machine in the binary, so that the same

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
@@ -84,7 +85,7 @@ func TestVersionFlag(t *testing.T) {
 }
 
 // TestMakeBuildStamps builds the binary as `make build` does and checks that
-// `version` and --version print git's release and commit: the go command
+// `version` and --version print hack/version.sh's release and git's commit: the go command
 // stamps nothing in a worktree, so the Makefile must.
 func TestMakeBuildStamps(t *testing.T) {
 	if testing.Short() {
@@ -109,7 +110,11 @@ func TestMakeBuildStamps(t *testing.T) {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
 	// After the build: the tree is dirty or not the same either way.
-	describe := git("describe", "--tags", "--always", "--dirty")
+	out, err = exec.Command("../../hack/version.sh").Output()
+	if err != nil {
+		t.Fatalf("hack/version.sh: %v", err)
+	}
+	describe := strings.TrimSpace(string(out))
 	for _, tt := range []struct{ arg, want string }{
 		{"version", "kube-nftproxy " + describe + " (" + commit + ")\n"},
 		{"--version", "kube-nftproxy " + describe + "\n"},
@@ -162,5 +167,70 @@ func TestBuildInfoMetric(t *testing.T) {
 	}
 	if v := fams[i].GetMetric()[0].GetGauge().GetValue(); v != 1 {
 		t.Errorf("kubernetes_build_info = %v, want 1", v)
+	}
+}
+
+// TestVersionScript runs hack/version.sh in a new repository: before any
+// tag, on a tag, after it, and with uncommitted changes; each a semantic
+// version, as kube-proxy's git_version.
+func TestVersionScript(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("no git: %v", err)
+	}
+	script, err := os.ReadFile("../../hack/version.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "hack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hack", "version.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-C", dir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string {
+		out, err := exec.Command(filepath.Join(dir, "hack", "version.sh")).Output()
+		if err != nil {
+			t.Fatalf("version.sh: %v", err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-qm", "one")
+	short := git("rev-parse", "--short=12", "HEAD")
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"no tag", func() {}, "v0.0.0-1-g" + short},
+		{"on a tag", func() { git("tag", "v0.1.0") }, "v0.1.0"},
+		{"uncommitted change", func() {
+			if err := os.WriteFile(filepath.Join(dir, "hack", "version.sh"), append(script, '\n'), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "v0.1.0-dirty"},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := version(); got != st.want {
+			t.Errorf("%s: %q, want %q", st.name, got, st.want)
+		}
+		if _, err := utilversion.ParseSemantic(version()); err != nil {
+			t.Errorf("%s: %v", st.name, err)
+		}
+	}
+	git("commit", "-qam", "two")
+	if got, want := version(), "v0.1.0-1-g"+git("rev-parse", "--short=12", "HEAD"); got != want {
+		t.Errorf("a commit after the tag: %q, want %q", got, want)
 	}
 }
