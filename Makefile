@@ -4,12 +4,17 @@ BIN     := bin
 PKGS    := ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-# The release and commit that `kube-nftproxy version` and --version print.
-# The go command does not stamp VCS information in a git worktree (nor with
-# -buildvcs=false), so they are passed explicitly.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+# The release and commit that `kube-nftproxy version`, --version and
+# kubernetes_build_info report: hack/version.sh (the newest v* tag's git
+# describe, v0.0.0-<commits>-g<hash> before the first). The go command does
+# not stamp VCS information in a git worktree (nor with -buildvcs=false), so
+# they are passed explicitly.
+VERSION ?= $(shell hack/version.sh 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
+# -trimpath: no path of the build machine in the binary, so that the same
+# commit builds the same bytes wherever it is checked out.
+GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 IMAGE   ?= kube-nftproxy
 
 .PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
@@ -18,7 +23,7 @@ IMAGE   ?= kube-nftproxy
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy
+	$(GOBUILD) -o $(BIN)/ ./cmd/kube-nftproxy
 
 # The DaemonSet's image (deploy/Dockerfile), stamped like make build.
 image:
@@ -178,7 +183,7 @@ cluster-build:
 	hack/cluster/build.sh $(CLUSTER_PARTS)
 
 demo:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
+	$(GOBUILD) -o $(BIN)/ ./cmd/kube-nftproxy ./e2e/demo
 	$(GO) build -o $(BIN)/e2e-agent ./e2e/agent
 	$(BIN)/demo --proxy $(BIN)/kube-nftproxy --agent $(BIN)/e2e-agent --state examples/demo $(DEMO_FLAGS)
 

@@ -85,8 +85,12 @@ func NewMetrics() *Metrics { return NewModeMetrics("nftables") }
 
 // NewModeMetrics creates and registers the metrics kube-proxy registers in
 // mode (nftables, iptables or ipvs), and ours.
-func NewModeMetrics(mode string) *Metrics {
-	m := &Metrics{Registry: metrics.NewKubeRegistry(), changes: newChangeCollector(), now: time.Now}
+func NewModeMetrics(mode string) *Metrics { return NewModeMetricsIn(mode, metrics.NewKubeRegistry()) }
+
+// NewModeMetricsIn is NewModeMetrics registering in reg: the metrics
+// reference (docs/metrics.md) passes one that records what is registered.
+func NewModeMetricsIn(mode string, reg metrics.KubeRegistry) *Metrics {
+	m := &Metrics{Registry: reg, changes: newChangeCollector(), now: time.Now}
 	m.SyncDuration = histogramVec("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", syncBuckets(), familyLabel...)
 	m.SyncFullDuration = histogramVec("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", syncBuckets(), familyLabel...)
 	m.SyncPartialDuration = histogramVec("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", syncBuckets(), familyLabel...)

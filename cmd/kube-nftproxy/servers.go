@@ -79,19 +79,15 @@ func serverFields() []configField {
 // kubernetes_feature_enabled (component-base's Go and process collectors
 // and meta metrics, and client-go's adapter, register themselves).
 var processMetrics = sync.OnceFunc(func() {
-	buildInfo := metrics.NewGaugeVec(&metrics.GaugeOpts{
+	info := metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Name:           "kubernetes_build_info",
 		Help:           "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
 		StabilityLevel: metrics.BETA,
 	}, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"})
-	legacyregistry.MustRegister(buildInfo)
-	rel, com := buildVersion()
-	tree := "clean"
-	if strings.HasSuffix(com, "-dirty") {
-		tree = "dirty"
-	}
-	buildInfo.WithLabelValues(fmt.Sprint(emulatedMajor), fmt.Sprint(emulatedMinor), rel, strings.TrimSuffix(com, "-dirty"), tree, "",
-		runtime.Version(), runtime.Compiler, runtime.GOOS+"/"+runtime.GOARCH).Set(1)
+	legacyregistry.MustRegister(info)
+	bi := buildInfo()
+	info.WithLabelValues(bi.Major, bi.Minor, bi.GitVersion, bi.GitCommit, bi.GitTreeState, bi.BuildDate,
+		bi.GoVersion, bi.Compiler, bi.Platform).Set(1)
 })
 
 // recordFeatureGates sets kubernetes_feature_enabled for the gates we

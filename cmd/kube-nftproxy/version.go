@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
 
 	"github.com/spf13/cobra"
 )
@@ -66,6 +67,27 @@ func versionLine() string {
 	return fmt.Sprintf("kube-nftproxy %s (%s)", rel, com)
 }
 
+// buildInfo is this build as component-base's version.Info: major and
+// minor are the kube-proxy release we follow (emulatedMajor/Minor), the
+// git fields ours. kubernetes_build_info and --version=raw show it.
+func buildInfo() apimachineryversion.Info {
+	rel, com := buildVersion()
+	tree := "clean"
+	if strings.HasSuffix(com, "-dirty") {
+		tree = "dirty"
+	}
+	return apimachineryversion.Info{
+		Major:        fmt.Sprint(emulatedMajor),
+		Minor:        fmt.Sprint(emulatedMinor),
+		GitVersion:   rel,
+		GitCommit:    strings.TrimSuffix(com, "-dirty"),
+		GitTreeState: tree,
+		GoVersion:    runtime.Version(),
+		Compiler:     runtime.Compiler,
+		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -78,8 +100,9 @@ func newVersionCommand() *cobra.Command {
 }
 
 // addVersionFlag gives cmd kube-proxy's --version: given alone (or =true)
-// it prints the version line and exits, =raw adds the Go version and
-// platform, =false runs as usual. It is handled before anything else, as
+// it prints "kube-nftproxy <version>" (kube-proxy: "Kubernetes <version>")
+// and exits, =raw prints the whole version.Info as kube-proxy does, =false
+// runs as usual. It is handled before anything else, as
 // kube-proxy's is, so that it works with any other flags.
 func addVersionFlag(cmd *cobra.Command) {
 	var v string
@@ -121,10 +144,9 @@ func printVersionFlag(w io.Writer, v string) (done bool, err error) {
 	case "false":
 		return false, nil
 	case "true":
-		fmt.Fprintln(w, versionLine())
+		fmt.Fprintf(w, "kube-nftproxy %s\n", buildInfo())
 	case "raw":
-		rel, com := buildVersion()
-		fmt.Fprintf(w, "release: %s\ncommit: %s\ngoVersion: %s\nplatform: %s/%s\n", rel, com, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		fmt.Fprintf(w, "%#v\n", buildInfo())
 	default:
 		if strings.HasPrefix(v, "v") {
 			return false, setReportedVersion(v)
