@@ -265,10 +265,10 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 // docs/migration.md says to keep it when moving from that mode.
 func withIPTablesMode(manifests string) (string, error) {
 	const flag = "        - --proxy-mode=nftables\n"
-	if strings.Count(manifests, flag) != 1 {
-		return "", errors.New("deploy manifests: want exactly one --proxy-mode=nftables flag")
+	if strings.Count(manifests, flag) != 2 {
+		return "", errors.New("deploy manifests: want two --proxy-mode=nftables flags (the init container's and the proxy's)")
 	}
-	return strings.Replace(manifests, flag, "        - --proxy-mode=iptables\n", 1), nil
+	return strings.ReplaceAll(manifests, flag, "        - --proxy-mode=iptables\n"), nil
 }
 
 // withNodeSelector adds key: value to the one pod template's nodeSelector,

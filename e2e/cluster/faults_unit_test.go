@@ -67,7 +67,7 @@ func TestWithNodeSelector(t *testing.T) {
 }
 
 // TestWithIPTablesMode: deploy/'s --proxy-mode=nftables becomes
-// --proxy-mode=iptables, and a manifest without that flag is refused.
+// --proxy-mode=iptables in both containers, and a manifest without that flag is refused.
 func TestWithIPTablesMode(t *testing.T) {
 	m, err := DeployManifests(deployDir(), "img", "https://10.200.0.1:6443")
 	if err != nil {
@@ -77,8 +77,8 @@ func TestWithIPTablesMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(got, "        - --proxy-mode=iptables\n") || strings.Count(got, "--proxy-mode") != 1 {
-		t.Errorf("no single --proxy-mode=iptables:\n%s", got)
+	if strings.Count(got, "        - --proxy-mode=iptables\n") != 2 || strings.Count(got, "--proxy-mode") != 2 {
+		t.Errorf("not --proxy-mode=iptables in both the init container and the proxy:\n%s", got)
 	}
 	if _, err := withIPTablesMode("kind: DaemonSet\n"); err == nil {
 		t.Error("a manifest without --proxy-mode=nftables was taken")

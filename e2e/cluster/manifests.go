@@ -8,8 +8,8 @@ import (
 )
 
 // DeployManifests reads deploy/*.yaml (rbac, configmap, daemonset) and
-// changes only the image and the API server address, each of which must
-// occur exactly once.
+// changes only the image (of the init container and the proxy) and the API
+// server address.
 func DeployManifests(deployDir, image, apiServer string) (string, error) {
 	var docs []string
 	for _, f := range []string{"rbac.yaml", "configmap.yaml", "daemonset.yaml"} {
@@ -19,11 +19,17 @@ func DeployManifests(deployDir, image, apiServer string) (string, error) {
 		}
 		docs = append(docs, string(b))
 	}
-	return replaceOnce(strings.Join(docs, "\n---\n"), "deploy manifests", []struct{ old, new string }{
-		{"image: kube-nftproxy:latest", "image: " + image},
+	all := strings.Join(docs, "\n---\n")
+	if n := strings.Count(all, deployImage); n != 2 {
+		return "", fmt.Errorf("deploy manifests: %q occurs %d times, want 2 (the init container and the proxy)", deployImage, n)
+	}
+	return replaceOnce(strings.ReplaceAll(all, deployImage, "image: "+image), "deploy manifests", []struct{ old, new string }{
 		{"server: https://API-SERVER:6443", "server: " + apiServer},
 	})
 }
+
+// deployImage is the image line deploy/ and deploy/kubeadm ship.
+const deployImage = "image: kube-nftproxy:latest"
 
 // KubeadmProxyManifests are deploy/kubeadm/kube-proxy.yaml (kubeadm's
 // kube-proxy objects, our image) with the image, the API server and the
