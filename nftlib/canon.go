@@ -186,7 +186,7 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 func RuleExprs(scratch *Batch, f Family, r Rule) []byte {
 	scratch.Buf = scratch.Buf[:0]
 	for _, t := range r.Terms {
-		for _, e := range t.Exprs(f) {
+		for _, e := range t.exprs(f) {
 			scratch.Expr(f, e)
 		}
 	}

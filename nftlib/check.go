@@ -295,10 +295,10 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 			return
 		}
 		delete(want, string(e.key))
-		v := w.Verdict.Expr()
+		v := w.Verdict.expr()
 		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
 			ed.changed = append(ed.changed, w)
-			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
+			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.text(f))
 		} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
 			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))

@@ -166,14 +166,14 @@ func (b *Batch) nat(e *expr.NAT) {
 	b.Unnest()
 }
 
-// DirectTerm is a term that writes its expressions into a batch itself,
+// directTerm is a term that writes its expressions into a batch itself,
 // without building them first: the terms of every endpoint's rules, which
-// are most of a full sync. Direct must append exactly what encoding
-// Exprs(f) appends (TestDirectTermsMatchExprs, TestEveryTermKind), or
-// report false, having appended nothing, to have Exprs used. Each sits in
+// are most of a full sync. direct must append exactly what encoding
+// exprs(f) appends (TestEveryTermKind), or report false, having appended
+// nothing, to have exprs used. Each sits in
 // its term's file.
-type DirectTerm interface {
-	Direct(b *Batch, f Family) bool
+type directTerm interface {
+	direct(b *Batch, f Family) bool
 }
 
 // marshalled appends the expression's name and data as google/nftables

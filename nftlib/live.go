@@ -140,7 +140,7 @@ func decodeElement(f Family, m *Map, e kElement) (Element, error) {
 	el := Element{Comment: udataComment(e.udata)}
 	b := e.key
 	for _, fl := range m.Key {
-		n := int((fl.Size(f) + 3) &^ 3)
+		n := int((fl.size(f) + 3) &^ 3)
 		if len(b) < n {
 			return el, fmt.Errorf("element key of %d bytes is too short", len(e.key))
 		}

@@ -392,10 +392,10 @@ func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
 	b.Str(unix.NFTA_RULE_CHAIN, chain)
 	b.Nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
-		if d, ok := t.(DirectTerm); ok && d.Direct(b, f) {
+		if d, ok := t.(directTerm); ok && d.direct(b, f) {
 			continue
 		}
-		for _, e := range t.Exprs(f) {
+		for _, e := range t.exprs(f) {
 			b.Expr(f, e)
 		}
 	}
@@ -485,7 +485,7 @@ func ConcatType(f Family, key []Field) uint32 {
 func KeyLen(f Family, key []Field) uint32 {
 	var n uint32
 	for _, fl := range key {
-		n += (fl.Size(f) + 3) &^ 3
+		n += (fl.size(f) + 3) &^ 3
 	}
 	return n
 }
@@ -536,7 +536,7 @@ func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 		if !m.Plain {
 			b.Nest(unix.NFTA_SET_ELEM_DATA)
 			b.Nest(unix.NFTA_DATA_VERDICT)
-			v := e.Verdict.Expr()
+			v := e.Verdict.expr()
 			b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
 			if v.Chain != "" {
 				b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)

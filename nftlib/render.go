@@ -113,7 +113,7 @@ func (c *Chain) RenderTo(b *strings.Builder, f Family) {
 func (r Rule) Text(f Family) string {
 	parts := make([]string, 0, len(r.Terms)+1)
 	for _, t := range r.Terms {
-		parts = append(parts, t.Text(f))
+		parts = append(parts, t.text(f))
 	}
 	if r.Comment != "" {
 		parts = append(parts, "comment "+quoteComment(r.Comment))
@@ -158,7 +158,7 @@ func (e Element) Text(f Family, key []Field) string {
 	if e.Comment != "" {
 		s += " comment " + quoteComment(e.Comment)
 	}
-	return s + " : " + e.Verdict.Text(f)
+	return s + " : " + e.Verdict.text(f)
 }
 
 func (e Element) keyText(key []Field) string {

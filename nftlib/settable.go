@@ -93,7 +93,7 @@ const nftSetConcat = 0x80
 // a concatenation with each field padded to 4 bytes.
 func (s *Set) keyLen(f Family) uint32 {
 	if len(s.Key) == 1 {
-		return s.Key[0].Size(f)
+		return s.Key[0].size(f)
 	}
 	return KeyLen(f, s.Key)
 }
@@ -161,9 +161,9 @@ func (s *Set) perLine(f Family) int {
 	switch {
 	case len(s.Key) > 1:
 		return 1
-	case s.Key[0].Size(f) <= 2:
+	case s.Key[0].size(f) <= 2:
 		return 5
-	case s.Key[0].Size(f) <= 4:
+	case s.Key[0].size(f) <= 4:
 		return 2
 	}
 	return 1

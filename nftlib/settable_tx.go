@@ -252,7 +252,7 @@ func (s *Set) decode(f Family, key, end []byte) (SetElement, error) {
 	}
 	off := 0
 	for _, fl := range s.Key {
-		n := int(fl.Size(f))
+		n := int(fl.size(f))
 		v := key[off : off+n]
 		switch fl {
 		case FieldDaddr:
@@ -306,7 +306,7 @@ func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
 		b.Nest(nftaSetDescConcat)
 		for _, fl := range s.Key {
 			b.Nest(unix.NFTA_LIST_ELEM)
-			b.U32(nftaSetFieldLen, fl.Size(f))
+			b.U32(nftaSetFieldLen, fl.size(f))
 			b.Unnest()
 		}
 		b.Unnest()

@@ -11,9 +11,9 @@ import (
 // client has affinity to the endpoint with this id.
 type AffinityMatch struct{ ID uint32 }
 
-func (m AffinityMatch) Text(f Family) string { return affinityKeyText(f, m.ID) + " @" + SetAffinity }
+func (m AffinityMatch) text(f Family) string { return affinityKeyText(f, m.ID) + " @" + SetAffinity }
 
-func (m AffinityMatch) Exprs(f Family) []expr.Any {
+func (m AffinityMatch) exprs(f Family) []expr.Any {
 	return append(affinityKey(f, m.ID), &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: SetAffinity})
 }
 

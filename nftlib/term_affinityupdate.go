@@ -16,11 +16,11 @@ type AffinityUpdate struct {
 	Timeout time.Duration
 }
 
-func (u AffinityUpdate) Text(f Family) string {
+func (u AffinityUpdate) text(f Family) string {
 	return fmt.Sprintf("update @%s { %s timeout %s }", SetAffinity, affinityKeyText(f, u.ID), NftDuration(u.Timeout))
 }
 
-func (u AffinityUpdate) Exprs(f Family) []expr.Any {
+func (u AffinityUpdate) exprs(f Family) []expr.Any {
 	return append(affinityKey(f, u.ID), &expr.Dynset{
 		SrcRegKey: unix.NFT_REG_1, SetName: SetAffinity, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: u.Timeout,
 	})

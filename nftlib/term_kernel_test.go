@@ -65,7 +65,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 				w = tc.decodesAs
 			}
 			if len(c.Rules) != 1 || len(c.Rules[0].Terms) != 1 || c.Rules[0].Terms[0] != w {
-				t.Errorf("%s %s: %q read back as %+v", f, c.Name, tc.term.Text(f), c.Rules)
+				t.Errorf("%s %s: %q read back as %+v", f, c.Name, tc.term.text(f), c.Rules)
 			}
 		}
 		for name := range want {
@@ -124,7 +124,7 @@ func lookupFits(t *Table, set string, key []Field) bool {
 	}
 	n := KeyLen(t.Family, key)
 	if len(key) == 1 {
-		n = key[0].Size(t.Family)
+		n = key[0].size(t.Family)
 	}
 	return n == KeyLen(t.Family, m.Key)
 }

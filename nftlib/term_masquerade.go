@@ -7,9 +7,9 @@ import (
 // Masquerade is `masquerade fully-random`, as kube-proxy does by default.
 type Masquerade struct{}
 
-func (Masquerade) Text(Family) string { return "masquerade fully-random" }
+func (Masquerade) text(Family) string { return "masquerade fully-random" }
 
-func (Masquerade) Exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+func (Masquerade) exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
 
 func (Masquerade) decode(_ Family, ex []expr.Any) (Term, int, error) {
 	m, ok := exprAt[*expr.Masq](ex, 0)

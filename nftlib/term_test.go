@@ -185,17 +185,17 @@ func TestEveryTermKind(t *testing.T) {
 }
 
 func checkRoundTrip(t *testing.T, f Family, tc termCase) {
-	text := tc.term.Text(f)
+	text := tc.term.text(f)
 	if text == "" || strings.Contains(text, "?") {
 		t.Errorf("text %q", text)
 	}
 	viaExprs := &Batch{}
-	for _, e := range tc.term.Exprs(f) {
+	for _, e := range tc.term.exprs(f) {
 		viaExprs.Expr(f, e)
 	}
-	if d, ok := tc.term.(DirectTerm); ok {
+	if d, ok := tc.term.(directTerm); ok {
 		direct := &Batch{}
-		if d.Direct(direct, f) && !bytes.Equal(direct.Buf, viaExprs.Buf) {
+		if d.direct(direct, f) && !bytes.Equal(direct.Buf, viaExprs.Buf) {
 			t.Errorf("%s: direct encoding %x, expressions %x", text, direct.Buf, viaExprs.Buf)
 		}
 	}
@@ -225,12 +225,12 @@ func checkTrace(t *testing.T, f Family, tc termCase) {
 	out, err := rs.Trace(p)
 	if tc.wantErr != "" {
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-			t.Errorf("%s: trace error %v, want %q", tc.term.Text(f), err, tc.wantErr)
+			t.Errorf("%s: trace error %v, want %q", tc.term.text(f), err, tc.wantErr)
 		}
 		return
 	}
 	if err != nil {
-		t.Fatalf("%s: %v", tc.term.Text(f), err)
+		t.Fatalf("%s: %v", tc.term.text(f), err)
 	}
 	var got []string
 	for _, o := range out {
@@ -241,7 +241,7 @@ func checkTrace(t *testing.T, f Family, tc termCase) {
 		got = append(got, s)
 	}
 	if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-		t.Errorf("%s: trace\n%s\nwant\n%s", tc.term.Text(f), strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		t.Errorf("%s: trace\n%s\nwant\n%s", tc.term.text(f), strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 	}
 }
 
