@@ -283,10 +283,7 @@ func TestKernelOwnedTable(t *testing.T) {
 	}
 	defer owner.Close() // the kernel deletes the table with its owner's socket
 	bt := owner.NewBatch()
-	bt.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, nftlib.IPv6)
-	bt.Str(unix.NFTA_TABLE_NAME, DefaultTableName)
-	bt.U32(unix.NFTA_TABLE_FLAGS, nftlib.NftTableFOwner)
-	bt.End()
+	bt.AddOwnedTable(nftlib.IPv6, DefaultTableName, "")
 	if err := owner.Apply(bt); err != nil {
 		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
 		// own a table, and the kernel refuses the unknown flag.
@@ -386,14 +383,9 @@ func createOwnedTable(t *testing.T, ns string, f nftlib.Family, name string, del
 	}
 	bt := owner.NewBatch()
 	if deleteFirst {
-		bt.Begin(unix.NFT_MSG_DELTABLE, 0, f)
-		bt.Str(unix.NFTA_TABLE_NAME, name)
-		bt.End()
+		bt.DelTable(f, name)
 	}
-	bt.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
-	bt.Str(unix.NFTA_TABLE_NAME, name)
-	bt.U32(unix.NFTA_TABLE_FLAGS, nftlib.NftTableFOwner)
-	bt.End()
+	bt.AddOwnedTable(f, name, "")
 	if err := owner.Apply(bt); err != nil {
 		owner.Close()
 		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can

@@ -72,9 +72,7 @@ func (c *committer) write(txs []*nftlib.Tx, round int, release func()) nftlib.Ke
 		id0 := setID
 		x.Write(kt, &setID)
 		if c.trace != nil {
-			var sw nftlib.ScriptWriter
-			x.Write(&sw, &id0)
-			io.WriteString(c.trace, sw.B.String())
+			io.WriteString(c.trace, x.Script(&id0))
 		}
 	}
 	return kt

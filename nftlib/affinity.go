@@ -131,24 +131,24 @@ func affinityUserdata(f Family) []byte {
 	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(comment, affinityComment))
 }
 
-// AddAffinitySet creates the affinity set, or keeps it as it is when it
+// addAffinitySet creates the affinity set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
-func (b *Batch) AddAffinitySet(f Family, table string, id uint32) {
-	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_SET_TABLE, table)
-	b.Str(unix.NFTA_SET_NAME, SetAffinity)
-	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
-	b.U32(unix.NFTA_SET_KEY_TYPE, affinityKeyType(f))
-	b.U32(unix.NFTA_SET_KEY_LEN, affinityKeyLen(f))
-	b.U32(unix.NFTA_SET_ID, id)
-	b.Nest(unix.NFTA_SET_DESC)
-	b.U32(unix.NFTA_SET_DESC_SIZE, affinitySetSize)
-	b.Unnest()
-	b.Attr(unix.NFTA_SET_USERDATA, affinityUserdata(f))
-	b.End()
+func (b *Batch) addAffinitySet(f Family, table string, id uint32) {
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, SetAffinity)
+	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
+	b.u32(unix.NFTA_SET_KEY_TYPE, affinityKeyType(f))
+	b.u32(unix.NFTA_SET_KEY_LEN, affinityKeyLen(f))
+	b.u32(unix.NFTA_SET_ID, id)
+	b.nest(unix.NFTA_SET_DESC)
+	b.u32(unix.NFTA_SET_DESC_SIZE, affinitySetSize)
+	b.unnest()
+	b.attr(unix.NFTA_SET_USERDATA, affinityUserdata(f))
+	b.end()
 }
 
-func (s *ScriptWriter) AddAffinitySet(f Family, table string, _ uint32) {
+func (s *scriptWriter) addAffinitySet(f Family, table string, _ uint32) {
 	s.line("add set %s %s %s { typeof %s saddr . numgen random mod 1; size %d; flags dynamic,timeout; }",
 		f, table, SetAffinity, f, affinitySetSize)
 }

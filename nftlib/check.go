@@ -70,7 +70,7 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 		switch {
 		case wanted[n] || (stale[n] && !kc.Base):
 		case kc.Base:
-			d.add("chain %s: not ours, a base chain (%s)", n, kc.Describe())
+			d.add("chain %s: not ours, a base chain (%s)", n, kc.describe())
 		default:
 			d.add("chain %s: not ours", n)
 		}
@@ -121,7 +121,7 @@ func chainMismatch(kc *KernelChain, c *Chain) string {
 	}
 	if kc.Base != want.Base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
 		kc.policy != want.policy || kc.Flags != want.Flags {
-		return fmt.Sprintf("%s, want %s", kc.Describe(), want.Describe())
+		return fmt.Sprintf("%s, want %s", kc.describe(), want.describe())
 	}
 	if !bytes.Equal(kc.udata, CommentUdata(0, c.Comment)) {
 		return "comment differs"
@@ -129,7 +129,7 @@ func chainMismatch(kc *KernelChain, c *Chain) string {
 	return ""
 }
 
-func (kc *KernelChain) Describe() string {
+func (kc *KernelChain) describe() string {
 	if !kc.Base {
 		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.Flags)
 	}

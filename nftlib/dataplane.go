@@ -73,7 +73,7 @@ func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
 // the socket reads answers by sequence number.
 func (k *Kernel) NextTx(prev KernelTx) KernelTx {
 	if b, ok := prev.(*Batch); ok {
-		return NewBatch(b.seq + 1)
+		return newBatch(b.seq + 1)
 	}
 	return k.NewBatch()
 }
@@ -94,7 +94,7 @@ func (k *Kernel) HasTables(f Family, names []string) (map[string]bool, error) {
 // DiscardTx unmaps a batch that is not sent.
 func (k *Kernel) DiscardTx(tx KernelTx) {
 	if b, ok := tx.(*Batch); ok {
-		b.Release()
+		b.release()
 	}
 }
 

@@ -8,24 +8,24 @@ import (
 )
 
 // txWriter receives the operations of one transaction, in the order the
-// kernel must see them. *Batch encodes them for the kernel; ScriptWriter
+// kernel must see them. *Batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	AddTable(f Family, name, comment string)
 	DelTable(f Family, name string)
-	DelSet(f Family, table, name string)
+	delSet(f Family, table, name string)
 	delObj(f Family, table string, o KernelObject)
 	delFlowtable(f Family, table, name string)
-	AddMap(f Family, table string, m *Map, id uint32)
-	AddAffinitySet(f Family, table string, id uint32)
-	FlushMap(f Family, table string, m *Map)
-	// AddChains adds chains without their rules, AddChainRules their
+	addMap(f Family, table string, m *Map, id uint32)
+	addAffinitySet(f Family, table string, id uint32)
+	flushMap(f Family, table string, m *Map)
+	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
 	FlushChain(f Family, table, chain string)
 	DelRule(f Family, table, chain string, handle uint64)
 	DelChain(f Family, table, name string)
-	AddChainRules(f Family, table string, chains []*Chain)
+	addChainRules(f Family, table string, chains []*Chain)
 	Elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 
@@ -93,6 +93,14 @@ func (x *Tx) Rules() int {
 	return n
 }
 
+// Script is the transaction as nft commands, one a line: what Write sends,
+// readable (setID numbers new sets as in Write).
+func (x *Tx) Script(setID *uint32) string {
+	var s scriptWriter
+	x.Write(&s, setID)
+	return s.B.String()
+}
+
 func (x *Tx) Write(w txWriter, setID *uint32) {
 	t := x.table
 	if x.delTable {
@@ -108,7 +116,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		w.DelChain(x.f, t.Name, c)
 	}
 	for _, s := range x.delSets {
-		w.DelSet(x.f, t.Name, s)
+		w.delSet(x.f, t.Name, s)
 	}
 	for _, o := range x.delObjs {
 		w.delObj(x.f, t.Name, o)
@@ -118,11 +126,11 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	}
 	for _, m := range x.newMaps {
 		*setID++
-		w.AddMap(x.f, t.Name, m, *setID)
+		w.addMap(x.f, t.Name, m, *setID)
 	}
 	if x.newAffinity {
 		*setID++
-		w.AddAffinitySet(x.f, t.Name, *setID)
+		w.addAffinitySet(x.f, t.Name, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
 	if x.release != nil {
@@ -130,7 +138,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		cloneElementStrings(x.addElems)
 	}
 	for _, m := range x.flushMaps {
-		w.FlushMap(x.f, t.Name, t.Map(m))
+		w.flushMap(x.f, t.Name, t.Map(m))
 	}
 	for _, m := range t.Maps {
 		if e := x.delElems[m.Name]; len(e) > 0 {
@@ -175,7 +183,7 @@ func (x *Tx) ReleaseRules(round int, between func()) {
 // writeRules writes the rules of every chain in x.rules, in order.
 func (x *Tx) writeRules(w txWriter) {
 	if x.release == nil {
-		w.AddChainRules(x.f, x.table.Name, x.rules)
+		w.addChainRules(x.f, x.table.Name, x.rules)
 		return
 	}
 	for lo := 0; lo < len(x.rules); {
@@ -184,7 +192,7 @@ func (x *Tx) writeRules(w txWriter) {
 			n += len(x.rules[hi].Rules)
 			hi++
 		}
-		w.AddChainRules(x.f, x.table.Name, x.rules[lo:hi])
+		w.addChainRules(x.f, x.table.Name, x.rules[lo:hi])
 		clear(x.rules[lo:hi])
 		if n >= x.round { // the last, partial round goes with the Tx
 			x.release()

@@ -18,13 +18,13 @@ func TestDirectEncodingMatchesLibrary(t *testing.T) {
 			for _, tc := range cases {
 				for _, e := range tc.term.exprs(f) {
 					direct := &Batch{}
-					direct.Expr(f, e)
+					direct.expr(f, e)
 					data, err := expr.Marshal(byte(f), e)
 					if err != nil {
 						t.Fatal(err)
 					}
 					lib := &Batch{}
-					lib.Attr(unix.NFTA_LIST_ELEM|unix.NLA_F_NESTED, data)
+					lib.attr(unix.NFTA_LIST_ELEM|unix.NLA_F_NESTED, data)
 					if !bytes.Equal(direct.Buf, lib.Buf) {
 						t.Errorf("%s %T %+v:\n direct %x\n library %x", f, e, e, direct.Buf, lib.Buf)
 					}
@@ -50,10 +50,10 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 	}
 	for _, tail := range []bool{false, true} {
 		encode := func(parallel bool) ([]byte, *Batch) {
-			b := NewBatch(7)
+			b := newBatch(7)
 			if parallel {
 				b.AddChains(IPv4, tbl.Name, chains)
-				b.AddChainRules(IPv4, tbl.Name, chains)
+				b.addChainRules(IPv4, tbl.Name, chains)
 			} else {
 				for _, c := range chains {
 					b.AddChain(IPv4, tbl.Name, c)
@@ -68,7 +68,7 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 				m := tbl.Map("m")
 				b.Elements(true, IPv4, tbl.Name, m, tbl.Elements(m.Name))
 			}
-			chunks, _, err := b.Finish()
+			chunks, _, err := b.finish()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,8 +80,8 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 			t.Fatalf("elements after the rules=%v: the parallel encoding differs (%d bytes, serial %d)", tail, len(par), len(serial))
 		}
 		const seq = 7 + 12000
-		if sb.Messages() != pb.Messages() || sb.Describe(seq) != pb.Describe(seq) {
-			t.Errorf("message %d: %q, serial %q", seq, pb.Describe(seq), sb.Describe(seq))
+		if sb.Messages() != pb.Messages() || sb.describe(seq) != pb.describe(seq) {
+			t.Errorf("message %d: %q, serial %q", seq, pb.describe(seq), sb.describe(seq))
 		}
 	}
 }
@@ -90,35 +90,35 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 func TestDescribeMessage(t *testing.T) {
 	m := &Map{Name: "service-ips", Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}}
 	elems := []Element{{Key: Key{Addr: mustAddr("10.0.0.1"), Proto: 6, Port: 80}}}
-	b := NewBatch(100)
+	b := newBatch(100)
 	steps := []struct {
 		write func()
 		want  string
 	}{
 		{func() { b.AddTable(IPv4, "t", "c") }, "add table t"},
-		{func() { b.AddMap(IPv4, "t", m, 1) }, "add map service-ips"},
-		{func() { b.AddAffinitySet(IPv4, "t", 2) }, "add set " + SetAffinity},
+		{func() { b.addMap(IPv4, "t", m, 1) }, "add map service-ips"},
+		{func() { b.addAffinitySet(IPv4, "t", 2) }, "add set " + SetAffinity},
 		{func() { b.AddChain(IPv4, "t", &Chain{Name: "KUBE-SVC-X"}) }, "add chain KUBE-SVC-X"},
 		{func() { b.AddRule(IPv4, "t", "KUBE-SVC-X", R(Verdict{Kind: Drop})) }, "add rule to KUBE-SVC-X"},
 		{func() { b.FlushChain(IPv4, "t", "KUBE-SVC-X") }, "flush chain KUBE-SVC-X"},
-		{func() { b.FlushMap(IPv4, "t", m) }, "flush map service-ips"},
+		{func() { b.flushMap(IPv4, "t", m) }, "flush map service-ips"},
 		{func() { b.Elements(true, IPv4, "t", m, elems) }, "add elements to service-ips"},
 		{func() { b.Elements(false, IPv4, "t", m, elems) }, "delete elements from service-ips"},
 		{func() { b.DelChain(IPv4, "t", "KUBE-SVC-X") }, "delete chain KUBE-SVC-X"},
-		{func() { b.DelSet(IPv4, "t", "service-ips") }, "delete set service-ips"},
+		{func() { b.delSet(IPv4, "t", "service-ips") }, "delete set service-ips"},
 		{func() { b.DelTable(IPv4, "t") }, "delete table t"},
 	}
 	for i, s := range steps {
 		s.write()
-		if got := b.Describe(uint32(101 + i)); got != s.want {
+		if got := b.describe(uint32(101 + i)); got != s.want {
 			t.Errorf("message %d: %q, want %q", 101+i, got, s.want)
 		}
 	}
-	if _, _, err := b.Finish(); err != nil {
+	if _, _, err := b.finish(); err != nil {
 		t.Fatal(err)
 	}
 	for seq, want := range map[uint32]string{100: "batch begin", 101 + uint32(len(steps)): "batch end", 3: "message 3"} {
-		if got := b.Describe(seq); got != want {
+		if got := b.describe(seq); got != want {
 			t.Errorf("message %d: %q, want %q", seq, got, want)
 		}
 	}

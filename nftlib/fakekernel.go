@@ -292,7 +292,7 @@ func (w *FakeWriter) FlushChain(f Family, table, chain string) { w.x.FlushChain(
 
 // AddRule appends a rule to a chain.
 func (w *FakeWriter) AddRule(f Family, table, chain string, r Rule) {
-	w.x.AddChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
+	w.x.addChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
 }
 
 // AddChain adds a regular chain.

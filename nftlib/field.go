@@ -30,7 +30,7 @@ func (fl Field) text(f Family) string {
 	return "?"
 }
 
-// Size is the field's length in bytes in a key.
+// size is the field's length in bytes in a key.
 func (fl Field) size(f Family) uint32 {
 	switch fl {
 	case FieldSaddr, FieldDaddr:

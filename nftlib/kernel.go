@@ -97,8 +97,8 @@ func (k *Kernel) Apply(b *Batch) error { return k.apply(b, nil) }
 // kernel sends back other than errors and acks (the notifications that
 // NLM_F_ECHO asks for, which come before the final ack).
 func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
-	defer b.Release()
-	chunks, lastSeq, err := b.Finish()
+	defer b.release()
+	chunks, lastSeq, err := b.finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
 	}
@@ -164,7 +164,7 @@ func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscal
 				continue // an answer to something else (a lost transaction's)
 			}
 			if errno != 0 && first == nil {
-				first = &TxError{Op: b.Describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+				first = &TxError{Op: b.describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
 				first.Family, first.Table = messageTable(b.message(seq))
 			}
 			if seq == lastSeq {
@@ -267,7 +267,7 @@ func extAckMsg(m syscall.NetlinkMessage) string {
 
 // nextSeq hands out the sequence numbers of a new batch.
 func (k *Kernel) NewBatch() *Batch {
-	b := NewBatch(k.seq)
+	b := newBatch(k.seq)
 	return b
 }
 

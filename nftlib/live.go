@@ -17,10 +17,10 @@ func (k *Kernel) TableComments(f Family) (map[string]string, error) {
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
 		var udata []byte
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_TABLE_NAME:
-				name = a.Str()
+				name = a.str()
 			case nftaTableUserdata:
 				udata = clone(a.data)
 			}
@@ -179,13 +179,13 @@ func decodeElement(f Family, m *Map, e kElement) (Element, error) {
 func parseExprs(f Family, b []byte) ([]expr.Any, error) {
 	var out []expr.Any
 	var err error
-	ok := ForAttrs(b, func(el Attr) {
+	ok := forAttrs(b, func(el nlAttr) {
 		var name string
 		decoded := false
-		ForAttrs(el.data, func(a Attr) {
+		forAttrs(el.data, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_EXPR_NAME:
-				name = a.Str()
+				name = a.str()
 			case unix.NFTA_EXPR_DATA:
 				decoded = true
 				if err != nil {

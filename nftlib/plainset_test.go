@@ -30,9 +30,9 @@ func TestPlainSet(t *testing.T) {
 		}
 	}
 
-	var s ScriptWriter
-	s.AddMap(IPv4, "t", set, 1)
-	s.FlushMap(IPv4, "t", set)
+	var s scriptWriter
+	s.addMap(IPv4, "t", set, 1)
+	s.flushMap(IPv4, "t", set)
 	s.Elements(true, IPv4, "t", set, []Element{{Key: Key{Addr: netip.MustParseAddr("10.0.0.2")}, Comment: "ns/b"}})
 	s.Elements(false, IPv4, "t", set, []Element{{Key: Key{Addr: netip.MustParseAddr("10.0.0.2")}}})
 	want := `add set ip t ips { type ipv4_addr; }

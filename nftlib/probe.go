@@ -120,7 +120,7 @@ func probeFeatures(k probeKernel, ipvs bool, table string, seq uint32) error {
 			if feat.IPVS && !ipvs {
 				continue
 			}
-			b := NewBatch(seq)
+			b := newBatch(seq)
 			writeProbe(b, f, table, feat)
 			seq = b.seq
 			echo, err := k.probeApply(b)
@@ -143,11 +143,11 @@ func probeFeatures(k probeKernel, ipvs bool, table string, seq uint32) error {
 // (NLM_F_EXCL: never someone else's table of that name), the feature's
 // objects, and delete the table.
 func writeProbe(b *Batch, f Family, table string, feat Feature) {
-	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ECHO, f)
-	b.Str(unix.NFTA_TABLE_NAME, table)
-	b.U32(unix.NFTA_TABLE_FLAGS, 0)
-	b.CommentAttr(nftaTableUserdata, 0, probeComment)
-	b.End()
+	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ECHO, f)
+	b.str(unix.NFTA_TABLE_NAME, table)
+	b.u32(unix.NFTA_TABLE_FLAGS, 0)
+	b.commentAttr(nftaTableUserdata, 0, probeComment)
+	b.end()
 	if feat.write != nil {
 		feat.write(b, f, table)
 	}
@@ -170,10 +170,10 @@ func echoHas(echo []syscall.NetlinkMessage, typ uint16, nameAttr uint16, name st
 		}
 		var n string
 		has := false
-		ForAttrs(m.Data[NfgenLen:], func(a Attr) {
+		forAttrs(m.Data[NfgenLen:], func(a nlAttr) {
 			switch a.typ {
 			case nameAttr:
-				n = a.Str()
+				n = a.str()
 			case want:
 				has = len(a.data) > 0
 			}

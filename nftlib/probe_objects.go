@@ -51,7 +51,7 @@ func probeBaseChains(b *Batch, f Family, table string) {
 
 func probeVmap(b *Batch, f Family, table string) {
 	m := &Map{Name: "probe-vmap", Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}}
-	b.AddMap(f, table, m, 1)
+	b.addMap(f, table, m, 1)
 	b.Elements(true, f, table, m, []Element{{Key: Key{Addr: probeAddr(f), Proto: unix.IPPROTO_TCP, Port: 80},
 		Verdict: Verdict{Kind: Accept}, Comment: probeComment}})
 	probeRule(b, f, table, probeNATPrerouting, Vmap(m.Name, m.Key...))
@@ -70,7 +70,7 @@ func probeReject(b *Batch, f Family, table string) {
 }
 
 func probeAffinity(b *Batch, f Family, table string) {
-	b.AddAffinitySet(f, table, 1)
+	b.addAffinitySet(f, table, 1)
 	probeRule(b, f, table, probeNATPrerouting,
 		AffinityMatch{ID: 1}, AffinityUpdate{ID: 1, Timeout: 3 * time.Hour})
 }

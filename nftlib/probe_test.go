@@ -30,7 +30,7 @@ type fakeProbeKernel struct {
 // batchMessages splits a finished batch into its netlink messages.
 func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	t.Helper()
-	chunks, _, err := b.Finish()
+	chunks, _, err := b.finish()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	for _, c := range chunks {
 		all = append(all, c...)
 	}
-	b.Release()
+	b.release()
 	msgs, err := syscall.ParseNetlinkMessage(all)
 	if err != nil {
 		t.Fatal(err)
@@ -98,12 +98,12 @@ func (k *fakeProbeKernel) checkScratch(msgs []syscall.NetlinkMessage) {
 // without drops the attributes this kernel ignores from an echoed object.
 func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
 	out := append([]byte(nil), data[:NfgenLen]...)
-	ForAttrs(data[NfgenLen:], func(a Attr) {
+	forAttrs(data[NfgenLen:], func(a nlAttr) {
 		if drop, ok := k.ignoreAttrs[typ]; ok && drop == a.typ {
 			return
 		}
 		b := &Batch{}
-		b.Attr(a.typ, a.data)
+		b.attr(a.typ, a.data)
 		out = append(out, b.Buf...)
 	})
 	return out
@@ -111,13 +111,13 @@ func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
 
 func ruleHasExpr(attrs []byte, name string) bool {
 	found := false
-	ForAttrs(attrs, func(a Attr) {
+	forAttrs(attrs, func(a nlAttr) {
 		if a.typ != unix.NFTA_RULE_EXPRESSIONS {
 			return
 		}
-		ForAttrs(a.data, func(e Attr) {
-			ForAttrs(e.data, func(x Attr) {
-				if x.typ == unix.NFTA_EXPR_NAME && x.Str() == name {
+		forAttrs(a.data, func(e nlAttr) {
+			forAttrs(e.data, func(x nlAttr) {
+				if x.typ == unix.NFTA_EXPR_NAME && x.str() == name {
 					found = true
 				}
 			})

@@ -255,16 +255,16 @@ func rulesDiffer(f Family, c *Chain, kept []keptRule, same func(keptRule, Rule) 
 func (k *Kernel) chainRules(f Family, table, chain string) ([]keptRule, error) {
 	var out []keptRule
 	attrs := func(m *Batch) {
-		m.Str(unix.NFTA_RULE_TABLE, table)
-		m.Str(unix.NFTA_RULE_CHAIN, chain)
+		m.str(unix.NFTA_RULE_TABLE, table)
+		m.str(unix.NFTA_RULE_CHAIN, chain)
 	}
 	err := k.dump(unix.NFT_MSG_GETRULE, f, attrs, func(p []byte) error {
 		var kr keptRule
 		in := true
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_RULE_CHAIN:
-				in = a.Str() == chain
+				in = a.str() == chain
 			case unix.NFTA_RULE_HANDLE:
 				if len(a.data) == 8 {
 					kr.handle = binary.BigEndian.Uint64(a.data)
@@ -295,7 +295,7 @@ func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepa
 		// Came and went, or belongs to a rule (whose chain is named too).
 	case c == nil:
 		if kc.Base {
-			d.add("chain %s: not ours, a base chain (%s)", name, kc.Describe())
+			d.add("chain %s: not ours, a base chain (%s)", name, kc.describe())
 		} else {
 			d.add("chain %s: not ours", name)
 		}

@@ -41,11 +41,11 @@ func TestKernelEveryTermKind(t *testing.T) {
 		b.AddTable(f, tbl.Name, "")
 		b.AddChains(f, tbl.Name, tbl.Chains)
 		for i, m := range tbl.Maps {
-			b.AddMap(f, tbl.Name, m, uint32(i+1))
+			b.addMap(f, tbl.Name, m, uint32(i+1))
 			b.Elements(true, f, tbl.Name, m, m.Elements)
 		}
-		b.AddAffinitySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
-		b.AddChainRules(f, tbl.Name, tbl.Chains)
+		b.addAffinitySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
+		b.addChainRules(f, tbl.Name, tbl.Chains)
 		if err := k.Apply(b); err != nil {
 			t.Fatalf("%s: writing every term: %v", f, err)
 		}
@@ -103,8 +103,8 @@ func takesLookupInMap(t *testing.T, k *Kernel) bool {
 	b := k.NewBatch()
 	b.AddTable(IPv4, table, "")
 	b.AddChains(IPv4, table, []*Chain{c})
-	b.AddMap(IPv4, table, m, 1)
-	b.AddChainRules(IPv4, table, []*Chain{c})
+	b.addMap(IPv4, table, m, 1)
+	b.addChainRules(IPv4, table, []*Chain{c})
 	if err := k.Apply(b); err != nil {
 		t.Logf("this kernel refuses a lookup without a destination in a map (%v): such examples are not tried", err)
 		return false

@@ -191,7 +191,7 @@ func checkRoundTrip(t *testing.T, f Family, tc termCase) {
 	}
 	viaExprs := &Batch{}
 	for _, e := range tc.term.exprs(f) {
-		viaExprs.Expr(f, e)
+		viaExprs.expr(f, e)
 	}
 	if d, ok := tc.term.(directTerm); ok {
 		direct := &Batch{}
@@ -316,7 +316,7 @@ func TestDecodeRefusesForeignExpressions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &Batch{}
 			for _, e := range tt.exprs {
-				b.Expr(f, e)
+				b.expr(f, e)
 			}
 			terms, err := decodeRule(f, b.Buf)
 			if err == nil {
