@@ -223,7 +223,7 @@ func tableObjects(t *Table) []string {
 	for _, m := range t.Maps {
 		out = append(out, "map "+m.Name+" "+fmt.Sprint(m.Key)+" "+fmt.Sprint(m.Plain)+" "+quoteComment(m.Comment))
 		for _, e := range t.Elements(m.Name) {
-			out = append(out, "map "+m.Name+" element "+m.ElementText(t.Family, e))
+			out = append(out, "map "+m.Name+" element "+m.elementText(t.Family, e))
 		}
 	}
 	if t.Affinity {
@@ -234,7 +234,7 @@ func tableObjects(t *Table) []string {
 
 func chainObject(c *Chain, f Family) string {
 	var b strings.Builder
-	c.RenderTo(&b, f)
+	c.renderTo(&b, f)
 	return b.String()
 }
 
@@ -267,7 +267,7 @@ func (t *fakeTable) table(f Family, name string) *Table {
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}
-		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(m.ElementText(f, a), m.ElementText(f, b)) })
+		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(m.elementText(f, a), m.elementText(f, b)) })
 		out.Maps = append(out.Maps, m)
 	}
 	for _, cn := range slices.Sorted(maps.Keys(t.chains)) {

@@ -91,7 +91,7 @@ func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 					r.Handle = binary.BigEndian.Uint64(a.data)
 				}
 			case unix.NFTA_RULE_EXPRESSIONS:
-				r.Targets = JumpTargets(a.data)
+				r.Targets = jumpTargets(a.data)
 			}
 		})
 		if f == t.Family && table == t.Name {
@@ -105,10 +105,10 @@ func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 	return out, nil
 }
 
-// JumpTargets returns the chains that the immediate verdicts (jump, goto)
+// jumpTargets returns the chains that the immediate verdicts (jump, goto)
 // of a rule's NFTA_RULE_EXPRESSIONS payload name; other expressions, and
 // malformed input, name none.
-func JumpTargets(exprs []byte) []string {
+func jumpTargets(exprs []byte) []string {
 	var out []string
 	forExprs(exprs, func(name string, data []byte) {
 		if name != "immediate" {

@@ -48,10 +48,10 @@ func TestJumpTargets(t *testing.T) {
 	exprs := append(append([]byte(nil), match...), verdictExpr(unix.NFT_JUMP, "KUBE-SERVICES")...)
 	exprs = append(exprs, verdictExpr(unix.NFT_GOTO, "KUBE-SVC-X")...)
 	exprs = append(exprs, verdictExpr(1, "")...) // NF_ACCEPT
-	if got, want := JumpTargets(exprs), []string{"KUBE-SERVICES", "KUBE-SVC-X"}; !slices.Equal(got, want) {
+	if got, want := jumpTargets(exprs), []string{"KUBE-SERVICES", "KUBE-SVC-X"}; !slices.Equal(got, want) {
 		t.Errorf("JumpTargets = %q, want %q", got, want)
 	}
-	if got := JumpTargets([]byte{1, 2, 3}); got != nil {
+	if got := jumpTargets([]byte{1, 2, 3}); got != nil {
 		t.Errorf("JumpTargets of garbage = %q, want none", got)
 	}
 }

@@ -171,7 +171,7 @@ func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscal
 				done = true
 			}
 		}
-		if done || (first != nil && !k.Pending()) {
+		if done || (first != nil && !k.pending()) {
 			return first, nil
 		}
 	}
@@ -181,7 +181,7 @@ func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscal
 // of a transaction's answers there.
 func (k *Kernel) drain() {
 	buf := make([]byte, 1<<16)
-	for k.Pending() {
+	for k.pending() {
 		if _, _, err := unix.Recvfrom(k.fd, buf, unix.MSG_DONTWAIT); err != nil &&
 			!errors.Is(err, unix.ENOBUFS) && !errors.Is(err, unix.EINTR) {
 			return
@@ -233,8 +233,8 @@ func (k *Kernel) QueueUnread(n int) error {
 	return nil
 }
 
-// Pending reports whether more answers are queued on the socket.
-func (k *Kernel) Pending() bool {
+// pending reports whether more answers are queued on the socket.
+func (k *Kernel) pending() bool {
 	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0

@@ -443,7 +443,7 @@ func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, 
 			seq += uint32(count(i))
 		}
 	}
-	InParallel(n, func(p, lo, hi int) {
+	inParallel(n, func(p, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			write(parts[p], i)
 		}

@@ -50,7 +50,7 @@ func (t *Table) RenderTo(b *strings.Builder) {
 	}
 	for _, c := range t.AllChains() {
 		sep()
-		c.RenderTo(b, t.Family)
+		c.renderTo(b, t.Family)
 	}
 	b.WriteString("}\n")
 }
@@ -85,7 +85,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 		default:
 			b.WriteString(", ")
 		}
-		b.WriteString(m.ElementText(t.Family, e))
+		b.WriteString(m.elementText(t.Family, e))
 	}
 	if len(elems) > 0 {
 		b.WriteString(" }\n")
@@ -93,7 +93,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	b.WriteString("\t}\n")
 }
 
-func (c *Chain) RenderTo(b *strings.Builder, f Family) {
+func (c *Chain) renderTo(b *strings.Builder, f Family) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 	if c.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(c.Comment))
@@ -140,9 +140,9 @@ func sortedByKey(f Family, key []Field, elems []Element) []Element {
 	return out
 }
 
-// ElementText is an element of the map as nft prints it: without a
+// elementText is an element of the map as nft prints it: without a
 // verdict in a Plain set.
-func (m *Map) ElementText(f Family, e Element) string {
+func (m *Map) elementText(f Family, e Element) string {
 	if !m.Plain {
 		return e.Text(f, m.Key)
 	}

@@ -167,10 +167,10 @@ func (t *Table) Chain(name string) *Chain {
 	return nil
 }
 
-// ChainsNamed returns the fixed or fragment chains of those names, in
+// chainsNamed returns the fixed or fragment chains of those names, in
 // their order, and false if one is missing: one walk of the table, where
 // Chain would walk it once a name.
-func (t *Table) ChainsNamed(names []string) ([]*Chain, bool) {
+func (t *Table) chainsNamed(names []string) ([]*Chain, bool) {
 	idx := make(map[string]int, len(names))
 	for i, n := range names {
 		idx[n] = i

@@ -166,7 +166,7 @@ func (k *Kernel) scopedChains(t *Table, names, stale []string, d *drift, r *scop
 	if len(names) == 0 {
 		return nil
 	}
-	ours, _ := t.ChainsNamed(names)
+	ours, _ := t.chainsNamed(names)
 	have := make(map[string]*KernelChain, len(names))
 	if err := k.getChains(t.Family, t.Name, names, have); err != nil {
 		return fmt.Errorf("reading chains %v: %w", names, err)

@@ -97,7 +97,7 @@ func (s *scriptWriter) AddRule(f Family, table, chain string, r Rule) {
 func (s *scriptWriter) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	for _, e := range elems {
 		if add {
-			s.line("add element %s %s %s { %s }", f, table, m.Name, m.ElementText(f, e))
+			s.line("add element %s %s %s { %s }", f, table, m.Name, m.elementText(f, e))
 		} else {
 			s.line("delete element %s %s %s { %s }", f, table, m.Name, e.keyText(m.Key))
 		}

@@ -49,8 +49,8 @@ type SetElement struct {
 	Saddr netip.Prefix
 }
 
-// Set returns the table's set of that name, or nil.
-func (t *SetTable) Set(name string) *Set {
+// set returns the table's set of that name, or nil.
+func (t *SetTable) set(name string) *Set {
 	for _, s := range t.Sets {
 		if s.Name == name {
 			return s
@@ -59,8 +59,8 @@ func (t *SetTable) Set(name string) *Set {
 	return nil
 }
 
-// Chain returns the table's chain of that name, or nil.
-func (t *SetTable) Chain(name string) *Chain {
+// chain returns the table's chain of that name, or nil.
+func (t *SetTable) chain(name string) *Chain {
 	for _, c := range t.Chains {
 		if c.Name == name {
 			return c
@@ -70,7 +70,7 @@ func (t *SetTable) Chain(name string) *Chain {
 }
 
 // Type is the set's key type as nft prints it.
-func (s *Set) Type(f Family) string {
+func (s *Set) typ(f Family) string {
 	types := make([]string, len(s.Key))
 	for i, fl := range s.Key {
 		types[i], _ = fl.datatype(f)
@@ -200,7 +200,7 @@ func (t *SetTable) String() string {
 	}
 	for _, s := range t.Sets {
 		sep()
-		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", s.Name, s.Type(t.Family))
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", s.Name, s.typ(t.Family))
 		if s.Interval {
 			b.WriteString("\t\tflags interval\n")
 		}
@@ -227,7 +227,7 @@ func (t *SetTable) String() string {
 	}
 	for _, c := range t.Chains {
 		sep()
-		c.RenderTo(&b, t.Family)
+		c.renderTo(&b, t.Family)
 	}
 	b.WriteString("}\n")
 	return b.String()

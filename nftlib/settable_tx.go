@@ -67,7 +67,7 @@ func writeElementChanges(w setTxWriter, changes []SetElementChange) error {
 		if len(c.Elements) == 0 {
 			continue
 		}
-		s := c.Table.Set(c.Set)
+		s := c.Table.set(c.Set)
 		if s == nil {
 			return fmt.Errorf("table %s %s has no set %q", c.Table.Family, c.Table.Name, c.Set)
 		}
@@ -112,8 +112,8 @@ func SetElementScript(changes []SetElementChange) (string, error) {
 	return s.B.String(), err
 }
 
-// ReplaceScript is what ReplaceSetTables sends for t, as nft commands.
-func (t *SetTable) ReplaceScript() string {
+// replaceScript is what ReplaceSetTables sends for t, as nft commands.
+func (t *SetTable) replaceScript() string {
 	var s scriptWriter
 	var id uint32
 	t.writeReplace(&s, &id)
@@ -147,7 +147,7 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 		elems[s.Name] = got
 	}
 	for name := range kt.Sets {
-		if want.Set(name) == nil {
+		if want.set(name) == nil {
 			diffs = append(diffs, "unexpected set "+name)
 		}
 	}
@@ -160,7 +160,7 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 		}
 	}
 	for name := range kt.Chains {
-		if want.Chain(name) == nil {
+		if want.chain(name) == nil {
 			diffs = append(diffs, "unexpected chain "+name)
 		}
 	}
@@ -337,7 +337,7 @@ func (s *scriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
 	if set.Interval {
 		flags = " flags interval;"
 	}
-	s.line("add set %s %s %s { type %s;%s comment %s; }", f, table, set.Name, set.Type(f), flags, quoteComment(set.Comment))
+	s.line("add set %s %s %s { type %s;%s comment %s; }", f, table, set.Name, set.typ(f), flags, quoteComment(set.Comment))
 }
 
 func (s *scriptWriter) setElements(add bool, f Family, table string, set *Set, elems []SetElement) {
