@@ -80,13 +80,13 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 			d.add("map %s: %s", m.Name, why)
 		}
 	}
-	if t.Affinity {
-		if why := affinityMismatch(t.Family, kt.Sets[SetAffinity]); why != "" {
-			d.add("set %s: %s", SetAffinity, why)
+	if t.Sticky {
+		if why := stickyMismatch(t.Family, kt.Sets[SetSticky]); why != "" {
+			d.add("set %s: %s", SetSticky, why)
 		}
 	}
 	for n, ks := range kt.Sets {
-		if t.Map(n) == nil && (n != SetAffinity || !t.Affinity) {
+		if t.Map(n) == nil && (n != SetSticky || !t.Sticky) {
 			foreignSet(n, ks, d)
 		}
 	}
@@ -165,17 +165,17 @@ func mapMismatch(f Family, ks *KernelSet, m *Map) string {
 	return ""
 }
 
-const affinityFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
+const stickyFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
-// affinityMismatch says how the affinity set in the kernel differs, or "".
-func affinityMismatch(f Family, ks *KernelSet) string {
+// stickyMismatch says how the sticky set in the kernel differs, or "".
+func stickyMismatch(f Family, ks *KernelSet) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.Flags != affinityFlags || ks.KeyType != affinityKeyType(f) || ks.KeyLen != affinityKeyLen(f) || ks.DataType != 0:
+	case ks.Flags != stickyFlags || ks.KeyType != stickyKeyType(f) || ks.KeyLen != stickyKeyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, affinityFlags, affinityKeyType(f), affinityKeyLen(f))
-	case !bytes.Equal(ks.Udata, affinityUserdata(f)):
+			ks.Flags, ks.KeyType, ks.KeyLen, stickyFlags, stickyKeyType(f), stickyKeyLen(f))
+	case !bytes.Equal(ks.Udata, stickyUserdata(f)):
 		return "userdata differs"
 	}
 	return ""

@@ -17,7 +17,7 @@ type txWriter interface {
 	delObj(f Family, table string, o KernelObject)
 	delFlowtable(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
-	addAffinitySet(f Family, table string, id uint32)
+	addStickySet(f Family, table string, id uint32)
 	flushMap(f Family, table string, m *Map)
 	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
@@ -54,12 +54,12 @@ type Tx struct {
 	delObjs       []KernelObject
 	delFlowtables []string
 	newMaps       []*Map
-	// newAffinity creates the affinity set if it does not exist; it is
-	// never flushed (its elements are the clients' live affinities).
-	newAffinity bool
-	flushMaps   []string
-	newChains   []*Chain
-	delElems    map[string][]Element
+	// newSticky creates the sticky set if it does not exist; it is
+	// never flushed (its elements are live: the sources it remembers).
+	newSticky bool
+	flushMaps []string
+	newChains []*Chain
+	delElems  map[string][]Element
 	// delRules are rules not ours, by chain, deleted by handle (a chain
 	// otherwise as it should be keeps its rules).
 	delRules  map[string][]uint64
@@ -79,7 +79,7 @@ func newTx(t *Table) *Tx {
 
 func (x *Tx) Empty() bool {
 	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 &&
-		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newSticky && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
 		len(x.delElems) == 0 && len(x.delRules) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
@@ -128,9 +128,9 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		*setID++
 		w.addMap(x.f, t.Name, m, *setID)
 	}
-	if x.newAffinity {
+	if x.newSticky {
 		*setID++
-		w.addAffinitySet(x.f, t.Name, *setID)
+		w.addStickySet(x.f, t.Name, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
 	if x.release != nil {
@@ -235,7 +235,7 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 		have = &KernelTable{}
 	}
 	x.flushTable = have.Exists
-	x.newAffinity = want.Affinity
+	x.newSticky = want.Sticky
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
 	x.delObjs = append(x.delObjs, have.Objs...)
@@ -248,8 +248,8 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 // table's flush deletes them): the kernel refuses to delete them alone.
 func (x *Tx) fullSets(have *KernelTable, keys []string) {
 	want, f := x.table, x.f
-	if want.Affinity && have.Sets[SetAffinity] != nil && affinityMismatch(f, have.Sets[SetAffinity]) != "" {
-		x.delSets = append(x.delSets, SetAffinity)
+	if want.Sticky && have.Sets[SetSticky] != nil && stickyMismatch(f, have.Sets[SetSticky]) != "" {
+		x.delSets = append(x.delSets, SetSticky)
 	}
 	for _, m := range want.Maps {
 		ks := have.Sets[m.Name]
@@ -265,7 +265,7 @@ func (x *Tx) fullSets(have *KernelTable, keys []string) {
 		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
 	for name, ks := range have.Sets {
-		if want.Map(name) == nil && (name != SetAffinity || !want.Affinity) && !ks.anonymous() {
+		if want.Map(name) == nil && (name != SetSticky || !want.Sticky) && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
@@ -317,7 +317,7 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 // for later (not due yet).
 func DiffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *Tx, stale, kept []string) {
 	x = newTx(want)
-	x.newAffinity = want.Affinity && !have.Affinity
+	x.newSticky = want.Sticky && !have.Sticky
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)

@@ -41,7 +41,7 @@ type fakeTable struct {
 	chains  map[string]*Chain // the rules are the table's own copy
 }
 
-// fakeSet is a verdict map (m) or the affinity set (m nil).
+// fakeSet is a verdict map (m) or the sticky set (m nil).
 type fakeSet struct {
 	m     *Map
 	elems map[Key]Element
@@ -170,7 +170,7 @@ func fakeKChain(c *Chain) *KernelChain {
 
 func fakeKSet(f Family, s *fakeSet) *KernelSet {
 	if s.m == nil {
-		return &KernelSet{Flags: affinityFlags, KeyType: affinityKeyType(f), KeyLen: affinityKeyLen(f), Udata: affinityUserdata(f)}
+		return &KernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
 	}
 	if s.m.Plain {
 		return &KernelSet{KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key), Udata: CommentUdata(SetCommentType, s.m.Comment)}
@@ -226,8 +226,8 @@ func tableObjects(t *Table) []string {
 			out = append(out, "map "+m.Name+" element "+m.elementText(t.Family, e))
 		}
 	}
-	if t.Affinity {
-		out = append(out, "set "+SetAffinity)
+	if t.Sticky {
+		out = append(out, "set "+SetSticky)
 	}
 	return out
 }
@@ -260,7 +260,7 @@ func (t *fakeTable) table(f Family, name string) *Table {
 	for _, sn := range slices.Sorted(maps.Keys(t.sets)) {
 		s := t.sets[sn]
 		if s.m == nil {
-			out.Affinity = true
+			out.Sticky = true
 			continue
 		}
 		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain}

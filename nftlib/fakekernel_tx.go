@@ -85,10 +85,10 @@ func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
 	})
 }
 
-func (x *fakeTx) addAffinitySet(f Family, table string, id uint32) {
-	x.add(f, table, func(w *scriptWriter) { w.addAffinitySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
-		if t.sets[SetAffinity] == nil {
-			t.sets[SetAffinity] = &fakeSet{elems: map[Key]Element{}}
+func (x *fakeTx) addStickySet(f Family, table string, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addStickySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.sets[SetSticky] == nil {
+			t.sets[SetSticky] = &fakeSet{elems: map[Key]Element{}}
 		}
 		return nil
 	})
@@ -200,8 +200,8 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 		return v.Chain == "" || t.chains[v.Chain] != nil
 	case VmapLookup:
 		return t.sets[v.Map] != nil
-	case AffinityMatch, AffinityUpdate:
-		return t.sets[SetAffinity] != nil
+	case StickyMatch, StickyUpdate:
+		return t.sets[SetSticky] != nil
 	}
 	return true
 }
@@ -259,8 +259,8 @@ func (t *fakeTable) setUsed(name string) bool {
 					if v.Map == name {
 						return true
 					}
-				case AffinityMatch, AffinityUpdate:
-					if name == SetAffinity {
+				case StickyMatch, StickyUpdate:
+					if name == SetSticky {
 						return true
 					}
 				}

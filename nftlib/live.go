@@ -43,7 +43,7 @@ var hookNames = map[uint32]string{
 // chains with their rules decoded into terms, maps with their elements.
 // Every chain and element goes into the table's fixed lists (the kernel
 // knows no fragments). The maps must be template's (which gives their key
-// fields) or the affinity set; a set or a rule's expressions that are not
+// fields) or the sticky set; a set or a rule's expressions that are not
 // ones this package writes are an error naming them.
 func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, error) {
 	t := &Table{Family: f, Name: name, Fragments: map[string]*Fragment{}}
@@ -93,8 +93,8 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		return nil, err
 	}
 	for _, s := range sets {
-		if s == SetAffinity {
-			t.Affinity = true
+		if s == SetSticky {
+			t.Sticky = true
 			continue
 		}
 		tm := template.Map(s)

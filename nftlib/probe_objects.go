@@ -69,10 +69,10 @@ func probeReject(b *Batch, f Family, table string) {
 	probeRule(b, f, table, probeFilterInput, ProtoMatch{Proto: unix.IPPROTO_TCP}, Reject{})
 }
 
-func probeAffinity(b *Batch, f Family, table string) {
-	b.addAffinitySet(f, table, 1)
+func probeSticky(b *Batch, f Family, table string) {
+	b.addStickySet(f, table, 1)
 	probeRule(b, f, table, probeNATPrerouting,
-		AffinityMatch{ID: 1}, AffinityUpdate{ID: 1, Timeout: 3 * time.Hour})
+		StickyMatch{ID: 1}, StickyUpdate{ID: 1, Timeout: 3 * time.Hour})
 }
 
 func probeIntervalConcat(b *Batch, f Family, table string) {

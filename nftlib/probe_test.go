@@ -156,7 +156,7 @@ func TestProbeNamesTheMissingFeature(t *testing.T) {
 		{name: "no numgen module", kernel: fakeProbeKernel{noExpr: "numgen"},
 			want: []string{"lacks random numbers: numgen random", "module nft_numgen"}},
 		{name: "no dynset", kernel: fakeProbeKernel{noExpr: "dynset"},
-			want: []string{"lacks session affinity"}},
+			want: []string{"lacks sticky sets"}},
 		{name: "no masq module", kernel: fakeProbeKernel{noExpr: "masq"},
 			want: []string{"lacks masquerade fully-random"}},
 		{name: "IPVS mode before 5.6", ipvs: true, kernel: fakeProbeKernel{noConcatSets: true},

@@ -44,9 +44,9 @@ func (t *Table) RenderTo(b *strings.Builder) {
 		sep()
 		t.renderMap(b, m)
 	}
-	if t.Affinity {
+	if t.Sticky {
 		sep()
-		t.renderAffinitySet(b)
+		t.renderStickySet(b)
 	}
 	for _, c := range t.AllChains() {
 		sep()

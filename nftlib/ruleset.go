@@ -72,11 +72,11 @@ type Table struct {
 	Name    string
 	Comment string
 	// Secondary marks a table besides its family's main one (the nftables
-	// mode's delta and affinity tables): Ruleset.Table returns the main one.
+	// mode's delta and sticky tables): Ruleset.Table returns the main one.
 	Secondary bool
 	Maps      []*Map
-	// Affinity declares the dynamic set of session affinity (see affinity.go).
-	Affinity bool
+	// Sticky declares the table's sticky set (see sticky.go).
+	Sticky bool
 	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
 	Chains []*Chain
 	// Fragments hold chains and map elements kept apart by key (the

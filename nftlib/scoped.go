@@ -318,7 +318,7 @@ func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepa
 }
 
 // scopedSets compares the named sets' attributes, and the elements of
-// those of our maps the kernel holds as they should be. The affinity
+// those of our maps the kernel holds as they should be. The sticky
 // set's elements are the clients' and never compared.
 func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair) error {
 	if len(names) == 0 {
@@ -331,8 +331,8 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	for _, name := range names {
 		ks, m := kt.Sets[name], t.Map(name)
 		switch {
-		case name == SetAffinity && t.Affinity:
-			if err := scopedAffinity(t.Family, ks, d, r); err != nil {
+		case name == SetSticky && t.Sticky:
+			if err := scopedSticky(t.Family, ks, d, r); err != nil {
 				return err
 			}
 		case m == nil && ks != nil && !ks.anonymous():
@@ -357,15 +357,15 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	return nil
 }
 
-// scopedAffinity creates the affinity set again when it is missing.
-func scopedAffinity(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
+// scopedSticky creates the sticky set again when it is missing.
+func scopedSticky(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
 	if ks == nil {
-		d.add("set %s: missing", SetAffinity)
-		r.fix.newAffinity = true
+		d.add("set %s: missing", SetSticky)
+		r.fix.newSticky = true
 		return nil
 	}
-	if why := affinityMismatch(f, ks); why != "" {
-		return fmt.Errorf("set %s: %s", SetAffinity, why)
+	if why := stickyMismatch(f, ks); why != "" {
+		return fmt.Errorf("set %s: %s", SetSticky, why)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ var termKinds = [...]Term{
 	SetLookup{}, SetMatch{}, VmapLookup{},
 	AddrMatch{}, ProtoMatch{}, PortMatch{}, FibLocal{}, CtState{}, CtStateNone{}, CtStatusNone{}, IfName{},
 	MarkIsSet{}, MarkZero{}, MarkSet{},
-	NumgenZero{}, AffinityMatch{}, AffinityUpdate{},
+	NumgenZero{}, StickyMatch{}, StickyUpdate{},
 	DNAT{}, Masquerade{}, Reject{}, Verdict{},
 }
 

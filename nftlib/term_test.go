@@ -121,14 +121,14 @@ func termCases(f Family) map[string][]termCase {
 			{term: NumgenZero{Mod: 2}, want: []string{"0.500 no dnat masquerade", "0.500 no dnat"}},
 			{term: NumgenZero{Mod: 1000}, want: []string{"0.001 no dnat masquerade", "0.999 no dnat"}},
 		},
-		"AffinityMatch": {
-			{term: AffinityMatch{ID: 7}, want: []string{match}},
-			{term: AffinityMatch{ID: 8}, want: []string{noMatch}},
+		"StickyMatch": {
+			{term: StickyMatch{ID: 7}, want: []string{match}},
+			{term: StickyMatch{ID: 8}, want: []string{noMatch}},
 		},
-		"AffinityUpdate": {{term: AffinityUpdate{ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " affinity 9"}}},
-		"DNAT":           {{term: DNAT{Addr: x.endpoint, Port: 8080}, want: []string{dnat + " masquerade"}}},
-		"Masquerade":     {{term: Masquerade{}, want: []string{match}}},
-		"Reject":         {{term: Reject{}, want: []string{"1.000 reject"}}},
+		"StickyUpdate": {{term: StickyUpdate{ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " sticky 9"}}},
+		"DNAT":         {{term: DNAT{Addr: x.endpoint, Port: 8080}, want: []string{dnat + " masquerade"}}},
+		"Masquerade":   {{term: Masquerade{}, want: []string{match}}},
+		"Reject":       {{term: Reject{}, want: []string{"1.000 reject"}}},
 		"Verdict": {
 			{term: Verdict{Kind: Accept}, want: []string{noMatch}},
 			{term: Verdict{Kind: Drop}, want: []string{"1.000 drop"}},
@@ -144,7 +144,7 @@ func termCases(f Family) map[string][]termCase {
 // then masquerades.
 func traceTable(f Family, term Term) *Table {
 	x := fixture(f)
-	return &Table{Family: f, Name: "t", Affinity: true,
+	return &Table{Family: f, Name: "t", Sticky: true,
 		Chains: []*Chain{
 			{Name: "entry", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100}, Rules: []Rule{R(term, Masquerade{})}},
 			{Name: "target", Rules: []Rule{R(DNAT{Addr: x.endpoint, Port: 8080})}},
@@ -217,7 +217,7 @@ func checkRoundTrip(t *testing.T, f Family, tc termCase) {
 
 func checkTrace(t *testing.T, f Family, tc termCase) {
 	x := fixture(f)
-	p := Packet{Src: x.client, Dst: x.service, Proto: unix.IPPROTO_TCP, Dport: 80, Local: []netip.Addr{x.node}, Iif: "eth0", Affinity: []uint32{7}}
+	p := Packet{Src: x.client, Dst: x.service, Proto: unix.IPPROTO_TCP, Dport: 80, Local: []netip.Addr{x.node}, Iif: "eth0", Sticky: []uint32{7}}
 	if tc.pkt != nil {
 		tc.pkt(&p)
 	}
@@ -235,8 +235,8 @@ func checkTrace(t *testing.T, f Family, tc termCase) {
 	var got []string
 	for _, o := range out {
 		s, _, _ := strings.Cut(o.String(), " via ")
-		if o.Affinity != 0 {
-			s += fmt.Sprintf(" affinity %d", o.Affinity)
+		if o.Sticky != 0 {
+			s += fmt.Sprintf(" sticky %d", o.Sticky)
 		}
 		got = append(got, s)
 	}
