@@ -9,9 +9,8 @@ import (
 )
 
 // The objects each probed feature writes into the scratch table: the terms
-// and chains the proxy's own tables use, each in a base chain of a hook
-// where the proxy uses it (some expressions accept only certain hooks or
-// chain types).
+// and chains a caller's tables use, each in a base chain of a hook where
+// they run (some expressions accept only certain hooks or chain types).
 
 var (
 	probeNATPrerouting  = Hook{Type: "nat", Hook: "prerouting", Priority: -100}
@@ -33,8 +32,8 @@ func probeRule(b *Batch, f Family, table string, h Hook, terms ...Term) {
 	b.AddRule(f, table, "probe", R(terms...))
 }
 
-// probeTerms probes terms in a nat prerouting chain, where the proxy's
-// service chains run.
+// probeTerms probes terms in a nat prerouting chain, where DNAT rules
+// run.
 func probeTerms(terms ...Term) func(b *Batch, f Family, table string) {
 	return func(b *Batch, f Family, table string) {
 		probeRule(b, f, table, probeNATPrerouting, terms...)
