@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -49,28 +48,9 @@ func TestKernelRuleDumpCanonical(t *testing.T) {
 			if _, err := b.Sync(context.Background(), tc.st); err != nil {
 				t.Fatal(err)
 			}
-			applied := b.appliedTables(tableIDs())
-			if d := readBackDrift(t, b, applied); len(d) > 0 {
+			if d := readBackDrift(t, b, b.appliedTables(tableIDs())); len(d) > 0 {
 				t.Errorf("read-back right after a full sync differs: %v", d)
 			}
-			raw, total := 0, 0
-			scratch := &nftlib.Batch{}
-			for _, id := range tableIDs() {
-				tb := applied[id]
-				idx := map[string]int{}
-				err := b.kern().DumpRules(tb.Family, tb.Name, func(chain string, exprs, _ []byte) {
-					r := tb.Chain(chain).Rules[idx[chain]]
-					idx[chain]++
-					total++
-					if !bytes.Equal(exprs, nftlib.RuleExprs(scratch, tb.Family, r)) {
-						raw++
-					}
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			t.Logf("%d of %d rules dumped with other bytes than sent", raw, total)
 		})
 	}
 }

@@ -181,9 +181,9 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 	return attrs
 }
 
-// RuleExprs encodes a rule's expressions as addRule sends them (the content
+// ruleExprs encodes a rule's expressions as addRule sends them (the content
 // of NFTA_RULE_EXPRESSIONS), reusing scratch.
-func RuleExprs(scratch *Batch, f Family, r Rule) []byte {
+func ruleExprs(scratch *Batch, f Family, r Rule) []byte {
 	scratch.Buf = scratch.Buf[:0]
 	for _, t := range r.Terms {
 		for _, e := range t.exprs(f) {

@@ -235,7 +235,7 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 		r := c.Rules[i]
 		var ok bool
 		ck, ok = canonExprs(ck[:0], exprs)
-		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
 		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, CommentUdata(0, r.Comment)) {
 			bad[chain] = true
 			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.Text(f))

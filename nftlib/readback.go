@@ -364,9 +364,9 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 	return nil
 }
 
-// DumpRules calls fn with each rule of a table, chain by chain in order:
+// dumpRules calls fn with each rule of a table, chain by chain in order:
 // the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
-func (k *Kernel) DumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
+func (k *Kernel) dumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
 	return k.dumpChainRules(f, table, "", fn)
 }
 

@@ -213,7 +213,7 @@ func (k *Kernel) scopedRules(f Family, table string, c *Chain, d *drift, r *scop
 	scratch := &Batch{}
 	var cw []byte
 	same := func(kr keptRule, r Rule) bool {
-		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
 		return kr.ok && bytes.Equal(kr.canon, cw) && bytes.Equal(kr.udata, CommentUdata(0, r.Comment))
 	}
 	j, extra := 0, map[int]uint64{}
