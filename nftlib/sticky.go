@@ -75,8 +75,8 @@ func stickyKeyText(f Family, id uint32) string {
 	return fmt.Sprintf("%s saddr . numgen random mod 1 offset %d", f, id)
 }
 
-// NftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
-func NftDuration(d time.Duration) string {
+// nftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
+func nftDuration(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms == 0 {
 		return "0s"

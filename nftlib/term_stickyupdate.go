@@ -17,7 +17,7 @@ type StickyUpdate struct {
 }
 
 func (u StickyUpdate) text(f Family) string {
-	return fmt.Sprintf("update @%s { %s timeout %s }", SetSticky, stickyKeyText(f, u.ID), NftDuration(u.Timeout))
+	return fmt.Sprintf("update @%s { %s timeout %s }", SetSticky, stickyKeyText(f, u.ID), nftDuration(u.Timeout))
 }
 
 func (u StickyUpdate) exprs(f Family) []expr.Any {
