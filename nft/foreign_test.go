@@ -214,7 +214,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 	testns.NFT(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
 	for id, kt := range read() {
 		foreign := id == tableID{nftlib.IPv4, DeltaTable}
-		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Kind() != "quota") {
+		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Type != unix.NFT_OBJECT_QUOTA) {
 			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.Stateful, kt.Objs)
 		}
 	}

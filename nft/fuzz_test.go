@@ -142,6 +142,8 @@ func checkReferences(t *testing.T, tb *nftlib.Table) {
 		}
 	})
 	for _, m := range tb.Maps {
-		tb.EachElement(m.Name, func(e nftlib.Element) { need(e.Verdict.Chain, "an element of "+m.Name) })
+		for _, e := range tb.Elements(m.Name) {
+			need(e.Verdict.Chain, "an element of "+m.Name)
+		}
 	}
 }

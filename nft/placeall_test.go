@@ -2,7 +2,6 @@ package nft
 
 import (
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -30,11 +29,11 @@ func TestPlaceAllMatchesPlace(t *testing.T) {
 				b.place(want, name, homeTable(svc), st.Node, svc, st.Endpoints.Get(name))
 			}
 		}
-		var out strings.Builder
+		rs := &nftlib.Ruleset{}
 		for _, id := range tableIDs() {
-			want[id].RenderTo(&out)
+			rs.Tables = append(rs.Tables, want[id])
 		}
-		return out.String()
+		return rs.String()
 	}
 	if nftlib.ParallelParts(st.Services.Len()) != 3 {
 		t.Fatalf("%d service ports make %d parts, want 3", st.Services.Len(), nftlib.ParallelParts(st.Services.Len()))

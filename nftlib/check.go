@@ -106,7 +106,7 @@ func foreignSet(name string, ks *KernelSet, d *drift) {
 // create none, so each is another process's.
 func statefulDrift(kt *KernelTable, d *drift) {
 	for _, o := range kt.Objs {
-		d.add("%s %s: not ours", o.Kind(), o.Name)
+		d.add("%s %s: not ours", o.kind(), o.Name)
 	}
 	for _, ft := range kt.Flowtables {
 		d.add("flowtable %s: not ours", ft)
@@ -194,8 +194,8 @@ func (t *Table) EachChain(fn func(c *Chain)) {
 	}
 }
 
-// EachElement calls fn for every element of the named map.
-func (t *Table) EachElement(m string, fn func(e Element)) {
+// eachElement calls fn for every element of the named map.
+func (t *Table) eachElement(m string, fn func(e Element)) {
 	if mp := t.Map(m); mp != nil {
 		for _, e := range mp.Elements {
 			fn(e)
@@ -286,7 +286,7 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 	f := t.Family
 	var ed elementDiff
 	want := map[string]Element{}
-	t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+	t.eachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
 	err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
 		w, ok := want[string(e.key)]
 		if !ok {

@@ -249,7 +249,7 @@ func (k *FakeKernel) String() string {
 		return strings.Compare(a.Name, b.Name)
 	})
 	for _, n := range names {
-		k.tables[n].table(n.Family, n.Name).RenderTo(&b)
+		k.tables[n].table(n.Family, n.Name).renderTo(&b)
 	}
 	return b.String()
 }

@@ -19,7 +19,7 @@ func TestPlainSet(t *testing.T) {
 			"c": {Elements: []MapElement{{Map: "ips", Element: Element{Key: Key{Addr: netip.MustParseAddr("10.0.0.1")}}}}},
 		}}
 	var b strings.Builder
-	tbl.RenderTo(&b)
+	tbl.renderTo(&b)
 	for _, want := range []string{
 		"\tset ips {\n\t\ttype ipv4_addr\n\t\tcomment \"some IPs\"\n",
 		// sorted by address, two to a line, as nft lists them

@@ -70,7 +70,7 @@ var objectKinds = map[uint32]string{
 	6: "tunnel", 7: "ct timeout", 8: "secmark", 9: "ct expectation", 10: "synproxy",
 }
 
-func (o KernelObject) Kind() string {
+func (o KernelObject) kind() string {
 	if n, ok := objectKinds[o.Type]; ok {
 		return n
 	}

@@ -15,7 +15,7 @@ import (
 func (rs *Ruleset) Render(w io.Writer) error {
 	var b strings.Builder
 	for _, t := range rs.Tables {
-		t.RenderTo(&b)
+		t.renderTo(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -28,7 +28,7 @@ func (rs *Ruleset) String() string {
 	return b.String()
 }
 
-func (t *Table) RenderTo(b *strings.Builder) {
+func (t *Table) renderTo(b *strings.Builder) {
 	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
 	if t.Comment != "" {
 		fmt.Fprintf(b, "\tcomment %s\n", quoteComment(t.Comment))

@@ -143,7 +143,7 @@ func (r *scopedRepair) refill(m *Map, create bool) {
 		r.fix.flushMaps = append(r.fix.flushMaps, m.Name)
 	}
 	r.fix.table.Maps = append(r.fix.table.Maps, m)
-	r.t.EachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
+	r.t.eachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
 }
 
 // mend repairs the elements of one of our maps: those missing or changed

@@ -25,7 +25,7 @@ func (s *scriptWriter) delSet(f Family, table, name string) {
 }
 
 func (s *scriptWriter) delObj(f Family, table string, o KernelObject) {
-	s.line("delete %s %s %s %s", o.Kind(), f, table, o.Name)
+	s.line("delete %s %s %s %s", o.kind(), f, table, o.Name)
 }
 
 func (s *scriptWriter) delFlowtable(f Family, table, name string) {
