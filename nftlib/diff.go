@@ -26,6 +26,7 @@ type txWriter interface {
 	DelRule(f Family, table, chain string, handle uint64)
 	DelChain(f Family, table, name string)
 	addChainRules(f Family, table string, chains []*Chain)
+	AddRule(f Family, table, chain string, r Rule)
 	Elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 

@@ -45,8 +45,8 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	tbl := releaseTable(3 * ParallelMin)
 	chains := tbl.AllChains()
-	if ParallelParts(len(chains)) < 3 {
-		t.Fatalf("%d chains make %d parts, want 3", len(chains), ParallelParts(len(chains)))
+	if parts := parallelParts(len(chains), ParallelMin); parts < 3 {
+		t.Fatalf("%d chains make %d parts, want 3", len(chains), parts)
 	}
 	for _, tail := range []bool{false, true} {
 		encode := func(parallel bool) ([]byte, *Batch) {

@@ -276,26 +276,10 @@ func (t *fakeTable) table(f Family, name string) *Table {
 	return out
 }
 
-// Commit applies nft commands of another process, written by fn into a
+// Commit applies another process's commands, written by fn into a
 // transaction of their own (e.g. a chain flushed behind our back).
-func (k *FakeKernel) Commit(fn func(w *FakeWriter)) error {
+func (k *FakeKernel) Commit(fn func(tx KernelTx)) error {
 	x := &fakeTx{}
-	fn(&FakeWriter{x})
+	fn(x)
 	return k.CommitTx(x)
-}
-
-// FakeWriter writes another process's commands for FakeKernel.Commit.
-type FakeWriter struct{ x *fakeTx }
-
-// FlushChain deletes every rule of a chain.
-func (w *FakeWriter) FlushChain(f Family, table, chain string) { w.x.FlushChain(f, table, chain) }
-
-// AddRule appends a rule to a chain.
-func (w *FakeWriter) AddRule(f Family, table, chain string, r Rule) {
-	w.x.addChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
-}
-
-// AddChain adds a regular chain.
-func (w *FakeWriter) AddChain(f Family, table, chain string) {
-	w.x.AddChains(f, table, []*Chain{{Name: chain}})
 }

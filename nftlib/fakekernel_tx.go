@@ -159,6 +159,11 @@ func (x *fakeTx) DelChain(f Family, table, name string) {
 	})
 }
 
+// AddRule appends a rule to a chain.
+func (x *fakeTx) AddRule(f Family, table, chain string, r Rule) {
+	x.addChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
+}
+
 func (x *fakeTx) addChainRules(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
 		for _, r := range c.Rules {

@@ -428,7 +428,7 @@ func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
 // whose messages are numbered as they will stand in this one, then joined
 // in order; small ones straight into b.
 func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, i int)) {
-	parts := make([]*Batch, ParallelParts(n))
+	parts := make([]*Batch, parallelParts(n, ParallelMin))
 	if len(parts) == 1 {
 		for i := range n {
 			write(b, i)

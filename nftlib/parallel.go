@@ -10,15 +10,13 @@ import (
 // saves, and small syncs stay on one goroutine.
 const ParallelMin = 2048
 
-// ParallelParts is how many parts inParallel splits n items into: one per
-// CPU, each of at least ParallelMin items.
-func ParallelParts(n int) int { return parallelParts(n, ParallelMin) }
-
+// parallelParts is how many parts inParallel splits n items into: one per
+// CPU, each of at least least items.
 func parallelParts(n, least int) int {
 	return max(1, min(runtime.GOMAXPROCS(0), n/least))
 }
 
-// inParallel runs fn over [0, n) split into parallelParts(n) contiguous
+// inParallel runs fn over [0, n) split into parallelParts(n, ParallelMin) contiguous
 // ranges, part p covering [lo, hi) (ranges in order of p), each on a
 // goroutine of its own unless there is one part, and returns once all are
 // done.
