@@ -286,29 +286,6 @@ func TestKernelOwnedTable(t *testing.T) {
 	}
 }
 
-// A transaction larger than the socket's send buffer is refused before it
-// is sent, with its size, the limit and the remedy.
-func TestKernelSendBufferTooSmall(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	if err := b.kern().SetSendBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
-	_, err := b.Sync(context.Background(), demoState())
-	var big *nftlib.TxTooLargeError
-	if !errors.Is(err, nftlib.ErrTxTooLarge) || !errors.As(err, &big) || big.Size <= big.Limit {
-		t.Fatalf("sync error = %v, want a TxTooLargeError", err)
-	}
-	for _, s := range []string{"CAP_NET_ADMIN", "net.core.wmem_max"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error does not mention %s: %v", s, err)
-		}
-	}
-	if got := testns.NFT(t, ns, "list", "ruleset"); got != "" {
-		t.Errorf("something was programmed:\n%s", got)
-	}
-}
-
 // The check reads nothing back while the generation says only our own
 // transactions committed; when another process committed, it reads back
 // only the tables the monitor saw it change (none here: it changed its

@@ -207,9 +207,9 @@ func (k *Kernel) fits(chunks [][]byte) error {
 	return nil
 }
 
-// SetSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
+// setSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
 // that need a small buffer.
-func (k *Kernel) SetSendBuffer(n int) error {
+func (k *Kernel) setSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
