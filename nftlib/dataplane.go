@@ -1,9 +1,6 @@
 package nftlib
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Dataplane is what a Backend needs of the kernel's nftables: transactions
 // to commit, the ruleset generation, the metadata a full sync reads, the
@@ -139,11 +136,4 @@ func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
 	}
 	k.Mon = m
 	return nil
-}
-
-// Timed runs fn and says how long it took.
-func Timed(fn func() error) (time.Duration, error) {
-	start := time.Now()
-	err := fn()
-	return time.Since(start), err
 }
