@@ -364,13 +364,9 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 	return nil
 }
 
-// dumpRules calls fn with each rule of a table, chain by chain in order:
-// the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
-func (k *Kernel) dumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
-	return k.dumpChainRules(f, table, "", fn)
-}
-
-// dumpChainRules is dumpRules for one chain ("" for all). The kernel
+// dumpChainRules calls fn with each rule of one chain of a table ("" for
+// all, chain by chain in order): the chain's name, the
+// NFTA_RULE_EXPRESSIONS payload and the userdata. The kernel
 // resumes a dump that spans several 32 KiB messages by walking the table's
 // rules from the first again, which makes a table-wide dump quadratic in
 // its rules; one dump per chain stays linear.

@@ -112,14 +112,6 @@ func SetElementScript(changes []SetElementChange) (string, error) {
 	return s.B.String(), err
 }
 
-// replaceScript is what ReplaceSetTables sends for t, as nft commands.
-func (t *SetTable) replaceScript() string {
-	var s scriptWriter
-	var id uint32
-	t.writeReplace(&s, &id)
-	return s.B.String()
-}
-
 // ReadSetTable reads back what the kernel holds of want's table: the
 // elements of each set whose type and comment are want's (others count as
 // empty), and a description of each difference in table, sets and chains
