@@ -181,8 +181,8 @@ func stickyMismatch(f Family, ks *KernelSet) string {
 	return ""
 }
 
-// EachChain calls fn for every chain of the table, fixed ones first, in
-// no particular order of services.
+// EachChain calls fn for every chain of the table, fixed ones first, then
+// the fragments' in no particular order.
 func (t *Table) EachChain(fn func(c *Chain)) {
 	for _, c := range t.Chains {
 		fn(c)

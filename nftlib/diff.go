@@ -167,7 +167,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 
 // ReleaseRules makes Write let go of the table's fragments as it encodes
 // them: for a transaction whose messages are the size of the fragments
-// themselves (hundreds of MiB at 50k Services), so that the process does
+// themselves (hundreds of MiB for a large table), so that the process does
 // not hold both at once. Write then drops the table's Fragments, writes
 // the rules in rounds of about round rules, forgets each round's chains
 // once written, and calls between after each full round (to collect
@@ -310,8 +310,8 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 }
 
 // DiffTx turns the last applied table into the wanted one, looking only at
-// the fixed objects and the named service ports: the others are known to be
-// the same fragments in both (see allNames). pending are chains flushed by
+// the fixed objects and the fragments that keys names: the others are
+// known to be the same fragments in both (see allNames). pending are chains flushed by
 // earlier transactions; those due says are safe to delete (see
 // staleChainAge) are deleted. It returns the chains this transaction
 // flushes, to be deleted by a later one, and the pending ones it leaves

@@ -404,8 +404,8 @@ type TableRef struct {
 func (r TableRef) String() string { return r.Family.String() + " " + r.Name }
 
 // ChangeMonitor tells which of some tables another process than our Kernel
-// changed: the change monitor of the Backend, for the other tables written
-// through a Kernel (the IPVS mode's helper tables).
+// changed (Kernel.WatchTables): for tables a caller writes through a
+// Kernel without a Dataplane's monitor (SetTables).
 type ChangeMonitor struct{ m *monitor }
 
 // WatchTables opens a change monitor of tables in k's network namespace.

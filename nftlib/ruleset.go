@@ -77,16 +77,16 @@ type Table struct {
 	Maps      []*Map
 	// Sticky declares the table's sticky set (see sticky.go).
 	Sticky bool
-	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
+	// Chains are the fixed chains: base chains and those every fragment
+	// shares.
 	Chains []*Chain
-	// Fragments hold chains and map elements kept apart by key (the
-	// nftables mode keys them by service port), so that a sync rebuilds and
+	// Fragments hold chains and map elements kept apart by key (a caller's
+	// unit of change), so that a sync rebuilds and
 	// diffs only the fragments that changed. They are listed in key order.
 	Fragments map[string]*Fragment
 }
 
-// Fragment is what one key (for the nftables mode, one service port)
-// contributes to a table.
+// Fragment is what one key contributes to a table.
 type Fragment struct {
 	Chains   []*Chain
 	Elements []MapElement

@@ -14,10 +14,9 @@ import (
 )
 
 // SetTable is a table of plain named sets and constant chains: every
-// changing fact is a set element, so a sync changes elements only. The
-// IPVS backend's helper table is one (see package ipvs); it is built from
-// the same terms and written by the same transaction writer as the main
-// tables, so that render, golden tests and the kernel see one object.
+// changing fact is a set element, so a sync changes elements only. It is
+// built from the same terms and written by the same transaction writer as
+// a Table, so that render, golden tests and the kernel see one object.
 type SetTable struct {
 	Family  Family
 	Name    string

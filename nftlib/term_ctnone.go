@@ -13,7 +13,7 @@ const CtStatusDNAT uint32 = 1 << 5
 
 // CtStateNone is `ct state ! S[,S...]`: the connection is in none of the
 // states. Together with CtStatusNone it writes iptables' `-m conntrack !
-// --ctstate RELATED,ESTABLISHED,DNAT` (KUBE-FIREWALL's localnet guard).
+// --ctstate RELATED,ESTABLISHED,DNAT`.
 type CtStateNone struct{ Bits uint32 }
 
 func (m CtStateNone) text(f Family) string {

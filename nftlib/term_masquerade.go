@@ -4,7 +4,8 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-// Masquerade is `masquerade fully-random`, as kube-proxy does by default.
+// Masquerade is `masquerade fully-random`: source NAT to the outgoing
+// interface's address, with fully random source ports.
 type Masquerade struct{}
 
 func (Masquerade) text(Family) string { return "masquerade fully-random" }
