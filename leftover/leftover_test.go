@@ -2,6 +2,7 @@ package leftover
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -95,7 +96,7 @@ func TestRemovalTransaction(t *testing.T) {
 			}},
 		},
 	}
-	var w nftlib.ScriptWriter
+	var w scriptDeleter
 	writeRemoval(&w, f)
 	want := `delete table ip kube-proxy
 delete table ip6 kube-proxy
@@ -109,9 +110,28 @@ delete chain ip nat KUBE-SERVICES
 delete chain ip nat KUBE-SVC-X1
 delete chain ip6 filter KUBE-FORWARD
 `
-	if got := w.B.String(); got != want {
+	if got := w.String(); got != want {
 		t.Errorf("removal transaction:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// scriptDeleter writes deletions as the nft commands that do them.
+type scriptDeleter struct{ strings.Builder }
+
+func (d *scriptDeleter) DelTable(f nftlib.Family, name string) {
+	fmt.Fprintf(d, "delete table %s %s\n", f, name)
+}
+
+func (d *scriptDeleter) DelRule(f nftlib.Family, table, chain string, handle uint64) {
+	fmt.Fprintf(d, "delete rule %s %s %s handle %d\n", f, table, chain, handle)
+}
+
+func (d *scriptDeleter) FlushChain(f nftlib.Family, table, chain string) {
+	fmt.Fprintf(d, "flush chain %s %s %s\n", f, table, chain)
+}
+
+func (d *scriptDeleter) DelChain(f nftlib.Family, table, name string) {
+	fmt.Fprintf(d, "delete chain %s %s %s\n", f, table, name)
 }
 
 // legacyEntry builds one ipt_entry (IPv4 layout) with a target named

@@ -145,8 +145,8 @@ func anyNFTables(k *nftlib.Kernel) (bool, error) {
 	return false, nil
 }
 
-// deleter writes deletions: a transaction (*nftlib.Batch) or its nft
-// text (*nftlib.ScriptWriter).
+// deleter writes deletions: a transaction (*nftlib.Batch), or their nft
+// text in tests.
 type deleter interface {
 	DelTable(f nftlib.Family, name string)
 	DelRule(f nftlib.Family, table, chain string, handle uint64)

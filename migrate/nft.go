@@ -35,7 +35,7 @@ func fromRuleset(rs *nftlib.Ruleset, ipv6 bool) *view {
 		chains := t.AllChains()
 		for _, c := range chains {
 			if strings.HasPrefix(c.Name, "KUBE-SEP-") {
-				ids[nftlib.AffinityID(c.Name)] = c.Name
+				ids[nftlib.StickyID(c.Name)] = c.Name
 			}
 		}
 		for _, c := range chains {
@@ -188,15 +188,15 @@ func nftRule(f nftlib.Family, chain string, r nftlib.Rule, ids map[uint32]string
 			ir.conds = append(ir.conds, nftlib.R(t).Text(f))
 		case nftlib.NumgenZero:
 			ir.prob = 1 / float64(t.Mod)
-		case nftlib.AffinityMatch:
+		case nftlib.StickyMatch:
 			ir.affinityCheck = ids[t.ID]
 			if ir.affinityCheck == "" {
 				ir.conds = append(ir.conds, fmt.Sprintf("affinity to unknown endpoint id %d", t.ID))
 			}
-		case nftlib.AffinityUpdate:
+		case nftlib.StickyUpdate:
 			ir.affinitySet = true
 			ir.affinitySetSeconds = int(t.Timeout / time.Second)
-			if nftlib.AffinityID(chain) != t.ID {
+			if nftlib.StickyID(chain) != t.ID {
 				ir.conds = append(ir.conds, fmt.Sprintf("affinity update for another endpoint id %d", t.ID))
 			}
 		case nftlib.DNAT:

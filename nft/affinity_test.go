@@ -39,7 +39,7 @@ func TestTraceAffinity(t *testing.T) {
 	rs := Build(affinityState(), demoConfig())
 	node := []netip.Addr{mustAddr("10.99.0.1"), mustAddr("fd00:99::1")}
 	pod, podA, outside := mustAddr("10.244.0.20"), mustAddr("10.244.0.10"), mustAddr("10.99.0.2")
-	idA, idB := nftlib.AffinityID(webSEP("10.244.0.10:8080")), nftlib.AffinityID(webSEP("10.244.0.11:8080"))
+	idA, idB := nftlib.StickyID(webSEP("10.244.0.10:8080")), nftlib.StickyID(webSEP("10.244.0.11:8080"))
 	tests := []struct {
 		name string
 		pkt  nftlib.Packet
@@ -49,16 +49,16 @@ func TestTraceAffinity(t *testing.T) {
 			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node},
 			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
 		{"affinity to pod-b: pod-b only, refreshed",
-			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idB}},
+			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Sticky: []uint32{idB}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.11:8080 affinity %d", idB)}},
 		{"affinity from the ClusterIP holds for the NodePort",
-			nftlib.Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node, Affinity: []uint32{idA}},
+			nftlib.Packet{Src: outside, Dst: mustAddr("10.99.0.1"), Proto: unix.IPPROTO_TCP, Dport: 30080, Local: node, Sticky: []uint32{idA}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
 		{"hairpin on the affinity path is masqueraded",
-			nftlib.Packet{Src: podA, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{idA}},
+			nftlib.Packet{Src: podA, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Sticky: []uint32{idA}},
 			[]string{fmt.Sprintf("1.000 dnat 10.244.0.10:8080 masquerade affinity %d", idA)}},
 		{"affinity to an endpoint of another service does not apply",
-			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Affinity: []uint32{12345}},
+			nftlib.Packet{Src: pod, Dst: mustAddr("10.96.0.10"), Proto: unix.IPPROTO_TCP, Dport: 80, Local: node, Sticky: []uint32{12345}},
 			[]string{fmt.Sprintf("0.500 dnat 10.244.0.10:8080 affinity %d", idA), fmt.Sprintf("0.500 dnat 10.244.0.11:8080 affinity %d", idB)}},
 	}
 	for _, tt := range tests {
@@ -67,8 +67,8 @@ func TestTraceAffinity(t *testing.T) {
 			for _, o := range mustTrace(t, rs, tt.pkt) {
 				s := o.String()
 				s = s[:strings.Index(s, " via ")]
-				if o.Affinity != 0 {
-					s += fmt.Sprintf(" affinity %d", o.Affinity)
+				if o.Sticky != 0 {
+					s += fmt.Sprintf(" affinity %d", o.Sticky)
 				}
 				got = append(got, s)
 			}
@@ -79,19 +79,8 @@ func TestTraceAffinity(t *testing.T) {
 	}
 	// Without affinity nothing is recorded.
 	for _, o := range mustTrace(t, Build(demoState(), demoConfig()), tests[0].pkt) {
-		if o.Affinity != 0 {
+		if o.Sticky != 0 {
 			t.Errorf("a Service without affinity recorded one: %v", o)
-		}
-	}
-}
-
-func TestNftDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		10800 * time.Second: "3h", 90 * time.Second: "1m30s", 86400 * time.Second: "1d",
-		10 * time.Second: "10s", 3723 * time.Second: "1h2m3s", 1500 * time.Millisecond: "1s500ms",
-	} {
-		if got := nftlib.NftDuration(d); got != want {
-			t.Errorf("nftDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
@@ -106,11 +95,11 @@ func TestKernelAffinityKept(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	id := nftlib.AffinityID(webSEP("10.244.0.11:8080"))
-	testns.NFT(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity,
+	id := nftlib.StickyID(webSEP("10.244.0.11:8080"))
+	testns.NFT(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetSticky,
 		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
 	elements := func() string {
-		return testns.NFT(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetAffinity)
+		return testns.NFT(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetSticky)
 	}
 	if !strings.Contains(elements(), fmt.Sprint(id)) {
 		t.Fatalf("element not added:\n%s", elements())

@@ -371,15 +371,17 @@ func TestBackendFakeRefused(t *testing.T) {
 func TestBackendFakeDrift(t *testing.T) {
 	tests := []struct {
 		name   string
-		tamper func(w *nftlib.FakeWriter)
+		tamper func(tx nftlib.KernelTx)
 		drift  bool
 	}{
 		{name: "nothing changed"},
-		{name: "a chain flushed", tamper: func(w *nftlib.FakeWriter) { w.FlushChain(nftlib.IPv4, DefaultTableName, chainServices) }, drift: true},
-		{name: "a rule added", tamper: func(w *nftlib.FakeWriter) {
-			w.AddRule(nftlib.IPv6, DefaultTableName+deltaSuffix, chainServices, nftlib.R(nftlib.Verdict{Kind: nftlib.Drop}))
+		{name: "a chain flushed", tamper: func(tx nftlib.KernelTx) { tx.FlushChain(nftlib.IPv4, DefaultTableName, chainServices) }, drift: true},
+		{name: "a rule added", tamper: func(tx nftlib.KernelTx) {
+			tx.AddRule(nftlib.IPv6, DefaultTableName+deltaSuffix, chainServices, nftlib.R(nftlib.Verdict{Kind: nftlib.Drop}))
 		}, drift: true},
-		{name: "a chain added", tamper: func(w *nftlib.FakeWriter) { w.AddChain(nftlib.IPv4, DefaultTableName+affinitySuffix, "rogue") }, drift: true},
+		{name: "a chain added", tamper: func(tx nftlib.KernelTx) {
+			tx.AddChains(nftlib.IPv4, DefaultTableName+affinitySuffix, []*nftlib.Chain{{Name: "rogue"}})
+		}, drift: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

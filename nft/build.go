@@ -35,7 +35,7 @@ const DefaultTableName = "kube-nftproxy"
 const deltaSuffix = "-delta"
 
 // affinitySuffix names the tables of the service ports with session
-// affinity (their set: nftlib/affinity.go). They live there for good:
+// affinity (their set: nftlib/sticky.go). They live there for good:
 // their clients' affinities are elements of that table's set, which a
 // move would lose, and changes to them validate this table only, not the
 // main or delta ones.
@@ -230,7 +230,7 @@ func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 		t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
 	} else {
 		t.Name += affinitySuffix
-		t.Affinity = true
+		t.Sticky = true
 		t.Comment = "kube-nftproxy: service ports with session affinity"
 		earlier = 2
 	}
@@ -525,7 +525,7 @@ func (fb *fragmentBuilder) endpointChains() {
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
-			t[2] = nftlib.AffinityUpdate{ID: nftlib.AffinityID(n.chain), Timeout: svc.AffinityTimeout}
+			t[2] = nftlib.StickyUpdate{ID: nftlib.StickyID(n.chain), Timeout: svc.AffinityTimeout}
 			r[1] = nftlib.Rule{Terms: t[2:3:3]}
 		}
 		t[perTerms-2], t[perTerms-1] = nftlib.ProtoMatch{Proto: fb.proto}, nftlib.DNAT{Addr: ep.Addr, Port: ep.Port}
@@ -615,7 +615,7 @@ func pickEndpoint(rules []nftlib.Rule, svc *proxier.ServicePort, eps []proxier.E
 		// A client with affinity to one of these endpoints goes back to it.
 		for _, ep := range eps {
 			n := namesOf(ep)
-			rules = append(rules, rule(nftlib.AffinityMatch{ID: nftlib.AffinityID(n.chain)}, n))
+			rules = append(rules, rule(nftlib.StickyMatch{ID: nftlib.StickyID(n.chain)}, n))
 		}
 	}
 	for i, ep := range eps {

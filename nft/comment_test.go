@@ -6,11 +6,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
-	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -27,19 +25,6 @@ func unicodeState() *proxier.State {
 		{Addr: mustAddr("10.244.7.2"), Port: 8080, Ready: true, Serving: true},
 	})
 	return st
-}
-
-func TestClampComment(t *testing.T) {
-	for _, c := range []string{"", "plain", strings.Repeat("a", 200), strings.Repeat("é", 100), strings.Repeat("服", 60),
-		"a\"b\\c\x00d\xffe", "\u200b zero width"} {
-		got := nftlib.ClampComment(c)
-		if len(got) > nftlib.MaxComment || !utf8.ValidString(got) || strings.ContainsAny(got, "\"\\") {
-			t.Errorf("clampComment(%q) = %q: %d bytes, valid UTF-8 %v", c, got, len(got), utf8.ValidString(got))
-		}
-		if nftlib.ClampComment(got) != got {
-			t.Errorf("clampComment is not idempotent on %q", c)
-		}
-	}
 }
 
 // nft accepts what render prints for such names, and the kernel, read back

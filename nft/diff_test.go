@@ -17,10 +17,8 @@ import (
 // txScript is a transaction as an nft script, in the order it is sent
 // (the order matters to the kernel), after a comment line saying what it is.
 func txScript(what string, x *nftlib.Tx) string {
-	var w nftlib.ScriptWriter
 	var id uint32
-	x.Write(&w, &id)
-	return "# " + what + "\n" + w.B.String()
+	return "# " + what + "\n" + x.Script(&id)
 }
 
 func ipv4(st *proxier.State) *nftlib.Table { return Build(st, demoConfig()).Table(nftlib.IPv4) }

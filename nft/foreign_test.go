@@ -1,9 +1,7 @@
 package nft
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,16 +21,11 @@ type foreignCase struct {
 	name string
 	nft  []string // nft commands, one string each, run in order
 	want string   // a substring of one reported difference
-	// refused: the in-place repair is refused by the kernel, and the
-	// attempt after it replaces the table whole.
-	refused bool
 	// inPlace: the change monitor names every object it touches, which
 	// a repair in place rewrites or deletes (not a full sync).
 	inPlace bool
 	// optional: skip where the kernel cannot hold the object at all.
 	optional bool
-	// inject, when set, tampers over netlink instead of with nft.
-	inject func(t *testing.T, ns string)
 }
 
 func foreignCases() []foreignCase {
@@ -63,9 +56,6 @@ func foreignCases() []foreignCase {
 			nft: []string{"add flowtable " + tbl + "ff { hook ingress priority 0; devices = { lo }; }",
 				"add chain " + tbl + "offload { type filter hook forward priority 0; }",
 				"add rule " + tbl + "offload ip protocol tcp flow add @ff"}},
-		// The map has our type and comment, so the in-place repair keeps
-		// it, and the kernel refuses a second element in it.
-		{name: "map re-created with room for one element", want: "rules, want", refused: true, inject: sizedServiceIPs},
 	}
 }
 
@@ -73,9 +63,6 @@ func foreignCases() []foreignCase {
 // when the kernel cannot hold its objects.
 func injectForeign(t *testing.T, ns string, tc foreignCase) {
 	t.Helper()
-	if tc.inject != nil {
-		tc.inject(t, ns)
-	}
 	for _, c := range tc.nft {
 		if !tc.optional {
 			testns.NFT(t, ns, c)
@@ -87,65 +74,10 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 	}
 }
 
-// sizedServiceIPs does what another process could: in one transaction,
-// it flushes the rules of our ip table and creates its service-ips map
-// again, with our type and comment (nft would add its own userdata) but
-// room for one element.
-func sizedServiceIPs(t *testing.T, ns string) {
-	k, err := nftlib.OpenKernel(testns.Path(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	m := BuildTable(nftlib.IPv4, demoConfig(), proxier.Node{}, MainTable).Map(mapServiceIPs)
-	bt := k.NewBatch()
-	bt.FlushChain(nftlib.IPv4, DefaultTableName, "")
-	bt.DelSet(nftlib.IPv4, DefaultTableName, m.Name)
-	bt.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, nftlib.IPv4)
-	bt.Str(unix.NFTA_SET_TABLE, DefaultTableName)
-	bt.Str(unix.NFTA_SET_NAME, m.Name)
-	bt.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
-	bt.U32(unix.NFTA_SET_KEY_TYPE, nftlib.ConcatType(nftlib.IPv4, m.Key))
-	bt.U32(unix.NFTA_SET_KEY_LEN, nftlib.KeyLen(nftlib.IPv4, m.Key))
-	bt.U32(unix.NFTA_SET_DATA_TYPE, nftlib.VerdictType)
-	bt.U32(unix.NFTA_SET_DATA_LEN, 0)
-	bt.U32(unix.NFTA_SET_ID, 1)
-	bt.Nest(unix.NFTA_SET_DESC)
-	bt.U32(unix.NFTA_SET_DESC_SIZE, 1)
-	bt.Unnest()
-	bt.CommentAttr(unix.NFTA_SET_USERDATA, nftlib.SetCommentType, nftlib.ClampComment(m.Comment))
-	bt.End()
-	if err := k.Apply(bt); err != nil {
-		t.Fatalf("re-creating %s with room for one element: %v", m.Name, err)
-	}
-	k.Finished(bt)
-}
-
-// syncUntilRepaired syncs st until a sync succeeds: at once, or after one
-// refused transaction when refused (the next one replaces the table).
-func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool) proxier.SyncResult {
+// syncUntilRepaired syncs st, which repairs the table.
+func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State) proxier.SyncResult {
 	t.Helper()
 	res, err := b.Sync(context.Background(), st)
-	var txErr *nftlib.TxError
-	if refused {
-		if !errors.As(err, &txErr) {
-			t.Fatalf("in-place repair: err = %v, want a transaction the kernel refuses", err)
-		}
-		t.Logf("in-place repair refused as expected: %v", err)
-		var trace bytes.Buffer
-		b.tx.trace = &trace
-		defer func() { b.tx.trace = nil }()
-		commits := b.kern().Commits
-		if res, err = b.Sync(context.Background(), st); err != nil {
-			t.Fatalf("the sync after the refused one: %v", err)
-		}
-		replace := "delete table ip " + DefaultTableName + "\nadd table ip " + DefaultTableName + " "
-		if b.kern().Commits-commits != 1 || !strings.Contains(trace.String(), replace) {
-			t.Errorf("the sync after the refused one took %d transactions, want one that deletes and adds the table:\n%s",
-				b.kern().Commits-commits, trace.String())
-		}
-		return res
-	}
 	if err != nil {
 		t.Fatalf("repairing sync: %v", err)
 	}
@@ -154,9 +86,8 @@ func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State, refused bool
 
 // Whatever another process adds to our table is found by the drift check
 // and removed by the repair: in place when the change monitor names all
-// it touched, else by a full sync; when the kernel refuses the full
-// sync's repair, the next sync replaces the table whole. Afterwards the kernel holds
-// exactly our render, the check is clean and a Service change syncs.
+// it touched, else by a full sync. Afterwards the kernel holds exactly our
+// render, the check is clean and a Service change syncs.
 func TestKernelForeignObjectsRepaired(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,7 +104,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 				}
 			}
 			injectForeign(t, ns, tc)
-			if res := syncUntilRepaired(t, b, st, tc.refused); res.Full == tc.inPlace {
+			if res := syncUntilRepaired(t, b, st); res.Full == tc.inPlace {
 				t.Errorf("the repair was a full sync: %v, want %v", res.Full, !tc.inPlace)
 			}
 			t.Logf("reported: %q", found)
@@ -204,8 +135,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 }
 
 // A restarted proxy (a new Backend, first sync full) onto a table with
-// foreign objects programs its rules: in its first transaction, or in the
-// second, replacing the table, when the kernel refuses the first.
+// foreign objects programs its rules in its first transaction.
 func TestKernelForeignObjectsAtStartup(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,7 +146,7 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 			}
 			injectForeign(t, ns, tc)
 			b := openTestBackend(t, ns, demoConfig())
-			syncUntilRepaired(t, b, st, tc.refused)
+			syncUntilRepaired(t, b, st)
 			assertKernelIsRender(t, ns, st)
 			// The follow-up sync deletes the chains the first one flushed.
 			b.stale.now = func() time.Time { return time.Now().Add(2 * staleChainAge) }
@@ -284,7 +214,7 @@ func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
 	testns.NFT(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
 	for id, kt := range read() {
 		foreign := id == tableID{nftlib.IPv4, DeltaTable}
-		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Kind() != "quota") {
+		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Type != unix.NFT_OBJECT_QUOTA) {
 			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.Stateful, kt.Objs)
 		}
 	}

@@ -34,8 +34,8 @@ func TestKernelReadRuleset(t *testing.T) {
 			}
 			for i, wt := range want.Tables {
 				gt := got.Tables[i]
-				if gt.Family != wt.Family || gt.Name != wt.Name || gt.Comment != wt.Comment || gt.Secondary != wt.Secondary || gt.Affinity != wt.Affinity {
-					t.Errorf("table %s %s read as %s %s (comment %q secondary %v affinity %v)", wt.Family, wt.Name, gt.Family, gt.Name, gt.Comment, gt.Secondary, gt.Affinity)
+				if gt.Family != wt.Family || gt.Name != wt.Name || gt.Comment != wt.Comment || gt.Secondary != wt.Secondary || gt.Sticky != wt.Sticky {
+					t.Errorf("table %s %s read as %s %s (comment %q secondary %v affinity %v)", wt.Family, wt.Name, gt.Family, gt.Name, gt.Comment, gt.Secondary, gt.Sticky)
 					continue
 				}
 				if n, m := len(gt.AllChains()), len(wt.AllChains()); n != m {

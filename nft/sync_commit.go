@@ -72,9 +72,7 @@ func (c *committer) write(txs []*nftlib.Tx, round int, release func()) nftlib.Ke
 		id0 := setID
 		x.Write(kt, &setID)
 		if c.trace != nil {
-			var sw nftlib.ScriptWriter
-			x.Write(&sw, &id0)
-			io.WriteString(c.trace, sw.B.String())
+			io.WriteString(c.trace, x.Script(&id0))
 		}
 	}
 	return kt
@@ -85,7 +83,7 @@ func (c *committer) write(txs []*nftlib.Tx, round int, release func()) nftlib.Ke
 func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitReport {
 	return c.around(kt.Messages() >= muteAbove, settle, func(r *commitReport) {
 		r.messages, r.bytes = kt.Messages(), kt.Size()
-		r.kernel, r.err = nftlib.Timed(func() error { return c.k.CommitTx(kt) })
+		r.kernel, r.err = timed(func() error { return c.k.CommitTx(kt) })
 		if r.err == nil {
 			r.commits++
 		}
@@ -150,4 +148,11 @@ func (c *committer) rejoin(m nftlib.Watcher, r commitReport) {
 	if joinErr != nil {
 		c.log.Warn("cannot rejoin the nftables notification group; drift checks read all tables back", "err", joinErr)
 	}
+}
+
+// timed runs fn and says how long it took.
+func timed(fn func() error) (time.Duration, error) {
+	start := time.Now()
+	err := fn()
+	return time.Since(start), err
 }

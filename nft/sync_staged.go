@@ -174,7 +174,7 @@ func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 				continue
 			}
 			r.messages, r.bytes = r.messages+kt.Messages(), r.bytes+kt.Size()
-			d, err := nftlib.Timed(func() error { return c.k.CommitTx(kt) })
+			d, err := timed(func() error { return c.k.CommitTx(kt) })
 			r.kernel += d
 			if err != nil {
 				r.err = err

@@ -11,15 +11,15 @@ import (
 // reports it): a rule of another program's, whose expressions we never
 // decode.
 func (b *Batch) DelRule(f Family, table, chain string, handle uint64) {
-	b.Begin(unix.NFT_MSG_DELRULE, 0, f)
-	b.Str(unix.NFTA_RULE_TABLE, table)
-	b.Str(unix.NFTA_RULE_CHAIN, chain)
-	b.Attr(unix.NFTA_RULE_HANDLE, binary.BigEndian.AppendUint64(nil, handle))
-	b.End()
+	b.begin(unix.NFT_MSG_DELRULE, 0, f)
+	b.str(unix.NFTA_RULE_TABLE, table)
+	b.str(unix.NFTA_RULE_CHAIN, chain)
+	b.attr(unix.NFTA_RULE_HANDLE, binary.BigEndian.AppendUint64(nil, handle))
+	b.end()
 }
 
 // DelRule writes a rule deletion as nft does.
-func (s *ScriptWriter) DelRule(f Family, table, chain string, handle uint64) {
+func (s *scriptWriter) DelRule(f Family, table, chain string, handle uint64) {
 	s.line("delete rule %s %s %s handle %d", f, table, chain, handle)
 }
 

@@ -27,8 +27,8 @@ func TestBatchInPlace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, parallel := range []bool{false, true} {
-				b := NewBatch(7)
-				want := [][]byte{alone(NewBatch(7))}
+				b := newBatch(7)
+				want := [][]byte{alone(newBatch(7))}
 				write := func(m *Batch, i int) { m.Elements(true, IPv4, "t", testMap, elements(i, tc.elems[i])) }
 				for i := range tc.elems {
 					m := &Batch{seq: uint32(8 + i)}
@@ -45,7 +45,7 @@ func TestBatchInPlace(t *testing.T) {
 				if b.Messages() != len(tc.elems) {
 					t.Errorf("Messages() = %d, want %d", b.Messages(), len(tc.elems))
 				}
-				chunks, _, err := b.Finish()
+				chunks, _, err := b.finish()
 				if err != nil {
 					t.Fatal(err)
 				}

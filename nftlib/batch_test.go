@@ -7,7 +7,7 @@ import (
 
 // describe names every message of a batch, runs of like messages included.
 func TestBatchDescribe(t *testing.T) {
-	b := NewBatch(100)
+	b := newBatch(100)
 	c := &Chain{Name: "KUBE-SVC-X", Rules: []Rule{R(Verdict{Kind: Drop}), R(Verdict{Kind: Accept})}}
 	b.AddChain(IPv4, "t", c)
 	for _, r := range c.Rules {
@@ -21,18 +21,18 @@ func TestBatchDescribe(t *testing.T) {
 	want := []string{"batch begin", "add chain KUBE-SVC-X", "add rule to KUBE-SVC-X", "add rule to KUBE-SVC-X",
 		"add rule to KUBE-SVC-Y", "delete chain KUBE-SEP-Z"}
 	for i, w := range want {
-		if got := b.Describe(uint32(100 + i)); got != w {
+		if got := b.describe(uint32(100 + i)); got != w {
 			t.Errorf("describe(%d) = %q, want %q", 100+i, got, w)
 		}
 	}
-	if _, _, err := b.Finish(); err != nil {
+	if _, _, err := b.finish(); err != nil {
 		t.Fatal(err)
 	}
-	if got, w := b.Describe(106), "batch end"; got != w {
+	if got, w := b.describe(106), "batch end"; got != w {
 		t.Errorf("describe(106) = %q, want %q", got, w)
 	}
 	for _, seq := range []uint32{99, 107} {
-		if got, w := b.Describe(seq), fmt.Sprintf("message %d", seq); got != w {
+		if got, w := b.describe(seq), fmt.Sprintf("message %d", seq); got != w {
 			t.Errorf("describe(%d) = %q, want %q", seq, got, w)
 		}
 	}

@@ -67,13 +67,13 @@ func canonExprs(dst, exprs []byte) (out []byte, ok bool) {
 // forExprs calls fn with the name and NFTA_EXPR_DATA of each expression of
 // an NFTA_RULE_EXPRESSIONS payload and reports whether it was well formed.
 func forExprs(exprs []byte, fn func(name string, data []byte)) bool {
-	return ForAttrs(exprs, func(el Attr) {
+	return forAttrs(exprs, func(el nlAttr) {
 		var name string
 		var data []byte
-		ForAttrs(el.data, func(a Attr) {
+		forAttrs(el.data, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_EXPR_NAME:
-				name = a.Str()
+				name = a.str()
 			case unix.NFTA_EXPR_DATA:
 				data = a.data
 			}
@@ -91,11 +91,11 @@ type canonAttr struct {
 func canonExprData(dst []byte, name string, data []byte) []byte {
 	var buf [16]canonAttr
 	attrs := buf[:0]
-	ForAttrs(data, func(a Attr) {
+	forAttrs(data, func(a nlAttr) {
 		c := canonAttr{typ: a.typ, val: a.data}
 		switch {
 		case slices.Contains(regAttrs[name], a.typ):
-			c.val, c.u32 = nil, canonReg(a.U32())
+			c.val, c.u32 = nil, canonReg(a.u32())
 		case slices.Contains(dataAttrs[name], a.typ):
 			c.val = canonData(nil, a.data)
 		}
@@ -118,7 +118,7 @@ func canonExprData(dst []byte, name string, data []byte) []byte {
 
 // canonData rewrites a nested nft_data without the attribute flags.
 func canonData(dst, b []byte) []byte {
-	ForAttrs(b, func(a Attr) {
+	forAttrs(b, func(a nlAttr) {
 		dst = binary.BigEndian.AppendUint16(dst, a.typ)
 		if a.typ == unix.NFTA_DATA_VERDICT {
 			inner := canonData(nil, a.data)
@@ -173,7 +173,7 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 	if find(unix.NFTA_NAT_REG_ADDR_MIN) >= 0 {
 		flags := uint32(0)
 		if i := find(unix.NFTA_NAT_FLAGS); i >= 0 {
-			flags = Attr{data: attrs[i].val}.U32()
+			flags = nlAttr{data: attrs[i].val}.u32()
 			attrs = slices.Delete(attrs, i, i+1)
 		}
 		attrs = append(attrs, canonAttr{typ: unix.NFTA_NAT_FLAGS, u32: flags | nfNATMapIPs})
@@ -181,13 +181,13 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 	return attrs
 }
 
-// RuleExprs encodes a rule's expressions as addRule sends them (the content
+// ruleExprs encodes a rule's expressions as addRule sends them (the content
 // of NFTA_RULE_EXPRESSIONS), reusing scratch.
-func RuleExprs(scratch *Batch, f Family, r Rule) []byte {
+func ruleExprs(scratch *Batch, f Family, r Rule) []byte {
 	scratch.Buf = scratch.Buf[:0]
 	for _, t := range r.Terms {
-		for _, e := range t.Exprs(f) {
-			scratch.Expr(f, e)
+		for _, e := range t.exprs(f) {
+			scratch.expr(f, e)
 		}
 	}
 	return scratch.Buf

@@ -23,9 +23,9 @@ func (k *Kernel) Count(keep func(table string) bool, value func(v []byte)) (Cens
 	for _, f := range []Family{IPv4, IPv6, unix.NFPROTO_INET} {
 		var tables []string
 		err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
-			ForAttrs(p, func(a Attr) {
-				if a.typ == unix.NFTA_TABLE_NAME && keep(a.Str()) {
-					tables = append(tables, a.Str())
+			forAttrs(p, func(a nlAttr) {
+				if a.typ == unix.NFTA_TABLE_NAME && keep(a.str()) {
+					tables = append(tables, a.str())
 				}
 			})
 			return nil
@@ -90,10 +90,10 @@ func (k *Kernel) countTable(f Family, table string, chains []string, c *Census, 
 // included.
 func (k *Kernel) setNames(f Family, table string) ([]string, error) {
 	var sets []string
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.Str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
-		ForAttrs(p, func(a Attr) {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
+		forAttrs(p, func(a nlAttr) {
 			if a.typ == unix.NFTA_SET_NAME {
-				sets = append(sets, a.Str())
+				sets = append(sets, a.str())
 			}
 		})
 		return nil
@@ -111,7 +111,7 @@ func (k *Kernel) countElements(f Family, table, set string, c *Census, value fun
 		if value == nil {
 			return
 		}
-		ForAttrs(el, func(a Attr) {
+		forAttrs(el, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_SET_ELEM_KEY, nftaSetElemKeyEnd, unix.NFTA_SET_ELEM_DATA:
 				dataValue(a.data, value)
@@ -123,7 +123,7 @@ func (k *Kernel) countElements(f Family, table, set string, c *Census, value fun
 // ruleValues passes on the constants of a rule's expressions.
 func ruleValues(exprs []byte, value func([]byte)) {
 	forExprs(exprs, func(name string, data []byte) {
-		ForAttrs(data, func(a Attr) {
+		forAttrs(data, func(a nlAttr) {
 			switch {
 			case name == "immediate" && a.typ == unix.NFTA_IMMEDIATE_DATA,
 				name == "cmp" && a.typ == unix.NFTA_CMP_DATA,
@@ -136,7 +136,7 @@ func ruleValues(exprs []byte, value func([]byte)) {
 
 // dataValue passes on the NFTA_DATA_VALUE of an nft_data nest.
 func dataValue(nest []byte, value func([]byte)) {
-	ForAttrs(nest, func(v Attr) {
+	forAttrs(nest, func(v nlAttr) {
 		if v.typ == unix.NFTA_DATA_VALUE {
 			value(v.data)
 		}

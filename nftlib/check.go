@@ -70,7 +70,7 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 		switch {
 		case wanted[n] || (stale[n] && !kc.Base):
 		case kc.Base:
-			d.add("chain %s: not ours, a base chain (%s)", n, kc.Describe())
+			d.add("chain %s: not ours, a base chain (%s)", n, kc.describe())
 		default:
 			d.add("chain %s: not ours", n)
 		}
@@ -80,13 +80,13 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 			d.add("map %s: %s", m.Name, why)
 		}
 	}
-	if t.Affinity {
-		if why := affinityMismatch(t.Family, kt.Sets[SetAffinity]); why != "" {
-			d.add("set %s: %s", SetAffinity, why)
+	if t.Sticky {
+		if why := stickyMismatch(t.Family, kt.Sets[SetSticky]); why != "" {
+			d.add("set %s: %s", SetSticky, why)
 		}
 	}
 	for n, ks := range kt.Sets {
-		if t.Map(n) == nil && (n != SetAffinity || !t.Affinity) {
+		if t.Map(n) == nil && (n != SetSticky || !t.Sticky) {
 			foreignSet(n, ks, d)
 		}
 	}
@@ -106,7 +106,7 @@ func foreignSet(name string, ks *KernelSet, d *drift) {
 // create none, so each is another process's.
 func statefulDrift(kt *KernelTable, d *drift) {
 	for _, o := range kt.Objs {
-		d.add("%s %s: not ours", o.Kind(), o.Name)
+		d.add("%s %s: not ours", o.kind(), o.Name)
 	}
 	for _, ft := range kt.Flowtables {
 		d.add("flowtable %s: not ours", ft)
@@ -121,7 +121,7 @@ func chainMismatch(kc *KernelChain, c *Chain) string {
 	}
 	if kc.Base != want.Base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
 		kc.policy != want.policy || kc.Flags != want.Flags {
-		return fmt.Sprintf("%s, want %s", kc.Describe(), want.Describe())
+		return fmt.Sprintf("%s, want %s", kc.describe(), want.describe())
 	}
 	if !bytes.Equal(kc.udata, CommentUdata(0, c.Comment)) {
 		return "comment differs"
@@ -129,7 +129,7 @@ func chainMismatch(kc *KernelChain, c *Chain) string {
 	return ""
 }
 
-func (kc *KernelChain) Describe() string {
+func (kc *KernelChain) describe() string {
 	if !kc.Base {
 		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.Flags)
 	}
@@ -165,24 +165,24 @@ func mapMismatch(f Family, ks *KernelSet, m *Map) string {
 	return ""
 }
 
-const affinityFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
+const stickyFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
-// affinityMismatch says how the affinity set in the kernel differs, or "".
-func affinityMismatch(f Family, ks *KernelSet) string {
+// stickyMismatch says how the sticky set in the kernel differs, or "".
+func stickyMismatch(f Family, ks *KernelSet) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.Flags != affinityFlags || ks.KeyType != affinityKeyType(f) || ks.KeyLen != affinityKeyLen(f) || ks.DataType != 0:
+	case ks.Flags != stickyFlags || ks.KeyType != stickyKeyType(f) || ks.KeyLen != stickyKeyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, affinityFlags, affinityKeyType(f), affinityKeyLen(f))
-	case !bytes.Equal(ks.Udata, affinityUserdata(f)):
+			ks.Flags, ks.KeyType, ks.KeyLen, stickyFlags, stickyKeyType(f), stickyKeyLen(f))
+	case !bytes.Equal(ks.Udata, stickyUserdata(f)):
 		return "userdata differs"
 	}
 	return ""
 }
 
-// EachChain calls fn for every chain of the table, fixed ones first, in
-// no particular order of services.
+// EachChain calls fn for every chain of the table, fixed ones first, then
+// the fragments' in no particular order.
 func (t *Table) EachChain(fn func(c *Chain)) {
 	for _, c := range t.Chains {
 		fn(c)
@@ -194,8 +194,8 @@ func (t *Table) EachChain(fn func(c *Chain)) {
 	}
 }
 
-// EachElement calls fn for every element of the named map.
-func (t *Table) EachElement(m string, fn func(e Element)) {
+// eachElement calls fn for every element of the named map.
+func (t *Table) eachElement(m string, fn func(e Element)) {
 	if mp := t.Map(m); mp != nil {
 		for _, e := range mp.Elements {
 			fn(e)
@@ -235,7 +235,7 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 		r := c.Rules[i]
 		var ok bool
 		ck, ok = canonExprs(ck[:0], exprs)
-		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
 		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, CommentUdata(0, r.Comment)) {
 			bad[chain] = true
 			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.Text(f))
@@ -286,7 +286,7 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 	f := t.Family
 	var ed elementDiff
 	want := map[string]Element{}
-	t.EachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+	t.eachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
 	err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
 		w, ok := want[string(e.key)]
 		if !ok {
@@ -295,10 +295,10 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 			return
 		}
 		delete(want, string(e.key))
-		v := w.Verdict.Expr()
+		v := w.Verdict.expr()
 		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
 			ed.changed = append(ed.changed, w)
-			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.Text(f))
+			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.text(f))
 		} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
 			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))

@@ -1,9 +1,6 @@
 package nftlib
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Dataplane is what a Backend needs of the kernel's nftables: transactions
 // to commit, the ruleset generation, the metadata a full sync reads, the
@@ -73,7 +70,7 @@ func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
 // the socket reads answers by sequence number.
 func (k *Kernel) NextTx(prev KernelTx) KernelTx {
 	if b, ok := prev.(*Batch); ok {
-		return NewBatch(b.seq + 1)
+		return newBatch(b.seq + 1)
 	}
 	return k.NewBatch()
 }
@@ -94,7 +91,7 @@ func (k *Kernel) HasTables(f Family, names []string) (map[string]bool, error) {
 // DiscardTx unmaps a batch that is not sent.
 func (k *Kernel) DiscardTx(tx KernelTx) {
 	if b, ok := tx.(*Batch); ok {
-		b.Release()
+		b.release()
 	}
 }
 
@@ -139,11 +136,4 @@ func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
 	}
 	k.Mon = m
 	return nil
-}
-
-// Timed runs fn and says how long it took.
-func Timed(fn func() error) (time.Duration, error) {
-	start := time.Now()
-	err := fn()
-	return time.Since(start), err
 }

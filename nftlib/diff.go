@@ -8,24 +8,25 @@ import (
 )
 
 // txWriter receives the operations of one transaction, in the order the
-// kernel must see them. *Batch encodes them for the kernel; ScriptWriter
+// kernel must see them. *Batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	AddTable(f Family, name, comment string)
 	DelTable(f Family, name string)
-	DelSet(f Family, table, name string)
+	delSet(f Family, table, name string)
 	delObj(f Family, table string, o KernelObject)
 	delFlowtable(f Family, table, name string)
-	AddMap(f Family, table string, m *Map, id uint32)
-	AddAffinitySet(f Family, table string, id uint32)
-	FlushMap(f Family, table string, m *Map)
-	// AddChains adds chains without their rules, AddChainRules their
+	addMap(f Family, table string, m *Map, id uint32)
+	addStickySet(f Family, table string, id uint32)
+	flushMap(f Family, table string, m *Map)
+	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
 	AddChains(f Family, table string, chains []*Chain)
 	FlushChain(f Family, table, chain string)
 	DelRule(f Family, table, chain string, handle uint64)
 	DelChain(f Family, table, name string)
-	AddChainRules(f Family, table string, chains []*Chain)
+	addChainRules(f Family, table string, chains []*Chain)
+	AddRule(f Family, table, chain string, r Rule)
 	Elements(add bool, f Family, table string, m *Map, elems []Element)
 }
 
@@ -54,12 +55,12 @@ type Tx struct {
 	delObjs       []KernelObject
 	delFlowtables []string
 	newMaps       []*Map
-	// newAffinity creates the affinity set if it does not exist; it is
-	// never flushed (its elements are the clients' live affinities).
-	newAffinity bool
-	flushMaps   []string
-	newChains   []*Chain
-	delElems    map[string][]Element
+	// newSticky creates the sticky set if it does not exist; it is
+	// never flushed (its elements are live: the sources it remembers).
+	newSticky bool
+	flushMaps []string
+	newChains []*Chain
+	delElems  map[string][]Element
 	// delRules are rules not ours, by chain, deleted by handle (a chain
 	// otherwise as it should be keeps its rules).
 	delRules  map[string][]uint64
@@ -79,7 +80,7 @@ func newTx(t *Table) *Tx {
 
 func (x *Tx) Empty() bool {
 	return !x.newTable && !x.flushTable && !x.delTable && len(x.delSets) == 0 && len(x.delBase) == 0 &&
-		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newAffinity && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
+		len(x.delObjs) == 0 && len(x.delFlowtables) == 0 && len(x.newMaps) == 0 && !x.newSticky && len(x.flushMaps) == 0 && len(x.newChains) == 0 &&
 		len(x.delElems) == 0 && len(x.delRules) == 0 && len(x.flush) == 0 && len(x.DelChains) == 0 && len(x.rules) == 0 && len(x.addElems) == 0
 }
 
@@ -91,6 +92,14 @@ func (x *Tx) Rules() int {
 		n += len(c.Rules)
 	}
 	return n
+}
+
+// Script is the transaction as nft commands, one a line: what Write sends,
+// readable (setID numbers new sets as in Write).
+func (x *Tx) Script(setID *uint32) string {
+	var s scriptWriter
+	x.Write(&s, setID)
+	return s.B.String()
 }
 
 func (x *Tx) Write(w txWriter, setID *uint32) {
@@ -108,7 +117,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		w.DelChain(x.f, t.Name, c)
 	}
 	for _, s := range x.delSets {
-		w.DelSet(x.f, t.Name, s)
+		w.delSet(x.f, t.Name, s)
 	}
 	for _, o := range x.delObjs {
 		w.delObj(x.f, t.Name, o)
@@ -118,11 +127,11 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	}
 	for _, m := range x.newMaps {
 		*setID++
-		w.AddMap(x.f, t.Name, m, *setID)
+		w.addMap(x.f, t.Name, m, *setID)
 	}
-	if x.newAffinity {
+	if x.newSticky {
 		*setID++
-		w.AddAffinitySet(x.f, t.Name, *setID)
+		w.addStickySet(x.f, t.Name, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
 	if x.release != nil {
@@ -130,7 +139,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 		cloneElementStrings(x.addElems)
 	}
 	for _, m := range x.flushMaps {
-		w.FlushMap(x.f, t.Name, t.Map(m))
+		w.flushMap(x.f, t.Name, t.Map(m))
 	}
 	for _, m := range t.Maps {
 		if e := x.delElems[m.Name]; len(e) > 0 {
@@ -158,7 +167,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 
 // ReleaseRules makes Write let go of the table's fragments as it encodes
 // them: for a transaction whose messages are the size of the fragments
-// themselves (hundreds of MiB at 50k Services), so that the process does
+// themselves (hundreds of MiB for a large table), so that the process does
 // not hold both at once. Write then drops the table's Fragments, writes
 // the rules in rounds of about round rules, forgets each round's chains
 // once written, and calls between after each full round (to collect
@@ -175,7 +184,7 @@ func (x *Tx) ReleaseRules(round int, between func()) {
 // writeRules writes the rules of every chain in x.rules, in order.
 func (x *Tx) writeRules(w txWriter) {
 	if x.release == nil {
-		w.AddChainRules(x.f, x.table.Name, x.rules)
+		w.addChainRules(x.f, x.table.Name, x.rules)
 		return
 	}
 	for lo := 0; lo < len(x.rules); {
@@ -184,7 +193,7 @@ func (x *Tx) writeRules(w txWriter) {
 			n += len(x.rules[hi].Rules)
 			hi++
 		}
-		w.AddChainRules(x.f, x.table.Name, x.rules[lo:hi])
+		w.addChainRules(x.f, x.table.Name, x.rules[lo:hi])
 		clear(x.rules[lo:hi])
 		if n >= x.round { // the last, partial round goes with the Tx
 			x.release()
@@ -227,7 +236,7 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 		have = &KernelTable{}
 	}
 	x.flushTable = have.Exists
-	x.newAffinity = want.Affinity
+	x.newSticky = want.Sticky
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
 	x.delObjs = append(x.delObjs, have.Objs...)
@@ -240,8 +249,8 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 // table's flush deletes them): the kernel refuses to delete them alone.
 func (x *Tx) fullSets(have *KernelTable, keys []string) {
 	want, f := x.table, x.f
-	if want.Affinity && have.Sets[SetAffinity] != nil && affinityMismatch(f, have.Sets[SetAffinity]) != "" {
-		x.delSets = append(x.delSets, SetAffinity)
+	if want.Sticky && have.Sets[SetSticky] != nil && stickyMismatch(f, have.Sets[SetSticky]) != "" {
+		x.delSets = append(x.delSets, SetSticky)
 	}
 	for _, m := range want.Maps {
 		ks := have.Sets[m.Name]
@@ -257,7 +266,7 @@ func (x *Tx) fullSets(have *KernelTable, keys []string) {
 		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
 	for name, ks := range have.Sets {
-		if want.Map(name) == nil && (name != SetAffinity || !want.Affinity) && !ks.anonymous() {
+		if want.Map(name) == nil && (name != SetSticky || !want.Sticky) && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
@@ -301,15 +310,15 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 }
 
 // DiffTx turns the last applied table into the wanted one, looking only at
-// the fixed objects and the named service ports: the others are known to be
-// the same fragments in both (see allNames). pending are chains flushed by
+// the fixed objects and the fragments that keys names: the others are
+// known to be the same fragments in both (see allNames). pending are chains flushed by
 // earlier transactions; those due says are safe to delete (see
 // staleChainAge) are deleted. It returns the chains this transaction
 // flushes, to be deleted by a later one, and the pending ones it leaves
 // for later (not due yet).
 func DiffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *Tx, stale, kept []string) {
 	x = newTx(want)
-	x.newAffinity = want.Affinity && !have.Affinity
+	x.newSticky = want.Sticky && !have.Sticky
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)

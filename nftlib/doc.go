@@ -1,14 +1,19 @@
 // Package nftlib is a general nftables library over netlink; it knows
-// nothing of Kubernetes. Its parts:
+// nothing of Kubernetes. See Example for a table rendered and traced.
+//
+// Its parts:
 //
 //   - the vocabulary: Ruleset, Table (fixed chains and maps, plus fragments
 //     kept apart by key so that a caller rebuilds and diffs only those that
-//     changed), Chain, Rule, Map, Element, and the match and action Terms,
-//     each kind in its own file (term_<kind>.go) with its text, netlink
-//     expressions, direct encoding, decoding and trace evaluation, all
-//     listed in termKinds;
-//   - text: rendering a Ruleset or a SetTable as `nft -f` input, and
-//     tracing a packet through a Ruleset (Trace);
+//     changed), Chain, Rule, Map, Element, and the match and action Terms.
+//     Term is a closed interface: each kind lives in its own file
+//     (term_<kind>.go) with its text, netlink expressions, direct encoding,
+//     decoding and trace evaluation, all listed in termKinds. A table may
+//     hold one sticky set (SetSticky: sources remembered per target, with
+//     StickyMatch and StickyUpdate);
+//   - text: rendering a Ruleset or a SetTable as `nft -f` input, a
+//     transaction as nft commands (Tx.Script), and tracing a packet through
+//     a Ruleset (Trace);
 //   - encoding: a Batch of netlink messages, written directly for our terms
 //     and checked against github.com/google/nftables' expressions;
 //   - the Kernel: one NETLINK_NETFILTER socket, optionally in another
@@ -19,16 +24,18 @@
 //     ReadTable, TableDrift, Count), lists any table, another program's
 //     too, for deleting parts of it (ListTables, ListChains, ListRules,
 //     HasChain; Batch.DelRule by handle), follows other processes' commits
-//     (WatchTables, Watch) and probes the kernel's features;
+//     (WatchTables, Watch) and probes the kernel's features
+//     (ProbeFeatures);
 //   - the generic table diff: FullTx and DiffTx turn two Tables into the
 //     transaction that takes one to the other;
 //   - SetTable: a table of plain sets and constant chains, with its own
-//     replace, element updates and drift check (the IPVS mode's helper
-//     tables);
+//     replace, element updates and drift check;
 //   - Dataplane, the interface of all that a sync loop needs, with the
 //     Kernel and an in-memory FakeKernel for unprivileged tests.
 //
-// The nftables mode (package nft) and the IPVS mode (package ipvs) build
-// their tables from it; package leftover removes upstream kube-proxy's
-// objects through it.
+// Its tests use only its own tables: the term kinds, the encoder, the
+// transactions, the feature probe and other programs' tables (the kernel
+// ones as root, each in a network namespace of its own). Tests that take
+// the nftables mode's tables as input (read-back, the change monitor, the
+// drift check, FakeKernel) live in package nft, through the exported API.
 package nftlib

@@ -25,27 +25,27 @@ const (
 	nftaFlowtableName  = 2
 )
 
-// Attr is one netlink attribute of a message being read.
-type Attr struct {
+// nlAttr is one netlink attribute of a message being read.
+type nlAttr struct {
 	typ  uint16 // without the nested and byte-order flags
 	data []byte
 }
 
-// ForAttrs calls fn for each attribute in b, in order, and reports whether
+// forAttrs calls fn for each attribute in b, in order, and reports whether
 // b was well formed (nlmsg.Walk).
-func ForAttrs(b []byte, fn func(a Attr)) bool {
-	return nlmsg.Walk(b, func(typ uint16, data []byte) { fn(Attr{typ: typ, data: data}) })
+func forAttrs(b []byte, fn func(a nlAttr)) bool {
+	return nlmsg.Walk(b, func(typ uint16, data []byte) { fn(nlAttr{typ: typ, data: data}) })
 }
 
-func (a Attr) U32() uint32 {
+func (a nlAttr) u32() uint32 {
 	if len(a.data) < 4 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(a.data)
 }
 
-// Str is a NUL-terminated string attribute.
-func (a Attr) Str() string {
+// str is a NUL-terminated string attribute.
+func (a nlAttr) str() string {
 	s := a.data
 	for len(s) > 0 && s[len(s)-1] == 0 {
 		s = s[:len(s)-1]
@@ -57,13 +57,13 @@ func (a Attr) Str() string {
 func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *Batch)) ([]byte, uint32) {
 	seq := k.seq
 	m := &Batch{seq: seq}
-	m.Begin(typ, flags, f)
+	m.begin(typ, flags, f)
 	// begin leaves the batch markers' numbers alone, which GETGEN shares.
 	binary.NativeEndian.PutUint16(m.Buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
 	if attrs != nil {
 		attrs(m)
 	}
-	m.End()
+	m.end()
 	k.seq++
 	return m.Buf, seq
 }
@@ -158,9 +158,9 @@ func (k *Kernel) Generation() (uint32, error) {
 			}
 			var gen uint32
 			var found bool
-			ForAttrs(m.Data[NfgenLen:], func(a Attr) {
+			forAttrs(m.Data[NfgenLen:], func(a nlAttr) {
 				if a.typ == unix.NFTA_GEN_ID {
-					gen, found = a.U32(), true
+					gen, found = a.u32(), true
 				}
 			})
 			if !found {

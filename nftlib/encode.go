@@ -11,7 +11,7 @@ import (
 // a full sync encodes hundreds of thousands of them, and the generic
 // encoder's allocations cost more than the kernel's work. Anything else
 // goes through expr.Marshal.
-func (b *Batch) Expr(f Family, e expr.Any) {
+func (b *Batch) expr(f Family, e expr.Any) {
 	switch e := e.(type) {
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad || e.CsumType != 0 {
@@ -40,110 +40,110 @@ func (b *Batch) Expr(f Family, e expr.Any) {
 }
 
 func (b *Batch) marshalledElem(f Family, e expr.Any) {
-	b.Nest(unix.NFTA_LIST_ELEM)
+	b.nest(unix.NFTA_LIST_ELEM)
 	b.marshalled(f, e)
-	b.Unnest()
+	b.unnest()
 }
 
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
 // full sync call them directly (see DirectTerm) with values on the stack.
 
 func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "payload")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_PAYLOAD_DREG, reg)
-	b.U32(unix.NFTA_PAYLOAD_BASE, uint32(base))
-	b.U32(unix.NFTA_PAYLOAD_OFFSET, off)
-	b.U32(unix.NFTA_PAYLOAD_LEN, n)
-	b.Unnest()
-	b.Unnest()
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "payload")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_PAYLOAD_DREG, reg)
+	b.u32(unix.NFTA_PAYLOAD_BASE, uint32(base))
+	b.u32(unix.NFTA_PAYLOAD_OFFSET, off)
+	b.u32(unix.NFTA_PAYLOAD_LEN, n)
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "cmp")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_CMP_SREG, reg)
-	b.U32(unix.NFTA_CMP_OP, uint32(op))
-	b.Nest(unix.NFTA_CMP_DATA)
-	b.Attr(unix.NFTA_DATA_VALUE, data)
-	b.Unnest()
-	b.Unnest()
-	b.Unnest()
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "cmp")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_CMP_SREG, reg)
+	b.u32(unix.NFTA_CMP_OP, uint32(op))
+	b.nest(unix.NFTA_CMP_DATA)
+	b.attr(unix.NFTA_DATA_VALUE, data)
+	b.unnest()
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) verdict(kind expr.VerdictKind, chain string) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "immediate")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
-	b.Nest(unix.NFTA_IMMEDIATE_DATA)
-	b.Nest(unix.NFTA_DATA_VERDICT)
-	b.U32(unix.NFTA_VERDICT_CODE, uint32(kind))
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "immediate")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_IMMEDIATE_DREG, unix.NFT_REG_VERDICT)
+	b.nest(unix.NFTA_IMMEDIATE_DATA)
+	b.nest(unix.NFTA_DATA_VERDICT)
+	b.u32(unix.NFTA_VERDICT_CODE, uint32(kind))
 	if chain != "" {
-		b.Str(unix.NFTA_VERDICT_CHAIN, chain)
+		b.str(unix.NFTA_VERDICT_CHAIN, chain)
 	}
-	b.Unnest()
-	b.Unnest()
-	b.Unnest()
-	b.Unnest()
+	b.unnest()
+	b.unnest()
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) immediate(reg uint32, data []byte) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "immediate")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_IMMEDIATE_DREG, reg)
-	b.Nest(unix.NFTA_IMMEDIATE_DATA)
-	b.Attr(unix.NFTA_DATA_VALUE, data)
-	b.Unnest()
-	b.Unnest()
-	b.Unnest()
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "immediate")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_IMMEDIATE_DREG, reg)
+	b.nest(unix.NFTA_IMMEDIATE_DATA)
+	b.attr(unix.NFTA_DATA_VALUE, data)
+	b.unnest()
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) numgen(reg, mod, typ, off uint32) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "numgen")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_NG_DREG, reg)
-	b.U32(unix.NFTA_NG_MODULUS, mod)
-	b.U32(unix.NFTA_NG_TYPE, typ)
-	b.U32(unix.NFTA_NG_OFFSET, off)
-	b.Unnest()
-	b.Unnest()
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "numgen")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_NG_DREG, reg)
+	b.u32(unix.NFTA_NG_MODULUS, mod)
+	b.u32(unix.NFTA_NG_TYPE, typ)
+	b.u32(unix.NFTA_NG_OFFSET, off)
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "meta")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_META_KEY, uint32(key))
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "meta")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_META_KEY, uint32(key))
 	if sreg {
-		b.U32(unix.NFTA_META_SREG, reg)
+		b.u32(unix.NFTA_META_SREG, reg)
 	} else {
-		b.U32(unix.NFTA_META_DREG, reg)
+		b.u32(unix.NFTA_META_DREG, reg)
 	}
-	b.Unnest()
-	b.Unnest()
+	b.unnest()
+	b.unnest()
 }
 
 func (b *Batch) nat(e *expr.NAT) {
-	b.Nest(unix.NFTA_LIST_ELEM)
-	b.Str(unix.NFTA_EXPR_NAME, "nat")
-	b.Nest(unix.NFTA_EXPR_DATA)
-	b.U32(unix.NFTA_NAT_TYPE, uint32(e.Type))
-	b.U32(unix.NFTA_NAT_FAMILY, e.Family)
+	b.nest(unix.NFTA_LIST_ELEM)
+	b.str(unix.NFTA_EXPR_NAME, "nat")
+	b.nest(unix.NFTA_EXPR_DATA)
+	b.u32(unix.NFTA_NAT_TYPE, uint32(e.Type))
+	b.u32(unix.NFTA_NAT_FAMILY, e.Family)
 	if e.RegAddrMin != 0 {
-		b.U32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
+		b.u32(unix.NFTA_NAT_REG_ADDR_MIN, e.RegAddrMin)
 		if e.RegAddrMax != 0 {
-			b.U32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
+			b.u32(unix.NFTA_NAT_REG_ADDR_MAX, e.RegAddrMax)
 		}
 	}
 	if e.RegProtoMin != 0 {
-		b.U32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
+		b.u32(unix.NFTA_NAT_REG_PROTO_MIN, e.RegProtoMin)
 		if e.RegProtoMax != 0 {
-			b.U32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
+			b.u32(unix.NFTA_NAT_REG_PROTO_MAX, e.RegProtoMax)
 		}
 	}
 	var flags uint32
@@ -160,20 +160,20 @@ func (b *Batch) nat(e *expr.NAT) {
 		}
 	}
 	if flags != 0 {
-		b.U32(unix.NFTA_NAT_FLAGS, flags)
+		b.u32(unix.NFTA_NAT_FLAGS, flags)
 	}
-	b.Unnest()
-	b.Unnest()
+	b.unnest()
+	b.unnest()
 }
 
-// DirectTerm is a term that writes its expressions into a batch itself,
+// directTerm is a term that writes its expressions into a batch itself,
 // without building them first: the terms of every endpoint's rules, which
-// are most of a full sync. Direct must append exactly what encoding
-// Exprs(f) appends (TestDirectTermsMatchExprs, TestEveryTermKind), or
-// report false, having appended nothing, to have Exprs used. Each sits in
+// are most of a full sync. direct must append exactly what encoding
+// exprs(f) appends (TestEveryTermKind), or report false, having appended
+// nothing, to have exprs used. Each sits in
 // its term's file.
-type DirectTerm interface {
-	Direct(b *Batch, f Family) bool
+type directTerm interface {
+	direct(b *Batch, f Family) bool
 }
 
 // marshalled appends the expression's name and data as google/nftables

@@ -41,7 +41,7 @@ type fakeTable struct {
 	chains  map[string]*Chain // the rules are the table's own copy
 }
 
-// fakeSet is a verdict map (m) or the affinity set (m nil).
+// fakeSet is a verdict map (m) or the sticky set (m nil).
 type fakeSet struct {
 	m     *Map
 	elems map[Key]Element
@@ -170,7 +170,7 @@ func fakeKChain(c *Chain) *KernelChain {
 
 func fakeKSet(f Family, s *fakeSet) *KernelSet {
 	if s.m == nil {
-		return &KernelSet{Flags: affinityFlags, KeyType: affinityKeyType(f), KeyLen: affinityKeyLen(f), Udata: affinityUserdata(f)}
+		return &KernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
 	}
 	if s.m.Plain {
 		return &KernelSet{KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key), Udata: CommentUdata(SetCommentType, s.m.Comment)}
@@ -223,18 +223,18 @@ func tableObjects(t *Table) []string {
 	for _, m := range t.Maps {
 		out = append(out, "map "+m.Name+" "+fmt.Sprint(m.Key)+" "+fmt.Sprint(m.Plain)+" "+quoteComment(m.Comment))
 		for _, e := range t.Elements(m.Name) {
-			out = append(out, "map "+m.Name+" element "+m.ElementText(t.Family, e))
+			out = append(out, "map "+m.Name+" element "+m.elementText(t.Family, e))
 		}
 	}
-	if t.Affinity {
-		out = append(out, "set "+SetAffinity)
+	if t.Sticky {
+		out = append(out, "set "+SetSticky)
 	}
 	return out
 }
 
 func chainObject(c *Chain, f Family) string {
 	var b strings.Builder
-	c.RenderTo(&b, f)
+	c.renderTo(&b, f)
 	return b.String()
 }
 
@@ -249,7 +249,7 @@ func (k *FakeKernel) String() string {
 		return strings.Compare(a.Name, b.Name)
 	})
 	for _, n := range names {
-		k.tables[n].table(n.Family, n.Name).RenderTo(&b)
+		k.tables[n].table(n.Family, n.Name).renderTo(&b)
 	}
 	return b.String()
 }
@@ -260,14 +260,14 @@ func (t *fakeTable) table(f Family, name string) *Table {
 	for _, sn := range slices.Sorted(maps.Keys(t.sets)) {
 		s := t.sets[sn]
 		if s.m == nil {
-			out.Affinity = true
+			out.Sticky = true
 			continue
 		}
 		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain}
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}
-		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(m.ElementText(f, a), m.ElementText(f, b)) })
+		slices.SortFunc(m.Elements, func(a, b Element) int { return strings.Compare(m.elementText(f, a), m.elementText(f, b)) })
 		out.Maps = append(out.Maps, m)
 	}
 	for _, cn := range slices.Sorted(maps.Keys(t.chains)) {
@@ -276,26 +276,10 @@ func (t *fakeTable) table(f Family, name string) *Table {
 	return out
 }
 
-// Commit applies nft commands of another process, written by fn into a
+// Commit applies another process's commands, written by fn into a
 // transaction of their own (e.g. a chain flushed behind our back).
-func (k *FakeKernel) Commit(fn func(w *FakeWriter)) error {
+func (k *FakeKernel) Commit(fn func(tx KernelTx)) error {
 	x := &fakeTx{}
-	fn(&FakeWriter{x})
+	fn(x)
 	return k.CommitTx(x)
-}
-
-// FakeWriter writes another process's commands for FakeKernel.Commit.
-type FakeWriter struct{ x *fakeTx }
-
-// FlushChain deletes every rule of a chain.
-func (w *FakeWriter) FlushChain(f Family, table, chain string) { w.x.FlushChain(f, table, chain) }
-
-// AddRule appends a rule to a chain.
-func (w *FakeWriter) AddRule(f Family, table, chain string, r Rule) {
-	w.x.AddChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
-}
-
-// AddChain adds a regular chain.
-func (w *FakeWriter) AddChain(f Family, table, chain string) {
-	w.x.AddChains(f, table, []*Chain{{Name: chain}})
 }

@@ -12,8 +12,8 @@ func (x *fakeTx) Messages() int { return len(x.ops) }
 func (x *fakeTx) Size() int     { return x.bytes }
 
 // add records one command; write prints it with a scriptWriter.
-func (x *fakeTx) add(f Family, table string, write func(w *ScriptWriter), apply func(t *fakeTable, all map[TableRef]*fakeTable) error) {
-	var w ScriptWriter
+func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply func(t *fakeTable, all map[TableRef]*fakeTable) error) {
+	var w scriptWriter
 	write(&w)
 	text := strings.TrimSuffix(w.B.String(), "\n")
 	x.bytes += len(text) + 1
@@ -32,7 +32,7 @@ func (x *fakeTx) add(f Family, table string, write func(w *ScriptWriter), apply 
 func (x *fakeTx) AddTable(f Family, name, comment string) {
 	n := TableRef{f, name}
 	x.bytes += len(name)
-	var w ScriptWriter
+	var w scriptWriter
 	w.AddTable(f, name, comment)
 	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.B.String()), table: n, apply: func(t *fakeTable, all map[TableRef]*fakeTable) error {
 		if t == nil { // an existing table keeps its comment
@@ -44,14 +44,14 @@ func (x *fakeTx) AddTable(f Family, name, comment string) {
 
 func (x *fakeTx) DelTable(f Family, name string) {
 	n := TableRef{f, name}
-	x.add(f, name, func(w *ScriptWriter) { w.DelTable(f, name) }, func(_ *fakeTable, all map[TableRef]*fakeTable) error {
+	x.add(f, name, func(w *scriptWriter) { w.DelTable(f, name) }, func(_ *fakeTable, all map[TableRef]*fakeTable) error {
 		delete(all, n)
 		return nil
 	})
 }
 
-func (x *fakeTx) DelSet(f Family, table, name string) {
-	x.add(f, table, func(w *ScriptWriter) { w.DelSet(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+func (x *fakeTx) delSet(f Family, table, name string) {
+	x.add(f, table, func(w *scriptWriter) { w.delSet(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		if t.sets[name] == nil {
 			return syscall.ENOENT
 		}
@@ -65,15 +65,15 @@ func (x *fakeTx) DelSet(f Family, table, name string) {
 
 // The fake holds no stateful objects or flowtables.
 func (x *fakeTx) delObj(f Family, table string, o KernelObject) {
-	x.add(f, table, func(w *ScriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+	x.add(f, table, func(w *scriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
 }
 
 func (x *fakeTx) delFlowtable(f Family, table, name string) {
-	x.add(f, table, func(w *ScriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+	x.add(f, table, func(w *scriptWriter) { w.delFlowtable(f, table, name) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
 }
 
-func (x *fakeTx) AddMap(f Family, table string, m *Map, id uint32) {
-	x.add(f, table, func(w *ScriptWriter) { w.AddMap(f, table, m, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addMap(f, table, m, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		if s := t.sets[m.Name]; s != nil {
 			if s.m == nil || mapMismatch(f, fakeKSet(f, s), m) != "" {
 				return syscall.EEXIST
@@ -85,17 +85,17 @@ func (x *fakeTx) AddMap(f Family, table string, m *Map, id uint32) {
 	})
 }
 
-func (x *fakeTx) AddAffinitySet(f Family, table string, id uint32) {
-	x.add(f, table, func(w *ScriptWriter) { w.AddAffinitySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
-		if t.sets[SetAffinity] == nil {
-			t.sets[SetAffinity] = &fakeSet{elems: map[Key]Element{}}
+func (x *fakeTx) addStickySet(f Family, table string, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addStickySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.sets[SetSticky] == nil {
+			t.sets[SetSticky] = &fakeSet{elems: map[Key]Element{}}
 		}
 		return nil
 	})
 }
 
-func (x *fakeTx) FlushMap(f Family, table string, m *Map) {
-	x.add(f, table, func(w *ScriptWriter) { w.FlushMap(f, table, m) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+func (x *fakeTx) flushMap(f Family, table string, m *Map) {
+	x.add(f, table, func(w *scriptWriter) { w.flushMap(f, table, m) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		s := t.sets[m.Name]
 		if s == nil {
 			return syscall.ENOENT
@@ -107,7 +107,7 @@ func (x *fakeTx) FlushMap(f Family, table string, m *Map) {
 
 func (x *fakeTx) AddChains(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
-		x.add(f, table, func(w *ScriptWriter) { w.AddChain(f, table, c) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		x.add(f, table, func(w *scriptWriter) { w.AddChain(f, table, c) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 			old := t.chains[c.Name]
 			if old == nil {
 				t.chains[c.Name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
@@ -124,11 +124,11 @@ func (x *fakeTx) AddChains(f Family, table string, chains []*Chain) {
 // DelRule cannot find a rule here: the fake kernel keeps no handles (and
 // never compares in scope, where such deletions come from).
 func (x *fakeTx) DelRule(f Family, table, chain string, handle uint64) {
-	x.add(f, table, func(w *ScriptWriter) { w.DelRule(f, table, chain, handle) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
+	x.add(f, table, func(w *scriptWriter) { w.DelRule(f, table, chain, handle) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
 }
 
 func (x *fakeTx) FlushChain(f Family, table, chain string) {
-	x.add(f, table, func(w *ScriptWriter) { w.FlushChain(f, table, chain) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+	x.add(f, table, func(w *scriptWriter) { w.FlushChain(f, table, chain) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		if chain == "" {
 			for name, c := range t.chains {
 				t.chains[name] = &Chain{Name: c.Name, Comment: c.Comment, Hook: c.Hook}
@@ -147,7 +147,7 @@ func (x *fakeTx) FlushChain(f Family, table, chain string) {
 // DelChain deletes a chain and its rules; EBUSY while a rule or a map
 // element of the table still jumps or goes to it.
 func (x *fakeTx) DelChain(f Family, table, name string) {
-	x.add(f, table, func(w *ScriptWriter) { w.DelChain(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+	x.add(f, table, func(w *scriptWriter) { w.DelChain(f, table, name) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 		if t.chains[name] == nil {
 			return syscall.ENOENT
 		}
@@ -159,10 +159,15 @@ func (x *fakeTx) DelChain(f Family, table, name string) {
 	})
 }
 
-func (x *fakeTx) AddChainRules(f Family, table string, chains []*Chain) {
+// AddRule appends a rule to a chain.
+func (x *fakeTx) AddRule(f Family, table, chain string, r Rule) {
+	x.addChainRules(f, table, []*Chain{{Name: chain, Rules: []Rule{r}}})
+}
+
+func (x *fakeTx) addChainRules(f Family, table string, chains []*Chain) {
 	for _, c := range chains {
 		for _, r := range c.Rules {
-			x.add(f, table, func(w *ScriptWriter) { w.AddRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+			x.add(f, table, func(w *scriptWriter) { w.AddRule(f, table, c.Name, r) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 				return t.AddRule(c.Name, r)
 			})
 		}
@@ -171,7 +176,7 @@ func (x *fakeTx) AddChainRules(f Family, table string, chains []*Chain) {
 
 func (x *fakeTx) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	for _, e := range elems {
-		x.add(f, table, func(w *ScriptWriter) { w.Elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		x.add(f, table, func(w *scriptWriter) { w.Elements(add, f, table, m, []Element{e}) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
 			return t.element(add, m.Name, e)
 		})
 	}
@@ -200,8 +205,8 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 		return v.Chain == "" || t.chains[v.Chain] != nil
 	case VmapLookup:
 		return t.sets[v.Map] != nil
-	case AffinityMatch, AffinityUpdate:
-		return t.sets[SetAffinity] != nil
+	case StickyMatch, StickyUpdate:
+		return t.sets[SetSticky] != nil
 	}
 	return true
 }
@@ -259,8 +264,8 @@ func (t *fakeTable) setUsed(name string) bool {
 					if v.Map == name {
 						return true
 					}
-				case AffinityMatch, AffinityUpdate:
-					if name == SetAffinity {
+				case StickyMatch, StickyUpdate:
+					if name == SetSticky {
 						return true
 					}
 				}

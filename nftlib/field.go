@@ -16,7 +16,7 @@ const (
 	FieldDport                // th dport (TCP, UDP and SCTP keep it at offset 2)
 )
 
-func (fl Field) Text(f Family) string {
+func (fl Field) text(f Family) string {
 	switch fl {
 	case FieldSaddr:
 		return f.String() + " saddr"
@@ -30,8 +30,8 @@ func (fl Field) Text(f Family) string {
 	return "?"
 }
 
-// Size is the field's length in bytes in a key.
-func (fl Field) Size(f Family) uint32 {
+// size is the field's length in bytes in a key.
+func (fl Field) size(f Family) uint32 {
 	switch fl {
 	case FieldSaddr, FieldDaddr:
 		return uint32(f.addrLen())
@@ -120,7 +120,7 @@ func keyLoads(out []expr.Any, f Family, key []Field) []expr.Any {
 	reg := uint32(unix.NFT_REG32_00)
 	for _, fl := range key {
 		out = append(out, fl.load(f, reg))
-		reg += (fl.Size(f) + 3) / 4
+		reg += (fl.size(f) + 3) / 4
 	}
 	return out
 }

@@ -31,9 +31,9 @@ type ListedRule struct {
 func (k *Kernel) ListTables() ([]TableRef, error) {
 	var out []TableRef
 	err := k.dumpFamilies(unix.NFT_MSG_GETTABLE, unix.NFPROTO_UNSPEC, nil, func(f Family, p []byte) error {
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			if a.typ == unix.NFTA_TABLE_NAME {
-				out = append(out, TableRef{f, a.Str()})
+				out = append(out, TableRef{f, a.str()})
 			}
 		})
 		return nil
@@ -47,7 +47,7 @@ func (k *Kernel) ListTables() ([]TableRef, error) {
 // ListChains lists the chains of table t.
 func (k *Kernel) ListChains(t TableRef) ([]ListedChain, error) {
 	var out []ListedChain
-	attrs := func(m *Batch) { m.Str(unix.NFTA_CHAIN_TABLE, t.Name) }
+	attrs := func(m *Batch) { m.str(unix.NFTA_CHAIN_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETCHAIN, t.Family, attrs, func(f Family, p []byte) error {
 		table, name, c := parseChain(p)
 		// Older kernels ignore the table in a chain dump request.
@@ -76,22 +76,22 @@ func (k *Kernel) HasChain(t TableRef, name string) (bool, error) {
 // their verdicts jump or go to.
 func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 	var out []ListedRule
-	attrs := func(m *Batch) { m.Str(unix.NFTA_RULE_TABLE, t.Name) }
+	attrs := func(m *Batch) { m.str(unix.NFTA_RULE_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETRULE, t.Family, attrs, func(f Family, p []byte) error {
 		var r ListedRule
 		var table string
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_RULE_TABLE:
-				table = a.Str()
+				table = a.str()
 			case unix.NFTA_RULE_CHAIN:
-				r.Chain = a.Str()
+				r.Chain = a.str()
 			case unix.NFTA_RULE_HANDLE:
 				if len(a.data) == 8 {
 					r.Handle = binary.BigEndian.Uint64(a.data)
 				}
 			case unix.NFTA_RULE_EXPRESSIONS:
-				r.Targets = JumpTargets(a.data)
+				r.Targets = jumpTargets(a.data)
 			}
 		})
 		if f == t.Family && table == t.Name {
@@ -105,20 +105,20 @@ func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 	return out, nil
 }
 
-// JumpTargets returns the chains that the immediate verdicts (jump, goto)
+// jumpTargets returns the chains that the immediate verdicts (jump, goto)
 // of a rule's NFTA_RULE_EXPRESSIONS payload name; other expressions, and
 // malformed input, name none.
-func JumpTargets(exprs []byte) []string {
+func jumpTargets(exprs []byte) []string {
 	var out []string
 	forExprs(exprs, func(name string, data []byte) {
 		if name != "immediate" {
 			return
 		}
-		ForAttrs(data, func(a Attr) {
+		forAttrs(data, func(a nlAttr) {
 			if a.typ != unix.NFTA_IMMEDIATE_DATA {
 				return
 			}
-			ForAttrs(a.data, func(d Attr) {
+			forAttrs(a.data, func(d nlAttr) {
 				if d.typ != unix.NFTA_DATA_VERDICT {
 					return
 				}
@@ -136,14 +136,14 @@ func JumpTargets(exprs []byte) []string {
 func jumpTarget(verdict []byte) (string, bool) {
 	var code int32
 	var target string
-	ForAttrs(verdict, func(v Attr) {
+	forAttrs(verdict, func(v nlAttr) {
 		switch v.typ {
 		case unix.NFTA_VERDICT_CODE:
 			if len(v.data) == 4 {
-				code = int32(v.U32())
+				code = int32(v.u32())
 			}
 		case unix.NFTA_VERDICT_CHAIN:
-			target = v.Str()
+			target = v.str()
 		}
 	})
 	return target, (code == unix.NFT_JUMP || code == unix.NFT_GOTO) && target != ""

@@ -48,10 +48,10 @@ func TestJumpTargets(t *testing.T) {
 	exprs := append(append([]byte(nil), match...), verdictExpr(unix.NFT_JUMP, "KUBE-SERVICES")...)
 	exprs = append(exprs, verdictExpr(unix.NFT_GOTO, "KUBE-SVC-X")...)
 	exprs = append(exprs, verdictExpr(1, "")...) // NF_ACCEPT
-	if got, want := JumpTargets(exprs), []string{"KUBE-SERVICES", "KUBE-SVC-X"}; !slices.Equal(got, want) {
+	if got, want := jumpTargets(exprs), []string{"KUBE-SERVICES", "KUBE-SVC-X"}; !slices.Equal(got, want) {
 		t.Errorf("JumpTargets = %q, want %q", got, want)
 	}
-	if got := JumpTargets([]byte{1, 2, 3}); got != nil {
+	if got := jumpTargets([]byte{1, 2, 3}); got != nil {
 		t.Errorf("JumpTargets of garbage = %q, want none", got)
 	}
 }
@@ -59,13 +59,13 @@ func TestJumpTargets(t *testing.T) {
 // A refusal names the deletion the kernel refused: a rule by its handle, a
 // chain flushed, a table flushed.
 func TestBatchDescribeDeletions(t *testing.T) {
-	b := NewBatch(10)
+	b := newBatch(10)
 	b.DelRule(IPv4, "nat", "PREROUTING", 7)
 	b.FlushChain(IPv4, "nat", "KUBE-SERVICES")
 	b.FlushChain(IPv6, "t", "")
 	b.DelTable(IPv6, "kube-proxy")
 	for i, want := range []string{"delete rule PREROUTING handle 7", "flush chain KUBE-SERVICES", "flush table t", "delete table kube-proxy"} {
-		if got := b.Describe(uint32(11 + i)); got != want {
+		if got := b.describe(uint32(11 + i)); got != want {
 			t.Errorf("Describe(%d) = %q, want %q", 11+i, got, want)
 		}
 	}

@@ -97,8 +97,8 @@ func (k *Kernel) Apply(b *Batch) error { return k.apply(b, nil) }
 // kernel sends back other than errors and acks (the notifications that
 // NLM_F_ECHO asks for, which come before the final ack).
 func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
-	defer b.Release()
-	chunks, lastSeq, err := b.Finish()
+	defer b.release()
+	chunks, lastSeq, err := b.finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
 	}
@@ -164,14 +164,14 @@ func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscal
 				continue // an answer to something else (a lost transaction's)
 			}
 			if errno != 0 && first == nil {
-				first = &TxError{Op: b.Describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
+				first = &TxError{Op: b.describe(seq), Errno: syscall.Errno(errno), Msg: extAckMsg(m)}
 				first.Family, first.Table = messageTable(b.message(seq))
 			}
 			if seq == lastSeq {
 				done = true
 			}
 		}
-		if done || (first != nil && !k.Pending()) {
+		if done || (first != nil && !k.pending()) {
 			return first, nil
 		}
 	}
@@ -181,7 +181,7 @@ func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscal
 // of a transaction's answers there.
 func (k *Kernel) drain() {
 	buf := make([]byte, 1<<16)
-	for k.Pending() {
+	for k.pending() {
 		if _, _, err := unix.Recvfrom(k.fd, buf, unix.MSG_DONTWAIT); err != nil &&
 			!errors.Is(err, unix.ENOBUFS) && !errors.Is(err, unix.EINTR) {
 			return
@@ -207,9 +207,9 @@ func (k *Kernel) fits(chunks [][]byte) error {
 	return nil
 }
 
-// SetSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
+// setSendBuffer sets SO_SNDBUF (capped by net.core.wmem_max), for tests
 // that need a small buffer.
-func (k *Kernel) SetSendBuffer(n int) error {
+func (k *Kernel) setSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
@@ -233,8 +233,8 @@ func (k *Kernel) QueueUnread(n int) error {
 	return nil
 }
 
-// Pending reports whether more answers are queued on the socket.
-func (k *Kernel) Pending() bool {
+// pending reports whether more answers are queued on the socket.
+func (k *Kernel) pending() bool {
 	fds := []unix.PollFd{{Fd: int32(k.fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0
@@ -267,7 +267,7 @@ func extAckMsg(m syscall.NetlinkMessage) string {
 
 // nextSeq hands out the sequence numbers of a new batch.
 func (k *Kernel) NewBatch() *Batch {
-	b := NewBatch(k.seq)
+	b := newBatch(k.seq)
 	return b
 }
 

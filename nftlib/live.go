@@ -17,10 +17,10 @@ func (k *Kernel) TableComments(f Family) (map[string]string, error) {
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
 		var udata []byte
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_TABLE_NAME:
-				name = a.Str()
+				name = a.str()
 			case nftaTableUserdata:
 				udata = clone(a.data)
 			}
@@ -43,7 +43,7 @@ var hookNames = map[uint32]string{
 // chains with their rules decoded into terms, maps with their elements.
 // Every chain and element goes into the table's fixed lists (the kernel
 // knows no fragments). The maps must be template's (which gives their key
-// fields) or the affinity set; a set or a rule's expressions that are not
+// fields) or the sticky set; a set or a rule's expressions that are not
 // ones this package writes are an error naming them.
 func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, error) {
 	t := &Table{Family: f, Name: name, Fragments: map[string]*Fragment{}}
@@ -93,8 +93,8 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		return nil, err
 	}
 	for _, s := range sets {
-		if s == SetAffinity {
-			t.Affinity = true
+		if s == SetSticky {
+			t.Sticky = true
 			continue
 		}
 		tm := template.Map(s)
@@ -140,7 +140,7 @@ func decodeElement(f Family, m *Map, e kElement) (Element, error) {
 	el := Element{Comment: udataComment(e.udata)}
 	b := e.key
 	for _, fl := range m.Key {
-		n := int((fl.Size(f) + 3) &^ 3)
+		n := int((fl.size(f) + 3) &^ 3)
 		if len(b) < n {
 			return el, fmt.Errorf("element key of %d bytes is too short", len(e.key))
 		}
@@ -179,13 +179,13 @@ func decodeElement(f Family, m *Map, e kElement) (Element, error) {
 func parseExprs(f Family, b []byte) ([]expr.Any, error) {
 	var out []expr.Any
 	var err error
-	ok := ForAttrs(b, func(el Attr) {
+	ok := forAttrs(b, func(el nlAttr) {
 		var name string
 		decoded := false
-		ForAttrs(el.data, func(a Attr) {
+		forAttrs(el.data, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_EXPR_NAME:
-				name = a.Str()
+				name = a.str()
 			case unix.NFTA_EXPR_DATA:
 				decoded = true
 				if err != nil {

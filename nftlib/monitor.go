@@ -215,9 +215,9 @@ func (m *monitor) parse(b []byte) {
 // eventTable reads the table an event names: attribute 1 in every object
 // message.
 func eventTable(attrs []byte) (table string, ok bool) {
-	parsed := ForAttrs(attrs, func(a Attr) {
+	parsed := forAttrs(attrs, func(a nlAttr) {
 		if a.typ == 1 && !ok {
-			table, ok = a.Str(), true
+			table, ok = a.str(), true
 		}
 	})
 	return table, parsed && ok
@@ -262,9 +262,9 @@ func addName(names map[string]bool, attrs []byte, attr uint16) map[string]bool {
 		names = map[string]bool{}
 	}
 	name := ""
-	ForAttrs(attrs, func(a Attr) {
+	forAttrs(attrs, func(a nlAttr) {
 		if a.typ == attr && name == "" {
-			name = a.Str()
+			name = a.str()
 		}
 	})
 	names[name] = true
@@ -404,8 +404,8 @@ type TableRef struct {
 func (r TableRef) String() string { return r.Family.String() + " " + r.Name }
 
 // ChangeMonitor tells which of some tables another process than our Kernel
-// changed: the change monitor of the Backend, for the other tables written
-// through a Kernel (the IPVS mode's helper tables).
+// changed (Kernel.WatchTables): for tables a caller writes through a
+// Kernel without a Dataplane's monitor (SetTables).
 type ChangeMonitor struct{ m *monitor }
 
 // WatchTables opens a change monitor of tables in k's network namespace.

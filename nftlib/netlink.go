@@ -45,18 +45,18 @@ const (
 	NfgenLen    = 4
 )
 
-func NewBatch(seq uint32) *Batch {
+func newBatch(seq uint32) *Batch {
 	b := &Batch{seq: seq}
-	b.Begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
+	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
 	b.Buf[b.start+nlmsgHdrLen+2] = 0
 	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
-	b.End()
+	b.end()
 	return b
 }
 
-// Begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
+// begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
 // subsystem is added here).
-func (b *Batch) Begin(typ uint16, flags uint16, family Family) {
+func (b *Batch) begin(typ uint16, flags uint16, family Family) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
 		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
 	}
@@ -154,10 +154,10 @@ func newChunk(size int) (c []byte, mapped bool) {
 	return make([]byte, 0, size), false
 }
 
-// Release unmaps the batch's mapped chunks; the batch holds no messages
+// release unmaps the batch's mapped chunks; the batch holds no messages
 // afterwards. Kernel.Apply calls it once the batch is sent: nothing may
 // use the chunks finish returned after that.
-func (b *Batch) Release() {
+func (b *Batch) release() {
 	for i, c := range b.chunks {
 		if b.mapped[i] {
 			// Munmap fails only for a range that is not a mapping.
@@ -170,11 +170,11 @@ func (b *Batch) Release() {
 // Size is the batch's length in bytes so far.
 func (b *Batch) Size() int { return b.total + len(b.Buf) }
 
-func (b *Batch) End() {
+func (b *Batch) end() {
 	binary.NativeEndian.PutUint32(b.Buf[b.start:], uint32(len(b.Buf)-b.start))
 }
 
-func (b *Batch) Attr(typ uint16, data []byte) {
+func (b *Batch) attr(typ uint16, data []byte) {
 	l := 4 + len(data)
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
@@ -190,7 +190,7 @@ func (b *Batch) pad() {
 	}
 }
 
-func (b *Batch) Str(typ uint16, s string) {
+func (b *Batch) str(typ uint16, s string) {
 	l := 4 + len(s) + 1
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
@@ -201,7 +201,7 @@ func (b *Batch) Str(typ uint16, s string) {
 	b.pad()
 }
 
-func (b *Batch) U32(typ uint16, v uint32) {
+func (b *Batch) u32(typ uint16, v uint32) {
 	var a [8]byte
 	binary.NativeEndian.PutUint16(a[0:], 8)
 	binary.NativeEndian.PutUint16(a[2:], typ)
@@ -209,13 +209,13 @@ func (b *Batch) U32(typ uint16, v uint32) {
 	b.Buf = append(b.Buf, a[:]...)
 }
 
-func (b *Batch) Nest(typ uint16) {
+func (b *Batch) nest(typ uint16) {
 	b.nests = append(b.nests, len(b.Buf))
 	b.Buf = append(b.Buf, 0, 0, 0, 0)
 	binary.NativeEndian.PutUint16(b.Buf[len(b.Buf)-2:], typ|unix.NLA_F_NESTED)
 }
 
-func (b *Batch) Unnest() {
+func (b *Batch) unnest() {
 	off := b.nests[len(b.nests)-1]
 	b.nests = b.nests[:len(b.nests)-1]
 	l := len(b.Buf) - off
@@ -229,7 +229,7 @@ func (b *Batch) Unnest() {
 // comment for rules, chains, tables and set elements), NUL-terminated.
 // CommentAttr appends an attribute holding userdataComment(typ, c)
 // without building it apart: every rule and element has one.
-func (b *Batch) CommentAttr(attr uint16, typ byte, c string) {
+func (b *Batch) commentAttr(attr uint16, typ byte, c string) {
 	var h [6]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
 	binary.NativeEndian.PutUint16(h[2:], attr)
@@ -294,13 +294,13 @@ func sanitizeComment(c string) string {
 func quoteComment(c string) string { return `"` + ClampComment(c) + `"` }
 
 func (b *Batch) AddTable(f Family, name, comment string) {
-	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_TABLE_NAME, name)
-	b.U32(unix.NFTA_TABLE_FLAGS, 0)
+	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_TABLE_NAME, name)
+	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.CommentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
 	}
-	b.End()
+	b.end()
 }
 
 // AddOwnedTable creates an empty table that only this socket may change
@@ -308,42 +308,42 @@ func (b *Batch) AddTable(f Family, name, comment string) {
 // Linux 5.12+; older kernels refuse the flag with EOPNOTSUPP). It fails
 // with EEXIST when the table exists, or EPERM when another socket owns it.
 func (b *Batch) AddOwnedTable(f Family, name, comment string) {
-	b.Begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f)
-	b.Str(unix.NFTA_TABLE_NAME, name)
-	b.U32(unix.NFTA_TABLE_FLAGS, NftTableFOwner)
+	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f)
+	b.str(unix.NFTA_TABLE_NAME, name)
+	b.u32(unix.NFTA_TABLE_FLAGS, NftTableFOwner)
 	if comment != "" {
-		b.CommentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
 	}
-	b.End()
+	b.end()
 }
 
 func (b *Batch) DelTable(f Family, name string) {
-	b.Begin(unix.NFT_MSG_DELTABLE, 0, f)
-	b.Str(unix.NFTA_TABLE_NAME, name)
-	b.End()
+	b.begin(unix.NFT_MSG_DELTABLE, 0, f)
+	b.str(unix.NFTA_TABLE_NAME, name)
+	b.end()
 }
 
-func (b *Batch) DelSet(f Family, table, name string) {
-	b.Begin(unix.NFT_MSG_DELSET, 0, f)
-	b.Str(unix.NFTA_SET_TABLE, table)
-	b.Str(unix.NFTA_SET_NAME, name)
-	b.End()
+func (b *Batch) delSet(f Family, table, name string) {
+	b.begin(unix.NFT_MSG_DELSET, 0, f)
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, name)
+	b.end()
 }
 
 // delObj deletes a stateful object, named by its type and name.
 func (b *Batch) delObj(f Family, table string, o KernelObject) {
-	b.Begin(unix.NFT_MSG_DELOBJ, 0, f)
-	b.Str(unix.NFTA_OBJ_TABLE, table)
-	b.Str(unix.NFTA_OBJ_NAME, o.Name)
-	b.U32(unix.NFTA_OBJ_TYPE, o.Type)
-	b.End()
+	b.begin(unix.NFT_MSG_DELOBJ, 0, f)
+	b.str(unix.NFTA_OBJ_TABLE, table)
+	b.str(unix.NFTA_OBJ_NAME, o.Name)
+	b.u32(unix.NFTA_OBJ_TYPE, o.Type)
+	b.end()
 }
 
 func (b *Batch) delFlowtable(f Family, table, name string) {
-	b.Begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
-	b.Str(nftaFlowtableTable, table)
-	b.Str(nftaFlowtableName, name)
-	b.End()
+	b.begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
+	b.str(nftaFlowtableTable, table)
+	b.str(nftaFlowtableName, name)
+	b.end()
 }
 
 var hookNumbers = map[string]uint32{
@@ -352,62 +352,62 @@ var hookNumbers = map[string]uint32{
 }
 
 func (b *Batch) AddChain(f Family, table string, c *Chain) {
-	b.Begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_CHAIN_TABLE, table)
-	b.Str(unix.NFTA_CHAIN_NAME, c.Name)
+	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_CHAIN_TABLE, table)
+	b.str(unix.NFTA_CHAIN_NAME, c.Name)
 	if h := c.Hook; h != nil {
-		b.Nest(unix.NFTA_CHAIN_HOOK)
-		b.U32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
-		b.U32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
-		b.Unnest()
-		b.U32(unix.NFTA_CHAIN_POLICY, nfAccept)
-		b.Str(unix.NFTA_CHAIN_TYPE, h.Type)
+		b.nest(unix.NFTA_CHAIN_HOOK)
+		b.u32(unix.NFTA_HOOK_HOOKNUM, hookNumbers[h.Hook])
+		b.u32(unix.NFTA_HOOK_PRIORITY, uint32(h.Priority))
+		b.unnest()
+		b.u32(unix.NFTA_CHAIN_POLICY, nfAccept)
+		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.CommentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
+		b.commentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
 	}
-	b.End()
+	b.end()
 }
 
 func (b *Batch) DelChain(f Family, table, name string) {
-	b.Begin(unix.NFT_MSG_DELCHAIN, 0, f)
-	b.Str(unix.NFTA_CHAIN_TABLE, table)
-	b.Str(unix.NFTA_CHAIN_NAME, name)
-	b.End()
+	b.begin(unix.NFT_MSG_DELCHAIN, 0, f)
+	b.str(unix.NFTA_CHAIN_TABLE, table)
+	b.str(unix.NFTA_CHAIN_NAME, name)
+	b.end()
 }
 
 // FlushChain deletes every rule of a chain; with chain == "" of the whole table.
 func (b *Batch) FlushChain(f Family, table, chain string) {
-	b.Begin(unix.NFT_MSG_DELRULE, 0, f)
-	b.Str(unix.NFTA_RULE_TABLE, table)
+	b.begin(unix.NFT_MSG_DELRULE, 0, f)
+	b.str(unix.NFTA_RULE_TABLE, table)
 	if chain != "" {
-		b.Str(unix.NFTA_RULE_CHAIN, chain)
+		b.str(unix.NFTA_RULE_CHAIN, chain)
 	}
-	b.End()
+	b.end()
 }
 
 func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
-	b.Begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
-	b.Str(unix.NFTA_RULE_TABLE, table)
-	b.Str(unix.NFTA_RULE_CHAIN, chain)
-	b.Nest(unix.NFTA_RULE_EXPRESSIONS)
+	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
+	b.str(unix.NFTA_RULE_TABLE, table)
+	b.str(unix.NFTA_RULE_CHAIN, chain)
+	b.nest(unix.NFTA_RULE_EXPRESSIONS)
 	for _, t := range r.Terms {
-		if d, ok := t.(DirectTerm); ok && d.Direct(b, f) {
+		if d, ok := t.(directTerm); ok && d.direct(b, f) {
 			continue
 		}
-		for _, e := range t.Exprs(f) {
-			b.Expr(f, e)
+		for _, e := range t.exprs(f) {
+			b.expr(f, e)
 		}
 	}
-	b.Unnest()
+	b.unnest()
 	if r.Comment != "" {
-		b.CommentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
+		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
 	}
-	b.End()
+	b.end()
 }
 
-// AddChainRules adds the rules of chains, in order.
-func (b *Batch) AddChainRules(f Family, table string, chains []*Chain) {
+// addChainRules adds the rules of chains, in order.
+func (b *Batch) addChainRules(f Family, table string, chains []*Chain) {
 	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *Batch, i int) {
 		for _, r := range chains[i].Rules {
 			part.AddRule(f, table, chains[i].Name, r)
@@ -428,7 +428,7 @@ func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
 // whose messages are numbered as they will stand in this one, then joined
 // in order; small ones straight into b.
 func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, i int)) {
-	parts := make([]*Batch, ParallelParts(n))
+	parts := make([]*Batch, parallelParts(n, ParallelMin))
 	if len(parts) == 1 {
 		for i := range n {
 			write(b, i)
@@ -443,7 +443,7 @@ func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, 
 			seq += uint32(count(i))
 		}
 	}
-	InParallel(n, func(p, lo, hi int) {
+	inParallel(n, func(p, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			write(parts[p], i)
 		}
@@ -485,39 +485,39 @@ func ConcatType(f Family, key []Field) uint32 {
 func KeyLen(f Family, key []Field) uint32 {
 	var n uint32
 	for _, fl := range key {
-		n += (fl.Size(f) + 3) &^ 3
+		n += (fl.size(f) + 3) &^ 3
 	}
 	return n
 }
 
-func (b *Batch) AddMap(f Family, table string, m *Map, id uint32) {
-	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_SET_TABLE, table)
-	b.Str(unix.NFTA_SET_NAME, m.Name)
+func (b *Batch) addMap(f Family, table string, m *Map, id uint32) {
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, m.Name)
 	if m.Plain {
-		b.U32(unix.NFTA_SET_FLAGS, 0)
+		b.u32(unix.NFTA_SET_FLAGS, 0)
 	} else {
-		b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
+		b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
 	}
-	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
-	b.U32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
 	if !m.Plain {
-		b.U32(unix.NFTA_SET_DATA_TYPE, VerdictType)
-		b.U32(unix.NFTA_SET_DATA_LEN, 0)
+		b.u32(unix.NFTA_SET_DATA_TYPE, VerdictType)
+		b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	}
-	b.U32(unix.NFTA_SET_ID, id)
+	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
 	}
-	b.End()
+	b.end()
 }
 
-// FlushMap deletes every element of a map.
-func (b *Batch) FlushMap(f Family, table string, m *Map) {
-	b.Begin(unix.NFT_MSG_DELSETELEM, 0, f)
-	b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-	b.Str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
-	b.End()
+// flushMap deletes every element of a map.
+func (b *Batch) flushMap(f Family, table string, m *Map) {
+	b.begin(unix.NFT_MSG_DELSETELEM, 0, f)
+	b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	b.str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
+	b.end()
 }
 
 // elemChunk keeps each message's element list well under the 64 KiB
@@ -527,25 +527,25 @@ const elemChunk = 256
 func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	b.elementMessages(add, f, table, m.Name, len(elems), func(i int) {
 		e := elems[i]
-		b.Nest(unix.NFTA_SET_ELEM_KEY)
-		b.Attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
-		b.Unnest()
+		b.nest(unix.NFTA_SET_ELEM_KEY)
+		b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
+		b.unnest()
 		if !add {
 			return
 		}
 		if !m.Plain {
-			b.Nest(unix.NFTA_SET_ELEM_DATA)
-			b.Nest(unix.NFTA_DATA_VERDICT)
-			v := e.Verdict.Expr()
-			b.U32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+			b.nest(unix.NFTA_SET_ELEM_DATA)
+			b.nest(unix.NFTA_DATA_VERDICT)
+			v := e.Verdict.expr()
+			b.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
 			if v.Chain != "" {
-				b.Str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+				b.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
 			}
-			b.Unnest()
-			b.Unnest()
+			b.unnest()
+			b.unnest()
 		}
 		if e.Comment != "" {
-			b.CommentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
+			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
 		}
 	})
 }
@@ -559,17 +559,17 @@ func (b *Batch) elementMessages(add bool, f Family, table, set string, n int, el
 		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
 	}
 	for start := 0; start < n; start += elemChunk {
-		b.Begin(typ, flags, f)
-		b.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		b.Str(unix.NFTA_SET_ELEM_LIST_SET, set)
-		b.Nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		b.begin(typ, flags, f)
+		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		b.str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		b.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 		for i := start; i < min(n, start+elemChunk); i++ {
-			b.Nest(unix.NFTA_LIST_ELEM)
+			b.nest(unix.NFTA_LIST_ELEM)
 			elem(i)
-			b.Unnest()
+			b.unnest()
 		}
-		b.Unnest()
-		b.End()
+		b.unnest()
+		b.end()
 	}
 }
 
@@ -594,10 +594,10 @@ func encodeKey(f Family, key []Field, k Key) []byte {
 	return out
 }
 
-// Finish closes the batch, asking for an ack on the last real message only:
+// finish closes the batch, asking for an ack on the last real message only:
 // errors are reported whatever the flags, and the kernel processes the whole
 // batch before it answers, so that one ack tells us the batch is done.
-func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
+func (b *Batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 	if b.err != nil {
 		return nil, 0, b.err
 	}
@@ -605,9 +605,9 @@ func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
 	flags := binary.NativeEndian.Uint16(b.Buf[last+6:])
 	binary.NativeEndian.PutUint16(b.Buf[last+6:], flags|unix.NLM_F_ACK)
 	lastSeq = binary.NativeEndian.Uint32(b.Buf[last+8:])
-	b.Begin(unix.NFNL_MSG_BATCH_END, 0, 0)
+	b.begin(unix.NFNL_MSG_BATCH_END, 0, 0)
 	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
-	b.End()
+	b.end()
 	b.flushMessage()
 	return b.chunks, lastSeq, nil
 }
@@ -615,10 +615,10 @@ func (b *Batch) Finish() (chunks [][]byte, lastSeq uint32, err error) {
 // Messages is how many object messages (not counting begin/end) the batch holds.
 func (b *Batch) Messages() int { return b.count - 1 }
 
-// Describe says what the message with that sequence number did, read back
+// describe says what the message with that sequence number did, read back
 // from its encoding (a description kept per message would cost as much
 // memory as a tenth of a full sync's batch, for the rare refusal).
-func (b *Batch) Describe(seq uint32) string {
+func (b *Batch) describe(seq uint32) string {
 	if msg := b.message(seq); msg != nil {
 		if what := describeMessage(msg); what != "" {
 			return what

@@ -5,26 +5,24 @@ import (
 	"sync"
 )
 
-// ParallelMin is the least amount of work (service ports, chains) worth
+// ParallelMin is the least amount of work (fragments, chains) worth
 // splitting across CPUs: below it, starting goroutines costs more than it
 // saves, and small syncs stay on one goroutine.
 const ParallelMin = 2048
 
-// ParallelParts is how many parts InParallel splits n items into: one per
-// CPU, each of at least ParallelMin items.
-func ParallelParts(n int) int { return parallelParts(n, ParallelMin) }
-
+// parallelParts is how many parts inParallel splits n items into: one per
+// CPU, each of at least least items.
 func parallelParts(n, least int) int {
 	return max(1, min(runtime.GOMAXPROCS(0), n/least))
 }
 
-// InParallel runs fn over [0, n) split into parallelParts(n) contiguous
+// inParallel runs fn over [0, n) split into parallelParts(n, ParallelMin) contiguous
 // ranges, part p covering [lo, hi) (ranges in order of p), each on a
 // goroutine of its own unless there is one part, and returns once all are
 // done.
-func InParallel(n int, fn func(p, lo, hi int)) { InParallelFrom(n, ParallelMin, fn) }
+func inParallel(n int, fn func(p, lo, hi int)) { InParallelFrom(n, ParallelMin, fn) }
 
-// InParallelFrom is InParallel with parts of at least least items, for
+// InParallelFrom is inParallel with parts of at least least items, for
 // work whose items cost more than a message's encoding.
 func InParallelFrom(n, least int, fn func(p, lo, hi int)) {
 	parts := parallelParts(n, least)

@@ -19,7 +19,7 @@ func TestPlainSet(t *testing.T) {
 			"c": {Elements: []MapElement{{Map: "ips", Element: Element{Key: Key{Addr: netip.MustParseAddr("10.0.0.1")}}}}},
 		}}
 	var b strings.Builder
-	tbl.RenderTo(&b)
+	tbl.renderTo(&b)
 	for _, want := range []string{
 		"\tset ips {\n\t\ttype ipv4_addr\n\t\tcomment \"some IPs\"\n",
 		// sorted by address, two to a line, as nft lists them
@@ -30,9 +30,9 @@ func TestPlainSet(t *testing.T) {
 		}
 	}
 
-	var s ScriptWriter
-	s.AddMap(IPv4, "t", set, 1)
-	s.FlushMap(IPv4, "t", set)
+	var s scriptWriter
+	s.addMap(IPv4, "t", set, 1)
+	s.flushMap(IPv4, "t", set)
 	s.Elements(true, IPv4, "t", set, []Element{{Key: Key{Addr: netip.MustParseAddr("10.0.0.2")}, Comment: "ns/b"}})
 	s.Elements(false, IPv4, "t", set, []Element{{Key: Key{Addr: netip.MustParseAddr("10.0.0.2")}}})
 	want := `add set ip t ips { type ipv4_addr; }

@@ -9,9 +9,8 @@ import (
 )
 
 // The objects each probed feature writes into the scratch table: the terms
-// and chains the proxy's own tables use, each in a base chain of a hook
-// where the proxy uses it (some expressions accept only certain hooks or
-// chain types).
+// and chains a caller's tables use, each in a base chain of a hook where
+// they run (some expressions accept only certain hooks or chain types).
 
 var (
 	probeNATPrerouting  = Hook{Type: "nat", Hook: "prerouting", Priority: -100}
@@ -33,8 +32,8 @@ func probeRule(b *Batch, f Family, table string, h Hook, terms ...Term) {
 	b.AddRule(f, table, "probe", R(terms...))
 }
 
-// probeTerms probes terms in a nat prerouting chain, where the proxy's
-// service chains run.
+// probeTerms probes terms in a nat prerouting chain, where DNAT rules
+// run.
 func probeTerms(terms ...Term) func(b *Batch, f Family, table string) {
 	return func(b *Batch, f Family, table string) {
 		probeRule(b, f, table, probeNATPrerouting, terms...)
@@ -51,7 +50,7 @@ func probeBaseChains(b *Batch, f Family, table string) {
 
 func probeVmap(b *Batch, f Family, table string) {
 	m := &Map{Name: "probe-vmap", Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}}
-	b.AddMap(f, table, m, 1)
+	b.addMap(f, table, m, 1)
 	b.Elements(true, f, table, m, []Element{{Key: Key{Addr: probeAddr(f), Proto: unix.IPPROTO_TCP, Port: 80},
 		Verdict: Verdict{Kind: Accept}, Comment: probeComment}})
 	probeRule(b, f, table, probeNATPrerouting, Vmap(m.Name, m.Key...))
@@ -69,10 +68,10 @@ func probeReject(b *Batch, f Family, table string) {
 	probeRule(b, f, table, probeFilterInput, ProtoMatch{Proto: unix.IPPROTO_TCP}, Reject{})
 }
 
-func probeAffinity(b *Batch, f Family, table string) {
-	b.AddAffinitySet(f, table, 1)
+func probeSticky(b *Batch, f Family, table string) {
+	b.addStickySet(f, table, 1)
 	probeRule(b, f, table, probeNATPrerouting,
-		AffinityMatch{ID: 1}, AffinityUpdate{ID: 1, Timeout: 3 * time.Hour})
+		StickyMatch{ID: 1}, StickyUpdate{ID: 1, Timeout: 3 * time.Hour})
 }
 
 func probeIntervalConcat(b *Batch, f Family, table string) {

@@ -30,7 +30,7 @@ type fakeProbeKernel struct {
 // batchMessages splits a finished batch into its netlink messages.
 func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	t.Helper()
-	chunks, _, err := b.Finish()
+	chunks, _, err := b.finish()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	for _, c := range chunks {
 		all = append(all, c...)
 	}
-	b.Release()
+	b.release()
 	msgs, err := syscall.ParseNetlinkMessage(all)
 	if err != nil {
 		t.Fatal(err)
@@ -98,12 +98,12 @@ func (k *fakeProbeKernel) checkScratch(msgs []syscall.NetlinkMessage) {
 // without drops the attributes this kernel ignores from an echoed object.
 func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
 	out := append([]byte(nil), data[:NfgenLen]...)
-	ForAttrs(data[NfgenLen:], func(a Attr) {
+	forAttrs(data[NfgenLen:], func(a nlAttr) {
 		if drop, ok := k.ignoreAttrs[typ]; ok && drop == a.typ {
 			return
 		}
 		b := &Batch{}
-		b.Attr(a.typ, a.data)
+		b.attr(a.typ, a.data)
 		out = append(out, b.Buf...)
 	})
 	return out
@@ -111,13 +111,13 @@ func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
 
 func ruleHasExpr(attrs []byte, name string) bool {
 	found := false
-	ForAttrs(attrs, func(a Attr) {
+	forAttrs(attrs, func(a nlAttr) {
 		if a.typ != unix.NFTA_RULE_EXPRESSIONS {
 			return
 		}
-		ForAttrs(a.data, func(e Attr) {
-			ForAttrs(e.data, func(x Attr) {
-				if x.typ == unix.NFTA_EXPR_NAME && x.Str() == name {
+		forAttrs(a.data, func(e nlAttr) {
+			forAttrs(e.data, func(x nlAttr) {
+				if x.typ == unix.NFTA_EXPR_NAME && x.str() == name {
 					found = true
 				}
 			})
@@ -135,34 +135,33 @@ func setFlags(attrs []byte) uint32 {
 }
 
 func TestProbeNamesTheMissingFeature(t *testing.T) {
-	const minimum = "kube-nftproxy needs Linux 5.10 or later"
 	for _, tc := range []struct {
-		name   string
-		kernel fakeProbeKernel
-		ipvs   bool
-		want   []string // in the error; none: no error
+		name      string
+		kernel    fakeProbeKernel
+		intervals bool     // interval sets of concatenations asked for
+		want      []string // in the error; none: no error
 	}{
-		{name: "everything (5.10 and later)", ipvs: true},
-		{name: "4.19-5.9: table and chain comments ignored", ipvs: true,
+		{name: "everything (5.10 and later)", intervals: true},
+		{name: "4.19-5.9: table and chain comments ignored", intervals: true,
 			kernel: fakeProbeKernel{ignoreAttrs: map[uint16]uint16{
 				unix.NFT_MSG_NEWTABLE: nftaTableUserdata, unix.NFT_MSG_NEWCHAIN: nftaChainUserdata}},
-			want: []string{"lacks table comments (NFTA_TABLE_USERDATA, Linux 5.10+) in family ip: it creates the object but drops the attribute", minimum}},
+			want: []string{"lacks table comments (NFTA_TABLE_USERDATA, Linux 5.10+) in family ip: it creates the object but drops the attribute"}},
 		{name: "chain comments ignored",
 			kernel: fakeProbeKernel{ignoreAttrs: map[uint16]uint16{unix.NFT_MSG_NEWCHAIN: nftaChainUserdata}},
-			want:   []string{"lacks chain comments (NFTA_CHAIN_USERDATA, Linux 5.10+)", minimum}},
+			want:   []string{"lacks chain comments (NFTA_CHAIN_USERDATA, Linux 5.10+)"}},
 		{name: "no fib module", kernel: fakeProbeKernel{noExpr: "fib"},
 			want: []string{"lacks fib: fib daddr type local (expression fib, modules nft_fib_ipv4 and nft_fib_ipv6, Linux 4.10+) in family ip: " +
-				"nftables transaction refused at \"add rule to probe\": no such file or directory", minimum}},
+				"nftables transaction refused at \"add rule to probe\": no such file or directory"}},
 		{name: "no numgen module", kernel: fakeProbeKernel{noExpr: "numgen"},
 			want: []string{"lacks random numbers: numgen random", "module nft_numgen"}},
 		{name: "no dynset", kernel: fakeProbeKernel{noExpr: "dynset"},
-			want: []string{"lacks session affinity"}},
+			want: []string{"lacks sticky sets"}},
 		{name: "no masq module", kernel: fakeProbeKernel{noExpr: "masq"},
 			want: []string{"lacks masquerade fully-random"}},
-		{name: "IPVS mode before 5.6", ipvs: true, kernel: fakeProbeKernel{noConcatSets: true},
+		{name: "interval sets asked for, before 5.6", intervals: true, kernel: fakeProbeKernel{noConcatSets: true},
 			want: []string{"lacks interval sets of concatenations (NFT_SET_CONCAT, nft_set_pipapo, Linux 5.6+)",
 				"operation not supported"}},
-		{name: "nftables mode needs no concatenated intervals", kernel: fakeProbeKernel{noConcatSets: true}},
+		{name: "interval sets not asked for", kernel: fakeProbeKernel{noConcatSets: true}},
 		{name: "IPv6 disabled", kernel: fakeProbeKernel{noFamily: IPv6},
 			want: []string{"lacks tables of this family (CONFIG_NF_TABLES_IPV4, CONFIG_NF_TABLES_IPV6, Linux 3.13+) in family ip6: " +
 				"nftables transaction refused at \"add table knp-probe-test\": address family not supported by protocol"}},
@@ -170,7 +169,7 @@ func TestProbeNamesTheMissingFeature(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := tc.kernel
 			k.t = t
-			err := probeFeatures(&k, tc.ipvs, "knp-probe-test", 1)
+			err := probeFeatures(&k, tc.intervals, "knp-probe-test", 1)
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("probe: %v", err)
@@ -230,7 +229,7 @@ func TestKernelProbeFeatures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	uncommented := Feature{Name: "chain comments", Kernel: "NFTA_CHAIN_USERDATA", Since: "5.10",
+	uncommented := feature{name: "chain comments", kernel: "NFTA_CHAIN_USERDATA", since: "5.10",
 		write: func(b *Batch, f Family, table string) {
 			b.AddChain(f, table, &Chain{Name: "probe-comment"})
 			b.echoLast()

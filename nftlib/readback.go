@@ -70,7 +70,7 @@ var objectKinds = map[uint32]string{
 	6: "tunnel", 7: "ct timeout", 8: "secmark", 9: "ct expectation", 10: "synproxy",
 }
 
-func (o KernelObject) Kind() string {
+func (o KernelObject) kind() string {
 	if n, ok := objectKinds[o.Type]; ok {
 		return n
 	}
@@ -149,16 +149,16 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, 
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
 		var t KernelTable
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_TABLE_NAME:
-				name = a.Str()
+				name = a.str()
 			case unix.NFTA_TABLE_FLAGS:
-				t.Flags = a.U32()
+				t.Flags = a.u32()
 			case unix.NFTA_TABLE_USE:
-				t.use = a.U32()
+				t.use = a.u32()
 			case nftaTableOwner:
-				t.Owner = a.U32()
+				t.Owner = a.u32()
 			case nftaTableUserdata:
 				t.Udata = clone(a.data)
 			}
@@ -176,23 +176,23 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, 
 
 // readSets reads the attributes of a table's sets and maps.
 func (k *Kernel) readSets(f Family, name string, kt *KernelTable) error {
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.Str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
 		var set string
 		s := &KernelSet{}
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_SET_NAME:
-				set = a.Str()
+				set = a.str()
 			case unix.NFTA_SET_FLAGS:
-				s.Flags = a.U32()
+				s.Flags = a.u32()
 			case unix.NFTA_SET_KEY_TYPE:
-				s.KeyType = a.U32()
+				s.KeyType = a.u32()
 			case unix.NFTA_SET_KEY_LEN:
-				s.KeyLen = a.U32()
+				s.KeyLen = a.u32()
 			case unix.NFTA_SET_DATA_TYPE:
-				s.DataType = a.U32()
+				s.DataType = a.u32()
 			case unix.NFTA_SET_DATA_LEN:
-				s.dataLen = a.U32()
+				s.dataLen = a.u32()
 			case unix.NFTA_SET_USERDATA:
 				s.Udata = clone(a.data)
 			}
@@ -238,14 +238,14 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable)
 // readStateful reads a table's objects and flowtables.
 func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	kt.Stateful = true
-	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.Str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
 		var o KernelObject
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_OBJ_NAME:
-				o.Name = a.Str()
+				o.Name = a.str()
 			case unix.NFTA_OBJ_TYPE:
-				o.Type = a.U32()
+				o.Type = a.u32()
 			}
 		})
 		kt.Objs = append(kt.Objs, o)
@@ -254,10 +254,10 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	if err != nil {
 		return fmt.Errorf("listing objects of %s %s: %w", f, name, err)
 	}
-	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *Batch) { m.Str(nftaFlowtableTable, name) }, func(p []byte) error {
-		ForAttrs(p, func(a Attr) {
+	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *Batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
+		forAttrs(p, func(a nlAttr) {
 			if a.typ == nftaFlowtableName {
-				kt.Flowtables = append(kt.Flowtables, a.Str())
+				kt.Flowtables = append(kt.Flowtables, a.str())
 			}
 		})
 		return nil
@@ -271,28 +271,28 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 // parseChain reads a chain message's table, name and attributes.
 func parseChain(p []byte) (table, name string, c *KernelChain) {
 	c = &KernelChain{}
-	ForAttrs(p, func(a Attr) {
+	forAttrs(p, func(a nlAttr) {
 		switch a.typ {
 		case unix.NFTA_CHAIN_TABLE:
-			table = a.Str()
+			table = a.str()
 		case unix.NFTA_CHAIN_NAME:
-			name = a.Str()
+			name = a.str()
 		case unix.NFTA_CHAIN_HOOK:
 			c.Base = true
-			ForAttrs(a.data, func(h Attr) {
+			forAttrs(a.data, func(h nlAttr) {
 				switch h.typ {
 				case unix.NFTA_HOOK_HOOKNUM:
-					c.hook = h.U32()
+					c.hook = h.u32()
 				case unix.NFTA_HOOK_PRIORITY:
-					c.priority = int32(h.U32())
+					c.priority = int32(h.u32())
 				}
 			})
 		case unix.NFTA_CHAIN_POLICY:
-			c.policy = a.U32()
+			c.policy = a.u32()
 		case unix.NFTA_CHAIN_TYPE:
-			c.typ = a.Str()
+			c.typ = a.str()
 		case nftaChainFlags:
-			c.Flags = a.U32()
+			c.Flags = a.u32()
 		case nftaChainUserdata:
 			c.udata = clone(a.data)
 		}
@@ -316,8 +316,8 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 		first := k.seq
 		for _, name := range names[:n] {
 			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *Batch) {
-				m.Str(unix.NFTA_CHAIN_TABLE, table)
-				m.Str(unix.NFTA_CHAIN_NAME, name)
+				m.str(unix.NFTA_CHAIN_TABLE, table)
+				m.str(unix.NFTA_CHAIN_NAME, name)
 			})
 			req = append(req, m...)
 		}
@@ -364,30 +364,26 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 	return nil
 }
 
-// DumpRules calls fn with each rule of a table, chain by chain in order:
-// the chain's name, the NFTA_RULE_EXPRESSIONS payload and the userdata.
-func (k *Kernel) DumpRules(f Family, table string, fn func(chain string, exprs, udata []byte)) error {
-	return k.dumpChainRules(f, table, "", fn)
-}
-
-// dumpChainRules is dumpRules for one chain ("" for all). The kernel
+// dumpChainRules calls fn with each rule of one chain of a table ("" for
+// all, chain by chain in order): the chain's name, the
+// NFTA_RULE_EXPRESSIONS payload and the userdata. The kernel
 // resumes a dump that spans several 32 KiB messages by walking the table's
 // rules from the first again, which makes a table-wide dump quadratic in
 // its rules; one dump per chain stays linear.
 func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain string, exprs, udata []byte)) error {
 	attrs := func(m *Batch) {
-		m.Str(unix.NFTA_RULE_TABLE, table)
+		m.str(unix.NFTA_RULE_TABLE, table)
 		if chain != "" {
-			m.Str(unix.NFTA_RULE_CHAIN, chain)
+			m.str(unix.NFTA_RULE_CHAIN, chain)
 		}
 	}
 	err := k.dump(unix.NFT_MSG_GETRULE, f, attrs, func(p []byte) error {
 		var chain string
 		var exprs, udata []byte
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_RULE_CHAIN:
-				chain = a.Str()
+				chain = a.str()
 			case unix.NFTA_RULE_EXPRESSIONS:
 				exprs = a.data
 			case unix.NFTA_RULE_USERDATA:
@@ -418,15 +414,15 @@ func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) 
 // dumpRawElements calls fn with the attributes of each element of a set.
 func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)) error {
 	attrs := func(m *Batch) {
-		m.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		m.Str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		m.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 	}
 	err := k.dump(unix.NFT_MSG_GETSETELEM, f, attrs, func(p []byte) error {
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			if a.typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				return
 			}
-			ForAttrs(a.data, func(el Attr) { fn(el.data) })
+			forAttrs(a.data, func(el nlAttr) { fn(el.data) })
 		})
 		return nil
 	})
@@ -438,25 +434,25 @@ func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)
 
 func parseElement(b []byte) kElement {
 	var e kElement
-	ForAttrs(b, func(a Attr) {
+	forAttrs(b, func(a nlAttr) {
 		switch a.typ {
 		case unix.NFTA_SET_ELEM_KEY:
-			ForAttrs(a.data, func(v Attr) {
+			forAttrs(a.data, func(v nlAttr) {
 				if v.typ == unix.NFTA_DATA_VALUE {
 					e.key = v.data
 				}
 			})
 		case unix.NFTA_SET_ELEM_DATA:
-			ForAttrs(a.data, func(d Attr) {
+			forAttrs(a.data, func(d nlAttr) {
 				if d.typ != unix.NFTA_DATA_VERDICT {
 					return
 				}
-				ForAttrs(d.data, func(v Attr) {
+				forAttrs(d.data, func(v nlAttr) {
 					switch v.typ {
 					case unix.NFTA_VERDICT_CODE:
 						e.verdict = int32(binary.BigEndian.Uint32(v.data))
 					case unix.NFTA_VERDICT_CHAIN:
-						e.chain = v.Str()
+						e.chain = v.str()
 					}
 				})
 			})

@@ -36,10 +36,10 @@ func TestTxReleaseRules(t *testing.T) {
 		if between != nil {
 			x.ReleaseRules(round, between)
 		}
-		b := NewBatch(1)
+		b := newBatch(1)
 		var setID uint32
 		x.Write(b, &setID)
-		chunks, _, err := b.Finish()
+		chunks, _, err := b.finish()
 		if err != nil {
 			panic(err)
 		}

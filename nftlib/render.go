@@ -15,7 +15,7 @@ import (
 func (rs *Ruleset) Render(w io.Writer) error {
 	var b strings.Builder
 	for _, t := range rs.Tables {
-		t.RenderTo(&b)
+		t.renderTo(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -28,7 +28,7 @@ func (rs *Ruleset) String() string {
 	return b.String()
 }
 
-func (t *Table) RenderTo(b *strings.Builder) {
+func (t *Table) renderTo(b *strings.Builder) {
 	fmt.Fprintf(b, "table %s %s {\n", t.Family, t.Name)
 	if t.Comment != "" {
 		fmt.Fprintf(b, "\tcomment %s\n", quoteComment(t.Comment))
@@ -44,13 +44,13 @@ func (t *Table) RenderTo(b *strings.Builder) {
 		sep()
 		t.renderMap(b, m)
 	}
-	if t.Affinity {
+	if t.Sticky {
 		sep()
-		t.renderAffinitySet(b)
+		t.renderStickySet(b)
 	}
 	for _, c := range t.AllChains() {
 		sep()
-		c.RenderTo(b, t.Family)
+		c.renderTo(b, t.Family)
 	}
 	b.WriteString("}\n")
 }
@@ -85,7 +85,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 		default:
 			b.WriteString(", ")
 		}
-		b.WriteString(m.ElementText(t.Family, e))
+		b.WriteString(m.elementText(t.Family, e))
 	}
 	if len(elems) > 0 {
 		b.WriteString(" }\n")
@@ -93,7 +93,7 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	b.WriteString("\t}\n")
 }
 
-func (c *Chain) RenderTo(b *strings.Builder, f Family) {
+func (c *Chain) renderTo(b *strings.Builder, f Family) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 	if c.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(c.Comment))
@@ -113,7 +113,7 @@ func (c *Chain) RenderTo(b *strings.Builder, f Family) {
 func (r Rule) Text(f Family) string {
 	parts := make([]string, 0, len(r.Terms)+1)
 	for _, t := range r.Terms {
-		parts = append(parts, t.Text(f))
+		parts = append(parts, t.text(f))
 	}
 	if r.Comment != "" {
 		parts = append(parts, "comment "+quoteComment(r.Comment))
@@ -140,9 +140,9 @@ func sortedByKey(f Family, key []Field, elems []Element) []Element {
 	return out
 }
 
-// ElementText is an element of the map as nft prints it: without a
+// elementText is an element of the map as nft prints it: without a
 // verdict in a Plain set.
-func (m *Map) ElementText(f Family, e Element) string {
+func (m *Map) elementText(f Family, e Element) string {
 	if !m.Plain {
 		return e.Text(f, m.Key)
 	}
@@ -158,7 +158,7 @@ func (e Element) Text(f Family, key []Field) string {
 	if e.Comment != "" {
 		s += " comment " + quoteComment(e.Comment)
 	}
-	return s + " : " + e.Verdict.Text(f)
+	return s + " : " + e.Verdict.text(f)
 }
 
 func (e Element) keyText(key []Field) string {

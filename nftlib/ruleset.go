@@ -72,21 +72,21 @@ type Table struct {
 	Name    string
 	Comment string
 	// Secondary marks a table besides its family's main one (the nftables
-	// mode's delta and affinity tables): Ruleset.Table returns the main one.
+	// mode's delta and sticky tables): Ruleset.Table returns the main one.
 	Secondary bool
 	Maps      []*Map
-	// Affinity declares the dynamic set of session affinity (see affinity.go).
-	Affinity bool
-	// Chains are the fixed chains (base chains and KUBE-SERVICES & co).
+	// Sticky declares the table's sticky set (see sticky.go).
+	Sticky bool
+	// Chains are the fixed chains: base chains and those every fragment
+	// shares.
 	Chains []*Chain
-	// Fragments hold chains and map elements kept apart by key (the
-	// nftables mode keys them by service port), so that a sync rebuilds and
+	// Fragments hold chains and map elements kept apart by key (a caller's
+	// unit of change), so that a sync rebuilds and
 	// diffs only the fragments that changed. They are listed in key order.
 	Fragments map[string]*Fragment
 }
 
-// Fragment is what one key (for the nftables mode, one service port)
-// contributes to a table.
+// Fragment is what one key contributes to a table.
 type Fragment struct {
 	Chains   []*Chain
 	Elements []MapElement
@@ -167,10 +167,10 @@ func (t *Table) Chain(name string) *Chain {
 	return nil
 }
 
-// ChainsNamed returns the fixed or fragment chains of those names, in
+// chainsNamed returns the fixed or fragment chains of those names, in
 // their order, and false if one is missing: one walk of the table, where
 // Chain would walk it once a name.
-func (t *Table) ChainsNamed(names []string) ([]*Chain, bool) {
+func (t *Table) chainsNamed(names []string) ([]*Chain, bool) {
 	idx := make(map[string]int, len(names))
 	for i, n := range names {
 		idx[n] = i

@@ -19,7 +19,7 @@ func TestChainsNamed(t *testing.T) {
 		{[]string{"KUBE-SVC-A", "rogue"}, "[KUBE-SVC-A <nil>] false"},
 		{nil, "[] true"},
 	} {
-		got, ok := tbl.ChainsNamed(tc.names)
+		got, ok := tbl.chainsNamed(tc.names)
 		names := make([]any, len(got))
 		for i, c := range got {
 			names[i] = "<nil>"

@@ -143,7 +143,7 @@ func (r *scopedRepair) refill(m *Map, create bool) {
 		r.fix.flushMaps = append(r.fix.flushMaps, m.Name)
 	}
 	r.fix.table.Maps = append(r.fix.table.Maps, m)
-	r.t.EachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
+	r.t.eachElement(m.Name, func(e Element) { r.fix.addElems[m.Name] = append(r.fix.addElems[m.Name], e) })
 }
 
 // mend repairs the elements of one of our maps: those missing or changed
@@ -166,7 +166,7 @@ func (k *Kernel) scopedChains(t *Table, names, stale []string, d *drift, r *scop
 	if len(names) == 0 {
 		return nil
 	}
-	ours, _ := t.ChainsNamed(names)
+	ours, _ := t.chainsNamed(names)
 	have := make(map[string]*KernelChain, len(names))
 	if err := k.getChains(t.Family, t.Name, names, have); err != nil {
 		return fmt.Errorf("reading chains %v: %w", names, err)
@@ -213,7 +213,7 @@ func (k *Kernel) scopedRules(f Family, table string, c *Chain, d *drift, r *scop
 	scratch := &Batch{}
 	var cw []byte
 	same := func(kr keptRule, r Rule) bool {
-		cw, _ = canonExprs(cw[:0], RuleExprs(scratch, f, r))
+		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
 		return kr.ok && bytes.Equal(kr.canon, cw) && bytes.Equal(kr.udata, CommentUdata(0, r.Comment))
 	}
 	j, extra := 0, map[int]uint64{}
@@ -255,16 +255,16 @@ func rulesDiffer(f Family, c *Chain, kept []keptRule, same func(keptRule, Rule) 
 func (k *Kernel) chainRules(f Family, table, chain string) ([]keptRule, error) {
 	var out []keptRule
 	attrs := func(m *Batch) {
-		m.Str(unix.NFTA_RULE_TABLE, table)
-		m.Str(unix.NFTA_RULE_CHAIN, chain)
+		m.str(unix.NFTA_RULE_TABLE, table)
+		m.str(unix.NFTA_RULE_CHAIN, chain)
 	}
 	err := k.dump(unix.NFT_MSG_GETRULE, f, attrs, func(p []byte) error {
 		var kr keptRule
 		in := true
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_RULE_CHAIN:
-				in = a.Str() == chain
+				in = a.str() == chain
 			case unix.NFTA_RULE_HANDLE:
 				if len(a.data) == 8 {
 					kr.handle = binary.BigEndian.Uint64(a.data)
@@ -295,7 +295,7 @@ func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepa
 		// Came and went, or belongs to a rule (whose chain is named too).
 	case c == nil:
 		if kc.Base {
-			d.add("chain %s: not ours, a base chain (%s)", name, kc.Describe())
+			d.add("chain %s: not ours, a base chain (%s)", name, kc.describe())
 		} else {
 			d.add("chain %s: not ours", name)
 		}
@@ -318,7 +318,7 @@ func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepa
 }
 
 // scopedSets compares the named sets' attributes, and the elements of
-// those of our maps the kernel holds as they should be. The affinity
+// those of our maps the kernel holds as they should be. The sticky
 // set's elements are the clients' and never compared.
 func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair) error {
 	if len(names) == 0 {
@@ -331,8 +331,8 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	for _, name := range names {
 		ks, m := kt.Sets[name], t.Map(name)
 		switch {
-		case name == SetAffinity && t.Affinity:
-			if err := scopedAffinity(t.Family, ks, d, r); err != nil {
+		case name == SetSticky && t.Sticky:
+			if err := scopedSticky(t.Family, ks, d, r); err != nil {
 				return err
 			}
 		case m == nil && ks != nil && !ks.anonymous():
@@ -357,15 +357,15 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	return nil
 }
 
-// scopedAffinity creates the affinity set again when it is missing.
-func scopedAffinity(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
+// scopedSticky creates the sticky set again when it is missing.
+func scopedSticky(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
 	if ks == nil {
-		d.add("set %s: missing", SetAffinity)
-		r.fix.newAffinity = true
+		d.add("set %s: missing", SetSticky)
+		r.fix.newSticky = true
 		return nil
 	}
-	if why := affinityMismatch(f, ks); why != "" {
-		return fmt.Errorf("set %s: %s", SetAffinity, why)
+	if why := stickyMismatch(f, ks); why != "" {
+		return fmt.Errorf("set %s: %s", SetSticky, why)
 	}
 	return nil
 }

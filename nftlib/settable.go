@@ -14,10 +14,9 @@ import (
 )
 
 // SetTable is a table of plain named sets and constant chains: every
-// changing fact is a set element, so a sync changes elements only. The
-// IPVS backend's helper table is one (see package ipvs); it is built from
-// the same terms and written by the same transaction writer as the main
-// tables, so that render, golden tests and the kernel see one object.
+// changing fact is a set element, so a sync changes elements only. It is
+// built from the same terms and written by the same transaction writer as
+// a Table, so that render, golden tests and the kernel see one object.
 type SetTable struct {
 	Family  Family
 	Name    string
@@ -49,8 +48,8 @@ type SetElement struct {
 	Saddr netip.Prefix
 }
 
-// Set returns the table's set of that name, or nil.
-func (t *SetTable) Set(name string) *Set {
+// set returns the table's set of that name, or nil.
+func (t *SetTable) set(name string) *Set {
 	for _, s := range t.Sets {
 		if s.Name == name {
 			return s
@@ -59,8 +58,8 @@ func (t *SetTable) Set(name string) *Set {
 	return nil
 }
 
-// Chain returns the table's chain of that name, or nil.
-func (t *SetTable) Chain(name string) *Chain {
+// chain returns the table's chain of that name, or nil.
+func (t *SetTable) chain(name string) *Chain {
 	for _, c := range t.Chains {
 		if c.Name == name {
 			return c
@@ -70,7 +69,7 @@ func (t *SetTable) Chain(name string) *Chain {
 }
 
 // Type is the set's key type as nft prints it.
-func (s *Set) Type(f Family) string {
+func (s *Set) typ(f Family) string {
 	types := make([]string, len(s.Key))
 	for i, fl := range s.Key {
 		types[i], _ = fl.datatype(f)
@@ -93,7 +92,7 @@ const nftSetConcat = 0x80
 // a concatenation with each field padded to 4 bytes.
 func (s *Set) keyLen(f Family) uint32 {
 	if len(s.Key) == 1 {
-		return s.Key[0].Size(f)
+		return s.Key[0].size(f)
 	}
 	return KeyLen(f, s.Key)
 }
@@ -161,9 +160,9 @@ func (s *Set) perLine(f Family) int {
 	switch {
 	case len(s.Key) > 1:
 		return 1
-	case s.Key[0].Size(f) <= 2:
+	case s.Key[0].size(f) <= 2:
 		return 5
-	case s.Key[0].Size(f) <= 4:
+	case s.Key[0].size(f) <= 4:
 		return 2
 	}
 	return 1
@@ -200,7 +199,7 @@ func (t *SetTable) String() string {
 	}
 	for _, s := range t.Sets {
 		sep()
-		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", s.Name, s.Type(t.Family))
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", s.Name, s.typ(t.Family))
 		if s.Interval {
 			b.WriteString("\t\tflags interval\n")
 		}
@@ -227,7 +226,7 @@ func (t *SetTable) String() string {
 	}
 	for _, c := range t.Chains {
 		sep()
-		c.RenderTo(&b, t.Family)
+		c.renderTo(&b, t.Family)
 	}
 	b.WriteString("}\n")
 	return b.String()

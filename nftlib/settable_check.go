@@ -50,7 +50,7 @@ func (k *Kernel) SetTableDrift(want *SetTable) ([]string, error) {
 		return nil, err
 	}
 	for n, ks := range kt.Sets {
-		if want.Set(n) == nil {
+		if want.set(n) == nil {
 			foreignSet(n, ks, &d)
 		}
 	}

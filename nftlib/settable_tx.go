@@ -24,7 +24,7 @@ type setTxWriter interface {
 
 var (
 	_ setTxWriter = (*Batch)(nil)
-	_ setTxWriter = (*ScriptWriter)(nil)
+	_ setTxWriter = (*scriptWriter)(nil)
 )
 
 // writeReplace writes the whole table: add it (which does nothing when it
@@ -67,7 +67,7 @@ func writeElementChanges(w setTxWriter, changes []SetElementChange) error {
 		if len(c.Elements) == 0 {
 			continue
 		}
-		s := c.Table.Set(c.Set)
+		s := c.Table.set(c.Set)
 		if s == nil {
 			return fmt.Errorf("table %s %s has no set %q", c.Table.Family, c.Table.Name, c.Set)
 		}
@@ -107,17 +107,9 @@ func (k *Kernel) ApplySetElements(changes []SetElementChange) error {
 
 // SetElementScript is element changes as nft commands, for tests and debugging.
 func SetElementScript(changes []SetElementChange) (string, error) {
-	var s ScriptWriter
+	var s scriptWriter
 	err := writeElementChanges(&s, changes)
 	return s.B.String(), err
-}
-
-// ReplaceScript is what ReplaceSetTables sends for t, as nft commands.
-func (t *SetTable) ReplaceScript() string {
-	var s ScriptWriter
-	var id uint32
-	t.writeReplace(&s, &id)
-	return s.B.String()
 }
 
 // ReadSetTable reads back what the kernel holds of want's table: the
@@ -147,7 +139,7 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 		elems[s.Name] = got
 	}
 	for name := range kt.Sets {
-		if want.Set(name) == nil {
+		if want.set(name) == nil {
 			diffs = append(diffs, "unexpected set "+name)
 		}
 	}
@@ -160,7 +152,7 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 		}
 	}
 	for name := range kt.Chains {
-		if want.Chain(name) == nil {
+		if want.chain(name) == nil {
 			diffs = append(diffs, "unexpected chain "+name)
 		}
 	}
@@ -196,21 +188,21 @@ func (k *Kernel) readSetElements(f Family, table string, s *Set) ([]SetElement, 
 	var out []SetElement
 	var bad error
 	attrs := func(m *Batch) {
-		m.Str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
-		m.Str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
+		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
+		m.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 	}
 	err := k.dump(unix.NFT_MSG_GETSETELEM, f, attrs, func(p []byte) error {
-		ForAttrs(p, func(a Attr) {
+		forAttrs(p, func(a nlAttr) {
 			if a.typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				return
 			}
-			ForAttrs(a.data, func(el Attr) {
+			forAttrs(a.data, func(el nlAttr) {
 				var key, end []byte
-				ForAttrs(el.data, func(x Attr) {
+				forAttrs(el.data, func(x nlAttr) {
 					if x.typ != unix.NFTA_SET_ELEM_KEY && x.typ != nftaSetElemKeyEnd {
 						return
 					}
-					ForAttrs(x.data, func(v Attr) {
+					forAttrs(x.data, func(v nlAttr) {
 						if v.typ != unix.NFTA_DATA_VALUE {
 							return
 						}
@@ -252,7 +244,7 @@ func (s *Set) decode(f Family, key, end []byte) (SetElement, error) {
 	}
 	off := 0
 	for _, fl := range s.Key {
-		n := int(fl.Size(f))
+		n := int(fl.size(f))
 		v := key[off : off+n]
 		switch fl {
 		case FieldDaddr:
@@ -293,54 +285,54 @@ func prefixOfRange(lo, hi netip.Addr) (netip.Prefix, bool) {
 
 // addSet declares a plain set (nft's `add set`).
 func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
-	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_SET_TABLE, table)
-	b.Str(unix.NFTA_SET_NAME, s.Name)
-	b.U32(unix.NFTA_SET_FLAGS, s.flags())
-	b.U32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, s.Key))
-	b.U32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
-	b.U32(unix.NFTA_SET_ID, id)
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, s.Name)
+	b.u32(unix.NFTA_SET_FLAGS, s.flags())
+	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, s.Key))
+	b.u32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
+	b.u32(unix.NFTA_SET_ID, id)
 	if s.Interval {
 		// The kernel's pipapo set needs each field's length.
-		b.Nest(unix.NFTA_SET_DESC)
-		b.Nest(nftaSetDescConcat)
+		b.nest(unix.NFTA_SET_DESC)
+		b.nest(nftaSetDescConcat)
 		for _, fl := range s.Key {
-			b.Nest(unix.NFTA_LIST_ELEM)
-			b.U32(nftaSetFieldLen, fl.Size(f))
-			b.Unnest()
+			b.nest(unix.NFTA_LIST_ELEM)
+			b.u32(nftaSetFieldLen, fl.size(f))
+			b.unnest()
 		}
-		b.Unnest()
-		b.Unnest()
+		b.unnest()
+		b.unnest()
 	}
 	if s.Comment != "" {
-		b.CommentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(s.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(s.Comment))
 	}
-	b.End()
+	b.end()
 }
 
 // setElements adds or deletes elements of a plain set.
 func (b *Batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
 	b.elementMessages(add, f, table, s.Name, len(elems), func(i int) {
-		b.Nest(unix.NFTA_SET_ELEM_KEY)
-		b.Attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
-		b.Unnest()
+		b.nest(unix.NFTA_SET_ELEM_KEY)
+		b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
+		b.unnest()
 		if s.Interval {
-			b.Nest(nftaSetElemKeyEnd)
-			b.Attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], true))
-			b.Unnest()
+			b.nest(nftaSetElemKeyEnd)
+			b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], true))
+			b.unnest()
 		}
 	})
 }
 
-func (s *ScriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
+func (s *scriptWriter) addSet(f Family, table string, set *Set, _ uint32) {
 	flags := ""
 	if set.Interval {
 		flags = " flags interval;"
 	}
-	s.line("add set %s %s %s { type %s;%s comment %s; }", f, table, set.Name, set.Type(f), flags, quoteComment(set.Comment))
+	s.line("add set %s %s %s { type %s;%s comment %s; }", f, table, set.Name, set.typ(f), flags, quoteComment(set.Comment))
 }
 
-func (s *ScriptWriter) setElements(add bool, f Family, table string, set *Set, elems []SetElement) {
+func (s *scriptWriter) setElements(add bool, f Family, table string, set *Set, elems []SetElement) {
 	verb := "delete"
 	if add {
 		verb = "add"

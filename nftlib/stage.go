@@ -29,7 +29,7 @@ func (x *Tx) StageFixed() *Tx {
 	if !x.Fresh() || len(x.newChains) != len(x.rules) {
 		return nil
 	}
-	first := &Tx{f: x.f, table: x.table, newTable: true, newMaps: x.newMaps, newAffinity: x.newAffinity}
+	first := &Tx{f: x.f, table: x.table, newTable: true, newMaps: x.newMaps, newSticky: x.newSticky}
 	var base []*Chain
 	for _, c := range x.newChains {
 		if c.Hook != nil {
@@ -38,7 +38,7 @@ func (x *Tx) StageFixed() *Tx {
 			first.newChains = append(first.newChains, c)
 		}
 	}
-	x.newMaps, x.newAffinity, x.newChains = nil, false, base
+	x.newMaps, x.newSticky, x.newChains = nil, false, base
 	return first
 }
 

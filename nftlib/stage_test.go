@@ -23,7 +23,7 @@ func script(txs ...*Tx) string {
 	var blocks []string
 	var setID uint32
 	for _, x := range txs {
-		var sw ScriptWriter
+		var sw scriptWriter
 		x.Write(&sw, &setID)
 		blocks = append(blocks, sw.B.String())
 	}

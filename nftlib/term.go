@@ -15,17 +15,17 @@ import (
 // package knows of it: its nft text (exactly as `nft list ruleset` prints
 // it), the netlink expressions `nft` itself would emit for that text (and,
 // for the terms that fill most of a full sync, a direct encoding: see
-// DirectTerm), how to recognise those expressions in a rule read back from
+// directTerm), how to recognise those expressions in a rule read back from
 // the kernel, and what it does to a packet in a Trace. So what we render,
 // what the tracer evaluates and what the kernel runs are one object.
 //
 // Terms are plain comparable values: two rules are equal when their terms
 // are, which is how the diff decides what changed. The interface is closed
-// (its last two methods are unexported): every kind is in termKinds, and
-// the compiler holds each to all four parts.
+// (its methods are unexported): every kind is in termKinds, and the
+// compiler holds each to all four parts.
 type Term interface {
-	Text(f Family) string
-	Exprs(f Family) []expr.Any
+	text(f Family) string
+	exprs(f Family) []expr.Any
 	// decode recognises the term's expressions at the start of ex (as
 	// parseExprs reads them back from the kernel) and returns the term
 	// they encode and how many expressions it took; n == 0 (with a nil
@@ -44,7 +44,7 @@ var termKinds = [...]Term{
 	SetLookup{}, SetMatch{}, VmapLookup{},
 	AddrMatch{}, ProtoMatch{}, PortMatch{}, FibLocal{}, CtState{}, CtStateNone{}, CtStatusNone{}, IfName{},
 	MarkIsSet{}, MarkZero{}, MarkSet{},
-	NumgenZero{}, AffinityMatch{}, AffinityUpdate{},
+	NumgenZero{}, StickyMatch{}, StickyUpdate{},
 	DNAT{}, Masquerade{}, Reject{}, Verdict{},
 }
 

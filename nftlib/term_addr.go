@@ -16,7 +16,7 @@ type AddrMatch struct {
 	Prefix netip.Prefix
 }
 
-func (m AddrMatch) Text(f Family) string {
+func (m AddrMatch) text(f Family) string {
 	op := ""
 	if m.Negate {
 		op = "!= "
@@ -25,10 +25,10 @@ func (m AddrMatch) Text(f Family) string {
 	if m.Prefix.IsSingleIP() {
 		v = m.Prefix.Addr().String()
 	}
-	return fmt.Sprintf("%s %s%s", m.Field.Text(f), op, v)
+	return fmt.Sprintf("%s %s%s", m.Field.text(f), op, v)
 }
 
-func (m AddrMatch) Exprs(f Family) []expr.Any {
+func (m AddrMatch) exprs(f Family) []expr.Any {
 	addr := m.Prefix.Addr().AsSlice()
 	bits := m.Prefix.Bits()
 	op := expr.CmpOpEq
@@ -64,9 +64,9 @@ func (m AddrMatch) Exprs(f Family) []expr.Any {
 	}
 }
 
-// Direct writes a whole-byte prefix of the family's address kind; the
-// others go through Exprs.
-func (m AddrMatch) Direct(b *Batch, f Family) bool {
+// direct writes a whole-byte prefix of the family's address kind; the
+// others go through exprs.
+func (m AddrMatch) direct(b *Batch, f Family) bool {
 	bits := m.Prefix.Bits()
 	if bits%8 != 0 || m.Prefix.Addr().Is4() != (f == IPv4) {
 		return false

@@ -13,14 +13,14 @@ const CtStatusDNAT uint32 = 1 << 5
 
 // CtStateNone is `ct state ! S[,S...]`: the connection is in none of the
 // states. Together with CtStatusNone it writes iptables' `-m conntrack !
-// --ctstate RELATED,ESTABLISHED,DNAT` (KUBE-FIREWALL's localnet guard).
+// --ctstate RELATED,ESTABLISHED,DNAT`.
 type CtStateNone struct{ Bits uint32 }
 
-func (m CtStateNone) Text(f Family) string {
-	return "ct state ! " + strings.TrimPrefix(CtState(m).Text(f), "ct state ")
+func (m CtStateNone) text(f Family) string {
+	return "ct state ! " + strings.TrimPrefix(CtState(m).text(f), "ct state ")
 }
 
-func (m CtStateNone) Exprs(Family) []expr.Any { return ctBitsClear(expr.CtKeySTATE, m.Bits) }
+func (m CtStateNone) exprs(Family) []expr.Any { return ctBitsClear(expr.CtKeySTATE, m.Bits) }
 
 func (CtStateNone) decode(_ Family, ex []expr.Any) (Term, int, error) {
 	bits, n := decodeCtBitsClear(expr.CtKeySTATE, ex)
@@ -40,14 +40,14 @@ func (m CtStateNone) eval(s *state, _ *Table, _ int) []result {
 // rule holding this term never matches it.
 type CtStatusNone struct{ Bits uint32 }
 
-func (m CtStatusNone) Text(Family) string {
+func (m CtStatusNone) text(Family) string {
 	if m.Bits == CtStatusDNAT {
 		return "ct status ! dnat"
 	}
 	return fmt.Sprintf("ct status & 0x%08x == 0x00000000", m.Bits)
 }
 
-func (m CtStatusNone) Exprs(Family) []expr.Any { return ctBitsClear(expr.CtKeySTATUS, m.Bits) }
+func (m CtStatusNone) exprs(Family) []expr.Any { return ctBitsClear(expr.CtKeySTATUS, m.Bits) }
 
 func (CtStatusNone) decode(_ Family, ex []expr.Any) (Term, int, error) {
 	bits, n := decodeCtBitsClear(expr.CtKeySTATUS, ex)

@@ -17,7 +17,7 @@ const (
 // CtState is `ct state S[,S...]`: the connection is in one of the states.
 type CtState struct{ Bits uint32 }
 
-func (m CtState) Text(Family) string {
+func (m CtState) text(Family) string {
 	var names []string
 	for _, st := range []struct {
 		bit  uint32
@@ -30,7 +30,7 @@ func (m CtState) Text(Family) string {
 	return "ct state " + strings.Join(names, ",")
 }
 
-func (m CtState) Exprs(Family) []expr.Any {
+func (m CtState) exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(m.Bits), Xor: le32(0)},

@@ -13,9 +13,9 @@ type DNAT struct {
 	Port uint16
 }
 
-func (d DNAT) Text(Family) string { return "dnat to " + netip.AddrPortFrom(d.Addr, d.Port).String() }
+func (d DNAT) text(Family) string { return "dnat to " + netip.AddrPortFrom(d.Addr, d.Port).String() }
 
-func (d DNAT) Exprs(f Family) []expr.Any {
+func (d DNAT) exprs(f Family) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: d.Addr.AsSlice()},
 		&expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, d.Port)},
@@ -23,8 +23,8 @@ func (d DNAT) Exprs(f Family) []expr.Any {
 	}
 }
 
-// Direct writes a DNAT to an address of the family (every endpoint's rule).
-func (d DNAT) Direct(b *Batch, f Family) bool {
+// direct writes a DNAT to an address of the family (every endpoint's rule).
+func (d DNAT) direct(b *Batch, f Family) bool {
 	if d.Addr.Is4() != (f == IPv4) {
 		return false
 	}

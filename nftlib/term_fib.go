@@ -11,14 +11,14 @@ import (
 // addresses) or, with Saddr, `fib saddr type local` (the node sent it).
 type FibLocal struct{ Saddr bool }
 
-func (m FibLocal) Text(Family) string {
+func (m FibLocal) text(Family) string {
 	if m.Saddr {
 		return "fib saddr type local"
 	}
 	return "fib daddr type local"
 }
 
-func (m FibLocal) Exprs(Family) []expr.Any {
+func (m FibLocal) exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Fib{Register: 1, FlagDADDR: !m.Saddr, FlagSADDR: m.Saddr, ResultADDRTYPE: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)},

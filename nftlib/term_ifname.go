@@ -17,7 +17,7 @@ type IfName struct {
 	Negate bool
 }
 
-func (m IfName) Text(Family) string {
+func (m IfName) text(Family) string {
 	op, name := "", m.Name
 	if m.Negate {
 		op = "!= "
@@ -28,7 +28,7 @@ func (m IfName) Text(Family) string {
 	return fmt.Sprintf("iifname %s%s", op, strconv.Quote(name))
 }
 
-func (m IfName) Exprs(Family) []expr.Any {
+func (m IfName) exprs(Family) []expr.Any {
 	data := []byte(m.Name)
 	if !m.Prefix {
 		data = make([]byte, unix.IFNAMSIZ)

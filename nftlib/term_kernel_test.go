@@ -41,11 +41,11 @@ func TestKernelEveryTermKind(t *testing.T) {
 		b.AddTable(f, tbl.Name, "")
 		b.AddChains(f, tbl.Name, tbl.Chains)
 		for i, m := range tbl.Maps {
-			b.AddMap(f, tbl.Name, m, uint32(i+1))
+			b.addMap(f, tbl.Name, m, uint32(i+1))
 			b.Elements(true, f, tbl.Name, m, m.Elements)
 		}
-		b.AddAffinitySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
-		b.AddChainRules(f, tbl.Name, tbl.Chains)
+		b.addStickySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
+		b.addChainRules(f, tbl.Name, tbl.Chains)
 		if err := k.Apply(b); err != nil {
 			t.Fatalf("%s: writing every term: %v", f, err)
 		}
@@ -65,7 +65,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 				w = tc.decodesAs
 			}
 			if len(c.Rules) != 1 || len(c.Rules[0].Terms) != 1 || c.Rules[0].Terms[0] != w {
-				t.Errorf("%s %s: %q read back as %+v", f, c.Name, tc.term.Text(f), c.Rules)
+				t.Errorf("%s %s: %q read back as %+v", f, c.Name, tc.term.text(f), c.Rules)
 			}
 		}
 		for name := range want {
@@ -103,8 +103,8 @@ func takesLookupInMap(t *testing.T, k *Kernel) bool {
 	b := k.NewBatch()
 	b.AddTable(IPv4, table, "")
 	b.AddChains(IPv4, table, []*Chain{c})
-	b.AddMap(IPv4, table, m, 1)
-	b.AddChainRules(IPv4, table, []*Chain{c})
+	b.addMap(IPv4, table, m, 1)
+	b.addChainRules(IPv4, table, []*Chain{c})
 	if err := k.Apply(b); err != nil {
 		t.Logf("this kernel refuses a lookup without a destination in a map (%v): such examples are not tried", err)
 		return false
@@ -124,7 +124,7 @@ func lookupFits(t *Table, set string, key []Field) bool {
 	}
 	n := KeyLen(t.Family, key)
 	if len(key) == 1 {
-		n = key[0].Size(t.Family)
+		n = key[0].size(t.Family)
 	}
 	return n == KeyLen(t.Family, m.Key)
 }

@@ -9,11 +9,11 @@ import (
 // MarkIsSet is `meta mark & BIT == BIT`.
 type MarkIsSet struct{ Bit uint32 }
 
-func (m MarkIsSet) Text(Family) string {
+func (m MarkIsSet) text(Family) string {
 	return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", m.Bit, m.Bit)
 }
 
-func (m MarkIsSet) Exprs(Family) []expr.Any { return markTest(m.Bit, m.Bit) }
+func (m MarkIsSet) exprs(Family) []expr.Any { return markTest(m.Bit, m.Bit) }
 
 // markTest is `meta mark & mask == want`, which MarkIsSet and MarkZero are.
 func markTest(mask, want uint32) []expr.Any {

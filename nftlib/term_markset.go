@@ -13,7 +13,7 @@ type MarkSet struct {
 	Toggle bool
 }
 
-func (m MarkSet) Text(Family) string {
+func (m MarkSet) text(Family) string {
 	op := "|"
 	if m.Toggle {
 		op = "^"
@@ -21,7 +21,7 @@ func (m MarkSet) Text(Family) string {
 	return fmt.Sprintf("meta mark set meta mark %s 0x%08x", op, m.Bit)
 }
 
-func (m MarkSet) Exprs(Family) []expr.Any {
+func (m MarkSet) exprs(Family) []expr.Any {
 	mask, xor := ^m.Bit, m.Bit // x | b == (x & ^b) ^ b
 	if m.Toggle {
 		mask = 0xffffffff

@@ -9,11 +9,11 @@ import (
 // MarkZero is `meta mark & BIT == 0x00000000`.
 type MarkZero struct{ Bit uint32 }
 
-func (m MarkZero) Text(Family) string {
+func (m MarkZero) text(Family) string {
 	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.Bit)
 }
 
-func (m MarkZero) Exprs(Family) []expr.Any { return markTest(m.Bit, 0) }
+func (m MarkZero) exprs(Family) []expr.Any { return markTest(m.Bit, 0) }
 
 func (MarkZero) decode(_ Family, ex []expr.Any) (Term, int, error) {
 	mask, want, ok := markTestAt(ex)

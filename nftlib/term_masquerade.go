@@ -4,12 +4,13 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-// Masquerade is `masquerade fully-random`, as kube-proxy does by default.
+// Masquerade is `masquerade fully-random`: source NAT to the outgoing
+// interface's address, with fully random source ports.
 type Masquerade struct{}
 
-func (Masquerade) Text(Family) string { return "masquerade fully-random" }
+func (Masquerade) text(Family) string { return "masquerade fully-random" }
 
-func (Masquerade) Exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+func (Masquerade) exprs(Family) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
 
 func (Masquerade) decode(_ Family, ex []expr.Any) (Term, int, error) {
 	m, ok := exprAt[*expr.Masq](ex, 0)

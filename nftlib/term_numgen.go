@@ -10,16 +10,16 @@ import (
 // NumgenZero is `numgen random mod N 0`: true with probability 1/N.
 type NumgenZero struct{ Mod uint32 }
 
-func (n NumgenZero) Text(Family) string { return fmt.Sprintf("numgen random mod %d 0", n.Mod) }
+func (n NumgenZero) text(Family) string { return fmt.Sprintf("numgen random mod %d 0", n.Mod) }
 
-func (n NumgenZero) Exprs(Family) []expr.Any {
+func (n NumgenZero) exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Numgen{Register: 1, Modulus: n.Mod, Type: unix.NFT_NG_RANDOM},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}
 }
 
-func (n NumgenZero) Direct(b *Batch, _ Family) bool {
+func (n NumgenZero) direct(b *Batch, _ Family) bool {
 	b.numgen(1, n.Mod, unix.NFT_NG_RANDOM, 0)
 	var zero [4]byte
 	b.cmp(1, expr.CmpOpEq, zero[:])

@@ -10,16 +10,16 @@ import (
 // PortMatch is `th dport PORT`.
 type PortMatch struct{ Port uint16 }
 
-func (m PortMatch) Text(Family) string { return fmt.Sprintf("th dport %d", m.Port) }
+func (m PortMatch) text(Family) string { return fmt.Sprintf("th dport %d", m.Port) }
 
-func (m PortMatch) Exprs(f Family) []expr.Any {
+func (m PortMatch) exprs(f Family) []expr.Any {
 	return []expr.Any{
 		FieldDport.load(f, 1),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, m.Port)},
 	}
 }
 
-func (m PortMatch) Direct(b *Batch, _ Family) bool {
+func (m PortMatch) direct(b *Batch, _ Family) bool {
 	b.payloadLoad(1, expr.PayloadBaseTransportHeader, 2, 2)
 	var port [2]byte
 	binary.BigEndian.PutUint16(port[:], m.Port)

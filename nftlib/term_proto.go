@@ -7,16 +7,16 @@ import (
 // ProtoMatch is `meta l4proto tcp`.
 type ProtoMatch struct{ Proto uint8 }
 
-func (m ProtoMatch) Text(Family) string { return "meta l4proto " + ProtoName(m.Proto) }
+func (m ProtoMatch) text(Family) string { return "meta l4proto " + ProtoName(m.Proto) }
 
-func (m ProtoMatch) Exprs(Family) []expr.Any {
+func (m ProtoMatch) exprs(Family) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{m.Proto}},
 	}
 }
 
-func (m ProtoMatch) Direct(b *Batch, _ Family) bool {
+func (m ProtoMatch) direct(b *Batch, _ Family) bool {
 	b.meta(expr.MetaKeyL4PROTO, 1, false)
 	b.cmp(1, expr.CmpOpEq, []byte{m.Proto})
 	return true

@@ -9,9 +9,9 @@ import (
 // sees as "connection refused" at once.
 type Reject struct{}
 
-func (Reject) Text(Family) string { return "reject" }
+func (Reject) text(Family) string { return "reject" }
 
-func (Reject) Exprs(f Family) []expr.Any {
+func (Reject) exprs(f Family) []expr.Any {
 	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: rejectCode(f)}}
 }
 

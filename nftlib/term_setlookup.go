@@ -31,10 +31,10 @@ func (l SetLookup) WithProto(p uint8) SetLookup { l.Proto = p; return l }
 
 func (l SetLookup) fields() []Field { return l.Key[:l.N] }
 
-func (l SetLookup) Text(f Family) string {
+func (l SetLookup) text(f Family) string {
 	parts := make([]string, l.N)
 	for i, fl := range l.fields() {
-		parts[i] = fl.Text(f)
+		parts[i] = fl.text(f)
 		if fl == FieldDport && l.Proto != 0 {
 			parts[i] = ProtoName(l.Proto) + " dport"
 		}
@@ -42,10 +42,10 @@ func (l SetLookup) Text(f Family) string {
 	return strings.Join(parts, " . ") + " @" + l.Set
 }
 
-func (l SetLookup) Exprs(f Family) []expr.Any {
+func (l SetLookup) exprs(f Family) []expr.Any {
 	var out []expr.Any
 	if l.Proto != 0 {
-		out = append(out, ProtoMatch{Proto: l.Proto}.Exprs(f)...)
+		out = append(out, ProtoMatch{Proto: l.Proto}.exprs(f)...)
 	}
 	out = keyLoads(out, f, l.fields())
 	return append(out, &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: l.Set})

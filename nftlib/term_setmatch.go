@@ -10,9 +10,9 @@ type SetMatch struct {
 	Set   string
 }
 
-func (m SetMatch) Text(f Family) string { return m.Field.Text(f) + " @" + m.Set }
+func (m SetMatch) text(f Family) string { return m.Field.text(f) + " @" + m.Set }
 
-func (m SetMatch) Exprs(f Family) []expr.Any {
+func (m SetMatch) exprs(f Family) []expr.Any {
 	return []expr.Any{m.Field.load(f, 1), &expr.Lookup{SourceRegister: 1, SetName: m.Set}}
 }
 

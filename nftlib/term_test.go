@@ -121,14 +121,14 @@ func termCases(f Family) map[string][]termCase {
 			{term: NumgenZero{Mod: 2}, want: []string{"0.500 no dnat masquerade", "0.500 no dnat"}},
 			{term: NumgenZero{Mod: 1000}, want: []string{"0.001 no dnat masquerade", "0.999 no dnat"}},
 		},
-		"AffinityMatch": {
-			{term: AffinityMatch{ID: 7}, want: []string{match}},
-			{term: AffinityMatch{ID: 8}, want: []string{noMatch}},
+		"StickyMatch": {
+			{term: StickyMatch{ID: 7}, want: []string{match}},
+			{term: StickyMatch{ID: 8}, want: []string{noMatch}},
 		},
-		"AffinityUpdate": {{term: AffinityUpdate{ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " affinity 9"}}},
-		"DNAT":           {{term: DNAT{Addr: x.endpoint, Port: 8080}, want: []string{dnat + " masquerade"}}},
-		"Masquerade":     {{term: Masquerade{}, want: []string{match}}},
-		"Reject":         {{term: Reject{}, want: []string{"1.000 reject"}}},
+		"StickyUpdate": {{term: StickyUpdate{ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " sticky 9"}}},
+		"DNAT":         {{term: DNAT{Addr: x.endpoint, Port: 8080}, want: []string{dnat + " masquerade"}}},
+		"Masquerade":   {{term: Masquerade{}, want: []string{match}}},
+		"Reject":       {{term: Reject{}, want: []string{"1.000 reject"}}},
 		"Verdict": {
 			{term: Verdict{Kind: Accept}, want: []string{noMatch}},
 			{term: Verdict{Kind: Drop}, want: []string{"1.000 drop"}},
@@ -144,7 +144,7 @@ func termCases(f Family) map[string][]termCase {
 // then masquerades.
 func traceTable(f Family, term Term) *Table {
 	x := fixture(f)
-	return &Table{Family: f, Name: "t", Affinity: true,
+	return &Table{Family: f, Name: "t", Sticky: true,
 		Chains: []*Chain{
 			{Name: "entry", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100}, Rules: []Rule{R(term, Masquerade{})}},
 			{Name: "target", Rules: []Rule{R(DNAT{Addr: x.endpoint, Port: 8080})}},
@@ -185,17 +185,17 @@ func TestEveryTermKind(t *testing.T) {
 }
 
 func checkRoundTrip(t *testing.T, f Family, tc termCase) {
-	text := tc.term.Text(f)
+	text := tc.term.text(f)
 	if text == "" || strings.Contains(text, "?") {
 		t.Errorf("text %q", text)
 	}
 	viaExprs := &Batch{}
-	for _, e := range tc.term.Exprs(f) {
-		viaExprs.Expr(f, e)
+	for _, e := range tc.term.exprs(f) {
+		viaExprs.expr(f, e)
 	}
-	if d, ok := tc.term.(DirectTerm); ok {
+	if d, ok := tc.term.(directTerm); ok {
 		direct := &Batch{}
-		if d.Direct(direct, f) && !bytes.Equal(direct.Buf, viaExprs.Buf) {
+		if d.direct(direct, f) && !bytes.Equal(direct.Buf, viaExprs.Buf) {
 			t.Errorf("%s: direct encoding %x, expressions %x", text, direct.Buf, viaExprs.Buf)
 		}
 	}
@@ -217,7 +217,7 @@ func checkRoundTrip(t *testing.T, f Family, tc termCase) {
 
 func checkTrace(t *testing.T, f Family, tc termCase) {
 	x := fixture(f)
-	p := Packet{Src: x.client, Dst: x.service, Proto: unix.IPPROTO_TCP, Dport: 80, Local: []netip.Addr{x.node}, Iif: "eth0", Affinity: []uint32{7}}
+	p := Packet{Src: x.client, Dst: x.service, Proto: unix.IPPROTO_TCP, Dport: 80, Local: []netip.Addr{x.node}, Iif: "eth0", Sticky: []uint32{7}}
 	if tc.pkt != nil {
 		tc.pkt(&p)
 	}
@@ -225,23 +225,23 @@ func checkTrace(t *testing.T, f Family, tc termCase) {
 	out, err := rs.Trace(p)
 	if tc.wantErr != "" {
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-			t.Errorf("%s: trace error %v, want %q", tc.term.Text(f), err, tc.wantErr)
+			t.Errorf("%s: trace error %v, want %q", tc.term.text(f), err, tc.wantErr)
 		}
 		return
 	}
 	if err != nil {
-		t.Fatalf("%s: %v", tc.term.Text(f), err)
+		t.Fatalf("%s: %v", tc.term.text(f), err)
 	}
 	var got []string
 	for _, o := range out {
 		s, _, _ := strings.Cut(o.String(), " via ")
-		if o.Affinity != 0 {
-			s += fmt.Sprintf(" affinity %d", o.Affinity)
+		if o.Sticky != 0 {
+			s += fmt.Sprintf(" sticky %d", o.Sticky)
 		}
 		got = append(got, s)
 	}
 	if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-		t.Errorf("%s: trace\n%s\nwant\n%s", tc.term.Text(f), strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		t.Errorf("%s: trace\n%s\nwant\n%s", tc.term.text(f), strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 	}
 }
 
@@ -316,7 +316,7 @@ func TestDecodeRefusesForeignExpressions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &Batch{}
 			for _, e := range tt.exprs {
-				b.Expr(f, e)
+				b.expr(f, e)
 			}
 			terms, err := decodeRule(f, b.Buf)
 			if err == nil {

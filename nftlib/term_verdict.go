@@ -28,7 +28,7 @@ type Verdict struct {
 func JumpTo(chain string) Verdict    { return Verdict{Kind: Jump, Chain: chain} }
 func GotoChain(chain string) Verdict { return Verdict{Kind: Goto, Chain: chain} }
 
-func (v Verdict) Text(Family) string {
+func (v Verdict) text(Family) string {
 	switch v.Kind {
 	case Accept:
 		return "accept"
@@ -58,13 +58,13 @@ func (v Verdict) kernelKind() expr.VerdictKind {
 	return expr.VerdictDrop
 }
 
-func (v Verdict) Expr() *expr.Verdict {
+func (v Verdict) expr() *expr.Verdict {
 	return &expr.Verdict{Kind: v.kernelKind(), Chain: v.Chain}
 }
 
-func (v Verdict) Exprs(Family) []expr.Any { return []expr.Any{v.Expr()} }
+func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
 
-func (v Verdict) Direct(b *Batch, _ Family) bool {
+func (v Verdict) direct(b *Batch, _ Family) bool {
 	b.verdict(v.kernelKind(), v.Chain)
 	return true
 }

@@ -20,18 +20,18 @@ func Vmap(m string, key ...Field) VmapLookup {
 
 func (v VmapLookup) fields() []Field { return v.Key[:v.N] }
 
-func (v VmapLookup) Text(f Family) string {
+func (v VmapLookup) text(f Family) string {
 	s := ""
 	for i, fl := range v.fields() {
 		if i > 0 {
 			s += " . "
 		}
-		s += fl.Text(f)
+		s += fl.text(f)
 	}
 	return s + " vmap @" + v.Map
 }
 
-func (v VmapLookup) Exprs(f Family) []expr.Any {
+func (v VmapLookup) exprs(f Family) []expr.Any {
 	out := keyLoads(nil, f, v.fields())
 	return append(out, &expr.Lookup{SourceRegister: 1, SetName: v.Map, IsDestRegSet: true, DestRegister: 0})
 }

@@ -19,9 +19,9 @@ type Packet struct {
 	Local []netip.Addr
 	// Iif is the interface the packet came in on (prerouting).
 	Iif string
-	// Affinity holds the endpoint ids (AffinityID) the client already has
-	// session affinity to: the `affinity` set's entries for Src.
-	Affinity []uint32
+	// Sticky holds the target ids (StickyID) the sticky set already
+	// remembers Src for.
+	Sticky []uint32
 }
 
 // Outcome is one way a packet can go, with its probability (random load
@@ -32,9 +32,9 @@ type Outcome struct {
 	Masquerade bool           // SNAT to the node in postrouting
 	Dropped    bool
 	Rejected   bool
-	// Affinity is the endpoint id the packet (re)started the client's
-	// session affinity to, 0 if none.
-	Affinity uint32
+	// Sticky is the target id the packet's source is (again) remembered
+	// for (StickyUpdate), 0 if none.
+	Sticky uint32
 	// Chains are the chains the packet went through, in order; Tables
 	// the table of each (a base chain starts each table's part).
 	Chains []string
@@ -129,7 +129,7 @@ func (rs *Ruleset) Trace(p Packet) ([]Outcome, error) {
 		if s.err != nil {
 			return nil, fmt.Errorf("tracing %s: chains %s: %w", p.Dst, strings.Join(s.path, ","), s.err)
 		}
-		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Affinity: s.affinity, Chains: s.path, Tables: s.tables})
+		out = append(out, Outcome{Prob: s.prob, DNAT: s.dnat, Masquerade: s.masq, Dropped: s.dropped && !s.rejected, Rejected: s.rejected, Sticky: s.sticky, Chains: s.path, Tables: s.tables})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].DNAT.String() < out[j].DNAT.String() })
 	return out, nil
@@ -190,7 +190,7 @@ type state struct {
 	mark     uint32
 	dnat     netip.AddrPort
 	masq     bool
-	affinity uint32
+	sticky   uint32
 	dropped  bool
 	rejected bool
 	path     []string
@@ -295,7 +295,7 @@ func (s *state) fail(err error) []result {
 }
 
 // inMap tells whether the packet's fields are a key of the table's map.
-// The table holds its maps only (and the affinity set, which AffinityMatch
+// The table holds its maps only (and the sticky set, which StickyMatch
 // reads from the packet): a lookup in any other set is an error.
 func (s *state) inMap(t *Table, name string, fields []Field) (bool, error) {
 	if t.Map(name) == nil {

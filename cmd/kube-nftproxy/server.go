@@ -146,6 +146,10 @@ func (s *proxyServer) openKernel(context.Context) error {
 	// A kernel without something we program fails here, naming it, rather
 	// than at every sync (probed, never read from the version string).
 	if err := k.ProbeFeatures(s.mode == modeIPVS); err != nil {
+		var missing *nftlib.MissingFeatureError
+		if errors.As(err, &missing) {
+			return fmt.Errorf("%w; kube-nftproxy needs Linux %s or later with nf_tables and its expression modules", err, nftlib.MinKernel)
+		}
 		return err
 	}
 	return nil

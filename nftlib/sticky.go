@@ -11,38 +11,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Session affinity (sessionAffinity: ClientIP) uses one dynamic set per
-// table, `affinity`, keyed by the client's address and a 32-bit id of the
-// endpoint (of one service port). KUBE-SVC looks the pair up for each
-// endpoint before choosing at random; KUBE-SEP adds or refreshes it. One set
-// per table keeps a full sync linear in the number of Services: the kernel
-// looks sets up by walking a list, so a set per endpoint (upstream's
-// nftables mode) or per Service makes a sync quadratic.
+// Sticky sessions: a table with Sticky holds one dynamic set, SetSticky,
+// keyed by a packet's source address and a 32-bit id of a target (StickyID
+// of its chain's name), whose elements time out. StickyMatch looks the pair
+// up, StickyUpdate adds or refreshes it from the packet path: a source sent
+// to a target once is sent there again while its element lives. One set
+// per table, not one per target, keeps a full sync linear in the number of
+// targets: the kernel looks sets up by walking a list.
 //
 // nft (1.0.6 and later) parses a constant inside such a concatenation only
 // as an expression it can type, so the id is written as
 // `numgen random mod 1 offset ID`, which always yields ID.
 const (
-	SetAffinity = "affinity"
-	// affinitySetSize bounds the set: a client that finds it full gets no
-	// affinity (its connection still goes through, at random).
-	affinitySetSize = 1 << 20
-	affinityComment = "sessionAffinity ClientIP: client . endpoint id"
+	// SetSticky is the name of a table's sticky set.
+	SetSticky = "affinity"
+	// stickySetSize bounds the set: a source that finds it full is not
+	// remembered (its packets still go wherever the rules send them).
+	stickySetSize = 1 << 20
+	stickyComment = "sessionAffinity ClientIP: client . endpoint id"
 )
 
-// AffinityID is the id of an endpoint chain in the affinity set: the first
-// four bytes of a hash of its name, so stable across restarts and without
-// state. Two endpoints of one service port sharing an id would only make a
-// client stick to another valid endpoint of that port.
-func AffinityID(sepChain string) uint32 {
-	sum := sha256.Sum256([]byte(sepChain))
+// StickyID is the id of a target chain in the sticky set: the first four
+// bytes of a hash of its name, so stable across restarts and without
+// state. Two targets sharing an id would only make a source stick to the
+// other one where both are matched.
+func StickyID(chain string) uint32 {
+	sum := sha256.Sum256([]byte(chain))
 	return binary.BigEndian.Uint32(sum[:4])
 }
 
-// affinityKey loads `ip saddr . numgen random mod 1 offset ID` into
+// stickyKey loads `ip saddr . numgen random mod 1 offset ID` into
 // registers, as nft lays the concatenation out: the address from register 1
 // on, the id in the next 32-bit register.
-func affinityKey(f Family, id uint32) []expr.Any {
+func stickyKey(f Family, id uint32) []expr.Any {
 	idReg := uint32(unix.NFT_REG32_01) // after the 4-byte IPv4 address
 	if f == IPv6 {
 		idReg = unix.NFT_REG_2 // after the 16-byte IPv6 address
@@ -53,9 +54,9 @@ func affinityKey(f Family, id uint32) []expr.Any {
 	}
 }
 
-// affinityKeyAt reads affinityKey's expressions at the start of ex: the
+// stickyKeyAt reads stickyKey's expressions at the start of ex: the
 // source address, then the endpoint id.
-func affinityKeyAt(f Family, ex []expr.Any) (id uint32, ok bool) {
+func stickyKeyAt(f Family, ex []expr.Any) (id uint32, ok bool) {
 	p, ok := exprAt[*expr.Payload](ex, 0)
 	if !ok {
 		return 0, false
@@ -70,12 +71,12 @@ func affinityKeyAt(f Family, ex []expr.Any) (id uint32, ok bool) {
 	return ng.Offset, true
 }
 
-func affinityKeyText(f Family, id uint32) string {
+func stickyKeyText(f Family, id uint32) string {
 	return fmt.Sprintf("%s saddr . numgen random mod 1 offset %d", f, id)
 }
 
-// NftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
-func NftDuration(d time.Duration) string {
+// nftDuration prints a duration as nft does: 10800s is "3h", 90s "1m30s".
+func nftDuration(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms == 0 {
 		return "0s"
@@ -93,21 +94,21 @@ func NftDuration(d time.Duration) string {
 	return b.String()
 }
 
-// affinityKeyType is the set's key type as nft encodes a concatenation:
+// stickyKeyType is the set's key type as nft encodes a concatenation:
 // each part's type id shifted in 6 bits at a time (the address, then
 // integer).
-func affinityKeyType(f Family) uint32 {
+func stickyKeyType(f Family) uint32 {
 	const integerType = 4
 	_, addr := FieldSaddr.datatype(f)
 	return addr<<6 | integerType
 }
 
-func affinityKeyLen(f Family) uint32 { return uint32(f.addrLen()) + 4 }
+func stickyKeyLen(f Family) uint32 { return uint32(f.addrLen()) + 4 }
 
-// affinityUserdata is what nft stores with the set so that `nft list` prints
+// stickyUserdata is what nft stores with the set so that `nft list` prints
 // its `typeof ip saddr . numgen random mod 1` (without it nft prints a type
 // it cannot parse back), then the comment.
-func affinityUserdata(f Family) []byte {
+func stickyUserdata(f Family) []byte {
 	tlv := func(typ byte, v []byte) []byte { return append([]byte{typ, byte(len(v))}, v...) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	cat := func(parts ...[]byte) []byte {
@@ -128,36 +129,36 @@ func affinityUserdata(f Family) []byte {
 	numgen := cat(tlv(0, u32(23)), tlv(1, cat(tlv(0, u32(unix.NFT_NG_RANDOM)), tlv(1, u32(1)), tlv(2, u32(0)))))
 	typeOf := cat(tlv(0, u32(13)), tlv(1, cat(tlv(0, payload), tlv(1, numgen))))
 	const keyByteorder, keyTypeof, comment = 0, 3, 7
-	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(comment, affinityComment))
+	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(comment, stickyComment))
 }
 
-// AddAffinitySet creates the affinity set, or keeps it as it is when it
+// addStickySet creates the sticky set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
-func (b *Batch) AddAffinitySet(f Family, table string, id uint32) {
-	b.Begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
-	b.Str(unix.NFTA_SET_TABLE, table)
-	b.Str(unix.NFTA_SET_NAME, SetAffinity)
-	b.U32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
-	b.U32(unix.NFTA_SET_KEY_TYPE, affinityKeyType(f))
-	b.U32(unix.NFTA_SET_KEY_LEN, affinityKeyLen(f))
-	b.U32(unix.NFTA_SET_ID, id)
-	b.Nest(unix.NFTA_SET_DESC)
-	b.U32(unix.NFTA_SET_DESC_SIZE, affinitySetSize)
-	b.Unnest()
-	b.Attr(unix.NFTA_SET_USERDATA, affinityUserdata(f))
-	b.End()
+func (b *Batch) addStickySet(f Family, table string, id uint32) {
+	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
+	b.str(unix.NFTA_SET_TABLE, table)
+	b.str(unix.NFTA_SET_NAME, SetSticky)
+	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
+	b.u32(unix.NFTA_SET_KEY_TYPE, stickyKeyType(f))
+	b.u32(unix.NFTA_SET_KEY_LEN, stickyKeyLen(f))
+	b.u32(unix.NFTA_SET_ID, id)
+	b.nest(unix.NFTA_SET_DESC)
+	b.u32(unix.NFTA_SET_DESC_SIZE, stickySetSize)
+	b.unnest()
+	b.attr(unix.NFTA_SET_USERDATA, stickyUserdata(f))
+	b.end()
 }
 
-func (s *ScriptWriter) AddAffinitySet(f Family, table string, _ uint32) {
+func (s *scriptWriter) addStickySet(f Family, table string, _ uint32) {
 	s.line("add set %s %s %s { typeof %s saddr . numgen random mod 1; size %d; flags dynamic,timeout; }",
-		f, table, SetAffinity, f, affinitySetSize)
+		f, table, SetSticky, f, stickySetSize)
 }
 
-func (t *Table) renderAffinitySet(b *strings.Builder) {
-	fmt.Fprintf(b, "\tset %s {\n", SetAffinity)
+func (t *Table) renderStickySet(b *strings.Builder) {
+	fmt.Fprintf(b, "\tset %s {\n", SetSticky)
 	fmt.Fprintf(b, "\t\ttypeof %s saddr . numgen random mod 1\n", t.Family)
-	fmt.Fprintf(b, "\t\tsize %d\n", affinitySetSize)
+	fmt.Fprintf(b, "\t\tsize %d\n", stickySetSize)
 	b.WriteString("\t\tflags dynamic,timeout\n")
-	fmt.Fprintf(b, "\t\tcomment %q\n", affinityComment)
+	fmt.Fprintf(b, "\t\tcomment %q\n", stickyComment)
 	b.WriteString("\t}\n")
 }
