@@ -9,6 +9,7 @@
 #   PROXY=localhost hack/cluster/conformance.sh  # deploy/ + KubeProxyNFTablesLocalhostNodePorts, primary,localhost
 #   hack/cluster/conformance.sh --list     # print the selection, run nothing
 #   KNP_CLUSTER_FAMILY=dual hack/cluster/conformance.sh # on a dual-stack cluster
+#   KNP_CLUSTER_LB=metallb hack/cluster/conformance.sh  # with MetalLB: [Feature:LoadBalancer] runs
 #
 # It brings the cluster up with that proxy if none is up (KNP_CLUSTER_PROXY),
 # and refuses to run on a cluster that runs the other proxy. The cluster stays
@@ -20,8 +21,11 @@
 #                        run alone at the end); 1 runs e2e.test by itself
 #   CONFORMANCE_FOCUS    replaces the focus regular expression below
 #   CONFORMANCE_SKIP     replaces the skip regular expression below
+#   KNP_CLUSTER_LB       metallb: the cluster has MetalLB (L2 mode), so the
+#                        [Feature:LoadBalancer] specs run (unset: skipped)
 #   CONFORMANCE_OUT      report directory (default bin/conformance/$PROXY, or
-#                        bin/conformance/$PROXY-$KNP_CLUSTER_FAMILY but for ipv4)
+#                        bin/conformance/$PROXY-$KNP_CLUSTER_FAMILY but for ipv4;
+#                        -metallb appended with KNP_CLUSTER_LB=metallb)
 # Prints ginkgo's summary and the JUnit counts (ran / passed / failed / skipped).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -34,6 +38,12 @@ case $family in
 ipv4) out=${CONFORMANCE_OUT:-bin/conformance/$proxy} ;;
 dual | ipv6) out=${CONFORMANCE_OUT:-bin/conformance/$proxy-$family} ;;
 *) echo "conformance.sh: KNP_CLUSTER_FAMILY must be ipv4, dual or ipv6, not $family" >&2; exit 2 ;;
+esac
+lb=${KNP_CLUSTER_LB:-}
+case $lb in
+'') ;;
+metallb) [ -n "${CONFORMANCE_OUT:-}" ] || out=$out-metallb ;;
+*) echo "conformance.sh: KNP_CLUSTER_LB must be metallb or unset, not $lb" >&2; exit 2 ;;
 esac
 e2e=$cache/k8s-v1.37.1/bin/e2e.test
 ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
@@ -67,9 +77,12 @@ focus=${CONFORMANCE_FOCUS:-$focus}
 # provider (they say so in their skip message).
 skips=
 skip() { skips=${skips:+$skips|}$1; }
-# Cloud load balancers: provider "skeleton" has no load-balancer controller,
-# so a type=LoadBalancer Service never gets an ingress address.
-skip '\[Feature:LoadBalancer\]'
+# Load balancers: without KNP_CLUSTER_LB=metallb nothing hands a
+# type=LoadBalancer Service an ingress address (provider "skeleton" has no
+# load-balancer controller). With MetalLB (L2 mode) they run.
+if [ "$lb" != metallb ]; then
+	skip '\[Feature:LoadBalancer\]'
+fi
 # Feature-gated or optional proxy behaviour not enabled in this cluster:
 # NFAcct metrics need the nfnetlink_acct counters kube-proxy's iptables mode
 # reads; localhost NodePorts (route_localnet) are iptables-mode only: deploy/
@@ -124,6 +137,12 @@ cluster_family() {
 	esac
 }
 if [ -d "$dir" ]; then
+	up_lb=
+	if kubectl get namespace metallb-system >/dev/null 2>&1; then up_lb=metallb; fi
+	if [ "$up_lb" != "$lb" ]; then
+		echo "conformance.sh: the cluster that is up has KNP_CLUSTER_LB=${up_lb:-(unset)}, not ${lb:-(unset)}: make cluster-down first" >&2
+		exit 1
+	fi
 	up_family=$(cluster_family)
 	if [ "$up_family" != "$family" ]; then
 		echo "conformance.sh: the cluster that is up is $up_family, KNP_CLUSTER_FAMILY=$family: make cluster-down first" >&2
@@ -150,12 +169,12 @@ if [ -d "$dir" ]; then
 		fi
 	fi
 else
-	KNP_CLUSTER_PROXY=$proxy KNP_CLUSTER_FAMILY=$family go run ./e2e/cluster/cmd up
+	KNP_CLUSTER_PROXY=$proxy KNP_CLUSTER_FAMILY=$family KNP_CLUSTER_LB=$lb go run ./e2e/cluster/cmd up
 fi
 
 rm -rf "$out"
 mkdir -p "$out"
-echo "conformance.sh: PROXY=$proxy, KNP_CLUSTER_FAMILY=$family, $procs process(es), report in $out"
+echo "conformance.sh: PROXY=$proxy, KNP_CLUSTER_FAMILY=$family, KNP_CLUSTER_LB=${lb:-(unset)}, $procs process(es), report in $out"
 common="--kubeconfig=$dir/admin.kubeconfig --provider=skeleton --num-nodes=2 --report-dir=$(pwd)/$out"
 start=$(date +%s)
 set +e

@@ -1,0 +1,314 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The cluster's optional load balancer, by KNP_CLUSTER_LB: LBNone (the
+// default) leaves type=LoadBalancer Services without an address, as a
+// cluster without a cloud provider does; LBMetalLB runs MetalLB in L2
+// mode, the load balancer bare-metal clusters run.
+const (
+	LBNone    = ""
+	LBMetalLB = "metallb"
+)
+
+// MetalLB's pieces: its namespace, version (hack/cluster/build.sh builds
+// it), and the address pool it hands out, inside the node network so that
+// the node network's namespace (where e2e.test runs) reaches the addresses
+// on br0, the speaker of one node answering ARP (IPv4) or NDP (IPv6).
+const (
+	MetalLBNamespace = "metallb-system"
+	MetalLBVersion   = "v0.16.2"
+	LBPool4          = "10.200.0.200-10.200.0.239"
+	LBPool6          = "fd00:200::200-fd00:200::239"
+	// metallbProbePort is the health port of both components (MetalLB's
+	// default): the controller serves it on every address, the speaker
+	// on 127.0.0.1 of its node.
+	metallbProbePort = 17472
+)
+
+// checkLB refuses an unknown KNP_CLUSTER_LB before anything starts.
+func (l Layout) checkLB() error {
+	switch l.LB {
+	case LBNone, LBMetalLB:
+		return nil
+	}
+	return fmt.Errorf("KNP_CLUSTER_LB=%q: want %q or unset", l.LB, LBMetalLB)
+}
+
+// LBPools are the load balancer's address ranges, one per family of the
+// cluster, the primary first.
+func (l Layout) LBPools() []string { return l.byFamily(LBPool4, LBPool6) }
+
+// MetalLBCRDs is the file of MetalLB's CustomResourceDefinitions that
+// hack/cluster/build.sh copies out of the module it builds from.
+func (l Layout) MetalLBCRDs() string {
+	return filepath.Join(l.Cache, "cluster", "metallb", "crds.yaml")
+}
+
+// metallbRefs are the controller's and the speaker's image references
+// (hack/cluster/images.sh), when the cluster has the load balancer.
+type metallbRefs struct{ controller, speaker string }
+
+// loadBalancerImages finds MetalLB's images and CRDs before anything
+// starts (nothing when KNP_CLUSTER_LB is unset).
+func (l Layout) loadBalancerImages(imgs []Image) (metallbRefs, error) {
+	if l.LB != LBMetalLB {
+		return metallbRefs{}, nil
+	}
+	r := metallbRefs{controller: FindImage(imgs, "controller"), speaker: FindImage(imgs, "speaker")}
+	if r.controller == "" || r.speaker == "" {
+		return r, fmt.Errorf("KNP_CLUSTER_LB=metallb: images.txt lacks MetalLB's controller or speaker (KNP_CLUSTER_LB=metallb make cluster-build cluster-images)")
+	}
+	if _, err := os.Stat(l.MetalLBCRDs()); err != nil {
+		return r, fmt.Errorf("KNP_CLUSTER_LB=metallb: %w (hack/cluster/build.sh metallb)", err)
+	}
+	return r, nil
+}
+
+// nodeImages are the images the nodes import: all of images.txt, less
+// MetalLB's when the cluster runs without it (images.sh builds them
+// whenever their binaries exist), so the default cluster stays as it was.
+func (l Layout) nodeImages(imgs []Image) []Image {
+	if l.LB == LBMetalLB {
+		return imgs
+	}
+	var out []Image
+	for _, im := range imgs {
+		if !strings.Contains(im.Ref, "/metallb/") {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// deployLoadBalancer applies MetalLB's CRDs, waits until the API server
+// serves them, applies its workloads and address pool, and waits for the
+// controller and a speaker on every node.
+func (l Layout) deployLoadBalancer(ctx context.Context, refs metallbRefs, logf func(string, ...any)) error {
+	if l.LB != LBMetalLB {
+		return nil
+	}
+	if _, err := l.kubectl(ctx, "apply", "--server-side", "-f", l.MetalLBCRDs()); err != nil {
+		return fmt.Errorf("MetalLB CRDs: %w", err)
+	}
+	if _, err := l.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=2m",
+		"crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io"); err != nil {
+		return fmt.Errorf("MetalLB CRDs: %w", err)
+	}
+	if err := l.apply(ctx, "metallb", l.MetalLBManifests(refs.controller, refs.speaker)); err != nil {
+		return err
+	}
+	for _, what := range []string{"deployment/controller", "daemonset/speaker"} {
+		if err := l.waitRollout(ctx, MetalLBNamespace, what); err != nil {
+			return fmt.Errorf("MetalLB %s: %w", what, err)
+		}
+	}
+	logf("MetalLB %s (L2) ready, pool %s", MetalLBVersion, strings.Join(l.LBPools(), ", "))
+	return nil
+}
+
+// MetalLBManifests are MetalLB's namespace, RBAC, controller Deployment,
+// speaker DaemonSet, address pool and L2 advertisement: our own minimal
+// objects (MetalLB's CRDs come from its module). The controller runs
+// without its admission webhook (nothing here writes invalid
+// configurations, and a webhook would need certificates), the speakers
+// without memberlist (no --ml-bindaddr: a node's speaker counts as gone
+// when its node is not Ready) and neither serves metrics (--port=0).
+func (l Layout) MetalLBManifests(controllerImage, speakerImage string) string {
+	return metallbRBAC + fmt.Sprintf(metallbWorkloads, controllerImage, speakerImage, metallbProbePort) +
+		l.metallbPool()
+}
+
+// metallbPool is the address pool of the cluster's families and its L2
+// advertisement, answered on the nodes' eth0 alone (not on the pod network's
+// bridges and tunnels).
+func (l Layout) metallbPool() string {
+	var addrs strings.Builder
+	for _, p := range l.LBPools() {
+		fmt.Fprintf(&addrs, "  - %s\n", p)
+	}
+	return fmt.Sprintf(`---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata:
+  name: nodenet
+  namespace: metallb-system
+spec:
+  addresses:
+%s---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata:
+  name: nodenet
+  namespace: metallb-system
+spec:
+  ipAddressPools: [nodenet]
+  interfaces: [eth0]
+`, addrs.String())
+}
+
+// metallbRBAC: one ServiceAccount per component, both bound to the same
+// two roles (a test cluster: one set of rules is easier to read than two
+// nearly equal ones). Cluster-wide they read Services, their endpoints,
+// nodes and namespaces, write Services' status (the controller's ingress
+// addresses) and events; in their namespace they read their configuration
+// (MetalLB's objects, Secrets, ConfigMaps), their own pod, and write the
+// status objects each component keeps there.
+const metallbRBAC = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: metallb-system
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: controller
+  namespace: metallb-system
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: speaker
+  namespace: metallb-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: knp:metallb
+rules:
+- apiGroups: [""]
+  resources: ["services", "endpoints", "nodes", "namespaces"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["services/status"]
+  verbs: ["update"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: knp:metallb
+  namespace: metallb-system
+rules:
+- apiGroups: [""]
+  resources: ["secrets", "configmaps"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
+- apiGroups: ["metallb.io"]
+  resources: ["*"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["metallb.io"]
+  resources: ["configurationstates", "configurationstates/status", "servicel2statuses",
+    "servicel2statuses/status", "servicebgpstatuses", "servicebgpstatuses/status"]
+  verbs: ["create", "update", "patch", "delete"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: knp:metallb
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: knp:metallb
+subjects:
+- {kind: ServiceAccount, name: controller, namespace: metallb-system}
+- {kind: ServiceAccount, name: speaker, namespace: metallb-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: knp:metallb
+  namespace: metallb-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: knp:metallb
+subjects:
+- {kind: ServiceAccount, name: controller, namespace: metallb-system}
+- {kind: ServiceAccount, name: speaker, namespace: metallb-system}
+`
+
+// metallbWorkloads: the controller (allocates addresses from the pool and
+// writes them into Services' status) and the speaker on every node's
+// network (answers ARP/NDP for the addresses its node announces: it needs
+// raw sockets, NET_RAW). Arguments: the two images and the health port.
+const metallbWorkloads = `---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: controller
+  namespace: metallb-system
+  labels: {app: metallb, component: controller}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: metallb, component: controller}
+  template:
+    metadata:
+      labels: {app: metallb, component: controller}
+    spec:
+      serviceAccountName: controller
+      terminationGracePeriodSeconds: 1
+      securityContext: {runAsNonRoot: true, runAsUser: 65534, runAsGroup: 65534}
+      containers:
+      - name: controller
+        image: %[1]s
+        imagePullPolicy: IfNotPresent
+        args: ["--port=0", "--webhook-mode=disabled", "--log-level=info"]
+        env:
+        - {name: METALLB_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        - {name: METALLB_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: ["ALL"]}
+        readinessProbe:
+          httpGet: {path: /readyz, port: %[3]d}
+          periodSeconds: 2
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: speaker
+  namespace: metallb-system
+  labels: {app: metallb, component: speaker}
+spec:
+  selector:
+    matchLabels: {app: metallb, component: speaker}
+  template:
+    metadata:
+      labels: {app: metallb, component: speaker}
+    spec:
+      serviceAccountName: speaker
+      hostNetwork: true
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: speaker
+        image: %[2]s
+        imagePullPolicy: IfNotPresent
+        args: ["--port=0", "--log-level=info"]
+        env:
+        - {name: METALLB_NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+        - {name: METALLB_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: METALLB_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: ["ALL"], add: ["NET_RAW"]}
+        readinessProbe:
+          httpGet: {host: 127.0.0.1, path: /readyz, port: %[3]d}
+          periodSeconds: 2
+`
