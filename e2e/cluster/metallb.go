@@ -26,6 +26,15 @@ const (
 	MetalLBVersion   = "v0.16.2"
 	LBPool4          = "10.200.0.200-10.200.0.239"
 	LBPool6          = "fd00:200::200-fd00:200::239"
+	// The node network reaches the pools from its own address outside the
+	// nodes' subnets (an external client, as a load balancer's clients
+	// are): e2e.test's "Source IP is preserved" check fails a client
+	// inside the nodes' /16 (/64), whatever the proxy does. LBRoute4 and
+	// LBRoute6 cover the pools (and nothing else in use).
+	LBClient4 = "10.210.0.1"
+	LBClient6 = "fd00:210::1"
+	LBRoute4  = "10.200.0.192/26"
+	LBRoute6  = "fd00:200::200/120"
 	// metallbProbePort is the health port of both components (MetalLB's
 	// default): the controller serves it on every address, the speaker
 	// on 127.0.0.1 of its node.
@@ -109,8 +118,39 @@ func (l Layout) deployLoadBalancer(ctx context.Context, refs metallbRefs, logf f
 			return fmt.Errorf("MetalLB %s: %w", what, err)
 		}
 	}
-	logf("MetalLB %s (L2) ready, pool %s", MetalLBVersion, strings.Join(l.LBPools(), ", "))
+	if err := l.routeLBClient(ctx); err != nil {
+		return err
+	}
+	logf("MetalLB %s (L2) ready, pool %s, reached from %s", MetalLBVersion,
+		strings.Join(l.LBPools(), ", "), strings.Join(l.byFamily(LBClient4, LBClient6), ", "))
 	return nil
+}
+
+// routeLBClient gives the node network its client address of each family
+// and routes the pools on br0 from it. The nodes answer it through their
+// default route (via br0's address). The namespace goes at cluster-down,
+// and with it both.
+func (l Layout) routeLBClient(ctx context.Context) error {
+	for _, step := range l.lbClientSteps() {
+		if err := run(ctx, append([]string{"ip", "-n", l.NodeNet}, step...)...); err != nil {
+			return fmt.Errorf("load balancer client route: %w", err)
+		}
+	}
+	return nil
+}
+
+// lbClientSteps are routeLBClient's ip(8) commands, per family.
+func (l Layout) lbClientSteps() [][]string {
+	var steps [][]string
+	if l.HasIPv4() {
+		steps = append(steps, []string{"addr", "add", LBClient4 + "/32", "dev", BridgeName},
+			[]string{"route", "add", LBRoute4, "dev", BridgeName, "src", LBClient4})
+	}
+	if l.HasIPv6() {
+		steps = append(steps, []string{"addr", "add", LBClient6 + "/128", "dev", BridgeName, "nodad"},
+			[]string{"-6", "route", "add", LBRoute6, "dev", BridgeName, "src", LBClient6})
+	}
+	return steps
 }
 
 // MetalLBManifests are MetalLB's namespace, RBAC, controller Deployment,

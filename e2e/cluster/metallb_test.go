@@ -171,3 +171,32 @@ func TestCheckLB(t *testing.T) {
 		}
 	}
 }
+
+// TestLBClientOutsideNodeSubnets: the node network's client address of
+// each family lies outside the subnet e2e.test takes for the nodes' (the
+// node's address masked to /16, /64: its "Source IP was NOT preserved"
+// check), and the route from it covers that family's pool.
+func TestLBClientOutsideNodeSubnets(t *testing.T) {
+	for _, tc := range []struct {
+		client, route, pool, node string
+		bits                      int
+	}{
+		{LBClient4, LBRoute4, LBPool4, "10.200.0.11", 16},
+		{LBClient6, LBRoute6, LBPool6, "fd00:200::11", 64},
+	} {
+		nodeSubnet := netip.PrefixFrom(netip.MustParseAddr(tc.node), tc.bits).Masked()
+		if nodeSubnet.Contains(netip.MustParseAddr(tc.client)) {
+			t.Errorf("client %s is inside the nodes' %v", tc.client, nodeSubnet)
+		}
+		route := netip.MustParsePrefix(tc.route)
+		first, last, _ := strings.Cut(tc.pool, "-")
+		if !route.Contains(netip.MustParseAddr(first)) || !route.Contains(netip.MustParseAddr(last)) {
+			t.Errorf("route %v does not cover pool %s", route, tc.pool)
+		}
+	}
+	l := testLayout(t)
+	l.Family = FamilyDual
+	if got := len(l.lbClientSteps()); got != 4 {
+		t.Errorf("dual-stack: %d steps, want an address and a route per family", got)
+	}
+}
