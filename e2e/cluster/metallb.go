@@ -23,7 +23,7 @@ const (
 // on br0, the speaker of one node answering ARP (IPv4) or NDP (IPv6).
 const (
 	MetalLBNamespace = "metallb-system"
-	MetalLBVersion   = "v0.16.2"
+	MetalLBVersion   = "v0.16.1"
 	LBPool4          = "10.200.0.200-10.200.0.239"
 	LBPool6          = "fd00:200::200-fd00:200::239"
 	// The node network reaches the pools from its own address outside the
@@ -159,7 +159,9 @@ func (l Layout) lbClientSteps() [][]string {
 // without its admission webhook (nothing here writes invalid
 // configurations, and a webhook would need certificates), the speakers
 // without memberlist (no --ml-bindaddr: a node's speaker counts as gone
-// when its node is not Ready) and neither serves metrics (--port=0).
+// when its node is not Ready); both serve their metrics on a port the
+// kernel picks (--port=0: v0.16.1 cannot turn them off), so the speakers
+// on the nodes' network hold no fixed port.
 func (l Layout) MetalLBManifests(controllerImage, speakerImage string) string {
 	return metallbRBAC + fmt.Sprintf(metallbWorkloads, controllerImage, speakerImage, metallbProbePort) +
 		l.metallbPool()
@@ -313,7 +315,6 @@ spec:
         - {name: METALLB_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
         securityContext:
           allowPrivilegeEscalation: false
-          readOnlyRootFilesystem: true
           capabilities: {drop: ["ALL"]}
         readinessProbe:
           httpGet: {path: /readyz, port: %[3]d}
@@ -346,7 +347,6 @@ spec:
         - {name: METALLB_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
         securityContext:
           allowPrivilegeEscalation: false
-          readOnlyRootFilesystem: true
           capabilities: {drop: ["ALL"], add: ["NET_RAW"]}
         readinessProbe:
           httpGet: {host: 127.0.0.1, path: /readyz, port: %[3]d}

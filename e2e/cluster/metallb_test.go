@@ -146,8 +146,8 @@ func checkMetalLBWorkloads(t *testing.T, docs []string) {
 // TestNodeImagesLeaveMetalLBOut: without KNP_CLUSTER_LB the nodes import
 // what they did before MetalLB's images existed; with it, everything.
 func TestNodeImagesLeaveMetalLBOut(t *testing.T) {
-	imgs := []Image{{Ref: PauseImage}, {Ref: "quay.io/metallb/controller:v0.16.2"},
-		{Ref: "quay.io/metallb/speaker:v0.16.2"}, {Ref: "registry.k8s.io/coredns/coredns:v1.12.1"}}
+	imgs := []Image{{Ref: PauseImage}, {Ref: "quay.io/metallb/controller:v0.16.1"},
+		{Ref: "quay.io/metallb/speaker:v0.16.1"}, {Ref: "registry.k8s.io/coredns/coredns:v1.12.1"}}
 	l := testLayout(t)
 	l.LB = LBNone
 	if got := l.nodeImages(imgs); len(got) != 2 || got[0] != imgs[0] || got[1] != imgs[3] {

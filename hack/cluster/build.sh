@@ -53,14 +53,12 @@ CONTAINERD_TAGS="no_btrfs no_devmapper no_zfs no_aufs"
 COREDNS_VERSION=v1.15.0
 FLANNEL_VERSION=v0.28.10
 CNI_PLUGINS_VERSION=v1.10.0
-METALLB_VERSION=v0.16.2
-# MetalLB v0.16.2 requires github.com/metallb/frr-k8s v0.0.27, whose zip the
-# module proxy refuses (403 "This module version is not available"); the
-# build pins v0.0.26, the newest it serves. Only frr-k8s' API types are
-# linked (for its BGP backend mode); the cluster runs L2 mode, which never
-# touches them.
-FRRK8S=github.com/metallb/frr-k8s
-FRRK8S_VERSION=v0.0.26
+# MetalLB v0.16.1, not v0.16.2: v0.16.2 requires github.com/metallb/frr-k8s
+# v0.0.27, whose zip the module proxy refuses (403 "This module version is
+# not available"), and does not compile against v0.0.26, the newest served
+# (its frr-k8s backend uses API types added in v0.0.27). v0.16.1 requires
+# v0.0.25, which is served: the release builds unmodified.
+METALLB_VERSION=v0.16.1
 
 # Bump RECIPE when a change to this script (flags, ldflags, tags) must
 # rebuild binaries whose versions did not change.
@@ -475,7 +473,7 @@ METALLB_CRDS=$CLUSTER_DIR/metallb/crds.yaml
 METALLB_KINDS=(ipaddresspools l2advertisements bgpadvertisements bgppeers bfdprofiles communities
 	servicel2statuses servicebgpstatuses configurationstates)
 
-metallb_key() { stamp_key "metallb $METALLB_VERSION frr-k8s $FRRK8S_VERSION"; }
+metallb_key() { stamp_key "metallb $METALLB_VERSION"; }
 
 # metallb_valid: both binaries stamped and linked from the pinned module
 # (neither has a --version flag; `go version -m` reads the build info), and
@@ -493,7 +491,6 @@ build_metallb() {
 	local tmp=$CLUSTER_DIR/tmp-metallb m=go.universe.tf/metallb dir kind
 	metallb_valid && log "metallb: cached in $CLUSTER_BIN" && return
 	helper_module "$CLUSTER_DIR/src/metallb" metallb "$m $METALLB_VERSION"
-	echo "replace $FRRK8S => $FRRK8S $FRRK8S_VERSION" >>"$CLUSTER_DIR/src/metallb/go.mod"
 	go_build_into metallb "$tmp" -ldflags "-s -w -X $m/internal/version.gitCommit=$METALLB_VERSION" \
 		-o "$tmp/" "$m/controller" "$m/speaker"
 	mv "$tmp/controller" "$tmp/metallb-controller"

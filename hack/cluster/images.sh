@@ -383,7 +383,7 @@ build_images() {
 
 # MetalLB's controller and speaker, each its static binary alone, as its
 # own images are (distroless static). Optional: see the header.
-METALLB_VERSION=v0.16.2
+METALLB_VERSION=v0.16.1
 build_metallb_images() {
 	if [[ ${KNP_CLUSTER_LB:-} != metallb && ! -x ${KNP_IMAGES_METALLB_CONTROLLER:-$CLUSTER_BIN/metallb-controller} ]]; then
 		return
