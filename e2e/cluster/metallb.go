@@ -198,10 +198,11 @@ spec:
 // metallbRBAC: one ServiceAccount per component, both bound to the same
 // two roles (a test cluster: one set of rules is easier to read than two
 // nearly equal ones). Cluster-wide they read Services, their endpoints,
-// nodes and namespaces, write Services' status (the controller's ingress
-// addresses) and events; in their namespace they read their configuration
-// (MetalLB's objects, Secrets, ConfigMaps), their own pod, and write the
-// status objects each component keeps there.
+// nodes, namespaces and MetalLB's objects (the status objects are watched
+// across namespaces: without it their caches never sync and no Service
+// gets an address), write Services' status (the controller's ingress
+// addresses) and events; in their namespace they read Secrets, ConfigMaps,
+// their own pod, and write the status objects each component keeps there.
 const metallbRBAC = `apiVersion: v1
 kind: Namespace
 metadata:
@@ -236,6 +237,9 @@ rules:
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["metallb.io"]
+  resources: ["*"]
+  verbs: ["get", "list", "watch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -249,9 +253,6 @@ rules:
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get"]
-- apiGroups: ["metallb.io"]
-  resources: ["*"]
-  verbs: ["get", "list", "watch"]
 - apiGroups: ["metallb.io"]
   resources: ["configurationstates", "configurationstates/status", "servicel2statuses",
     "servicel2statuses/status", "servicebgpstatuses", "servicebgpstatuses/status"]
