@@ -79,8 +79,14 @@ skips=
 skip() { skips=${skips:+$skips|}$1; }
 # Load balancers: without KNP_CLUSTER_LB=metallb nothing hands a
 # type=LoadBalancer Service an ingress address (provider "skeleton" has no
-# load-balancer controller). With MetalLB (L2 mode) they run.
-if [ "$lb" != metallb ]; then
+# load-balancer controller). With MetalLB (L2 mode) they run, but for one:
+# "should handle load balancer cleanup finalizer" waits for the finalizer
+# service.kubernetes.io/load-balancer-cleanup, which the cloud provider's
+# service controller adds; MetalLB never does, so it fails after 15 minutes
+# whatever the proxy (kube-proxy v1.37.1 too: docs/cluster.md).
+if [ "$lb" = metallb ]; then
+	skip 'LoadBalancers .* should handle load balancer cleanup finalizer for service'
+else
 	skip '\[Feature:LoadBalancer\]'
 fi
 # Feature-gated or optional proxy behaviour not enabled in this cluster:
