@@ -3,9 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 )
 
 // The cluster's optional load balancer, by KNP_CLUSTER_LB: LBNone (the
@@ -353,3 +357,80 @@ spec:
           httpGet: {host: 127.0.0.1, path: /readyz, port: %[3]d}
           periodSeconds: 2
 `
+
+// LBSmokeResult is the load balancer check of one ingress address of
+// Service knp-smoke/web-lb: the backends that answered requests from the
+// node network, and the client addresses they saw.
+type LBSmokeResult struct {
+	Addr              string
+	Backends, Sources []string
+}
+
+// SmokeLoadBalancer (with MetalLB only) gives the smoke check's web pods a
+// type=LoadBalancer Service with externalTrafficPolicy Local, of every
+// family of the cluster, and checks that each ingress address comes from
+// the pool and, called from the node network, is answered by one node's
+// own backend that sees the caller's address: MetalLB attracts the traffic
+// to a node with an endpoint, the proxy delivers it there unmasqueraded.
+func (l Layout) SmokeLoadBalancer(ctx context.Context) ([]LBSmokeResult, error) {
+	if l.LB != LBMetalLB {
+		return nil, nil
+	}
+	spec := "  type: LoadBalancer\n  externalTrafficPolicy: Local\n"
+	if l.Family == FamilyDual {
+		spec += "  ipFamilyPolicy: RequireDualStack\n"
+	}
+	if err := l.apply(ctx, "smoke-lb", smokeService("web-lb", spec)); err != nil {
+		return nil, err
+	}
+	var addrs []string
+	err := poll(ctx, time.Minute, func() (bool, error) {
+		out, _ := l.kubectl(ctx, "-n", "knp-smoke", "get", "service", "web-lb", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}")
+		addrs = strings.Fields(out)
+		return len(addrs) == len(l.LBPools()), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("knp-smoke/web-lb got ingress addresses %v, want one per family: %w", addrs, err)
+	}
+	var res []LBSmokeResult
+	for _, addr := range addrs {
+		r, err := l.smokeLBAddr(ctx, addr)
+		res = append(res, r)
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// smokeLBAddr checks one ingress address (see SmokeLoadBalancer).
+func (l Layout) smokeLBAddr(ctx context.Context, addr string) (LBSmokeResult, error) {
+	r := LBSmokeResult{Addr: addr}
+	pool, ok := sameFamily(addr, l.LBPools())
+	if !ok || !inRange(addr, pool) {
+		return r, fmt.Errorf("knp-smoke/web-lb: ingress %s is outside the pools %v", addr, l.LBPools())
+	}
+	client, _ := sameFamily(addr, []string{LBClient4, LBClient6})
+	var err error
+	err = poll(ctx, time.Minute, func() (bool, error) {
+		r.Backends, r.Sources, err = l.requestsFromNodeNet(ctx, net.JoinHostPort(addr, "80"))
+		return err == nil && len(r.Backends) == 1 && slices.Equal(r.Sources, []string{client}), nil
+	})
+	if err != nil {
+		return r, fmt.Errorf("load balancer %s from the node network: backends %v saw sources %v, want one node's backend seeing %s: %w",
+			addr, r.Backends, r.Sources, client, err)
+	}
+	return r, nil
+}
+
+// inRange says whether addr lies in the range "first-last".
+func inRange(addr, firstLast string) bool {
+	a, b, _ := strings.Cut(firstLast, "-")
+	ip, err0 := netip.ParseAddr(addr)
+	first, err1 := netip.ParseAddr(a)
+	last, err2 := netip.ParseAddr(b)
+	if err0 != nil || err1 != nil || err2 != nil {
+		return false
+	}
+	return first.Compare(ip) <= 0 && ip.Compare(last) <= 0
+}

@@ -200,3 +200,23 @@ func TestLBClientOutsideNodeSubnets(t *testing.T) {
 		t.Errorf("dual-stack: %d steps, want an address and a route per family", got)
 	}
 }
+
+func TestInRange(t *testing.T) {
+	for _, tc := range []struct {
+		addr, pool string
+		want       bool
+	}{
+		{"10.200.0.200", LBPool4, true},
+		{"10.200.0.239", LBPool4, true},
+		{"10.200.0.240", LBPool4, false},
+		{"10.200.0.12", LBPool4, false},
+		{"fd00:200::2ff", LBPool6, false},
+		{"fd00:200::20a", LBPool6, true},
+		{"fd00:200::20a", LBPool4, false},
+		{"nonsense", LBPool4, false},
+	} {
+		if got := inRange(tc.addr, tc.pool); got != tc.want {
+			t.Errorf("inRange(%s, %s) = %v, want %v", tc.addr, tc.pool, got, tc.want)
+		}
+	}
+}
