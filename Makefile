@@ -177,7 +177,8 @@ soak:
 # v1.37.1 with agnhost and e2e.test, etcd, containerd, CoreDNS, flannel and
 # the CNI plugins), cached in /var/cache/kube-nftproxy; about 21 minutes
 # cold on 2 cores, nothing when cached. CLUSTER_PARTS picks parts (k8s etcd
-# containerd coredns flannel, or single Kubernetes binaries).
+# containerd coredns flannel metallb, or single Kubernetes binaries); all
+# builds metallb only with KNP_CLUSTER_LB=metallb.
 CLUSTER_PARTS ?= all
 cluster-build:
 	hack/cluster/build.sh $(CLUSTER_PARTS)
@@ -209,7 +210,8 @@ cluster-images-test:
 # KNP_CLUSTER_FAMILY=dual (or ipv6) makes it dual-stack (IPv6 single-stack);
 # the default is ipv4. KNP_CLUSTER_NODES=3 (to 6) adds nodes, in zones
 # zone-a, zone-b, zone-c in turn; KNP_CLUSTER_CNI=bridge swaps flannel for
-# the CNI bridge plugin. make conformance takes the same variables.
+# the CNI bridge plugin; KNP_CLUSTER_LB=metallb adds MetalLB (L2 mode) as
+# the load balancer. make conformance takes the same variables.
 # From nothing it first builds what is not cached (cluster-build, about 21
 # minutes cold; cluster-images, about a minute).
 cluster: cluster-build cluster-images

@@ -19,6 +19,10 @@
 // (fd00:10:244::/56); =ipv6 has those alone (the API server at
 // https://[fd00:200::1]:6443). See family.go.
 //
+// KNP_CLUSTER_LB=metallb adds MetalLB in L2 mode, handing type=LoadBalancer
+// Services addresses from 10.200.0.200-239 (and fd00:200::200-239) on the
+// node network. See metallb.go.
+//
 // The binaries come from the cluster build contract under $KNP_CACHE
 // (hack/cluster/build.sh), the images from $KNP_CACHE/cluster/images
 // (hack/cluster/images.sh). All state lives under Layout.Dir
@@ -92,6 +96,9 @@ type Layout struct {
 	Family string
 	// NodesErr is why KNP_CLUSTER_NODES was refused (Up returns it).
 	NodesErr error
+	// LB is the load balancer: LBNone (the default) or LBMetalLB;
+	// KNP_CLUSTER_LB sets it (metallb.go).
+	LB string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -124,6 +131,7 @@ func DefaultLayout() Layout {
 	if v := os.Getenv("KNP_CLUSTER_FAMILY"); v != "" {
 		l.Family = v
 	}
+	l.LB = os.Getenv("KNP_CLUSTER_LB")
 	return l
 }
 

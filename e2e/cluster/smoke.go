@@ -140,7 +140,14 @@ func (l Layout) dialFromPod(ctx context.Context, clientIP, svc string) ([]string
 // nodePortFromNodeNet makes requests from the node network namespace to
 // the NodePort on addr: backends by name, and client addresses.
 func (l Layout) nodePortFromNodeNet(ctx context.Context, addr string) (backends, sources []string, err error) {
-	base := "http://" + net.JoinHostPort(addr, "30080")
+	return l.requestsFromNodeNet(ctx, net.JoinHostPort(addr, "30080"))
+}
+
+// requestsFromNodeNet makes 20 requests from the node network namespace
+// to an agnhost netexec at hostPort: backends by name, and the client
+// addresses they saw.
+func (l Layout) requestsFromNodeNet(ctx context.Context, hostPort string) (backends, sources []string, err error) {
+	base := "http://" + hostPort
 	var names, srcs []string
 	for i := 0; i < 20; i++ {
 		for path, into := range map[string]*[]string{"/hostname": &names, "/clientip": &srcs} {

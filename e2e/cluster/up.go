@@ -22,6 +22,9 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if l.NodesErr != nil {
 		return l.NodesErr
 	}
+	if err := l.checkLB(); err != nil {
+		return err
+	}
 	if err := l.checkBinaries(); err != nil {
 		return err
 	}
@@ -30,6 +33,10 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 		return fmt.Errorf("images (run hack/cluster/images.sh): %w", err)
 	}
 	refs, err := l.requiredImages(imgs)
+	if err != nil {
+		return err
+	}
+	lbRefs, err := l.loadBalancerImages(imgs)
 	if err != nil {
 		return err
 	}
@@ -44,7 +51,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 		return err
 	}
 	logf("control plane ready at %s", l.APIServerURL())
-	if err := l.startNodes(ctx, imgs, logf); err != nil {
+	if err := l.startNodes(ctx, l.nodeImages(imgs), logf); err != nil {
 		return err
 	}
 	for _, n := range l.Nodes {
@@ -84,7 +91,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 		return err
 	}
 	logf("CoreDNS available")
-	return nil
+	return l.deployLoadBalancer(ctx, lbRefs, logf)
 }
 
 // joinValues shows each node's pod CIDRs comma-separated.

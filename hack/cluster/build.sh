@@ -10,7 +10,7 @@
 #   hack/cluster/build.sh --print NAME  # print a binary's path, build nothing
 #
 # PART is one of
-#   all         everything below
+#   all         everything below (metallb only with KNP_CLUSTER_LB=metallb)
 #   k8s         kube-apiserver kube-controller-manager kube-scheduler kubelet
 #               kubectl kube-proxy agnhost e2e.test -> $KNP_CACHE/k8s-VERSION/bin
 #   one of those eight names: only that binary (hack/apiserver/build.sh and
@@ -20,6 +20,9 @@
 #   coredns     coredns
 #   flannel     flanneld, and the CNI plugins flannel bridge host-local
 #               loopback portmap in cluster/bin/cni
+#   metallb     metallb-controller metallb-speaker (MetalLB, the optional
+#               load balancer: KNP_CLUSTER_LB=metallb), and its CRDs from
+#               the module in cluster/metallb/crds.yaml
 #
 # Each part is skipped when its outputs are cached and valid: every binary is
 # there, was built from the same recipe (a stamp file records it) and, where
@@ -30,6 +33,7 @@
 #   KNP_CACHE       cache root (default /var/cache/kube-nftproxy)
 #   KNP_K8S_VERSION k8s.io/kubernetes version (default v1.37.1)
 #   KNP_BUILD_NICE  nice level of the compiles (default 10; 0 disables)
+#   KNP_CLUSTER_LB  metallb: `all` builds the metallb part too
 #
 # All builds share one Go build cache, $KNP_CACHE/gocache, so packages used
 # by several commands (client-go, apimachinery, grpc, ...) compile once.
@@ -49,6 +53,12 @@ CONTAINERD_TAGS="no_btrfs no_devmapper no_zfs no_aufs"
 COREDNS_VERSION=v1.15.0
 FLANNEL_VERSION=v0.28.10
 CNI_PLUGINS_VERSION=v1.10.0
+# MetalLB v0.16.1, not v0.16.2: v0.16.2 requires github.com/metallb/frr-k8s
+# v0.0.27, whose zip the module proxy refuses (403 "This module version is
+# not available"), and does not compile against v0.0.26, the newest served
+# (its frr-k8s backend uses API types added in v0.0.27). v0.16.1 requires
+# v0.0.25, which is served: the release builds unmodified.
+METALLB_VERSION=v0.16.1
 
 # Bump RECIPE when a change to this script (flags, ldflags, tags) must
 # rebuild binaries whose versions did not change.
@@ -455,6 +465,52 @@ build_flannel() {
 	log "flannel: built flanneld and cni/{flannel,${CNI_REFERENCE[*]}} in $CLUSTER_BIN"
 }
 
+# MetalLB (L2 mode) for KNP_CLUSTER_LB=metallb: its controller and speaker
+# from go.universe.tf/metallb, and the module's own CRDs, the ones matching
+# these binaries (config/crd/bases), concatenated into one file that the
+# cluster applies. Nothing of MetalLB is kept in this repository.
+METALLB_CRDS=$CLUSTER_DIR/metallb/crds.yaml
+METALLB_KINDS=(ipaddresspools l2advertisements bgpadvertisements bgppeers bfdprofiles communities
+	servicel2statuses servicebgpstatuses configurationstates)
+
+metallb_key() { stamp_key "metallb $METALLB_VERSION"; }
+
+# metallb_valid: both binaries stamped and linked from the pinned module
+# (neither has a --version flag; `go version -m` reads the build info), and
+# the CRDs written from the same version.
+metallb_valid() {
+	local b
+	all_stamped "$(metallb_key)" metallb-controller metallb-speaker || return 1
+	for b in metallb-controller metallb-speaker; do
+		reports "go.universe.tf/metallb	$METALLB_VERSION" go version -m "$CLUSTER_BIN/$b" || return 1
+	done
+	grep -qxF "# $(metallb_key)" "$METALLB_CRDS" 2>/dev/null
+}
+
+build_metallb() {
+	local tmp=$CLUSTER_DIR/tmp-metallb m=go.universe.tf/metallb dir kind
+	metallb_valid && log "metallb: cached in $CLUSTER_BIN" && return
+	helper_module "$CLUSTER_DIR/src/metallb" metallb "$m $METALLB_VERSION"
+	go_build_into metallb "$tmp" -ldflags "-s -w -X $m/internal/version.gitCommit=$METALLB_VERSION" \
+		-o "$tmp/" "$m/controller" "$m/speaker"
+	mv "$tmp/controller" "$tmp/metallb-controller"
+	mv "$tmp/speaker" "$tmp/metallb-speaker"
+	dir=$(go -C "$CLUSTER_DIR/src/metallb" list -m -f '{{.Dir}}' "$m")
+	[[ -d $dir/config/crd/bases ]] || die "metallb: no config/crd/bases in $dir"
+	mkdir -p "$(dirname "$METALLB_CRDS")"
+	{
+		echo "# $(metallb_key)"
+		for kind in "${METALLB_KINDS[@]}"; do
+			echo "---"
+			cat "$dir/config/crd/bases/metallb.io_$kind.yaml"
+		done
+	} >"$METALLB_CRDS.tmp"
+	install_outputs "$tmp" "$(metallb_key)" metallb-controller metallb-speaker
+	mv -f "$METALLB_CRDS.tmp" "$METALLB_CRDS"
+	metallb_valid || die "metallb: the binaries do not carry $m $METALLB_VERSION"
+	log "metallb: built metallb-controller metallb-speaker in $CLUSTER_BIN, CRDs in $METALLB_CRDS"
+}
+
 # ---------------------------------------------------------------------------
 # main
 
@@ -464,7 +520,7 @@ bin_path() {
 	kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl | kube-proxy | agnhost | e2e.test)
 		echo "$K8S_BIN/$1"
 		;;
-	etcd | containerd | containerd-shim-runc-v2 | ctr | coredns | flanneld | cni/*)
+	etcd | containerd | containerd-shim-runc-v2 | ctr | coredns | flanneld | metallb-controller | metallb-speaker | cni/*)
 		echo "$CLUSTER_BIN/$1"
 		;;
 	*) die "--print: unknown binary '$1'" ;;
@@ -499,12 +555,13 @@ main() {
 		case $part in
 		all)
 			main k8s etcd containerd coredns flannel
+			if [[ ${KNP_CLUSTER_LB:-} == metallb ]]; then main metallb; fi
 			;;
 		k8s) with_lock "$K8S_DIR" build_k8s "${K8S_ALL[@]}" ;;
 		kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl | kube-proxy | agnhost | e2e.test)
 			with_lock "$K8S_DIR" build_k8s "$part"
 			;;
-		etcd | containerd | coredns | flannel)
+		etcd | containerd | coredns | flannel | metallb)
 			with_lock "$CLUSTER_DIR/locks/$part" "build_$part"
 			;;
 		*) log "unknown part $part" && usage ;;

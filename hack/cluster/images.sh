@@ -20,6 +20,10 @@
 #   $KNP_CACHE/k8s-v1.37.1/bin/{agnhost,kube-proxy}  KNP_IMAGES_AGNHOST, KNP_IMAGES_KUBE_PROXY
 #   $KNP_CACHE/cluster/bin/{coredns,flanneld}        KNP_IMAGES_COREDNS, KNP_IMAGES_FLANNELD
 #   $KNP_CACHE/cluster/bin/cni/flannel               KNP_IMAGES_FLANNEL_CNI
+#   $KNP_CACHE/cluster/bin/metallb-{controller,speaker}
+#       KNP_IMAGES_METALLB_CONTROLLER, KNP_IMAGES_METALLB_SPEAKER: built when
+#       they exist, required with KNP_CLUSTER_LB=metallb (the cluster
+#       imports them into the nodes only then)
 # Built here: pause (gcc -static from the Kubernetes module), kube-nftproxy
 # (this repository), regression-issue-74839 (Kubernetes module), flannel's
 # install-conf (flannel module), a Debian bookworm minbase root file system
@@ -377,6 +381,23 @@ build_images() {
 	fi
 }
 
+# MetalLB's controller and speaker, each its static binary alone, as its
+# own images are (distroless static). Optional: see the header.
+METALLB_VERSION=v0.16.1
+build_metallb_images() {
+	if [[ ${KNP_CLUSTER_LB:-} != metallb && ! -x ${KNP_IMAGES_METALLB_CONTROLLER:-$CLUSTER_BIN/metallb-controller} ]]; then
+		return
+	fi
+	if input METALLB_CONTROLLER_BIN "$CLUSTER_BIN/metallb-controller"; then
+		image metallb-controller.tar "quay.io/metallb/controller:$METALLB_VERSION" \
+			-file "/controller=$METALLB_CONTROLLER_BIN" -entrypoint '["/controller"]'
+	fi
+	if input METALLB_SPEAKER_BIN "$CLUSTER_BIN/metallb-speaker"; then
+		image metallb-speaker.tar "quay.io/metallb/speaker:$METALLB_VERSION" \
+			-file "/speaker=$METALLB_SPEAKER_BIN" -entrypoint '["/speaker"]'
+	fi
+}
+
 write_images_txt() {
 	printf '%s\n' "${IMAGES_TXT[@]}" >"$OUT/images.txt.tmp"
 	mv -f "$OUT/images.txt.tmp" "$OUT/images.txt"
@@ -405,6 +426,7 @@ timed "flannel install-conf binary" build_install_conf
 wait "$base_pid" || die "building the Debian base layer failed"
 timed "busybox layer" build_busybox_layer
 timed "images" build_images
+timed "MetalLB images" build_metallb_images
 write_images_txt
 log "total: $(since "$total_start"); $(wc -l <"$OUT/images.txt") references in $OUT/images.txt"
 if ((${#MISSING[@]})); then

@@ -87,6 +87,14 @@ func smoke(ctx context.Context, l cluster.Layout, logf func(string, ...any)) err
 		logf("smoke: NodePort %s from the node network answered by %v, backends saw sources %v (masqueraded)",
 			net.JoinHostPort(np.Addr, "30080"), np.Backends, np.Sources)
 	}
+	if err != nil {
+		return err
+	}
+	lbs, err := l.SmokeLoadBalancer(ctx)
+	for _, lb := range lbs {
+		logf("smoke: load balancer %s (externalTrafficPolicy Local) from the node network answered by %v, which saw %v",
+			net.JoinHostPort(lb.Addr, "80"), lb.Backends, lb.Sources)
+	}
 	return err
 }
 
