@@ -241,7 +241,8 @@ conformance: cluster-build cluster-images
 # The cluster tier's CI subset (e2e/cluster TestClusterConformanceSubset):
 # a dual-stack cluster of three nodes in three zones up, the smoke check,
 # upstream's 15 Services [Conformance] specs, the secondary family's
-# pod-to-Service checks and the zone-aware specs, the cluster down; then
+# pod-to-Service checks and the zone-aware specs, and with MetalLB (when
+# cached: it says so otherwise) six load balancer specs, the cluster down; then
 # the two-node IPv4 cluster with kubeadm's kube-proxy objects
 # and our image (TestClusterKubeadmDropIn: the 3 LocalhostNodePorts specs
 # and 2 Services specs); then deploy/ in nftables mode with the

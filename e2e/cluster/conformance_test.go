@@ -20,20 +20,51 @@ const (
 		`|\[sig-network\] \[Feature:IPv6DualStack\] Granular Checks: Services Secondary IP Family \[LinuxOnly\] should function for pod-Service: (http|udp)` +
 		`|\[sig-network\] (Traffic Distribution|Topology Hints) `
 	ciSkip = `\[Serial\]|\[Disruptive\]`
+	// ciLBFocus is the CI subset's load balancer part, when MetalLB is
+	// cached: externalTrafficPolicy Local (only nodes with endpoints,
+	// type=LoadBalancer, from pods), UDP kept while the server pod moves to
+	// another node, session affinity with Local, and one port of two
+	// protocols; about 100 s. The source-ranges and rolling-update specs
+	// take 10-14 minutes each: make conformance runs them.
+	ciLBFocus = `|\[sig-network\] LoadBalancers ExternalTrafficPolicy: Local \[Feature:LoadBalancer\] should (only target nodes with endpoints|work for type=LoadBalancer|work from pods)` +
+		`|\[sig-network\] LoadBalancers \[Feature:LoadBalancer\] should (be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on different nodes|have session affinity work for LoadBalancer service with Local traffic policy)` +
+		`|\[sig-network\] Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer`
 )
 
 // ciLayout is the cluster CI's main subset runs on: dual-stack, three nodes
-// in three zones, unless KNP_CLUSTER_FAMILY or KNP_CLUSTER_NODES say
-// otherwise.
-func ciLayout() Layout {
-	l := DefaultLayout()
+// in three zones, with MetalLB when its build is cached (missing names
+// what is not), unless KNP_CLUSTER_FAMILY, KNP_CLUSTER_NODES or
+// KNP_CLUSTER_LB say otherwise.
+func ciLayout() (l Layout, missing []string) {
+	l = DefaultLayout()
 	if os.Getenv("KNP_CLUSTER_FAMILY") == "" {
 		l.Family = FamilyDual
 	}
 	if os.Getenv("KNP_CLUSTER_NODES") == "" {
 		l.Nodes, l.NodesErr = makeNodes(3), nil
 	}
-	return l
+	if _, set := os.LookupEnv("KNP_CLUSTER_LB"); !set {
+		if missing = l.metallbMissing(); len(missing) == 0 {
+			l.LB = LBMetalLB
+		}
+	}
+	return l, missing
+}
+
+// metallbMissing names what of MetalLB's build the cache lacks: the two
+// binaries, its CRDs and its images in images.txt.
+func (l Layout) metallbMissing() []string {
+	var missing []string
+	for _, f := range []string{l.ClusterBin("metallb-controller"), l.ClusterBin("metallb-speaker"), l.MetalLBCRDs()} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f)
+		}
+	}
+	imgs, err := ReadImages(l.ImagesDir())
+	if err != nil || FindImage(imgs, "controller") == "" || FindImage(imgs, "speaker") == "" {
+		missing = append(missing, "MetalLB's images in "+filepath.Join(l.ImagesDir(), "images.txt"))
+	}
+	return missing
 }
 
 // kubeadmFocus is the CI subset for kubeadm's objects with our image
@@ -50,8 +81,14 @@ const kubeadmFocus = `\[Feature:LocalhostNodePorts\]|\[sig-network\] Services sh
 // warm cache (binaries and images); a cold cache skips, or fails with
 // KNP_REQUIRE_CLUSTER=1. It never touches a cluster that is already up.
 func TestClusterConformanceSubset(t *testing.T) {
-	l := ciLayout()
-	runClusterSubset(t, l, ciFocus, ciSkip)
+	l, missing := ciLayout()
+	focus := ciFocus
+	if l.LB == LBMetalLB {
+		focus += ciLBFocus
+	} else if len(missing) > 0 {
+		t.Logf("NOTE: no load balancer specs: MetalLB is not cached (missing %s; KNP_CLUSTER_LB=metallb make cluster-build cluster-images)", strings.Join(missing, ", "))
+	}
+	runClusterSubset(t, l, focus, ciSkip)
 }
 
 // TestClusterKubeadmDropIn is the drop-in: kubeadm 1.37's kube-proxy
