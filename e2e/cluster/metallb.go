@@ -406,8 +406,8 @@ func (l Layout) SmokeLoadBalancer(ctx context.Context) ([]LBSmokeResult, error) 
 // smokeLBAddr checks one ingress address (see SmokeLoadBalancer).
 func (l Layout) smokeLBAddr(ctx context.Context, addr string) (LBSmokeResult, error) {
 	r := LBSmokeResult{Addr: addr}
-	pool, ok := sameFamily(addr, l.LBPools())
-	if !ok || !inRange(addr, pool) {
+	inPool := func(pool string) bool { return inRange(addr, pool) }
+	if !slices.ContainsFunc(l.LBPools(), inPool) {
 		return r, fmt.Errorf("knp-smoke/web-lb: ingress %s is outside the pools %v", addr, l.LBPools())
 	}
 	client, _ := sameFamily(addr, []string{LBClient4, LBClient6})
