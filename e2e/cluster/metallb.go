@@ -406,8 +406,7 @@ func (l Layout) SmokeLoadBalancer(ctx context.Context) ([]LBSmokeResult, error) 
 // smokeLBAddr checks one ingress address (see SmokeLoadBalancer).
 func (l Layout) smokeLBAddr(ctx context.Context, addr string) (LBSmokeResult, error) {
 	r := LBSmokeResult{Addr: addr}
-	pool, ok := sameFamily(addr, l.LBPools())
-	if !ok || !inRange(addr, pool) {
+	if !inPools(addr, l.LBPools()) {
 		return r, fmt.Errorf("knp-smoke/web-lb: ingress %s is outside the pools %v", addr, l.LBPools())
 	}
 	client, _ := sameFamily(addr, []string{LBClient4, LBClient6})
@@ -421,6 +420,12 @@ func (l Layout) smokeLBAddr(ctx context.Context, addr string) (LBSmokeResult, er
 			addr, r.Backends, r.Sources, client, err)
 	}
 	return r, nil
+}
+
+// inPools says whether addr lies in one of the ranges "first-last" (of
+// either family).
+func inPools(addr string, pools []string) bool {
+	return slices.ContainsFunc(pools, func(pool string) bool { return inRange(addr, pool) })
 }
 
 // inRange says whether addr lies in the range "first-last".

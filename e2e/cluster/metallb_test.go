@@ -220,3 +220,16 @@ func TestInRange(t *testing.T) {
 		}
 	}
 }
+
+// TestInPoolsPerFamily: an ingress address of either family is found in
+// the dual-stack pools (ranges, which are not prefixes).
+func TestInPoolsPerFamily(t *testing.T) {
+	l := testLayout(t)
+	l.Family = FamilyDual
+	for addr, want := range map[string]bool{"10.200.0.200": true, "fd00:200::200": true, "fd00:200::239": true,
+		"fd00:200::11": false, "10.200.0.11": false} {
+		if got := inPools(addr, l.LBPools()); got != want {
+			t.Errorf("inPools(%s, %v) = %v, want %v", addr, l.LBPools(), got, want)
+		}
+	}
+}
