@@ -242,7 +242,7 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if manifests, err = withIPTablesMode(manifests); err != nil {
+	if manifests, err = withProxyMode(manifests, "iptables"); err != nil {
 		return err
 	}
 	if err := m.l.apply(ctx, "kube-nftproxy-migration", manifests); err != nil {
@@ -258,17 +258,6 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 		return fmt.Errorf("step 3, the privileged variant: %w", err)
 	}
 	return nil
-}
-
-// withIPTablesMode turns deploy/'s --proxy-mode=nftables into iptables:
-// kube-proxy's iptables mode's behaviour (NodePorts on localhost too), as
-// docs/migration.md says to keep it when moving from that mode.
-func withIPTablesMode(manifests string) (string, error) {
-	const flag = "        - --proxy-mode=nftables\n"
-	if strings.Count(manifests, flag) != 2 {
-		return "", errors.New("deploy manifests: want two --proxy-mode=nftables flags (the init container's and the proxy's)")
-	}
-	return strings.ReplaceAll(manifests, flag, "        - --proxy-mode=iptables\n"), nil
 }
 
 // withNodeSelector adds key: value to the one pod template's nodeSelector,

@@ -66,21 +66,21 @@ func TestWithNodeSelector(t *testing.T) {
 	}
 }
 
-// TestWithIPTablesMode: deploy/'s --proxy-mode=nftables becomes
+// TestWithProxyMode: deploy/'s --proxy-mode=nftables becomes
 // --proxy-mode=iptables in both containers, and a manifest without that flag is refused.
-func TestWithIPTablesMode(t *testing.T) {
+func TestWithProxyMode(t *testing.T) {
 	m, err := DeployManifests(deployDir(), "img", "https://10.200.0.1:6443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := withIPTablesMode(m)
+	got, err := withProxyMode(m, "iptables")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(got, "        - --proxy-mode=iptables\n") != 2 || strings.Count(got, "--proxy-mode") != 2 {
 		t.Errorf("not --proxy-mode=iptables in both the init container and the proxy:\n%s", got)
 	}
-	if _, err := withIPTablesMode("kind: DaemonSet\n"); err == nil {
+	if _, err := withProxyMode("kind: DaemonSet\n", "iptables"); err == nil {
 		t.Error("a manifest without --proxy-mode=nftables was taken")
 	}
 }

@@ -84,9 +84,8 @@ type Layout struct {
 	Cache   string // $KNP_CACHE: binaries and images
 	Nodes   []Node
 	// Proxy is the cluster's Service proxy: ProxyOurs (kube-nftproxy from
-	// deploy/, the default), ProxyPrivileged, ProxyUpstream (kube-proxy
-	// v1.37.1 in iptables mode, the baseline) or ProxyKubeadm (the same
-	// objects, our image); KNP_CLUSTER_PROXY sets it.
+	// deploy/, the default) or another of the Proxy* constants
+	// (upstream_proxy.go); KNP_CLUSTER_PROXY sets it.
 	Proxy string
 	// Images, when set, is the directory of images.txt and the archives in
 	// place of the cache's (a test that builds its own proxy image).

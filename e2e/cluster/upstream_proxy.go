@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 )
 
 // The cluster's Service proxy, by KNP_CLUSTER_PROXY.
@@ -20,25 +23,52 @@ const (
 	// kube-proxy's alpha gate for localhost NodePorts on and the NodePort
 	// addresses primary,localhost: the userspace proxy (localnodeport).
 	ProxyLocalhost = "localhost"
+	// ProxyIPVS is deploy/ with --proxy-mode=ipvs in both containers; it
+	// and ProxyUpstreamIPVS (kube-proxy v1.37.1 in IPVS mode, its
+	// baseline) need a kernel with IPVS: hack/vm/cluster.sh runs the
+	// cluster in a VM that has one.
+	ProxyIPVS         = "ipvs"
+	ProxyUpstreamIPVS = "upstream-ipvs"
 )
 
 // checkProxy refuses an unknown KNP_CLUSTER_PROXY before anything starts.
 func (l Layout) checkProxy() error {
 	switch l.Proxy {
-	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost:
+	case "", ProxyOurs, ProxyPrivileged, ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost,
+		ProxyIPVS, ProxyUpstreamIPVS:
 		return nil
 	}
-	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged,
-		ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost)
+	return fmt.Errorf("KNP_CLUSTER_PROXY=%q: want %q, %q, %q, %q, %q, %q, %q or %q", l.Proxy, ProxyOurs, ProxyPrivileged,
+		ProxyUpstream, ProxyUpstreamNFT, ProxyKubeadm, ProxyLocalhost, ProxyIPVS, ProxyUpstreamIPVS)
 }
 
+// checkKernel refuses an IPVS-mode proxy on a kernel without IPVS
+// (procFile is ipvsProcFile) before anything starts.
+func (l Layout) checkKernel(procFile string) error {
+	if l.Proxy != ProxyIPVS && l.Proxy != ProxyUpstreamIPVS {
+		return nil
+	}
+	if _, err := os.Stat(procFile); err != nil {
+		return fmt.Errorf("KNP_CLUSTER_PROXY=%s needs a kernel with IPVS, and this one has none (%w): hack/vm/cluster.sh runs the cluster in a VM whose kernel has it", l.Proxy, err)
+	}
+	return nil
+}
+
+// ipvsProcFile exists when the kernel has IPVS (in every network namespace).
+const ipvsProcFile = "/proc/net/ip_vs"
+
 // isUpstream says whether the proxy is upstream's kube-proxy binary.
-func (l Layout) isUpstream() bool { return l.Proxy == ProxyUpstream || l.Proxy == ProxyUpstreamNFT }
+func (l Layout) isUpstream() bool {
+	return l.Proxy == ProxyUpstream || l.Proxy == ProxyUpstreamNFT || l.Proxy == ProxyUpstreamIPVS
+}
 
 // upstreamMode is kube-proxy's mode for an upstream proxy.
 func (l Layout) upstreamMode() string {
-	if l.Proxy == ProxyUpstreamNFT {
+	switch l.Proxy {
+	case ProxyUpstreamNFT:
 		return "nftables"
+	case ProxyUpstreamIPVS:
+		return "ipvs"
 	}
 	return "iptables"
 }
@@ -86,6 +116,9 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 			filepath.Join(l.Dir, "xtables.lock")), nil
 	}
 	m, err := DeployManifests(deployDir, image, l.APIServerURL())
+	if err == nil && l.Proxy == ProxyIPVS {
+		m, err = withProxyMode(m, "ipvs")
+	}
 	if err != nil || l.ClusterCIDRs() == ClusterCIDR {
 		return m, err
 	}
@@ -223,4 +256,16 @@ spec:
         hostPath:
           path: /lib/modules
 `, image, apiServer, clusterCIDRs, xtablesLock, mode)
+}
+
+// withProxyMode turns deploy/'s --proxy-mode=nftables into mode in both
+// containers (the init container sets that mode's sysctls): iptables, as
+// docs/migration.md says to keep kube-proxy's iptables-mode behaviour, or
+// ipvs.
+func withProxyMode(manifests, mode string) (string, error) {
+	const flag = "        - --proxy-mode=nftables\n"
+	if strings.Count(manifests, flag) != 2 {
+		return "", errors.New("deploy manifests: want two --proxy-mode=nftables flags (the init container's and the proxy's)")
+	}
+	return strings.ReplaceAll(manifests, flag, "        - --proxy-mode="+mode+"\n"), nil
 }

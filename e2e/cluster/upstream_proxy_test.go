@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -34,7 +35,13 @@ func TestProxyChoice(t *testing.T) {
 			"- /usr/local/bin/kube-proxy\n        - --config=/var/lib/kube-proxy/config.conf",
 			"server: https://10.200.0.1:6443", "clusterCIDR: " + ClusterCIDR, "burst: 0",
 		}},
-		{proxy: "ipvs", wantErr: true},
+		{proxy: ProxyIPVS, name: "kube-nftproxy", contains: []string{
+			"        - --init-only\n        - --proxy-mode=ipvs\n", "        - /kube-nftproxy\n        - --proxy-mode=ipvs\n",
+		}},
+		{proxy: ProxyUpstreamIPVS, name: "kube-proxy", contains: []string{
+			"k8s-app: kube-proxy", "mode: ipvs", "privileged: true", "path: /lib/modules",
+		}},
+		{proxy: "userspace", wantErr: true},
 	} {
 		t.Run(tc.proxy, func(t *testing.T) {
 			l := testLayout(t)
@@ -61,6 +68,37 @@ func TestProxyChoice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIPVSNeedsIPVS: the IPVS-mode proxies are refused, naming the VM that
+// runs them, where the kernel has no IPVS; the others never ask.
+func TestIPVSNeedsIPVS(t *testing.T) {
+	have := filepath.Join(t.TempDir(), "ip_vs")
+	if err := os.WriteFile(have, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "ip_vs")
+	for _, tc := range []struct {
+		proxy, procFile string
+		wantErr         bool
+	}{
+		{ProxyIPVS, have, false},
+		{ProxyUpstreamIPVS, have, false},
+		{ProxyIPVS, missing, true},
+		{ProxyUpstreamIPVS, missing, true},
+		{ProxyOurs, missing, false},
+		{ProxyUpstream, missing, false},
+	} {
+		l := testLayout(t)
+		l.Proxy = tc.proxy
+		err := l.checkKernel(tc.procFile)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s with %s: %v, want error %v", tc.proxy, filepath.Base(filepath.Dir(tc.procFile)), err, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "hack/vm/cluster.sh") {
+			t.Errorf("%s: %v does not say where it runs", tc.proxy, err)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@
 #   PROXY=upstream-nftables hack/cluster/conformance.sh # kube-proxy v1.37.1, nftables mode
 #   PROXY=kubeadm hack/cluster/conformance.sh    # upstream's objects, our image
 #   PROXY=localhost hack/cluster/conformance.sh  # deploy/ + KubeProxyNFTablesLocalhostNodePorts, primary,localhost
+#   PROXY=ipvs hack/cluster/conformance.sh       # deploy/ in IPVS mode (a kernel with IPVS: hack/vm/cluster.sh)
+#   PROXY=upstream-ipvs hack/cluster/conformance.sh # kube-proxy v1.37.1, IPVS mode (the same)
 #   hack/cluster/conformance.sh --list     # print the selection, run nothing
 #   KNP_CLUSTER_FAMILY=dual hack/cluster/conformance.sh # on a dual-stack cluster
 #   KNP_CLUSTER_NODES=3 hack/cluster/conformance.sh # three nodes in three zones
@@ -17,7 +19,7 @@
 # and refuses to run on a cluster that runs the other proxy. The cluster stays
 # up afterwards (make cluster-down). Environment:
 #   PROXY                ours (default), privileged, upstream, upstream-nftables,
-#                        kubeadm or localhost
+#                        kubeadm, localhost, ipvs or upstream-ipvs
 #   KNP_CLUSTER_FAMILY   ipv4 (default), dual or ipv6: the cluster's IP families
 #                        (dual adds every [Feature:IPv6DualStack] sig-network spec)
 #   KNP_CLUSTER_NODES    2 (default) to 6; three or more spread over three zones
@@ -28,6 +30,8 @@
 #   CONFORMANCE_SKIP     replaces the skip regular expression below
 #   KNP_CLUSTER_LB       metallb: the cluster has MetalLB (L2 mode), so the
 #                        [Feature:LoadBalancer] specs run (unset: skipped)
+#   KNP_CLUSTER_CMD      the cluster command (default: go run ./e2e/cluster/cmd;
+#                        hack/vm/cluster.sh gives a binary built on the host)
 #   CONFORMANCE_OUT      report directory (default bin/conformance/$PROXY, with
 #                        -$KNP_CLUSTER_FAMILY but for ipv4, -<N>nodes but for 2,
 #                        -bridge for that CNI, -metallb with KNP_CLUSTER_LB=metallb)
@@ -67,10 +71,11 @@ e2e=$cache/k8s-v1.37.1/bin/e2e.test
 ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
 
 case $proxy in
-ours | privileged | localhost) ds=kube-nftproxy ;;
-upstream | upstream-nftables | kubeadm) ds=kube-proxy ;;
-*) echo "conformance.sh: PROXY must be ours, privileged, upstream, upstream-nftables, kubeadm or localhost, not $proxy" >&2; exit 2 ;;
+ours | privileged | localhost | ipvs) ds=kube-nftproxy ;;
+upstream | upstream-nftables | upstream-ipvs | kubeadm) ds=kube-proxy ;;
+*) echo "conformance.sh: PROXY must be ours, privileged, upstream, upstream-nftables, kubeadm, localhost, ipvs or upstream-ipvs, not $proxy" >&2; exit 2 ;;
 esac
+cluster_cmd=${KNP_CLUSTER_CMD:-go run ./e2e/cluster/cmd}
 
 # The selection: all of "[sig-network] Services" (Conformance or not, Serial
 # and Disruptive included), every sig-network [Conformance] spec, and the
@@ -127,13 +132,14 @@ fi
 # (PROXY=upstream, PROXY=kubeadm) run iptables mode privileged, and
 # PROXY=localhost nftables mode with kube-proxy's alpha gate for them (a
 # userspace proxy): they run them. kube-proxy's nftables mode
-# (PROXY=upstream-nftables) serves none either.
+# (PROXY=upstream-nftables) serves none either, nor does IPVS mode (its NodePort
+# virtual servers are on every local address but loopback), ours or upstream's.
 skip '\[Feature:KubeProxyNFAcct\]'
 # On IPv6 single-stack the LocalhostNodePorts specs call [::1]:NodePort, which
 # iptables mode never serves (route_localnet has no IPv6 counterpart: kube-proxy
 # v1.37.1 failed all three there, timing out), so they are skipped for every proxy.
 case $proxy/$family in
-ours/* | privileged/* | upstream-nftables/* | */ipv6) skip '\[Feature:LocalhostNodePorts\]' ;;
+ours/* | privileged/* | upstream-nftables/* | ipvs/* | upstream-ipvs/* | */ipv6) skip '\[Feature:LocalhostNodePorts\]' ;;
 esac
 # "should implement NodePort and HealthCheckNodePort correctly when
 # ExternalTrafficPolicy changes" (three nodes) curls a node's own NodePort from
@@ -220,10 +226,17 @@ if [ -d "$dir" ]; then
 		;;
 	esac
 	case $proxy in
-	upstream | upstream-nftables)
-		mode=$(kubectl -n kube-system get configmap kube-proxy -o 'jsonpath={.data.config\.conf}' | sed -n 's/^ *mode: *//p')
-		want=iptables
-		[ "$proxy" = upstream-nftables ] && want=nftables
+	upstream | upstream-nftables | upstream-ipvs | ipvs | ours)
+		if [ "$ds" = kube-proxy ]; then
+			mode=$(kubectl -n kube-system get configmap kube-proxy -o 'jsonpath={.data.config\.conf}' | sed -n 's/^ *mode: *//p')
+		else
+			mode=$(kubectl -n kube-system get daemonset "$ds" -o 'jsonpath={.spec.template.spec.containers[0].command}' | sed -n 's/.*--proxy-mode=\([a-z]*\).*/\1/p')
+		fi
+		case $proxy in
+		upstream) want=iptables ;;
+		upstream-nftables | ours) want=nftables ;;
+		*) want=ipvs ;;
+		esac
 		if [ "$mode" != "$want" ]; then
 			echo "conformance.sh: the kube-proxy that is up runs mode $mode, PROXY=$proxy: make cluster-down first" >&2
 			exit 1
@@ -240,7 +253,7 @@ if [ -d "$dir" ]; then
 		fi
 	fi
 else
-	KNP_CLUSTER_PROXY=$proxy KNP_CLUSTER_FAMILY=$family KNP_CLUSTER_NODES=$nodes KNP_CLUSTER_CNI=$cni KNP_CLUSTER_LB=$lb go run ./e2e/cluster/cmd up
+	KNP_CLUSTER_PROXY=$proxy KNP_CLUSTER_FAMILY=$family KNP_CLUSTER_NODES=$nodes KNP_CLUSTER_CNI=$cni KNP_CLUSTER_LB=$lb $cluster_cmd up
 fi
 
 rm -rf "$out"
@@ -260,4 +273,4 @@ else
 fi
 set -e
 echo "conformance.sh: e2e.test ran $(($(date +%s) - start)) s"
-exec go run ./e2e/cluster/cmd junit "$out"/junit_*.xml
+exec $cluster_cmd junit "$out"/junit_*.xml

@@ -18,6 +18,8 @@
 #                    restricted (no route out), whose only reachable
 #                    addresses are these, each to 127.0.0.1:HOST_PORT on
 #                    the host (the benchmark's API server). Unset: no NIC.
+#   KNP_VM_HOSTROOT  1: the host's root, read-only under a tmpfs, becomes the
+#                    guest's, and SHARE is writable (cluster.sh)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +56,14 @@ if [[ -n ${KNP_VM_GUESTFWD:-} ]]; then
 	nic=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
 fi
 
+append="console=ttyS0 panic=-1 quiet mitigations=off"
+shares=(-virtfs "local,path=$share,mount_tag=share,security_model=none,readonly=on")
+if [[ ${KNP_VM_HOSTROOT:-} == 1 ]]; then
+	append+=" knp.hostroot"
+	shares=(-virtfs "local,path=$share,mount_tag=share,security_model=none"
+		-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
+fi
+
 # /init comes from this checkout, not the cache: the kernel unpacks
 # concatenated cpio archives in order, so a small one appended to the cached
 # base archive adds (or replaces) it.
@@ -71,9 +81,9 @@ rc=0
 timeout --kill-after=10 "$timeout_s" \
 	qemu-system-x86_64 -accel tcg -machine pc -m "$mem" -smp "$smp" \
 	-kernel "$cache/vmlinux" -initrd "$initdir/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet mitigations=off" \
+	-append "$append" \
 	-no-reboot "${nic[@]}" -display none -monitor none -nodefaults \
 	-serial "file:$outdir/console.log" -serial "file:$outdir/results.log" \
-	-virtfs "local,path=$share,mount_tag=share,security_model=none,readonly=on" \
+	"${shares[@]}" \
 	</dev/null || rc=$?
 exit "$rc"

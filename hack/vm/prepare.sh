@@ -38,7 +38,9 @@ CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}/vm
 # 2: iptables (legacy), ipset and their modules, virtio_net (not loaded at
 # boot) for upstream kube-proxy in the side-by-side benchmark.
 # 3: nf_conntrack_ftp, for the drift tests' foreign `ct helper` object.
-RECIPE=3
+# 4: overlay (loaded at boot) and vxlan, for a whole cluster in the guest
+# (cluster.sh: the host's root read-only under a tmpfs, flannel's vxlan).
+RECIPE=4
 
 SUITE=${KNP_VM_SUITE:-}
 [[ -z $SUITE || $SUITE =~ ^[a-z]+$ ]] || die "KNP_VM_SUITE=$SUITE is not a Debian suite name (e.g. bullseye)"
@@ -213,7 +215,7 @@ want_re+='net/netfilter/(nf_tables|nft_[a-z0-9_]+|nf_conntrack|nf_conntrack_netl
 want_re+='net/ipv[46]/netfilter/(nft_[a-z0-9_]+|nf_reject_ipv[46])\.ko|'
 want_re+='net/bridge/(bridge|br_netfilter)\.ko|net/bridge/netfilter/nft_[a-z0-9_]+\.ko|'
 want_re+='drivers/net/(dummy|veth)\.ko|'
-want_re+='fs/9p/9p\.ko|net/9p/(9pnet|9pnet_virtio)\.ko|drivers/virtio/virtio_pci\.ko'
+want_re+='fs/9p/9p\.ko|net/9p/(9pnet|9pnet_virtio)\.ko|drivers/virtio/virtio_pci\.ko|fs/overlayfs/overlay\.ko'
 want_re+=')$'
 # ip_vs_ftp and ip_vs_pe_sip are application helpers the tests never use.
 mapfile -t wanted < <(grep -E "$want_re" "$moddir/modules.order" | grep -vE 'ip_vs_(ftp|pe_sip)\.ko$')
@@ -226,7 +228,7 @@ extra_re='^kernel/('
 extra_re+='net/netfilter/(x_tables|xt_[A-Za-z0-9_]+)\.ko|net/netfilter/ipset/ip_set[a-z0-9_]*\.ko|'
 extra_re+='net/ipv4/netfilter/(ip_tables|iptable_[a-z]+|ipt_[A-Za-z]+)\.ko|'
 extra_re+='net/ipv6/netfilter/(ip6_tables|ip6table_[a-z]+|ip6t_[A-Za-z]+)\.ko|'
-extra_re+='drivers/net/(virtio_net|net_failover)\.ko|net/core/failover\.ko'
+extra_re+='drivers/net/(virtio_net|net_failover)\.ko|net/core/failover\.ko|drivers/net/vxlan/vxlan\.ko'
 extra_re+=')$'
 mapfile -t extra < <(grep -E "$extra_re" "$moddir/modules.order")
 ((${#extra[@]} > 20)) || die "found only ${#extra[@]} extra modules in $moddir/modules.order"
