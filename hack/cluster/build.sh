@@ -427,9 +427,13 @@ flannel_valid() {
 }
 
 # cni_reports NAME VERSION: a CNI plugin run without CNI_COMMAND prints
-# "CNI NAME plugin VERSION" (and exits non-zero).
+# "CNI NAME plugin VERSION" (and exits non-zero). Its output is read whole:
+# piped into grep -q under pipefail, the plugin could die of SIGPIPE once grep
+# had its match, and a valid build would be refused.
 cni_reports() {
-	env -u CNI_COMMAND "$CLUSTER_BIN/cni/$1" 2>&1 | grep -qF "$2"
+	local out
+	out=$(env -u CNI_COMMAND "$CLUSTER_BIN/cni/$1" 2>&1) || true
+	[[ $out == *"$2"* ]]
 }
 
 # build_flannel builds flanneld (the cluster uses its vxlan backend) and the

@@ -138,7 +138,7 @@ if ((${#need_pkgs[@]})); then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >&2
 fi
 # busybox-static's binary must be static: it runs in the guest without a libc.
-if readelf -l /bin/busybox | grep -q INTERP; then
+if [[ $(readelf -l /bin/busybox) == *INTERP* ]]; then
 	die "/bin/busybox is dynamically linked (install busybox-static)"
 fi
 
