@@ -159,7 +159,7 @@ func runTag(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *in == "" || *out == "" || len(refs) == 0 || fs.NArg() > 0 {
-		return fmt.Errorf("usage: cluster-images tag -in A -out B -ref REF...")
+		return fmt.Errorf("usage: cluster-images tag -in A -out B -ref REF [-ref REF]")
 	}
 	if err := retag(*in, *out, refs); err != nil {
 		return err
