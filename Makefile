@@ -210,7 +210,8 @@ clean:
 
 # The test cluster's container images as docker archives in
 # $KNP_CACHE/cluster/images (hack/cluster/images.sh; run cluster-build
-# first), and the image tool's own tests (a separate Go module).
+# first), kube-nftproxy's being make image's OCI archive under the
+# cluster's names, and the image tool's own tests (a separate Go module).
 cluster-images:
 	hack/cluster/images.sh
 
