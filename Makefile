@@ -17,7 +17,7 @@ LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
+.PHONY: all build image image-check test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
 .PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults
 
 all: build
@@ -25,9 +25,26 @@ all: build
 build:
 	$(GOBUILD) -o $(BIN)/ ./cmd/kube-nftproxy
 
-# The DaemonSet's image (deploy/Dockerfile), stamped like make build.
+# The DaemonSet's image without a container engine (hack/image.sh): an OCI
+# image layout archive at IMAGE_OUT holding linux/amd64 and linux/arm64,
+# named $(IMAGE):$(VERSION), stamped like make build and reproducible (the
+# same commit, the same digest, printed last). Import it with
+# `ctr -n k8s.io images import`, docker load or podman load, or push it
+# with skopeo or crane (README.md). image-check builds it twice from
+# scratch and compares the digests.
+IMAGE_OUT       ?= $(BIN)/kube-nftproxy-image.tar
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 image:
-	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE=$(IMAGE) IMAGE_OUT=$(IMAGE_OUT) \
+		IMAGE_PLATFORMS="$(IMAGE_PLATFORMS)" GO=$(GO) hack/image.sh
+
+image-check:
+	@set -e; rm -f $(IMAGE_OUT) $(IMAGE_OUT).stamp; a=$$($(MAKE) -s image | tail -1); \
+		rm -f $(IMAGE_OUT) $(IMAGE_OUT).stamp $(BIN)/image/*/kube-nftproxy; b=$$($(MAKE) -s image | tail -1); \
+		echo "first:  $$a"; echo "second: $$b"; \
+		if [ "$${a##* }" != "$${b##* }" ]; then echo "image-check: the digests differ"; exit 1; fi; \
+		if grep -q -a "$(CURDIR)" $(BIN)/image/*/kube-nftproxy; then echo "image-check: a build path in the binary"; exit 1; fi; \
+		echo "image-check: the same digest twice, no build path in the binaries"
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
 # network namespaces the tests create and delete; the kernel tests again on
@@ -193,7 +210,8 @@ clean:
 
 # The test cluster's container images as docker archives in
 # $KNP_CACHE/cluster/images (hack/cluster/images.sh; run cluster-build
-# first), and the image tool's own tests (a separate Go module).
+# first), kube-nftproxy's being make image's OCI archive under the
+# cluster's names, and the image tool's own tests (a separate Go module).
 cluster-images:
 	hack/cluster/images.sh
 

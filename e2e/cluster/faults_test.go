@@ -105,7 +105,7 @@ func wait(ctx context.Context, d time.Duration) error {
 func deployDir() string { return filepath.Join("..", "..", "deploy") }
 
 // buildFaultImages builds kube-nftproxy from this tree twice, stamped with
-// different releases, as deploy/Dockerfile's static binary on an empty
+// different releases, as make image's static binary on an empty
 // image (hack/cluster/images' tool), and writes an images directory
 // that holds the cache's images but for kube-nftproxy, which is build A.
 // Build B is only imported when the DaemonSet rolls to it.

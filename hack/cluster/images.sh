@@ -7,7 +7,8 @@
 #   hack/cluster/images.sh --print-dir  # print the output directory
 #
 # Output, $KNP_CACHE/cluster/images/:
-#   <name>.tar     one docker archive per image (it may carry several tags)
+#   <name>.tar     one docker archive per image (it may carry several tags);
+#                  kube-nftproxy.tar is an OCI layout archive (make image's)
 #   images.txt     one line per image reference: "<reference> <file name>";
 #                  several references may name the same file
 #
@@ -25,7 +26,8 @@
 #       they exist, required with KNP_CLUSTER_LB=metallb (the cluster
 #       imports them into the nodes only then)
 # Built here: pause (gcc -static from the Kubernetes module), kube-nftproxy
-# (this repository), regression-issue-74839 (Kubernetes module), flannel's
+# (this repository: make image's OCI archive, hack/image.sh, copied under
+# the cluster's names), regression-issue-74839 (Kubernetes module), flannel's
 # install-conf (flannel module), a Debian bookworm minbase root file system
 # (debootstrap, from the machine's apt mirror) shared by the images that
 # need a userland, and a busybox tree from the machine's static busybox.
@@ -130,16 +132,13 @@ build_pause() {
 	mv -f "$PAUSE_BIN.tmp" "$PAUSE_BIN"
 }
 
+# build_kube_nftproxy: make image's archive (hack/image.sh: both platforms,
+# reproducible, so the same index digest as make image at this commit),
+# which build_images copies under the cluster's names.
 build_kube_nftproxy() {
-	KNP_VERSION=$(git -C "$REPO" describe --tags --always --dirty 2>/dev/null || echo devel)
-	local commit
-	commit=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
-	KNP_BIN=$WORK/bin/kube-nftproxy
-	# deploy/Dockerfile's recipe: static, trimmed, stamped.
-	(cd "$REPO" && "${niceprefix[@]}" go build -trimpath -buildvcs=false \
-		-ldflags "-s -X main.release=$KNP_VERSION -X main.commit=$commit" \
-		-o "$KNP_BIN.tmp" ./cmd/kube-nftproxy)
-	mv -f "$KNP_BIN.tmp" "$KNP_BIN"
+	KNP_VERSION=$("$REPO/hack/version.sh")
+	KNP_IMAGE=$WORK/kube-nftproxy-image.tar
+	IMAGE_OUT=$KNP_IMAGE "${niceprefix[@]}" "$REPO/hack/image.sh"
 }
 
 # build_in_module OUT REQUIRE PKG [FILES...]: builds PKG (with FILES: the
@@ -323,9 +322,14 @@ build_images() {
 	# pause image above.
 	"$TOOL" registry -archive "$OUT/pause.tar" -out "$WORK/registry" -name pause -tag testing
 
-	image kube-nftproxy.tar "registry.local/kube-nftproxy:$KNP_VERSION docker.io/library/kube-nftproxy:dev docker.io/library/kube-nftproxy:latest" \
-		-file "/kube-nftproxy=$KNP_BIN" -symlink "/usr/local/bin/kube-proxy=/kube-nftproxy" \
-		-entrypoint '["/kube-nftproxy"]'
+	# make image's archive, every blob as it is, under the names deploy/
+	# and the cluster's kubeadm objects use (the nodes unpack linux/amd64).
+	local ref tag_args=()
+	for ref in "registry.local/kube-nftproxy:$KNP_VERSION" docker.io/library/kube-nftproxy:dev docker.io/library/kube-nftproxy:latest; do
+		tag_args+=(-ref "$ref")
+		IMAGES_TXT+=("$ref kube-nftproxy.tar")
+	done
+	"$TOOL" tag -in "$KNP_IMAGE" -out "$OUT/kube-nftproxy.tar" "${tag_args[@]}"
 
 	image busybox.tar "$(e2e_ref BusyBox)" -layer "$BUSYBOX_LAYER" \
 		-env "PATH=$DEBIAN_PATH" -cmd '["sh"]'
@@ -420,7 +424,7 @@ base_pid=$!
 # Never leave debootstrap running behind a failed build.
 trap 'wait' EXIT
 timed "cluster-images tool" build_tool
-timed "kube-nftproxy binary" build_kube_nftproxy
+timed "kube-nftproxy image (hack/image.sh)" build_kube_nftproxy
 timed "regression-issue-74839 binary" build_regression_74839
 timed "flannel install-conf binary" build_install_conf
 wait "$base_pid" || die "building the Debian base layer failed"

@@ -11,22 +11,24 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // stampVersion changes whenever the way images are assembled changes, so
 // archives written by an older tool are rebuilt.
-const stampVersion = "cluster-images/1"
+const stampVersion = "cluster-images/2"
 
 // buildResult says whether an archive was written or found up to date.
 type buildResult struct {
 	Cached bool
-	Digest string // the image's config digest (its image ID)
+	Digest string // docker: the image's config digest (its image ID); oci: the image index's digest
 }
 
 // build writes spec.Out unless it exists and its stamp (a hash of the spec
@@ -38,23 +40,43 @@ func build(spec imageSpec) (buildResult, error) {
 	}
 	stampFile := spec.Out + ".stamp"
 	if upToDate(spec.Out, stampFile, stamp) {
-		return buildResult{Cached: true}, nil
+		res := buildResult{Cached: true}
+		if spec.Format == formatOCI {
+			res.Digest, err = archiveIndexDigest(spec.Out)
+		}
+		return res, err
 	}
-	img, err := assemble(spec)
+	defer removeLayerTemps(spec)
+	var digest string
+	if spec.Format == formatOCI {
+		digest, err = buildOCI(spec)
+	} else {
+		digest, err = buildDocker(spec)
+	}
 	if err != nil {
-		return buildResult{}, err
-	}
-	if err := writeArchive(spec, img); err != nil {
 		return buildResult{}, err
 	}
 	if err := os.WriteFile(stampFile, []byte(stamp+"\n"), 0o644); err != nil {
 		return buildResult{}, fmt.Errorf("write stamp: %w", err)
 	}
+	return buildResult{Digest: digest}, nil
+}
+
+// buildDocker writes spec.Out as a docker archive of its one platform's
+// image and returns the image's ID.
+func buildDocker(spec imageSpec) (string, error) {
+	img, err := assemble(spec, spec.Platforms[0])
+	if err != nil {
+		return "", err
+	}
+	if err := writeArchive(spec, img); err != nil {
+		return "", err
+	}
 	id, err := img.ConfigName()
 	if err != nil {
-		return buildResult{}, err
+		return "", err
 	}
-	return buildResult{Digest: id.String()}, nil
+	return id.String(), nil
 }
 
 // buildLayer writes spec.Out as a layer tarball of spec.Entries unless its
@@ -69,7 +91,7 @@ func buildLayer(spec imageSpec) (cached bool, err error) {
 		return true, nil
 	}
 	tmp := spec.Out + ".tmp"
-	if err := writeLayer(tmp, spec.Entries); err != nil {
+	if err := writeLayer(tmp, spec.Entries, spec.mtime()); err != nil {
 		os.Remove(tmp)
 		return false, err
 	}
@@ -92,31 +114,38 @@ func upToDate(out, stampFile, stamp string) bool {
 	return err == nil
 }
 
-// assemble stacks the prebuilt layers and the generated one on an empty
-// image and sets the config.
-func assemble(spec imageSpec) (v1.Image, error) {
+// assemble stacks the prebuilt layers and the generated one (its entries'
+// sources expanded for platform) on an empty image and sets the config.
+func assemble(spec imageSpec, platform string) (v1.Image, error) {
+	oci := spec.Format == formatOCI
+	var layerOpts []tarball.LayerOption
+	base := empty.Image
+	if oci {
+		layerOpts = append(layerOpts, tarball.WithMediaType(types.OCILayer))
+		base = mutate.ConfigMediaType(mutate.MediaType(base, types.OCIManifestSchema1), types.OCIConfigJSON)
+	}
 	var layers []v1.Layer
 	for _, p := range spec.Layers {
-		l, err := tarball.LayerFromFile(p)
+		l, err := tarball.LayerFromFile(p, layerOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: %w", p, err)
 		}
 		layers = append(layers, l)
 	}
 	if len(spec.Entries) > 0 {
-		tmp := spec.Out + ".layer.tmp"
-		if err := writeLayer(tmp, spec.Entries); err != nil {
+		tmp := layerTemp(spec, platform)
+		if err := writeLayer(tmp, expandEntries(spec.Entries, platform), spec.mtime()); err != nil {
 			return nil, err
 		}
 		// The layer is read again when the archive is written; it is removed
-		// after that (writeArchive).
-		l, err := tarball.LayerFromFile(tmp)
+		// after that (removeLayerTemps).
+		l, err := tarball.LayerFromFile(tmp, layerOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("generated layer: %w", err)
 		}
 		layers = append(layers, l)
 	}
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	img, err := mutate.AppendLayers(base, layers...)
 	if err != nil {
 		return nil, fmt.Errorf("append layers: %w", err)
 	}
@@ -125,9 +154,42 @@ func assemble(spec imageSpec) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, _ = strings.Cut(spec.Platform, "/")
+	cf.OS, cf.Architecture, _ = strings.Cut(platform, "/")
 	cf.Config = containerConfig(spec)
+	if spec.Epoch != 0 {
+		created := v1.Time{Time: spec.mtime()}
+		cf.Created = created
+		for i := range cf.History {
+			cf.History[i].Created = created
+		}
+	}
 	return mutate.ConfigFile(img, cf)
+}
+
+// layerTemp is where the generated layer of one platform is written.
+func layerTemp(spec imageSpec, platform string) string {
+	return spec.Out + "." + strings.ReplaceAll(platform, "/", "-") + ".layer.tmp"
+}
+
+func removeLayerTemps(spec imageSpec) {
+	for _, p := range spec.Platforms {
+		os.Remove(layerTemp(spec, p))
+	}
+}
+
+// expandEntries replaces {os} and {arch} in the entries' host sources with
+// platform's, so one spec names each platform's own binary.
+func expandEntries(entries []entry, platform string) []entry {
+	goos, arch, _ := strings.Cut(platform, "/")
+	r := strings.NewReplacer("{os}", goos, "{arch}", arch)
+	out := make([]entry, len(entries))
+	for i, e := range entries {
+		if e.Kind == kindFile || e.Kind == kindTree {
+			e.Source = r.Replace(e.Source)
+		}
+		out[i] = e
+	}
+	return out
 }
 
 func containerConfig(spec imageSpec) v1.Config {
@@ -138,6 +200,9 @@ func containerConfig(spec imageSpec) v1.Config {
 		WorkingDir: spec.WorkingDir,
 		Env:        spec.Env,
 		StopSignal: spec.StopSignal,
+	}
+	if len(spec.Labels) > 0 {
+		c.Labels = labelMap(spec.Labels)
 	}
 	if len(spec.Expose) > 0 {
 		c.ExposedPorts = map[string]struct{}{}
@@ -154,7 +219,6 @@ func containerConfig(spec imageSpec) v1.Config {
 // writeArchive writes the docker archive under a temporary name and renames
 // it, so a reader never sees half an archive.
 func writeArchive(spec imageSpec, img v1.Image) error {
-	defer os.Remove(spec.Out + ".layer.tmp")
 	refs := map[name.Reference]v1.Image{}
 	for _, r := range spec.Refs {
 		// StrictValidation: the reference must be complete (a tag), as the
@@ -187,7 +251,14 @@ func inputHash(spec imageSpec) (string, error) {
 	fmt.Fprintf(h, "%s\n%s\n", stampVersion, specJSON)
 	var files []string
 	files = append(files, spec.Layers...)
-	for _, e := range spec.Entries {
+	var entries []entry
+	for _, p := range spec.Platforms {
+		entries = append(entries, expandEntries(spec.Entries, p)...)
+	}
+	if len(spec.Platforms) == 0 { // a layer
+		entries = spec.Entries
+	}
+	for _, e := range entries {
 		switch e.Kind {
 		case kindFile:
 			files = append(files, e.Source)
@@ -250,4 +321,19 @@ func hashFile(h io.Writer, p string) error {
 		}
 	}
 	return nil
+}
+
+// labelMap turns KEY=VALUE flags into a map.
+func labelMap(kvs []string) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// mtime is the generated layer's file time: the epoch given, else 1970.
+func (s imageSpec) mtime() time.Time {
+	return time.Unix(s.Epoch, 0).UTC()
 }

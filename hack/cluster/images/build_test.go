@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -136,6 +137,12 @@ func TestBuildWritesConfigTagsAndLayer(t *testing.T) {
 // tarListing lists a tarball as "name type mode-or-target" lines.
 func tarListing(t *testing.T, r io.Reader) []string {
 	t.Helper()
+	return tarListingAt(t, r, time.Unix(0, 0))
+}
+
+// tarListingAt is tarListing of a layer whose entries are dated mtime.
+func tarListingAt(t *testing.T, r io.Reader, mtime time.Time) []string {
+	t.Helper()
 	var list []string
 	tr := tar.NewReader(r)
 	for {
@@ -146,7 +153,7 @@ func tarListing(t *testing.T, r io.Reader) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(layerTime) {
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(mtime) {
 			t.Errorf("%s: owner %d:%d mtime %v, want root and the fixed mtime", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		switch h.Typeflag {

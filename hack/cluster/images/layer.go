@@ -15,14 +15,12 @@ import (
 	"time"
 )
 
-// layerTime is every generated entry's mtime: fixed, so the same inputs give
-// the same layer digest and containerd stores a shared layer once.
-var layerTime = time.Unix(0, 0).UTC()
-
-// writeLayer writes the entries as a gzip'd layer tarball to dst. Missing
+// writeLayer writes the entries as a gzip'd layer tarball to dst, every
+// entry owned by root with mtime: fixed, so the same inputs give the same
+// layer digest (and containerd stores a shared layer once). Missing
 // parent directories get entries of their own (root-owned, 0755) so the
 // layer does not depend on what the layers below it contain.
-func writeLayer(dst string, entries []entry) error {
+func writeLayer(dst string, entries []entry, mtime time.Time) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return fmt.Errorf("create layer: %w", err)
@@ -31,7 +29,7 @@ func writeLayer(dst string, entries []entry) error {
 	// BestSpeed: the big inputs are Go binaries that barely compress anyway.
 	zw, _ := gzip.NewWriterLevel(bw, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
-	err = writeEntries(tw, entries)
+	err = writeEntries(layerWriter{tw, mtime}, entries)
 	for _, closeErr := range []error{tw.Close(), zw.Close(), bw.Flush(), f.Close()} {
 		if err == nil {
 			err = closeErr
@@ -43,7 +41,19 @@ func writeLayer(dst string, entries []entry) error {
 	return nil
 }
 
-func writeEntries(tw *tar.Writer, entries []entry) error {
+// layerWriter writes every header with the layer's one mtime (and, as
+// tar.Header's zero values, owner 0:0 without names).
+type layerWriter struct {
+	*tar.Writer
+	mtime time.Time
+}
+
+func (w layerWriter) WriteHeader(h *tar.Header) error {
+	h.ModTime = w.mtime
+	return w.Writer.WriteHeader(h)
+}
+
+func writeEntries(tw layerWriter, entries []entry) error {
 	written := map[string]bool{}
 	for _, dir := range parentDirs(entries) {
 		if err := tw.WriteHeader(dirHeader(dir, 0o755)); err != nil {
@@ -81,13 +91,13 @@ func parentDirs(entries []entry) []string {
 	return dirs
 }
 
-func writeEntry(tw *tar.Writer, e entry, written map[string]bool) error {
+func writeEntry(tw layerWriter, e entry, written map[string]bool) error {
 	switch e.Kind {
 	case kindDir:
 		return tw.WriteHeader(dirHeader(e.Path, e.Mode))
 	case kindSymlink:
 		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: tarName(e.Path),
-			Linkname: e.Source, Mode: 0o777, ModTime: layerTime})
+			Linkname: e.Source, Mode: 0o777})
 	case kindFile:
 		fi, err := os.Stat(e.Source)
 		if err != nil {
@@ -105,7 +115,7 @@ func writeEntry(tw *tar.Writer, e entry, written map[string]bool) error {
 
 // writeTree copies a host directory tree: directories, regular files and
 // symbolic links, with their modes, owned by root.
-func writeTree(tw *tar.Writer, e entry, written map[string]bool) error {
+func writeTree(tw layerWriter, e entry, written map[string]bool) error {
 	return filepath.WalkDir(e.Source, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -131,7 +141,7 @@ func writeTree(tw *tar.Writer, e entry, written map[string]bool) error {
 				return err
 			}
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: tarName(dst),
-				Linkname: target, Mode: 0o777, ModTime: layerTime})
+				Linkname: target, Mode: 0o777})
 		case fi.Mode().IsRegular():
 			return copyFile(tw, p, dst, fi)
 		}
@@ -139,9 +149,9 @@ func writeTree(tw *tar.Writer, e entry, written map[string]bool) error {
 	})
 }
 
-func copyFile(tw *tar.Writer, src, dst string, fi fs.FileInfo) error {
+func copyFile(tw layerWriter, src, dst string, fi fs.FileInfo) error {
 	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: tarName(dst), Size: fi.Size(),
-		Mode: tarMode(fi.Mode()), ModTime: layerTime}
+		Mode: tarMode(fi.Mode())}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}
@@ -157,7 +167,7 @@ func copyFile(tw *tar.Writer, src, dst string, fi fs.FileInfo) error {
 }
 
 func dirHeader(p string, mode int64) *tar.Header {
-	return &tar.Header{Typeflag: tar.TypeDir, Name: tarName(p) + "/", Mode: mode, ModTime: layerTime}
+	return &tar.Header{Typeflag: tar.TypeDir, Name: tarName(p) + "/", Mode: mode}
 }
 
 // tarName is an image path as layer tarballs spell it: relative, "./"-less.

@@ -1,8 +1,15 @@
-// Command cluster-images assembles container images as docker archives
-// without a registry or a container engine: prebuilt layer tarballs plus one
-// layer generated from host files, and an image config, written with
-// go-containerregistry. hack/cluster/images.sh drives it, one image per
-// call; the nodes import the archives with `ctr -n k8s.io images import`.
+// Command cluster-images assembles container images as docker archives or
+// OCI image layout archives without a registry or a container engine:
+// prebuilt layer tarballs plus one layer generated from host files, and an
+// image config, written with go-containerregistry. hack/cluster/images.sh
+// drives it, one image per call; the nodes import the archives with
+// `ctr -n k8s.io images import`. hack/image.sh (make image) writes
+// kube-nftproxy's multi-platform OCI archive with it:
+//
+//	cluster-images build -format oci -out kube-nftproxy.tar -ref kube-nftproxy:v0.1.0 \
+//	    -platform linux/amd64 -platform linux/arm64 -epoch "$SOURCE_DATE_EPOCH" \
+//	    -file '/kube-nftproxy=bin/{os}-{arch}/kube-nftproxy' -entrypoint '["/kube-nftproxy"]'
+//	cluster-images tag -in kube-nftproxy.tar -out cluster.tar -ref registry.local/kube-nftproxy:dev
 //
 //	cluster-images build -out pause.tar -ref registry.k8s.io/pause:3.10.2 \
 //	    -file /pause=/tmp/pause -user 65535:65535 -entrypoint '["/pause"]'
@@ -37,7 +44,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: cluster-images build|layer|inspect|registry ... (build -h for flags)")
+		return fmt.Errorf("usage: cluster-images build|layer|tag|digest|inspect|registry ... (build -h for flags)")
 	}
 	switch args[0] {
 	case "build":
@@ -46,13 +53,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runLayer(args[1:], stdout, stderr)
 	case "registry":
 		return runRegistry(args[1:], stdout, stderr)
+	case "tag":
+		return runTag(args[1:], stdout, stderr)
+	case "digest":
+		if len(args) != 2 {
+			return fmt.Errorf("usage: cluster-images digest OCI-ARCHIVE")
+		}
+		d, err := archiveIndexDigest(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, d)
+		return nil
 	case "inspect":
 		if len(args) != 2 {
 			return fmt.Errorf("usage: cluster-images inspect ARCHIVE")
 		}
 		return inspect(args[1], stdout)
 	}
-	return fmt.Errorf("unknown command %q (want build, layer, inspect or registry)", args[0])
+	return fmt.Errorf("unknown command %q (want build, layer, tag, digest, inspect or registry)", args[0])
 }
 
 func runBuild(args []string, stdout, stderr io.Writer) error {
@@ -65,13 +84,24 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", spec.Refs[0], err)
 	}
+	digest := res.Digest
+	if spec.Format == formatDocker && digest != "" {
+		digest = digest[:19] // an image ID, as docker shows it
+	}
 	if res.Cached {
-		fmt.Fprintf(stdout, "cached  %s (%s)\n", spec.Refs[0], spec.Out)
+		fmt.Fprintf(stdout, "cached  %s (%s%s)\n", spec.Refs[0], spec.Out, prefixed(", ", digest))
 		return nil
 	}
-	fmt.Fprintf(stdout, "built   %s (%s, %s) in %.1fs\n", spec.Refs[0], spec.Out, res.Digest[:19],
+	fmt.Fprintf(stdout, "built   %s (%s, %s) in %.1fs\n", spec.Refs[0], spec.Out, digest,
 		time.Since(start).Seconds())
 	return nil
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 func runLayer(args []string, stdout, stderr io.Writer) error {
@@ -114,6 +144,31 @@ func runRegistry(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("registry %s:%s: %w", *name, *tag, err)
 	}
 	fmt.Fprintf(stdout, "wrote   registry %s/%s:%s\n", *out, *name, *tag)
+	return nil
+}
+
+// runTag copies an OCI layout archive under other references.
+func runTag(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tag", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "OCI layout archive to copy (required)")
+	out := fs.String("out", "", "archive to write (required)")
+	var refs listFlag
+	fs.Var(&refs, "ref", "image reference (repeatable, at least one)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *in == "" || *out == "" || len(refs) == 0 || fs.NArg() > 0 {
+		return fmt.Errorf("usage: cluster-images tag -in A -out B -ref REF [-ref REF]")
+	}
+	if err := retag(*in, *out, refs); err != nil {
+		return err
+	}
+	digest, err := archiveIndexDigest(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "tagged  %s (%s, %s)\n", refs[0], *out, digest)
 	return nil
 }
 

@@ -14,11 +14,14 @@ import (
 // (prebuilt layer tarballs first, then one generated layer with the
 // entries), and its config.
 type imageSpec struct {
-	Out      string   // docker archive to write
-	Refs     []string // image references written as the archive's RepoTags
-	Layers   []string // prebuilt layer tarballs (gzip or plain), in order
-	Entries  []entry  // contents of the generated top layer
-	Platform string   // os/arch
+	Out       string   // archive to write
+	Format    string   // formatDocker or formatOCI
+	Refs      []string // image references the archive names the image by
+	Layers    []string // prebuilt layer tarballs (gzip or plain), in order
+	Entries   []entry  // contents of the generated top layer; {os} and {arch} in a source expand per platform
+	Platforms []string // os/arch, one image each (docker: exactly one)
+	Epoch     int64    // Unix seconds: the generated layer's mtimes and, when not 0, the config's created time
+	Labels    []string // KEY=VALUE config labels (OCI: also the index's annotations)
 
 	Entrypoint []string
 	Cmd        []string
@@ -28,6 +31,12 @@ type imageSpec struct {
 	Expose     []string
 	StopSignal string
 }
+
+// The archive formats build writes.
+const (
+	formatDocker = "docker" // docker load's: manifest.json with RepoTags
+	formatOCI    = "oci"    // an OCI image layout, with manifest.json for docker load too
+)
 
 // entryKind says what an entry of the generated layer is.
 type entryKind string
@@ -126,14 +135,17 @@ func parseSpec(args []string, layerOnly bool, stderr io.Writer) (imageSpec, erro
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&s.Out, "out", "", "docker archive to write (required)")
+	fs.StringVar(&s.Out, "out", "", "archive to write (required)")
+	fs.StringVar(&s.Format, "format", formatDocker, "archive format: docker (docker load's) or oci (an OCI image layout, every -platform in one index)")
 	fs.Var((*listFlag)(&s.Refs), "ref", "image reference (repeatable, at least one)")
 	fs.Var((*listFlag)(&s.Layers), "layer", "prebuilt layer tarball, gzip or plain (repeatable, in order)")
 	fs.Var(entryFlag{kindFile, &s.Entries}, "file", "PATH=HOSTFILE: copy a file, keeping its mode (repeatable)")
 	fs.Var(entryFlag{kindTree, &s.Entries}, "tree", "PATH=HOSTDIR: copy a directory tree (repeatable)")
 	fs.Var(entryFlag{kindSymlink, &s.Entries}, "symlink", "PATH=TARGET: a symbolic link (repeatable)")
 	fs.Var(entryFlag{kindDir, &s.Entries}, "dir", "PATH[:MODE]: an empty directory, mode 755 unless given (repeatable)")
-	fs.StringVar(&s.Platform, "platform", "linux/amd64", "os/arch of the image")
+	fs.Var((*listFlag)(&s.Platforms), "platform", "os/arch of an image (repeatable with -format oci; default linux/amd64)")
+	fs.Int64Var(&s.Epoch, "epoch", 0, "Unix time of the generated layer's files and of the config's created field (e.g. $SOURCE_DATE_EPOCH)")
+	fs.Var((*listFlag)(&s.Labels), "label", "KEY=VALUE config label (repeatable)")
 	fs.Var(jsonListFlag{&s.Entrypoint}, "entrypoint", `ENTRYPOINT as a JSON array, e.g. '["/pause"]'`)
 	fs.Var(jsonListFlag{&s.Cmd}, "cmd", `CMD as a JSON array, e.g. '["pause"]'`)
 	fs.StringVar(&s.User, "user", "", "USER, e.g. 65535:65535")
@@ -150,6 +162,9 @@ func parseSpec(args []string, layerOnly bool, stderr io.Writer) (imageSpec, erro
 	if layerOnly {
 		return s, s.validateLayer()
 	}
+	if len(s.Platforms) == 0 {
+		s.Platforms = []string{"linux/amd64"}
+	}
 	return s, s.validate()
 }
 
@@ -159,7 +174,7 @@ func (s imageSpec) validateLayer() error {
 		return errors.New("-out is required")
 	}
 	c := containerConfig(s)
-	if len(s.Refs)+len(s.Layers) > 0 || c.Entrypoint != nil || c.Cmd != nil || c.User != "" ||
+	if len(s.Refs)+len(s.Layers)+len(s.Platforms)+len(s.Labels) > 0 || s.Format != formatDocker || c.Entrypoint != nil || c.Cmd != nil || c.User != "" ||
 		c.WorkingDir != "" || c.Env != nil || c.ExposedPorts != nil || c.StopSignal != "" {
 		return errors.New("layer takes only -out, -file, -tree, -symlink and -dir")
 	}
@@ -177,13 +192,24 @@ func (s imageSpec) validate() error {
 	if len(s.Refs) == 0 {
 		errs = append(errs, errors.New("at least one -ref is required"))
 	}
-	for _, env := range s.Env {
-		if k, _, ok := strings.Cut(env, "="); !ok || k == "" {
-			errs = append(errs, fmt.Errorf("-env %q: want KEY=VALUE", env))
+	for _, kv := range append(slices.Clone(s.Env), s.Labels...) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("-env or -label %q: want KEY=VALUE", kv))
 		}
 	}
-	if os, arch, ok := strings.Cut(s.Platform, "/"); !ok || os == "" || arch == "" {
-		errs = append(errs, fmt.Errorf("-platform %q: want os/arch", s.Platform))
+	for _, p := range s.Platforms {
+		if os, arch, ok := strings.Cut(p, "/"); !ok || os == "" || arch == "" {
+			errs = append(errs, fmt.Errorf("-platform %q: want os/arch", p))
+		}
+	}
+	switch {
+	case s.Format != formatDocker && s.Format != formatOCI:
+		errs = append(errs, fmt.Errorf("-format %q: want docker or oci", s.Format))
+	case s.Format == formatDocker && len(s.Platforms) != 1:
+		errs = append(errs, errors.New("-format docker holds one -platform; use -format oci for several"))
+	}
+	if s.Epoch < 0 {
+		errs = append(errs, fmt.Errorf("-epoch %d: want Unix seconds", s.Epoch))
 	}
 	return errors.Join(errs...)
 }
