@@ -250,7 +250,8 @@ cluster-status:
 # conntrack sysctls set); PROXY=upstream runs kube-proxy v1.37.1 (iptables
 # mode) as the baseline, PROXY=upstream-nftables the same in nftables mode;
 # PROXY=kubeadm runs the same kubeadm objects with only the image changed to
-# ours (the drop-in).
+# ours (the drop-in). PROXY=ipvs and PROXY=upstream-ipvs need a kernel with
+# IPVS: hack/vm/cluster.sh runs them in a VM (docs/cluster.md).
 # Brings the cluster up with that proxy if none is up; leaves it up.
 PROXY ?= ours
 conformance: cluster-build cluster-images
