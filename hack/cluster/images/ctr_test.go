@@ -90,10 +90,10 @@ func waitForSocket(t *testing.T, sock, logName string) {
 	t.Fatalf("containerd did not listen on %s within 30s; log:\n%s", sock, b)
 }
 
-// TestCtrImportsTheArchive builds a small image and imports it the way the
-// nodes do (`ctr -n k8s.io images import`, unpacking into the overlayfs
-// snapshotter), into a private containerd started for the test.
-func TestCtrImportsTheArchive(t *testing.T) {
+// containerdTestDir skips the test without root or without containerd and
+// ctr, and returns those binaries and a directory removed after the test.
+func containerdTestDir(t *testing.T, prefix string) (containerd, ctr, dir string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run containerd")
 	}
@@ -101,11 +101,19 @@ func TestCtrImportsTheArchive(t *testing.T) {
 	if err != nil {
 		t.Skipf("containerd/ctr not found (apt-get install containerd, or hack/cluster/build.sh): %v", err)
 	}
-	dir, err := os.MkdirTemp("", "knp-images-ctr-")
+	dir, err = os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return containerd, ctr, dir
+}
+
+// TestCtrImportsTheArchive builds a small image and imports it the way the
+// nodes do (`ctr -n k8s.io images import`, unpacking into the overlayfs
+// snapshotter), into a private containerd started for the test.
+func TestCtrImportsTheArchive(t *testing.T) {
+	containerd, ctr, dir := containerdTestDir(t, "knp-images-ctr-")
 	out, args := smallImage(t, dir)
 	if err := run(args, io.Discard, io.Discard); err != nil {
 		t.Fatalf("build: %v", err)

@@ -209,18 +209,7 @@ func TestTagKeepsTheIndex(t *testing.T) {
 // platforms): the name docker.io/library/kube-nftproxy:v0.1.0, both
 // platforms listed, every blob in the content store.
 func TestCtrImportsTheOCIArchive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run containerd")
-	}
-	containerd, ctr, err := containerdBinaries()
-	if err != nil {
-		t.Skipf("containerd/ctr not found: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "knp-images-oci-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	containerd, ctr, dir := containerdTestDir(t, "knp-images-oci-")
 	out := filepath.Join(dir, "image.tar")
 	if err := run(ociImage(t, dir, out), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
