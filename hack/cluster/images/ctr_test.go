@@ -109,6 +109,22 @@ func containerdTestDir(t *testing.T, prefix string) (containerd, ctr, dir string
 	return containerd, ctr, dir
 }
 
+// privateCtr starts a private containerd under dir and returns a runner of
+// ctr against it, in namespace k8s.io, that fails the test on an error.
+func privateCtr(t *testing.T, containerd, ctr, dir string) func(args ...string) string {
+	sock := privateContainerd(t, containerd, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return func(args ...string) string {
+		full := append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)
+		b, err := exec.CommandContext(ctx, ctr, full...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+}
+
 // TestCtrImportsTheArchive builds a small image and imports it the way the
 // nodes do (`ctr -n k8s.io images import`, unpacking into the overlayfs
 // snapshotter), into a private containerd started for the test.
@@ -118,17 +134,7 @@ func TestCtrImportsTheArchive(t *testing.T) {
 	if err := run(args, io.Discard, io.Discard); err != nil {
 		t.Fatalf("build: %v", err)
 	}
-	sock := privateContainerd(t, containerd, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ctrRun := func(args ...string) string {
-		full := append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)
-		b, err := exec.CommandContext(ctx, ctr, full...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-		return string(b)
-	}
+	ctrRun := privateCtr(t, containerd, ctr, dir)
 	ctrRun("images", "import", out)
 	listed := ctrRun("images", "list", "--quiet")
 	for _, ref := range []string{"registry.k8s.io/e2e-test-images/hello:1.0", "docker.io/library/hello:dev"} {

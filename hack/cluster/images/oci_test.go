@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -214,17 +213,7 @@ func TestCtrImportsTheOCIArchive(t *testing.T) {
 	if err := run(ociImage(t, dir, out), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	sock := privateContainerd(t, containerd, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ctrRun := func(args ...string) string {
-		full := append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)
-		b, err := exec.CommandContext(ctx, ctr, full...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-		return string(b)
-	}
+	ctrRun := privateCtr(t, containerd, ctr, dir)
 	ctrRun("images", "import", "--all-platforms", out)
 	listed := ctrRun("images", "ls")
 	if !strings.Contains(listed, "docker.io/library/kube-nftproxy:v0.1.0 ") || !strings.Contains(listed, "linux/amd64,linux/arm64") {
