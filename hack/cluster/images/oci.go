@@ -115,15 +115,9 @@ func newOCIArchive(idx v1.ImageIndex, first v1.Image, refs []string) (*ociArchiv
 
 // addIndex records the index, and each image's manifest, config and layers.
 func (a *ociArchive) addIndex(idx v1.ImageIndex) error {
-	raw, err := idx.RawManifest()
-	if err != nil {
+	if err := a.addManifest(idx); err != nil {
 		return err
 	}
-	d, err := idx.Digest()
-	if err != nil {
-		return err
-	}
-	a.blobs[d.Hex] = raw
 	im, err := idx.IndexManifest()
 	if err != nil {
 		return err
@@ -140,16 +134,31 @@ func (a *ociArchive) addIndex(idx v1.ImageIndex) error {
 	return nil
 }
 
-func (a *ociArchive) addImage(img v1.Image) error {
-	raw, err := img.RawManifest()
+// manifested is an index or an image: a manifest stored under its digest.
+type manifested interface {
+	RawManifest() ([]byte, error)
+	Digest() (v1.Hash, error)
+}
+
+// addManifest records m's manifest as a blob named by its digest.
+func (a *ociArchive) addManifest(m manifested) error {
+	raw, err := m.RawManifest()
 	if err != nil {
 		return err
 	}
-	d, err := img.Digest()
+	d, err := m.Digest()
 	if err != nil {
 		return err
 	}
 	a.blobs[d.Hex] = raw
+	return nil
+}
+
+// addImage records an image's manifest, config and layers.
+func (a *ociArchive) addImage(img v1.Image) error {
+	if err := a.addManifest(img); err != nil {
+		return err
+	}
 	cfg, err := img.RawConfigFile()
 	if err != nil {
 		return err
