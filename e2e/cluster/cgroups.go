@@ -34,13 +34,17 @@ func cgroupHierarchies() (v1, all []string, err error) {
 	return v1, all, sc.Err()
 }
 
-// createCgroupRoots creates /<node> in every v1 hierarchy (kubelet's
-// cgroupRoot must exist in each), with the root's CPUs and memory nodes in
-// the cpuset one (a new cpuset starts empty).
+// createCgroupRoots creates /<node> where kubelet's cgroupRoot must exist:
+// in every v1 hierarchy (with the root's CPUs and memory nodes in the
+// cpuset one: a new cpuset starts empty) or, on a host with cgroup v2 alone
+// (a VM's kernel), in the unified hierarchy with its controllers delegated.
 func (l Layout) createCgroupRoots() error {
-	v1, _, err := cgroupHierarchies()
+	v1, all, err := cgroupHierarchies()
 	if err != nil {
 		return err
+	}
+	if len(v1) == 0 && len(all) == 1 {
+		return l.createUnifiedCgroupRoots(all[0])
 	}
 	for _, n := range l.Nodes {
 		for _, h := range v1 {
@@ -57,6 +61,40 @@ func (l Layout) createCgroupRoots() error {
 					return fmt.Errorf("cgroup %s: %w", filepath.Join(dir, f), err)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// createUnifiedCgroupRoots creates /<node> in the cgroup v2 hierarchy at
+// root and enables every controller the root has in it and in its parent,
+// so that kubelet can limit the pods below it.
+func (l Layout) createUnifiedCgroupRoots(root string) error {
+	ctrls, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("cgroup v2 controllers: %w", err)
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(ctrls)) {
+		enable = append(enable, "+"+c)
+	}
+	delegate := func(dir string) error {
+		f := filepath.Join(dir, "cgroup.subtree_control")
+		if err := os.WriteFile(f, []byte(strings.Join(enable, " ")), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: %w", f, err)
+		}
+		return nil
+	}
+	if err := delegate(root); err != nil {
+		return err
+	}
+	for _, n := range l.Nodes {
+		dir := filepath.Join(root, n.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		if err := delegate(dir); err != nil {
+			return err
 		}
 	}
 	return nil
