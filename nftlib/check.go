@@ -223,7 +223,7 @@ func (k *Kernel) rulesDrift(t *Table, kt *KernelTable, d *drift) error {
 func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *KernelTable, d *drift) error {
 	seen := make(map[string]int, len(want))
 	bad := map[string]bool{}
-	scratch := &Batch{}
+	scratch := &batch{}
 	var ck, cw []byte
 	compare := func(chain string, exprs, udata []byte) {
 		i := seen[chain]

@@ -8,7 +8,7 @@ import (
 )
 
 // txWriter receives the operations of one transaction, in the order the
-// kernel must see them. *Batch encodes them for the kernel; scriptWriter
+// kernel must see them. *batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	AddTable(f Family, name, comment string)

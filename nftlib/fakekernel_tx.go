@@ -1,8 +1,11 @@
 package nftlib
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The fake transaction's commands: each keeps its nft text (as the trace
@@ -29,14 +32,25 @@ func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply 
 	}})
 }
 
-func (x *fakeTx) AddTable(f Family, name, comment string) {
+func (x *fakeTx) AddTable(f Family, name, comment string) { x.addTable(f, name, comment, false) }
+
+// AddOwnedTable is AddTable that fails when the table exists: the fake
+// has one socket, so ownership itself is not modelled.
+func (x *fakeTx) AddOwnedTable(f Family, name, comment string) { x.addTable(f, name, comment, true) }
+
+// addTable adds a table; an existing one keeps its comment, or fails the
+// transaction when exclusive.
+func (x *fakeTx) addTable(f Family, name, comment string, exclusive bool) {
 	n := TableRef{f, name}
 	x.bytes += len(name)
 	var w scriptWriter
 	w.AddTable(f, name, comment)
 	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.B.String()), table: n, apply: func(t *fakeTable, all map[TableRef]*fakeTable) error {
-		if t == nil { // an existing table keeps its comment
+		switch {
+		case t == nil:
 			all[n] = &fakeTable{comment: comment, sets: map[string]*fakeSet{}, chains: map[string]*Chain{}}
+		case exclusive:
+			return fmt.Errorf("table %s exists: %w", n, unix.EEXIST)
 		}
 		return nil
 	}})

@@ -47,7 +47,7 @@ func (k *Kernel) ListTables() ([]TableRef, error) {
 // ListChains lists the chains of table t.
 func (k *Kernel) ListChains(t TableRef) ([]ListedChain, error) {
 	var out []ListedChain
-	attrs := func(m *Batch) { m.str(unix.NFTA_CHAIN_TABLE, t.Name) }
+	attrs := func(m *batch) { m.str(unix.NFTA_CHAIN_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETCHAIN, t.Family, attrs, func(f Family, p []byte) error {
 		table, name, c := parseChain(p)
 		// Older kernels ignore the table in a chain dump request.
@@ -76,7 +76,7 @@ func (k *Kernel) HasChain(t TableRef, name string) (bool, error) {
 // their verdicts jump or go to.
 func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 	var out []ListedRule
-	attrs := func(m *Batch) { m.str(unix.NFTA_RULE_TABLE, t.Name) }
+	attrs := func(m *batch) { m.str(unix.NFTA_RULE_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETRULE, t.Family, attrs, func(f Family, p []byte) error {
 		var r ListedRule
 		var table string

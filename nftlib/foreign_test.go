@@ -116,12 +116,12 @@ table bridge b { }
 	if want := []string{"PREROUTING[KUBE-SERVICES]", "PREROUTING[]", "KUBE-SERVICES[KUBE-SVC-X]"}; !slices.Equal(got, want) {
 		t.Errorf("ListRules = %s, want %s", got, want)
 	}
-	b := k.NewBatch()
+	b := k.startBatch()
 	b.DelRule(IPv4, "nat", "PREROUTING", rules[0].Handle)
-	if err := k.Apply(b); err != nil {
+	if err := k.commit(b); err != nil {
 		t.Fatal(err)
 	}
-	k.Finished(b)
+	k.finished(b)
 	if after, err := k.ListRules(nat); err != nil || len(after) != 2 || after[0].Handle != rules[1].Handle {
 		t.Errorf("after deleting handle %d: %v, %v", rules[0].Handle, after, err)
 	}
@@ -145,12 +145,12 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			b := k.NewBatch()
+			b := k.startBatch()
 			for i := range 20000 {
 				b.DelChain(IPv4, "t", fmt.Sprintf("missing-%d", i))
 			}
-			err := k.Apply(b)
-			k.Finished(b)
+			err := k.commit(b)
+			k.finished(b)
 			var refused *TxError
 			switch {
 			case errors.As(err, &refused):
@@ -181,19 +181,19 @@ func TestKernelAnswersLost(t *testing.T) {
 	if err := k.QueueUnread(64); err != nil {
 		t.Fatal(err)
 	}
-	b := k.NewBatch()
+	b := k.startBatch()
 	b.AddTable(IPv4, "lost", "")
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	if !errors.Is(err, ErrAnswersLost) || !errors.Is(err, unix.ENOBUFS) {
 		t.Errorf("Apply with a full queue: %v, want its answers lost", err)
 	}
 	// Stale answers left queued would keep the queue full: the next
 	// transaction's ack would be dropped too, and Apply wait for ever.
-	b = k.NewBatch()
+	b = k.startBatch()
 	b.DelTable(IPv4, "lost")
 	done := make(chan error, 1)
-	go func() { done <- k.Apply(b) }()
+	go func() { done <- k.commit(b) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -202,7 +202,7 @@ func TestKernelAnswersLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the next transaction's result never came (its ack dropped behind stale answers)")
 	}
-	k.Finished(b)
+	k.finished(b)
 	if tables, err := k.ListTables(); err != nil || len(tables) != 0 {
 		t.Errorf("tables: %v, %v; want none", tables, err)
 	}

@@ -176,7 +176,7 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, 
 
 // readSets reads the attributes of a table's sets and maps.
 func (k *Kernel) readSets(f Family, name string, kt *KernelTable) error {
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
 		var set string
 		s := &KernelSet{}
 		forAttrs(p, func(a nlAttr) {
@@ -238,7 +238,7 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable)
 // readStateful reads a table's objects and flowtables.
 func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	kt.Stateful = true
-	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
 		var o KernelObject
 		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
@@ -254,7 +254,7 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	if err != nil {
 		return fmt.Errorf("listing objects of %s %s: %w", f, name, err)
 	}
-	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *Batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
+	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
 		forAttrs(p, func(a nlAttr) {
 			if a.typ == nftaFlowtableName {
 				kt.Flowtables = append(kt.Flowtables, a.str())
@@ -315,7 +315,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 		var req []byte
 		first := k.seq
 		for _, name := range names[:n] {
-			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *Batch) {
+			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *batch) {
 				m.str(unix.NFTA_CHAIN_TABLE, table)
 				m.str(unix.NFTA_CHAIN_NAME, name)
 			})
@@ -371,7 +371,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 // rules from the first again, which makes a table-wide dump quadratic in
 // its rules; one dump per chain stays linear.
 func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain string, exprs, udata []byte)) error {
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_RULE_TABLE, table)
 		if chain != "" {
 			m.str(unix.NFTA_RULE_CHAIN, chain)
@@ -413,7 +413,7 @@ func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) 
 
 // dumpRawElements calls fn with the attributes of each element of a set.
 func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)) error {
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		m.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 	}

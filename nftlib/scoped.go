@@ -210,7 +210,7 @@ func (k *Kernel) scopedRules(f Family, table string, c *Chain, d *drift, r *scop
 	if err != nil {
 		return err
 	}
-	scratch := &Batch{}
+	scratch := &batch{}
 	var cw []byte
 	same := func(kr keptRule, r Rule) bool {
 		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
@@ -254,7 +254,7 @@ func rulesDiffer(f Family, c *Chain, kept []keptRule, same func(keptRule, Rule) 
 // chainRules reads the rules of one chain, in order.
 func (k *Kernel) chainRules(f Family, table, chain string) ([]keptRule, error) {
 	var out []keptRule
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_RULE_TABLE, table)
 		m.str(unix.NFTA_RULE_CHAIN, chain)
 	}

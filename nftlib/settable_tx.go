@@ -23,7 +23,7 @@ type setTxWriter interface {
 }
 
 var (
-	_ setTxWriter = (*Batch)(nil)
+	_ setTxWriter = (*batch)(nil)
 	_ setTxWriter = (*scriptWriter)(nil)
 )
 
@@ -79,13 +79,13 @@ func writeElementChanges(w setTxWriter, changes []SetElementChange) error {
 // ReplaceSetTables writes the tables whole, with their elements, in one
 // transaction.
 func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
-	b := k.NewBatch()
+	b := k.startBatch()
 	var id uint32
 	for _, t := range tables {
 		t.writeReplace(b, &id)
 	}
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	return err
 }
 
@@ -93,15 +93,15 @@ func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
 // all of them or, when the kernel refuses one (an element added twice with
 // other data, one deleted that is not there), none.
 func (k *Kernel) ApplySetElements(changes []SetElementChange) error {
-	b := k.NewBatch()
+	b := k.startBatch()
 	if err := writeElementChanges(b, changes); err != nil {
 		return err
 	}
 	if b.Messages() == 0 {
 		return nil
 	}
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	return err
 }
 
@@ -187,7 +187,7 @@ const (
 func (k *Kernel) readSetElements(f Family, table string, s *Set) ([]SetElement, error) {
 	var out []SetElement
 	var bad error
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		m.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 	}
@@ -284,7 +284,7 @@ func prefixOfRange(lo, hi netip.Addr) (netip.Prefix, bool) {
 }
 
 // addSet declares a plain set (nft's `add set`).
-func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
+func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, s.Name)
@@ -311,7 +311,7 @@ func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
 }
 
 // setElements adds or deletes elements of a plain set.
-func (b *Batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
+func (b *batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
 	b.elementMessages(add, f, table, s.Name, len(elems), func(i int) {
 		b.nest(unix.NFTA_SET_ELEM_KEY)
 		b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))
