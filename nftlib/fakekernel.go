@@ -142,13 +142,13 @@ func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
 		k.Reads++
-		kt := &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}, Stateful: true}
+		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, Stateful: true}
 		out[n] = kt
 		t := k.tables[TableRef{f, n}]
 		if t == nil {
 			continue
 		}
-		kt.Exists, kt.Udata = true, CommentUdata(0, t.comment)
+		kt.Exists, kt.Udata = true, commentUdata(0, t.comment)
 		for name, c := range t.chains {
 			kt.Chains[name] = fakeKChain(c)
 		}
@@ -160,23 +160,23 @@ func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 	return out, nil
 }
 
-func fakeKChain(c *Chain) *KernelChain {
-	kc := &KernelChain{udata: CommentUdata(0, c.Comment)}
+func fakeKChain(c *Chain) *kernelChain {
+	kc := &kernelChain{udata: commentUdata(0, c.Comment)}
 	if h := c.Hook; h != nil {
 		kc.Base, kc.typ, kc.hook, kc.priority, kc.policy, kc.Flags = true, h.Type, hookNumbers[h.Hook], h.Priority, nfAccept, nftChainBase
 	}
 	return kc
 }
 
-func fakeKSet(f Family, s *fakeSet) *KernelSet {
+func fakeKSet(f Family, s *fakeSet) *kernelSet {
 	if s.m == nil {
-		return &KernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
+		return &kernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
 	}
 	if s.m.Plain {
-		return &KernelSet{KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key), Udata: CommentUdata(SetCommentType, s.m.Comment)}
+		return &kernelSet{KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
 	}
-	return &KernelSet{Flags: unix.NFT_SET_MAP, KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key),
-		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
+	return &kernelSet{Flags: unix.NFT_SET_MAP, KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key),
+		DataType: VerdictType, Udata: commentUdata(SetCommentType, s.m.Comment)}
 }
 
 // ScopedDrift is not read chain by chain here: the fake kernel has no

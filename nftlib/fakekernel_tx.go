@@ -78,7 +78,7 @@ func (x *fakeTx) delSet(f Family, table, name string) {
 }
 
 // The fake holds no stateful objects or flowtables.
-func (x *fakeTx) delObj(f Family, table string, o KernelObject) {
+func (x *fakeTx) delObj(f Family, table string, o kernelObject) {
 	x.add(f, table, func(w *scriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
 }
 

@@ -65,7 +65,7 @@ func (k *Kernel) ListChains(t TableRef) ([]ListedChain, error) {
 // HasChain reports whether table t has a chain of that name, with one
 // request rather than a dump.
 func (k *Kernel) HasChain(t TableRef, name string) (bool, error) {
-	found := map[string]*KernelChain{}
+	found := map[string]*kernelChain{}
 	if err := k.getChains(t.Family, t.Name, []string{name}, found); err != nil {
 		return false, fmt.Errorf("looking up chain %s in table %s: %w", name, t, err)
 	}

@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
@@ -205,5 +207,34 @@ func TestKernelAnswersLost(t *testing.T) {
 	k.finished(b)
 	if tables, err := k.ListTables(); err != nil || len(tables) != 0 {
 		t.Errorf("tables: %v, %v; want none", tables, err)
+	}
+}
+
+// A full sync over a table holding another process's objects deletes its
+// named sets, objects and flowtables after the flush that drops the rules
+// using them, and leaves anonymous sets and chains to go with their rules;
+// with replace, it deletes and adds the table instead, in the same
+// transaction (testdata/tx/full-*-foreign.nft; -update rewrites them).
+func TestFullTxForeign(t *testing.T) {
+	want := stageTable(1)
+	have := func() *KernelTable {
+		return &KernelTable{Exists: true, Udata: commentUdata(0, want.Comment),
+			Chains: map[string]*kernelChain{"KUBE-SERVICES": {}, "__chain0": {Flags: NftChainBinding}, "offload": {Base: true}},
+			Sets: map[string]*kernelSet{"__set0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
+				"__map0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
+			Objs:       []kernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
+			Flowtables: []string{"ff"}}
+	}
+	for _, tt := range []struct {
+		replace bool
+		file    string
+		what    string
+	}{
+		{false, "full-over-foreign.nft", "full sync over a table holding foreign chains, sets, objects and a flowtable: " +
+			"flushed, the foreign named objects deleted after the flush, anonymous ones (__set0, __map0, __chain0) left to go with their rules"},
+		{true, "full-replace-foreign.nft", "the same with replace: the table deleted and added in the same transaction, nothing else deleted"},
+	} {
+		x, _ := FullTx(want, have(), tt.replace)
+		golden.Check(t, filepath.Join("tx", tt.file), "the transaction", "# "+tt.what+"\n"+script(x))
 	}
 }

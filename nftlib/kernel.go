@@ -202,7 +202,7 @@ func (k *Kernel) fits(chunks [][]byte) error {
 	}
 	// netlink_sendmsg takes messages up to sk_sndbuf - 32 bytes.
 	if limit := sndbuf - 32; size > limit {
-		return &TxTooLargeError{Size: size, Limit: limit}
+		return &txTooLargeError{Size: size, Limit: limit}
 	}
 	return nil
 }

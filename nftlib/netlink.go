@@ -250,11 +250,11 @@ func userdataComment(typ byte, c string) []byte {
 // bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
 const MaxComment = 127
 
-// ClampComment makes a comment that nft accepts and prints back as it is,
+// clampComment makes a comment that nft accepts and prints back as it is,
 // the same in render text and netlink userdata: at most maxComment bytes,
 // cut at a rune boundary, and without what nft's quoted strings cannot
 // hold (a quote; nor escapes, so no backslash or unprintable rune).
-func ClampComment(c string) string {
+func clampComment(c string) string {
 	if !plainComment(c) {
 		c = sanitizeComment(c)
 	}
@@ -291,14 +291,14 @@ func sanitizeComment(c string) string {
 }
 
 // quoteComment is a comment as nft prints it.
-func quoteComment(c string) string { return `"` + ClampComment(c) + `"` }
+func quoteComment(c string) string { return `"` + clampComment(c) + `"` }
 
 func (b *batch) AddTable(f Family, name, comment string) {
 	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
@@ -312,7 +312,7 @@ func (b *batch) AddOwnedTable(f Family, name, comment string) {
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, NftTableFOwner)
 	if comment != "" {
-		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
@@ -331,7 +331,7 @@ func (b *batch) delSet(f Family, table, name string) {
 }
 
 // delObj deletes a stateful object, named by its type and name.
-func (b *batch) delObj(f Family, table string, o KernelObject) {
+func (b *batch) delObj(f Family, table string, o kernelObject) {
 	b.begin(unix.NFT_MSG_DELOBJ, 0, f)
 	b.str(unix.NFTA_OBJ_TABLE, table)
 	b.str(unix.NFTA_OBJ_NAME, o.Name)
@@ -364,7 +364,7 @@ func (b *batch) AddChain(f Family, table string, c *Chain) {
 		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.commentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
+		b.commentAttr(nftaChainUserdata, 0, clampComment(c.Comment))
 	}
 	b.end()
 }
@@ -401,7 +401,7 @@ func (b *batch) AddRule(f Family, table, chain string, r Rule) {
 	}
 	b.unnest()
 	if r.Comment != "" {
-		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
+		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, clampComment(r.Comment))
 	}
 	b.end()
 }
@@ -472,8 +472,8 @@ func (b *batch) join(part *batch) {
 	}
 }
 
-// ConcatType is nft's id for a concatenation of datatypes (6 bits each).
-func ConcatType(f Family, key []Field) uint32 {
+// concatType is nft's id for a concatenation of datatypes (6 bits each).
+func concatType(f Family, key []Field) uint32 {
 	var t uint32
 	for _, fl := range key {
 		_, id := fl.datatype(f)
@@ -482,7 +482,7 @@ func ConcatType(f Family, key []Field) uint32 {
 	return t
 }
 
-func KeyLen(f Family, key []Field) uint32 {
+func keyLen(f Family, key []Field) uint32 {
 	var n uint32
 	for _, fl := range key {
 		n += (fl.size(f) + 3) &^ 3
@@ -499,15 +499,15 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	} else {
 		b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
 	}
-	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
-	b.u32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_LEN, keyLen(f, m.Key))
 	if !m.Plain {
 		b.u32(unix.NFTA_SET_DATA_TYPE, VerdictType)
 		b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	}
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, clampComment(m.Comment))
 	}
 	b.end()
 }
@@ -545,7 +545,7 @@ func (b *batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 			b.unnest()
 		}
 		if e.Comment != "" {
-			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
+			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, clampComment(e.Comment))
 		}
 	})
 }

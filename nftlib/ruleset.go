@@ -269,7 +269,7 @@ func (rs *Ruleset) Table(f Family) *Table {
 	return nil
 }
 
-func EqualChains(a, b *Chain) bool {
+func equalChains(a, b *Chain) bool {
 	if a == b {
 		return true
 	}

@@ -105,13 +105,6 @@ func (k *Kernel) ApplySetElements(changes []SetElementChange) error {
 	return err
 }
 
-// SetElementScript is element changes as nft commands, for tests and debugging.
-func SetElementScript(changes []SetElementChange) (string, error) {
-	var s scriptWriter
-	err := writeElementChanges(&s, changes)
-	return s.B.String(), err
-}
-
 // ReadSetTable reads back what the kernel holds of want's table: the
 // elements of each set whose type and comment are want's (others count as
 // empty), and a description of each difference in table, sets and chains
@@ -161,14 +154,14 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 	return elems, append(diffs, d.list()...), nil
 }
 
-func setMismatch(f Family, ks *KernelSet, s *Set) string {
+func setMismatch(f Family, ks *kernelSet, s *Set) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.Flags != s.flags() || ks.KeyType != ConcatType(f, s.Key) || ks.KeyLen != s.keyLen(f) || ks.DataType != 0:
+	case ks.Flags != s.flags() || ks.KeyType != concatType(f, s.Key) || ks.KeyLen != s.keyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, s.flags(), ConcatType(f, s.Key), s.keyLen(f))
-	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, s.Comment)):
+			ks.Flags, ks.KeyType, ks.KeyLen, s.flags(), concatType(f, s.Key), s.keyLen(f))
+	case !bytes.Equal(ks.Udata, commentUdata(SetCommentType, s.Comment)):
 		return "comment differs"
 	}
 	return ""
@@ -289,7 +282,7 @@ func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, s.Name)
 	b.u32(unix.NFTA_SET_FLAGS, s.flags())
-	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, s.Key))
+	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, s.Key))
 	b.u32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
 	b.u32(unix.NFTA_SET_ID, id)
 	if s.Interval {
@@ -305,7 +298,7 @@ func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 		b.unnest()
 	}
 	if s.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(s.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, clampComment(s.Comment))
 	}
 	b.end()
 }

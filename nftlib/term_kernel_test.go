@@ -122,9 +122,9 @@ func lookupFits(t *Table, set string, key []Field) bool {
 	if m == nil {
 		return false
 	}
-	n := KeyLen(t.Family, key)
+	n := keyLen(t.Family, key)
 	if len(key) == 1 {
 		n = key[0].size(t.Family)
 	}
-	return n == KeyLen(t.Family, m.Key)
+	return n == keyLen(t.Family, m.Key)
 }
