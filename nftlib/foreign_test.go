@@ -143,7 +143,7 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := openTestKernel(t, ns)
 			if tc.rcvBuf > 0 {
-				if err := k.SetReceiveBuffer(tc.rcvBuf); err != nil {
+				if err := k.setReceiveBuffer(tc.rcvBuf); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -177,10 +177,10 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 func TestKernelAnswersLost(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	k := openTestKernel(t, ns)
-	if err := k.SetReceiveBuffer(4096); err != nil {
+	if err := k.setReceiveBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.QueueUnread(64); err != nil {
+	if err := k.queueUnread(64); err != nil {
 		t.Fatal(err)
 	}
 	b := k.startBatch()

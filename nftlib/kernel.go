@@ -213,17 +213,17 @@ func (k *Kernel) setSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
-// SetReceiveBuffer sets SO_RCVBUF (capped by net.core.rmem_max), for tests
+// setReceiveBuffer sets SO_RCVBUF (capped by net.core.rmem_max), for tests
 // that need answers lost.
-func (k *Kernel) SetReceiveBuffer(n int) error {
+func (k *Kernel) setReceiveBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n)
 }
 
-// QueueUnread asks for n answers (the ruleset generation) and leaves them
+// queueUnread asks for n answers (the ruleset generation) and leaves them
 // unread on the socket, for tests that need its receive queue full: the
 // kernel then drops the answers that follow, as it does when a transaction
 // answers more than the buffer takes. The next transaction drains them.
-func (k *Kernel) QueueUnread(n int) error {
+func (k *Kernel) queueUnread(n int) error {
 	for range n {
 		req, _ := k.request(unix.NFT_MSG_GETGEN, unix.NLM_F_ACK, unix.NFPROTO_UNSPEC, nil)
 		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
