@@ -5,7 +5,7 @@ import "fmt"
 // Dataplane is what a Backend needs of the kernel's nftables: transactions
 // to commit, the ruleset generation, the metadata a full sync reads, the
 // read-back a drift check compares and a change monitor. *Kernel is the
-// real one; *FakeKernel holds the tables in memory, for tests that run
+// real one; a FakeKernel holds the tables in memory, for tests that run
 // without privileges. Its methods are the package's own: no other type
 // can be one.
 type Dataplane interface {
