@@ -19,7 +19,15 @@ func txScript(what string, x *nftlib.Tx) string {
 	return "# " + what + "\n" + x.Script(&id)
 }
 
-func ipv4(st *proxier.State) *nftlib.Table { return Build(st, demoConfig()).Table(nftlib.IPv4) }
+// ipv4 is the main ip table that st builds.
+func ipv4(st *proxier.State) *nftlib.Table {
+	for _, t := range Build(st, demoConfig()).Tables {
+		if t.Family == nftlib.IPv4 && !t.Secondary {
+			return t
+		}
+	}
+	return nil
+}
 
 // The incremental transaction of each kind of change, in full, against
 // testdata/tx/diff-<case>.nft (go test ./nft -run TestDiff -update

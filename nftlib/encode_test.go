@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
 )
 
 // The direct encoder writes exactly what google/nftables writes for every
@@ -45,7 +47,7 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	tbl := releaseTable(3 * ParallelMin)
 	chains := tbl.AllChains()
-	if parts := parallelParts(len(chains), ParallelMin); parts < 3 {
+	if parts := parallel.Parts(len(chains), ParallelMin); parts < 3 {
 		t.Fatalf("%d chains make %d parts, want 3", len(chains), parts)
 	}
 	for _, tail := range []bool{false, true} {

@@ -217,7 +217,7 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 	switch v := term.(type) {
 	case Verdict:
 		return v.Chain == "" || t.chains[v.Chain] != nil
-	case VmapLookup:
+	case vmapLookup:
 		return t.sets[v.Map] != nil
 	case StickyMatch, StickyUpdate:
 		return t.sets[SetSticky] != nil
@@ -274,7 +274,7 @@ func (t *fakeTable) setUsed(name string) bool {
 		for _, r := range c.Rules {
 			for _, term := range r.Terms {
 				switch v := term.(type) {
-				case VmapLookup:
+				case vmapLookup:
 					if v.Map == name {
 						return true
 					}

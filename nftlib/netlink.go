@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
 )
 
 // batch encodes one nftables transaction: netlink messages between
@@ -428,7 +430,7 @@ func (b *batch) AddChains(f Family, table string, chains []*Chain) {
 // whose messages are numbered as they will stand in this one, then joined
 // in order; small ones straight into b.
 func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, i int)) {
-	parts := make([]*batch, parallelParts(n, ParallelMin))
+	parts := make([]*batch, parallel.Parts(n, ParallelMin))
 	if len(parts) == 1 {
 		for i := range n {
 			write(b, i)
@@ -438,12 +440,12 @@ func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, 
 	seq := b.seq
 	for p := range parts {
 		parts[p] = &batch{seq: seq}
-		lo, hi := partRange(n, len(parts), p)
+		lo, hi := parallel.Range(n, len(parts), p)
 		for i := lo; i < hi; i++ {
 			seq += uint32(count(i))
 		}
 	}
-	inParallel(n, func(p, lo, hi int) {
+	parallel.Run(n, ParallelMin, func(p, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			write(parts[p], i)
 		}

@@ -112,7 +112,7 @@ func termCases(f Family) map[string][]termCase {
 			{term: LookupSet("svc", FieldDport).WithProto(unix.IPPROTO_UDP), want: []string{noMatch}},
 			{term: LookupSet("clients", FieldSaddr), decodesAs: SetMatch{Field: FieldSaddr, Set: "clients"}, want: []string{match}},
 		},
-		"VmapLookup": {
+		"vmapLookup": {
 			{term: Vmap("svc", svcKey...), want: []string{dnat + " masquerade"}},
 			{term: Vmap("clients", FieldSaddr), want: []string{noMatch}}, // accept
 			{term: Vmap("clients", FieldDaddr), want: []string{noMatch}}, // no element: the rule ends
