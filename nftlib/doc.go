@@ -24,7 +24,7 @@
 //     ReadTable, TableDrift, Count), lists any table, another program's
 //     too, for deleting parts of it (ListTables, ListChains, ListRules,
 //     HasChain; KernelTx.DelRule by handle), follows other processes' commits
-//     (WatchTables, Watch) and probes the kernel's features
+//     (Watch, Monitor, OtherChanges) and probes the kernel's features
 //     (ProbeFeatures);
 //   - the generic table diff: FullTx and DiffTx turn two Tables into the
 //     transaction that takes one to the other;
