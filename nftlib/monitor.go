@@ -402,4 +402,3 @@ type TableRef struct {
 }
 
 func (r TableRef) String() string { return r.Family.String() + " " + r.Name }
-
