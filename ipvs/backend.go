@@ -56,11 +56,11 @@ type BackendConfig struct {
 	OnDrift func(table string, diffs []string)
 }
 
-// ChangeMonitor tells which helper tables another process changed;
-// *nftlib.ChangeMonitor is one.
+// ChangeMonitor tells which helper tables another process changed; a
+// Kernel's Monitor (an nftlib.Watcher) is one.
 type ChangeMonitor interface {
 	Pending() bool
-	Take() (changed []nftlib.TableRef, all bool)
+	Take() (changed map[nftlib.TableRef]bool, all bool)
 }
 
 // Backend is the IPVS mode's proxier.Backend: each sync plans the State

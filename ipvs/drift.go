@@ -90,9 +90,9 @@ func HelperTableRefs() []nftlib.TableRef {
 }
 
 // scopeOf is the part of the helpers that changed tables name.
-func scopeOf(changed []nftlib.TableRef) DriftScope {
+func scopeOf(changed map[nftlib.TableRef]bool) DriftScope {
 	var s DriftScope
-	for _, t := range changed {
+	for t := range changed {
 		if t.Name == HelperTableName {
 			s.IPv4 = s.IPv4 || t.Family == nftlib.IPv4
 			s.IPv6 = s.IPv6 || t.Family == nftlib.IPv6

@@ -93,11 +93,11 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 				},
 				CheckEvery: time.Hour, // only the monitor triggers a check here
 				Watch: func(onChange func()) (ChangeMonitor, error) {
-					m, err := k.WatchTables(HelperTableRefs(), onChange)
-					if err == nil {
-						t.Cleanup(func() { m.Close() })
+					// k.Close, at the test's end, closes the monitor.
+					if err := k.Watch(HelperTableRefs(), nftlib.MonitorRcvBuf, onChange); err != nil {
+						return nil, err
 					}
-					return m, err
+					return k.Monitor(), nil
 				},
 				OnForeignChange: func() {
 					select {

@@ -12,14 +12,19 @@ import (
 // fakeMonitor is a change monitor the test marks by hand.
 type fakeMonitor struct {
 	mu      sync.Mutex
-	changed []nftlib.TableRef
+	changed map[nftlib.TableRef]bool
 	all     bool
 }
 
-func (m *fakeMonitor) mark(t ...nftlib.TableRef) {
+func (m *fakeMonitor) mark(tables ...nftlib.TableRef) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.changed = append(m.changed, t...)
+	if m.changed == nil {
+		m.changed = map[nftlib.TableRef]bool{}
+	}
+	for _, t := range tables {
+		m.changed[t] = true
+	}
 }
 
 func (m *fakeMonitor) Pending() bool {
@@ -28,7 +33,7 @@ func (m *fakeMonitor) Pending() bool {
 	return len(m.changed) > 0 || m.all
 }
 
-func (m *fakeMonitor) Take() ([]nftlib.TableRef, bool) {
+func (m *fakeMonitor) Take() (map[nftlib.TableRef]bool, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, a := m.changed, m.all

@@ -1,11 +1,13 @@
 package ipvs
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -172,10 +174,7 @@ func TestHelperElementChanges(t *testing.T) {
 		},
 		DelElems: []Element{{Set: SetLBSourceCIDR, Addr: ip("198.51.100.1"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("10.0.0.0/8")}},
 	}
-	got, err := nftlib.SetElementScript(h.elementChanges(c))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := elementChangesText(h.elementChanges(c))
 	want := `add element ip kube-nftproxy-ipvs KUBE-CLUSTER-IP { 10.96.0.1 . tcp . 443 }
 add element ip kube-nftproxy-ipvs KUBE-CLUSTER-IP { 10.96.0.10 . udp . 53 }
 add element ip kube-nftproxy-ipvs KUBE-NODE-PORT-UDP { 30053 }
@@ -185,6 +184,35 @@ delete element ip kube-nftproxy-ipvs KUBE-LOAD-BALANCER-SOURCE-CIDR { 198.51.100
 	if got != want {
 		t.Errorf("element transaction:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// elementChangesText is element changes as nft commands, each element's
+// fields that are set joined as the set's concatenated key.
+func elementChangesText(changes []nftlib.SetElementChange) string {
+	var b strings.Builder
+	for _, c := range changes {
+		verb := "add"
+		if c.Delete {
+			verb = "delete"
+		}
+		for _, e := range c.Elements {
+			var key []string
+			if e.Daddr.IsValid() {
+				key = append(key, e.Daddr.String())
+			}
+			if e.Proto != 0 {
+				key = append(key, nftlib.ProtoName(e.Proto))
+			}
+			if e.Port != 0 {
+				key = append(key, strconv.Itoa(int(e.Port)))
+			}
+			if e.Saddr.IsValid() {
+				key = append(key, e.Saddr.String())
+			}
+			fmt.Fprintf(&b, "%s element %s %s %s { %s }\n", verb, c.Table.Family, c.Table.Name, c.Set, strings.Join(key, " . "))
+		}
+	}
+	return b.String()
 }
 
 // nft itself accepts what we render.

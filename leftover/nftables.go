@@ -145,7 +145,7 @@ func anyNFTables(k *nftlib.Kernel) (bool, error) {
 	return false, nil
 }
 
-// deleter writes deletions: a transaction (*nftlib.Batch), or their nft
+// deleter writes deletions: a transaction (nftlib.KernelTx), or their nft
 // text in tests.
 type deleter interface {
 	DelTable(f nftlib.Family, name string)
@@ -183,10 +183,9 @@ func removeNFTables(k *nftlib.Kernel, f *nftFound) error {
 	if f.empty() {
 		return nil
 	}
-	b := k.NewBatch()
+	b := k.NewTx()
 	writeRemoval(b, f)
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.CommitTx(b)
 	return err
 }
 

@@ -118,13 +118,13 @@ func TestLargeTxRefusedThenRetried(t *testing.T) {
 	b.onLargeTxRound = func() { rounds++ }
 	b.largeTx, b.largeTxRound = 1, 2
 	refuse := true
-	k.Refuse = func(op string) error {
+	k.SetRefuse(func(op string) error {
 		if refuse && strings.HasPrefix(op, "add rule") {
 			refuse = false
 			return syscall.ENOSPC
 		}
 		return nil
-	}
+	})
 	eps := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
 	if _, err := b.Sync(t.Context(), tinyState(eps)); err == nil {
 		t.Fatal("the refused full sync reported no error")

@@ -21,7 +21,7 @@ import (
 
 // fakeBackend returns a Backend on a FakeKernel, with its stale-chain
 // clock under the test's control.
-func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, *nftlib.FakeKernel, func(time.Duration)) {
+func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, nftlib.FakeKernel, func(time.Duration)) {
 	t.Helper()
 	if cfg.Rules.TableName == "" {
 		cfg.Rules = demoConfig()
@@ -84,7 +84,7 @@ type fakeStep struct {
 // what a full sync of the last State writes (the delta folded, stale
 // chains deleted) when the scenario ends with an idle sync and its
 // follow-up.
-func runFakeSteps(t *testing.T, b *Backend, k *nftlib.FakeKernel, advance func(time.Duration), steps []fakeStep) *proxier.State {
+func runFakeSteps(t *testing.T, b *Backend, k nftlib.FakeKernel, advance func(time.Duration), steps []fakeStep) *proxier.State {
 	t.Helper()
 	var st *proxier.State
 	for _, s := range steps {
@@ -92,14 +92,14 @@ func runFakeSteps(t *testing.T, b *Backend, k *nftlib.FakeKernel, advance func(t
 			st = s.st
 		}
 		advance(s.wait)
-		commits := k.Commits
+		commits := k.Commits()
 		res, err := b.Sync(context.Background(), st)
 		if err != nil {
 			t.Fatalf("%s: %v", s.what, err)
 		}
 		tx := ""
-		if k.Commits > commits {
-			tx = k.Journal[len(k.Journal)-1]
+		if k.Commits() > commits {
+			tx = k.Journal()[len(k.Journal())-1]
 		}
 		if os.Getenv("KNP_FAKE_PRINT") != "" {
 			t.Logf("%s:\n%s", s.what, tx)
@@ -124,7 +124,7 @@ func runFakeSteps(t *testing.T, b *Backend, k *nftlib.FakeKernel, advance func(t
 }
 
 // holdsFullSync checks that the fake holds what a full sync of st writes.
-func holdsFullSync(t *testing.T, k *nftlib.FakeKernel, st *proxier.State, cfg Config) {
+func holdsFullSync(t *testing.T, k nftlib.FakeKernel, st *proxier.State, cfg Config) {
 	t.Helper()
 	if got, want := testutil.SortedText(k.String()), testutil.SortedText(Build(st, cfg).String()); got != want {
 		t.Errorf("the kernel holds\n%s\nwant what a full sync writes\n%s", k.String(), Build(st, cfg).String())
@@ -336,7 +336,7 @@ func TestBackendFakeRefused(t *testing.T) {
 				b.ForceFull()
 			}
 			before := k.String()
-			k.Refuse = refuse(tt.refuse)
+			k.SetRefuse(refuse(tt.refuse))
 			_, err := b.Sync(ctx, st)
 			var txErr *nftlib.TxError
 			if !errors.As(err, &txErr) || txErr.Errno != syscall.EBUSY {
@@ -345,12 +345,12 @@ func TestBackendFakeRefused(t *testing.T) {
 			if k.String() != before {
 				t.Errorf("a refused transaction changed the kernel")
 			}
-			k.Refuse = nil
+			k.SetRefuse(nil)
 			res, err := b.Sync(ctx, st)
 			if err != nil || !res.Full {
 				t.Fatalf("the sync after a refusal: full=%v err=%v, want a full one", res.Full, err)
 			}
-			tx := k.Journal[len(k.Journal)-1]
+			tx := k.Journal()[len(k.Journal())-1]
 			for _, table := range tt.replace {
 				if !strings.Contains(tx, "delete table "+table+"\nadd table "+table+" ") {
 					t.Errorf("the sync after the refusal does not replace %s:\n%s", table, tx)
@@ -400,7 +400,7 @@ func TestBackendFakeDrift(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			reads := k.Reads
+			reads := k.Reads()
 			res, err := b.Sync(ctx, st)
 			if err != nil {
 				t.Fatal(err)
@@ -408,8 +408,8 @@ func TestBackendFakeDrift(t *testing.T) {
 			if res.Full != tt.drift || (len(found) > 0) != tt.drift {
 				t.Errorf("full=%v drift reported %v, want %v", res.Full, found, tt.drift)
 			}
-			if !tt.drift && k.Reads != reads {
-				t.Errorf("an unchanged generation read %d tables back", k.Reads-reads)
+			if !tt.drift && k.Reads() != reads {
+				t.Errorf("an unchanged generation read %d tables back", k.Reads()-reads)
 			}
 			followUp(t, b, advance, st)
 			holdsFullSync(t, k, st, demoConfig())
@@ -428,9 +428,9 @@ func TestBackendFakeCleanup(t *testing.T) {
 	if _, err := b.Sync(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	commits := k.Commits
-	if removed, err := b.Cleanup(ctx); !removed || err != nil || k.Commits != commits+1 {
-		t.Fatalf("cleanup: removed=%v err=%v transactions=%d", removed, err, k.Commits-commits)
+	commits := k.Commits()
+	if removed, err := b.Cleanup(ctx); !removed || err != nil || k.Commits() != commits+1 {
+		t.Fatalf("cleanup: removed=%v err=%v transactions=%d", removed, err, k.Commits()-commits)
 	}
 	if k.String() != "" {
 		t.Errorf("after cleanup the kernel holds\n%s", k.String())

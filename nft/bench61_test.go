@@ -77,24 +77,23 @@ func benchTxShapes(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	main, delta, tiny := DefaultTableName, DefaultTableName+deltaSuffix, "tiny"
-	apply := func(bt *nftlib.Batch) time.Duration {
+	apply := func(bt nftlib.KernelTx) time.Duration {
 		start := time.Now()
-		err := be.kern().Apply(bt)
+		err := be.kern().CommitTx(bt)
 		took := time.Since(start)
-		be.kern().Finished(bt)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return took
 	}
 	// Scratch chains: "v" gets the rules, "t" is the jump target.
-	bt := be.kern().NewBatch()
+	bt := be.kern().NewTx()
 	bt.AddTable(nftlib.IPv4, tiny, "")
 	for _, table := range []string{main, delta, tiny} {
-		bt.AddChain(nftlib.IPv4, table, &nftlib.Chain{Name: "v"})
-		bt.AddChain(nftlib.IPv4, table, &nftlib.Chain{Name: "t"})
+		bt.AddChains(nftlib.IPv4, table, []*nftlib.Chain{{Name: "v"}})
+		bt.AddChains(nftlib.IPv4, table, []*nftlib.Chain{{Name: "t"}})
 	}
-	bt.AddChain(nftlib.IPv4, tiny, &nftlib.Chain{Name: "u"})
+	bt.AddChains(nftlib.IPv4, tiny, []*nftlib.Chain{{Name: "u"}})
 	apply(bt)
 
 	mapOf := func(kind TableKind) *nftlib.Map {
@@ -112,17 +111,17 @@ func benchTxShapes(b *testing.B, n int) {
 		name string
 		// tx fills the timed transaction; pre, when set, is applied
 		// untimed before it.
-		tx, pre func(bt *nftlib.Batch)
+		tx, pre func(bt nftlib.KernelTx)
 	}
-	rule := func(table string, terms ...nftlib.Term) func(*nftlib.Batch) {
-		return func(bt *nftlib.Batch) {
+	rule := func(table string, terms ...nftlib.Term) func(nftlib.KernelTx) {
+		return func(bt nftlib.KernelTx) {
 			bt.FlushChain(nftlib.IPv4, table, "v")
 			bt.AddRule(nftlib.IPv4, table, "v", nftlib.R(terms...))
 		}
 	}
-	toggle := func(on func(*nftlib.Batch), off func(*nftlib.Batch)) func(*nftlib.Batch) {
+	toggle := func(on func(nftlib.KernelTx), off func(nftlib.KernelTx)) func(nftlib.KernelTx) {
 		state := false
-		return func(bt *nftlib.Batch) {
+		return func(bt nftlib.KernelTx) {
 			state = !state
 			if state {
 				on(bt)
@@ -134,28 +133,32 @@ func benchTxShapes(b *testing.B, n int) {
 	port := nftlib.PortMatch{Port: 1}
 	variants := []variant{
 		{name: "floor", tx: toggle(
-			func(bt *nftlib.Batch) { bt.AddChain(nftlib.IPv4, delta, &nftlib.Chain{Name: "floor"}) },
-			func(bt *nftlib.Batch) { bt.DelChain(nftlib.IPv4, delta, "floor") })},
+			func(bt nftlib.KernelTx) { bt.AddChains(nftlib.IPv4, delta, []*nftlib.Chain{{Name: "floor"}}) },
+			func(bt nftlib.KernelTx) { bt.DelChain(nftlib.IPv4, delta, "floor") })},
 		{name: "delta-plain", tx: rule(delta, port)},
 		{name: "delta-accept", tx: rule(delta, port, nftlib.Verdict{Kind: nftlib.Accept})},
 		{name: "delta-jump", tx: rule(delta, port, nftlib.JumpTo("t"))},
 		{name: "tiny-jump", tx: rule(tiny, port, nftlib.JumpTo("t"))},
 		{name: "main-jump", tx: rule(main, port, nftlib.JumpTo("t"))},
 		{name: "delta-elem", tx: toggle(
-			func(bt *nftlib.Batch) {
+			func(bt nftlib.KernelTx) {
 				bt.Elements(true, nftlib.IPv4, delta, mapOf(DeltaTable), []nftlib.Element{elem})
 			},
-			func(bt *nftlib.Batch) {
+			func(bt nftlib.KernelTx) {
 				bt.Elements(false, nftlib.IPv4, delta, mapOf(DeltaTable), []nftlib.Element{elem})
 			})},
 		{name: "main-elem", tx: toggle(
-			func(bt *nftlib.Batch) { bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem}) },
-			func(bt *nftlib.Batch) {
+			func(bt nftlib.KernelTx) {
+				bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
+			},
+			func(bt nftlib.KernelTx) {
 				bt.Elements(false, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
 			})},
 		{name: "main-elem-del",
-			pre: func(bt *nftlib.Batch) { bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem}) },
-			tx: func(bt *nftlib.Batch) {
+			pre: func(bt nftlib.KernelTx) {
+				bt.Elements(true, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
+			},
+			tx: func(bt nftlib.KernelTx) {
 				bt.Elements(false, nftlib.IPv4, main, mapOf(MainTable), []nftlib.Element{elem})
 			}},
 	}
@@ -165,12 +168,12 @@ func benchTxShapes(b *testing.B, n int) {
 			for b.Loop() {
 				if v.pre != nil {
 					b.StopTimer()
-					bt := be.kern().NewBatch()
+					bt := be.kern().NewTx()
 					v.pre(bt)
 					apply(bt)
 					b.StartTimer()
 				}
-				bt := be.kern().NewBatch()
+				bt := be.kern().NewTx()
 				v.tx(bt)
 				took = append(took, apply(bt))
 			}

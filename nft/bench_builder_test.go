@@ -113,18 +113,17 @@ func (noFlows) Delete([]conntrack.Flow) (int, error)        { return 0, nil }
 // commitFloor times the smallest transaction: one empty chain added to (or
 // deleted from) the IPv4 delta table.
 func commitFloor(b *testing.B, be *Backend, add bool) time.Duration {
-	bt := be.kern().NewBatch()
+	bt := be.kern().NewTx()
 	if add {
-		bt.AddChain(nftlib.IPv4, DefaultTableName+deltaSuffix, &nftlib.Chain{Name: "floor"})
+		bt.AddChains(nftlib.IPv4, DefaultTableName+deltaSuffix, []*nftlib.Chain{{Name: "floor"}})
 	} else {
 		bt.DelChain(nftlib.IPv4, DefaultTableName+deltaSuffix, "floor")
 	}
 	start := time.Now()
-	if err := be.kern().Apply(bt); err != nil {
+	if err := be.kern().CommitTx(bt); err != nil {
 		b.Fatal(err)
 	}
 	took := time.Since(start)
-	be.kern().Finished(bt)
 	return took
 }
 

@@ -400,9 +400,9 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 				add := true
 				var took []time.Duration
 				for b.Loop() {
-					bt := be.kern().NewBatch()
+					bt := be.kern().NewTx()
 					if add {
-						bt.AddChain(nftlib.IPv4, DefaultTableName+deltaSuffix, &nftlib.Chain{Name: "floor"})
+						bt.AddChains(nftlib.IPv4, DefaultTableName+deltaSuffix, []*nftlib.Chain{{Name: "floor"}})
 					} else {
 						bt.DelChain(nftlib.IPv4, DefaultTableName+deltaSuffix, "floor")
 					}
@@ -413,11 +413,10 @@ func BenchmarkKernelCommitFloor(b *testing.B) {
 						b.StartTimer()
 					}
 					start := time.Now()
-					if err := be.kern().Apply(bt); err != nil {
+					if err := be.kern().CommitTx(bt); err != nil {
 						b.Fatal(err)
 					}
 					took = append(took, time.Since(start))
-					be.kern().Finished(bt)
 				}
 				b.ReportMetric(median(took).Seconds()*1000, "median-ms")
 			})

@@ -91,14 +91,14 @@ func TestClusterIPElementsFollowPorts(t *testing.T) {
 	}
 	be, k, _ := fakeBackend(t, BackendConfig{})
 	for _, s := range steps {
-		commits := k.Commits
+		commits := k.Commits()
 		if _, err := be.Sync(context.Background(), s.st); err != nil {
 			t.Fatalf("%s: %v", s.what, err)
 		}
 		if s.want != nil {
 			tx := ""
-			if k.Commits > commits {
-				tx = k.Journal[len(k.Journal)-1]
+			if k.Commits() > commits {
+				tx = k.Journal()[len(k.Journal())-1]
 			}
 			if got := clusterIPLines(tx); !slices.Equal(got, s.want) {
 				t.Errorf("%s: the transaction's ClusterIP lines are\n%s\nwant\n%s\n(whole transaction:\n%s)",

@@ -262,9 +262,9 @@ func TestKernelOwnedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer owner.Close() // the kernel deletes the table with its owner's socket
-	bt := owner.NewBatch()
+	bt := owner.NewTx()
 	bt.AddOwnedTable(nftlib.IPv6, DefaultTableName, "")
-	if err := owner.Apply(bt); err != nil {
+	if err := owner.CommitTx(bt); err != nil {
 		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
 		// own a table, and the kernel refuses the unknown flag.
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
@@ -338,12 +338,12 @@ func createOwnedTable(t *testing.T, ns string, f nftlib.Family, name string, del
 	if err != nil {
 		t.Fatal(err)
 	}
-	bt := owner.NewBatch()
+	bt := owner.NewTx()
 	if deleteFirst {
 		bt.DelTable(f, name)
 	}
 	bt.AddOwnedTable(f, name, "")
-	if err := owner.Apply(bt); err != nil {
+	if err := owner.CommitTx(bt); err != nil {
 		owner.Close()
 		// NFT_TABLE_F_OWNER came in Linux 5.12: before it no process can
 		// own a table, and the kernel refuses the unknown flag.

@@ -3,14 +3,12 @@ package nft
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -157,35 +155,6 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 				t.Errorf("an anonymous object survived the restart")
 			}
 		})
-	}
-}
-
-// A full sync over a table holding another process's objects deletes its
-// named sets, objects and flowtables after the flush that drops the rules
-// using them, and leaves anonymous sets and chains to go with their rules;
-// with replace, it deletes and adds the table instead, in the same
-// transaction.
-func TestFullTxForeign(t *testing.T) {
-	want := ipv4(demoState())
-	have := func() *nftlib.KernelTable {
-		return &nftlib.KernelTable{Exists: true, Udata: nftlib.CommentUdata(0, want.Comment),
-			Chains: map[string]*nftlib.KernelChain{"KUBE-SERVICES": {}, "__chain0": {Flags: nftlib.NftChainBinding}, "offload": {Base: true}},
-			Sets: map[string]*nftlib.KernelSet{"__set0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
-				"__map0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
-			Objs:       []nftlib.KernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
-			Flowtables: []string{"ff"}}
-	}
-	for _, tt := range []struct {
-		replace bool
-		file    string
-		what    string
-	}{
-		{false, "full-over-foreign.nft", "full sync over a table holding foreign chains, sets, objects and a flowtable: " +
-			"flushed, the foreign named objects deleted after the flush, anonymous ones (__set0, __map0, __chain0) left to go with their rules"},
-		{true, "full-replace-foreign.nft", "the same with replace: the table deleted and added in the same transaction, nothing else deleted"},
-	} {
-		x, _ := nftlib.FullTx(want, have(), tt.replace)
-		golden.Check(t, filepath.Join("tx", tt.file), "the transaction", txScript(tt.what, x))
 	}
 }
 

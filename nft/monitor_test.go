@@ -32,27 +32,25 @@ func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *f
 	}
 	t.Cleanup(func() { k.Close() })
 	w := &foreignWriter{k: k, f: f, table: table}
-	bt := k.NewBatch()
+	bt := k.NewTx()
 	bt.AddTable(f, table, "")
-	if err := k.Apply(bt); err != nil {
+	if err := k.CommitTx(bt); err != nil {
 		t.Fatal(err)
 	}
-	k.Finished(bt)
 	return w
 }
 
 // commit adds chains chains in one transaction.
 func (w *foreignWriter) commit(t testing.TB, chains int) {
 	t.Helper()
-	bt := w.k.NewBatch()
+	bt := w.k.NewTx()
 	for i := 0; i < chains; i++ {
 		w.n++
-		bt.AddChain(w.f, w.table, &nftlib.Chain{Name: fmt.Sprintf("c%d", w.n)})
+		bt.AddChains(w.f, w.table, []*nftlib.Chain{{Name: fmt.Sprintf("c%d", w.n)}})
 	}
-	if err := w.k.Apply(bt); err != nil {
+	if err := w.k.CommitTx(bt); err != nil {
 		t.Fatal(err)
 	}
-	w.k.Finished(bt)
 }
 
 // checkedSync syncs st with a drift check and returns how many tables the

@@ -16,16 +16,15 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 	rs := &nftlib.Ruleset{}
 	for _, f := range nftlib.Families {
 		names := map[string]TableKind{tableName: MainTable, tableName + deltaSuffix: DeltaTable, tableName + affinitySuffix: AffinityTable}
-		comments, err := k.TableComments(f)
-		if err != nil {
-			return nil, err
-		}
 		cfg := DefaultConfig()
 		cfg.ClusterIPChecks = true // knows the nftables mode's set too
 		template := BuildTable(f, cfg, proxier.Node{}, MainTable)
 		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
-			comment, ok := comments[name]
-			if !ok {
+			kt, err := k.TableInfo(f, name)
+			if err != nil {
+				return nil, err
+			}
+			if !kt.Exists {
 				continue
 			}
 			t, err := k.ReadTable(f, name, template)
@@ -33,7 +32,7 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 				return nil, err
 			}
 			t.Secondary = names[name] != MainTable
-			t.Comment = comment
+			t.Comment = kt.Comment()
 			rs.Tables = append(rs.Tables, t)
 		}
 	}

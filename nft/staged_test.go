@@ -58,14 +58,14 @@ func TestStagedRefusedThenRetried(t *testing.T) {
 	b, k, _ := fakeBackend(t, BackendConfig{})
 	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
 	rules := 0
-	k.Refuse = func(op string) error {
+	k.SetRefuse(func(op string) error {
 		if strings.HasPrefix(op, "add rule") {
 			if rules++; rules == 5 { // in the third piece of Service chains
 				return syscall.ENOSPC
 			}
 		}
 		return nil
-	}
+	})
 	eps := fiveServices()
 	if _, err := b.Sync(t.Context(), tinyState(eps)); err == nil {
 		t.Fatal("the refused full sync reported no error")
@@ -117,7 +117,7 @@ func TestKernelStagedFullSync(t *testing.T) {
 
 // absentKernel is a fake kernel that says it holds no table: as if the
 // tables appeared between the plan's look and the sync's read.
-type absentKernel struct{ *nftlib.FakeKernel }
+type absentKernel struct{ nftlib.FakeKernel }
 
 func (absentKernel) HasTables(_ nftlib.Family, names []string) (map[string]bool, error) {
 	return map[string]bool{}, nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -233,8 +234,8 @@ func placePorts(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node,
 }
 
 // buildFragments builds each port's fragment per family (IPv4, IPv6) for
-// the tables given, on all CPUs when parallel.
-func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort, parallel bool) [][2]*nftlib.Fragment {
+// the tables given, on all CPUs when onAllCPUs.
+func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort, onAllCPUs bool) [][2]*nftlib.Fragment {
 	built := make([][2]*nftlib.Fragment, len(ports))
 	build := func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -245,11 +246,11 @@ func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node proxier.N
 			}
 		}
 	}
-	if !parallel {
+	if !onAllCPUs {
 		build(0, 0, len(ports))
 		return built
 	}
-	nftlib.InParallelFrom(len(ports), buildParallelMin, build)
+	parallel.Run(len(ports), buildParallelMin, build)
 	return built
 }
 

@@ -10,7 +10,7 @@ import (
 // DelRule deletes the rule of a chain with that handle (as ListRules
 // reports it): a rule of another program's, whose expressions we never
 // decode.
-func (b *Batch) DelRule(f Family, table, chain string, handle uint64) {
+func (b *batch) DelRule(f Family, table, chain string, handle uint64) {
 	b.begin(unix.NFT_MSG_DELRULE, 0, f)
 	b.str(unix.NFTA_RULE_TABLE, table)
 	b.str(unix.NFTA_RULE_CHAIN, chain)

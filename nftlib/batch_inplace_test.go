@@ -29,9 +29,9 @@ func TestBatchInPlace(t *testing.T) {
 			for _, parallel := range []bool{false, true} {
 				b := newBatch(7)
 				want := [][]byte{alone(newBatch(7))}
-				write := func(m *Batch, i int) { m.Elements(true, IPv4, "t", testMap, elements(i, tc.elems[i])) }
+				write := func(m *batch, i int) { m.Elements(true, IPv4, "t", testMap, elements(i, tc.elems[i])) }
 				for i := range tc.elems {
-					m := &Batch{seq: uint32(8 + i)}
+					m := &batch{seq: uint32(8 + i)}
 					write(m, i)
 					want = append(want, alone(m))
 				}
@@ -79,7 +79,7 @@ func repeat(v, n int) []int {
 }
 
 // alone returns the message m holds.
-func alone(m *Batch) []byte {
+func alone(m *batch) []byte {
 	m.flushMessage()
 	return bytes.Join(m.chunks, nil)
 }

@@ -183,7 +183,7 @@ func normalizeNAT(attrs []canonAttr) []canonAttr {
 
 // ruleExprs encodes a rule's expressions as addRule sends them (the content
 // of NFTA_RULE_EXPRESSIONS), reusing scratch.
-func ruleExprs(scratch *Batch, f Family, r Rule) []byte {
+func ruleExprs(scratch *batch, f Family, r Rule) []byte {
 	scratch.Buf = scratch.Buf[:0]
 	for _, t := range r.Terms {
 		for _, e := range t.exprs(f) {

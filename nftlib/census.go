@@ -90,7 +90,7 @@ func (k *Kernel) countTable(f Family, table string, chains []string, c *Census, 
 // included.
 func (k *Kernel) setNames(f Family, table string) ([]string, error) {
 	var sets []string
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, table) }, func(p []byte) error {
 		forAttrs(p, func(a nlAttr) {
 			if a.typ == unix.NFTA_SET_NAME {
 				sets = append(sets, a.str())

@@ -32,12 +32,12 @@ func (d *drift) list() []string {
 	return append(d.diffs, fmt.Sprintf("and %d more differences", d.more))
 }
 
-// CommentUdata is the userdata we send for a comment (nil for none).
-func CommentUdata(typ byte, c string) []byte {
+// commentUdata is the userdata we send for a comment (nil for none).
+func commentUdata(typ byte, c string) []byte {
 	if c == "" {
 		return nil
 	}
-	return userdataComment(typ, ClampComment(c))
+	return userdataComment(typ, clampComment(c))
 }
 
 const SetCommentType = 7 // NFTNL_UDATA_SET_COMMENT
@@ -53,7 +53,7 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 	if kt.Flags != 0 {
 		d.add("table %s: flags 0x%x, want 0", name, kt.Flags)
 	}
-	if !bytes.Equal(kt.Udata, CommentUdata(0, t.Comment)) {
+	if !bytes.Equal(kt.Udata, commentUdata(0, t.Comment)) {
 		d.add("table %s: comment differs", name)
 	}
 	wanted := make(map[string]bool, t.ChainCount())
@@ -94,7 +94,7 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 }
 
 // foreignSet reports a set that is not ours.
-func foreignSet(name string, ks *KernelSet, d *drift) {
+func foreignSet(name string, ks *kernelSet, d *drift) {
 	if ks.anonymous() {
 		d.add("set %s: not ours, an anonymous set (goes with its rule)", name)
 		return
@@ -114,22 +114,22 @@ func statefulDrift(kt *KernelTable, d *drift) {
 }
 
 // chainMismatch says how a chain in the kernel differs from ours, or "".
-func chainMismatch(kc *KernelChain, c *Chain) string {
-	want := KernelChain{Flags: 0}
+func chainMismatch(kc *kernelChain, c *Chain) string {
+	want := kernelChain{Flags: 0}
 	if h := c.Hook; h != nil {
-		want = KernelChain{Base: true, typ: h.Type, hook: hookNumbers[h.Hook], priority: h.Priority, policy: nfAccept, Flags: nftChainBase}
+		want = kernelChain{Base: true, typ: h.Type, hook: hookNumbers[h.Hook], priority: h.Priority, policy: nfAccept, Flags: nftChainBase}
 	}
 	if kc.Base != want.Base || kc.typ != want.typ || kc.hook != want.hook || kc.priority != want.priority ||
 		kc.policy != want.policy || kc.Flags != want.Flags {
 		return fmt.Sprintf("%s, want %s", kc.describe(), want.describe())
 	}
-	if !bytes.Equal(kc.udata, CommentUdata(0, c.Comment)) {
+	if !bytes.Equal(kc.udata, commentUdata(0, c.Comment)) {
 		return "comment differs"
 	}
 	return ""
 }
 
-func (kc *KernelChain) describe() string {
+func (kc *kernelChain) describe() string {
 	if !kc.Base {
 		return fmt.Sprintf("a regular chain (flags 0x%x)", kc.Flags)
 	}
@@ -149,17 +149,17 @@ func (kc *KernelChain) describe() string {
 const VerdictType = 0xffffff00 // NFT_DATA_VERDICT as a set's data type
 
 // mapMismatch says how a map in the kernel differs from ours, or "".
-func mapMismatch(f Family, ks *KernelSet, m *Map) string {
+func mapMismatch(f Family, ks *kernelSet, m *Map) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case m.Plain && (ks.Flags != 0 || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != 0):
+	case m.Plain && (ks.Flags != 0 || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != 0):
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a plain set with key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
-	case !m.Plain && (ks.Flags != unix.NFT_SET_MAP || ks.KeyType != ConcatType(f, m.Key) || ks.KeyLen != KeyLen(f, m.Key) || ks.DataType != VerdictType):
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, concatType(f, m.Key), keyLen(f, m.Key))
+	case !m.Plain && (ks.Flags != unix.NFT_SET_MAP || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != VerdictType):
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a verdict map with key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, ConcatType(f, m.Key), KeyLen(f, m.Key))
-	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, m.Comment)):
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, concatType(f, m.Key), keyLen(f, m.Key))
+	case !bytes.Equal(ks.Udata, commentUdata(SetCommentType, m.Comment)):
 		return "comment differs"
 	}
 	return ""
@@ -168,7 +168,7 @@ func mapMismatch(f Family, ks *KernelSet, m *Map) string {
 const stickyFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
 // stickyMismatch says how the sticky set in the kernel differs, or "".
-func stickyMismatch(f Family, ks *KernelSet) string {
+func stickyMismatch(f Family, ks *kernelSet) string {
 	switch {
 	case ks == nil:
 		return "missing"
@@ -223,7 +223,7 @@ func (k *Kernel) rulesDrift(t *Table, kt *KernelTable, d *drift) error {
 func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain, kt *KernelTable, d *drift) error {
 	seen := make(map[string]int, len(want))
 	bad := map[string]bool{}
-	scratch := &Batch{}
+	scratch := &batch{}
 	var ck, cw []byte
 	compare := func(chain string, exprs, udata []byte) {
 		i := seen[chain]
@@ -236,7 +236,7 @@ func (k *Kernel) chainRulesDrift(f Family, table string, want map[string]*Chain,
 		var ok bool
 		ck, ok = canonExprs(ck[:0], exprs)
 		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
-		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, CommentUdata(0, r.Comment)) {
+		if !ok || !bytes.Equal(ck, cw) || !bytes.Equal(udata, commentUdata(0, r.Comment)) {
 			bad[chain] = true
 			d.add("chain %s: rule %d differs, want %q", chain, i+1, r.Text(f))
 		}
@@ -299,7 +299,7 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
 			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.text(f))
-		} else if !bytes.Equal(e.udata, CommentUdata(0, w.Comment)) {
+		} else if !bytes.Equal(e.udata, commentUdata(0, w.Comment)) {
 			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
 		}

@@ -11,11 +11,11 @@ import (
 func TestClampComment(t *testing.T) {
 	for _, c := range []string{"", "plain", strings.Repeat("a", 200), strings.Repeat("é", 100), strings.Repeat("服", 60),
 		"a\"b\\c\x00d\xffe", "\u200b zero width"} {
-		got := ClampComment(c)
+		got := clampComment(c)
 		if len(got) > MaxComment || !utf8.ValidString(got) || strings.ContainsAny(got, "\"\\") {
 			t.Errorf("clampComment(%q) = %q: %d bytes, valid UTF-8 %v", c, got, len(got), utf8.ValidString(got))
 		}
-		if ClampComment(got) != got {
+		if clampComment(got) != got {
 			t.Errorf("clampComment is not idempotent on %q", c)
 		}
 	}

@@ -5,7 +5,7 @@ import "fmt"
 // Dataplane is what a Backend needs of the kernel's nftables: transactions
 // to commit, the ruleset generation, the metadata a full sync reads, the
 // read-back a drift check compares and a change monitor. *Kernel is the
-// real one; *FakeKernel holds the tables in memory, for tests that run
+// real one; a FakeKernel holds the tables in memory, for tests that run
 // without privileges. Its methods are the package's own: no other type
 // can be one.
 type Dataplane interface {
@@ -44,6 +44,10 @@ type Dataplane interface {
 // KernelTx is one transaction being written.
 type KernelTx interface {
 	txWriter
+	// AddOwnedTable creates an empty table that only this transaction's
+	// socket may change and that the kernel deletes when the socket
+	// closes (see batch.AddOwnedTable).
+	AddOwnedTable(f Family, name, comment string)
 	Messages() int // netlink messages so far
 	Size() int     // bytes so far
 }
@@ -64,15 +68,15 @@ type Watcher interface {
 
 var _ Dataplane = (*Kernel)(nil)
 
-func (k *Kernel) NewTx() KernelTx { return k.NewBatch() }
+func (k *Kernel) NewTx() KernelTx { return k.startBatch() }
 
 // NextTx numbers its messages after prev's (and prev's batch end), as
 // the socket reads answers by sequence number.
 func (k *Kernel) NextTx(prev KernelTx) KernelTx {
-	if b, ok := prev.(*Batch); ok {
+	if b, ok := prev.(*batch); ok {
 		return newBatch(b.seq + 1)
 	}
-	return k.NewBatch()
+	return k.startBatch()
 }
 
 // HasTables lists the family's tables, without reading what they hold.
@@ -90,18 +94,18 @@ func (k *Kernel) HasTables(f Family, names []string) (map[string]bool, error) {
 
 // DiscardTx unmaps a batch that is not sent.
 func (k *Kernel) DiscardTx(tx KernelTx) {
-	if b, ok := tx.(*Batch); ok {
+	if b, ok := tx.(*batch); ok {
 		b.release()
 	}
 }
 
 func (k *Kernel) CommitTx(tx KernelTx) error {
-	bt, ok := tx.(*Batch)
+	bt, ok := tx.(*batch)
 	if !ok {
 		return fmt.Errorf("committing a %T: not a transaction of this kernel", tx)
 	}
-	err := k.Apply(bt)
-	k.Finished(bt)
+	err := k.commit(bt)
+	k.finished(bt)
 	return err
 }
 

@@ -8,13 +8,13 @@ import (
 )
 
 // txWriter receives the operations of one transaction, in the order the
-// kernel must see them. *Batch encodes them for the kernel; scriptWriter
+// kernel must see them. *batch encodes them for the kernel; scriptWriter
 // prints them as an nft script (for tests and debugging).
 type txWriter interface {
 	AddTable(f Family, name, comment string)
 	DelTable(f Family, name string)
 	delSet(f Family, table, name string)
-	delObj(f Family, table string, o KernelObject)
+	delObj(f Family, table string, o kernelObject)
 	delFlowtable(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
 	addStickySet(f Family, table string, id uint32)
@@ -52,7 +52,7 @@ type Tx struct {
 	delBase []string
 	// delObjs and delFlowtables are another process's: deleted after the
 	// flush and the sets, which drop the references to them.
-	delObjs       []KernelObject
+	delObjs       []kernelObject
 	delFlowtables []string
 	newMaps       []*Map
 	// newSticky creates the sticky set if it does not exist; it is
@@ -231,7 +231,7 @@ func (e Element) withOwnStrings() Element {
 func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string) {
 	x = newTx(want)
 	x.newTable, x.fresh = true, !have.Exists
-	if have.Exists && (replace || !bytes.Equal(have.Udata, CommentUdata(0, want.Comment))) {
+	if have.Exists && (replace || !bytes.Equal(have.Udata, commentUdata(0, want.Comment))) {
 		x.delTable = true // a comment is set only when a table is created
 		have = &KernelTable{}
 	}
@@ -355,20 +355,6 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 	return x, stale, kept
 }
 
-// AllKeys lists the fragment keys of either table.
-func AllKeys(have, want *Table) []string {
-	var keys []string
-	for key := range want.Fragments {
-		keys = append(keys, key)
-	}
-	for key := range have.Fragments {
-		if _, ok := want.Fragments[key]; !ok {
-			keys = append(keys, key)
-		}
-	}
-	return keys
-}
-
 func (fr *Fragment) chains() []*Chain {
 	if fr == nil {
 		return nil
@@ -405,7 +391,7 @@ func (x *Tx) diffChains(have, want []*Chain, stale *[]string) {
 		case !ok:
 			x.newChains = append(x.newChains, c)
 			x.rules = append(x.rules, c)
-		case !EqualChains(o, c):
+		case !equalChains(o, c):
 			x.flush = append(x.flush, c.Name)
 			x.rules = append(x.rules, c)
 		}

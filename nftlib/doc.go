@@ -14,17 +14,17 @@
 //   - text: rendering a Ruleset or a SetTable as `nft -f` input, a
 //     transaction as nft commands (Tx.Script), and tracing a packet through
 //     a Ruleset (Trace);
-//   - encoding: a Batch of netlink messages, written directly for our terms
+//   - encoding: a batch of netlink messages, written directly for our terms
 //     and checked against github.com/google/nftables' expressions;
 //   - the Kernel: one NETLINK_NETFILTER socket, optionally in another
-//     network namespace, that applies a Batch as one atomic transaction
+//     network namespace, that applies a transaction (NewTx, CommitTx) atomically
 //     (TxError names the message the kernel refused, ErrTableOwned and
 //     ErrTxTooLarge the refusals a retry cannot fix, ErrAnswersLost a
 //     verdict the kernel dropped), reads tables back (ReadFamily,
 //     ReadTable, TableDrift, Count), lists any table, another program's
 //     too, for deleting parts of it (ListTables, ListChains, ListRules,
-//     HasChain; Batch.DelRule by handle), follows other processes' commits
-//     (WatchTables, Watch) and probes the kernel's features
+//     HasChain; KernelTx.DelRule by handle), follows other processes' commits
+//     (Watch, Monitor, OtherChanges) and probes the kernel's features
 //     (ProbeFeatures);
 //   - the generic table diff: FullTx and DiffTx turn two Tables into the
 //     transaction that takes one to the other;

@@ -54,9 +54,9 @@ func (a nlAttr) str() string {
 }
 
 // request encodes one nf_tables request message.
-func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *Batch)) ([]byte, uint32) {
+func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *batch)) ([]byte, uint32) {
 	seq := k.seq
-	m := &Batch{seq: seq}
+	m := &batch{seq: seq}
 	m.begin(typ, flags, f)
 	// begin leaves the batch markers' numbers alone, which GETGEN shares.
 	binary.NativeEndian.PutUint16(m.Buf[4:], typ|unix.NFNL_SUBSYS_NFTABLES<<8)
@@ -71,13 +71,13 @@ func (k *Kernel) request(typ, flags uint16, f Family, attrs func(m *Batch)) ([]b
 // dump sends a dump request and calls fn with the attributes (after the
 // nfgenmsg) of each object the kernel returns. fn must copy what it keeps:
 // the buffer is reused.
-func (k *Kernel) dump(typ uint16, f Family, attrs func(m *Batch), fn func(payload []byte) error) error {
+func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payload []byte) error) error {
 	return k.dumpFamilies(typ, f, attrs, func(_ Family, p []byte) error { return fn(p) })
 }
 
 // dumpFamilies is dump with each object's family (from its nfgenmsg), for
 // dumps of every family (NFPROTO_UNSPEC).
-func (k *Kernel) dumpFamilies(typ uint16, f Family, attrs func(m *Batch), fn func(f Family, payload []byte) error) error {
+func (k *Kernel) dumpFamilies(typ uint16, f Family, attrs func(m *batch), fn func(f Family, payload []byte) error) error {
 	req, seq := k.request(typ, unix.NLM_F_DUMP, f, attrs)
 	k.Dumps++
 	if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {

@@ -11,7 +11,7 @@ import (
 // a full sync encodes hundreds of thousands of them, and the generic
 // encoder's allocations cost more than the kernel's work. Anything else
 // goes through expr.Marshal.
-func (b *Batch) expr(f Family, e expr.Any) {
+func (b *batch) expr(f Family, e expr.Any) {
 	switch e := e.(type) {
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad || e.CsumType != 0 {
@@ -39,7 +39,7 @@ func (b *Batch) expr(f Family, e expr.Any) {
 	}
 }
 
-func (b *Batch) marshalledElem(f Family, e expr.Any) {
+func (b *batch) marshalledElem(f Family, e expr.Any) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.marshalled(f, e)
 	b.unnest()
@@ -48,7 +48,7 @@ func (b *Batch) marshalledElem(f Family, e expr.Any) {
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
 // full sync call them directly (see DirectTerm) with values on the stack.
 
-func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
+func (b *batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "payload")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -60,7 +60,7 @@ func (b *Batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.unnest()
 }
 
-func (b *Batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
+func (b *batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "cmp")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -73,7 +73,7 @@ func (b *Batch) cmp(reg uint32, op expr.CmpOp, data []byte) {
 	b.unnest()
 }
 
-func (b *Batch) verdict(kind expr.VerdictKind, chain string) {
+func (b *batch) verdict(kind expr.VerdictKind, chain string) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "immediate")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -90,7 +90,7 @@ func (b *Batch) verdict(kind expr.VerdictKind, chain string) {
 	b.unnest()
 }
 
-func (b *Batch) immediate(reg uint32, data []byte) {
+func (b *batch) immediate(reg uint32, data []byte) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "immediate")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -102,7 +102,7 @@ func (b *Batch) immediate(reg uint32, data []byte) {
 	b.unnest()
 }
 
-func (b *Batch) numgen(reg, mod, typ, off uint32) {
+func (b *batch) numgen(reg, mod, typ, off uint32) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "numgen")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -114,7 +114,7 @@ func (b *Batch) numgen(reg, mod, typ, off uint32) {
 	b.unnest()
 }
 
-func (b *Batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
+func (b *batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "meta")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -128,7 +128,7 @@ func (b *Batch) meta(key expr.MetaKey, reg uint32, sreg bool) {
 	b.unnest()
 }
 
-func (b *Batch) nat(e *expr.NAT) {
+func (b *batch) nat(e *expr.NAT) {
 	b.nest(unix.NFTA_LIST_ELEM)
 	b.str(unix.NFTA_EXPR_NAME, "nat")
 	b.nest(unix.NFTA_EXPR_DATA)
@@ -173,12 +173,12 @@ func (b *Batch) nat(e *expr.NAT) {
 // nothing, to have exprs used. Each sits in
 // its term's file.
 type directTerm interface {
-	direct(b *Batch, f Family) bool
+	direct(b *batch, f Family) bool
 }
 
 // marshalled appends the expression's name and data as google/nftables
 // encodes them.
-func (b *Batch) marshalled(f Family, e expr.Any) {
+func (b *batch) marshalled(f Family, e expr.Any) {
 	data, err := expr.Marshal(byte(f), e)
 	if err != nil && b.err == nil {
 		b.err = err

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
 )
 
 // The direct encoder writes exactly what google/nftables writes for every
@@ -17,13 +19,13 @@ func TestDirectEncodingMatchesLibrary(t *testing.T) {
 		for _, cases := range termCases(f) {
 			for _, tc := range cases {
 				for _, e := range tc.term.exprs(f) {
-					direct := &Batch{}
+					direct := &batch{}
 					direct.expr(f, e)
 					data, err := expr.Marshal(byte(f), e)
 					if err != nil {
 						t.Fatal(err)
 					}
-					lib := &Batch{}
+					lib := &batch{}
 					lib.attr(unix.NFTA_LIST_ELEM|unix.NLA_F_NESTED, data)
 					if !bytes.Equal(direct.Buf, lib.Buf) {
 						t.Errorf("%s %T %+v:\n direct %x\n library %x", f, e, e, direct.Buf, lib.Buf)
@@ -45,11 +47,11 @@ func TestParallelEncodingMatchesSerial(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	tbl := releaseTable(3 * ParallelMin)
 	chains := tbl.AllChains()
-	if parts := parallelParts(len(chains), ParallelMin); parts < 3 {
+	if parts := parallel.Parts(len(chains), ParallelMin); parts < 3 {
 		t.Fatalf("%d chains make %d parts, want 3", len(chains), parts)
 	}
 	for _, tail := range []bool{false, true} {
-		encode := func(parallel bool) ([]byte, *Batch) {
+		encode := func(parallel bool) ([]byte, *batch) {
 			b := newBatch(7)
 			if parallel {
 				b.AddChains(IPv4, tbl.Name, chains)

@@ -39,16 +39,16 @@ func (e *TableOwnedError) Unwrap() error { return ErrTableOwned }
 // which the kernel announces to no one: the sync loop polls for it.
 func (e *TableOwnedError) WaitsForOtherProcess() bool { return true }
 
-// TxTooLargeError says how large the transaction is, what the socket
-// accepts and how to raise that.
-type TxTooLargeError struct {
+// txTooLargeError says how large the transaction is, what the socket
+// accepts and how to raise that; it is ErrTxTooLarge to errors.Is.
+type txTooLargeError struct {
 	Size  int // bytes of the transaction
 	Limit int // the largest message the socket's send buffer takes
 }
 
-func (e *TxTooLargeError) Error() string {
+func (e *txTooLargeError) Error() string {
 	return fmt.Sprintf("nftables transaction of %d bytes does not fit in the netlink send buffer (at most %d bytes): "+
 		"run with CAP_NET_ADMIN (SO_SNDBUFFORCE) or raise net.core.wmem_max to at least %d", e.Size, e.Limit, e.Size)
 }
 
-func (e *TxTooLargeError) Unwrap() error { return ErrTxTooLarge }
+func (e *txTooLargeError) Unwrap() error { return ErrTxTooLarge }

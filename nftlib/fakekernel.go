@@ -18,21 +18,36 @@ import (
 // not exist (deleted, flushed, or the target of a jump, goto, map verdict
 // or vmap), EBUSY for deleting a chain or set something still refers to
 // or for adding an element whose key maps to another verdict, EEXIST for
-// a map of another type. String prints what it holds as nft text; Journal
-// keeps each committed transaction as nft commands. It has no change
-// monitor, so drift checks read every table back when the generation
-// moved. The kernel tests prove the same behaviour on the real kernel.
-type FakeKernel struct {
-	tables map[TableRef]*fakeTable
-	gen    uint32
-	// Refuse, when set, is asked about each command of a transaction
-	// (as nft text) before it applies; an error refuses the transaction,
-	// as the kernel's *TxError naming that command and its table.
-	Refuse func(command string) error
+// a map of another type. It has no change monitor, so drift checks read
+// every table back when the generation moved. The kernel tests prove the
+// same behaviour on the real kernel.
+type FakeKernel interface {
+	Dataplane
+	// Commit applies another process's commands, written by fn into a
+	// transaction of their own (e.g. a chain flushed behind our back).
+	Commit(fn func(tx KernelTx)) error
+	// String prints what it holds as nft text.
+	String() string
+	// SetRefuse has refuse asked about each command of a transaction (as
+	// nft text) before it applies; an error refuses the transaction, as
+	// the kernel's *TxError naming that command and its table. Nil
+	// refuses nothing.
+	SetRefuse(refuse func(command string) error)
 	// Journal holds each committed transaction, as nft commands.
-	Journal []string
+	Journal() []string
 	// Commits counts the committed transactions, Reads the tables read.
-	Commits, Reads int
+	Commits() int
+	Reads() int
+}
+
+// fakeKernel is the FakeKernel.
+type fakeKernel struct {
+	tables  map[TableRef]*fakeTable
+	gen     uint32
+	refuse  func(command string) error
+	journal []string
+	commits int
+	reads   int
 }
 
 type fakeTable struct {
@@ -47,10 +62,15 @@ type fakeSet struct {
 	elems map[Key]Element
 }
 
-var _ Dataplane = (*FakeKernel)(nil)
+var _ FakeKernel = (*fakeKernel)(nil)
 
 // NewFakeKernel returns an empty ruleset.
-func NewFakeKernel() *FakeKernel { return &FakeKernel{tables: map[TableRef]*fakeTable{}} }
+func NewFakeKernel() FakeKernel { return &fakeKernel{tables: map[TableRef]*fakeTable{}} }
+
+func (k *fakeKernel) SetRefuse(refuse func(command string) error) { k.refuse = refuse }
+func (k *fakeKernel) Journal() []string                           { return k.journal }
+func (k *fakeKernel) Commits() int                                { return k.commits }
+func (k *fakeKernel) Reads() int                                  { return k.reads }
 
 // fakeTx is a transaction for a FakeKernel: its commands as text and as
 // changes to apply.
@@ -65,15 +85,15 @@ type fakeOp struct {
 	apply func(t *fakeTable, tables map[TableRef]*fakeTable) error
 }
 
-func (k *FakeKernel) NewTx() KernelTx { return &fakeTx{} }
+func (k *fakeKernel) NewTx() KernelTx { return &fakeTx{} }
 
-func (k *FakeKernel) NextTx(KernelTx) KernelTx { return &fakeTx{} }
+func (k *fakeKernel) NextTx(KernelTx) KernelTx { return &fakeTx{} }
 
-func (k *FakeKernel) DiscardTx(KernelTx) {}
+func (k *fakeKernel) DiscardTx(KernelTx) {}
 
 // CommitTx applies every command to a copy of the tables, which replaces
 // them only when all applied.
-func (k *FakeKernel) CommitTx(kt KernelTx) error {
+func (k *fakeKernel) CommitTx(kt KernelTx) error {
 	x, ok := kt.(*fakeTx)
 	if !ok {
 		return fmt.Errorf("committing a %T: not a transaction of the fake kernel", kt)
@@ -100,16 +120,16 @@ func (k *FakeKernel) CommitTx(kt KernelTx) error {
 	}
 	k.tables = tables
 	k.gen++
-	k.Commits++
-	k.Journal = append(k.Journal, script.String())
+	k.commits++
+	k.journal = append(k.journal, script.String())
 	return nil
 }
 
-func (k *FakeKernel) refused(text string) error {
-	if k.Refuse == nil {
+func (k *fakeKernel) refused(text string) error {
+	if k.refuse == nil {
 		return nil
 	}
-	return k.Refuse(text)
+	return k.refuse(text)
 }
 
 func (t *fakeTable) clone() *fakeTable {
@@ -120,16 +140,16 @@ func (t *fakeTable) clone() *fakeTable {
 	return c // chains are replaced, never changed in place
 }
 
-func (k *FakeKernel) Generation() (uint32, error) { return k.gen, nil }
-func (k *FakeKernel) PortID() uint32              { return 1 }
-func (k *FakeKernel) Monitor() Watcher            { return nil }
+func (k *fakeKernel) Generation() (uint32, error) { return k.gen, nil }
+func (k *fakeKernel) PortID() uint32              { return 1 }
+func (k *fakeKernel) Monitor() Watcher            { return nil }
 
-func (k *FakeKernel) Watch([]TableRef, int, func()) error {
+func (k *fakeKernel) Watch([]TableRef, int, func()) error {
 	return fmt.Errorf("the fake kernel has no change monitor")
 }
 
 // HasTables reports which of the named tables exist.
-func (k *FakeKernel) HasTables(f Family, names []string) (map[string]bool, error) {
+func (k *fakeKernel) HasTables(f Family, names []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(names))
 	for _, n := range names {
 		out[n] = k.tables[TableRef{f, n}] != nil
@@ -138,17 +158,17 @@ func (k *FakeKernel) HasTables(f Family, names []string) (map[string]bool, error
 }
 
 // ReadFamily reports the named tables' metadata as the kernel would.
-func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string) (map[string]*KernelTable, error) {
+func (k *fakeKernel) ReadFamily(f Family, names []string, _ map[string][]string) (map[string]*KernelTable, error) {
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
-		k.Reads++
-		kt := &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}, Stateful: true}
+		k.reads++
+		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, Stateful: true}
 		out[n] = kt
 		t := k.tables[TableRef{f, n}]
 		if t == nil {
 			continue
 		}
-		kt.Exists, kt.Udata = true, CommentUdata(0, t.comment)
+		kt.Exists, kt.Udata = true, commentUdata(0, t.comment)
 		for name, c := range t.chains {
 			kt.Chains[name] = fakeKChain(c)
 		}
@@ -160,35 +180,35 @@ func (k *FakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 	return out, nil
 }
 
-func fakeKChain(c *Chain) *KernelChain {
-	kc := &KernelChain{udata: CommentUdata(0, c.Comment)}
+func fakeKChain(c *Chain) *kernelChain {
+	kc := &kernelChain{udata: commentUdata(0, c.Comment)}
 	if h := c.Hook; h != nil {
 		kc.Base, kc.typ, kc.hook, kc.priority, kc.policy, kc.Flags = true, h.Type, hookNumbers[h.Hook], h.Priority, nfAccept, nftChainBase
 	}
 	return kc
 }
 
-func fakeKSet(f Family, s *fakeSet) *KernelSet {
+func fakeKSet(f Family, s *fakeSet) *kernelSet {
 	if s.m == nil {
-		return &KernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
+		return &kernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
 	}
 	if s.m.Plain {
-		return &KernelSet{KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key), Udata: CommentUdata(SetCommentType, s.m.Comment)}
+		return &kernelSet{KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
 	}
-	return &KernelSet{Flags: unix.NFT_SET_MAP, KeyType: ConcatType(f, s.m.Key), KeyLen: KeyLen(f, s.m.Key),
-		DataType: VerdictType, Udata: CommentUdata(SetCommentType, s.m.Comment)}
+	return &kernelSet{Flags: unix.NFT_SET_MAP, KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key),
+		DataType: VerdictType, Udata: commentUdata(SetCommentType, s.m.Comment)}
 }
 
 // ScopedDrift is not read chain by chain here: the fake kernel has no
 // change monitor to name chains, and the error makes a caller compare
 // the whole table.
-func (k *FakeKernel) ScopedDrift(*Table, ChangeScope, []string) ([]string, []*Tx, error) {
+func (k *fakeKernel) ScopedDrift(*Table, ChangeScope, []string) ([]string, []*Tx, error) {
 	return nil, nil, errors.New("the fake kernel compares whole tables only")
 }
 
 // TableDrift compares the table's objects, as nft text, with t's; the
 // empty chains named stale may remain.
-func (k *FakeKernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
+func (k *fakeKernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	have := map[string]bool{}
 	if ft := k.tables[TableRef{t.Family, t.Name}]; ft != nil && kt.Exists {
 		for _, o := range tableObjects(ft.table(t.Family, t.Name)) {
@@ -240,7 +260,7 @@ func chainObject(c *Chain, f Family) string {
 
 // String prints every table the fake holds as nft text, as `nft list
 // ruleset` would (families and tables, chains and elements sorted).
-func (k *FakeKernel) String() string {
+func (k *fakeKernel) String() string {
 	var b strings.Builder
 	names := slices.SortedFunc(maps.Keys(k.tables), func(a, b TableRef) int {
 		if a.Family != b.Family {
@@ -278,7 +298,7 @@ func (t *fakeTable) table(f Family, name string) *Table {
 
 // Commit applies another process's commands, written by fn into a
 // transaction of their own (e.g. a chain flushed behind our back).
-func (k *FakeKernel) Commit(fn func(tx KernelTx)) error {
+func (k *fakeKernel) Commit(fn func(tx KernelTx)) error {
 	x := &fakeTx{}
 	fn(x)
 	return k.CommitTx(x)

@@ -1,8 +1,11 @@
 package nftlib
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The fake transaction's commands: each keeps its nft text (as the trace
@@ -29,14 +32,25 @@ func (x *fakeTx) add(f Family, table string, write func(w *scriptWriter), apply 
 	}})
 }
 
-func (x *fakeTx) AddTable(f Family, name, comment string) {
+func (x *fakeTx) AddTable(f Family, name, comment string) { x.addTable(f, name, comment, false) }
+
+// AddOwnedTable is AddTable that fails when the table exists: the fake
+// has one socket, so ownership itself is not modelled.
+func (x *fakeTx) AddOwnedTable(f Family, name, comment string) { x.addTable(f, name, comment, true) }
+
+// addTable adds a table; an existing one keeps its comment, or fails the
+// transaction when exclusive.
+func (x *fakeTx) addTable(f Family, name, comment string, exclusive bool) {
 	n := TableRef{f, name}
 	x.bytes += len(name)
 	var w scriptWriter
 	w.AddTable(f, name, comment)
 	x.ops = append(x.ops, fakeOp{text: strings.TrimSpace(w.B.String()), table: n, apply: func(t *fakeTable, all map[TableRef]*fakeTable) error {
-		if t == nil { // an existing table keeps its comment
+		switch {
+		case t == nil:
 			all[n] = &fakeTable{comment: comment, sets: map[string]*fakeSet{}, chains: map[string]*Chain{}}
+		case exclusive:
+			return fmt.Errorf("table %s exists: %w", n, unix.EEXIST)
 		}
 		return nil
 	}})
@@ -64,7 +78,7 @@ func (x *fakeTx) delSet(f Family, table, name string) {
 }
 
 // The fake holds no stateful objects or flowtables.
-func (x *fakeTx) delObj(f Family, table string, o KernelObject) {
+func (x *fakeTx) delObj(f Family, table string, o kernelObject) {
 	x.add(f, table, func(w *scriptWriter) { w.delObj(f, table, o) }, func(*fakeTable, map[TableRef]*fakeTable) error { return syscall.ENOENT })
 }
 
@@ -203,7 +217,7 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 	switch v := term.(type) {
 	case Verdict:
 		return v.Chain == "" || t.chains[v.Chain] != nil
-	case VmapLookup:
+	case vmapLookup:
 		return t.sets[v.Map] != nil
 	case StickyMatch, StickyUpdate:
 		return t.sets[SetSticky] != nil
@@ -260,7 +274,7 @@ func (t *fakeTable) setUsed(name string) bool {
 		for _, r := range c.Rules {
 			for _, term := range r.Terms {
 				switch v := term.(type) {
-				case VmapLookup:
+				case vmapLookup:
 					if v.Map == name {
 						return true
 					}

@@ -47,7 +47,7 @@ func (k *Kernel) ListTables() ([]TableRef, error) {
 // ListChains lists the chains of table t.
 func (k *Kernel) ListChains(t TableRef) ([]ListedChain, error) {
 	var out []ListedChain
-	attrs := func(m *Batch) { m.str(unix.NFTA_CHAIN_TABLE, t.Name) }
+	attrs := func(m *batch) { m.str(unix.NFTA_CHAIN_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETCHAIN, t.Family, attrs, func(f Family, p []byte) error {
 		table, name, c := parseChain(p)
 		// Older kernels ignore the table in a chain dump request.
@@ -65,7 +65,7 @@ func (k *Kernel) ListChains(t TableRef) ([]ListedChain, error) {
 // HasChain reports whether table t has a chain of that name, with one
 // request rather than a dump.
 func (k *Kernel) HasChain(t TableRef, name string) (bool, error) {
-	found := map[string]*KernelChain{}
+	found := map[string]*kernelChain{}
 	if err := k.getChains(t.Family, t.Name, []string{name}, found); err != nil {
 		return false, fmt.Errorf("looking up chain %s in table %s: %w", name, t, err)
 	}
@@ -76,7 +76,7 @@ func (k *Kernel) HasChain(t TableRef, name string) (bool, error) {
 // their verdicts jump or go to.
 func (k *Kernel) ListRules(t TableRef) ([]ListedRule, error) {
 	var out []ListedRule
-	attrs := func(m *Batch) { m.str(unix.NFTA_RULE_TABLE, t.Name) }
+	attrs := func(m *batch) { m.str(unix.NFTA_RULE_TABLE, t.Name) }
 	err := k.dumpFamilies(unix.NFT_MSG_GETRULE, t.Family, attrs, func(f Family, p []byte) error {
 		var r ListedRule
 		var table string

@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
@@ -116,12 +118,12 @@ table bridge b { }
 	if want := []string{"PREROUTING[KUBE-SERVICES]", "PREROUTING[]", "KUBE-SERVICES[KUBE-SVC-X]"}; !slices.Equal(got, want) {
 		t.Errorf("ListRules = %s, want %s", got, want)
 	}
-	b := k.NewBatch()
+	b := k.startBatch()
 	b.DelRule(IPv4, "nat", "PREROUTING", rules[0].Handle)
-	if err := k.Apply(b); err != nil {
+	if err := k.commit(b); err != nil {
 		t.Fatal(err)
 	}
-	k.Finished(b)
+	k.finished(b)
 	if after, err := k.ListRules(nat); err != nil || len(after) != 2 || after[0].Handle != rules[1].Handle {
 		t.Errorf("after deleting handle %d: %v, %v", rules[0].Handle, after, err)
 	}
@@ -141,16 +143,16 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := openTestKernel(t, ns)
 			if tc.rcvBuf > 0 {
-				if err := k.SetReceiveBuffer(tc.rcvBuf); err != nil {
+				if err := k.setReceiveBuffer(tc.rcvBuf); err != nil {
 					t.Fatal(err)
 				}
 			}
-			b := k.NewBatch()
+			b := k.startBatch()
 			for i := range 20000 {
 				b.DelChain(IPv4, "t", fmt.Sprintf("missing-%d", i))
 			}
-			err := k.Apply(b)
-			k.Finished(b)
+			err := k.commit(b)
+			k.finished(b)
 			var refused *TxError
 			switch {
 			case errors.As(err, &refused):
@@ -175,25 +177,25 @@ func TestKernelCommitRefusedMany(t *testing.T) {
 func TestKernelAnswersLost(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	k := openTestKernel(t, ns)
-	if err := k.SetReceiveBuffer(4096); err != nil {
+	if err := k.setReceiveBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.QueueUnread(64); err != nil {
+	if err := k.queueUnread(64); err != nil {
 		t.Fatal(err)
 	}
-	b := k.NewBatch()
+	b := k.startBatch()
 	b.AddTable(IPv4, "lost", "")
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	if !errors.Is(err, ErrAnswersLost) || !errors.Is(err, unix.ENOBUFS) {
 		t.Errorf("Apply with a full queue: %v, want its answers lost", err)
 	}
 	// Stale answers left queued would keep the queue full: the next
 	// transaction's ack would be dropped too, and Apply wait for ever.
-	b = k.NewBatch()
+	b = k.startBatch()
 	b.DelTable(IPv4, "lost")
 	done := make(chan error, 1)
-	go func() { done <- k.Apply(b) }()
+	go func() { done <- k.commit(b) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -202,8 +204,37 @@ func TestKernelAnswersLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the next transaction's result never came (its ack dropped behind stale answers)")
 	}
-	k.Finished(b)
+	k.finished(b)
 	if tables, err := k.ListTables(); err != nil || len(tables) != 0 {
 		t.Errorf("tables: %v, %v; want none", tables, err)
+	}
+}
+
+// A full sync over a table holding another process's objects deletes its
+// named sets, objects and flowtables after the flush that drops the rules
+// using them, and leaves anonymous sets and chains to go with their rules;
+// with replace, it deletes and adds the table instead, in the same
+// transaction (testdata/tx/full-*-foreign.nft; -update rewrites them).
+func TestFullTxForeign(t *testing.T) {
+	want := stageTable(1)
+	have := func() *KernelTable {
+		return &KernelTable{Exists: true, Udata: commentUdata(0, want.Comment),
+			Chains: map[string]*kernelChain{"KUBE-SERVICES": {}, "__chain0": {Flags: NftChainBinding}, "offload": {Base: true}},
+			Sets: map[string]*kernelSet{"__set0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
+				"__map0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
+			Objs:       []kernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
+			Flowtables: []string{"ff"}}
+	}
+	for _, tt := range []struct {
+		replace bool
+		file    string
+		what    string
+	}{
+		{false, "full-over-foreign.nft", "full sync over a table holding foreign chains, sets, objects and a flowtable: " +
+			"flushed, the foreign named objects deleted after the flush, anonymous ones (__set0, __map0, __chain0) left to go with their rules"},
+		{true, "full-replace-foreign.nft", "the same with replace: the table deleted and added in the same transaction, nothing else deleted"},
+	} {
+		x, _ := FullTx(want, have(), tt.replace)
+		golden.Check(t, filepath.Join("tx", tt.file), "the transaction", "# "+tt.what+"\n"+script(x))
 	}
 }

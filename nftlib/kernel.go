@@ -90,13 +90,13 @@ func (e *TxError) Error() string {
 
 func (e *TxError) Unwrap() error { return e.Errno }
 
-// Apply sends a batch as one transaction and waits for the kernel's verdict.
-func (k *Kernel) Apply(b *Batch) error { return k.apply(b, nil) }
+// commit sends a batch as one transaction and waits for the kernel's verdict.
+func (k *Kernel) commit(b *batch) error { return k.apply(b, nil) }
 
-// apply is Apply; echo, when not nil, gets a copy of every message the
+// apply is commit; echo, when not nil, gets a copy of every message the
 // kernel sends back other than errors and acks (the notifications that
 // NLM_F_ECHO asks for, which come before the final ack).
-func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
+func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 	defer b.release()
 	chunks, lastSeq, err := b.finish()
 	if err != nil {
@@ -132,7 +132,7 @@ func (k *Kernel) apply(b *Batch, echo func(msg syscall.NetlinkMessage)) error {
 // (lastSeq) or, after an error, until nothing more is queued, and returns
 // the first refusal. Answers to other requests than the batch's (firstSeq,
 // its begin, to lastSeq+1, its end) are skipped.
-func (k *Kernel) result(b *Batch, firstSeq, lastSeq uint32, echo func(msg syscall.NetlinkMessage)) (*TxError, error) {
+func (k *Kernel) result(b *batch, firstSeq, lastSeq uint32, echo func(msg syscall.NetlinkMessage)) (*TxError, error) {
 	var first *TxError
 	rbuf := make([]byte, 1<<16)
 	for {
@@ -202,7 +202,7 @@ func (k *Kernel) fits(chunks [][]byte) error {
 	}
 	// netlink_sendmsg takes messages up to sk_sndbuf - 32 bytes.
 	if limit := sndbuf - 32; size > limit {
-		return &TxTooLargeError{Size: size, Limit: limit}
+		return &txTooLargeError{Size: size, Limit: limit}
 	}
 	return nil
 }
@@ -213,17 +213,17 @@ func (k *Kernel) setSendBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }
 
-// SetReceiveBuffer sets SO_RCVBUF (capped by net.core.rmem_max), for tests
+// setReceiveBuffer sets SO_RCVBUF (capped by net.core.rmem_max), for tests
 // that need answers lost.
-func (k *Kernel) SetReceiveBuffer(n int) error {
+func (k *Kernel) setReceiveBuffer(n int) error {
 	return unix.SetsockoptInt(k.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n)
 }
 
-// QueueUnread asks for n answers (the ruleset generation) and leaves them
+// queueUnread asks for n answers (the ruleset generation) and leaves them
 // unread on the socket, for tests that need its receive queue full: the
 // kernel then drops the answers that follow, as it does when a transaction
 // answers more than the buffer takes. The next transaction drains them.
-func (k *Kernel) QueueUnread(n int) error {
+func (k *Kernel) queueUnread(n int) error {
 	for range n {
 		req, _ := k.request(unix.NFT_MSG_GETGEN, unix.NLM_F_ACK, unix.NFPROTO_UNSPEC, nil)
 		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
@@ -265,11 +265,8 @@ func extAckMsg(m syscall.NetlinkMessage) string {
 	return ""
 }
 
-// nextSeq hands out the sequence numbers of a new batch.
-func (k *Kernel) NewBatch() *Batch {
-	b := newBatch(k.seq)
-	return b
-}
+// startBatch starts a batch numbered after the last one sent.
+func (k *Kernel) startBatch() *batch { return newBatch(k.seq) }
 
-// Finished advances the sequence past a batch.
-func (k *Kernel) Finished(b *Batch) { k.seq = b.seq }
+// finished advances the sequence past a batch.
+func (k *Kernel) finished(b *batch) { k.seq = b.seq }

@@ -10,30 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TableComments lists the tables of family f that the kernel holds, each
-// with its comment.
-func (k *Kernel) TableComments(f Family) (map[string]string, error) {
-	comments := map[string]string{}
-	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
-		var name string
-		var udata []byte
-		forAttrs(p, func(a nlAttr) {
-			switch a.typ {
-			case unix.NFTA_TABLE_NAME:
-				name = a.str()
-			case nftaTableUserdata:
-				udata = clone(a.data)
-			}
-		})
-		comments[name] = udataComment(udata)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing %s tables: %w", f, err)
-	}
-	return comments, nil
-}
-
 var hookNames = map[uint32]string{
 	unix.NF_INET_PRE_ROUTING: "prerouting", unix.NF_INET_LOCAL_IN: "input", unix.NF_INET_FORWARD: "forward",
 	unix.NF_INET_LOCAL_OUT: "output", unix.NF_INET_POST_ROUTING: "postrouting",

@@ -8,16 +8,18 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
 )
 
-// Batch encodes one nftables transaction: netlink messages between
+// batch encodes one nftables transaction: netlink messages between
 // NFNL_MSG_BATCH_BEGIN and NFNL_MSG_BATCH_END, in one buffer, sent with one
 // sendmsg. The kernel applies all of it or none of it.
 //
 // We encode the messages ourselves (google/nftables' Conn asks for an ack
 // and an echo of every message, hundreds of thousands of replies for a full
 // sync) and use google/nftables only for the expressions.
-type Batch struct {
+type batch struct {
 	// Buf is the message being written; completed messages are copied into
 	// chunks, so a batch of many MiB is never copied again as it grows.
 	// Large chunks are mapped outside the Go heap (see newChunk); mapped
@@ -45,8 +47,8 @@ const (
 	NfgenLen    = 4
 )
 
-func newBatch(seq uint32) *Batch {
-	b := &Batch{seq: seq}
+func newBatch(seq uint32) *batch {
+	b := &batch{seq: seq}
 	b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, 0)
 	b.Buf[b.start+nlmsgHdrLen+2] = 0
 	binary.BigEndian.PutUint16(b.Buf[b.start+nlmsgHdrLen+2:], unix.NFNL_SUBSYS_NFTABLES)
@@ -56,7 +58,7 @@ func newBatch(seq uint32) *Batch {
 
 // begin starts a message; typ is NFNL_MSG_BATCH_* or an NFT_MSG_* (the
 // subsystem is added here).
-func (b *Batch) begin(typ uint16, flags uint16, family Family) {
+func (b *batch) begin(typ uint16, flags uint16, family Family) {
 	if typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
 		typ |= unix.NFNL_SUBSYS_NFTABLES << 8
 	}
@@ -80,7 +82,7 @@ func (b *Batch) begin(typ uint16, flags uint16, family Family) {
 // message written in place, at the end of the last chunk (see room), just
 // joins it; one that outgrew the room left there was moved to the heap by
 // append, and is copied.
-func (b *Batch) flushMessage() {
+func (b *batch) flushMessage() {
 	if len(b.Buf) == 0 {
 		return
 	}
@@ -108,7 +110,7 @@ const minRoom = 4 << 10
 // room returns the empty buffer the next message is written into: the
 // free end of the last chunk, or of a new one. Encoding in place saves
 // copying every message of a full sync once more (a fifth of its CPU).
-func (b *Batch) room() []byte {
+func (b *batch) room() []byte {
 	n := len(b.chunks)
 	if n == 0 || cap(b.chunks[n-1])-len(b.chunks[n-1]) < minRoom {
 		b.newChunk(minRoom)
@@ -119,14 +121,14 @@ func (b *Batch) room() []byte {
 }
 
 // inPlace reports whether Buf is still the free end of the last chunk.
-func (b *Batch) inPlace() bool {
+func (b *batch) inPlace() bool {
 	c := b.chunks[len(b.chunks)-1]
 	return cap(b.Buf) > 0 && cap(c) > len(c) && &b.Buf[:1][0] == &c[len(c) : len(c)+1][0]
 }
 
 // newChunk appends an empty chunk for at least need bytes. Chunks grow
 // with the batch: small syncs stay small, big ones take few chunks.
-func (b *Batch) newChunk(need int) {
+func (b *batch) newChunk(need int) {
 	size := max(min(max(b.total/2, 16<<10), 8<<20), need)
 	c, mapped := newChunk(size)
 	b.chunks, b.mapped = append(b.chunks, c), append(b.mapped, mapped)
@@ -157,7 +159,7 @@ func newChunk(size int) (c []byte, mapped bool) {
 // release unmaps the batch's mapped chunks; the batch holds no messages
 // afterwards. Kernel.Apply calls it once the batch is sent: nothing may
 // use the chunks finish returned after that.
-func (b *Batch) release() {
+func (b *batch) release() {
 	for i, c := range b.chunks {
 		if b.mapped[i] {
 			// Munmap fails only for a range that is not a mapping.
@@ -168,13 +170,13 @@ func (b *Batch) release() {
 }
 
 // Size is the batch's length in bytes so far.
-func (b *Batch) Size() int { return b.total + len(b.Buf) }
+func (b *batch) Size() int { return b.total + len(b.Buf) }
 
-func (b *Batch) end() {
+func (b *batch) end() {
 	binary.NativeEndian.PutUint32(b.Buf[b.start:], uint32(len(b.Buf)-b.start))
 }
 
-func (b *Batch) attr(typ uint16, data []byte) {
+func (b *batch) attr(typ uint16, data []byte) {
 	l := 4 + len(data)
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
@@ -184,13 +186,13 @@ func (b *Batch) attr(typ uint16, data []byte) {
 	b.pad()
 }
 
-func (b *Batch) pad() {
+func (b *batch) pad() {
 	for len(b.Buf)%4 != 0 {
 		b.Buf = append(b.Buf, 0)
 	}
 }
 
-func (b *Batch) str(typ uint16, s string) {
+func (b *batch) str(typ uint16, s string) {
 	l := 4 + len(s) + 1
 	var h [4]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(l))
@@ -201,7 +203,7 @@ func (b *Batch) str(typ uint16, s string) {
 	b.pad()
 }
 
-func (b *Batch) u32(typ uint16, v uint32) {
+func (b *batch) u32(typ uint16, v uint32) {
 	var a [8]byte
 	binary.NativeEndian.PutUint16(a[0:], 8)
 	binary.NativeEndian.PutUint16(a[2:], typ)
@@ -209,13 +211,13 @@ func (b *Batch) u32(typ uint16, v uint32) {
 	b.Buf = append(b.Buf, a[:]...)
 }
 
-func (b *Batch) nest(typ uint16) {
+func (b *batch) nest(typ uint16) {
 	b.nests = append(b.nests, len(b.Buf))
 	b.Buf = append(b.Buf, 0, 0, 0, 0)
 	binary.NativeEndian.PutUint16(b.Buf[len(b.Buf)-2:], typ|unix.NLA_F_NESTED)
 }
 
-func (b *Batch) unnest() {
+func (b *batch) unnest() {
 	off := b.nests[len(b.nests)-1]
 	b.nests = b.nests[:len(b.nests)-1]
 	l := len(b.Buf) - off
@@ -229,7 +231,7 @@ func (b *Batch) unnest() {
 // comment for rules, chains, tables and set elements), NUL-terminated.
 // CommentAttr appends an attribute holding userdataComment(typ, c)
 // without building it apart: every rule and element has one.
-func (b *Batch) commentAttr(attr uint16, typ byte, c string) {
+func (b *batch) commentAttr(attr uint16, typ byte, c string) {
 	var h [6]byte
 	binary.NativeEndian.PutUint16(h[0:], uint16(4+2+len(c)+1))
 	binary.NativeEndian.PutUint16(h[2:], attr)
@@ -250,11 +252,11 @@ func userdataComment(typ byte, c string) []byte {
 // bytes (NFTNL_UDATA_COMMENT_MAXLEN); we keep one byte of margin.
 const MaxComment = 127
 
-// ClampComment makes a comment that nft accepts and prints back as it is,
+// clampComment makes a comment that nft accepts and prints back as it is,
 // the same in render text and netlink userdata: at most maxComment bytes,
 // cut at a rune boundary, and without what nft's quoted strings cannot
 // hold (a quote; nor escapes, so no backslash or unprintable rune).
-func ClampComment(c string) string {
+func clampComment(c string) string {
 	if !plainComment(c) {
 		c = sanitizeComment(c)
 	}
@@ -291,14 +293,14 @@ func sanitizeComment(c string) string {
 }
 
 // quoteComment is a comment as nft prints it.
-func quoteComment(c string) string { return `"` + ClampComment(c) + `"` }
+func quoteComment(c string) string { return `"` + clampComment(c) + `"` }
 
-func (b *Batch) AddTable(f Family, name, comment string) {
+func (b *batch) AddTable(f Family, name, comment string) {
 	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
-		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
@@ -307,23 +309,23 @@ func (b *Batch) AddTable(f Family, name, comment string) {
 // and that the kernel deletes when the socket closes (NFT_TABLE_F_OWNER,
 // Linux 5.12+; older kernels refuse the flag with EOPNOTSUPP). It fails
 // with EEXIST when the table exists, or EPERM when another socket owns it.
-func (b *Batch) AddOwnedTable(f Family, name, comment string) {
+func (b *batch) AddOwnedTable(f Family, name, comment string) {
 	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.u32(unix.NFTA_TABLE_FLAGS, NftTableFOwner)
 	if comment != "" {
-		b.commentAttr(nftaTableUserdata, 0, ClampComment(comment))
+		b.commentAttr(nftaTableUserdata, 0, clampComment(comment))
 	}
 	b.end()
 }
 
-func (b *Batch) DelTable(f Family, name string) {
+func (b *batch) DelTable(f Family, name string) {
 	b.begin(unix.NFT_MSG_DELTABLE, 0, f)
 	b.str(unix.NFTA_TABLE_NAME, name)
 	b.end()
 }
 
-func (b *Batch) delSet(f Family, table, name string) {
+func (b *batch) delSet(f Family, table, name string) {
 	b.begin(unix.NFT_MSG_DELSET, 0, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, name)
@@ -331,7 +333,7 @@ func (b *Batch) delSet(f Family, table, name string) {
 }
 
 // delObj deletes a stateful object, named by its type and name.
-func (b *Batch) delObj(f Family, table string, o KernelObject) {
+func (b *batch) delObj(f Family, table string, o kernelObject) {
 	b.begin(unix.NFT_MSG_DELOBJ, 0, f)
 	b.str(unix.NFTA_OBJ_TABLE, table)
 	b.str(unix.NFTA_OBJ_NAME, o.Name)
@@ -339,7 +341,7 @@ func (b *Batch) delObj(f Family, table string, o KernelObject) {
 	b.end()
 }
 
-func (b *Batch) delFlowtable(f Family, table, name string) {
+func (b *batch) delFlowtable(f Family, table, name string) {
 	b.begin(unix.NFT_MSG_DELFLOWTABLE, 0, f)
 	b.str(nftaFlowtableTable, table)
 	b.str(nftaFlowtableName, name)
@@ -351,7 +353,7 @@ var hookNumbers = map[string]uint32{
 	"output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING,
 }
 
-func (b *Batch) AddChain(f Family, table string, c *Chain) {
+func (b *batch) AddChain(f Family, table string, c *Chain) {
 	b.begin(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_CHAIN_TABLE, table)
 	b.str(unix.NFTA_CHAIN_NAME, c.Name)
@@ -364,12 +366,12 @@ func (b *Batch) AddChain(f Family, table string, c *Chain) {
 		b.str(unix.NFTA_CHAIN_TYPE, h.Type)
 	}
 	if c.Comment != "" {
-		b.commentAttr(nftaChainUserdata, 0, ClampComment(c.Comment))
+		b.commentAttr(nftaChainUserdata, 0, clampComment(c.Comment))
 	}
 	b.end()
 }
 
-func (b *Batch) DelChain(f Family, table, name string) {
+func (b *batch) DelChain(f Family, table, name string) {
 	b.begin(unix.NFT_MSG_DELCHAIN, 0, f)
 	b.str(unix.NFTA_CHAIN_TABLE, table)
 	b.str(unix.NFTA_CHAIN_NAME, name)
@@ -377,7 +379,7 @@ func (b *Batch) DelChain(f Family, table, name string) {
 }
 
 // FlushChain deletes every rule of a chain; with chain == "" of the whole table.
-func (b *Batch) FlushChain(f Family, table, chain string) {
+func (b *batch) FlushChain(f Family, table, chain string) {
 	b.begin(unix.NFT_MSG_DELRULE, 0, f)
 	b.str(unix.NFTA_RULE_TABLE, table)
 	if chain != "" {
@@ -386,7 +388,7 @@ func (b *Batch) FlushChain(f Family, table, chain string) {
 	b.end()
 }
 
-func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
+func (b *batch) AddRule(f Family, table, chain string, r Rule) {
 	b.begin(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, f)
 	b.str(unix.NFTA_RULE_TABLE, table)
 	b.str(unix.NFTA_RULE_CHAIN, chain)
@@ -401,14 +403,14 @@ func (b *Batch) AddRule(f Family, table, chain string, r Rule) {
 	}
 	b.unnest()
 	if r.Comment != "" {
-		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, ClampComment(r.Comment))
+		b.commentAttr(unix.NFTA_RULE_USERDATA, 0, clampComment(r.Comment))
 	}
 	b.end()
 }
 
 // addChainRules adds the rules of chains, in order.
-func (b *Batch) addChainRules(f Family, table string, chains []*Chain) {
-	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *Batch, i int) {
+func (b *batch) addChainRules(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(i int) int { return len(chains[i].Rules) }, func(part *batch, i int) {
 		for _, r := range chains[i].Rules {
 			part.AddRule(f, table, chains[i].Name, r)
 		}
@@ -416,8 +418,8 @@ func (b *Batch) addChainRules(f Family, table string, chains []*Chain) {
 }
 
 // AddChains adds chains (without their rules), in order.
-func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
-	b.writeEach(len(chains), func(int) int { return 1 }, func(part *Batch, i int) {
+func (b *batch) AddChains(f Family, table string, chains []*Chain) {
+	b.writeEach(len(chains), func(int) int { return 1 }, func(part *batch, i int) {
 		part.AddChain(f, table, chains[i])
 	})
 }
@@ -427,8 +429,8 @@ func (b *Batch) AddChains(f Family, table string, chains []*Chain) {
 // messages are encoded on all CPUs, each part into a batch of its own
 // whose messages are numbered as they will stand in this one, then joined
 // in order; small ones straight into b.
-func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, i int)) {
-	parts := make([]*Batch, parallelParts(n, ParallelMin))
+func (b *batch) writeEach(n int, count func(i int) int, write func(part *batch, i int)) {
+	parts := make([]*batch, parallel.Parts(n, ParallelMin))
 	if len(parts) == 1 {
 		for i := range n {
 			write(b, i)
@@ -437,13 +439,13 @@ func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, 
 	}
 	seq := b.seq
 	for p := range parts {
-		parts[p] = &Batch{seq: seq}
-		lo, hi := partRange(n, len(parts), p)
+		parts[p] = &batch{seq: seq}
+		lo, hi := parallel.Range(n, len(parts), p)
 		for i := lo; i < hi; i++ {
 			seq += uint32(count(i))
 		}
 	}
-	inParallel(n, func(p, lo, hi int) {
+	parallel.Run(n, ParallelMin, func(p, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			write(parts[p], i)
 		}
@@ -455,7 +457,7 @@ func (b *Batch) writeEach(n int, count func(i int) int, write func(part *Batch, 
 
 // join appends the messages of part, which was numbered to follow b's.
 // Like b's own, part's last message is still being written: it stays so.
-func (b *Batch) join(part *Batch) {
+func (b *batch) join(part *batch) {
 	if part.count == 0 {
 		return
 	}
@@ -472,8 +474,8 @@ func (b *Batch) join(part *Batch) {
 	}
 }
 
-// ConcatType is nft's id for a concatenation of datatypes (6 bits each).
-func ConcatType(f Family, key []Field) uint32 {
+// concatType is nft's id for a concatenation of datatypes (6 bits each).
+func concatType(f Family, key []Field) uint32 {
 	var t uint32
 	for _, fl := range key {
 		_, id := fl.datatype(f)
@@ -482,7 +484,7 @@ func ConcatType(f Family, key []Field) uint32 {
 	return t
 }
 
-func KeyLen(f Family, key []Field) uint32 {
+func keyLen(f Family, key []Field) uint32 {
 	var n uint32
 	for _, fl := range key {
 		n += (fl.size(f) + 3) &^ 3
@@ -490,7 +492,7 @@ func KeyLen(f Family, key []Field) uint32 {
 	return n
 }
 
-func (b *Batch) addMap(f Family, table string, m *Map, id uint32) {
+func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, m.Name)
@@ -499,21 +501,21 @@ func (b *Batch) addMap(f Family, table string, m *Map, id uint32) {
 	} else {
 		b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
 	}
-	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, m.Key))
-	b.u32(unix.NFTA_SET_KEY_LEN, KeyLen(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, m.Key))
+	b.u32(unix.NFTA_SET_KEY_LEN, keyLen(f, m.Key))
 	if !m.Plain {
 		b.u32(unix.NFTA_SET_DATA_TYPE, VerdictType)
 		b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	}
 	b.u32(unix.NFTA_SET_ID, id)
 	if m.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(m.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, clampComment(m.Comment))
 	}
 	b.end()
 }
 
 // flushMap deletes every element of a map.
-func (b *Batch) flushMap(f Family, table string, m *Map) {
+func (b *batch) flushMap(f Family, table string, m *Map) {
 	b.begin(unix.NFT_MSG_DELSETELEM, 0, f)
 	b.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	b.str(unix.NFTA_SET_ELEM_LIST_SET, m.Name)
@@ -524,7 +526,7 @@ func (b *Batch) flushMap(f Family, table string, m *Map) {
 // attribute limit.
 const elemChunk = 256
 
-func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Element) {
+func (b *batch) Elements(add bool, f Family, table string, m *Map, elems []Element) {
 	b.elementMessages(add, f, table, m.Name, len(elems), func(i int) {
 		e := elems[i]
 		b.nest(unix.NFTA_SET_ELEM_KEY)
@@ -545,7 +547,7 @@ func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 			b.unnest()
 		}
 		if e.Comment != "" {
-			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, ClampComment(e.Comment))
+			b.commentAttr(unix.NFTA_SET_ELEM_USERDATA, 0, clampComment(e.Comment))
 		}
 	})
 }
@@ -553,7 +555,7 @@ func (b *Batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 // elementMessages adds (NEWSETELEM) or deletes (DELSETELEM) n elements of
 // a set or map, elemChunk to a message; elem writes element i's attributes
 // inside its NFTA_LIST_ELEM.
-func (b *Batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
+func (b *batch) elementMessages(add bool, f Family, table, set string, n int, elem func(i int)) {
 	typ, flags := uint16(unix.NFT_MSG_DELSETELEM), uint16(0)
 	if add {
 		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
@@ -597,7 +599,7 @@ func encodeKey(f Family, key []Field, k Key) []byte {
 // finish closes the batch, asking for an ack on the last real message only:
 // errors are reported whatever the flags, and the kernel processes the whole
 // batch before it answers, so that one ack tells us the batch is done.
-func (b *Batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
+func (b *batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 	if b.err != nil {
 		return nil, 0, b.err
 	}
@@ -613,12 +615,12 @@ func (b *Batch) finish() (chunks [][]byte, lastSeq uint32, err error) {
 }
 
 // Messages is how many object messages (not counting begin/end) the batch holds.
-func (b *Batch) Messages() int { return b.count - 1 }
+func (b *batch) Messages() int { return b.count - 1 }
 
 // describe says what the message with that sequence number did, read back
 // from its encoding (a description kept per message would cost as much
 // memory as a tenth of a full sync's batch, for the rare refusal).
-func (b *Batch) describe(seq uint32) string {
+func (b *batch) describe(seq uint32) string {
 	if msg := b.message(seq); msg != nil {
 		if what := describeMessage(msg); what != "" {
 			return what
@@ -628,7 +630,7 @@ func (b *Batch) describe(seq uint32) string {
 }
 
 // message finds the encoded message with that sequence number.
-func (b *Batch) message(seq uint32) []byte {
+func (b *batch) message(seq uint32) []byte {
 	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.Buf) {
 		for len(c) >= nlmsgHdrLen {
 			l := int(binary.NativeEndian.Uint32(c))

@@ -46,12 +46,12 @@ delete element ip t ips { 10.0.0.2 }
 
 	for _, tc := range []struct {
 		name string
-		ks   KernelSet
+		ks   kernelSet
 		ok   bool
 	}{
-		{"a plain set", KernelSet{KeyType: ConcatType(IPv4, set.Key), KeyLen: KeyLen(IPv4, set.Key), Udata: CommentUdata(SetCommentType, set.Comment)}, true},
-		{"a verdict map", KernelSet{Flags: unix.NFT_SET_MAP, KeyType: ConcatType(IPv4, set.Key), KeyLen: KeyLen(IPv4, set.Key), DataType: VerdictType,
-			Udata: CommentUdata(SetCommentType, set.Comment)}, false},
+		{"a plain set", kernelSet{KeyType: concatType(IPv4, set.Key), KeyLen: keyLen(IPv4, set.Key), Udata: commentUdata(SetCommentType, set.Comment)}, true},
+		{"a verdict map", kernelSet{Flags: unix.NFT_SET_MAP, KeyType: concatType(IPv4, set.Key), KeyLen: keyLen(IPv4, set.Key), DataType: VerdictType,
+			Udata: commentUdata(SetCommentType, set.Comment)}, false},
 	} {
 		if got := mapMismatch(IPv4, &tc.ks, set); (got == "") != tc.ok {
 			t.Errorf("%s: mismatch %q, want none: %v", tc.name, got, tc.ok)

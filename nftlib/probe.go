@@ -26,7 +26,7 @@ type feature struct {
 	intervals bool
 	// write adds the objects that use the feature to the scratch table,
 	// which the probe creates (with a comment) before and deletes after.
-	write func(b *Batch, f Family, table string)
+	write func(b *batch, f Family, table string)
 	// kept, for a feature that an older kernel ignores without an error
 	// (an attribute it does not know), checks the kernel's echo of the
 	// objects written with NLM_F_ECHO.
@@ -97,11 +97,11 @@ func (e *MissingFeatureError) Unwrap() error { return e.Err }
 // probeKernel is what the probe needs of a Kernel (tests fake it): one
 // transaction, and the messages the kernel echoed.
 type probeKernel interface {
-	probeApply(b *Batch) ([]syscall.NetlinkMessage, error)
+	probeApply(b *batch) ([]syscall.NetlinkMessage, error)
 }
 
-func (k *Kernel) probeApply(b *Batch) ([]syscall.NetlinkMessage, error) {
-	defer k.Finished(b)
+func (k *Kernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error) {
+	defer k.finished(b)
 	var echo []syscall.NetlinkMessage
 	err := k.apply(b, func(m syscall.NetlinkMessage) { echo = append(echo, m) })
 	return echo, err
@@ -149,7 +149,7 @@ func (feat feature) missing(f Family, err error) *MissingFeatureError {
 // writeProbe writes one feature's transaction: create the scratch table
 // (NLM_F_EXCL: never someone else's table of that name), the feature's
 // objects, and delete the table.
-func writeProbe(b *Batch, f Family, table string, feat feature) {
+func writeProbe(b *batch, f Family, table string, feat feature) {
 	b.begin(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ECHO, f)
 	b.str(unix.NFTA_TABLE_NAME, table)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)

@@ -27,20 +27,20 @@ func probeAddr(f Family) netip.Addr {
 }
 
 // probeRule adds a base chain "probe" on hook h with one rule of terms.
-func probeRule(b *Batch, f Family, table string, h Hook, terms ...Term) {
+func probeRule(b *batch, f Family, table string, h Hook, terms ...Term) {
 	b.AddChain(f, table, &Chain{Name: "probe", Hook: &h})
 	b.AddRule(f, table, "probe", R(terms...))
 }
 
 // probeTerms probes terms in a nat prerouting chain, where DNAT rules
 // run.
-func probeTerms(terms ...Term) func(b *Batch, f Family, table string) {
-	return func(b *Batch, f Family, table string) {
+func probeTerms(terms ...Term) func(b *batch, f Family, table string) {
+	return func(b *batch, f Family, table string) {
 		probeRule(b, f, table, probeNATPrerouting, terms...)
 	}
 }
 
-func probeBaseChains(b *Batch, f Family, table string) {
+func probeBaseChains(b *batch, f Family, table string) {
 	for i, h := range []Hook{probeNATPrerouting, probeNATPostrouting,
 		{Type: "nat", Hook: "output", Priority: -100}, {Type: "filter", Hook: "prerouting", Priority: -110},
 		probeFilterInput, {Type: "filter", Hook: "forward", Priority: 0}, {Type: "filter", Hook: "output", Priority: 0}} {
@@ -48,7 +48,7 @@ func probeBaseChains(b *Batch, f Family, table string) {
 	}
 }
 
-func probeVmap(b *Batch, f Family, table string) {
+func probeVmap(b *batch, f Family, table string) {
 	m := &Map{Name: "probe-vmap", Key: []Field{FieldDaddr, FieldL4Proto, FieldDport}}
 	b.addMap(f, table, m, 1)
 	b.Elements(true, f, table, m, []Element{{Key: Key{Addr: probeAddr(f), Proto: unix.IPPROTO_TCP, Port: 80},
@@ -56,25 +56,25 @@ func probeVmap(b *Batch, f Family, table string) {
 	probeRule(b, f, table, probeNATPrerouting, Vmap(m.Name, m.Key...))
 }
 
-func probeDNAT(b *Batch, f Family, table string) {
+func probeDNAT(b *batch, f Family, table string) {
 	probeRule(b, f, table, probeNATPrerouting, ProtoMatch{Proto: unix.IPPROTO_TCP}, DNAT{Addr: probeAddr(f), Port: 8080})
 }
 
-func probeMasquerade(b *Batch, f Family, table string) {
+func probeMasquerade(b *batch, f Family, table string) {
 	probeRule(b, f, table, probeNATPostrouting, MarkZero{Bit: 0x4000}, Masquerade{})
 }
 
-func probeReject(b *Batch, f Family, table string) {
+func probeReject(b *batch, f Family, table string) {
 	probeRule(b, f, table, probeFilterInput, ProtoMatch{Proto: unix.IPPROTO_TCP}, Reject{})
 }
 
-func probeSticky(b *Batch, f Family, table string) {
+func probeSticky(b *batch, f Family, table string) {
 	b.addStickySet(f, table, 1)
 	probeRule(b, f, table, probeNATPrerouting,
 		StickyMatch{ID: 1}, StickyUpdate{ID: 1, Timeout: 3 * time.Hour})
 }
 
-func probeIntervalConcat(b *Batch, f Family, table string) {
+func probeIntervalConcat(b *batch, f Family, table string) {
 	key := []Field{FieldDaddr, FieldL4Proto, FieldDport, FieldSaddr}
 	s := &Set{Name: "probe-interval", Key: key, Interval: true, Comment: probeComment}
 	b.addSet(f, table, s, 1)
@@ -84,13 +84,13 @@ func probeIntervalConcat(b *Batch, f Family, table string) {
 }
 
 // probeChainComment adds a commented chain whose creation the kernel echoes.
-func probeChainComment(b *Batch, f Family, table string) {
+func probeChainComment(b *batch, f Family, table string) {
 	b.AddChain(f, table, &Chain{Name: "probe-comment", Comment: probeComment})
 	b.echoLast()
 }
 
 // echoLast asks the kernel to echo the message just written (NLM_F_ECHO).
-func (b *Batch) echoLast() {
+func (b *batch) echoLast() {
 	flags := binary.NativeEndian.Uint16(b.Buf[b.start+6:])
 	binary.NativeEndian.PutUint16(b.Buf[b.start+6:], flags|unix.NLM_F_ECHO)
 }

@@ -28,7 +28,7 @@ type fakeProbeKernel struct {
 }
 
 // batchMessages splits a finished batch into its netlink messages.
-func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
+func batchMessages(t *testing.T, b *batch) []syscall.NetlinkMessage {
 	t.Helper()
 	chunks, _, err := b.finish()
 	if err != nil {
@@ -46,7 +46,7 @@ func batchMessages(t *testing.T, b *Batch) []syscall.NetlinkMessage {
 	return msgs
 }
 
-func (k *fakeProbeKernel) probeApply(b *Batch) ([]syscall.NetlinkMessage, error) {
+func (k *fakeProbeKernel) probeApply(b *batch) ([]syscall.NetlinkMessage, error) {
 	k.txs++
 	msgs := batchMessages(k.t, b)
 	k.checkScratch(msgs)
@@ -102,7 +102,7 @@ func (k *fakeProbeKernel) without(typ uint16, data []byte) []byte {
 		if drop, ok := k.ignoreAttrs[typ]; ok && drop == a.typ {
 			return
 		}
-		b := &Batch{}
+		b := &batch{}
 		b.attr(a.typ, a.data)
 		out = append(out, b.Buf...)
 	})
@@ -230,12 +230,12 @@ func TestKernelProbeFeatures(t *testing.T) {
 		}
 	}
 	uncommented := feature{name: "chain comments", kernel: "NFTA_CHAIN_USERDATA", since: "5.10",
-		write: func(b *Batch, f Family, table string) {
+		write: func(b *batch, f Family, table string) {
 			b.AddChain(f, table, &Chain{Name: "probe-comment"})
 			b.echoLast()
 		},
 		kept: features()[len(features())-1].kept}
-	b := k.NewBatch()
+	b := k.startBatch()
 	writeProbe(b, IPv4, scratchTableName(), uncommented)
 	echo, err := k.probeApply(b)
 	if err != nil {

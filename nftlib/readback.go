@@ -19,9 +19,9 @@ type KernelTable struct {
 	Flags  uint32
 	Owner  uint32 // the netlink port id of an owner-flagged table's owner
 	Udata  []byte
-	Chains map[string]*KernelChain
-	Sets   map[string]*KernelSet
-	Objs   []KernelObject
+	Chains map[string]*kernelChain
+	Sets   map[string]*kernelSet
+	Objs   []kernelObject
 	// Flowtables are the names of the table's flowtables.
 	Flowtables []string
 	// Stateful is set once objs and flowtables were read.
@@ -33,8 +33,8 @@ func (kt *KernelTable) counted() int {
 	return len(kt.Chains) + len(kt.Sets) + len(kt.Objs) + len(kt.Flowtables)
 }
 
-// KernelChain is a chain's attributes as the kernel reports them.
-type KernelChain struct {
+// kernelChain is a chain's attributes as the kernel reports them.
+type kernelChain struct {
 	Base     bool
 	typ      string
 	hook     uint32
@@ -46,20 +46,20 @@ type KernelChain struct {
 
 // binding reports an anonymous chain (nft's `jump { ... }`): it belongs to
 // the rule that jumps to it, and goes with that rule.
-func (kc *KernelChain) binding() bool { return kc.Flags&NftChainBinding != 0 }
+func (kc *kernelChain) binding() bool { return kc.Flags&NftChainBinding != 0 }
 
-// KernelSet is a set's or map's attributes as the kernel reports them.
-type KernelSet struct {
+// kernelSet is a set's or map's attributes as the kernel reports them.
+type kernelSet struct {
 	Flags, KeyType, KeyLen, DataType, dataLen uint32
 	Udata                                     []byte
 }
 
 // anonymous reports a set or map of one rule (nft's `{ ... }` and
 // `vmap { ... }`): it goes with the rule, and cannot be deleted alone.
-func (ks *KernelSet) anonymous() bool { return ks.Flags&unix.NFT_SET_ANONYMOUS != 0 }
+func (ks *kernelSet) anonymous() bool { return ks.Flags&unix.NFT_SET_ANONYMOUS != 0 }
 
-// KernelObject is a stateful object (counter, quota, ct helper, limit...).
-type KernelObject struct {
+// kernelObject is a stateful object (counter, quota, ct helper, limit...).
+type kernelObject struct {
 	Type uint32 // NFT_OBJECT_*
 	Name string
 }
@@ -70,7 +70,7 @@ var objectKinds = map[uint32]string{
 	6: "tunnel", 7: "ct timeout", 8: "secmark", 9: "ct expectation", 10: "synproxy",
 }
 
-func (o KernelObject) kind() string {
+func (o kernelObject) kind() string {
 	if n, ok := objectKinds[o.Type]; ok {
 		return n
 	}
@@ -144,7 +144,7 @@ func (kt *KernelTable) Comment() string { return udataComment(kt.Udata) }
 func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, error) {
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
-		out[n] = &KernelTable{Chains: map[string]*KernelChain{}, Sets: map[string]*KernelSet{}}
+		out[n] = &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}}
 	}
 	err := k.dump(unix.NFT_MSG_GETTABLE, f, nil, func(p []byte) error {
 		var name string
@@ -176,9 +176,9 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, 
 
 // readSets reads the attributes of a table's sets and maps.
 func (k *Kernel) readSets(f Family, name string, kt *KernelTable) error {
-	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *Batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
+	err := k.dump(unix.NFT_MSG_GETSET, f, func(m *batch) { m.str(unix.NFTA_SET_TABLE, name) }, func(p []byte) error {
 		var set string
-		s := &KernelSet{}
+		s := &kernelSet{}
 		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_SET_NAME:
@@ -238,8 +238,8 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable)
 // readStateful reads a table's objects and flowtables.
 func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	kt.Stateful = true
-	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *Batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
-		var o KernelObject
+	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
+		var o kernelObject
 		forAttrs(p, func(a nlAttr) {
 			switch a.typ {
 			case unix.NFTA_OBJ_NAME:
@@ -254,7 +254,7 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	if err != nil {
 		return fmt.Errorf("listing objects of %s %s: %w", f, name, err)
 	}
-	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *Batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
+	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
 		forAttrs(p, func(a nlAttr) {
 			if a.typ == nftaFlowtableName {
 				kt.Flowtables = append(kt.Flowtables, a.str())
@@ -269,8 +269,8 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 }
 
 // parseChain reads a chain message's table, name and attributes.
-func parseChain(p []byte) (table, name string, c *KernelChain) {
-	c = &KernelChain{}
+func parseChain(p []byte) (table, name string, c *kernelChain) {
+	c = &kernelChain{}
 	forAttrs(p, func(a nlAttr) {
 		switch a.typ {
 		case unix.NFTA_CHAIN_TABLE:
@@ -306,7 +306,7 @@ const getChainsBatch = 256
 
 // getChains asks for the named chains of a table, many requests per
 // message, and puts those the kernel has into chains.
-func (k *Kernel) getChains(f Family, table string, names []string, chains map[string]*KernelChain) error {
+func (k *Kernel) getChains(f Family, table string, names []string, chains map[string]*kernelChain) error {
 	if k.dumpBuf == nil {
 		k.dumpBuf = make([]byte, 64<<10)
 	}
@@ -315,7 +315,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 		var req []byte
 		first := k.seq
 		for _, name := range names[:n] {
-			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *Batch) {
+			m, _ := k.request(unix.NFT_MSG_GETCHAIN, 0, f, func(m *batch) {
 				m.str(unix.NFTA_CHAIN_TABLE, table)
 				m.str(unix.NFTA_CHAIN_NAME, name)
 			})
@@ -371,7 +371,7 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 // rules from the first again, which makes a table-wide dump quadratic in
 // its rules; one dump per chain stays linear.
 func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain string, exprs, udata []byte)) error {
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_RULE_TABLE, table)
 		if chain != "" {
 			m.str(unix.NFTA_RULE_CHAIN, chain)
@@ -413,7 +413,7 @@ func (k *Kernel) dumpElements(f Family, table, set string, fn func(e kElement)) 
 
 // dumpRawElements calls fn with the attributes of each element of a set.
 func (k *Kernel) dumpRawElements(f Family, table, set string, fn func(el []byte)) error {
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		m.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 	}

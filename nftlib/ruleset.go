@@ -71,8 +71,9 @@ type Table struct {
 	Family  Family
 	Name    string
 	Comment string
-	// Secondary marks a table besides its family's main one (the nftables
-	// mode's delta and sticky tables): Ruleset.Table returns the main one.
+	// Secondary marks a table besides its family's main one (a caller's
+	// extra tables at other priorities), for readers that want one table
+	// a family.
 	Secondary bool
 	Maps      []*Map
 	// Sticky declares the table's sticky set (see sticky.go).
@@ -259,17 +260,7 @@ func (t *Table) fragmentKeys() []string {
 	return keys
 }
 
-// Table returns the ruleset's main table of that family, or nil.
-func (rs *Ruleset) Table(f Family) *Table {
-	for _, t := range rs.Tables {
-		if t.Family == f && !t.Secondary {
-			return t
-		}
-	}
-	return nil
-}
-
-func EqualChains(a, b *Chain) bool {
+func equalChains(a, b *Chain) bool {
 	if a == b {
 		return true
 	}

@@ -68,7 +68,7 @@ func (k *Kernel) scopedTable(t *Table, d *drift, r *scopedRepair) error {
 	switch {
 	case kt == nil || !kt.Exists:
 		return errors.New("the table is missing")
-	case !bytes.Equal(kt.Udata, CommentUdata(0, t.Comment)):
+	case !bytes.Equal(kt.Udata, commentUdata(0, t.Comment)):
 		return errors.New("the table's comment differs")
 	case kt.Flags != 0:
 		d.add("table %s %s: flags 0x%x, want 0", t.Family, t.Name, kt.Flags)
@@ -167,7 +167,7 @@ func (k *Kernel) scopedChains(t *Table, names, stale []string, d *drift, r *scop
 		return nil
 	}
 	ours, _ := t.chainsNamed(names)
-	have := make(map[string]*KernelChain, len(names))
+	have := make(map[string]*kernelChain, len(names))
 	if err := k.getChains(t.Family, t.Name, names, have); err != nil {
 		return fmt.Errorf("reading chains %v: %w", names, err)
 	}
@@ -210,11 +210,11 @@ func (k *Kernel) scopedRules(f Family, table string, c *Chain, d *drift, r *scop
 	if err != nil {
 		return err
 	}
-	scratch := &Batch{}
+	scratch := &batch{}
 	var cw []byte
 	same := func(kr keptRule, r Rule) bool {
 		cw, _ = canonExprs(cw[:0], ruleExprs(scratch, f, r))
-		return kr.ok && bytes.Equal(kr.canon, cw) && bytes.Equal(kr.udata, CommentUdata(0, r.Comment))
+		return kr.ok && bytes.Equal(kr.canon, cw) && bytes.Equal(kr.udata, commentUdata(0, r.Comment))
 	}
 	j, extra := 0, map[int]uint64{}
 	for i, kr := range kept {
@@ -254,7 +254,7 @@ func rulesDiffer(f Family, c *Chain, kept []keptRule, same func(keptRule, Rule) 
 // chainRules reads the rules of one chain, in order.
 func (k *Kernel) chainRules(f Family, table, chain string) ([]keptRule, error) {
 	var out []keptRule
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_RULE_TABLE, table)
 		m.str(unix.NFTA_RULE_CHAIN, chain)
 	}
@@ -289,7 +289,7 @@ func (k *Kernel) chainRules(f Family, table, chain string) ([]keptRule, error) {
 // scopedChain compares one chain's attributes: ours (c) with the kernel's
 // (kc). It reports whether the rules are to be compared; the repair of a
 // chain whose attributes differ is added to r.
-func scopedChain(name string, c *Chain, kc *KernelChain, d *drift, r *scopedRepair) (compare bool, err error) {
+func scopedChain(name string, c *Chain, kc *kernelChain, d *drift, r *scopedRepair) (compare bool, err error) {
 	switch {
 	case c == nil && (kc == nil || kc.binding()):
 		// Came and went, or belongs to a rule (whose chain is named too).
@@ -324,7 +324,7 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	if len(names) == 0 {
 		return nil
 	}
-	kt := &KernelTable{Sets: map[string]*KernelSet{}}
+	kt := &KernelTable{Sets: map[string]*kernelSet{}}
 	if err := k.readSets(t.Family, t.Name, kt); err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 }
 
 // scopedSticky creates the sticky set again when it is missing.
-func scopedSticky(f Family, ks *KernelSet, d *drift, r *scopedRepair) error {
+func scopedSticky(f Family, ks *kernelSet, d *drift, r *scopedRepair) error {
 	if ks == nil {
 		d.add("set %s: missing", SetSticky)
 		r.fix.newSticky = true

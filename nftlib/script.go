@@ -24,7 +24,7 @@ func (s *scriptWriter) delSet(f Family, table, name string) {
 	s.line("delete set %s %s %s", f, table, name)
 }
 
-func (s *scriptWriter) delObj(f Family, table string, o KernelObject) {
+func (s *scriptWriter) delObj(f Family, table string, o kernelObject) {
 	s.line("delete %s %s %s %s", o.kind(), f, table, o.Name)
 }
 

@@ -21,9 +21,9 @@ func TestKernelSendBufferTooSmall(t *testing.T) {
 	var setID uint32
 	x.Write(tx, &setID)
 	err := k.CommitTx(tx)
-	var big *TxTooLargeError
+	var big *txTooLargeError
 	if !errors.Is(err, ErrTxTooLarge) || !errors.As(err, &big) || big.Size <= big.Limit {
-		t.Fatalf("commit error = %v, want a TxTooLargeError", err)
+		t.Fatalf("commit error = %v, want ErrTxTooLarge with the sizes", err)
 	}
 	for _, s := range []string{"CAP_NET_ADMIN", "net.core.wmem_max"} {
 		if !strings.Contains(err.Error(), s) {

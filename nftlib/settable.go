@@ -94,7 +94,7 @@ func (s *Set) keyLen(f Family) uint32 {
 	if len(s.Key) == 1 {
 		return s.Key[0].size(f)
 	}
-	return KeyLen(f, s.Key)
+	return keyLen(f, s.Key)
 }
 
 // key encodes an element's key; with end, the last address of an

@@ -30,7 +30,7 @@ func (k *Kernel) SetTableDrift(want *SetTable) ([]string, error) {
 	if kt.Flags != 0 {
 		d.add("table %s %s: flags 0x%x, want 0", f, want.Name, kt.Flags)
 	}
-	if !bytes.Equal(kt.Udata, CommentUdata(0, want.Comment)) {
+	if !bytes.Equal(kt.Udata, commentUdata(0, want.Comment)) {
 		d.add("table %s %s: comment differs", f, want.Name)
 	}
 	for _, c := range want.Chains {

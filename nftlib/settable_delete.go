@@ -5,7 +5,7 @@ import "fmt"
 // DeleteSetTables deletes those of the tables (by family and name) that the
 // kernel has, in one transaction; removed is false when none was there.
 func (k *Kernel) DeleteSetTables(tables ...*SetTable) (removed bool, err error) {
-	b := k.NewBatch()
+	b := k.startBatch()
 	for _, t := range tables {
 		kts, err := k.ReadFamily(t.Family, []string{t.Name}, nil)
 		if err != nil {
@@ -18,8 +18,8 @@ func (k *Kernel) DeleteSetTables(tables ...*SetTable) (removed bool, err error) 
 	if b.Messages() == 0 {
 		return false, nil
 	}
-	err = k.Apply(b)
-	k.Finished(b)
+	err = k.commit(b)
+	k.finished(b)
 	if err != nil {
 		return false, fmt.Errorf("deleting tables: %w", err)
 	}

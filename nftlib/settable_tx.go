@@ -23,7 +23,7 @@ type setTxWriter interface {
 }
 
 var (
-	_ setTxWriter = (*Batch)(nil)
+	_ setTxWriter = (*batch)(nil)
 	_ setTxWriter = (*scriptWriter)(nil)
 )
 
@@ -79,13 +79,13 @@ func writeElementChanges(w setTxWriter, changes []SetElementChange) error {
 // ReplaceSetTables writes the tables whole, with their elements, in one
 // transaction.
 func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
-	b := k.NewBatch()
+	b := k.startBatch()
 	var id uint32
 	for _, t := range tables {
 		t.writeReplace(b, &id)
 	}
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	return err
 }
 
@@ -93,23 +93,16 @@ func (k *Kernel) ReplaceSetTables(tables ...*SetTable) error {
 // all of them or, when the kernel refuses one (an element added twice with
 // other data, one deleted that is not there), none.
 func (k *Kernel) ApplySetElements(changes []SetElementChange) error {
-	b := k.NewBatch()
+	b := k.startBatch()
 	if err := writeElementChanges(b, changes); err != nil {
 		return err
 	}
 	if b.Messages() == 0 {
 		return nil
 	}
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.commit(b)
+	k.finished(b)
 	return err
-}
-
-// SetElementScript is element changes as nft commands, for tests and debugging.
-func SetElementScript(changes []SetElementChange) (string, error) {
-	var s scriptWriter
-	err := writeElementChanges(&s, changes)
-	return s.B.String(), err
 }
 
 // ReadSetTable reads back what the kernel holds of want's table: the
@@ -161,14 +154,14 @@ func (k *Kernel) ReadSetTable(want *SetTable) (elems map[string][]SetElement, di
 	return elems, append(diffs, d.list()...), nil
 }
 
-func setMismatch(f Family, ks *KernelSet, s *Set) string {
+func setMismatch(f Family, ks *kernelSet, s *Set) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case ks.Flags != s.flags() || ks.KeyType != ConcatType(f, s.Key) || ks.KeyLen != s.keyLen(f) || ks.DataType != 0:
+	case ks.Flags != s.flags() || ks.KeyType != concatType(f, s.Key) || ks.KeyLen != s.keyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, s.flags(), ConcatType(f, s.Key), s.keyLen(f))
-	case !bytes.Equal(ks.Udata, CommentUdata(SetCommentType, s.Comment)):
+			ks.Flags, ks.KeyType, ks.KeyLen, s.flags(), concatType(f, s.Key), s.keyLen(f))
+	case !bytes.Equal(ks.Udata, commentUdata(SetCommentType, s.Comment)):
 		return "comment differs"
 	}
 	return ""
@@ -187,7 +180,7 @@ const (
 func (k *Kernel) readSetElements(f Family, table string, s *Set) ([]SetElement, error) {
 	var out []SetElement
 	var bad error
-	attrs := func(m *Batch) {
+	attrs := func(m *batch) {
 		m.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 		m.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 	}
@@ -284,12 +277,12 @@ func prefixOfRange(lo, hi netip.Addr) (netip.Prefix, bool) {
 }
 
 // addSet declares a plain set (nft's `add set`).
-func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
+func (b *batch) addSet(f Family, table string, s *Set, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, s.Name)
 	b.u32(unix.NFTA_SET_FLAGS, s.flags())
-	b.u32(unix.NFTA_SET_KEY_TYPE, ConcatType(f, s.Key))
+	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, s.Key))
 	b.u32(unix.NFTA_SET_KEY_LEN, s.keyLen(f))
 	b.u32(unix.NFTA_SET_ID, id)
 	if s.Interval {
@@ -305,13 +298,13 @@ func (b *Batch) addSet(f Family, table string, s *Set, id uint32) {
 		b.unnest()
 	}
 	if s.Comment != "" {
-		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, ClampComment(s.Comment))
+		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, clampComment(s.Comment))
 	}
 	b.end()
 }
 
 // setElements adds or deletes elements of a plain set.
-func (b *Batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
+func (b *batch) setElements(add bool, f Family, table string, s *Set, elems []SetElement) {
 	b.elementMessages(add, f, table, s.Name, len(elems), func(i int) {
 		b.nest(unix.NFTA_SET_ELEM_KEY)
 		b.attr(unix.NFTA_DATA_VALUE, s.key(f, elems[i], false))

@@ -134,7 +134,7 @@ func stickyUserdata(f Family) []byte {
 
 // addStickySet creates the sticky set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
-func (b *Batch) addStickySet(f Family, table string, id uint32) {
+func (b *batch) addStickySet(f Family, table string, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, SetSticky)

@@ -41,7 +41,7 @@ type Term interface {
 // its protocol starts as a ProtoMatch; a SetMatch is a one-field
 // SetLookup without one). It is a constant table: nothing writes it.
 var termKinds = [...]Term{
-	SetLookup{}, SetMatch{}, VmapLookup{},
+	SetLookup{}, SetMatch{}, vmapLookup{},
 	AddrMatch{}, ProtoMatch{}, PortMatch{}, FibLocal{}, CtState{}, CtStateNone{}, CtStatusNone{}, IfName{},
 	MarkIsSet{}, MarkZero{}, MarkSet{},
 	NumgenZero{}, StickyMatch{}, StickyUpdate{},

@@ -66,7 +66,7 @@ func (m AddrMatch) exprs(f Family) []expr.Any {
 
 // direct writes a whole-byte prefix of the family's address kind; the
 // others go through exprs.
-func (m AddrMatch) direct(b *Batch, f Family) bool {
+func (m AddrMatch) direct(b *batch, f Family) bool {
 	bits := m.Prefix.Bits()
 	if bits%8 != 0 || m.Prefix.Addr().Is4() != (f == IPv4) {
 		return false

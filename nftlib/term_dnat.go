@@ -24,7 +24,7 @@ func (d DNAT) exprs(f Family) []expr.Any {
 }
 
 // direct writes a DNAT to an address of the family (every endpoint's rule).
-func (d DNAT) direct(b *Batch, f Family) bool {
+func (d DNAT) direct(b *batch, f Family) bool {
 	if d.Addr.Is4() != (f == IPv4) {
 		return false
 	}

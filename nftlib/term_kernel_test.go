@@ -37,7 +37,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 				want[c.Name] = tc
 			}
 		}
-		b := k.NewBatch()
+		b := k.startBatch()
 		b.AddTable(f, tbl.Name, "")
 		b.AddChains(f, tbl.Name, tbl.Chains)
 		for i, m := range tbl.Maps {
@@ -46,7 +46,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 		}
 		b.addStickySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
 		b.addChainRules(f, tbl.Name, tbl.Chains)
-		if err := k.Apply(b); err != nil {
+		if err := k.commit(b); err != nil {
 			t.Fatalf("%s: writing every term: %v", f, err)
 		}
 		t.Logf("%s: %d examples through the kernel", f, len(want))
@@ -100,18 +100,18 @@ func takesLookupInMap(t *testing.T, k *Kernel) bool {
 	const table = "knp-probe-lookup"
 	m := &Map{Name: "m", Key: []Field{FieldSaddr}}
 	c := &Chain{Name: "c", Rules: []Rule{R(SetMatch{Field: FieldSaddr, Set: m.Name})}}
-	b := k.NewBatch()
+	b := k.startBatch()
 	b.AddTable(IPv4, table, "")
 	b.AddChains(IPv4, table, []*Chain{c})
 	b.addMap(IPv4, table, m, 1)
 	b.addChainRules(IPv4, table, []*Chain{c})
-	if err := k.Apply(b); err != nil {
+	if err := k.commit(b); err != nil {
 		t.Logf("this kernel refuses a lookup without a destination in a map (%v): such examples are not tried", err)
 		return false
 	}
-	b = k.NewBatch()
+	b = k.startBatch()
 	b.DelTable(IPv4, table)
-	if err := k.Apply(b); err != nil {
+	if err := k.commit(b); err != nil {
 		t.Fatal(err)
 	}
 	return true
@@ -122,9 +122,9 @@ func lookupFits(t *Table, set string, key []Field) bool {
 	if m == nil {
 		return false
 	}
-	n := KeyLen(t.Family, key)
+	n := keyLen(t.Family, key)
 	if len(key) == 1 {
 		n = key[0].size(t.Family)
 	}
-	return n == KeyLen(t.Family, m.Key)
+	return n == keyLen(t.Family, m.Key)
 }

@@ -19,7 +19,7 @@ func (n NumgenZero) exprs(Family) []expr.Any {
 	}
 }
 
-func (n NumgenZero) direct(b *Batch, _ Family) bool {
+func (n NumgenZero) direct(b *batch, _ Family) bool {
 	b.numgen(1, n.Mod, unix.NFT_NG_RANDOM, 0)
 	var zero [4]byte
 	b.cmp(1, expr.CmpOpEq, zero[:])

@@ -19,7 +19,7 @@ func (m PortMatch) exprs(f Family) []expr.Any {
 	}
 }
 
-func (m PortMatch) direct(b *Batch, _ Family) bool {
+func (m PortMatch) direct(b *batch, _ Family) bool {
 	b.payloadLoad(1, expr.PayloadBaseTransportHeader, 2, 2)
 	var port [2]byte
 	binary.BigEndian.PutUint16(port[:], m.Port)

@@ -16,7 +16,7 @@ func (m ProtoMatch) exprs(Family) []expr.Any {
 	}
 }
 
-func (m ProtoMatch) direct(b *Batch, _ Family) bool {
+func (m ProtoMatch) direct(b *batch, _ Family) bool {
 	b.meta(expr.MetaKeyL4PROTO, 1, false)
 	b.cmp(1, expr.CmpOpEq, []byte{m.Proto})
 	return true

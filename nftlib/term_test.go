@@ -112,7 +112,7 @@ func termCases(f Family) map[string][]termCase {
 			{term: LookupSet("svc", FieldDport).WithProto(unix.IPPROTO_UDP), want: []string{noMatch}},
 			{term: LookupSet("clients", FieldSaddr), decodesAs: SetMatch{Field: FieldSaddr, Set: "clients"}, want: []string{match}},
 		},
-		"VmapLookup": {
+		"vmapLookup": {
 			{term: Vmap("svc", svcKey...), want: []string{dnat + " masquerade"}},
 			{term: Vmap("clients", FieldSaddr), want: []string{noMatch}}, // accept
 			{term: Vmap("clients", FieldDaddr), want: []string{noMatch}}, // no element: the rule ends
@@ -189,12 +189,12 @@ func checkRoundTrip(t *testing.T, f Family, tc termCase) {
 	if text == "" || strings.Contains(text, "?") {
 		t.Errorf("text %q", text)
 	}
-	viaExprs := &Batch{}
+	viaExprs := &batch{}
 	for _, e := range tc.term.exprs(f) {
 		viaExprs.expr(f, e)
 	}
 	if d, ok := tc.term.(directTerm); ok {
-		direct := &Batch{}
+		direct := &batch{}
 		if d.direct(direct, f) && !bytes.Equal(direct.Buf, viaExprs.Buf) {
 			t.Errorf("%s: direct encoding %x, expressions %x", text, direct.Buf, viaExprs.Buf)
 		}
@@ -314,7 +314,7 @@ func TestDecodeRefusesForeignExpressions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &Batch{}
+			b := &batch{}
 			for _, e := range tt.exprs {
 				b.expr(f, e)
 			}

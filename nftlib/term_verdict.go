@@ -64,7 +64,7 @@ func (v Verdict) expr() *expr.Verdict {
 
 func (v Verdict) exprs(Family) []expr.Any { return []expr.Any{v.expr()} }
 
-func (v Verdict) direct(b *Batch, _ Family) bool {
+func (v Verdict) direct(b *batch, _ Family) bool {
 	b.verdict(v.kernelKind(), v.Chain)
 	return true
 }

@@ -204,12 +204,14 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Con
 		// sends no change events); the helper tables are repaired as
 		// soon as the change monitor sees another process change them.
 		CheckEvery: o.ipvs.syncPeriod,
+		// The kernel's monitor follows the helper tables (no nftables
+		// mode's Backend uses it here); Kernel.Close closes it.
 		Watch: func(onChange func()) (ipvs.ChangeMonitor, error) {
-			m, err := k.WatchTables(ipvs.HelperTableRefs(), onChange)
-			if err == nil {
-				hooks.others = m.OtherChanges
+			if err := k.Watch(ipvs.HelperTableRefs(), nftlib.MonitorRcvBuf, onChange); err != nil {
+				return nil, fmt.Errorf("following nftables changes: %w", err)
 			}
-			return m, err
+			hooks.others = k.OtherChanges
+			return k.Monitor(), nil
 		},
 		Log: log,
 		// Draining real servers are checked at the times it asks for;

@@ -18,8 +18,8 @@ const largeTxHeadroom = 64 << 20
 
 // largeTxMemory is the backend's OnLargeTx: a full sync at 50k Services
 // encodes about 0.5 GB of netlink messages in anonymous mappings outside
-// the Go heap (nftlib.Batch) and holds them for its one sendmsg, on top
-// of a live heap of about 0.5 GB. The garbage collector does not count
+// the Go heap (nftlib's transaction) and holds them for its one sendmsg,
+// on top of a live heap of about 0.5 GB. The garbage collector does not count
 // the mappings: left alone, its goal (twice the live heap) let the
 // build's garbage stay resident beside them, and that sum set the
 // process's peak RSS. So before encoding, the garbage is collected and

@@ -87,9 +87,9 @@ func acquireTable(netnsPath string) (*Lock, error) {
 	}
 	const attempts = 3
 	for range attempts {
-		b := k.NewBatch()
+		b := k.NewTx()
 		b.AddOwnedTable(TableFamily, TableName, tableComment(os.Getpid()))
-		err = k.Apply(b)
+		err = k.CommitTx(b)
 		switch {
 		case err == nil:
 			return &Lock{kernel: k}, nil

@@ -223,9 +223,9 @@ func ownedTables(t *testing.T, ns string) bool {
 		t.Fatal(err)
 	}
 	defer k.Close() // deletes the table
-	b := k.NewBatch()
+	b := k.NewTx()
 	b.AddOwnedTable(nftlib.IPv4, "knp-owned-probe", "")
-	err = k.Apply(b)
+	err = k.CommitTx(b)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
 		return false
 	}

@@ -114,15 +114,14 @@ func (s *socketListener) answer(c net.Conn) {
 // writeAnswer makes the answers' table hold the chain of nonce alone (no
 // chain for nil) in one transaction, whether the table exists or not.
 func writeAnswer(k *nftlib.Kernel, nonce []byte) error {
-	b := k.NewBatch()
+	b := k.NewTx()
 	b.AddTable(TableFamily, AnswersTable, "")
 	b.DelTable(TableFamily, AnswersTable)
 	b.AddTable(TableFamily, AnswersTable, "")
 	if nonce != nil {
-		b.AddChain(TableFamily, AnswersTable, &nftlib.Chain{Name: answerChain(nonce)})
+		b.AddChains(TableFamily, AnswersTable, []*nftlib.Chain{{Name: answerChain(nonce)}})
 	}
-	err := k.Apply(b)
-	k.Finished(b)
+	err := k.CommitTx(b)
 	return err
 }
 
@@ -132,10 +131,9 @@ func answerChain(nonce []byte) string { return "answer-" + hex.EncodeToString(no
 func (s *socketListener) close() error {
 	err := s.l.Close()
 	<-s.done
-	b := s.k.NewBatch()
+	b := s.k.NewTx()
 	b.DelTable(TableFamily, AnswersTable)
-	_ = s.k.Apply(b) // already gone: nothing to do
-	s.k.Finished(b)
+	_ = s.k.CommitTx(b) // already gone: nothing to do
 	return errors.Join(err, s.k.Close())
 }
 
