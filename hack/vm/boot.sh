@@ -18,8 +18,6 @@
 #                    restricted (no route out), whose only reachable
 #                    addresses are these, each to 127.0.0.1:HOST_PORT on
 #                    the host (the benchmark's API server). Unset: no NIC.
-#   KNP_VM_HOSTROOT  1: the host's root, read-only under a tmpfs, becomes the
-#                    guest's, and SHARE is writable (cluster.sh)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,11 +56,6 @@ fi
 
 append="console=ttyS0 panic=-1 quiet mitigations=off"
 shares=(-virtfs "local,path=$share,mount_tag=share,security_model=none,readonly=on")
-if [[ ${KNP_VM_HOSTROOT:-} == 1 ]]; then
-	append+=" knp.hostroot"
-	shares=(-virtfs "local,path=$share,mount_tag=share,security_model=none"
-		-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
-fi
 
 # /init comes from this checkout, not the cache: the kernel unpacks
 # concatenated cpio archives in order, so a small one appended to the cached

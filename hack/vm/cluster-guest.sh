@@ -1,7 +1,7 @@
 #!/bin/sh
-# In the VM (hack/vm/cluster.sh), as PID 1 on the host's root: brings the
+# In the UML guest (hack/vm/cluster.sh), on the host's root: brings the
 # cluster up and runs hack/cluster/conformance.sh (or only up), then takes
-# the cluster down. $1 is the results port; the share (this script's
+# the cluster down. $1 is the results file; the share (this script's
 # directory) holds env, the cluster command, and takes the report.
 exec >"$1" 2>&1
 share=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +30,13 @@ conformance)
 	CONFORMANCE_OUT=$share/conformance hack/cluster/conformance.sh || rc=$?
 	;;
 esac
+# The cluster's directory is gone with the guest: a failure's logs are kept.
+if [ $rc != 0 ]; then
+	cp -r "$KNP_CLUSTER_DIR/logs" "$share/logs" || echo "cluster-guest: no logs kept"
+	for d in "$KNP_CLUSTER_DIR"/*/pod-logs; do
+		[ -d "$d" ] && cp -r "$d" "$share/logs/$(basename "$(dirname "$d")")-pod-logs"
+	done
+fi
 echo "cluster-guest: $WHAT rc=$rc after $(($(date +%s) - t0)) s"
 "$KNP_CLUSTER_CMD" down || echo "cluster-guest: down failed"
 exit $rc

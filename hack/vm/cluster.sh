@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # Runs the test cluster (make cluster) and upstream's e2e selection (make
-# conformance) inside one VM on Debian 12's 6.1 kernel, which has IPVS: the
-# way to run the IPVS-mode proxies (PROXY=ipvs, PROXY=upstream-ipvs), which
-# this machine's kernel cannot.
+# conformance) inside one user-mode Linux guest, a 6.1 kernel built from
+# Debian 12's source with IPVS (uml-kernel.sh): the way to run the IPVS-mode
+# proxies (PROXY=ipvs, PROXY=upstream-ipvs), which this machine's kernel
+# cannot.
 #
 #   hack/vm/cluster.sh                  # PROXY=ipvs: conformance.sh, then cluster down
 #   PROXY=upstream-ipvs hack/vm/cluster.sh
 #   hack/vm/cluster.sh up               # up and the smoke check only, then down
 #   CONFORMANCE_FOCUS='\[sig-network\] Services .*\[Conformance\]' hack/vm/cluster.sh
 #
-# The guest's root is the host's, read-only over 9p, under a tmpfs that takes
-# every write (hack/vm/init, KNP_VM_HOSTROOT), so it runs the binaries and
-# images hack/cluster/build.sh and images.sh cached here, from this checkout;
-# the cluster command is built here, as nothing is compiled under TCG. The
-# cluster, e2e.test and the proxy all run in the guest, which is gone at the
-# end: nothing of the cluster is left on this machine. The report lands in
+# UML runs the guest's kernel as a process here: the guest's code runs at
+# native speed and only its system calls cost more, where QEMU's TCG (KVM is
+# unusable on this machine) emulates every instruction. The guest's root is
+# the host's, read-only over hostfs, under a tmpfs that takes every write
+# (uml-init), so it runs the binaries and images hack/cluster/build.sh and
+# images.sh cached here, from this checkout. The cluster, e2e.test and the
+# proxy all run in the guest, which is gone at the end: nothing of the
+# cluster is left on this machine. The report lands in
 # bin/vm-cluster/$PROXY/conformance/ (JUnit and e2e.log), the guest's output
-# in bin/vm-cluster/$PROXY/results.log as it runs.
+# in bin/vm-cluster/$PROXY/results.log as it runs, and the cluster's logs in
+# bin/vm-cluster/$PROXY/logs/ when it failed.
 #
 # Environment: PROXY (default ipvs), KNP_CLUSTER_FAMILY, KNP_CLUSTER_NODES,
 # KNP_CLUSTER_CNI, CONFORMANCE_PROCS, CONFORMANCE_FOCUS, CONFORMANCE_SKIP
-# (as make conformance); KNP_VM_MEM (MiB, default 14336: two nodes' image
-# stores are in the guest's memory), KNP_VM_SMP (default 2), KNP_VM_TIMEOUT
-# (seconds, default 21600).
+# (as make conformance); KNP_VM_MEM (MiB, default 12288: two nodes' image
+# stores are in the guest's memory, which is a file in /dev/shm),
+# KNP_VM_TIMEOUT (seconds, default 21600).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -64,12 +68,15 @@ echo "cluster.sh: PROXY=$PROXY $what in the VM; its output follows (also in $out
 tail -n +1 -F "$out/results.log" 2>/dev/null &
 tailer=$!
 trap 'kill $tailer 2>/dev/null || true' EXIT
+linux=$("$here/uml-kernel.sh")
 rc=0
-KNP_VM_HOSTROOT=1 KNP_VM_MEM=${KNP_VM_MEM:-14336} KNP_VM_SMP=${KNP_VM_SMP:-2} \
-	KNP_VM_TIMEOUT=${KNP_VM_TIMEOUT:-21600} "$here/boot.sh" "$out" "$out" || rc=$?
+TMPDIR=/dev/shm timeout --kill-after=10 "${KNP_VM_TIMEOUT:-21600}" \
+	"$linux" mem="${KNP_VM_MEM:-12288}M" root=/dev/root rootfstype=hostfs rootflags=/ ro \
+	init="$here/uml-init" knp.share="$out" con=null con0=null,fd:1 \
+	</dev/null >"$out/console.log" 2>&1 || rc=$?
 sleep 1 # let tail print the last lines
 guest_rc=$(sed -n 's/^KNPVM done rc=\([0-9]*\).*/\1/p' "$out/results.log" | tail -1)
-echo "cluster.sh: VM exit $rc, guest rc=${guest_rc:-none}, $(($(date +%s) - start)) s in all; report in $out/conformance"
+echo "cluster.sh: UML exit $rc, guest rc=${guest_rc:-none}, $(($(date +%s) - start)) s in all; report in $out/conformance"
 if [[ -z $guest_rc ]]; then
 	echo "cluster.sh: the guest never finished; the kernel console's end:" >&2
 	tail -30 "$out/console.log" >&2
