@@ -34,6 +34,11 @@ func (d *daemon) exited() bool {
 // startDaemon starts argv in network namespace ns with its output in
 // logs/<name>.log and its pid in pids/<name>.pid.
 func (l Layout) startDaemon(name, ns string, argv []string) (*daemon, error) {
+	return l.startDaemonEnv(name, ns, argv, nil)
+}
+
+// startDaemonEnv is startDaemon with env added to daemonEnv.
+func (l Layout) startDaemonEnv(name, ns string, argv, env []string) (*daemon, error) {
 	for _, d := range []string{filepath.Dir(l.logFile(name)), filepath.Dir(l.pidFile(name))} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -48,7 +53,7 @@ func (l Layout) startDaemon(name, ns string, argv []string) (*daemon, error) {
 	full := nsenter(ns, argv...)
 	cmd := exec.Command(full[0], full[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = l.daemonEnv()
+	cmd.Env = append(l.daemonEnv(), env...)
 	cmd.Dir = l.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -43,6 +43,12 @@ func (l Layout) Down(ctx context.Context, logf func(string, ...any)) error {
 	l = l.withRecordedNodes()
 	created, _ := os.ReadFile(filepath.Join(l.Dir, createdFile))
 	sysctls, _ := os.ReadFile(filepath.Join(l.Dir, sysctlFile))
+	// Guests first (vmnode.go): their nodes go with them.
+	for _, n := range l.Nodes {
+		if err := l.stopDaemon("vm-"+n.Name, 20*time.Second); err != nil {
+			logf("%v", err)
+		}
+	}
 	// kubelets first, so that none restarts a container being killed.
 	for _, n := range l.Nodes {
 		if err := l.stopDaemon("kubelet-"+n.Name, 10*time.Second); err != nil {

@@ -98,6 +98,9 @@ type Layout struct {
 	// LB is the load balancer: LBNone (the default) or LBMetalLB;
 	// KNP_CLUSTER_LB sets it (metallb.go).
 	LB string
+	// NodeKernel, when set, is a user-mode Linux kernel: each node is a
+	// guest running it (vmnode.go); KNP_CLUSTER_NODE_KERNEL sets it.
+	NodeKernel string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -131,6 +134,7 @@ func DefaultLayout() Layout {
 		l.Family = v
 	}
 	l.LB = os.Getenv("KNP_CLUSTER_LB")
+	l.NodeKernel = os.Getenv(nodeKernelEnv)
 	return l
 }
 

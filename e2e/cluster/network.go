@@ -19,6 +19,9 @@ func NetNSPath(name string) string { return filepath.Join(netnsDir, name) }
 // per node.
 func (l Layout) netnsNames() []string {
 	names := []string{l.NodeNet}
+	if l.VMNodes() {
+		return names // the nodes' are in their guests
+	}
 	for _, n := range l.Nodes {
 		names = append(names, n.Name)
 	}
@@ -73,6 +76,10 @@ func (l Layout) networkSteps() [][]string {
 	steps = append(steps, []string{"ip", "-n", l.NodeNet, "link", "set", BridgeName, "up"})
 	steps = append(steps, l.forwardingSteps(l.NodeNet)...)
 	for _, n := range l.Nodes {
+		if l.VMNodes() {
+			steps = append(steps, l.vmNetworkSteps(n)...)
+			continue
+		}
 		host := "veth-" + n.Name
 		steps = append(steps,
 			[]string{"ip", "netns", "add", n.Name},
@@ -80,17 +87,24 @@ func (l Layout) networkSteps() [][]string {
 			[]string{"ip", "-n", l.NodeNet, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.Name},
 			[]string{"ip", "-n", l.NodeNet, "link", "set", host, "master", BridgeName, "up"},
 		)
-		for _, ip := range l.NodeIPs(n) {
-			steps = append(steps, addrStep(n.Name, "eth0", ip))
-		}
-		steps = append(steps, []string{"ip", "-n", n.Name, "link", "set", "eth0", "up"})
-		for _, gw := range l.BridgeIPs() {
-			steps = append(steps, []string{"ip", "-n", n.Name, "route", "add", "default", "via", gw})
-		}
-		steps = append(steps, l.forwardingSteps(n.Name)...)
-		steps = append(steps, l.nodeSysctlSteps(n.Name)...)
+		steps = append(steps, l.nodeNetworkSteps(n)...)
 	}
 	return steps
+}
+
+// nodeNetworkSteps configure a node's namespace once eth0 is in it: its
+// addresses, the default routes via the bridge, forwarding and sysctls.
+func (l Layout) nodeNetworkSteps(n Node) [][]string {
+	var steps [][]string
+	for _, ip := range l.NodeIPs(n) {
+		steps = append(steps, addrStep(n.Name, "eth0", ip))
+	}
+	steps = append(steps, []string{"ip", "-n", n.Name, "link", "set", "eth0", "up"})
+	for _, gw := range l.BridgeIPs() {
+		steps = append(steps, []string{"ip", "-n", n.Name, "route", "add", "default", "via", gw})
+	}
+	steps = append(steps, l.forwardingSteps(n.Name)...)
+	return append(steps, l.nodeSysctlSteps(n.Name)...)
 }
 
 // addrStep puts ip (with the node network's prefix length) on dev.

@@ -123,7 +123,7 @@ func (l Layout) smokeWorkloads(ctx context.Context) (string, error) {
 func (l Layout) dialFromPod(ctx context.Context, clientIP, svc string) ([]string, error) {
 	url := fmt.Sprintf("http://%s/dial?request=hostname&protocol=http&host=%s.knp-smoke.svc.%s&port=80&tries=20",
 		net.JoinHostPort(clientIP, "8080"), svc, ClusterDomain)
-	out, err := output(ctx, nsenter(l.Nodes[0].Name, "curl", "-sSg", "--noproxy", "*", "-m", "30", url)...)
+	out, err := output(ctx, nsenter(l.podProbeNS(), "curl", "-sSg", "--noproxy", "*", "-m", "30", url)...)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +135,16 @@ func (l Layout) dialFromPod(ctx context.Context, clientIP, svc string) ([]string
 		return nil, fmt.Errorf("dial answer %q: %w", out, err)
 	}
 	return distinct(r.Responses), nil
+}
+
+// podProbeNS is where the smoke check reaches pods from: node1's
+// namespace, or the node network when the nodes are guests (it routes
+// every pod CIDR to its node).
+func (l Layout) podProbeNS() string {
+	if l.VMNodes() {
+		return l.NodeNet
+	}
+	return l.Nodes[0].Name
 }
 
 // nodePortFromNodeNet makes requests from the node network namespace to

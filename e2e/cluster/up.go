@@ -16,7 +16,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.checkProxy(); err != nil {
 		return err
 	}
-	if err := l.checkKernel(ipvsProcFile); err != nil {
+	if err := l.checkKernel(ipvsProcFile); err != nil && !l.VMNodes() {
 		return err
 	}
 	if err := l.checkFamily(); err != nil {
@@ -54,17 +54,8 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 		return err
 	}
 	logf("control plane ready at %s", l.APIServerURL())
-	if err := l.startNodes(ctx, l.nodeImages(imgs), logf); err != nil {
+	if err := l.bringUpNodes(ctx, deployDir, imgs, refs, logf); err != nil {
 		return err
-	}
-	for _, n := range l.Nodes {
-		missing, err := l.missingImages(ctx, n, []string{refs.pause, refs.proxy, refs.coredns, refs.agnhost, refs.flannel})
-		if err != nil {
-			return err
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("%s lacks %v after the import: did images.txt change meanwhile (hack/cluster/images.sh running)?", n.Name, missing)
-		}
 	}
 	cidrs, err := l.waitPodCIDRs(ctx)
 	if err != nil {
@@ -95,6 +86,31 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	}
 	logf("CoreDNS available")
 	return l.deployLoadBalancer(ctx, lbRefs, logf)
+}
+
+// bringUpNodes starts the nodes (in guests with VMNodes, which check
+// their images themselves) and checks that each has every image.
+func (l Layout) bringUpNodes(ctx context.Context, deployDir string, imgs []Image, refs imageRefs, logf func(string, ...any)) error {
+	if l.VMNodes() {
+		repo, err := filepath.Abs(filepath.Join(deployDir, ".."))
+		if err != nil {
+			return err
+		}
+		return l.startVMNodes(ctx, repo, refs, logf)
+	}
+	if err := l.startNodes(ctx, l.nodeImages(imgs), logf); err != nil {
+		return err
+	}
+	for _, n := range l.Nodes {
+		missing, err := l.missingImages(ctx, n, []string{refs.pause, refs.proxy, refs.coredns, refs.agnhost, refs.flannel})
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%s lacks %v after the import: did images.txt change meanwhile (hack/cluster/images.sh running)?", n.Name, missing)
+		}
+	}
+	return nil
 }
 
 // joinValues shows each node's pod CIDRs comma-separated.
@@ -214,6 +230,9 @@ func (l Layout) prepare(ctx context.Context) error {
 	}
 	if err := l.setupNetwork(ctx); err != nil {
 		return err
+	}
+	if l.VMNodes() {
+		return nil // each guest creates its own
 	}
 	return l.createCgroupRoots()
 }

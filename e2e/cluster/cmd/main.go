@@ -7,6 +7,7 @@
 //	go run ./e2e/cluster/cmd down    # remove everything, check nothing is left
 //	go run ./e2e/cluster/cmd kubectl get pods -A
 //	go run ./e2e/cluster/cmd junit bin/conformance/ours/junit_01.xml
+//	cluster guest-node node1          # in a node's UML guest (hack/vm/cluster.sh)
 //
 // Run it as root from the repository root (up applies deploy/).
 package main
@@ -53,6 +54,12 @@ func main() {
 		err = kubectl(ctx, l, os.Args[2:]...)
 	case "junit":
 		err = junit(os.Args[2:]...)
+	case "guest-node":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: cluster guest-node NAME")
+			break
+		}
+		err = l.RunGuestNode(ctx, os.Args[2], logf)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
