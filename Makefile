@@ -274,7 +274,7 @@ conformance: cluster-build cluster-images
 # too long) skips it, printing why.
 cluster-test:
 	@if [ -n "$$KNP_CLUSTER_SKIP" ]; then echo "cluster-test skipped: $$KNP_CLUSTER_SKIP"; else \
-		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 30m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn|TestClusterLocalhostNodePorts)$$' ./e2e/cluster/; fi
+		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn|TestClusterLocalhostNodePorts|TestClusterIPVSModeInGuests)$$' ./e2e/cluster/; fi
 
 # The real-cluster faults (e2e/cluster faults_test.go), with a client
 # pod on node1 sending TCP and UDP requests to a ClusterIP and to both

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,6 +109,29 @@ func TestClusterLocalhostNodePorts(t *testing.T) {
 	l := DefaultLayout()
 	l.Proxy = ProxyLocalhost
 	runClusterSubset(t, l, `\[Feature:LocalhostNodePorts\]`, ciSkip)
+}
+
+// guestsFocus is IPVS mode's CI subset, its nodes in user-mode Linux
+// guests: a ClusterIP, a NodePort, and session affinity (IPVS's
+// persistence) through a NodePort.
+const guestsFocus = `\[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for NodePort service) \[Conformance\]`
+
+// TestClusterIPVSModeInGuests runs deploy/ in IPVS mode (ProxyIPVS) on
+// two nodes that are user-mode Linux guests with IPVS (vmnode.go), on the
+// same terms as TestClusterConformanceSubset, when the guests' kernel is
+// cached (hack/vm/uml-kernel.sh); without it, it skips saying so.
+func TestClusterIPVSModeInGuests(t *testing.T) {
+	if os.Getenv("KNP_CLUSTER_TIER") != "1" {
+		t.Skip("the cluster tier runs with KNP_CLUSTER_TIER=1 (make cluster-test)")
+	}
+	out, err := exec.Command("../../hack/vm/uml-kernel.sh", "--cached").Output()
+	if err != nil {
+		t.Skip("NOTE: IPVS mode's cluster not run: no user-mode Linux kernel is cached (hack/vm/uml-kernel.sh builds it in about 15 minutes)")
+	}
+	l := DefaultLayout()
+	l.Proxy = ProxyIPVS
+	l.NodeKernel = strings.TrimSpace(string(out))
+	runClusterSubset(t, l, guestsFocus, ciSkip)
 }
 
 // runClusterSubset brings l up, smoke-checks it, runs e2e.test on focus

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -94,13 +95,13 @@ func (l Layout) startVMNodes(ctx context.Context, repo string, refs imageRefs, l
 	if !l.useFlannel(refs) {
 		return errors.New("nodes in VMs need flannel (its image and CNI plugin in the cache; KNP_CLUSTER_CNI=bridge is not offered)")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
+	// Built, not copied from os.Executable: that may be a test binary, or
+	// go run's, deleted when it ends.
 	bin := filepath.Join(l.Dir, "vm", "knp-cluster")
-	if err := copyFile(self, bin, 0o755); err != nil {
-		return fmt.Errorf("the cluster command for the guests: %w", err)
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./e2e/cluster/cmd")
+	build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("the cluster command for the guests: %w: %s", err, out)
 	}
 	initPath := filepath.Join(repo, "hack", "vm", "uml-init")
 	errs := make(chan error, len(l.Nodes))
@@ -156,17 +157,6 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func copyFile(from, to string, mode os.FileMode) error {
-	data, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(to, data, mode)
 }
 
 // RunGuestNode is the node's side, in its guest: it gives the guest's

@@ -38,8 +38,8 @@ CACHE_ROOT=${KNP_CACHE:-/var/cache/kube-nftproxy}/vm
 # 2: iptables (legacy), ipset and their modules, virtio_net (not loaded at
 # boot) for upstream kube-proxy in the side-by-side benchmark.
 # 3: nf_conntrack_ftp, for the drift tests' foreign `ct helper` object.
-# 4: overlay (loaded at boot) and vxlan, for a whole cluster in the guest
-# (cluster.sh: the host's root read-only under a tmpfs, flannel's vxlan).
+# 4: overlay (loaded at boot) and vxlan, from when a QEMU guest held a whole
+# cluster (cluster.sh now boots user-mode Linux guests: README.md).
 RECIPE=4
 
 SUITE=${KNP_VM_SUITE:-}

@@ -7,27 +7,37 @@
 #
 # Cached in $KNP_CACHE/vm/uml-<source version>-<config hash>/linux, so an
 # edit of uml.config or a new source package builds anew. About 15 minutes
-# on two cores.
+# on two cores. With --cached it builds nothing: it prints the path when
+# the kernel is cached and fails otherwise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${KNP_CACHE:-/var/cache/kube-nftproxy}
 log() { echo "uml-kernel.sh: $*" >&2; }
 
+cached_only=0
+[[ ${1:-} == --cached ]] && cached_only=1
 pkgs=()
-[[ -f /usr/src/linux-source-6.1.tar.xz ]] || pkgs+=(linux-source-6.1)
+((cached_only)) || [[ -f /usr/src/linux-source-6.1.tar.xz ]] || pkgs+=(linux-source-6.1)
 for tool in bc flex bison make gcc; do
-	command -v $tool >/dev/null || pkgs+=("$tool")
+	((cached_only)) || command -v $tool >/dev/null || pkgs+=("$tool")
 done
 if ((${#pkgs[@]})); then
 	log "installing ${pkgs[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2
 fi
-version=$(dpkg-query -W -f '${Version}' linux-source-6.1)
+version=$(dpkg-query -W -f '${Version}' linux-source-6.1 2>/dev/null) || {
+	log "linux-source-6.1 is not installed: no UML kernel is cached"
+	exit 1
+}
 options=$(grep -v '^#' "$here/uml.config")
 dir=$cache/vm/uml-$version-$(sha256sum <<<"$options" | cut -c1-12)
 if [[ -x $dir/linux ]]; then
 	echo "$dir/linux"
 	exit 0
+fi
+if ((cached_only)); then
+	log "not cached: $dir/linux"
+	exit 1
 fi
 
 work=$(mktemp -d "$cache/vm/.uml-build.XXXXXX")
