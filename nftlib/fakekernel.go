@@ -193,7 +193,7 @@ func fakeKSet(f Family, s *fakeSet) *kernelSet {
 		return &kernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
 	}
 	if s.m.Plain {
-		return &kernelSet{KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
+		return &kernelSet{Flags: s.m.flags(), KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
 	}
 	return &kernelSet{Flags: unix.NFT_SET_MAP, KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key),
 		DataType: VerdictType, Udata: commentUdata(SetCommentType, s.m.Comment)}
@@ -283,7 +283,7 @@ func (t *fakeTable) table(f Family, name string) *Table {
 			out.Sticky = true
 			continue
 		}
-		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain}
+		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain, Interval: s.m.Interval}
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}

@@ -94,7 +94,7 @@ func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
 			}
 			return nil
 		}
-		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment, Plain: m.Plain}, elems: map[Key]Element{}}
+		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment, Plain: m.Plain, Interval: m.Interval}, elems: map[Key]Element{}}
 		return nil
 	})
 }
