@@ -484,7 +484,6 @@ func concatType(f Family, key []Field) uint32 {
 	return t
 }
 
-
 func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)

@@ -402,8 +402,8 @@ func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain str
 // kElement is one map element as the kernel reports it.
 type kElement struct {
 	key, end, udata []byte
-	verdict    int32
-	chain      string
+	verdict         int32
+	chain           string
 }
 
 // dumpElements calls fn with each element of a map.
