@@ -311,12 +311,11 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 
 // DiffTx turns the last applied table into the wanted one, looking only at
 // the fixed objects and the fragments that keys names: the others are
-// known to be the same fragments in both (see allNames). pending are chains flushed by
-// earlier transactions; those due says are safe to delete (see
-// staleChainAge) are deleted. It returns the chains this transaction
-// flushes, to be deleted by a later one, and the pending ones it leaves
-// for later (not due yet).
-func DiffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *Tx, stale, kept []string) {
+// known to be the same fragments in both. It returns the chains this
+// transaction flushes (their references dropped), for the caller to
+// delete in a later transaction (Tx.DelChains) once the kernel has
+// released them.
+func DiffTx(have, want *Table, keys []string) (x *Tx, stale []string) {
 	x = newTx(want)
 	x.newSticky = want.Sticky && !have.Sticky
 	for _, m := range want.Maps {
@@ -328,7 +327,6 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 		x.diffChains(have.Chains, want.Chains, &stale)
 		x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
 	}
-	wanted := map[string]bool{}
 	for _, key := range keys {
 		old, fr := have.Fragments[key], want.Fragments[key]
 		if old == fr {
@@ -336,23 +334,8 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 		}
 		x.diffChains(old.chains(), fr.chains(), &stale)
 		x.diffElements(old.elements(), fr.elements())
-		for _, c := range fr.chains() {
-			wanted[c.Name] = true
-		}
 	}
-	// A chain flushed earlier is deleted now, unless this transaction
-	// wants it again (then it belongs to a service port that changed, and
-	// is among names, or it is a fixed chain) or it is not due yet.
-	for _, name := range pending {
-		switch {
-		case wanted[name] || want.FixedChain(name) != nil:
-		case due(name):
-			x.DelChains = append(x.DelChains, name)
-		default:
-			kept = append(kept, name)
-		}
-	}
-	return x, stale, kept
+	return x, stale
 }
 
 func (fr *Fragment) chains() []*Chain {
