@@ -80,13 +80,13 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 			d.add("%s %s: %s", m.kind(), m.Name, why)
 		}
 	}
-	if t.Sticky {
-		if why := stickyMismatch(t.Family, kt.Sets[SetSticky]); why != "" {
-			d.add("set %s: %s", SetSticky, why)
+	if t.Sticky != "" {
+		if why := stickyMismatch(t.Family, kt.Sets[t.Sticky], t.StickyComment); why != "" {
+			d.add("set %s: %s", t.Sticky, why)
 		}
 	}
 	for n, ks := range kt.Sets {
-		if t.Map(n) == nil && (n != SetSticky || !t.Sticky) {
+		if t.Map(n) == nil && n != t.Sticky {
 			foreignSet(n, ks, d)
 		}
 	}
@@ -168,14 +168,14 @@ func mapMismatch(f Family, ks *kernelSet, m *Map) string {
 const stickyFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
 // stickyMismatch says how the sticky set in the kernel differs, or "".
-func stickyMismatch(f Family, ks *kernelSet) string {
+func stickyMismatch(f Family, ks *kernelSet, comment string) string {
 	switch {
 	case ks == nil:
 		return "missing"
 	case ks.Flags != stickyFlags || ks.KeyType != stickyKeyType(f) || ks.KeyLen != stickyKeyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
 			ks.Flags, ks.KeyType, ks.KeyLen, stickyFlags, stickyKeyType(f), stickyKeyLen(f))
-	case !bytes.Equal(ks.Udata, stickyUserdata(f)):
+	case !bytes.Equal(ks.Udata, stickyUserdata(f, comment)):
 		return "userdata differs"
 	}
 	return ""

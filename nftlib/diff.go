@@ -17,7 +17,7 @@ type txWriter interface {
 	delObj(f Family, table string, o kernelObject)
 	delFlowtable(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
-	addStickySet(f Family, table string, id uint32)
+	addStickySet(f Family, table, name, comment string, id uint32)
 	flushMap(f Family, table string, m *Map)
 	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
@@ -131,7 +131,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	}
 	if x.newSticky {
 		*setID++
-		w.addStickySet(x.f, t.Name, *setID)
+		w.addStickySet(x.f, t.Name, t.Sticky, t.StickyComment, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
 	if x.release != nil {
@@ -236,7 +236,7 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 		have = &KernelTable{}
 	}
 	x.flushTable = have.Exists
-	x.newSticky = want.Sticky
+	x.newSticky = want.Sticky != ""
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
 	x.delObjs = append(x.delObjs, have.Objs...)
@@ -249,8 +249,8 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 // table's flush deletes them): the kernel refuses to delete them alone.
 func (x *Tx) fullSets(have *KernelTable, keys []string) {
 	want, f := x.table, x.f
-	if want.Sticky && have.Sets[SetSticky] != nil && stickyMismatch(f, have.Sets[SetSticky]) != "" {
-		x.delSets = append(x.delSets, SetSticky)
+	if ks := have.Sets[want.Sticky]; want.Sticky != "" && ks != nil && stickyMismatch(f, ks, want.StickyComment) != "" {
+		x.delSets = append(x.delSets, want.Sticky)
 	}
 	for _, m := range want.Maps {
 		ks := have.Sets[m.Name]
@@ -266,7 +266,7 @@ func (x *Tx) fullSets(have *KernelTable, keys []string) {
 		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
 	for name, ks := range have.Sets {
-		if want.Map(name) == nil && (name != SetSticky || !want.Sticky) && !ks.anonymous() {
+		if want.Map(name) == nil && name != want.Sticky && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
@@ -317,7 +317,7 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 // released them.
 func DiffTx(have, want *Table, keys []string) (x *Tx, stale []string) {
 	x = newTx(want)
-	x.newSticky = want.Sticky && !have.Sticky
+	x.newSticky = want.Sticky != "" && have.Sticky != want.Sticky
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)

@@ -10,8 +10,8 @@
 //     Term is a closed interface: each kind lives in its own file
 //     (term_<kind>.go) with its text, netlink expressions, direct encoding,
 //     decoding and trace evaluation, all listed in termKinds. A table may
-//     hold one sticky set (SetSticky: sources remembered per target, with
-//     StickyMatch and StickyUpdate);
+//     hold one sticky set (Table.Sticky: sources remembered per target,
+//     with StickyMatch and StickyUpdate);
 //   - text: rendering a Ruleset as `nft -f` input, a
 //     transaction as nft commands (Tx.Script), and tracing a packet through
 //     a Ruleset (Trace);

@@ -69,8 +69,8 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		return nil, err
 	}
 	for _, s := range sets {
-		if s == SetSticky {
-			t.Sticky = true
+		if s == template.Sticky {
+			t.Sticky, t.StickyComment = s, template.StickyComment
 			continue
 		}
 		tm := template.Map(s)

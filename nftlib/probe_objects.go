@@ -69,9 +69,10 @@ func probeReject(b *batch, f Family, table string) {
 }
 
 func probeSticky(b *batch, f Family, table string) {
-	b.addStickySet(f, table, 1)
+	const set = "probe-sticky"
+	b.addStickySet(f, table, set, probeComment, 1)
 	probeRule(b, f, table, probeNATPrerouting,
-		StickyMatch{ID: 1}, StickyUpdate{ID: 1, Timeout: 3 * time.Hour})
+		StickyMatch{Set: set, ID: 1}, StickyUpdate{Set: set, ID: 1, Timeout: 3 * time.Hour})
 }
 
 func probeIntervalConcat(b *batch, f Family, table string) {

@@ -44,7 +44,7 @@ func (t *Table) renderTo(b *strings.Builder) {
 		sep()
 		t.renderMap(b, m)
 	}
-	if t.Sticky {
+	if t.Sticky != "" {
 		sep()
 		t.renderStickySet(b)
 	}

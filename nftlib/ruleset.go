@@ -76,8 +76,10 @@ type Table struct {
 	// a family.
 	Secondary bool
 	Maps      []*Map
-	// Sticky declares the table's sticky set (see sticky.go).
-	Sticky bool
+	// Sticky names the table's sticky set ("": none; see sticky.go), and
+	// StickyComment is its comment.
+	Sticky        string
+	StickyComment string
 	// Chains are the fixed chains: base chains and those every fragment
 	// shares.
 	Chains []*Chain
