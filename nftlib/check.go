@@ -334,8 +334,10 @@ func (m *Map) kernelElementText(f Family, e kElement) string {
 }
 
 // TableDrift describes every difference between an applied table and the
-// kernel's.
-
+// kernel's (kt, as ReadFamily read it): the table's attributes, its chains,
+// rules, sets and elements, and what is not ours. stale are chains the
+// caller flushed and deletes later: they may still be there. Nil means
+// they match.
 func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift
 	staleSet := make(map[string]bool, len(stale))
