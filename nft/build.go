@@ -35,7 +35,7 @@ const DefaultTableName = "kube-nftproxy"
 const deltaSuffix = "-delta"
 
 // affinitySuffix names the tables of the service ports with session
-// affinity (their set: nftlib/sticky.go). They live there for good:
+// affinity (their set: setAffinity). They live there for good:
 // their clients' affinities are elements of that table's set, which a
 // move would lose, and changes to them validate this table only, not the
 // main or delta ones.
