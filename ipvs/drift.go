@@ -34,7 +34,7 @@ type DriftChecker interface {
 var _ DriftChecker = (*NftHelper)(nil)
 
 // Drift reads the helper tables back (rules, sets and elements, through
-// nft's read-back) and kube-ipvs0's addresses.
+// nftlib's ReadFamily and TableDrift) and kube-ipvs0's addresses.
 func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error) {
 	out := map[string][]string{}
 	if scope.Addrs && h.link != nil {

@@ -15,9 +15,10 @@ type AddrLink interface {
 	DelAddrs([]netip.Addr) error
 }
 
-// NftHelper is the real Helper: the helper table of each family, written
-// through the nft package's transaction writer, and kube-ipvs0's addresses
-// through an AddrLink (nil: none, where the kernel has no dummy links).
+// NftHelper is the real Helper: the helper table of each family (an
+// nftlib.Table of plain sets), written through nftlib's transactions, and
+// kube-ipvs0's addresses through an AddrLink (nil: none, where the kernel
+// has no dummy links).
 type NftHelper struct {
 	k      *nftlib.Kernel
 	tables []*nftlib.Table // ip, ip6; empty: only the sets' and chains' shape is used
