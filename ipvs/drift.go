@@ -34,7 +34,7 @@ type DriftChecker interface {
 var _ DriftChecker = (*NftHelper)(nil)
 
 // Drift reads the helper tables back (rules, sets and elements, through
-// nft's read-back) and kube-ipvs0's addresses.
+// nftlib's ReadFamily and TableDrift) and kube-ipvs0's addresses.
 func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope DriftScope) (map[string][]string, error) {
 	out := map[string][]string{}
 	if scope.Addrs && h.link != nil {
@@ -50,9 +50,8 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope Dri
 		if (t.Family == nftlib.IPv4 && !scope.IPv4) || (t.Family == nftlib.IPv6 && !scope.IPv6) {
 			continue
 		}
-		want := *t
-		want.Elements = familyElements(elems, t.Family == nftlib.IPv6)
-		d, err := h.k.SetTableDrift(&want)
+		want := withElements(t, familyElements(elems, t.Family == nftlib.IPv6))
+		d, err := h.tableDrift(want)
 		if err != nil {
 			return nil, fmt.Errorf("reading back %s %s: %w", t.Family, t.Name, err)
 		}
@@ -63,18 +62,32 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope Dri
 	return out, nil
 }
 
+// tableDrift describes every difference between want, its elements
+// included, and the kernel's table.
+func (h *NftHelper) tableDrift(want *nftlib.Table) ([]string, error) {
+	names := make([]string, len(want.Chains))
+	for i, c := range want.Chains {
+		names[i] = c.Name
+	}
+	kts, err := h.k.ReadFamily(want.Family, []string{want.Name}, map[string][]string{want.Name: names})
+	if err != nil {
+		return nil, err
+	}
+	return h.k.TableDrift(want, kts[want.Name], nil)
+}
+
 // familyElements groups one family's elements by set, each set's list
 // made once at its size (a hundred thousand at 10k Services).
-func familyElements(elems iter.Seq[Element], v6 bool) map[string][]nftlib.SetElement {
+func familyElements(elems iter.Seq[Element], v6 bool) map[string][]nftlib.Element {
 	count := map[string]int{}
 	for e := range elems {
 		if e.V6 == v6 {
 			count[e.Set]++
 		}
 	}
-	out := make(map[string][]nftlib.SetElement, len(count))
+	out := make(map[string][]nftlib.Element, len(count))
 	for set, n := range count {
-		out[set] = make([]nftlib.SetElement, 0, n)
+		out[set] = make([]nftlib.Element, 0, n)
 	}
 	for e := range elems {
 		if e.V6 == v6 {

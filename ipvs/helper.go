@@ -15,12 +15,13 @@ type AddrLink interface {
 	DelAddrs([]netip.Addr) error
 }
 
-// NftHelper is the real Helper: the helper table of each family, written
-// through the nft package's transaction writer, and kube-ipvs0's addresses
-// through an AddrLink (nil: none, where the kernel has no dummy links).
+// NftHelper is the real Helper: the helper table of each family (an
+// nftlib.Table of plain sets), written through nftlib's transactions, and
+// kube-ipvs0's addresses through an AddrLink (nil: none, where the kernel
+// has no dummy links).
 type NftHelper struct {
 	k      *nftlib.Kernel
-	tables []*nftlib.SetTable // ip, ip6; their Elements are not used
+	tables []*nftlib.Table // ip, ip6; empty: only the sets' and chains' shape is used
 	link   AddrLink
 }
 
@@ -47,25 +48,61 @@ func (h *NftHelper) Read() ([]netip.Addr, []Element, error) {
 		addrs = a
 	}
 	var elems []Element
-	write := make([]*nftlib.SetTable, len(h.tables))
-	for i, t := range h.tables {
-		got, _, err := h.k.ReadSetTable(t)
+	tx := h.k.NewTx()
+	var setID uint32
+	for _, t := range h.tables {
+		got, err := h.readTable(t)
 		if err != nil {
+			h.k.DiscardTx(tx)
 			return nil, nil, err
 		}
-		w := *t
-		w.Elements = got
-		write[i] = &w
-		for set, ses := range got {
-			for _, se := range ses {
-				elems = append(elems, fromSetElement(set, t.Family == nftlib.IPv6, se))
+		replace, _ := nftlib.FullTx(got.table, got.kernel, true)
+		replace.Write(tx, &setID)
+		for _, m := range got.table.Maps {
+			for _, se := range m.Elements {
+				elems = append(elems, fromSetElement(m.Name, t.Family == nftlib.IPv6, se))
 			}
 		}
 	}
-	if err := h.k.ReplaceSetTables(write...); err != nil {
+	if err := h.k.CommitTx(tx); err != nil {
 		return nil, nil, fmt.Errorf("writing the helper tables: %w", err)
 	}
 	return addrs, elems, nil
+}
+
+// readHelper is what the kernel holds of a helper table: the table as
+// the kernel describes it, and ours holding the elements of every set of
+// our type.
+type readHelper struct {
+	kernel *nftlib.KernelTable
+	table  *nftlib.Table
+}
+
+// readTable reads one helper table's sets, chains and elements back.
+func (h *NftHelper) readTable(t *nftlib.Table) (readHelper, error) {
+	kts, err := h.k.ReadFamily(t.Family, []string{t.Name}, nil) // chains dumped family-wide: a helper table is small
+	if err != nil {
+		return readHelper{}, err
+	}
+	kt := kts[t.Name]
+	got, err := h.k.ReadElements(t, kt)
+	if err != nil {
+		return readHelper{}, err
+	}
+	w := withElements(t, got)
+	return readHelper{kernel: kt, table: w}, nil
+}
+
+// withElements is a copy of t whose sets hold elems, by set name.
+func withElements(t *nftlib.Table, elems map[string][]nftlib.Element) *nftlib.Table {
+	w := *t
+	w.Maps = make([]*nftlib.Map, len(t.Maps))
+	for i, m := range t.Maps {
+		c := *m
+		c.Elements = elems[m.Name]
+		w.Maps[i] = &c
+	}
+	return &w
 }
 
 // Apply adds addresses, changes elements in one transaction (adds, then
@@ -78,7 +115,7 @@ func (h *NftHelper) Apply(c HelperChange) error {
 	} else if h.link == nil && len(c.AddAddrs)+len(c.DelAddrs) > 0 {
 		return fmt.Errorf("%d kube-ipvs0 address changes but no link to hold them", len(c.AddAddrs)+len(c.DelAddrs))
 	}
-	if err := h.k.ApplySetElements(h.elementChanges(c)); err != nil {
+	if err := h.applyElements(h.elementChanges(c)); err != nil {
 		return fmt.Errorf("changing helper set elements: %w", err)
 	}
 	if h.link != nil && len(c.DelAddrs) > 0 {
@@ -89,14 +126,45 @@ func (h *NftHelper) Apply(c HelperChange) error {
 	return nil
 }
 
+// elementChange adds elements to, or deletes them from, one helper set.
+type elementChange struct {
+	table    *nftlib.Table
+	set      string
+	delete   bool
+	elements []nftlib.Element
+}
+
+// applyElements applies element changes, in order, in one transaction:
+// all of them or, when the kernel refuses one (an element deleted that is
+// not there), none.
+func (h *NftHelper) applyElements(changes []elementChange) error {
+	tx := h.k.NewTx()
+	for _, c := range changes {
+		if len(c.elements) == 0 {
+			continue
+		}
+		m := c.table.Map(c.set)
+		if m == nil {
+			h.k.DiscardTx(tx)
+			return fmt.Errorf("table %s %s has no set %q", c.table.Family, c.table.Name, c.set)
+		}
+		tx.Elements(!c.delete, c.table.Family, c.table.Name, m, c.elements)
+	}
+	if tx.Messages() == 0 {
+		h.k.DiscardTx(tx)
+		return nil
+	}
+	return h.k.CommitTx(tx)
+}
+
 // elementChanges groups a change's elements by table and set: additions
 // first, then deletions.
-func (h *NftHelper) elementChanges(c HelperChange) []nftlib.SetElementChange {
+func (h *NftHelper) elementChanges(c HelperChange) []elementChange {
 	type tableSet struct {
 		v6  bool
 		set string
 	}
-	var out []nftlib.SetElementChange
+	var out []elementChange
 	for _, del := range []bool{false, true} {
 		elems := c.AddElems
 		if del {
@@ -119,9 +187,9 @@ func (h *NftHelper) elementChanges(c HelperChange) []nftlib.SetElementChange {
 				}
 				i = len(out)
 				at[k] = i
-				out = append(out, nftlib.SetElementChange{Table: t, Set: e.Set, Delete: del, Elements: make([]nftlib.SetElement, 0, count[k])})
+				out = append(out, elementChange{table: t, set: e.Set, delete: del, elements: make([]nftlib.Element, 0, count[k])})
 			}
-			out[i].Elements = append(out[i].Elements, setElement(e))
+			out[i].elements = append(out[i].elements, setElement(e))
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package ipvs
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
@@ -122,5 +123,24 @@ func TestKernelHelperApply(t *testing.T) {
 	}
 	if want := renderHelper(cfg, v6); testutil.SortedText(testns.NFT(t, ns, "list", "ruleset")) != testutil.SortedText(want) {
 		t.Errorf("after Read repaired the ip table:\n%s\n--- want:\n%s", testns.NFT(t, ns, "list", "ruleset"), want)
+	}
+}
+
+// CleanupHelpers deletes both helper tables in one transaction, and says
+// so only when there were any.
+func TestKernelCleanupHelperTables(t *testing.T) {
+	ns := testns.New(t, "knp-ipvs-")
+	h := openHelper(t, ns, helperConfig())
+	if _, _, err := h.Read(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		removed, err := CleanupHelpers(h.k, testns.Path(ns))
+		if err != nil || removed != want {
+			t.Fatalf("cleanup %d: removed %v, err %v; want removed %v", i+1, removed, err, want)
+		}
+		if got := testns.NFT(t, ns, "list", "tables"); strings.Contains(got, HelperTableName) {
+			t.Fatalf("cleanup %d left %q", i+1, got)
+		}
 	}
 }

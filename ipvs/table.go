@@ -65,16 +65,15 @@ func keyFields(def SetDef) ([]nftlib.Field, bool) {
 // rules are constant: every per-service fact is a set element. cfg gives
 // the masquerade bit, --masquerade-all and how to tell pod traffic
 // (--cluster-cidr / --detect-local-mode), as for the nftables mode.
-func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) *nftlib.SetTable {
-	t := &nftlib.SetTable{
-		Family:   f,
-		Name:     HelperTableName,
-		Comment:  "kube-nftproxy IPVS mode: masquerade and filter rules around IPVS; sets named as upstream's ipsets",
-		Elements: map[string][]nftlib.SetElement{},
+func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) *nftlib.Table {
+	t := &nftlib.Table{
+		Family:  f,
+		Name:    HelperTableName,
+		Comment: "kube-nftproxy IPVS mode: masquerade and filter rules around IPVS; sets named as upstream's ipsets",
 	}
 	for _, def := range Sets {
 		key, interval := keyFields(def)
-		t.Sets = append(t.Sets, &nftlib.Set{Name: def.Name, Key: key, Interval: interval, Comment: def.Comment})
+		t.Maps = append(t.Maps, &nftlib.Map{Name: def.Name, Key: key, Plain: true, Interval: interval, Comment: def.Comment})
 	}
 	mark := cfg.MasqueradeMark()
 	t.Chains = append(baseChains(), natChains(f, cfg, node, mark)...)
@@ -223,7 +222,7 @@ func filterChains(mark uint32) []*nftlib.Chain {
 }
 
 // HelperTables returns both families' helper tables holding elems.
-func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*nftlib.SetTable {
+func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*nftlib.Table {
 	v4 := BuildHelperTable(nftlib.IPv4, cfg, node)
 	v6 := BuildHelperTable(nftlib.IPv6, cfg, node)
 	for _, e := range elems {
@@ -231,40 +230,45 @@ func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*n
 		if e.V6 {
 			t = v6
 		}
-		t.Elements[e.Set] = append(t.Elements[e.Set], setElement(e))
+		if m := t.Map(e.Set); m != nil {
+			m.Elements = append(m.Elements, setElement(e))
+		}
 	}
-	return []*nftlib.SetTable{v4, v6}
+	return []*nftlib.Table{v4, v6}
 }
 
-// setElement is an element as the helper table's set holds it.
-func setElement(e Element) nftlib.SetElement {
-	se := nftlib.SetElement{Daddr: e.Addr, Port: e.Port}
+// setElement is an element as the helper table's set holds it: the
+// service's address, protocol and port, and a second address (the
+// source) as the set's Net.
+func setElement(e Element) nftlib.Element {
+	k := nftlib.Key{Addr: e.Addr, Port: e.Port}
 	def, _ := SetByName(e.Set)
 	for _, p := range def.Key {
 		switch p {
 		case PartProto:
-			se.Proto = uint8(protoNumber(e.Protocol))
+			k.Proto = uint8(protoNumber(e.Protocol))
 		case PartAddr2:
-			se.Saddr = netip.PrefixFrom(e.Addr2, e.Addr2.BitLen())
+			k.Net = netip.PrefixFrom(e.Addr2, e.Addr2.BitLen())
 		case PartNet:
-			se.Saddr = e.Net.Masked()
+			k.Net = e.Net.Masked()
 		}
 	}
-	return se
+	return nftlib.Element{Key: k}
 }
 
 // fromSetElement is the inverse of setElement.
-func fromSetElement(set string, v6 bool, se nftlib.SetElement) Element {
-	e := Element{Set: set, V6: v6, Addr: se.Daddr, Port: se.Port}
+func fromSetElement(set string, v6 bool, se nftlib.Element) Element {
+	k := se.Key
+	e := Element{Set: set, V6: v6, Addr: k.Addr, Port: k.Port}
 	def, _ := SetByName(set)
 	for _, p := range def.Key {
 		switch p {
 		case PartProto:
-			e.Protocol, _ = protocolOf(uint16(se.Proto))
+			e.Protocol, _ = protocolOf(uint16(k.Proto))
 		case PartAddr2:
-			e.Addr2 = se.Saddr.Addr()
+			e.Addr2 = k.Net.Addr()
 		case PartNet:
-			e.Net = se.Saddr
+			e.Net = k.Net
 		}
 	}
 	return e

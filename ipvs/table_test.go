@@ -83,9 +83,8 @@ func helperCases() []helperCase {
 
 func renderHelper(cfg proxier.Settings, elems []Element) string {
 	var b strings.Builder
-	for _, t := range HelperTables(cfg, helperState().Node, elems) {
-		b.WriteString(t.String())
-	}
+	rs := nftlib.Ruleset{Tables: HelperTables(cfg, helperState().Node, elems)}
+	b.WriteString(rs.String())
 	return b.String()
 }
 
@@ -123,7 +122,7 @@ func TestHelperGolden(t *testing.T) {
 // of these fails here and not only in the golden diff.
 func TestHelperRules(t *testing.T) {
 	tbl := BuildHelperTable(nftlib.IPv4, helperConfig(), proxier.Node{})
-	text := tbl.String()
+	text := (&nftlib.Ruleset{Tables: []*nftlib.Table{tbl}}).String()
 	for _, want := range []string{
 		"type nat hook prerouting priority dstnat; policy accept;",
 		"type nat hook output priority -100; policy accept;",
@@ -147,7 +146,7 @@ func TestHelperRules(t *testing.T) {
 			t.Errorf("helper table has %q, which IPVS mode does not", never)
 		}
 	}
-	for _, s := range tbl.Sets {
+	for _, s := range tbl.Maps {
 		if s.Comment == "" {
 			t.Errorf("set %s has no comment", s.Name)
 		}
@@ -188,17 +187,18 @@ delete element ip kube-nftproxy-ipvs KUBE-LOAD-BALANCER-SOURCE-CIDR { 198.51.100
 
 // elementChangesText is element changes as nft commands, each element's
 // fields that are set joined as the set's concatenated key.
-func elementChangesText(changes []nftlib.SetElementChange) string {
+func elementChangesText(changes []elementChange) string {
 	var b strings.Builder
 	for _, c := range changes {
 		verb := "add"
-		if c.Delete {
+		if c.delete {
 			verb = "delete"
 		}
-		for _, e := range c.Elements {
+		for _, el := range c.elements {
+			e := el.Key
 			var key []string
-			if e.Daddr.IsValid() {
-				key = append(key, e.Daddr.String())
+			if e.Addr.IsValid() {
+				key = append(key, e.Addr.String())
 			}
 			if e.Proto != 0 {
 				key = append(key, nftlib.ProtoName(e.Proto))
@@ -206,10 +206,10 @@ func elementChangesText(changes []nftlib.SetElementChange) string {
 			if e.Port != 0 {
 				key = append(key, strconv.Itoa(int(e.Port)))
 			}
-			if e.Saddr.IsValid() {
-				key = append(key, e.Saddr.String())
+			if e.Net.IsValid() {
+				key = append(key, e.Net.String())
 			}
-			fmt.Fprintf(&b, "%s element %s %s %s { %s }\n", verb, c.Table.Family, c.Table.Name, c.Set, strings.Join(key, " . "))
+			fmt.Fprintf(&b, "%s element %s %s %s { %s }\n", verb, c.table.Family, c.table.Name, c.set, strings.Join(key, " . "))
 		}
 	}
 	return b.String()

@@ -96,10 +96,10 @@ func TestKernelAffinityKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := nftlib.StickyID(webSEP("10.244.0.11:8080"))
-	testns.NFT(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, nftlib.SetSticky,
+	testns.NFT(t, ns, "add", "element", "ip", DefaultTableName+affinitySuffix, setAffinity,
 		fmt.Sprintf("{ 10.244.0.20 . %d timeout 1h }", id))
 	elements := func() string {
-		return testns.NFT(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, nftlib.SetSticky)
+		return testns.NFT(t, ns, "list", "set", "ip", DefaultTableName+affinitySuffix, setAffinity)
 	}
 	if !strings.Contains(elements(), fmt.Sprint(id)) {
 		t.Fatalf("element not added:\n%s", elements())

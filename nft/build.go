@@ -35,11 +35,18 @@ const DefaultTableName = "kube-nftproxy"
 const deltaSuffix = "-delta"
 
 // affinitySuffix names the tables of the service ports with session
-// affinity (their set: nftlib/sticky.go). They live there for good:
+// affinity (their set: setAffinity). They live there for good:
 // their clients' affinities are elements of that table's set, which a
 // move would lose, and changes to them validate this table only, not the
 // main or delta ones.
 const affinitySuffix = "-affinity"
+
+// The affinity table's sticky set (nftlib's Table.Sticky): a client's
+// address and the id of the endpoint chain it has affinity to.
+const (
+	setAffinity        = "affinity"
+	setAffinityComment = "sessionAffinity ClientIP: client . endpoint id"
+)
 
 // TableKind tells the three tables of a family apart.
 type TableKind uint8
@@ -230,7 +237,7 @@ func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 		t.Comment = "kube-nftproxy: service ports changed since the last fold into " + cfg.TableName + "; evaluated first"
 	} else {
 		t.Name += affinitySuffix
-		t.Sticky = true
+		t.Sticky, t.StickyComment = setAffinity, setAffinityComment
 		t.Comment = "kube-nftproxy: service ports with session affinity"
 		earlier = 2
 	}
@@ -525,7 +532,7 @@ func (fb *fragmentBuilder) endpointChains() {
 		if svc.AffinityTimeout > 0 {
 			// Each new connection through here (re)starts the client's
 			// affinity, as iptables mode's `recent --set`.
-			t[2] = nftlib.StickyUpdate{ID: nftlib.StickyID(n.chain), Timeout: svc.AffinityTimeout}
+			t[2] = nftlib.StickyUpdate{Set: setAffinity, ID: nftlib.StickyID(n.chain), Timeout: svc.AffinityTimeout}
 			r[1] = nftlib.Rule{Terms: t[2:3:3]}
 		}
 		t[perTerms-2], t[perTerms-1] = nftlib.ProtoMatch{Proto: fb.proto}, nftlib.DNAT{Addr: ep.Addr, Port: ep.Port}
@@ -615,7 +622,7 @@ func pickEndpoint(rules []nftlib.Rule, svc *proxier.ServicePort, eps []proxier.E
 		// A client with affinity to one of these endpoints goes back to it.
 		for _, ep := range eps {
 			n := namesOf(ep)
-			rules = append(rules, rule(nftlib.StickyMatch{ID: nftlib.StickyID(n.chain)}, n))
+			rules = append(rules, rule(nftlib.StickyMatch{Set: setAffinity, ID: nftlib.StickyID(n.chain)}, n))
 		}
 	}
 	for i, ep := range eps {

@@ -98,13 +98,13 @@ func tamperCases() []tamperCase {
 		{"table re-created with another comment", [][]string{cmd("delete table"), cmd("add table", "{ comment \"someone else's\"; }")},
 			"comment differs"},
 		{"deleted cluster-ips element", [][]string{cmd("delete element", "cluster-ips", "{ 10.96.0.10 }")},
-			"map cluster-ips: element 10.96.0.10 missing"},
+			"set cluster-ips: element 10.96.0.10 missing"},
 		{"rogue cluster-ips element", [][]string{cmd("add element", "cluster-ips", "{ 10.96.0.77 }")},
-			"map cluster-ips: element 0a60004d is not ours"},
+			"set cluster-ips: element 10.96.0.77 is not ours"},
 		{"cluster-ips element's comment", [][]string{cmd("delete element", "cluster-ips", "{ 10.96.0.10 }"),
-			cmd("add element", "cluster-ips", "{ 10.96.0.10 comment \"someone\" }")}, "map cluster-ips: element 10.96.0.10: comment differs"},
+			cmd("add element", "cluster-ips", "{ 10.96.0.10 comment \"someone\" }")}, "set cluster-ips: element 10.96.0.10: comment differs"},
 		{"cluster-ips a map", [][]string{cmd("flush table"), cmd("delete set", "cluster-ips"),
-			cmd("add map", "cluster-ips", "{ type ipv4_addr : verdict; }")}, "map cluster-ips: flags"},
+			cmd("add map", "cluster-ips", "{ type ipv4_addr : verdict; }")}, "set cluster-ips: flags"},
 	}
 }
 

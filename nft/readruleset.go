@@ -19,6 +19,7 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 		cfg := DefaultConfig()
 		cfg.ClusterIPChecks = true // knows the nftables mode's set too
 		template := BuildTable(f, cfg, proxier.Node{}, MainTable)
+		template.Sticky, template.StickyComment = setAffinity, setAffinityComment // the affinity table's
 		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
 			kt, err := k.TableInfo(f, name)
 			if err != nil {

@@ -3,6 +3,8 @@ package nft
 import (
 	"slices"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
 // staleChainAge is how long a chain stays after the transaction that
@@ -26,6 +28,32 @@ type staleChains struct {
 // due says which chains of a table may be deleted at now.
 func (s *staleChains) due(id tableID, now time.Time) func(chain string) bool {
 	return func(chain string) bool { return now.Sub(s.since[id][chain]) >= staleChainAge }
+}
+
+// deleteDueChains adds to x, a transaction from have to want at the
+// fragments keys names, the deletion of the pending chains (flushed by
+// earlier transactions) that due says may go, unless x wants them again:
+// a fixed chain, or one of a fragment that changed. It returns the ones
+// it leaves for later (not due yet).
+func deleteDueChains(x *nftlib.Tx, have, want *nftlib.Table, keys, pending []string, due func(chain string) bool) (kept []string) {
+	wanted := map[string]bool{}
+	for _, key := range keys {
+		if fr := want.Fragments[key]; fr != nil && fr != have.Fragments[key] {
+			for _, c := range fr.Chains {
+				wanted[c.Name] = true
+			}
+		}
+	}
+	for _, name := range pending {
+		switch {
+		case wanted[name] || want.FixedChain(name) != nil:
+		case due(name):
+			x.DelChains = append(x.DelChains, name)
+		default:
+			kept = append(kept, name)
+		}
+	}
+	return kept
 }
 
 // anyDue reports whether some chain may be deleted at now: a sync that

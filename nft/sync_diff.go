@@ -30,7 +30,8 @@ func (b *Backend) diff(p *syncPlan, ph *syncPhases) (*syncDiff, error) {
 		if p.full {
 			x, d.stale[id] = nftlib.FullTx(p.want[id], kts[id], b.replace[id])
 		} else {
-			x, d.stale[id], d.kept[id] = nftlib.DiffTx(p.have[id], p.want[id], keys, b.stale.pending[id], b.stale.due(id, p.now))
+			x, d.stale[id] = nftlib.DiffTx(p.have[id], p.want[id], keys)
+			d.kept[id] = deleteDueChains(x, p.have[id], p.want[id], keys, b.stale.pending[id], b.stale.due(id, p.now))
 		}
 		d.deleted += len(x.DelChains)
 		d.txs = append(d.txs, x)

@@ -77,16 +77,16 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 	}
 	for _, m := range t.Maps {
 		if why := mapMismatch(t.Family, kt.Sets[m.Name], m); why != "" {
-			d.add("map %s: %s", m.Name, why)
+			d.add("%s %s: %s", m.kind(), m.Name, why)
 		}
 	}
-	if t.Sticky {
-		if why := stickyMismatch(t.Family, kt.Sets[SetSticky]); why != "" {
-			d.add("set %s: %s", SetSticky, why)
+	if t.Sticky != "" {
+		if why := stickyMismatch(t.Family, kt.Sets[t.Sticky], t.StickyComment); why != "" {
+			d.add("set %s: %s", t.Sticky, why)
 		}
 	}
 	for n, ks := range kt.Sets {
-		if t.Map(n) == nil && (n != SetSticky || !t.Sticky) {
+		if t.Map(n) == nil && n != t.Sticky {
 			foreignSet(n, ks, d)
 		}
 	}
@@ -153,10 +153,10 @@ func mapMismatch(f Family, ks *kernelSet, m *Map) string {
 	switch {
 	case ks == nil:
 		return "missing"
-	case m.Plain && (ks.Flags != 0 || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != 0):
-		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a plain set with key type 0x%x (%d bytes)",
-			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, concatType(f, m.Key), keyLen(f, m.Key))
-	case !m.Plain && (ks.Flags != unix.NFT_SET_MAP || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != VerdictType):
+	case m.Plain && (ks.Flags != m.flags() || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != 0):
+		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a plain set with flags 0x%x key type 0x%x (%d bytes)",
+			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, m.flags(), concatType(f, m.Key), keyLen(f, m.Key))
+	case !m.Plain && (ks.Flags != m.flags() || ks.KeyType != concatType(f, m.Key) || ks.KeyLen != keyLen(f, m.Key) || ks.DataType != VerdictType):
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes) data type 0x%x, want a verdict map with key type 0x%x (%d bytes)",
 			ks.Flags, ks.KeyType, ks.KeyLen, ks.DataType, concatType(f, m.Key), keyLen(f, m.Key))
 	case !bytes.Equal(ks.Udata, commentUdata(SetCommentType, m.Comment)):
@@ -168,14 +168,14 @@ func mapMismatch(f Family, ks *kernelSet, m *Map) string {
 const stickyFlags = unix.NFT_SET_TIMEOUT | unix.NFT_SET_EVAL
 
 // stickyMismatch says how the sticky set in the kernel differs, or "".
-func stickyMismatch(f Family, ks *kernelSet) string {
+func stickyMismatch(f Family, ks *kernelSet, comment string) string {
 	switch {
 	case ks == nil:
 		return "missing"
 	case ks.Flags != stickyFlags || ks.KeyType != stickyKeyType(f) || ks.KeyLen != stickyKeyLen(f) || ks.DataType != 0:
 		return fmt.Sprintf("flags 0x%x key type 0x%x (%d bytes), want flags 0x%x key type 0x%x (%d bytes)",
 			ks.Flags, ks.KeyType, ks.KeyLen, stickyFlags, stickyKeyType(f), stickyKeyLen(f))
-	case !bytes.Equal(ks.Udata, stickyUserdata(f)):
+	case !bytes.Equal(ks.Udata, stickyUserdata(f, comment)):
 		return "userdata differs"
 	}
 	return ""
@@ -286,22 +286,23 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 	f := t.Family
 	var ed elementDiff
 	want := map[string]Element{}
-	t.eachElement(m.Name, func(e Element) { want[string(encodeKey(f, m.Key, e.Key))] = e })
+	t.eachElement(m.Name, func(e Element) { want[m.elementID(f, e.Key)] = e })
 	err := k.dumpElements(f, t.Name, m.Name, func(e kElement) {
-		w, ok := want[string(e.key)]
+		id := string(e.key) + string(e.end)
+		w, ok := want[id]
 		if !ok {
 			ed.foreign = true
-			d.add("map %s: element %x is not ours", m.Name, e.key)
+			d.add("%s %s: element %s is not ours", m.kind(), m.Name, m.kernelElementText(f, e))
 			return
 		}
-		delete(want, string(e.key))
+		delete(want, id)
 		v := w.Verdict.expr()
 		if !m.Plain && (e.verdict != int32(v.Kind) || e.chain != v.Chain) {
 			ed.changed = append(ed.changed, w)
 			d.add("map %s: element %s has verdict %d %s, want %s", m.Name, w.keyText(m.Key), e.verdict, e.chain, w.Verdict.text(f))
 		} else if !bytes.Equal(e.udata, commentUdata(0, w.Comment)) {
 			ed.changed = append(ed.changed, w)
-			d.add("map %s: element %s: comment differs", m.Name, w.keyText(m.Key))
+			d.add("%s %s: element %s: comment differs", m.kind(), m.Name, w.keyText(m.Key))
 		}
 	})
 	if err != nil {
@@ -309,14 +310,34 @@ func (k *Kernel) mapElementsDrift(t *Table, m *Map, d *drift) (elementDiff, erro
 	}
 	for _, w := range want {
 		ed.missing = append(ed.missing, w)
-		d.add("map %s: element %s missing", m.Name, w.keyText(m.Key))
+		d.add("%s %s: element %s missing", m.kind(), m.Name, w.keyText(m.Key))
 	}
 	return ed, nil
 }
 
-// TableDrift describes every difference between an applied table and the
-// kernel's.
+// kind is what nft calls the map: "set" when Plain.
+func (m *Map) kind() string {
+	if m.Plain {
+		return "set"
+	}
+	return "map"
+}
 
+// kernelElementText is a kernel's element of m as nft prints its key, or
+// in hex when it is not of m's type.
+func (m *Map) kernelElementText(f Family, e kElement) string {
+	k, err := m.decodeKey(f, e.key, e.end)
+	if err != nil {
+		return fmt.Sprintf("%x", append(e.key, e.end...))
+	}
+	return k.text(m.Key)
+}
+
+// TableDrift describes every difference between an applied table and the
+// kernel's (kt, as ReadFamily read it): the table's attributes, its chains,
+// rules, sets and elements, and what is not ours. stale are chains the
+// caller flushed and deletes later: they may still be there. Nil means
+// they match.
 func (k *Kernel) TableDrift(t *Table, kt *KernelTable, stale []string) ([]string, error) {
 	var d drift
 	staleSet := make(map[string]bool, len(stale))

@@ -17,7 +17,7 @@ type txWriter interface {
 	delObj(f Family, table string, o kernelObject)
 	delFlowtable(f Family, table, name string)
 	addMap(f Family, table string, m *Map, id uint32)
-	addStickySet(f Family, table string, id uint32)
+	addStickySet(f Family, table, name, comment string, id uint32)
 	flushMap(f Family, table string, m *Map)
 	// AddChains adds chains without their rules, addChainRules their
 	// rules, in order (a batch encodes large lists on all CPUs).
@@ -131,7 +131,7 @@ func (x *Tx) Write(w txWriter, setID *uint32) {
 	}
 	if x.newSticky {
 		*setID++
-		w.addStickySet(x.f, t.Name, *setID)
+		w.addStickySet(x.f, t.Name, t.Sticky, t.StickyComment, *setID)
 	}
 	w.AddChains(x.f, t.Name, x.newChains)
 	if x.release != nil {
@@ -236,7 +236,7 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 		have = &KernelTable{}
 	}
 	x.flushTable = have.Exists
-	x.newSticky = want.Sticky
+	x.newSticky = want.Sticky != ""
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
 	x.delObjs = append(x.delObjs, have.Objs...)
@@ -249,8 +249,8 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 // table's flush deletes them): the kernel refuses to delete them alone.
 func (x *Tx) fullSets(have *KernelTable, keys []string) {
 	want, f := x.table, x.f
-	if want.Sticky && have.Sets[SetSticky] != nil && stickyMismatch(f, have.Sets[SetSticky]) != "" {
-		x.delSets = append(x.delSets, SetSticky)
+	if ks := have.Sets[want.Sticky]; want.Sticky != "" && ks != nil && stickyMismatch(f, ks, want.StickyComment) != "" {
+		x.delSets = append(x.delSets, want.Sticky)
 	}
 	for _, m := range want.Maps {
 		ks := have.Sets[m.Name]
@@ -266,7 +266,7 @@ func (x *Tx) fullSets(have *KernelTable, keys []string) {
 		x.addElems[m.Name] = want.elementsOf(keys, m.Name)
 	}
 	for name, ks := range have.Sets {
-		if want.Map(name) == nil && (name != SetSticky || !want.Sticky) && !ks.anonymous() {
+		if want.Map(name) == nil && name != want.Sticky && !ks.anonymous() {
 			x.delSets = append(x.delSets, name)
 		}
 	}
@@ -311,14 +311,13 @@ func (x *Tx) fullChains(have *KernelTable, all []*Chain) (stale []string) {
 
 // DiffTx turns the last applied table into the wanted one, looking only at
 // the fixed objects and the fragments that keys names: the others are
-// known to be the same fragments in both (see allNames). pending are chains flushed by
-// earlier transactions; those due says are safe to delete (see
-// staleChainAge) are deleted. It returns the chains this transaction
-// flushes, to be deleted by a later one, and the pending ones it leaves
-// for later (not due yet).
-func DiffTx(have, want *Table, keys []string, pending []string, due func(chain string) bool) (x *Tx, stale, kept []string) {
+// known to be the same fragments in both. It returns the chains this
+// transaction flushes (their references dropped), for the caller to
+// delete in a later transaction (Tx.DelChains) once the kernel has
+// released them.
+func DiffTx(have, want *Table, keys []string) (x *Tx, stale []string) {
 	x = newTx(want)
-	x.newSticky = want.Sticky && !have.Sticky
+	x.newSticky = want.Sticky != "" && have.Sticky != want.Sticky
 	for _, m := range want.Maps {
 		if have.Map(m.Name) == nil {
 			x.newMaps = append(x.newMaps, m)
@@ -328,7 +327,6 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 		x.diffChains(have.Chains, want.Chains, &stale)
 		x.diffElements(mapElements(have.Maps), mapElements(want.Maps))
 	}
-	wanted := map[string]bool{}
 	for _, key := range keys {
 		old, fr := have.Fragments[key], want.Fragments[key]
 		if old == fr {
@@ -336,23 +334,8 @@ func DiffTx(have, want *Table, keys []string, pending []string, due func(chain s
 		}
 		x.diffChains(old.chains(), fr.chains(), &stale)
 		x.diffElements(old.elements(), fr.elements())
-		for _, c := range fr.chains() {
-			wanted[c.Name] = true
-		}
 	}
-	// A chain flushed earlier is deleted now, unless this transaction
-	// wants it again (then it belongs to a service port that changed, and
-	// is among names, or it is a fixed chain) or it is not due yet.
-	for _, name := range pending {
-		switch {
-		case wanted[name] || want.FixedChain(name) != nil:
-		case due(name):
-			x.DelChains = append(x.DelChains, name)
-		default:
-			kept = append(kept, name)
-		}
-	}
-	return x, stale, kept
+	return x, stale
 }
 
 func (fr *Fragment) chains() []*Chain {

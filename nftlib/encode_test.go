@@ -99,7 +99,7 @@ func TestDescribeMessage(t *testing.T) {
 	}{
 		{func() { b.AddTable(IPv4, "t", "c") }, "add table t"},
 		{func() { b.addMap(IPv4, "t", m, 1) }, "add map service-ips"},
-		{func() { b.addStickySet(IPv4, "t", 2) }, "add set " + SetSticky},
+		{func() { b.addStickySet(IPv4, "t", "sticky", "source . target id", 2) }, "add set sticky"},
 		{func() { b.AddChain(IPv4, "t", &Chain{Name: "KUBE-SVC-X"}) }, "add chain KUBE-SVC-X"},
 		{func() { b.AddRule(IPv4, "t", "KUBE-SVC-X", R(Verdict{Kind: Drop})) }, "add rule to KUBE-SVC-X"},
 		{func() { b.FlushChain(IPv4, "t", "KUBE-SVC-X") }, "flush chain KUBE-SVC-X"},

@@ -58,8 +58,10 @@ type fakeTable struct {
 
 // fakeSet is a verdict map (m) or the sticky set (m nil).
 type fakeSet struct {
-	m     *Map
+	m     *Map // nil for a sticky set
 	elems map[Key]Element
+	// stickyComment is a sticky set's comment.
+	stickyComment string
 }
 
 var _ FakeKernel = (*fakeKernel)(nil)
@@ -135,7 +137,7 @@ func (k *fakeKernel) refused(text string) error {
 func (t *fakeTable) clone() *fakeTable {
 	c := &fakeTable{comment: t.comment, sets: make(map[string]*fakeSet, len(t.sets)), chains: maps.Clone(t.chains)}
 	for n, s := range t.sets {
-		c.sets[n] = &fakeSet{m: s.m, elems: maps.Clone(s.elems)}
+		c.sets[n] = &fakeSet{m: s.m, elems: maps.Clone(s.elems), stickyComment: s.stickyComment}
 	}
 	return c // chains are replaced, never changed in place
 }
@@ -190,10 +192,10 @@ func fakeKChain(c *Chain) *kernelChain {
 
 func fakeKSet(f Family, s *fakeSet) *kernelSet {
 	if s.m == nil {
-		return &kernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f)}
+		return &kernelSet{Flags: stickyFlags, KeyType: stickyKeyType(f), KeyLen: stickyKeyLen(f), Udata: stickyUserdata(f, s.stickyComment)}
 	}
 	if s.m.Plain {
-		return &kernelSet{KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
+		return &kernelSet{Flags: s.m.flags(), KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key), Udata: commentUdata(SetCommentType, s.m.Comment)}
 	}
 	return &kernelSet{Flags: unix.NFT_SET_MAP, KeyType: concatType(f, s.m.Key), KeyLen: keyLen(f, s.m.Key),
 		DataType: VerdictType, Udata: commentUdata(SetCommentType, s.m.Comment)}
@@ -246,8 +248,8 @@ func tableObjects(t *Table) []string {
 			out = append(out, "map "+m.Name+" element "+m.elementText(t.Family, e))
 		}
 	}
-	if t.Sticky {
-		out = append(out, "set "+SetSticky)
+	if t.Sticky != "" {
+		out = append(out, "set "+t.Sticky+" "+quoteComment(t.StickyComment))
 	}
 	return out
 }
@@ -280,10 +282,10 @@ func (t *fakeTable) table(f Family, name string) *Table {
 	for _, sn := range slices.Sorted(maps.Keys(t.sets)) {
 		s := t.sets[sn]
 		if s.m == nil {
-			out.Sticky = true
+			out.Sticky, out.StickyComment = sn, s.stickyComment
 			continue
 		}
-		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain}
+		m := &Map{Name: s.m.Name, Key: s.m.Key, Comment: s.m.Comment, Plain: s.m.Plain, Interval: s.m.Interval}
 		for _, e := range s.elems {
 			m.Elements = append(m.Elements, e)
 		}

@@ -94,15 +94,15 @@ func (x *fakeTx) addMap(f Family, table string, m *Map, id uint32) {
 			}
 			return nil
 		}
-		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment, Plain: m.Plain}, elems: map[Key]Element{}}
+		t.sets[m.Name] = &fakeSet{m: &Map{Name: m.Name, Key: m.Key, Comment: m.Comment, Plain: m.Plain, Interval: m.Interval}, elems: map[Key]Element{}}
 		return nil
 	})
 }
 
-func (x *fakeTx) addStickySet(f Family, table string, id uint32) {
-	x.add(f, table, func(w *scriptWriter) { w.addStickySet(f, table, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
-		if t.sets[SetSticky] == nil {
-			t.sets[SetSticky] = &fakeSet{elems: map[Key]Element{}}
+func (x *fakeTx) addStickySet(f Family, table, name, comment string, id uint32) {
+	x.add(f, table, func(w *scriptWriter) { w.addStickySet(f, table, name, comment, id) }, func(t *fakeTable, _ map[TableRef]*fakeTable) error {
+		if t.sets[name] == nil {
+			t.sets[name] = &fakeSet{elems: map[Key]Element{}, stickyComment: comment}
 		}
 		return nil
 	})
@@ -219,8 +219,10 @@ func (t *fakeTable) refersToExisting(term Term) bool {
 		return v.Chain == "" || t.chains[v.Chain] != nil
 	case vmapLookup:
 		return t.sets[v.Map] != nil
-	case StickyMatch, StickyUpdate:
-		return t.sets[SetSticky] != nil
+	case StickyMatch:
+		return t.sets[v.Set] != nil
+	case StickyUpdate:
+		return t.sets[v.Set] != nil
 	}
 	return true
 }
@@ -278,8 +280,12 @@ func (t *fakeTable) setUsed(name string) bool {
 					if v.Map == name {
 						return true
 					}
-				case StickyMatch, StickyUpdate:
-					if name == SetSticky {
+				case StickyMatch:
+					if name == v.Set {
+						return true
+					}
+				case StickyUpdate:
+					if name == v.Set {
 						return true
 					}
 				}

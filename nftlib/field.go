@@ -127,13 +127,20 @@ func keyLoads(out []expr.Any, f Family, key []Field) []expr.Any {
 
 // keyMatches tells whether the packet's fields are the key's.
 func (p *Packet) keyMatches(fields []Field, k Key) bool {
+	addrs := 0
 	for _, fl := range fields {
 		var ok bool
 		switch fl {
-		case FieldDaddr:
-			ok = p.Dst == k.Addr
-		case FieldSaddr:
-			ok = p.Src == k.Addr
+		case FieldDaddr, FieldSaddr:
+			a := p.Dst
+			if fl == FieldSaddr {
+				a = p.Src
+			}
+			if addrs++; addrs == 1 {
+				ok = a == k.Addr
+			} else {
+				ok = k.Net.Contains(a)
+			}
 		case FieldL4Proto:
 			ok = p.Proto == k.Proto
 		case FieldDport:

@@ -1,10 +1,10 @@
 package nftlib
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
+	"syscall"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -69,15 +69,15 @@ func (k *Kernel) ReadTable(f Family, name string, template *Table) (*Table, erro
 		return nil, err
 	}
 	for _, s := range sets {
-		if s == SetSticky {
-			t.Sticky = true
+		if s == template.Sticky {
+			t.Sticky, t.StickyComment = s, template.StickyComment
 			continue
 		}
 		tm := template.Map(s)
 		if tm == nil {
 			return nil, fmt.Errorf("%s %s: set %s is not one of ours", f, name, s)
 		}
-		m := &Map{Name: s, Key: tm.Key, Comment: tm.Comment, Plain: tm.Plain}
+		m := &Map{Name: s, Key: tm.Key, Comment: tm.Comment, Plain: tm.Plain, Interval: tm.Interval}
 		var derr error
 		err := k.dumpElements(f, name, s, func(e kElement) {
 			el, err := decodeElement(f, m, e)
@@ -113,23 +113,10 @@ func udataComment(u []byte) string {
 }
 
 func decodeElement(f Family, m *Map, e kElement) (Element, error) {
-	el := Element{Comment: udataComment(e.udata)}
-	b := e.key
-	for _, fl := range m.Key {
-		n := int((fl.size(f) + 3) &^ 3)
-		if len(b) < n {
-			return el, fmt.Errorf("element key of %d bytes is too short", len(e.key))
-		}
-		switch fl {
-		case FieldSaddr, FieldDaddr:
-			a, _ := netip.AddrFromSlice(b[:f.addrLen()])
-			el.Key.Addr = a
-		case FieldL4Proto:
-			el.Key.Proto = b[0]
-		case FieldDport:
-			el.Key.Port = binary.BigEndian.Uint16(b)
-		}
-		b = b[n:]
+	k, err := m.decodeKey(f, e.key, e.end)
+	el := Element{Key: k, Comment: udataComment(e.udata)}
+	if err != nil {
+		return el, err
 	}
 	if m.Plain {
 		return el, nil
@@ -233,4 +220,40 @@ func exprNamed(name string) expr.Any {
 		return &expr.Counter{}
 	}
 	return nil
+}
+
+// ReadElements reads the elements the kernel holds in those of t's maps
+// whose type and comment are t's, by map name; kt is what ReadFamily
+// read of t's table. A map of another type, or missing, has none.
+func (k *Kernel) ReadElements(t *Table, kt *KernelTable) (map[string][]Element, error) {
+	out := map[string][]Element{}
+	if !kt.Exists {
+		return out, nil
+	}
+	for _, m := range t.Maps {
+		if mapMismatch(t.Family, kt.Sets[m.Name], m) != "" {
+			continue
+		}
+		var elems []Element
+		var bad error
+		err := k.dumpElements(t.Family, t.Name, m.Name, func(e kElement) {
+			el, err := decodeElement(t.Family, m, e)
+			if err != nil {
+				bad = errors.Join(bad, err)
+				return
+			}
+			elems = append(elems, el)
+		})
+		if errors.Is(err, syscall.ENOENT) {
+			continue // deleted since kt was read: none
+		}
+		if err != nil {
+			return nil, err
+		}
+		if bad != nil {
+			return nil, fmt.Errorf("%s %s set %s: %w", t.Family, t.Name, m.Name, bad)
+		}
+		out[m.Name] = elems
+	}
+	return out, nil
 }

@@ -484,23 +484,11 @@ func concatType(f Family, key []Field) uint32 {
 	return t
 }
 
-func keyLen(f Family, key []Field) uint32 {
-	var n uint32
-	for _, fl := range key {
-		n += (fl.size(f) + 3) &^ 3
-	}
-	return n
-}
-
 func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
 	b.str(unix.NFTA_SET_NAME, m.Name)
-	if m.Plain {
-		b.u32(unix.NFTA_SET_FLAGS, 0)
-	} else {
-		b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
-	}
+	b.u32(unix.NFTA_SET_FLAGS, m.flags())
 	b.u32(unix.NFTA_SET_KEY_TYPE, concatType(f, m.Key))
 	b.u32(unix.NFTA_SET_KEY_LEN, keyLen(f, m.Key))
 	if !m.Plain {
@@ -508,6 +496,9 @@ func (b *batch) addMap(f Family, table string, m *Map, id uint32) {
 		b.u32(unix.NFTA_SET_DATA_LEN, 0)
 	}
 	b.u32(unix.NFTA_SET_ID, id)
+	if m.Interval {
+		b.concatDesc(f, m.Key)
+	}
 	if m.Comment != "" {
 		b.commentAttr(unix.NFTA_SET_USERDATA, SetCommentType, clampComment(m.Comment))
 	}
@@ -532,6 +523,11 @@ func (b *batch) Elements(add bool, f Family, table string, m *Map, elems []Eleme
 		b.nest(unix.NFTA_SET_ELEM_KEY)
 		b.attr(unix.NFTA_DATA_VALUE, encodeKey(f, m.Key, e.Key))
 		b.unnest()
+		if m.Interval {
+			b.nest(nftaSetElemKeyEnd)
+			b.attr(unix.NFTA_DATA_VALUE, appendKey(nil, f, m.Key, e.Key, true))
+			b.unnest()
+		}
 		if !add {
 			return
 		}
@@ -573,27 +569,6 @@ func (b *batch) elementMessages(add bool, f Family, table, set string, n int, el
 		b.unnest()
 		b.end()
 	}
-}
-
-// encodeKey lays out a key as nft does: each field in network byte order,
-// padded to a multiple of 4 bytes.
-func encodeKey(f Family, key []Field, k Key) []byte {
-	out := make([]byte, 0, 24)
-	for _, fl := range key {
-		start := len(out)
-		switch fl {
-		case FieldSaddr, FieldDaddr:
-			out = append(out, k.Addr.AsSlice()...)
-		case FieldL4Proto:
-			out = append(out, k.Proto)
-		case FieldDport:
-			out = binary.BigEndian.AppendUint16(out, k.Port)
-		}
-		for (len(out)-start)%4 != 0 {
-			out = append(out, 0)
-		}
-	}
-	return out
 }
 
 // finish closes the batch, asking for an ack on the last real message only:

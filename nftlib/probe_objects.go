@@ -69,18 +69,19 @@ func probeReject(b *batch, f Family, table string) {
 }
 
 func probeSticky(b *batch, f Family, table string) {
-	b.addStickySet(f, table, 1)
+	const set = "probe-sticky"
+	b.addStickySet(f, table, set, probeComment, 1)
 	probeRule(b, f, table, probeNATPrerouting,
-		StickyMatch{ID: 1}, StickyUpdate{ID: 1, Timeout: 3 * time.Hour})
+		StickyMatch{Set: set, ID: 1}, StickyUpdate{Set: set, ID: 1, Timeout: 3 * time.Hour})
 }
 
 func probeIntervalConcat(b *batch, f Family, table string) {
 	key := []Field{FieldDaddr, FieldL4Proto, FieldDport, FieldSaddr}
-	s := &Set{Name: "probe-interval", Key: key, Interval: true, Comment: probeComment}
-	b.addSet(f, table, s, 1)
+	m := &Map{Name: "probe-interval", Key: key, Plain: true, Interval: true, Comment: probeComment}
+	b.addMap(f, table, m, 1)
 	src := netip.PrefixFrom(probeAddr(f), probeAddr(f).BitLen()-8).Masked()
-	b.setElements(true, f, table, s, []SetElement{{Daddr: probeAddr(f), Proto: unix.IPPROTO_TCP, Port: 80, Saddr: src}})
-	probeRule(b, f, table, probeFilterInput, LookupSet(s.Name, key...), Verdict{Kind: Accept})
+	b.Elements(true, f, table, m, []Element{{Key: Key{Addr: probeAddr(f), Proto: unix.IPPROTO_TCP, Port: 80, Net: src}}})
+	probeRule(b, f, table, probeFilterInput, LookupSet(m.Name, key...), Verdict{Kind: Accept})
 }
 
 // probeChainComment adds a commented chain whose creation the kernel echoes.

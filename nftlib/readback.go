@@ -401,9 +401,9 @@ func (k *Kernel) dumpChainRules(f Family, table, chain string, fn func(chain str
 
 // kElement is one map element as the kernel reports it.
 type kElement struct {
-	key, udata []byte
-	verdict    int32
-	chain      string
+	key, end, udata []byte
+	verdict         int32
+	chain           string
 }
 
 // dumpElements calls fn with each element of a map.
@@ -437,11 +437,9 @@ func parseElement(b []byte) kElement {
 	forAttrs(b, func(a nlAttr) {
 		switch a.typ {
 		case unix.NFTA_SET_ELEM_KEY:
-			forAttrs(a.data, func(v nlAttr) {
-				if v.typ == unix.NFTA_DATA_VALUE {
-					e.key = v.data
-				}
-			})
+			dataValue(a.data, func(v []byte) { e.key = v })
+		case nftaSetElemKeyEnd:
+			dataValue(a.data, func(v []byte) { e.end = v })
 		case unix.NFTA_SET_ELEM_DATA:
 			forAttrs(a.data, func(d nlAttr) {
 				if d.typ != unix.NFTA_DATA_VERDICT {

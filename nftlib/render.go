@@ -44,7 +44,7 @@ func (t *Table) renderTo(b *strings.Builder) {
 		sep()
 		t.renderMap(b, m)
 	}
-	if t.Sticky {
+	if t.Sticky != "" {
 		sep()
 		t.renderStickySet(b)
 	}
@@ -63,24 +63,27 @@ func (t *Table) renderMap(b *strings.Builder, m *Map) {
 	}
 	if m.Plain {
 		fmt.Fprintf(b, "\tset %s {\n\t\ttype %s\n", m.Name, strings.Join(types, " . "))
+		if m.Interval {
+			b.WriteString("\t\tflags interval\n")
+		}
 	} else {
 		fmt.Fprintf(b, "\tmap %s {\n\t\ttype %s : verdict\n", m.Name, strings.Join(types, " . "))
 	}
 	if m.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %s\n", quoteComment(m.Comment))
 	}
-	elems, perLine := t.Elements(m.Name), 1
+	elems, n := t.Elements(m.Name), 1
 	if m.Plain {
 		// nft sorts a set's elements by key and prints narrow keys
 		// several to a line.
 		elems = sortedByKey(t.Family, m.Key, elems)
-		perLine = (&Set{Key: m.Key}).perLine(t.Family)
+		n = perLine(t.Family, m.Key)
 	}
 	for i, e := range elems {
 		switch {
 		case i == 0:
 			b.WriteString("\t\telements = { ")
-		case i%perLine == 0:
+		case i%n == 0:
 			b.WriteString(",\n\t\t\t     ")
 		default:
 			b.WriteString(", ")
@@ -161,20 +164,7 @@ func (e Element) Text(f Family, key []Field) string {
 	return s + " : " + e.Verdict.text(f)
 }
 
-func (e Element) keyText(key []Field) string {
-	parts := make([]string, 0, len(key))
-	for _, fl := range key {
-		switch fl {
-		case FieldSaddr, FieldDaddr:
-			parts = append(parts, e.Key.Addr.String())
-		case FieldL4Proto:
-			parts = append(parts, ProtoName(e.Key.Proto))
-		case FieldDport:
-			parts = append(parts, strconv.Itoa(int(e.Key.Port)))
-		}
-	}
-	return strings.Join(parts, " . ")
-}
+func (e Element) keyText(key []Field) string { return e.Key.text(key) }
 
 // priorityText names priorities the way nft prints them: a standard
 // priority valid for the hook, plus or minus an offset of up to 10; any

@@ -76,8 +76,10 @@ type Table struct {
 	// a family.
 	Secondary bool
 	Maps      []*Map
-	// Sticky declares the table's sticky set (see sticky.go).
-	Sticky bool
+	// Sticky names the table's sticky set ("": none; see sticky.go), and
+	// StickyComment is its comment.
+	Sticky        string
+	StickyComment string
 	// Chains are the fixed chains: base chains and those every fragment
 	// shares.
 	Chains []*Chain
@@ -135,6 +137,10 @@ type Map struct {
 	// for lookups (SetMatch, SetLookup). Its elements' Verdict is unused;
 	// adding them costs the kernel no validation of the table.
 	Plain bool
+	// Interval makes a Plain set hold ranges (`flags interval`): its key's
+	// second address (Key.Net) is a prefix. The key must be a
+	// concatenation (the kernel's pipapo set).
+	Interval bool
 	// Elements are the map's fixed elements; fragments add theirs.
 	Elements []Element
 }
@@ -146,11 +152,14 @@ type Element struct {
 	Comment string
 }
 
-// Key is a map key; which parts count depends on the map's key fields.
+// Key is a map key; which parts count depends on the map's key fields:
+// Addr is the first address field's value, Net a second address field's
+// (a prefix in an Interval set, of full length otherwise).
 type Key struct {
 	Addr  netip.Addr
 	Proto uint8
 	Port  uint16
+	Net   netip.Prefix
 }
 
 // Chain returns the fixed or fragment chain of that name, or nil.

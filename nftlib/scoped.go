@@ -331,8 +331,8 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 	for _, name := range names {
 		ks, m := kt.Sets[name], t.Map(name)
 		switch {
-		case name == SetSticky && t.Sticky:
-			if err := scopedSticky(t.Family, ks, d, r); err != nil {
+		case name == t.Sticky && name != "":
+			if err := scopedSticky(t, ks, d, r); err != nil {
 				return err
 			}
 		case m == nil && ks != nil && !ks.anonymous():
@@ -358,14 +358,14 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 }
 
 // scopedSticky creates the sticky set again when it is missing.
-func scopedSticky(f Family, ks *kernelSet, d *drift, r *scopedRepair) error {
+func scopedSticky(t *Table, ks *kernelSet, d *drift, r *scopedRepair) error {
 	if ks == nil {
-		d.add("set %s: missing", SetSticky)
+		d.add("set %s: missing", t.Sticky)
 		r.fix.newSticky = true
 		return nil
 	}
-	if why := stickyMismatch(f, ks); why != "" {
-		return fmt.Errorf("set %s: %s", SetSticky, why)
+	if why := stickyMismatch(t.Family, ks, t.StickyComment); why != "" {
+		return fmt.Errorf("set %s: %s", t.Sticky, why)
 	}
 	return nil
 }

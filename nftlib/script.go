@@ -38,7 +38,11 @@ func (s *scriptWriter) addMap(f Family, table string, m *Map, _ uint32) {
 		n, _ := fl.datatype(f)
 		types = append(types, n)
 	}
-	if m.Plain {
+	switch {
+	case m.Interval:
+		s.line("add set %s %s %s { type %s; flags interval; }", f, table, m.Name, strings.Join(types, " . "))
+		return
+	case m.Plain:
 		s.line("add set %s %s %s { type %s; }", f, table, m.Name, strings.Join(types, " . "))
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Sticky sessions: a table with Sticky holds one dynamic set, SetSticky,
+// Sticky sessions: a table with Sticky holds one dynamic set of that name,
 // keyed by a packet's source address and a 32-bit id of a target (StickyID
 // of its chain's name), whose elements time out. StickyMatch looks the pair
 // up, StickyUpdate adds or refreshes it from the packet path: a source sent
@@ -22,14 +22,10 @@ import (
 // nft (1.0.6 and later) parses a constant inside such a concatenation only
 // as an expression it can type, so the id is written as
 // `numgen random mod 1 offset ID`, which always yields ID.
-const (
-	// SetSticky is the name of a table's sticky set.
-	SetSticky = "affinity"
-	// stickySetSize bounds the set: a source that finds it full is not
-	// remembered (its packets still go wherever the rules send them).
-	stickySetSize = 1 << 20
-	stickyComment = "sessionAffinity ClientIP: client . endpoint id"
-)
+//
+// stickySetSize bounds the set: a source that finds it full is not
+// remembered (its packets still go wherever the rules send them).
+const stickySetSize = 1 << 20
 
 // StickyID is the id of a target chain in the sticky set: the first four
 // bytes of a hash of its name, so stable across restarts and without
@@ -55,7 +51,7 @@ func stickyKey(f Family, id uint32) []expr.Any {
 }
 
 // stickyKeyAt reads stickyKey's expressions at the start of ex: the
-// source address, then the endpoint id.
+// source address, then the target's id.
 func stickyKeyAt(f Family, ex []expr.Any) (id uint32, ok bool) {
 	p, ok := exprAt[*expr.Payload](ex, 0)
 	if !ok {
@@ -108,7 +104,7 @@ func stickyKeyLen(f Family) uint32 { return uint32(f.addrLen()) + 4 }
 // stickyUserdata is what nft stores with the set so that `nft list` prints
 // its `typeof ip saddr . numgen random mod 1` (without it nft prints a type
 // it cannot parse back), then the comment.
-func stickyUserdata(f Family) []byte {
+func stickyUserdata(f Family, comment string) []byte {
 	tlv := func(typ byte, v []byte) []byte { return append([]byte{typ, byte(len(v))}, v...) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	cat := func(parts ...[]byte) []byte {
@@ -128,16 +124,16 @@ func stickyUserdata(f Family) []byte {
 	payload := cat(tlv(0, u32(7)), tlv(1, cat(tlv(0, u32(desc)), tlv(1, u32(field)))))
 	numgen := cat(tlv(0, u32(23)), tlv(1, cat(tlv(0, u32(unix.NFT_NG_RANDOM)), tlv(1, u32(1)), tlv(2, u32(0)))))
 	typeOf := cat(tlv(0, u32(13)), tlv(1, cat(tlv(0, payload), tlv(1, numgen))))
-	const keyByteorder, keyTypeof, comment = 0, 3, 7
-	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(comment, stickyComment))
+	const keyByteorder, keyTypeof, commentType = 0, 3, 7
+	return cat(tlv(keyByteorder, u32(0)), tlv(keyTypeof, typeOf), userdataComment(commentType, comment))
 }
 
 // addStickySet creates the sticky set, or keeps it as it is when it
 // exists: its elements are live state that no sync may flush.
-func (b *batch) addStickySet(f Family, table string, id uint32) {
+func (b *batch) addStickySet(f Family, table, name, comment string, id uint32) {
 	b.begin(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f)
 	b.str(unix.NFTA_SET_TABLE, table)
-	b.str(unix.NFTA_SET_NAME, SetSticky)
+	b.str(unix.NFTA_SET_NAME, name)
 	b.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_TIMEOUT|unix.NFT_SET_EVAL)
 	b.u32(unix.NFTA_SET_KEY_TYPE, stickyKeyType(f))
 	b.u32(unix.NFTA_SET_KEY_LEN, stickyKeyLen(f))
@@ -145,20 +141,20 @@ func (b *batch) addStickySet(f Family, table string, id uint32) {
 	b.nest(unix.NFTA_SET_DESC)
 	b.u32(unix.NFTA_SET_DESC_SIZE, stickySetSize)
 	b.unnest()
-	b.attr(unix.NFTA_SET_USERDATA, stickyUserdata(f))
+	b.attr(unix.NFTA_SET_USERDATA, stickyUserdata(f, comment))
 	b.end()
 }
 
-func (s *scriptWriter) addStickySet(f Family, table string, _ uint32) {
+func (s *scriptWriter) addStickySet(f Family, table, name, _ string, _ uint32) {
 	s.line("add set %s %s %s { typeof %s saddr . numgen random mod 1; size %d; flags dynamic,timeout; }",
-		f, table, SetSticky, f, stickySetSize)
+		f, table, name, f, stickySetSize)
 }
 
 func (t *Table) renderStickySet(b *strings.Builder) {
-	fmt.Fprintf(b, "\tset %s {\n", SetSticky)
+	fmt.Fprintf(b, "\tset %s {\n", t.Sticky)
 	fmt.Fprintf(b, "\t\ttypeof %s saddr . numgen random mod 1\n", t.Family)
 	fmt.Fprintf(b, "\t\tsize %d\n", stickySetSize)
 	b.WriteString("\t\tflags dynamic,timeout\n")
-	fmt.Fprintf(b, "\t\tcomment %q\n", stickyComment)
+	fmt.Fprintf(b, "\t\tcomment %q\n", t.StickyComment)
 	b.WriteString("\t}\n")
 }

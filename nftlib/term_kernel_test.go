@@ -44,7 +44,7 @@ func TestKernelEveryTermKind(t *testing.T) {
 			b.addMap(f, tbl.Name, m, uint32(i+1))
 			b.Elements(true, f, tbl.Name, m, m.Elements)
 		}
-		b.addStickySet(f, tbl.Name, uint32(len(tbl.Maps)+1))
+		b.addStickySet(f, tbl.Name, tbl.Sticky, tbl.StickyComment, uint32(len(tbl.Maps)+1))
 		b.addChainRules(f, tbl.Name, tbl.Chains)
 		if err := k.commit(b); err != nil {
 			t.Fatalf("%s: writing every term: %v", f, err)

@@ -122,10 +122,10 @@ func termCases(f Family) map[string][]termCase {
 			{term: NumgenZero{Mod: 1000}, want: []string{"0.001 no dnat masquerade", "0.999 no dnat"}},
 		},
 		"StickyMatch": {
-			{term: StickyMatch{ID: 7}, want: []string{match}},
-			{term: StickyMatch{ID: 8}, want: []string{noMatch}},
+			{term: StickyMatch{Set: "sticky", ID: 7}, want: []string{match}},
+			{term: StickyMatch{Set: "sticky", ID: 8}, want: []string{noMatch}},
 		},
-		"StickyUpdate": {{term: StickyUpdate{ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " sticky 9"}}},
+		"StickyUpdate": {{term: StickyUpdate{Set: "sticky", ID: 9, Timeout: 3 * time.Hour}, want: []string{match + " sticky 9"}}},
 		"DNAT":         {{term: DNAT{Addr: x.endpoint, Port: 8080}, want: []string{dnat + " masquerade"}}},
 		"Masquerade":   {{term: Masquerade{}, want: []string{match}}},
 		"Reject":       {{term: Reject{}, want: []string{"1.000 reject"}}},
@@ -144,7 +144,7 @@ func termCases(f Family) map[string][]termCase {
 // then masquerades.
 func traceTable(f Family, term Term) *Table {
 	x := fixture(f)
-	return &Table{Family: f, Name: "t", Sticky: true,
+	return &Table{Family: f, Name: "t", Sticky: "sticky", StickyComment: "source . target id",
 		Chains: []*Chain{
 			{Name: "entry", Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: -100}, Rules: []Rule{R(term, Masquerade{})}},
 			{Name: "target", Rules: []Rule{R(DNAT{Addr: x.endpoint, Port: 8080})}},

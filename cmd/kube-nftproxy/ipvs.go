@@ -236,10 +236,9 @@ func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
 	}
 	plan := ipvs.BuildPlan(st, planCfg, st.Node.IPs)
 	var b strings.Builder
-	for _, t := range ipvs.HelperTables(cfg.Settings, st.Node, plan.Elements()) {
-		if err := t.Render(&b); err != nil {
-			return err
-		}
+	helpers := nftlib.Ruleset{Tables: ipvs.HelperTables(cfg.Settings, st.Node, plan.Elements())}
+	if err := helpers.Render(&b); err != nil {
+		return err
 	}
 	b.WriteString("# virtual servers (ipvsadm -Sn)\n")
 	if err := ipvs.WriteRules(&b, plan.VirtualServers()); err != nil {
