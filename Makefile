@@ -233,7 +233,12 @@ cluster-images-test:
 # From nothing it first builds what is not cached (cluster-build, about 21
 # minutes cold; cluster-images, about a minute).
 cluster: cluster-build cluster-images
-	$(GO) run ./e2e/cluster/cmd up
+	$(call ipvs_guests,$(KNP_CLUSTER_PROXY)) $(GO) run ./e2e/cluster/cmd up
+
+# IPVS mode's proxies (ipvs, upstream-ipvs) on a kernel without IPVS: each
+# node a user-mode Linux guest whose kernel has it (hack/vm/README.md;
+# uml-kernel.sh builds it once, about 15 minutes).
+ipvs_guests = $(if $(filter ipvs upstream-ipvs,$(1)),$(if $(wildcard /proc/net/ip_vs),,KNP_CLUSTER_NODE_KERNEL=$$(hack/vm/uml-kernel.sh)))
 
 cluster-down:
 	$(GO) run ./e2e/cluster/cmd down
@@ -250,12 +255,12 @@ cluster-status:
 # conntrack sysctls set); PROXY=upstream runs kube-proxy v1.37.1 (iptables
 # mode) as the baseline, PROXY=upstream-nftables the same in nftables mode;
 # PROXY=kubeadm runs the same kubeadm objects with only the image changed to
-# ours (the drop-in). PROXY=ipvs and PROXY=upstream-ipvs need a kernel with
-# IPVS: hack/vm/cluster.sh runs them in a VM (docs/cluster.md).
+# ours (the drop-in). PROXY=ipvs and PROXY=upstream-ipvs run IPVS mode, on
+# user-mode Linux guest nodes when this kernel has no IPVS (docs/cluster.md).
 # Brings the cluster up with that proxy if none is up; leaves it up.
 PROXY ?= ours
 conformance: cluster-build cluster-images
-	PROXY=$(PROXY) hack/cluster/conformance.sh
+	PROXY=$(PROXY) $(call ipvs_guests,$(PROXY)) hack/cluster/conformance.sh
 
 # The cluster tier's CI subset (e2e/cluster TestClusterConformanceSubset):
 # a dual-stack cluster of three nodes in three zones up, the smoke check,

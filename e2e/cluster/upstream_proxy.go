@@ -49,7 +49,7 @@ func (l Layout) checkKernel(procFile string) error {
 		return nil
 	}
 	if _, err := os.Stat(procFile); err != nil {
-		return fmt.Errorf("KNP_CLUSTER_PROXY=%s needs a kernel with IPVS, and this one has none (%w): hack/vm/cluster.sh runs the cluster in a VM whose kernel has it", l.Proxy, err)
+		return fmt.Errorf("KNP_CLUSTER_PROXY=%s needs a kernel with IPVS, and this one has none (%w): KNP_CLUSTER_NODE_KERNEL=$(hack/vm/uml-kernel.sh) makes each node a user-mode Linux guest with IPVS (make cluster and make conformance set it)", l.Proxy, err)
 	}
 	return nil
 }
