@@ -3,13 +3,13 @@ package ipvs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -74,7 +74,7 @@ type Backend struct {
 	monTried  bool
 	lastCheck time.Time
 
-	k       Kernel
+	k       ipvsnl.Kernel
 	cfg     BackendConfig
 	planner *Planner
 	syncer  *Syncer
@@ -85,7 +85,7 @@ type Backend struct {
 var _ proxier.Backend = (*Backend)(nil)
 
 // NewBackend returns a backend over k; nothing is read before the first Sync.
-func NewBackend(k Kernel, cfg BackendConfig) *Backend {
+func NewBackend(k ipvsnl.Kernel, cfg BackendConfig) *Backend {
 	return &Backend{k: k, cfg: cfg, planner: NewPlanner(cfg.Plan)}
 }
 
@@ -248,44 +248,8 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 
 // DeleteVirtualServers deletes, in one write, every virtual server k
 // reads outside exclude, and returns how many it deleted.
-func DeleteVirtualServers(k Kernel, exclude []netip.Prefix) (int, error) {
-	return deleteVirtualServersIf(k, "", func(v VirtualServer) bool {
+func DeleteVirtualServers(k ipvsnl.Kernel, exclude []netip.Prefix) (int, error) {
+	return ipvsnl.DeleteMatching(k, "", func(v ipvsnl.VirtualServer) bool {
 		return !slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(v.Addr) })
 	})
-}
-
-// deleteVirtualServersIf deletes, in one write, the virtual servers k
-// reads that match, and returns how many it deleted; where ("on
-// kube-ipvs0") is for the error.
-func deleteVirtualServersIf(k Kernel, where string, match func(VirtualServer) bool) (int, error) {
-	vss, err := k.Read()
-	if err != nil {
-		return 0, fmt.Errorf("reading IPVS services: %w", err)
-	}
-	var ops []Op
-	for _, v := range vss {
-		if match(v) {
-			ops = append(ops, Op{Cmd: CmdDelService, Service: v.Service})
-		}
-	}
-	if len(ops) == 0 {
-		return 0, nil
-	}
-	opErrs, err := k.Apply(ops)
-	if err != nil {
-		if where != "" {
-			return 0, fmt.Errorf("deleting IPVS services %s: %w", where, err)
-		}
-		return 0, fmt.Errorf("deleting IPVS services: %w", err)
-	}
-	// Apply's per-command errors: nil (or shorter) when all went.
-	n := len(ops)
-	var errs []error
-	for i, e := range opErrs {
-		if e != nil {
-			n--
-			errs = append(errs, fmt.Errorf("%s: %w", ops[i], e))
-		}
-	}
-	return n, errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			st := bulkState10(n, "b")
-			be := NewBackend(NewFakeKernel(), BackendConfig{
+			be := NewBackend(ipvsnl.NewFakeKernel(), BackendConfig{
 				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
 				NewHelper: func(proxier.Node) (Helper, error) { return NewFakeHelper(), nil },
 			})

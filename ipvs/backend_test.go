@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/internal/nlmsg"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
 type backendRig struct {
-	k       *FakeKernel
+	k       *ipvsnl.FakeKernel
 	h       *FakeHelper
 	b       *Backend
 	clk     *clock
@@ -28,7 +28,7 @@ type backendRig struct {
 }
 
 func newBackendRig(t *testing.T) *backendRig {
-	r := &backendRig{k: NewFakeKernel(), h: NewFakeHelper(), clk: &clock{time.Unix(1e9, 0)}}
+	r := &backendRig{k: ipvsnl.NewFakeKernel(), h: NewFakeHelper(), clk: &clock{time.Unix(1e9, 0)}}
 	r.b = NewBackend(r.k, BackendConfig{
 		Sync:      SyncConfig{Now: r.clk.now, ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.255.0/24")}},
 		NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
@@ -136,8 +136,8 @@ func TestBackendNodeChangeNewHelper(t *testing.T) {
 func TestBackendCleanup(t *testing.T) {
 	r := newBackendRig(t)
 	r.sync(t, demoState())
-	foreign := Service{ServiceKey: ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
-	if errs, _ := r.k.Apply([]Op{{Cmd: CmdNewService, Service: foreign}}); errs != nil {
+	foreign := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+	if errs, _ := r.k.Apply([]ipvsnl.Op{{Cmd: ipvsnl.CmdNewService, Service: foreign}}); errs != nil {
 		t.Fatal(errs)
 	}
 	removed, err := r.b.Cleanup(context.Background())
@@ -197,44 +197,22 @@ func TestSysctls(t *testing.T) {
 
 func must(v int, _ error) int { return v }
 
-// SET_CONFIG carries only the timeouts that are set, in seconds.
-func TestSetConfigEncoding(t *testing.T) {
-	b := appendSetConfig(nil, 0x22, 7, Timeouts{TCP: 900 * time.Second, UDP: 300*time.Second + 500*time.Millisecond})
-	hdr := 16 + 4
-	if len(b) != hdr+8+8 {
-		t.Fatalf("message of %d bytes, want header and two u32 attributes", len(b))
-	}
-	if b[16] != cmdSetConfig {
-		t.Errorf("command %d, want %d", b[16], cmdSetConfig)
-	}
-	got := map[uint16]uint32{}
-	nlmsg.Walk(b[hdr:], func(typ uint16, data []byte) {
-		got[typ] = uint32(data[0]) | uint32(data[1])<<8 | uint32(data[2])<<16 | uint32(data[3])<<24
-	})
-	if len(got) != 2 || got[attrCmdTimeoutTCP] != 900 || got[attrCmdTimeoutUDP] != 300 {
-		t.Errorf("attributes %v, want tcp 900 and udp 300", got)
-	}
-	if !(Timeouts{TCPFin: 500 * time.Millisecond}).IsZero() || (Timeouts{TCPFin: time.Second}).IsZero() {
-		t.Error("IsZero")
-	}
-}
-
 // DeleteVirtualServers deletes what is outside the excluded CIDRs in one
 // write and counts only the deletions that went; each failed one is in
 // the error.
 func TestDeleteVirtualServers(t *testing.T) {
-	svc := func(addr string) Service {
-		return Service{ServiceKey: ServiceKey{Addr: ip(addr), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+	svc := func(addr string) ipvsnl.Service {
+		return ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip(addr), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
 	}
-	k := NewFakeKernel()
-	var ops []Op
+	k := ipvsnl.NewFakeKernel()
+	var ops []ipvsnl.Op
 	for _, a := range []string{"10.96.0.1", "10.96.0.2", "10.96.0.3", "192.168.255.1"} {
-		ops = append(ops, Op{Cmd: CmdNewService, Service: svc(a)})
+		ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdNewService, Service: svc(a)})
 	}
 	if errs, err := k.Apply(ops); errs != nil || err != nil {
 		t.Fatal(errs, err)
 	}
-	k.Fail = func(op Op) error {
+	k.Fail = func(op ipvsnl.Op) error {
 		if op.Service.Addr == ip("10.96.0.2") {
 			return syscall.EBUSY
 		}

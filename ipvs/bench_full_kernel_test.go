@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -17,11 +19,11 @@ import (
 
 // timedKernel and timedHelper add up the time spent in each phase of a sync.
 type timedKernel struct {
-	Kernel
+	ipvsnl.Kernel
 	took time.Duration
 }
 
-func (k *timedKernel) Apply(ops []Op) ([]error, error) {
+func (k *timedKernel) Apply(ops []ipvsnl.Op) ([]error, error) {
 	t0 := time.Now()
 	defer func() { k.took += time.Since(t0) }()
 	return k.Kernel.Apply(ops)
@@ -52,12 +54,12 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 					b.Fatalf("%v: %s", err, out)
 				}
-				c := dialIn(b, "/run/netns/"+ns)
+				c := ipvsnltest.Dial(b, "/run/netns/"+ns)
 				nk, err := nftlib.OpenKernel(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}
-				link, err := OpenDummy(testns.Path(ns))
+				link, err := ipvsnl.OpenDummy(testns.Path(ns))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -72,7 +74,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 						t0 := time.Now()
 						defer func() { addrsTook += time.Since(t0) }()
 						err = netns.Do("/run/netns/"+ns, func() error {
-							addrs, err = netns.AddrsExcept(DummyName)
+							addrs, err = netns.AddrsExcept(ipvsnl.DummyName)
 							return err
 						})
 						return addrs, err

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -13,11 +14,11 @@ import (
 // is left of a sync is the backend's own work (plan, diff, bookkeeping).
 type discardKernel struct{}
 
-func (discardKernel) Read() ([]VirtualServer, error)         { return nil, nil }
-func (discardKernel) Dests(ServiceKey) ([]Dest, error)       { return nil, nil }
-func (discardKernel) Apply(ops []Op) ([]error, error)        { return nil, nil }
-func (discardHelper) Read() ([]netip.Addr, []Element, error) { return nil, nil, nil }
-func (discardHelper) Apply(HelperChange) error               { return nil }
+func (discardKernel) Read() ([]ipvsnl.VirtualServer, error)          { return nil, nil }
+func (discardKernel) Dests(ipvsnl.ServiceKey) ([]ipvsnl.Dest, error) { return nil, nil }
+func (discardKernel) Apply(ops []ipvsnl.Op) ([]error, error)         { return nil, nil }
+func (discardHelper) Read() ([]netip.Addr, []Element, error)         { return nil, nil, nil }
+func (discardHelper) Apply(HelperChange) error                       { return nil }
 
 type discardHelper struct{}
 

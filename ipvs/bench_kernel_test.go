@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -26,14 +28,14 @@ import (
 func BenchmarkKernel(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("apply-%dx10", n), func(b *testing.B) {
-			var c *Conn
-			var ops []Op
+			var c *ipvsnl.Conn
+			var ops []ipvsnl.Op
 			for range b.N {
 				b.StopTimer()
-				c, _ = dialKernel(b)
-				ops = opsFor(benchTable(n))
+				c, _ = ipvsnltest.DialNew(b)
+				ops = ipvsnltest.CreateOps(benchTable(n))
 				b.StartTimer()
-				applyAll(b, c, ops)
+				ipvsnltest.MustApply(b, c, ops)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/apply")
@@ -52,14 +54,14 @@ func BenchmarkKernel(b *testing.B) {
 			for i := range changes {
 				d := v.Dests[i%10]
 				d.Weight = uint32(2 + i%2)
-				applyAll(b, c, []Op{{Cmd: CmdSetDest, Service: v.Service, Dest: d}})
+				ipvsnltest.MustApply(b, c, []ipvsnl.Op{{Cmd: ipvsnl.CmdSetDest, Service: v.Service, Dest: d}})
 			}
 			b.ReportMetric(float64(time.Since(t0).Microseconds())/changes, "us/set-dest")
 		})
 		b.Run(fmt.Sprintf("sync-%dx10", n), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				c, _ := dialKernel(b)
+				c, _ := ipvsnltest.DialNew(b)
 				st := proxier.NewState()
 				st.Node = proxier.Node{Name: node}
 				for i := range n {
@@ -115,25 +117,13 @@ func benchRS(i, j int) netip.AddrPort {
 }
 
 // benchTable: n TCP services of 10 real servers each.
-func benchTable(n int) []VirtualServer {
-	vss := make([]VirtualServer, n)
+func benchTable(n int) []ipvsnl.VirtualServer {
+	vss := make([]ipvsnl.VirtualServer, n)
 	for i := range vss {
-		vss[i].Service = Service{ServiceKey: ServiceKey{Addr: benchVIP(i), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+		vss[i].Service = ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: benchVIP(i), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
 		for j := range 10 {
-			vss[i].Dests = append(vss[i].Dests, Dest{Addr: benchRS(i, j), Weight: 1})
+			vss[i].Dests = append(vss[i].Dests, ipvsnl.Dest{Addr: benchRS(i, j), Weight: 1})
 		}
 	}
 	return vss
-}
-
-func applyAll(b testing.TB, k Kernel, ops []Op) {
-	errs, err := k.Apply(ops)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i, e := range errs {
-		if e != nil {
-			b.Fatalf("%s: %v", ops[i], e)
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -40,10 +41,10 @@ func (h *NftHelper) Drift(addrs []netip.Addr, elems iter.Seq[Element], scope Dri
 	if scope.Addrs && h.link != nil {
 		got, err := h.link.Addrs()
 		if err != nil {
-			return nil, fmt.Errorf("reading %s addresses: %w", DummyName, err)
+			return nil, fmt.Errorf("reading %s addresses: %w", ipvsnl.DummyName, err)
 		}
 		if d := addrDrift(addrs, got); len(d) > 0 {
-			out[DummyName] = d
+			out[ipvsnl.DummyName] = d
 		}
 	}
 	for _, t := range h.tables {
@@ -178,23 +179,23 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 			more++
 		}
 	}
-	got := make(map[ServiceKey]VirtualServer, len(vss))
+	got := make(map[ipvsnl.ServiceKey]ipvsnl.VirtualServer, len(vss))
 	for _, v := range vss {
 		got[v.ServiceKey] = v
 	}
-	for _, key := range slices.SortedFunc(maps.Keys(s.have), ServiceKey.Compare) {
+	for _, key := range slices.SortedFunc(maps.Keys(s.have), ipvsnl.ServiceKey.Compare) {
 		a := s.have[key]
 		v, ok := got[key]
 		if !ok {
 			add("virtual server %s: missing", key)
 			continue
 		}
-		if !v.sameSettings(a.svc) {
+		if !v.SameSettings(a.svc) {
 			add("virtual server %s: scheduler %s flags 0x%x timeout %d, want %s 0x%x %d", key, v.Scheduler, v.Flags, v.Timeout, a.svc.Scheduler, a.svc.Flags, a.svc.Timeout)
 		}
 		destDrift(key, a.dests, v.Dests, add)
 	}
-	for _, key := range slices.SortedFunc(maps.Keys(got), ServiceKey.Compare) {
+	for _, key := range slices.SortedFunc(maps.Keys(got), ipvsnl.ServiceKey.Compare) {
 		if s.have[key] == nil && !s.excluded(key.Addr) {
 			add("virtual server %s: not ours", key)
 		}
@@ -211,8 +212,8 @@ func (s *Syncer) CheckIPVS() ([]string, error) {
 // destDrift describes how the real servers got differ from those applied
 // (want), both ordered by address: missing ones and changed weights in
 // want's order, then those not ours.
-func destDrift(key ServiceKey, want, got []Dest, add func(format string, args ...any)) {
-	byAddr := func(a, b Dest) int { return a.Addr.Compare(b.Addr) }
+func destDrift(key ipvsnl.ServiceKey, want, got []ipvsnl.Dest, add func(format string, args ...any)) {
+	byAddr := func(a, b ipvsnl.Dest) int { return a.Addr.Compare(b.Addr) }
 	if !slices.IsSortedFunc(got, byAddr) {
 		got = slices.SortedFunc(slices.Values(got), byAddr)
 	}
@@ -223,7 +224,7 @@ func destDrift(key ServiceKey, want, got []Dest, add func(format string, args ..
 		case !ok:
 			add("real server %s -> %s: missing", key, w.Addr)
 			continue
-		case w.Weight != unknownWeight && (got[i].Weight != w.Weight || got[i].Fwd&fwdMask != w.Fwd&fwdMask):
+		case w.Weight != unknownWeight && (got[i].Weight != w.Weight || got[i].Fwd&ipvsnl.FwdMask != w.Fwd&ipvsnl.FwdMask):
 			add("real server %s -> %s: weight %d, want %d", key, w.Addr, got[i].Weight, w.Weight)
 		}
 		seen[i] = true

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -86,7 +87,7 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 			changed := make(chan struct{}, 1)
 			drifts := map[string][]string{}
 			st := helperState()
-			b := NewBackend(NewFakeKernel(), BackendConfig{
+			b := NewBackend(ipvsnl.NewFakeKernel(), BackendConfig{
 				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
 				NewHelper: func(n proxier.Node) (Helper, error) {
 					return NewNftHelper(k, helperConfig(), n, &memLink{addrs: map[netip.Addr]bool{}}), nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -69,10 +70,10 @@ func TestBackendRepairsIPVSDrift(t *testing.T) {
 		}
 	}
 	dns := dnsVIP
-	if errs, err := r.k.Apply([]Op{
-		{Cmd: CmdDelService, Service: Service{ServiceKey: dns}},
-		{Cmd: CmdDelDest, Service: web.Service, Dest: web.Dests[0]},
-		{Cmd: CmdSetDest, Service: web.Service, Dest: Dest{Addr: web.Dests[1].Addr, Weight: 7}},
+	if errs, err := r.k.Apply([]ipvsnl.Op{
+		{Cmd: ipvsnl.CmdDelService, Service: ipvsnl.Service{ServiceKey: dns}},
+		{Cmd: ipvsnl.CmdDelDest, Service: web.Service, Dest: web.Dests[0]},
+		{Cmd: ipvsnl.CmdSetDest, Service: web.Service, Dest: ipvsnl.Dest{Addr: web.Dests[1].Addr, Weight: 7}},
 	}); errs != nil || err != nil {
 		t.Fatal(errs, err)
 	}
@@ -100,7 +101,7 @@ func TestBackendRepairsIPVSDrift(t *testing.T) {
 	}
 }
 
-func snapshotRules(vss []VirtualServer) string {
+func snapshotRules(vss []ipvsnl.VirtualServer) string {
 	var b strings.Builder
 	_ = WriteRules(&b, vss)
 	return b.String()
@@ -139,12 +140,12 @@ func TestBackendRepairsHelperDrift(t *testing.T) {
 	addr := ip("10.96.0.10")
 	delete(r.h.Addrs, addr)
 	r.sync(t, st)
-	if _, ok := drifts[DummyName]; ok || r.h.Addrs[addr] {
+	if _, ok := drifts[ipvsnl.DummyName]; ok || r.h.Addrs[addr] {
 		t.Errorf("addresses checked before the period: %v", drifts)
 	}
 	r.clk.advance(time.Minute)
 	r.sync(t, st)
-	if !r.h.Addrs[addr] || len(drifts[DummyName]) != 1 {
+	if !r.h.Addrs[addr] || len(drifts[ipvsnl.DummyName]) != 1 {
 		t.Errorf("address %s: present %v after the check, differences %v", addr, r.h.Addrs[addr], drifts)
 	}
 }

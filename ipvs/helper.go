@@ -4,16 +4,39 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// AddrLink holds kube-ipvs0's addresses. Dummy is the real one.
+// Helper holds what IPVS needs around it: kube-ipvs0's addresses (so the
+// virtual addresses are local and reach IPVS in INPUT) and the elements of
+// the helper table's sets (masquerade and filter rules read them).
+type Helper interface {
+	// Read returns the addresses on kube-ipvs0 and the sets' elements.
+	Read() ([]netip.Addr, []Element, error)
+	// Apply adds, then removes. After an error the Syncer reads again.
+	Apply(c HelperChange) error
+}
+
+// HelperChange is one sync's change to the Helper.
+type HelperChange struct {
+	AddAddrs, DelAddrs []netip.Addr
+	AddElems, DelElems []Element
+}
+
+func (c HelperChange) empty() bool {
+	return len(c.AddAddrs)+len(c.DelAddrs)+len(c.AddElems)+len(c.DelElems) == 0
+}
+
+// AddrLink holds kube-ipvs0's addresses. ipvsnl.Dummy is the real one.
 type AddrLink interface {
 	Addrs() ([]netip.Addr, error)
 	AddAddrs([]netip.Addr) error
 	DelAddrs([]netip.Addr) error
 }
+
+var _ AddrLink = (*ipvsnl.Dummy)(nil)
 
 // NftHelper is the real Helper: the helper table of each family (an
 // nftlib.Table of plain sets), written through nftlib's transactions, and

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -50,8 +51,8 @@ type Plan struct {
 // service ports may share addresses (one ClusterIP, several ports) and
 // elements (an endpoint behind two services): the Syncer counts owners.
 type Fragment struct {
-	Virtual []VirtualServer // by key
-	Addrs   []netip.Addr    // for kube-ipvs0, sorted
+	Virtual []ipvsnl.VirtualServer // by key
+	Addrs   []netip.Addr           // for kube-ipvs0, sorted
 	// elems are its helper set elements, packed (one per local endpoint
 	// and more: the plan's largest part after the real servers), in
 	// compareElements order.
@@ -71,7 +72,7 @@ func (f *Fragment) Equal(o *Fragment) bool {
 	if f == nil || o == nil {
 		return false
 	}
-	return slices.EqualFunc(f.Virtual, o.Virtual, func(a, b VirtualServer) bool {
+	return slices.EqualFunc(f.Virtual, o.Virtual, func(a, b ipvsnl.VirtualServer) bool {
 		return a.Service == b.Service && slices.Equal(a.Dests, b.Dests)
 	}) && slices.Equal(f.Addrs, o.Addrs) && f.elems.equal(o.elems)
 }
@@ -236,7 +237,7 @@ func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fr
 	if len(fr.Virtual) == 0 {
 		return nil
 	}
-	slices.SortFunc(fr.Virtual, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
+	slices.SortFunc(fr.Virtual, func(a, b ipvsnl.VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	slices.SortFunc(fr.Addrs, netip.Addr.Compare)
 	fr.Addrs = slices.Compact(fr.Addrs)
 	slices.SortFunc(b.elems, compareElements)
@@ -274,17 +275,17 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 }
 
 // virtualBase is what every virtual server of a service port shares.
-func (b *builder) virtualBase(v6 bool, svc *proxier.ServicePort) Service {
-	base := Service{Scheduler: b.cfg.scheduler(), Netmask: 0xffffffff}
+func (b *builder) virtualBase(v6 bool, svc *proxier.ServicePort) ipvsnl.Service {
+	base := ipvsnl.Service{Scheduler: b.cfg.scheduler(), Netmask: 0xffffffff}
 	if v6 {
 		base.Netmask = 128
 	}
 	if svc.AffinityTimeout > 0 {
-		base.Flags |= FlagPersistent
-		base.Timeout = uint32(min(svc.AffinityTimeout/time.Second, timeoutMax))
+		base.Flags |= ipvsnl.FlagPersistent
+		base.Timeout = uint32(min(svc.AffinityTimeout/time.Second, ipvsnl.MaxTimeout))
 	}
 	if base.Scheduler == "mh" {
-		base.Flags |= FlagSched2
+		base.Flags |= ipvsnl.FlagSched2
 	}
 	return base
 }
@@ -295,14 +296,14 @@ type familyBuild struct {
 	fr                 *Fragment
 	v6                 bool
 	svc                *proxier.ServicePort
-	base               Service
-	internal, external []Dest
+	base               ipvsnl.Service
+	internal, external []ipvsnl.Dest
 }
 
-func (fb *familyBuild) virtual(a netip.Addr, port uint16, dests []Dest) {
+func (fb *familyBuild) virtual(a netip.Addr, port uint16, dests []ipvsnl.Dest) {
 	s := fb.base
-	s.ServiceKey = ServiceKey{Addr: a, Protocol: fb.svc.Protocol, Port: port}
-	fb.fr.Virtual = append(fb.fr.Virtual, VirtualServer{Service: s, Dests: dests})
+	s.ServiceKey = ipvsnl.ServiceKey{Addr: a, Protocol: fb.svc.Protocol, Port: port}
+	fb.fr.Virtual = append(fb.fr.Virtual, ipvsnl.VirtualServer{Service: s, Dests: dests})
 }
 
 func (fb *familyBuild) elem(set string, a netip.Addr, port uint16) {
@@ -430,7 +431,7 @@ func (fb *familyBuild) hairpin(eps []proxier.Endpoint) {
 // endpoints get weight 1. Endpoints not chosen, such as serving
 // terminating ones beside Ready ones, are no real servers, as upstream:
 // one that was drains (weight 0, deleted once its connections are gone).
-func realServers(onlyLocal bool, cluster, local []proxier.Endpoint) []Dest {
+func realServers(onlyLocal bool, cluster, local []proxier.Endpoint) []ipvsnl.Dest {
 	chosen := cluster
 	if onlyLocal && len(local) > 0 {
 		chosen = local
@@ -440,25 +441,25 @@ func realServers(onlyLocal bool, cluster, local []proxier.Endpoint) []Dest {
 		// Local, no external access, no local endpoint).
 		return nil
 	}
-	out := make([]Dest, 0, len(chosen))
+	out := make([]ipvsnl.Dest, 0, len(chosen))
 	in := map[netip.AddrPort]bool{}
 	for _, ep := range chosen {
 		ap := netip.AddrPortFrom(ep.Addr.Unmap(), ep.Port)
 		if !in[ap] {
 			in[ap] = true
-			out = append(out, Dest{Addr: ap, Weight: 1, Fwd: FwdMasq})
+			out = append(out, ipvsnl.Dest{Addr: ap, Weight: 1, Fwd: ipvsnl.FwdMasq})
 		}
 	}
-	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
+	slices.SortFunc(out, func(a, b ipvsnl.Dest) int { return a.Addr.Compare(b.Addr) })
 	return out
 }
 
 // VirtualServers lists every virtual server of the plan by key. Two
 // service ports asking for one virtual server (the same external IP and
 // port) get the first's, by name, as the Syncer does.
-func (p *Plan) VirtualServers() []VirtualServer {
-	byKey := map[ServiceKey]VirtualServer{}
-	owner := map[ServiceKey]string{}
+func (p *Plan) VirtualServers() []ipvsnl.VirtualServer {
+	byKey := map[ipvsnl.ServiceKey]ipvsnl.VirtualServer{}
+	owner := map[ipvsnl.ServiceKey]string{}
 	for name, fr := range p.Services {
 		for _, v := range fr.Virtual {
 			if o, ok := owner[v.ServiceKey]; !ok || name.String() < o {
@@ -466,11 +467,11 @@ func (p *Plan) VirtualServers() []VirtualServer {
 			}
 		}
 	}
-	out := make([]VirtualServer, 0, len(byKey))
+	out := make([]ipvsnl.VirtualServer, 0, len(byKey))
 	for _, v := range byKey {
 		out = append(out, v)
 	}
-	slices.SortFunc(out, func(a, b VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
+	slices.SortFunc(out, func(a, b ipvsnl.VirtualServer) int { return a.ServiceKey.Compare(b.ServiceKey) })
 	return out
 }
 

@@ -6,12 +6,13 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // WriteRules writes virtual servers as `ipvsadm -Sn` prints them: one -A
 // line per service, then one -a line per real server.
-func WriteRules(w io.Writer, vss []VirtualServer) error {
+func WriteRules(w io.Writer, vss []ipvsnl.VirtualServer) error {
 	var b strings.Builder
 	for _, v := range vss {
 		svc := serviceArg(v.ServiceKey)
@@ -19,7 +20,7 @@ func WriteRules(w io.Writer, vss []VirtualServer) error {
 		if f := schedFlags(v.Scheduler, v.Flags); f != "" {
 			b.WriteString(" -b " + f)
 		}
-		if v.Flags&FlagPersistent != 0 {
+		if v.Flags&ipvsnl.FlagPersistent != 0 {
 			fmt.Fprintf(&b, " -p %d", v.Timeout)
 			if v.Addr.Is4() && v.Netmask != 0xffffffff {
 				fmt.Fprintf(&b, " -M %d.%d.%d.%d", v.Netmask>>24, v.Netmask>>16&0xff, v.Netmask>>8&0xff, v.Netmask&0xff)
@@ -36,7 +37,7 @@ func WriteRules(w io.Writer, vss []VirtualServer) error {
 	return err
 }
 
-func serviceArg(k ServiceKey) string {
+func serviceArg(k ipvsnl.ServiceKey) string {
 	opt := "-t"
 	switch k.Protocol {
 	case proxier.UDP:
@@ -52,10 +53,10 @@ func addrPort(a netip.Addr, port uint16) string {
 }
 
 func fwdArg(fwd uint32) string {
-	switch fwd & fwdMask {
-	case FwdTunnel:
+	switch fwd & ipvsnl.FwdMask {
+	case ipvsnl.FwdTunnel:
 		return "-i"
-	case FwdRoute:
+	case ipvsnl.FwdRoute:
 		return "-g"
 	}
 	return "-m"

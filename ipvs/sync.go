@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -41,7 +42,7 @@ type SyncConfig struct {
 // first, then the addresses and set elements that lead traffic to them;
 // addresses and elements go before the virtual servers they led to.
 type Syncer struct {
-	k   Kernel
+	k   ipvsnl.Kernel
 	h   Helper
 	cfg SyncConfig
 
@@ -51,23 +52,23 @@ type Syncer struct {
 	frags    map[proxier.ServicePortName]*Fragment
 	planner  *Planner // of the last plan, and its generation
 	planGen  uint64
-	vsOwners map[ServiceKey][]vsOwner
+	vsOwners map[ipvsnl.ServiceKey][]vsOwner
 	addrRefs map[netip.Addr]int
 	// Applied: what the kernel and helper hold, as far as we know.
-	have      map[ServiceKey]*appliedService
+	have      map[ipvsnl.ServiceKey]*appliedService
 	haveAddrs map[netip.Addr]bool
 	// elems is, per helper set element, how many fragments want it and
 	// whether the helper holds it: packed keys, because there are as many
 	// elements as local endpoints.
 	elems elemSet
 	// Draining real servers and since when.
-	draining  map[ServiceKey]map[netip.AddrPort]time.Time
+	draining  map[ipvsnl.ServiceKey]map[netip.AddrPort]time.Time
 	nextCheck time.Time
 	// Keys to look at in the next sync (changed, or failed last time).
 	// Emptied maps are replaced (Sync's end): a map keeps the room of its
 	// largest size, and the first sync marks everything. Dirty elements
 	// are elems'.
-	dirtyVS    map[ServiceKey]bool
+	dirtyVS    map[ipvsnl.ServiceKey]bool
 	dirtyAddrs map[netip.Addr]bool
 	helperRead bool // the helper must be read again (a failed Apply)
 }
@@ -76,7 +77,7 @@ type Syncer struct {
 // settings for it; most virtual servers have one.
 type vsOwner struct {
 	name proxier.ServicePortName
-	v    *VirtualServer
+	v    *ipvsnl.VirtualServer
 }
 
 // elemState is what the Syncer knows of one helper set element.
@@ -89,8 +90,8 @@ type elemState struct {
 // ordered by address; they may be a fragment's own slice (shared once
 // the kernel matched it, never written through: see shareDests).
 type appliedService struct {
-	svc    Service
-	dests  []Dest
+	svc    ipvsnl.Service
+	dests  []ipvsnl.Dest
 	shared bool
 }
 
@@ -108,7 +109,7 @@ type SyncResult struct {
 }
 
 // NewSyncer returns a Syncer over k and h; the first Sync reads both.
-func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
+func NewSyncer(k ipvsnl.Kernel, h Helper, cfg SyncConfig) *Syncer {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 15 * time.Minute
 	}
@@ -119,10 +120,10 @@ func NewSyncer(k Kernel, h Helper, cfg SyncConfig) *Syncer {
 		cfg.Now = time.Now
 	}
 	return &Syncer{k: k, h: h, cfg: cfg,
-		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ServiceKey][]vsOwner{},
+		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ipvsnl.ServiceKey][]vsOwner{},
 		addrRefs: map[netip.Addr]int{}, elems: newElemSet(),
-		draining: map[ServiceKey]map[netip.AddrPort]time.Time{},
-		dirtyVS:  map[ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{},
+		draining: map[ipvsnl.ServiceKey]map[netip.AddrPort]time.Time{},
+		dirtyVS:  map[ipvsnl.ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{},
 	}
 }
 
@@ -172,7 +173,7 @@ func (s *Syncer) Sync(p *Plan) (SyncResult, error) {
 // they would keep the room of every key for good.
 func (s *Syncer) shrinkDirty() {
 	if len(s.dirtyVS) == 0 {
-		s.dirtyVS = map[ServiceKey]bool{}
+		s.dirtyVS = map[ipvsnl.ServiceKey]bool{}
 	}
 	if len(s.dirtyAddrs) == 0 {
 		s.dirtyAddrs = map[netip.Addr]bool{}
@@ -201,9 +202,9 @@ const opsPerApply = 8192
 
 // serviceStep is what step 1 leaves for the others.
 type serviceStep struct {
-	errs          []error // commands that failed
-	dels          []Op    // DEL_SERVICE commands, for step 3
-	newlyDraining []ServiceKey
+	errs          []error     // commands that failed
+	dels          []ipvsnl.Op // DEL_SERVICE commands, for step 3
+	newlyDraining []ipvsnl.ServiceKey
 	// failedNew are the addresses of virtual servers it should have
 	// created and did not: they must not lead traffic yet.
 	failedNew map[netip.Addr]bool
@@ -214,7 +215,7 @@ type serviceStep struct {
 // deletions of those that go. The error is a transport failure.
 func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, error) {
 	step := serviceStep{failedNew: map[netip.Addr]bool{}}
-	var ops []Op
+	var ops []ipvsnl.Op
 	flush := func() error {
 		opErrs, err := s.apply(ops, res)
 		if err != nil {
@@ -222,7 +223,7 @@ func (s *Syncer) applyServices(now time.Time, res *SyncResult) (serviceStep, err
 		}
 		step.errs = append(step.errs, opErrs...)
 		for _, op := range ops {
-			if op.Cmd == CmdNewService && s.have[op.Service.ServiceKey] == nil {
+			if op.Cmd == ipvsnl.CmdNewService && s.have[op.Service.ServiceKey] == nil {
 				step.failedNew[op.Service.Addr] = true
 			}
 		}
@@ -311,8 +312,8 @@ func (s *Syncer) readKernel() error {
 
 // adoptIPVS takes vss as what the kernel holds and marks every key, held
 // or wanted, for the next diff.
-func (s *Syncer) adoptIPVS(vss []VirtualServer) {
-	s.have = make(map[ServiceKey]*appliedService, len(vss))
+func (s *Syncer) adoptIPVS(vss []ipvsnl.VirtualServer) {
+	s.have = make(map[ipvsnl.ServiceKey]*appliedService, len(vss))
 	for _, v := range vss {
 		a := &appliedService{svc: v.Service}
 		for _, d := range v.Dests {
@@ -425,12 +426,12 @@ func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
 
 // want is the virtual server wanted at key: the first owner's by name
 // when two service ports claim it (the same external IP and port).
-func (s *Syncer) want(key ServiceKey) *VirtualServer {
+func (s *Syncer) want(key ipvsnl.ServiceKey) *ipvsnl.VirtualServer {
 	owners := s.vsOwners[key]
 	if len(owners) == 1 {
 		return owners[0].v
 	}
-	var best *VirtualServer
+	var best *ipvsnl.VirtualServer
 	var bestName string
 	for _, o := range owners {
 		if n := o.name.String(); best == nil || n < bestName {
@@ -447,7 +448,7 @@ func (s *Syncer) excluded(a netip.Addr) bool {
 // diffService returns the ops that make key's virtual server match: ops
 // for step 1, dels (DEL_SERVICE) for step 3, and whether a real server
 // started draining.
-func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, drains bool) {
+func (s *Syncer) diffService(key ipvsnl.ServiceKey, now time.Time) (ops, dels []ipvsnl.Op, drains bool) {
 	want, have := s.want(key), s.have[key]
 	switch {
 	case want == nil && have == nil:
@@ -458,26 +459,26 @@ func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, dra
 			delete(s.dirtyVS, key)
 			return nil, nil, false
 		}
-		return nil, []Op{{Cmd: CmdDelService, Service: have.svc}}, false
+		return nil, []ipvsnl.Op{{Cmd: ipvsnl.CmdDelService, Service: have.svc}}, false
 	case have == nil:
-		ops = append(ops, Op{Cmd: CmdNewService, Service: want.Service})
+		ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdNewService, Service: want.Service})
 		for _, d := range want.Dests {
-			ops = append(ops, Op{Cmd: CmdNewDest, Service: want.Service, Dest: d})
+			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdNewDest, Service: want.Service, Dest: d})
 		}
 		return ops, nil, false
 	}
-	if !have.svc.sameSettings(want.Service) {
-		ops = append(ops, Op{Cmd: CmdSetService, Service: want.Service})
+	if !have.svc.SameSettings(want.Service) {
+		ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdSetService, Service: want.Service})
 	}
 	for _, d := range want.Dests {
 		h, ok := have.dest(d.Addr)
 		switch {
 		case !ok:
-			ops = append(ops, Op{Cmd: CmdNewDest, Service: want.Service, Dest: d})
+			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdNewDest, Service: want.Service, Dest: d})
 		case h.Weight != d.Weight || h.Fwd != d.Fwd:
 			// Also an endpoint back from draining: it keeps its
 			// connections and gets its weight back.
-			ops = append(ops, Op{Cmd: CmdSetDest, Service: want.Service, Dest: d})
+			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdSetDest, Service: want.Service, Dest: d})
 		}
 		s.stopDraining(key, d.Addr)
 	}
@@ -489,11 +490,11 @@ func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, dra
 		if key.Protocol != proxier.TCP {
 			// No connection state to wait for: UDP and SCTP clients
 			// would keep sending to a dead server.
-			ops = append(ops, Op{Cmd: CmdDelDest, Service: want.Service, Dest: h})
+			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdDelDest, Service: want.Service, Dest: h})
 			continue
 		}
 		if h.Weight != 0 {
-			ops = append(ops, Op{Cmd: CmdSetDest, Service: want.Service, Dest: Dest{Addr: addr, Fwd: h.Fwd & fwdMask}})
+			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdSetDest, Service: want.Service, Dest: ipvsnl.Dest{Addr: addr, Fwd: h.Fwd & ipvsnl.FwdMask}})
 		}
 		if _, ok := s.draining[key][addr]; !ok {
 			if s.draining[key] == nil {
@@ -506,7 +507,7 @@ func (s *Syncer) diffService(key ServiceKey, now time.Time) (ops, dels []Op, dra
 	return ops, nil, drains
 }
 
-func (s *Syncer) stopDraining(key ServiceKey, addr netip.AddrPort) {
+func (s *Syncer) stopDraining(key ipvsnl.ServiceKey, addr netip.AddrPort) {
 	if m := s.draining[key]; m != nil {
 		delete(m, addr)
 		if len(m) == 0 {
@@ -517,7 +518,7 @@ func (s *Syncer) stopDraining(key ServiceKey, addr netip.AddrPort) {
 
 // record updates the applied view after op's result; false when op failed
 // in a way that leaves work for the next sync.
-func (s *Syncer) record(op Op, err error) bool {
+func (s *Syncer) record(op ipvsnl.Op, err error) bool {
 	key := op.Service.ServiceKey
 	have := s.have[key]
 	switch {
@@ -525,36 +526,36 @@ func (s *Syncer) record(op Op, err error) bool {
 	case errors.Is(err, syscall.ESRCH): // the service is not there
 		delete(s.have, key)
 		delete(s.draining, key)
-		return op.Cmd == CmdDelService
-	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdDelDest:
-	case errors.Is(err, syscall.ENOENT) && op.Cmd == CmdSetDest && have != nil:
+		return op.Cmd == ipvsnl.CmdDelService
+	case errors.Is(err, syscall.ENOENT) && op.Cmd == ipvsnl.CmdDelDest:
+	case errors.Is(err, syscall.ENOENT) && op.Cmd == ipvsnl.CmdSetDest && have != nil:
 		have.delDest(op.Dest.Addr)
 		s.stopDraining(key, op.Dest.Addr)
 		return false
-	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewDest && have != nil:
-		have.setDest(Dest{Addr: op.Dest.Addr, Weight: unknownWeight})
+	case errors.Is(err, syscall.EEXIST) && op.Cmd == ipvsnl.CmdNewDest && have != nil:
+		have.setDest(ipvsnl.Dest{Addr: op.Dest.Addr, Weight: unknownWeight})
 		return false
-	case errors.Is(err, syscall.EEXIST) && op.Cmd == CmdNewService:
+	case errors.Is(err, syscall.EEXIST) && op.Cmd == ipvsnl.CmdNewService:
 		s.read = false // someone else made it: read everything again
 		return false
 	default:
 		return false
 	}
 	switch op.Cmd {
-	case CmdNewService:
+	case ipvsnl.CmdNewService:
 		s.have[key] = &appliedService{svc: op.Service}
-	case CmdSetService:
+	case ipvsnl.CmdSetService:
 		if have != nil {
 			have.svc = op.Service
 		}
-	case CmdDelService:
+	case ipvsnl.CmdDelService:
 		delete(s.have, key)
 		delete(s.draining, key)
-	case CmdNewDest, CmdSetDest:
+	case ipvsnl.CmdNewDest, ipvsnl.CmdSetDest:
 		if have != nil {
-			have.setDest(Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd})
+			have.setDest(ipvsnl.Dest{Addr: op.Dest.Addr, Weight: op.Dest.Weight, Fwd: op.Dest.Fwd})
 		}
-	case CmdDelDest:
+	case ipvsnl.CmdDelDest:
 		if have != nil {
 			have.delDest(op.Dest.Addr)
 		}
@@ -565,12 +566,12 @@ func (s *Syncer) record(op Op, err error) bool {
 
 // settled reports whether key's applied state is what is wanted (up to
 // draining real servers, which the drain step handles).
-func (s *Syncer) settled(key ServiceKey) bool {
+func (s *Syncer) settled(key ipvsnl.ServiceKey) bool {
 	want, have := s.want(key), s.have[key]
 	if want == nil || have == nil {
 		return want == nil && have == nil
 	}
-	if !have.svc.sameSettings(want.Service) {
+	if !have.svc.SameSettings(want.Service) {
 		return false
 	}
 	for _, d := range want.Dests {
@@ -593,7 +594,7 @@ func (s *Syncer) settled(key ServiceKey) bool {
 // shareDests lets a settled virtual server's applied real servers be the
 // wanted ones, when they are equal: one copy of each real server, not
 // two (it is copied again before a change).
-func (s *Syncer) shareDests(key ServiceKey) {
+func (s *Syncer) shareDests(key ipvsnl.ServiceKey) {
 	want, have := s.want(key), s.have[key]
 	if want != nil && have != nil && !have.shared && slices.Equal(have.dests, want.Dests) {
 		have.dests, have.shared = want.Dests, true
@@ -601,16 +602,16 @@ func (s *Syncer) shareDests(key ServiceKey) {
 }
 
 // dest is the applied real server at addr.
-func (a *appliedService) dest(addr netip.AddrPort) (Dest, bool) {
+func (a *appliedService) dest(addr netip.AddrPort) (ipvsnl.Dest, bool) {
 	i, ok := slices.BinarySearchFunc(a.dests, addr, compareDestAddr)
 	if !ok {
-		return Dest{}, false
+		return ipvsnl.Dest{}, false
 	}
 	return a.dests[i], true
 }
 
 // setDest records d, in place of the real server at its address.
-func (a *appliedService) setDest(d Dest) {
+func (a *appliedService) setDest(d ipvsnl.Dest) {
 	a.unshare()
 	i, ok := slices.BinarySearchFunc(a.dests, d.Addr, compareDestAddr)
 	if ok {
@@ -635,11 +636,11 @@ func (a *appliedService) unshare() {
 	}
 }
 
-func compareDestAddr(d Dest, addr netip.AddrPort) int { return d.Addr.Compare(addr) }
+func compareDestAddr(d ipvsnl.Dest, addr netip.AddrPort) int { return d.Addr.Compare(addr) }
 
 // hasDest reports whether ds, ordered by address as a VirtualServer's
 // real servers are, holds one at addr.
-func hasDest(ds []Dest, addr netip.AddrPort) bool {
+func hasDest(ds []ipvsnl.Dest, addr netip.AddrPort) bool {
 	_, ok := slices.BinarySearchFunc(ds, addr, compareDestAddr)
 	return ok
 }
@@ -684,13 +685,13 @@ func diffElem[K packed](c *HelperChange, k K, st elemState) bool {
 // drain deletes draining real servers whose connections are gone or whose
 // time is up, reading counts of the virtual servers that just started
 // draining and, every DrainCheck, of all that drain.
-func (s *Syncer) drain(now time.Time, fresh []ServiceKey, res *SyncResult) error {
+func (s *Syncer) drain(now time.Time, fresh []ipvsnl.ServiceKey, res *SyncResult) error {
 	check := fresh
 	if !now.Before(s.nextCheck) {
-		check = slices.SortedFunc(maps.Keys(s.draining), ServiceKey.Compare)
+		check = slices.SortedFunc(maps.Keys(s.draining), ipvsnl.ServiceKey.Compare)
 		s.nextCheck = now.Add(s.cfg.DrainCheck)
 	}
-	var ops []Op
+	var ops []ipvsnl.Op
 	var errs []error
 	for _, key := range slices.Compact(check) {
 		m := s.draining[key]
@@ -721,7 +722,7 @@ func (s *Syncer) drain(now time.Time, fresh []ServiceKey, res *SyncResult) error
 				have.delDest(addr)
 				s.stopDraining(key, addr)
 			case n == 0 || now.Sub(m[addr]) >= s.cfg.DrainTimeout:
-				ops = append(ops, Op{Cmd: CmdDelDest, Service: have.svc, Dest: Dest{Addr: addr}})
+				ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdDelDest, Service: have.svc, Dest: ipvsnl.Dest{Addr: addr}})
 			}
 		}
 	}
@@ -736,7 +737,7 @@ func (s *Syncer) drain(now time.Time, fresh []ServiceKey, res *SyncResult) error
 // apply sends ops, records each result, and settles the keys they touched.
 // The error is a transport failure (everything is read again next time);
 // failed ops come back in errs.
-func (s *Syncer) apply(ops []Op, res *SyncResult) (errs []error, err error) {
+func (s *Syncer) apply(ops []ipvsnl.Op, res *SyncResult) (errs []error, err error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
@@ -747,7 +748,7 @@ func (s *Syncer) apply(ops []Op, res *SyncResult) (errs []error, err error) {
 		s.read = false
 		return nil, err
 	}
-	touched := map[ServiceKey]bool{}
+	touched := map[ipvsnl.ServiceKey]bool{}
 	for i, op := range ops {
 		var e error
 		if opErrs != nil {
@@ -768,6 +769,6 @@ func (s *Syncer) apply(ops []Op, res *SyncResult) (errs []error, err error) {
 	return errs, nil
 }
 
-func sortedKeys(m map[ServiceKey]bool) []ServiceKey {
-	return slices.SortedFunc(maps.Keys(m), ServiceKey.Compare)
+func sortedKeys(m map[ipvsnl.ServiceKey]bool) []ipvsnl.ServiceKey {
+	return slices.SortedFunc(maps.Keys(m), ipvsnl.ServiceKey.Compare)
 }

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -53,18 +55,18 @@ func bulkState(n int) *proxier.State {
 }
 
 // kernelHolds fails t when the kernel's table is not the plan's.
-func kernelHolds(t *testing.T, c *Conn, p *Plan) {
+func kernelHolds(t *testing.T, c *ipvsnl.Conn, p *Plan) {
 	t.Helper()
 	got, err := c.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameTables(t, "kernel vs plan", withoutCounts(got), p.VirtualServers())
+	ipvsnltest.SameTables(t, "kernel vs plan", withoutCounts(got), p.VirtualServers())
 }
 
 // withoutCounts zeroes the connection counts (a plan has none).
-func withoutCounts(vss []VirtualServer) []VirtualServer {
-	vss = normalize(vss)
+func withoutCounts(vss []ipvsnl.VirtualServer) []ipvsnl.VirtualServer {
+	vss = ipvsnltest.Normalize(vss)
 	for _, v := range vss {
 		for i := range v.Dests {
 			v.Dests[i].Active, v.Dests[i].Inactive = 0, 0
@@ -74,7 +76,7 @@ func withoutCounts(vss []VirtualServer) []VirtualServer {
 }
 
 func TestKernelSyncer(t *testing.T) {
-	c, ns := dialKernel(t)
+	c, ns := ipvsnltest.DialNew(t)
 	h := NewFakeHelper()
 	s := NewSyncer(c, h, SyncConfig{})
 	st := bulkState(50)
@@ -85,26 +87,26 @@ func TestKernelSyncer(t *testing.T) {
 		t.Fatal(err)
 	}
 	kernelHolds(t, c, p)
-	if res.Writes != 1 || c.writes < 2 {
-		t.Errorf("first sync: %d Apply calls, %d writes in all", res.Writes, c.writes)
+	if res.Writes != 1 || c.Writes() < 2 {
+		t.Errorf("first sync: %d Apply calls, %d writes in all", res.Writes, c.Writes())
 	}
 
 	// One UDP endpoint gone: one command in one write, nothing read.
 	next := clone(st)
 	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
-	w0 := c.writes
+	w0 := c.Writes()
 	p = pl.Plan(next, nodeAddrs)
 	if res, err = s.Sync(p); err != nil {
 		t.Fatal(err)
 	}
-	if res.Ops != 1 || res.Writes != 1 || c.writes-w0 != 1 || res.DestReads != 0 {
-		t.Errorf("one endpoint removed cost %d commands, %d writes (%d sendmsg), %d dest reads", res.Ops, res.Writes, c.writes-w0, res.DestReads)
+	if res.Ops != 1 || res.Writes != 1 || c.Writes()-w0 != 1 || res.DestReads != 0 {
+		t.Errorf("one endpoint removed cost %d commands, %d writes (%d sendmsg), %d dest reads", res.Ops, res.Writes, c.Writes()-w0, res.DestReads)
 	}
 	kernelHolds(t, c, p)
 
 	// A restart: a new Syncer and socket adopt the table without a
 	// command; then one change is one command again.
-	c2 := dialIn(t, ns)
+	c2 := ipvsnltest.Dial(t, ns)
 	s2 := NewSyncer(c2, h, SyncConfig{})
 	if res, err = s2.Sync(p); err != nil {
 		t.Fatal(err)
@@ -115,12 +117,12 @@ func TestKernelSyncer(t *testing.T) {
 	next2 := clone(next)
 	next2.Endpoints = next2.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP))
 	p = pl.Plan(next2, nodeAddrs)
-	w0 = c2.writes
+	w0 = c2.Writes()
 	if res, err = s2.Sync(p); err != nil {
 		t.Fatal(err)
 	}
-	if res.Ops != 1 || c2.writes-w0 != 1 {
-		t.Errorf("after the restart one endpoint back cost %d commands, %d writes", res.Ops, c2.writes-w0)
+	if res.Ops != 1 || c2.Writes()-w0 != 1 {
+		t.Errorf("after the restart one endpoint back cost %d commands, %d writes", res.Ops, c2.Writes()-w0)
 	}
 	kernelHolds(t, c, p)
 }
@@ -130,7 +132,7 @@ func TestKernelSyncer(t *testing.T) {
 // once the drain bound passes (its closed connection stays counted as
 // inactive for IPVS's TIME_WAIT, two minutes).
 func TestKernelSyncerDrain(t *testing.T) {
-	c, ns := dialKernel(t)
+	c, ns := ipvsnltest.DialNew(t)
 	vip := netip.MustParseAddrPort("10.96.0.50:80")
 	rs := []string{"10.244.0.50", "10.244.0.51"}
 	var lns []net.Listener
@@ -161,7 +163,7 @@ func TestKernelSyncerDrain(t *testing.T) {
 	st.Node = proxier.Node{Name: node}
 	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: vip.Port(), ClusterIPs: []netip.Addr{vip.Addr()}})
 	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{ready(rs[0], 8080, node), ready(rs[1], 8080, node)})
-	key := ServiceKey{Addr: vip.Addr(), Protocol: proxier.TCP, Port: vip.Port()}
+	key := ipvsnl.ServiceKey{Addr: vip.Addr(), Protocol: proxier.TCP, Port: vip.Port()}
 	pl := NewPlanner(Config{})
 	if _, err := s.Sync(pl.Plan(st, nil)); err != nil {
 		t.Fatal(err)
@@ -190,7 +192,7 @@ func TestKernelSyncerDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	used := slices.IndexFunc(ds, func(d Dest) bool { return d.Active == 1 })
+	used := slices.IndexFunc(ds, func(d ipvsnl.Dest) bool { return d.Active == 1 })
 	if used < 0 {
 		t.Fatalf("no real server counts the connection: %+v", ds)
 	}
@@ -214,11 +216,11 @@ func TestKernelSyncerDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []VirtualServer{{Service: pl.Plan(next, nil).VirtualServers()[0].Service, Dests: []Dest{
+	want := []ipvsnl.VirtualServer{{Service: pl.Plan(next, nil).VirtualServers()[0].Service, Dests: []ipvsnl.Dest{
 		{Addr: usedAddr, Weight: 0, Active: 1},
 		{Addr: netip.AddrPortFrom(netip.MustParseAddr(other), 8080), Weight: 1},
 	}}}
-	sameTables(t, "draining (/proc/net/ip_vs)", vss, want)
+	ipvsnltest.SameTables(t, "draining (/proc/net/ip_vs)", vss, want)
 	talk("still served at weight 0")
 
 	// New connections go to the other server only.
@@ -243,11 +245,11 @@ func TestKernelSyncerDrain(t *testing.T) {
 	if vss, err = c.Read(); err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(vss, func(v VirtualServer) bool { return v.ServiceKey == key })
+	i := slices.IndexFunc(vss, func(v ipvsnl.VirtualServer) bool { return v.ServiceKey == key })
 	if i < 0 {
 		t.Fatalf("Read lost %s", key)
 	}
-	sameTables(t, "/proc/net/ip_vs vs the dump", vss[i:i+1], []VirtualServer{{Service: vss[i].Service, Dests: ds}})
+	ipvsnltest.SameTables(t, "/proc/net/ip_vs vs the dump", vss[i:i+1], []ipvsnl.VirtualServer{{Service: vss[i].Service, Dests: ds}})
 	if n := ds[0].Active + ds[0].Inactive + ds[1].Active + ds[1].Inactive; n != 4 {
 		t.Errorf("%d connections counted, want 4: %+v", n, ds)
 	}
@@ -258,7 +260,7 @@ func TestKernelSyncerDrain(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ds, _ = c.Dests(key)
-		i := slices.IndexFunc(ds, func(d Dest) bool { return d.Addr == usedAddr })
+		i := slices.IndexFunc(ds, func(d ipvsnl.Dest) bool { return d.Addr == usedAddr })
 		if i >= 0 && ds[i].Active == 0 && ds[i].Inactive == 1 {
 			break
 		}

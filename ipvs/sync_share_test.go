@@ -4,15 +4,16 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // deepVirtual copies a plan's virtual servers, real servers included.
-func deepVirtual(p *Plan) map[proxier.ServicePortName][]VirtualServer {
-	out := map[proxier.ServicePortName][]VirtualServer{}
+func deepVirtual(p *Plan) map[proxier.ServicePortName][]ipvsnl.VirtualServer {
+	out := map[proxier.ServicePortName][]ipvsnl.VirtualServer{}
 	for name, fr := range p.Services {
 		for _, v := range fr.Virtual {
-			out[name] = append(out[name], VirtualServer{Service: v.Service, Dests: slices.Clone(v.Dests)})
+			out[name] = append(out[name], ipvsnl.VirtualServer{Service: v.Service, Dests: slices.Clone(v.Dests)})
 		}
 	}
 	return out
@@ -42,7 +43,7 @@ func TestSyncLeavesPlansUnchanged(t *testing.T) {
 		{"UDP endpoint removed", nil},
 	}
 	plans := []*Plan{first}
-	wants := []map[proxier.ServicePortName][]VirtualServer{want}
+	wants := []map[proxier.ServicePortName][]ipvsnl.VirtualServer{want}
 	for _, step := range steps {
 		next := clone(st)
 		if step.eps != nil {

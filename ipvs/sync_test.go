@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -20,7 +21,7 @@ func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 type rig struct {
 	t       *testing.T
-	k       *FakeKernel
+	k       *ipvsnl.FakeKernel
 	h       *FakeHelper
 	clk     *clock
 	s       *Syncer
@@ -28,7 +29,7 @@ type rig struct {
 }
 
 func newRig(t *testing.T) *rig {
-	r := &rig{t: t, k: NewFakeKernel(), h: NewFakeHelper(), clk: &clock{time.Unix(1e9, 0)}}
+	r := &rig{t: t, k: ipvsnl.NewFakeKernel(), h: NewFakeHelper(), clk: &clock{time.Unix(1e9, 0)}}
 	r.k.Journal, r.h.Journal = &r.journal, &r.journal
 	r.restart()
 	return r
@@ -57,10 +58,10 @@ func (r *rig) kernelMatches(st *proxier.State, draining ...string) {
 	var want, got strings.Builder
 	_ = WriteRules(&want, p.VirtualServers())
 	for _, v := range r.k.Snapshot() {
-		v.Dests = slices.DeleteFunc(v.Dests, func(d Dest) bool {
+		v.Dests = slices.DeleteFunc(v.Dests, func(d ipvsnl.Dest) bool {
 			return slices.Contains(draining, v.ServiceKey.String()+" "+d.Addr.String()) && d.Weight == 0
 		})
-		_ = WriteRules(&got, []VirtualServer{v})
+		_ = WriteRules(&got, []ipvsnl.VirtualServer{v})
 	}
 	if got.String() != want.String() {
 		r.t.Errorf("kernel:\n%s\nplan:\n%s", &got, &want)
@@ -85,7 +86,7 @@ func clone(st *proxier.State) *proxier.State {
 var (
 	dnsTCP = spn("kube-system", "kube-dns", "dns-tcp")
 	dnsUDP = spn("kube-system", "kube-dns", "dns")
-	dnsVIP = ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.TCP, Port: 53}
+	dnsVIP = ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.TCP, Port: 53}
 	remote = netip.MustParseAddrPort("10.244.1.5:53")
 )
 
@@ -185,11 +186,11 @@ func TestSyncGracefulTermination(t *testing.T) {
 			next := clone(st)
 			next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 			r.sync(next)
-			present := func() (Dest, bool) {
+			present := func() (ipvsnl.Dest, bool) {
 				ds, _ := r.k.Dests(dnsVIP)
-				i := slices.IndexFunc(ds, func(d Dest) bool { return d.Addr == remote })
+				i := slices.IndexFunc(ds, func(d ipvsnl.Dest) bool { return d.Addr == remote })
 				if i < 0 {
-					return Dest{}, false
+					return ipvsnl.Dest{}, false
 				}
 				return ds[i], true
 			}
@@ -226,7 +227,7 @@ func TestSyncUDPRemovedAtOnce(t *testing.T) {
 	r := newRig(t)
 	st := demoState()
 	r.sync(st)
-	udpVIP := ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}
+	udpVIP := ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}
 	r.k.SetConns(udpVIP, remote, 0, 5)
 	next := clone(st)
 	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
@@ -266,9 +267,9 @@ func TestSyncRestartAdopts(t *testing.T) {
 	next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 	r.sync(next) // draining
 	// Someone else's virtual servers: one inside --ipvs-exclude-cidrs.
-	stray := Service{ServiceKey: ServiceKey{Addr: ip("10.96.99.99"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
-	kept := Service{ServiceKey: ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
-	_, _ = r.k.Apply([]Op{{Cmd: CmdNewService, Service: stray}, {Cmd: CmdNewService, Service: kept}})
+	stray := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("10.96.99.99"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
+	kept := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
+	_, _ = r.k.Apply([]ipvsnl.Op{{Cmd: ipvsnl.CmdNewService, Service: stray}, {Cmd: ipvsnl.CmdNewService, Service: kept}})
 
 	r.restart()
 	r.k.Ops = 0
@@ -294,11 +295,11 @@ func TestSyncPerOpErrors(t *testing.T) {
 	r := newRig(t)
 	st := demoState()
 	bad := netip.MustParseAddrPort("10.244.1.5:53")
-	r.k.Fail = func(op Op) error {
-		if op.Cmd == CmdNewDest && op.Dest.Addr == bad && op.Service.Protocol == proxier.UDP {
+	r.k.Fail = func(op ipvsnl.Op) error {
+		if op.Cmd == ipvsnl.CmdNewDest && op.Dest.Addr == bad && op.Service.Protocol == proxier.UDP {
 			return syscall.ENOMEM
 		}
-		if op.Cmd == CmdNewService && op.Service.Addr == ip("198.51.100.10") {
+		if op.Cmd == ipvsnl.CmdNewService && op.Service.Addr == ip("198.51.100.10") {
 			return syscall.EINVAL
 		}
 		return nil
@@ -310,7 +311,7 @@ func TestSyncPerOpErrors(t *testing.T) {
 	if r.h.Addrs[ip("198.51.100.10")] {
 		t.Error("an address was bound though its virtual server failed")
 	}
-	if _, err := r.k.Dests(ServiceKey{Addr: ip("10.96.0.1"), Protocol: proxier.TCP, Port: 443}); err != nil {
+	if _, err := r.k.Dests(ipvsnl.ServiceKey{Addr: ip("10.96.0.1"), Protocol: proxier.TCP, Port: 443}); err != nil {
 		t.Error("the rest of the batch did not apply")
 	}
 	r.k.Fail = nil

@@ -246,7 +246,7 @@ func setElement(e Element) nftlib.Element {
 	for _, p := range def.Key {
 		switch p {
 		case PartProto:
-			k.Proto = uint8(protoNumber(e.Protocol))
+			k.Proto = e.Protocol.Number()
 		case PartAddr2:
 			k.Net = netip.PrefixFrom(e.Addr2, e.Addr2.BitLen())
 		case PartNet:
@@ -264,7 +264,7 @@ func fromSetElement(set string, v6 bool, se nftlib.Element) Element {
 	for _, p := range def.Key {
 		switch p {
 		case PartProto:
-			e.Protocol, _ = protocolOf(uint16(k.Proto))
+			e.Protocol = protocolNumbered(k.Proto)
 		case PartAddr2:
 			e.Addr2 = k.Net.Addr()
 		case PartNet:
@@ -272,4 +272,15 @@ func fromSetElement(set string, v6 bool, se nftlib.Element) Element {
 		}
 	}
 	return e
+}
+
+// protocolNumbered is the protocol of IP protocol number n; "" for one
+// that no Service uses.
+func protocolNumbered(n uint8) proxier.Protocol {
+	for _, p := range []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP} {
+		if p.Number() == n {
+			return p
+		}
+	}
+	return ""
 }

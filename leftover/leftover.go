@@ -20,14 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -128,46 +124,6 @@ func Clean(cfg Config) (Result, error) {
 		res.Legacy = legacy
 	}
 	return res, errors.Join(errs...)
-}
-
-// cleanIPVS removes kube-ipvs0 and the virtual servers on its addresses.
-func cleanIPVS(netnsPath string, res *Result) error {
-	var k ipvs.Kernel
-	if hasIPVS(netnsPath) {
-		conn, err := ipvs.Dial(netnsPath)
-		switch {
-		case errors.Is(err, ipvs.ErrNoIPVS):
-		case err != nil:
-			return fmt.Errorf("opening IPVS: %w", err)
-		default:
-			defer conn.Close()
-			k = conn
-		}
-	}
-	servers, link, err := ipvs.DeleteUpstreamLeftovers(netnsPath, k)
-	if servers > 0 {
-		res.Removed = append(res.Removed, fmt.Sprintf("%d IPVS virtual servers on %s", servers, ipvs.DummyName))
-		res.add("ipvs_virtual_server", servers)
-	}
-	if link {
-		res.Removed = append(res.Removed, "link "+ipvs.DummyName)
-		res.add("ipvs_link", 1)
-	}
-	if err != nil {
-		return fmt.Errorf("removing upstream IPVS mode's %s: %w", ipvs.DummyName, err)
-	}
-	return nil
-}
-
-// hasIPVS reports whether the kernel has IPVS in the network namespace.
-func hasIPVS(netnsPath string) bool {
-	ok := false
-	_ = netns.Do(netnsPath, func() error {
-		_, err := os.Stat(filepath.Join("/proc/thread-self/net", "ip_vs"))
-		ok = err == nil
-		return nil
-	})
-	return ok
 }
 
 // Log writes what a Clean did: what was removed (a warning while running,

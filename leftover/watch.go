@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
@@ -175,7 +175,7 @@ func (w *Watcher) present() bool {
 		return true // an error: let Clean say what it is
 	}
 	if w.Config.IPVS {
-		if _, exists, err := ipvs.DummyAddrs(w.Config.NetNS); exists || err != nil {
+		if _, exists, err := ipvsnl.DummyAddrs(w.Config.NetNS); exists || err != nil {
 			return true
 		}
 	}

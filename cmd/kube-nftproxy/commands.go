@@ -21,9 +21,9 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -479,7 +479,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 		fmt.Fprintln(out, "removed the kube-nftproxy tables")
 	}
 	if removedIPVS {
-		fmt.Fprintln(out, "removed IPVS mode's virtual servers, "+ipvs.DummyName+" and helper tables")
+		fmt.Fprintln(out, "removed IPVS mode's virtual servers, "+ipvsnl.DummyName+" and helper tables")
 	}
 	removedUpstream, err := cleanupUpstream(out, log)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
@@ -82,7 +83,7 @@ func TestGateAllowServiceExternalIPs(t *testing.T) {
 func ipvsPlanHas(st *proxier.State, addr netip.Addr) bool {
 	for _, fr := range ipvs.BuildPlan(st, ipvs.Config{}, nil).Services {
 		if slices.Contains(fr.Addrs, addr) ||
-			slices.ContainsFunc(fr.Virtual, func(v ipvs.VirtualServer) bool { return v.Addr == addr }) ||
+			slices.ContainsFunc(fr.Virtual, func(v ipvsnl.VirtualServer) bool { return v.Addr == addr }) ||
 			slices.ContainsFunc(fr.Elements(), func(e ipvs.Element) bool { return e.Addr == addr }) {
 			return true
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -115,8 +116,8 @@ func (o *ipvsOptions) exclude() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func (o *ipvsOptions) timeouts() ipvs.Timeouts {
-	return ipvs.Timeouts{TCP: o.tcpTimeout, TCPFin: o.tcpFinTimeout, UDP: o.udpTimeout}
+func (o *ipvsOptions) timeouts() ipvsnl.Timeouts {
+	return ipvsnl.Timeouts{TCP: o.tcpTimeout, TCPFin: o.tcpFinTimeout, UDP: o.udpTimeout}
 }
 
 // periods are the loop's sync periods: the --ipvs-* ones in ipvs mode,
@@ -138,12 +139,12 @@ var procIPVS = "/proc/net/ip_vs"
 
 // openIPVS checks that the kernel has IPVS and opens it, with a message
 // that says what to do when it has not. Nothing is executed (no modprobe).
-func openIPVS() (*ipvs.Conn, error) {
+func openIPVS() (*ipvsnl.Conn, error) {
 	if _, err := os.Stat(procIPVS); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("--proxy-mode ipvs: %w: %s is missing; load the ip_vs module (and ip_vs_<scheduler>) on the node, or use --proxy-mode nftables", ipvs.ErrNoIPVS, procIPVS)
+		return nil, fmt.Errorf("--proxy-mode ipvs: %w: %s is missing; load the ip_vs module (and ip_vs_<scheduler>) on the node, or use --proxy-mode nftables", ipvsnl.ErrNoIPVS, procIPVS)
 	}
-	c, err := ipvs.Dial("")
-	if errors.Is(err, ipvs.ErrNoIPVS) {
+	c, err := ipvsnl.Dial("")
+	if errors.Is(err, ipvsnl.ErrNoIPVS) {
 		return nil, fmt.Errorf("--proxy-mode ipvs: %w; load the ip_vs module on the node, or use --proxy-mode nftables", err)
 	}
 	if err != nil {
@@ -169,7 +170,7 @@ func ipvsNodeAddrs(c *netns.AddrCache) func() ([]netip.Addr, error) {
 // newIPVSBackend sets IPVS mode's sysctls and timeouts and returns its
 // backend over conn, with the helper tables through k and kube-ipvs0;
 // hooks connect it to the loop.
-func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Conn, log *slog.Logger, hooks *backendHooks) (*ipvs.Backend, error) {
+func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.Conn, log *slog.Logger, hooks *backendHooks) (*ipvs.Backend, error) {
 	planCfg, err := ipvsPlanConfig(o, cfg)
 	if err != nil {
 		return nil, err
@@ -184,11 +185,11 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvs.Con
 	if err := conn.SetTimeouts(o.ipvs.timeouts()); err != nil {
 		return nil, fmt.Errorf("setting IPVS timeouts (--ipvs-tcp-timeout, --ipvs-tcpfin-timeout, --ipvs-udp-timeout): %w", err)
 	}
-	link, err := ipvs.OpenDummy("")
+	link, err := ipvsnl.OpenDummy("")
 	if err != nil {
-		return nil, needPrivileges("creating "+ipvs.DummyName, err)
+		return nil, needPrivileges("creating "+ipvsnl.DummyName, err)
 	}
-	addrs, err := netns.NewAddrCache(ipvs.DummyName)
+	addrs, err := netns.NewAddrCache(ipvsnl.DummyName)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
 	if err := ipvs.WriteRules(&b, plan.VirtualServers()); err != nil {
 		return err
 	}
-	b.WriteString("# " + ipvs.DummyName + " addresses\n")
+	b.WriteString("# " + ipvsnl.DummyName + " addresses\n")
 	if err := ipvs.WriteAddrs(&b, plan.Addrs()); err != nil {
 		return err
 	}
@@ -260,11 +261,11 @@ func cleanupIPVS(ctx context.Context, o *options, k *nftlib.Kernel, log *slog.Lo
 	if err != nil {
 		return false, err
 	}
-	var kernel ipvs.Kernel
+	var kernel ipvsnl.Kernel
 	if _, err := os.Stat(procIPVS); err == nil {
-		c, err := ipvs.Dial("")
+		c, err := ipvsnl.Dial("")
 		switch {
-		case errors.Is(err, ipvs.ErrNoIPVS):
+		case errors.Is(err, ipvsnl.ErrNoIPVS):
 		case err != nil:
 			return false, needPrivileges("opening IPVS", err)
 		default:

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
@@ -29,7 +30,7 @@ import (
 // second one, a drift check (the periodic read-back of IPVS) and a sync
 // after it. The helper tables are real nftables in a network namespace of
 // their own (kube-ipvs0's addresses in memory: the host has no dummy
-// links); IPVS is a kernel that keeps nothing (ipvs.Conn holds no copy),
+// links); IPVS is a kernel that keeps nothing (ipvsnl.Conn holds no copy),
 // whose read-back returns what was applied, as a fresh slice, as Conn's
 // does. It logs the live heap after each stage and the peak RSS, and
 // writes heap profiles to KNP_MEM_PROFILES if set. One size per process.
@@ -153,7 +154,7 @@ type recordingKernel struct {
 
 // Read returns a fresh copy of the plan's virtual servers, as Conn.Read
 // allocates what it parses.
-func (k *recordingKernel) Read() ([]ipvs.VirtualServer, error) {
+func (k *recordingKernel) Read() ([]ipvsnl.VirtualServer, error) {
 	if k.applied == nil {
 		return nil, nil
 	}
@@ -164,9 +165,9 @@ func (k *recordingKernel) Read() ([]ipvs.VirtualServer, error) {
 	return vss, nil
 }
 
-func (k *recordingKernel) Dests(ipvs.ServiceKey) ([]ipvs.Dest, error) { return nil, nil }
+func (k *recordingKernel) Dests(ipvsnl.ServiceKey) ([]ipvsnl.Dest, error) { return nil, nil }
 
-func (k *recordingKernel) Apply(ops []ipvs.Op) ([]error, error) {
+func (k *recordingKernel) Apply(ops []ipvsnl.Op) ([]error, error) {
 	k.ops += len(ops)
 	return nil, nil
 }

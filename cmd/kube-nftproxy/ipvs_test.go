@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 )
 
 // kube-proxy's --ipvs-* flags: names, types, defaults, visible.
@@ -187,7 +187,7 @@ func TestIPVSMissing(t *testing.T) {
 	procIPVS = filepath.Join(t.TempDir(), "ip_vs")
 	defer func() { procIPVS = old }()
 	_, err := run("--proxy-mode", "ipvs", "--state", "../../examples/demo", "--healthz-bind-address", "", "--metrics-bind-address", "")
-	if !errors.Is(err, ipvs.ErrNoIPVS) || !strings.Contains(err.Error(), "ip_vs") || !strings.Contains(err.Error(), "--proxy-mode nftables") {
+	if !errors.Is(err, ipvsnl.ErrNoIPVS) || !strings.Contains(err.Error(), "ip_vs") || !strings.Contains(err.Error(), "--proxy-mode nftables") {
 		t.Errorf("err = %v; want ErrNoIPVS saying what to do", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -37,7 +37,7 @@ type proxyServer struct {
 	node                      string
 	minSyncPeriod, syncPeriod time.Duration
 
-	ipvsConn *ipvs.Conn // IPVS mode only
+	ipvsConn *ipvsnl.Conn // IPVS mode only
 	kernel   *nftlib.Kernel
 	upstream *upstreamCleanup
 	backend  *modeBackend

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
-	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -130,7 +130,7 @@ func run(c config, r *Result) error {
 	if err != nil {
 		return err
 	}
-	conn, err := ipvs.Dial("")
+	conn, err := ipvsnl.Dial("")
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func run(c config, r *Result) error {
 	// One endpoint of Service 0 moves to a new address, changes times in
 	// a row (the first change after a full sync is also the first run of
 	// much code; the median is what a change costs).
-	key := ipvs.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
+	key := ipvsnl.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
 	var walls, syncs []float64
 	for i := range c.changes {
 		wall, took, n, err := changeOne(ctx, c, api, conn, proc, key, netip.AddrFrom4([4]byte{100, 127, 255, byte(i + 1)}))
@@ -246,7 +246,7 @@ func currentRSS(pid int) (float64, error) {
 // kernel has it and the proxy has recorded the sync that put it there. It
 // returns the time from the request to the kernel, and the mean duration
 // of the syncs that ended meanwhile (n of them).
-func changeOne(ctx context.Context, c config, api *scale.Client, conn *ipvs.Conn, proc *exec.Cmd, key ipvs.ServiceKey, addr netip.Addr) (wall, took float64, n int, err error) {
+func changeOne(ctx context.Context, c config, api *scale.Client, conn *ipvsnl.Conn, proc *exec.Cmd, key ipvsnl.ServiceKey, addr netip.Addr) (wall, took float64, n int, err error) {
 	before, err := syncHistogram(ctx, scale.SyncMetric)
 	if err != nil {
 		return 0, 0, 0, err
@@ -376,7 +376,7 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func hasAddr(ds []ipvs.Dest, a netip.Addr) bool {
+func hasAddr(ds []ipvsnl.Dest, a netip.Addr) bool {
 	for _, d := range ds {
 		if d.Addr.Addr() == a {
 			return true

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -16,15 +18,15 @@ import (
 
 type scriptStep struct {
 	name string
-	ops  []Op
+	ops  []ipvsnl.Op
 	errs map[int]error // by index in ops; the others succeed
 	// dests: a Dests call after the batch, and what it must say.
-	dests    *ServiceKey
+	dests    *ipvsnl.ServiceKey
 	destsErr error
 	nDests   int
 }
 
-func scriptSteps() (steps []scriptStep, final []VirtualServer) {
+func scriptSteps() (steps []scriptStep, final []ipvsnl.VirtualServer) {
 	a := svc("10.96.0.1", proxier.TCP, 80, "rr")
 	b := svc("10.96.0.2", proxier.UDP, 53, "wrr")
 	missing := svc("10.96.0.3", proxier.TCP, 80, "rr")
@@ -39,41 +41,43 @@ func scriptSteps() (steps []scriptStep, final []VirtualServer) {
 	aBadSched := a
 	aBadSched.Scheduler = "nosuch"
 	aPersistent := a
-	aPersistent.Flags, aPersistent.Timeout = FlagPersistent, 300
+	aPersistent.Flags, aPersistent.Timeout = ipvsnl.FlagPersistent, 300
 	rs1, rs2, rs3 := dest("10.244.0.1:8080", 1), dest("10.244.0.2:8080", 2), dest("10.244.0.3:8080", 3)
 	rs6 := dest("[fd00:10:244::1]:9000", 1)
 	heavy := dest("10.244.0.9:8080", 1<<31) // more than the kernel's int holds
-	newSvc := func(s Service) Op { return Op{Cmd: CmdNewService, Service: s} }
-	op := func(c Cmd, s Service, d Dest) Op { return Op{Cmd: c, Service: s, Dest: d} }
+	newSvc := func(s ipvsnl.Service) ipvsnl.Op { return ipvsnl.Op{Cmd: ipvsnl.CmdNewService, Service: s} }
+	op := func(c ipvsnl.Cmd, s ipvsnl.Service, d ipvsnl.Dest) ipvsnl.Op {
+		return ipvsnl.Op{Cmd: c, Service: s, Dest: d}
+	}
 
 	steps = []scriptStep{{
 		name: "one bad command of each kind in a batch; the rest applies",
-		ops: []Op{
-			newSvc(a),                                // 0
-			op(CmdNewDest, a, rs1),                   // 1
-			newSvc(a),                                // 2 duplicate service
-			op(CmdNewDest, a, rs2),                   // 3
-			op(CmdNewDest, a, rs1),                   // 4 duplicate real server
-			op(CmdDelDest, a, rs3),                   // 5 missing real server
-			op(CmdSetDest, a, rs3),                   // 6 missing real server
-			op(CmdNewDest, missing, rs1),             // 7 missing service
-			op(CmdDelDest, missing, rs1),             // 8
-			{Cmd: CmdSetService, Service: missing},   // 9
-			{Cmd: CmdDelService, Service: missing},   // 10
-			newSvc(badSched),                         // 11 unknown scheduler
-			newSvc(emptySched),                       // 12 no scheduler
-			{Cmd: CmdSetService, Service: aBadSched}, // 13 unknown scheduler, existing service
-			newSvc(a6),                               // 14
-			newSvc(mask0),                            // 15 IPv6 prefix length 0
-			newSvc(mask129),                          // 16 IPv6 prefix length 129
-			op(CmdNewDest, a6, rs6),                  // 17
-			op(CmdNewDest, a, rs6),                   // 18 IPv6 real server behind IPv4 with masq
-			op(CmdNewDest, a, heavy),                 // 19 weight over INT_MAX
-			op(CmdSetDest, a, Dest{Addr: rs2.Addr, Weight: 1 << 31}), // 20 same
+		ops: []ipvsnl.Op{
+			newSvc(a),                                       // 0
+			op(ipvsnl.CmdNewDest, a, rs1),                   // 1
+			newSvc(a),                                       // 2 duplicate service
+			op(ipvsnl.CmdNewDest, a, rs2),                   // 3
+			op(ipvsnl.CmdNewDest, a, rs1),                   // 4 duplicate real server
+			op(ipvsnl.CmdDelDest, a, rs3),                   // 5 missing real server
+			op(ipvsnl.CmdSetDest, a, rs3),                   // 6 missing real server
+			op(ipvsnl.CmdNewDest, missing, rs1),             // 7 missing service
+			op(ipvsnl.CmdDelDest, missing, rs1),             // 8
+			{Cmd: ipvsnl.CmdSetService, Service: missing},   // 9
+			{Cmd: ipvsnl.CmdDelService, Service: missing},   // 10
+			newSvc(badSched),                                // 11 unknown scheduler
+			newSvc(emptySched),                              // 12 no scheduler
+			{Cmd: ipvsnl.CmdSetService, Service: aBadSched}, // 13 unknown scheduler, existing service
+			newSvc(a6),                      // 14
+			newSvc(mask0),                   // 15 IPv6 prefix length 0
+			newSvc(mask129),                 // 16 IPv6 prefix length 129
+			op(ipvsnl.CmdNewDest, a6, rs6),  // 17
+			op(ipvsnl.CmdNewDest, a, rs6),   // 18 IPv6 real server behind IPv4 with masq
+			op(ipvsnl.CmdNewDest, a, heavy), // 19 weight over INT_MAX
+			op(ipvsnl.CmdSetDest, a, ipvsnl.Dest{Addr: rs2.Addr, Weight: 1 << 31}), // 20 same
 			newSvc(b),    // 21
 			newSvc(none), // 22 the kernel's "no scheduler"
-			{Cmd: CmdSetService, Service: aPersistent}, // 23
-			newSvc(longSched),                          // 24 scheduler name too long for the kernel's policy
+			{Cmd: ipvsnl.CmdSetService, Service: aPersistent}, // 23
+			newSvc(longSched), // 24 scheduler name too long for the kernel's policy
 		},
 		errs: map[int]error{
 			2: syscall.EEXIST, 4: syscall.EEXIST, 5: syscall.ENOENT, 6: syscall.ENOENT,
@@ -95,14 +99,14 @@ func scriptSteps() (steps []scriptStep, final []VirtualServer) {
 		nDests: 2,
 	}, {
 		name: "deleted and made again: no real servers left",
-		ops: []Op{
-			{Cmd: CmdDelService, Service: b},
-			op(CmdNewDest, b, rs1), // 1: gone
+		ops: []ipvsnl.Op{
+			{Cmd: ipvsnl.CmdDelService, Service: b},
+			op(ipvsnl.CmdNewDest, b, rs1), // 1: gone
 			newSvc(b),
-			{Cmd: CmdDelService, Service: none},
-			{Cmd: CmdDelService, Service: none}, // 4
-			op(CmdDelDest, a, rs1),
-			op(CmdSetDest, a, Dest{Addr: rs2.Addr, Weight: 0}),
+			{Cmd: ipvsnl.CmdDelService, Service: none},
+			{Cmd: ipvsnl.CmdDelService, Service: none}, // 4
+			op(ipvsnl.CmdDelDest, a, rs1),
+			op(ipvsnl.CmdSetDest, a, ipvsnl.Dest{Addr: rs2.Addr, Weight: 0}),
 		},
 		errs: map[int]error{1: syscall.ESRCH, 4: syscall.ESRCH},
 	}}
@@ -112,35 +116,35 @@ func scriptSteps() (steps []scriptStep, final []VirtualServer) {
 	big := scriptStep{name: "errors across writes", errs: map[int]error{}}
 	for i := range 1500 {
 		s := svc(fmt.Sprintf("10.97.%d.%d", i/250, i%250+1), proxier.TCP, 80, "rr")
-		big.ops = append(big.ops, newSvc(s), op(CmdNewDest, s, rs1))
+		big.ops = append(big.ops, newSvc(s), op(ipvsnl.CmdNewDest, s, rs1))
 		if i%300 == 7 {
 			big.errs[len(big.ops)] = syscall.EEXIST
-			big.ops = append(big.ops, op(CmdNewDest, s, rs1))
+			big.ops = append(big.ops, op(ipvsnl.CmdNewDest, s, rs1))
 		}
 		if i%300 == 150 {
 			big.errs[len(big.ops)] = syscall.ESRCH
-			big.ops = append(big.ops, op(CmdNewDest, missing, rs1))
+			big.ops = append(big.ops, op(ipvsnl.CmdNewDest, missing, rs1))
 		}
 		if i >= 10 {
-			big.ops = append(big.ops, Op{Cmd: CmdDelService, Service: s})
+			big.ops = append(big.ops, ipvsnl.Op{Cmd: ipvsnl.CmdDelService, Service: s})
 		}
 	}
 	steps = append(steps, big)
 
-	final = []VirtualServer{
-		{Service: aPersistent, Dests: []Dest{{Addr: rs2.Addr, Weight: 0}}},
+	final = []ipvsnl.VirtualServer{
+		{Service: aPersistent, Dests: []ipvsnl.Dest{{Addr: rs2.Addr, Weight: 0}}},
 		{Service: b},
-		{Service: a6, Dests: []Dest{rs6}},
+		{Service: a6, Dests: []ipvsnl.Dest{rs6}},
 	}
 	for i := range 10 {
 		s := svc(fmt.Sprintf("10.97.0.%d", i+1), proxier.TCP, 80, "rr")
-		final = append(final, VirtualServer{Service: s, Dests: []Dest{rs1}})
+		final = append(final, ipvsnl.VirtualServer{Service: s, Dests: []ipvsnl.Dest{rs1}})
 	}
 	return steps, final
 }
 
 // runScript runs the script against k.
-func runScript(t *testing.T, k Kernel) {
+func runScript(t *testing.T, k ipvsnl.Kernel) {
 	steps, final := scriptSteps()
 	for _, st := range steps {
 		if len(st.ops) > 0 {
@@ -169,7 +173,7 @@ func runScript(t *testing.T, k Kernel) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameTables(t, "after the script", got, final)
+	ipvsnltest.SameTables(t, "after the script", got, final)
 }
 
 func sameErrno(got, want error) bool {
@@ -179,4 +183,4 @@ func sameErrno(got, want error) bool {
 	return errors.Is(got, want)
 }
 
-func TestFakeScript(t *testing.T) { runScript(t, NewFakeKernel()) }
+func TestFakeScript(t *testing.T) { runScript(t, ipvsnl.NewFakeKernel()) }

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"encoding/binary"
@@ -26,8 +26,6 @@ type Dummy struct {
 	seq   uint32
 	buf   []byte
 }
-
-var _ AddrLink = (*Dummy)(nil)
 
 // OpenDummy opens an rtnetlink socket in the current network namespace, or
 // the one at netnsPath, and creates kube-ipvs0 there if it is missing.
@@ -174,6 +172,75 @@ func (d *Dummy) receive(fn func(typ uint16, seq uint32, payload []byte)) error {
 	return nlmsg.Receive(d.fd, d.buf, fn)
 }
 
+// DummyAddrs returns kube-ipvs0's addresses in the current network
+// namespace or the one at netnsPath, without creating the link; exists is
+// false when there is no kube-ipvs0.
+func DummyAddrs(netnsPath string) (addrs []netip.Addr, exists bool, err error) {
+	fd, err := netns.NetlinkSocket(netnsPath, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, false, err
+	}
+	d := &Dummy{fd: fd, buf: make([]byte, 1<<16)}
+	defer d.Close()
+	err = d.findIndex()
+	if errors.Is(err, unix.ENODEV) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	addrs, err = d.Addrs()
+	if err != nil {
+		return nil, true, fmt.Errorf("listing the addresses of %s: %w", DummyName, err)
+	}
+	return addrs, true, nil
+}
+
+// DeleteDummy deletes kube-ipvs0 (and with it its addresses) in the
+// current network namespace or the one at netnsPath; removed is false when
+// there was no such link (a kernel without dummy links has none).
+func DeleteDummy(netnsPath string) (removed bool, err error) {
+	fd, err := netns.NetlinkSocket(netnsPath, unix.NETLINK_ROUTE)
+	if err != nil {
+		return false, err
+	}
+	d := &Dummy{fd: fd, buf: make([]byte, 1<<16)}
+	defer d.Close()
+	err = d.exchange(delLinkMessage(DummyName, d.nextSeq()), nil)
+	if errors.Is(err, unix.ENODEV) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("deleting %s: %w", DummyName, err)
+	}
+	return true, nil
+}
+
+// DeleteDummyAndServers deletes the virtual servers on kube-ipvs0's
+// addresses (through k; nil for a kernel without IPVS), then kube-ipvs0
+// itself: what upstream kube-proxy's IPVS mode leaves behind when another
+// mode takes over (package leftover). Virtual servers on other addresses
+// (NodePorts on the node's, or someone else's) stay. IPVS mode never calls
+// it: there these are its own.
+func DeleteDummyAndServers(netnsPath string, k Kernel) (servers int, link bool, err error) {
+	addrs, exists, err := DummyAddrs(netnsPath)
+	if err != nil || !exists {
+		return 0, false, err
+	}
+	if k != nil && len(addrs) > 0 {
+		on := map[netip.Addr]bool{}
+		for _, a := range addrs {
+			on[a] = true
+		}
+		servers, err = DeleteMatching(k, "on "+DummyName, func(v VirtualServer) bool { return on[v.Addr] })
+		if err != nil {
+			return servers, false, err
+		}
+	}
+	link, err = DeleteDummy(netnsPath)
+	return servers, link, err
+}
+
 // nlMessage is one netlink message: header, then body.
 func nlMessage(typ, flags uint16, seq uint32, body []byte) []byte {
 	out := make([]byte, nlHdrLen, nlHdrLen+len(body))
@@ -238,4 +305,10 @@ func getLinkMessage(name string, seq uint32) []byte {
 	body := make([]byte, unix.SizeofIfInfomsg)
 	body = append(body, rtattr(unix.IFLA_IFNAME, append([]byte(name), 0))...)
 	return nlMessage(unix.RTM_GETLINK, unix.NLM_F_ACK, seq, body)
+}
+
+func delLinkMessage(name string, seq uint32) []byte {
+	body := make([]byte, unix.SizeofIfInfomsg)
+	body = append(body, rtattr(unix.IFLA_IFNAME, append([]byte(name), 0))...)
+	return nlMessage(unix.RTM_DELLINK, unix.NLM_F_ACK, seq, body)
 }

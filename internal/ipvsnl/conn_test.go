@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"errors"

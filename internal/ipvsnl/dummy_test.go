@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"encoding/binary"
@@ -37,13 +37,13 @@ func TestAddrMessages(t *testing.T) {
 		want  string
 		last  uint32
 	}{
-		{"add v4 and v6", unix.RTM_NEWADDR, []netip.Addr{ip("10.96.0.1"), ip("fd00::1")},
+		{"add v4 and v6", unix.RTM_NEWADDR, []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00::1")},
 			hdr(16+8+8+8, unix.RTM_NEWADDR, create, 100) + "02" + "20" + "00" + "00" + le(7) +
 				attr(8, unix.IFA_LOCAL) + "0a600001" + attr(8, unix.IFA_ADDRESS) + "0a600001" +
 				hdr(16+8+20+20, unix.RTM_NEWADDR, create|unix.NLM_F_ACK, 101) + "0a" + "80" + "02" + "00" + le(7) +
 				attr(20, unix.IFA_LOCAL) + "fd000000000000000000000000000001" + attr(20, unix.IFA_ADDRESS) + "fd000000000000000000000000000001",
 			101},
-		{"delete one", unix.RTM_DELADDR, []netip.Addr{ip("192.0.2.10")},
+		{"delete one", unix.RTM_DELADDR, []netip.Addr{netip.MustParseAddr("192.0.2.10")},
 			hdr(16+8+8+8, unix.RTM_DELADDR, req|unix.NLM_F_ACK, 100) + "02" + "20" + "00" + "00" + le(7) +
 				attr(8, unix.IFA_LOCAL) + "c000020a" + attr(8, unix.IFA_ADDRESS) + "c000020a",
 			100},

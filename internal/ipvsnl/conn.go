@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"encoding/binary"
@@ -22,7 +22,7 @@ type Conn struct {
 	seq    uint32
 	netns  string
 	buf    []byte
-	writes int // sendmsg calls, for cost checks in tests
+	writes int // sendmsg calls (Writes)
 }
 
 var _ Kernel = (*Conn)(nil)
@@ -81,6 +81,10 @@ func Dial(netnsPath string) (*Conn, error) {
 
 // Close closes the socket.
 func (c *Conn) Close() error { return unix.Close(c.fd) }
+
+// Writes is the number of sendmsg calls so far (Apply batches its ops into
+// as few as it can): tests count a sync's cost in them.
+func (c *Conn) Writes() int { return c.writes }
 
 func (c *Conn) send(b []byte) error {
 	c.writes++

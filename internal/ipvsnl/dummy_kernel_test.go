@@ -1,10 +1,12 @@
-package ipvs
+package ipvsnl_test
 
 import (
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/vmguest"
 )
@@ -12,7 +14,7 @@ import (
 // What upstream kube-proxy's IPVS mode leaves behind, made the way it
 // makes it (a dummy kube-ipvs0 holding the VIPs, virtual servers on them
 // and NodePort ones on a node address), plus someone else's virtual
-// server: DeleteUpstreamLeftovers removes kube-ipvs0 and only the virtual
+// server: DeleteDummyAndServers removes kube-ipvs0 and only the virtual
 // servers on its addresses. Real IPVS: the VM tier.
 func TestKernelUpstreamLeftovers(t *testing.T) {
 	vmguest.RequireIPVS(t)
@@ -43,8 +45,8 @@ func TestKernelUpstreamLeftovers(t *testing.T) {
 	// Someone else's, on an address that is not on kube-ipvs0.
 	run("ipvsadm", "-A", "-t", "192.168.7.2:8443", "-s", "wrr")
 
-	c := dialIn(t, "/run/netns/"+ns)
-	servers, link, err := DeleteUpstreamLeftovers("/run/netns/"+ns, c)
+	c := ipvsnltest.Dial(t, "/run/netns/"+ns)
+	servers, link, err := ipvsnl.DeleteDummyAndServers("/run/netns/"+ns, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestKernelUpstreamLeftovers(t *testing.T) {
 		// IPVS's hooks see them.
 		t.Errorf("virtual servers left: %v, want %v", left, want)
 	}
-	if _, exists, err := DummyAddrs(testns.Path(ns)); err != nil || exists {
+	if _, exists, err := ipvsnl.DummyAddrs(testns.Path(ns)); err != nil || exists {
 		t.Errorf("kube-ipvs0 still there (exists=%v, err=%v)", exists, err)
 	}
 	// The node's own address is untouched.
@@ -75,7 +77,7 @@ func TestKernelUpstreamLeftovers(t *testing.T) {
 		t.Errorf("eth0 lost its address: %s", out)
 	}
 	// Nothing left to do: a second run is a no-op.
-	servers, link, err = DeleteUpstreamLeftovers("/run/netns/"+ns, c)
+	servers, link, err = ipvsnl.DeleteDummyAndServers("/run/netns/"+ns, c)
 	if err != nil || servers != 0 || link {
 		t.Errorf("second run: %d servers, link=%v, err=%v", servers, link, err)
 	}

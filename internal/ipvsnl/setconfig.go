@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"time"
@@ -36,7 +36,7 @@ func appendSetConfig(b []byte, family uint16, seq uint32, t Timeouts) []byte {
 		d   time.Duration
 	}{{attrCmdTimeoutTCP, t.TCP}, {attrCmdTimeoutTCPFin, t.TCPFin}, {attrCmdTimeoutUDP, t.UDP}} {
 		if s := x.d / time.Second; s > 0 {
-			a.U32(x.typ, uint32(min(s, timeoutMax)))
+			a.U32(x.typ, uint32(min(s, MaxTimeout)))
 		}
 	}
 	return appendMessage(b, family, unix.NLM_F_ACK, seq, cmdSetConfig, ipvsGenlVersion, a)

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"cmp"
@@ -24,12 +24,17 @@ const (
 
 // Forwarding methods (IP_VS_CONN_F_* & IP_VS_CONN_F_FWD_MASK).
 const (
-	FwdMasq    uint32 = 0
-	FwdTunnel  uint32 = 2
-	FwdRoute   uint32 = 3
-	fwdMask    uint32 = 7
-	maxWeight         = 1<<31 - 1
-	timeoutMax        = 1<<31 - 1
+	FwdMasq   uint32 = 0
+	FwdTunnel uint32 = 2
+	FwdRoute  uint32 = 3
+	FwdMask   uint32 = 7 // the method's bits of Dest.Fwd
+)
+
+// The kernel keeps weights and timeouts (seconds) as ints: larger values
+// are refused (weights) or must be clamped (timeouts).
+const (
+	maxWeight  = 1<<31 - 1
+	MaxTimeout = 1<<31 - 1
 )
 
 // ServiceKey identifies a virtual server: the kernel looks services up by
@@ -69,8 +74,8 @@ type Service struct {
 	Netmask uint32
 }
 
-// sameSettings reports whether two services need no SET_SERVICE between them.
-func (s Service) sameSettings(o Service) bool {
+// SameSettings reports whether two services need no SET_SERVICE between them.
+func (s Service) SameSettings(o Service) bool {
 	return s.Scheduler == o.Scheduler && s.Flags == o.Flags && s.Timeout == o.Timeout && s.Netmask == o.Netmask
 }
 
@@ -120,7 +125,7 @@ func protocolOf(n uint16) (proxier.Protocol, bool) {
 // Cmd is an IPVS generic netlink command (IPVS_CMD_* in linux/ip_vs.h).
 type Cmd uint8
 
-// The commands a sync sends, and the dumps it reads.
+// The commands Apply sends (the dumps Read and Dests send are ours).
 const (
 	CmdNewService Cmd = 1
 	CmdSetService Cmd = 2

@@ -1,4 +1,4 @@
-package ipvs
+package ipvsnl
 
 import (
 	"encoding/binary"
@@ -97,7 +97,7 @@ func destAttrs(a *attrs, d Dest, full bool) {
 		a.Put(destAttrAddr, d.Addr.Addr().AsSlice()...)
 		a.BE16(destAttrPort, d.Addr.Port())
 		if full {
-			a.U32(destAttrFwdMethod, d.Fwd&fwdMask)
+			a.U32(destAttrFwdMethod, d.Fwd&FwdMask)
 			a.U32(destAttrWeight, d.Weight)
 			a.U32(destAttrUThresh, 0)
 			a.U32(destAttrLThresh, 0)
@@ -229,7 +229,7 @@ func parseDest(payload []byte, svcFamily uint16) (d Dest, ok bool) {
 			case typ == destAttrPort && len(data) >= 2:
 				port = binary.BigEndian.Uint16(data)
 			case typ == destAttrFwdMethod && len(data) >= 4:
-				d.Fwd = binary.NativeEndian.Uint32(data) & fwdMask
+				d.Fwd = binary.NativeEndian.Uint32(data) & FwdMask
 			case typ == destAttrWeight && len(data) >= 4:
 				d.Weight = binary.NativeEndian.Uint32(data)
 			case typ == destAttrActiveConns && len(data) >= 4:
