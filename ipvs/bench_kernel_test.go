@@ -12,7 +12,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// BenchmarkKernel measures Conn and the Syncer against the kernel in the
+// BenchmarkKernel measures ipvsnl.Conn and the Syncer against the kernel in the
 // VM, each configuration in a fresh network namespace (IPVS's trash of
 // deleted real servers is per netns, so earlier configurations do not slow
 // later ones through it; their teardown still runs in the background):

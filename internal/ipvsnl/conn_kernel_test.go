@@ -13,7 +13,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-// Kernel tests: they need IPVS (run them with hack/vm/run.sh ./ipvs) and
+// Kernel tests: they need IPVS (run them with hack/vm/run.sh ./internal/ipvsnl) and
 // each makes its own network namespace, IPVS state being per netns.
 
 func svc(addr string, p proxier.Protocol, port uint16, sched string) ipvsnl.Service {
