@@ -114,7 +114,7 @@ func TestClusterLocalhostNodePorts(t *testing.T) {
 // guestsFocus is IPVS mode's CI subset, its nodes in user-mode Linux
 // guests: a ClusterIP, a NodePort, and session affinity (IPVS's
 // persistence) through a NodePort.
-const guestsFocus = `\[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for NodePort service) \[Conformance\]`
+const guestsFocus = `\[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for NodePort service \[LinuxOnly\]) \[Conformance\]`
 
 // TestClusterIPVSModeInGuests runs deploy/ in IPVS mode (ProxyIPVS) on
 // two nodes that are user-mode Linux guests with IPVS (vmnode.go), on the
