@@ -138,8 +138,8 @@ func (l Layout) bootGuest(ctx context.Context, n Node, initPath string, logf fun
 	results := filepath.Join(l.vmShare(n), "results.log")
 	err = poll(ctx, 40*time.Minute, func() (bool, error) {
 		if d.exited() {
-			tail, _ := os.ReadFile(results)
-			return false, fmt.Errorf("the guest of %s stopped; its output:\n%s", n.Name, lastLines(string(tail), 20))
+			tail, _ := output(ctx, "tail", "-n", "20", results)
+			return false, fmt.Errorf("the guest of %s stopped; its output ends:\n%s", n.Name, tail)
 		}
 		_, err := os.Stat(filepath.Join(l.vmShare(n), guestStarted))
 		return err == nil, nil
@@ -149,14 +149,6 @@ func (l Layout) bootGuest(ctx context.Context, n Node, initPath string, logf fun
 	}
 	logf("%s: guest booted, images imported, kubelet started in %v", n.Name, time.Since(start).Round(time.Second))
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // RunGuestNode is the node's side, in its guest: it gives the guest's
