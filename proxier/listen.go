@@ -68,10 +68,12 @@ func DefaultServeLimits() ServeLimits {
 
 // ConnGuard counts and caps the connections of all our HTTP servers.
 //
-// When a new connection would go over a cap, the connection that has waited
-// longest without our handler running for it (idle between keep-alive
-// requests, not yet done sending its first request's headers, or being
-// written its answer) is closed to make room; only when our handler runs
+// When a new connection would go over a cap, a connection waiting without
+// our handler running for it (idle between keep-alive requests, not yet
+// done sending its first request's headers, or being written its answer)
+// is closed to make room: the longest-waiting one of the client host that
+// holds the most such connections, so that a flood from one host never
+// closes another host's prober; only when our handler runs
 // for every connection, and has for less than busyAtMost, is the new one
 // closed at once. Our handlers answer in microseconds, so a flood of
 // connections costs a prober nothing, whatever those connections do: it
@@ -148,6 +150,7 @@ type serverConns struct {
 type connInfo struct {
 	busy  bool      // our handler runs for it
 	since time.Time // when it was accepted, its handler started or it last became idle
+	host  string    // the client's address (hostOf)
 }
 
 // waitingSince is when the connection began to wait without our handler
@@ -254,7 +257,7 @@ func (g *ConnGuard) refuseBody(s *serverConns, w http.ResponseWriter) {
 }
 
 // admit counts a new connection, making room for it over a cap by closing
-// the longest-waiting idle one, or closes it at once when none is idle.
+// a waiting one (victim), or closes it at once when none is waiting.
 func (g *ConnGuard) admit(s *serverConns, c net.Conn) {
 	g.mu.Lock()
 	if !g.servers[s] { // closed while this one was accepted
@@ -266,12 +269,13 @@ func (g *ConnGuard) admit(s *serverConns, c net.Conn) {
 	var from *serverConns
 	switch {
 	case len(s.conns) >= g.limits.MaxConnsPerServer:
-		from = s
-		victim, _ = s.oldestWaiting(g.now(), g.busyAtMost)
+		cand := s.victim(g.now(), g.busyAtMost)
+		from, victim = cand.from, cand.conn
 	case g.total >= g.limits.MaxConns:
-		from, victim = g.oldestWaiting()
+		cand := g.victim()
+		from, victim = cand.from, cand.conn
 	default:
-		s.conns[c] = &connInfo{since: g.now()}
+		s.conns[c] = &connInfo{since: g.now(), host: hostOf(c)}
 		g.total++
 		g.mu.Unlock()
 		return
@@ -279,7 +283,7 @@ func (g *ConnGuard) admit(s *serverConns, c net.Conn) {
 	reason := "refused"
 	if victim != nil {
 		delete(from.conns, victim)
-		s.conns[c] = &connInfo{since: g.now()}
+		s.conns[c] = &connInfo{since: g.now(), host: hostOf(c)}
 		reason = "evicted"
 	} else {
 		victim = c
@@ -311,32 +315,67 @@ func (g *ConnGuard) noteDrop(server string) (bool, int) {
 	return true, n
 }
 
-// oldestWaiting is the server's connection that has waited longest without
-// our handler running for it (or with one running busyAtMost), or nil,
-// and since when. Under ConnGuard.mu.
-func (s *serverConns) oldestWaiting(now time.Time, busyAtMost time.Duration) (net.Conn, time.Time) {
-	var oldest net.Conn
-	var at time.Time
-	for c, ci := range s.conns {
-		if since, ok := ci.waitingSince(now, busyAtMost); ok && (oldest == nil || since.Before(at)) {
-			oldest, at = c, since
-		}
-	}
-	return oldest, at
+// candidate is a connection that may be closed to make room: the one
+// that has waited longest of its client host's, with how many waiting
+// connections that host holds.
+type candidate struct {
+	conn    net.Conn
+	from    *serverConns
+	since   time.Time
+	waiting int // the host's waiting connections
 }
 
-// oldestWaiting is oldestWaiting over all servers. Under g.mu.
-func (g *ConnGuard) oldestWaiting() (*serverConns, net.Conn) {
-	var from *serverConns
-	var oldest net.Conn
-	var at time.Time
-	now := g.now()
-	for s := range g.servers {
-		if c, since := s.oldestWaiting(now, g.busyAtMost); c != nil && (oldest == nil || since.Before(at)) {
-			from, oldest, at = s, c, since
+// better reports whether c should be closed before o: the host holding
+// more waiting connections first, then the connection waiting longer. So
+// a flood from one host closes its own connections, never a prober's
+// single one, however long the prober's headers take on a loaded node.
+func (c candidate) better(o candidate) bool {
+	if o.conn == nil || c.waiting != o.waiting {
+		return o.conn == nil || c.waiting > o.waiting
+	}
+	return c.since.Before(o.since)
+}
+
+// victim is the server's connection to close to make room: among those
+// waiting without our handler running for them (or with one running
+// busyAtMost), the longest-waiting one of the host with the most.
+// Under ConnGuard.mu.
+func (s *serverConns) victim(now time.Time, busyAtMost time.Duration) candidate {
+	perHost := map[string]int{}
+	for _, ci := range s.conns {
+		if _, ok := ci.waitingSince(now, busyAtMost); ok {
+			perHost[ci.host]++
 		}
 	}
-	return from, oldest
+	var best candidate
+	for c, ci := range s.conns {
+		if since, ok := ci.waitingSince(now, busyAtMost); ok {
+			if cand := (candidate{c, s, since, perHost[ci.host]}); cand.better(best) {
+				best = cand
+			}
+		}
+	}
+	return best
+}
+
+// victim is victim over all servers. Under g.mu.
+func (g *ConnGuard) victim() candidate {
+	var best candidate
+	now := g.now()
+	for s := range g.servers {
+		if cand := s.victim(now, g.busyAtMost); cand.conn != nil && cand.better(best) {
+			best = cand
+		}
+	}
+	return best
+}
+
+// hostOf is the client's address of c, without its port.
+func hostOf(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
 }
 
 // Server is an HTTP server whose connections a ConnGuard counts.

@@ -269,3 +269,54 @@ func TestDefaultServeLimits(t *testing.T) {
 		t.Errorf("caps out of range: %+v", l)
 	}
 }
+
+// A flood from one host fills a server's cap with connections that send
+// nothing, after a prober on another host has connected and not yet sent
+// its headers (a loaded node): the flood's newest connections evict the
+// flood's own oldest, never the prober's, which then gets its answer.
+// Closing the longest-waiting connection whatever its host closed the
+// prober's first.
+func TestConnGuardEvictsTheFloodingHost(t *testing.T) {
+	limits := testLimits()
+	limits.MaxConnsPerServer = 5
+	g := NewConnGuard(limits, nil)
+	addr := serveOn(t, g, "health", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	dialFrom := func(local string) net.Conn {
+		t.Helper()
+		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial from %s: %v", local, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	waitOpen := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for g.Open() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections counted, want %d", g.Open(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	prober := dialFrom("127.0.0.2")
+	waitOpen(1)
+	for i := range 2 * limits.MaxConnsPerServer {
+		dialFrom("127.0.0.1")
+		waitOpen(min(i+2, limits.MaxConnsPerServer))
+	}
+	fmt.Fprintf(prober, "GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	_ = prober.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(prober), nil)
+	if err != nil {
+		t.Fatalf("the prober's connection after the flood: %v; want an answer", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("prober got %d, want 200", resp.StatusCode)
+	}
+}
