@@ -23,7 +23,12 @@ for tool in bc flex bison make gcc; do
 done
 if ((${#pkgs[@]})); then
 	log "installing ${pkgs[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2
+	# Package lists older than the mirror name files it no longer has:
+	# refreshed once when the install fails.
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2 || {
+		apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2
+	}
 fi
 version=$(dpkg-query -W -f '${Version}' linux-source-6.1 2>/dev/null) || {
 	log "linux-source-6.1 is not installed: no UML kernel is cached"
