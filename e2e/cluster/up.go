@@ -16,7 +16,7 @@ func (l Layout) Up(ctx context.Context, deployDir string, logf func(string, ...a
 	if err := l.checkProxy(); err != nil {
 		return err
 	}
-	if err := l.checkKernel(ipvsProcFile); err != nil && !l.VMNodes() {
+	if err := l.checkKernel(ipvsProcFile); err != nil {
 		return err
 	}
 	if err := l.checkFamily(); err != nil {

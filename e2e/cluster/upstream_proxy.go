@@ -43,10 +43,11 @@ func (l Layout) checkProxy() error {
 }
 
 // checkKernel refuses an IPVS-mode proxy on a kernel without IPVS
-// (procFile is ipvsProcFile) before anything starts.
+// (procFile is ipvsProcFile) before anything starts, unless the nodes are
+// guests (VMNodes).
 func (l Layout) checkKernel(procFile string) error {
-	if l.Proxy != ProxyIPVS && l.Proxy != ProxyUpstreamIPVS {
-		return nil
+	if l.Proxy != ProxyIPVS && l.Proxy != ProxyUpstreamIPVS || l.VMNodes() {
+		return nil // the guests' kernel has IPVS
 	}
 	if _, err := os.Stat(procFile); err != nil {
 		return fmt.Errorf("KNP_CLUSTER_PROXY=%s needs a kernel with IPVS, and this one has none (%w): KNP_CLUSTER_NODE_KERNEL=$(hack/vm/uml-kernel.sh) makes each node a user-mode Linux guest with IPVS (make cluster and make conformance set it)", l.Proxy, err)

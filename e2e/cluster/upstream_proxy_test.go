@@ -96,8 +96,12 @@ func TestIPVSNeedsIPVS(t *testing.T) {
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%s with %s: %v, want error %v", tc.proxy, filepath.Base(filepath.Dir(tc.procFile)), err, tc.wantErr)
 		}
-		if err != nil && !strings.Contains(err.Error(), "hack/vm/cluster.sh") {
+		if err != nil && !strings.Contains(err.Error(), "hack/vm/uml-kernel.sh") {
 			t.Errorf("%s: %v does not say where it runs", tc.proxy, err)
+		}
+		l.NodeKernel = "/cache/vm/linux"
+		if err := l.checkKernel(tc.procFile); err != nil {
+			t.Errorf("%s with guest nodes: %v, want none (their kernel has IPVS)", tc.proxy, err)
 		}
 	}
 }
