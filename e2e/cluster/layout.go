@@ -163,7 +163,8 @@ func (l Layout) ImagesDir() string {
 }
 
 func (l Layout) pki(name string) string     { return filepath.Join(l.Dir, "pki", name) }
-func (l Layout) logFile(name string) string { return filepath.Join(l.Dir, "logs", name+".log") }
+func (l Layout) logsDir() string            { return filepath.Join(l.Dir, "logs") }
+func (l Layout) logFile(name string) string { return filepath.Join(l.logsDir(), name+".log") }
 func (l Layout) pidFile(name string) string { return filepath.Join(l.Dir, "pids", name+".pid") }
 
 // Kubeconfig is the admin kubeconfig (user "admin", group system:masters).

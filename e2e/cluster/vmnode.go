@@ -106,15 +106,18 @@ func (l Layout) startVMNodes(ctx context.Context, repo string, refs imageRefs, l
 	initPath := filepath.Join(repo, "hack", "vm", "uml-init")
 	errs := make(chan error, len(l.Nodes))
 	for _, n := range l.Nodes {
-		files := map[string]string{
-			l.nodeFile(n, "cni-net.d/10-flannel.conflist"): l.FlannelCNIConfig(n),
-			filepath.Join(l.vmShare(n), "guest.sh"):        l.guestScript(n, bin),
+		files := []struct {
+			path, text string
+			mode       os.FileMode
+		}{
+			{l.nodeFile(n, "cni-net.d/10-flannel.conflist"), l.FlannelCNIConfig(n), 0o644},
+			{filepath.Join(l.vmShare(n), "guest.sh"), l.guestScript(n, bin), 0o755},
 		}
-		for path, text := range files {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		for _, f := range files {
+			if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
 				return err
 			}
-			if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			if err := os.WriteFile(f.path, []byte(f.text), f.mode); err != nil {
 				return err
 			}
 		}
@@ -208,7 +211,7 @@ func (l Layout) RunGuestNode(ctx context.Context, name string, logf func(string,
 // over) and the host's logs directory in place of the guest's copy.
 func (l Layout) guestMountSteps(n Node) [][]string {
 	dir, saved := l.NodeDir(n), "/tmp/knp-node-"+n.Name
-	logs := filepath.Dir(l.logFile("x"))
+	logs := l.logsDir()
 	return [][]string{
 		{"cp", "-a", dir, saved},
 		{"mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir},
