@@ -481,11 +481,10 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 	if removedIPVS {
 		fmt.Fprintln(out, "removed IPVS mode's virtual servers, "+ipvsnl.DummyName+" and helper tables")
 	}
-	removedUpstream, err := cleanupUpstream(out, log)
-	if err != nil {
-		return needPrivileges("removing upstream kube-proxy's leftovers", err)
-	}
-	if !removed && !removedIPVS && !removedUpstream {
+	// Upstream kube-proxy's rules stay: on a node rolled back to kube-proxy
+	// (docs/migration.md) they are a running kube-proxy's. Ours removes
+	// them after its first sync, and `kube-proxy --cleanup` otherwise.
+	if !removed && !removedIPVS {
 		fmt.Fprintln(out, "nothing to clean up")
 	}
 	return nil

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
-	"strings"
 	"sync"
 
 	"github.com/kube-nftproxy/kube-nftproxy/leftover"
@@ -56,19 +53,4 @@ func (u *upstreamCleanup) afterSync(ctx context.Context) {
 		}
 		go w.Run(ctx)
 	})
-}
-
-// cleanupUpstream is --cleanup's part for upstream kube-proxy's objects:
-// all of them, as `kube-proxy --cleanup` removes every mode's (IPVS mode's
-// kube-ipvs0 and virtual servers are cleanupIPVS's). It reports whether it
-// removed anything.
-func cleanupUpstream(out io.Writer, log *slog.Logger) (bool, error) {
-	res, err := leftover.Clean(leftover.Config{Legacy: true})
-	if len(res.Removed) > 0 {
-		fmt.Fprintln(out, "removed upstream kube-proxy's leftovers: "+strings.Join(res.Removed, "; "))
-	}
-	res.Removed = nil // printed above
-	leftover.Log(log, res, false)
-	// The caller names what failed.
-	return len(res.Counts) > 0, err
 }

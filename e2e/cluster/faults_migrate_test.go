@@ -20,46 +20,32 @@ import (
 const switchedLabel = "kube-nftproxy/switched"
 
 // TestClusterFaultMigration starts the cluster with upstream kube-proxy
-// v1.37.1 (iptables mode) and follows the README's "Moving from
-// kube-proxy" steps node by node with the client's traffic running: save
+// v1.37.1 (iptables mode) and, with the client's streams and the
+// long-lived flows running, follows docs/migration.md node by node: save
 // iptables-save and the objects, `kube-nftproxy diff` against --state
 // (must say equal), keep kube-proxy's DaemonSet off the node and run ours
-// there, `diff` against our live tables. It prints the FAULT line and
-// what kube-proxy left in iptables-nft and iptables-legacy.
+// there, `diff` against our live tables. Then kube-proxy's own --cleanup
+// with iptables-legacy; then the way back, node by node (step 6), with
+// kube-proxy's rules checked by diff after our --cleanup; then forward
+// again, and the DaemonSets' last step. Each part prints the FAULT and
+// FLOWS lines, and what kube-proxy left in iptables-nft and iptables-legacy.
 func TestClusterFaultMigration(t *testing.T) {
 	l, imgs := faultsCluster(t, ProxyUpstream)
 	ctx, cancel := testContext(t)
 	defer cancel()
-	tg := l.faultsWorkloads(ctx, t)
+	r := l.faultsWorkloads(ctx, t)
+	defer r.finish(t)
 	m := &migration{l: l, t: t, dir: t.TempDir(), bin: imgs.binA, image: imgs.a.Ref}
 	for _, n := range l.Nodes {
 		t.Logf("%s before the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
 	}
-	l.measureFault(ctx, t, "cluster-migrate", tg, func() error {
-		for i, n := range l.Nodes {
-			if err := m.saveAndDiff(ctx, n); err != nil {
-				return err
-			}
-			if i == 0 {
-				if err := m.prepareDaemonSets(ctx); err != nil {
-					return err
-				}
-			}
-			if err := m.switchNode(ctx, n); err != nil {
-				return err
-			}
-			if err := m.diffLive(ctx, n); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	r.measure(ctx, t, "cluster-migrate", func() error { return m.switchAll(ctx, true) })
 	for _, n := range l.Nodes {
 		t.Logf("%s after the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
 	}
 	// The README's remedy for rules in iptables-legacy, whether or not
 	// there are any: it must not disturb ours.
-	l.measureFault(ctx, t, "cluster-migrate-kube-proxy-cleanup", tg, func() error {
+	r.measure(ctx, t, "cluster-migrate-kube-proxy-cleanup", func() error {
 		for _, n := range l.Nodes {
 			if err := m.kubeProxyCleanup(ctx, n); err != nil {
 				return err
@@ -71,7 +57,92 @@ func TestClusterFaultMigration(t *testing.T) {
 		}
 		return nil
 	})
-	l.measureFault(ctx, t, "cluster-migrate-finish", tg, func() error { return m.finish(ctx) })
+	r.measure(ctx, t, "cluster-rollback", func() error {
+		for _, n := range l.Nodes {
+			if err := m.rollBack(ctx, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r.measure(ctx, t, "cluster-migrate-again", func() error { return m.switchAll(ctx, false) })
+	r.measure(ctx, t, "cluster-migrate-finish", func() error { return m.finish(ctx) })
+}
+
+// switchAll is steps 1 to 4 on every node in turn; prepare runs step 3's
+// one-time part before the first node.
+func (m *migration) switchAll(ctx context.Context, prepare bool) error {
+	for i, n := range m.l.Nodes {
+		if err := m.saveAndDiff(ctx, n); err != nil {
+			return err
+		}
+		if i == 0 && prepare {
+			if err := m.prepareDaemonSets(ctx); err != nil {
+				return err
+			}
+		}
+		if err := m.switchNode(ctx, n); err != nil {
+			return err
+		}
+		if err := m.diffLive(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollBack is step 6 on node n: ours off the node (the label's value no
+// longer matches our nodeSelector, and kube-proxy's nodeAffinity still
+// keeps it away), then the label removed so kube-proxy starts there, its
+// rules checked by steps 1 and 2 (its live dump against the objects), then
+// `kube-nftproxy --cleanup` on the node, and the check again.
+func (m *migration) rollBack(ctx context.Context, n Node) error {
+	start := time.Now()
+	if _, err := m.l.kubectl(ctx, "label", "node", n.Name, switchedLabel+"=rollback", "--overwrite"); err != nil {
+		return fmt.Errorf("step 6 on %s: %w", n.Name, err)
+	}
+	if err := m.waitProxyOn(ctx, "kube-nftproxy", n, false); err != nil {
+		return fmt.Errorf("step 6 on %s, ours leaving: %w", n.Name, err)
+	}
+	m.logf("step 6 on %s: ours gone after %v", n.Name, time.Since(start).Round(100*time.Millisecond))
+	if _, err := m.l.kubectl(ctx, "label", "node", n.Name, switchedLabel+"-"); err != nil {
+		return fmt.Errorf("step 6 on %s: %w", n.Name, err)
+	}
+	if err := m.waitProxyOn(ctx, "kube-proxy", n, true); err != nil {
+		return fmt.Errorf("step 6 on %s, kube-proxy starting: %w", n.Name, err)
+	}
+	m.logf("step 6 on %s: kube-proxy Ready after %v", n.Name, time.Since(start).Round(100*time.Millisecond))
+	if err := m.saveAndDiff(ctx, n); err != nil {
+		return fmt.Errorf("step 6 on %s, kube-proxy's rules before our --cleanup: %w", n.Name, err)
+	}
+	argv := nsenter(n.Name, m.bin, "--cleanup")
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	m.logf("step 6 on %s: kube-nftproxy --cleanup: err %v, output:\n%s", n.Name, err, out)
+	if err != nil {
+		return fmt.Errorf("step 6 on %s: kube-nftproxy --cleanup: %w", n.Name, err)
+	}
+	if err := m.saveAndDiffOnce(ctx, n); err != nil {
+		return fmt.Errorf("step 6 on %s, kube-proxy's rules after our --cleanup: %w", n.Name, err)
+	}
+	m.logf("step 6 on %s: done in %v; %s", n.Name, time.Since(start).Round(100*time.Millisecond), m.backends(ctx, n))
+	return nil
+}
+
+// waitProxyOn waits until DaemonSet ds has a Ready pod on n (present) or
+// none at all, not even a terminating one (not present).
+func (m *migration) waitProxyOn(ctx context.Context, ds string, n Node, present bool) error {
+	return poll(ctx, 3*time.Minute, func() (bool, error) {
+		pods, err := m.l.proxyPods(ctx, ds)
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods {
+			if p.node == n.Name {
+				return present && p.ready && !p.deleting, nil
+			}
+		}
+		return !present, nil
+	})
 }
 
 // finish is what follows the last node (the README does not say it): the

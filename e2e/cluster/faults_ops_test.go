@@ -10,8 +10,10 @@ import (
 )
 
 // faultsManifests are the backends (two netexec pods on the second node),
-// Service echo (NodePort: TCP 80 and UDP 81) and the idle client pod on the
-// first node.
+// Service echo (NodePort: TCP 80 and UDP 81), Service echo-local (the same
+// backends through an external IP with externalTrafficPolicy: Local), the
+// idle client pod on the first node, and Service other with two idle pods
+// of its own on the first node (the unrelated endpoint a fault removes).
 func (l Layout) faultsManifests(agnhost string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", faultsNS)
@@ -41,12 +43,14 @@ spec:
 	pod("echo-1", l.Nodes[1].Name, "echo", backends, true)
 	pod("echo-2", l.Nodes[1].Name, "echo", backends, true)
 	pod("client", l.Nodes[0].Name, "client", `["pause"]`, false)
+	pod("other-1", l.Nodes[0].Name, "other", `["pause"]`, false)
+	pod("other-2", l.Nodes[0].Name, "other", `["pause"]`, false)
 	fmt.Fprintf(&b, `---
 apiVersion: v1
 kind: Service
 metadata:
   name: echo
-  namespace: %s
+  namespace: %[1]s
 spec:
   type: NodePort
   selector:
@@ -56,19 +60,57 @@ spec:
     protocol: TCP
     port: 80
     targetPort: 8080
-    nodePort: %d
+    nodePort: %[2]d
   - name: udp
     protocol: UDP
     port: 81
     targetPort: 8081
-    nodePort: %d
-`, faultsNS, faultsTCPPort, faultsUDPPort)
+    nodePort: %[3]d
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: echo-local
+  namespace: %[1]s
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  externalIPs: [%[4]s]
+  selector:
+    role: echo
+  ports:
+  - name: tcp
+    protocol: TCP
+    port: 80
+    targetPort: 8080
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: other
+  namespace: %[1]s
+spec:
+  selector:
+    role: other
+  ports:
+  - port: 80
+`, faultsNS, faultsTCPPort, faultsUDPPort, faultsExternalIP)
 	return b.String()
 }
 
+// faultRun is one cluster's fault run: the new-connection streams the
+// client pod sends, and the long-lived flows held open across every fault.
+type faultRun struct {
+	l         Layout
+	clusterIP string // Service echo's
+	streams   []target
+	flows     *flows
+}
+
 // faultsWorkloads deploys the workloads, waits until every target answers
-// from the client pod, and returns the targets.
-func (l Layout) faultsWorkloads(ctx context.Context, t *testing.T) []target {
+// from the client pod, routes the external IP to the second node from the
+// node network (outside the cluster), and opens the long-lived flows.
+func (l Layout) faultsWorkloads(ctx context.Context, t *testing.T) *faultRun {
 	t.Helper()
 	imgs, err := ReadImages(l.ImagesDir())
 	if err != nil {
@@ -102,8 +144,43 @@ func (l Layout) faultsWorkloads(ctx context.Context, t *testing.T) []target {
 	add("NodePort "+l.Nodes[0].Name, l.Nodes[0].IP, faultsTCPPort, faultsUDPPort)
 	add("NodePort "+l.Nodes[1].Name, l.Nodes[1].IP, faultsTCPPort, faultsUDPPort)
 	ns := l.clientNetNS(ctx, t)
-	err = poll(ctx, time.Minute, func() (bool, error) {
-		tr, err := startTraffic(ctx, ns, tg)
+	if err := l.waitAnswered(ctx, ns, tg); err != nil {
+		t.Fatalf("targets %v never all answered from the client pod: %v", tg, err)
+	}
+	if err := run(ctx, nsenter(l.NodeNet, "ip", "route", "replace", faultsExternalIP+"/32", "via", l.Nodes[1].IP)...); err != nil {
+		t.Fatal(err)
+	}
+	fl := l.flowTargets(ns, clusterIP)
+	fs, err := openFlows(ctx, fl)
+	if err != nil {
+		t.Fatalf("long-lived flows: %v", err)
+	}
+	t.Cleanup(fs.close)
+	return &faultRun{l: l, clusterIP: clusterIP, streams: tg, flows: fs}
+}
+
+// flowTargets are the long-lived flows: from the client pod on the first
+// node to the ClusterIP (TCP and UDP) and to the first node's NodePort;
+// from the node network, outside the cluster, to the first node's NodePort
+// (TCP and UDP, masqueraded to the second node's endpoints) and to the
+// external IP with externalTrafficPolicy: Local (routed to the second node).
+func (l Layout) flowTargets(podNS, clusterIP string) []flowTarget {
+	outside := NetNSPath(l.NodeNet)
+	nodePort := func(port int) string { return fmt.Sprintf("%s:%d", l.Nodes[0].IP, port) }
+	return []flowTarget{
+		{"pod → ClusterIP", "tcp", clusterIP + ":80", podNS},
+		{"pod → ClusterIP", "udp", clusterIP + ":81", podNS},
+		{"pod → NodePort " + l.Nodes[0].Name, "tcp", nodePort(faultsTCPPort), podNS},
+		{"outside → NodePort " + l.Nodes[0].Name, "tcp", nodePort(faultsTCPPort), outside},
+		{"outside → NodePort " + l.Nodes[0].Name, "udp", nodePort(faultsUDPPort), outside},
+		{"outside → external IP, Local", "tcp", faultsExternalIP + ":80", outside},
+	}
+}
+
+// waitAnswered polls until every target answers a request from netns.
+func (l Layout) waitAnswered(ctx context.Context, netns string, tg []target) error {
+	return poll(ctx, time.Minute, func() (bool, error) {
+		tr, err := startTraffic(ctx, netns, tg)
 		if err != nil {
 			return false, err
 		}
@@ -114,10 +191,6 @@ func (l Layout) faultsWorkloads(ctx context.Context, t *testing.T) []target {
 		}
 		return true, nil
 	})
-	if err != nil {
-		t.Fatalf("targets %v never all answered from the client pod: %v", tg, err)
-	}
-	return tg
 }
 
 // stopAfterOneEach waits until every stream has made a request, then stops.
@@ -159,20 +232,24 @@ func (l Layout) clientNetNS(ctx context.Context, t *testing.T) string {
 	return ""
 }
 
-// measureFault runs fault with traffic flowing, then a few more seconds,
-// prints the FAULT line and fails the test on any failed request.
-func (l Layout) measureFault(ctx context.Context, t *testing.T, name string, tg []target, fault func() error) []streamStats {
+// measure runs fault with the streams flowing, then a few more seconds,
+// prints the FAULT line of the streams and the FLOWS line of the
+// long-lived flows, and fails the test on any failed request or exchange.
+func (r *faultRun) measure(ctx context.Context, t *testing.T, name string, fault func() error) []streamStats {
 	t.Helper()
-	tr, err := startTraffic(ctx, l.clientNetNS(ctx, t), tg)
+	r.flows.look() // the window starts now
+	tr, err := startTraffic(ctx, r.l.clientNetNS(ctx, t), r.streams)
 	if err != nil {
 		t.Fatal(err)
 	}
 	faultErr := fault()
 	_ = wait(ctx, faultsSettling)
 	stats := tr.stop()
-	line := summary(name, stats)
-	t.Log(line)
-	fmt.Println(line)
+	flows := r.flows.look()
+	for _, line := range []string{summary(name, stats), flowSummary(name, flows)} {
+		t.Log(line)
+		fmt.Println(line)
+	}
 	for _, d := range failureDetails(stats) {
 		t.Log(d)
 	}
@@ -184,7 +261,20 @@ func (l Layout) measureFault(ctx context.Context, t *testing.T, name string, tg 
 			t.Errorf("%s: %s %s: %d of %d requests failed", name, s.name, s.proto, s.failed, s.requests)
 		}
 	}
+	for _, f := range flows {
+		if f.failed > 0 {
+			t.Errorf("%s: long-lived %s %s: %d of %d exchanges failed, %d broken; first: %s",
+				name, f.name, f.proto, f.failed, f.exchanges, f.broken, f.firstErr)
+		}
+	}
 	return stats
+}
+
+// finish logs the long-lived flows' counts over the whole run.
+func (r *faultRun) finish(t *testing.T) {
+	line := flowSummary("whole-run", r.flows.totals())
+	t.Log(line)
+	fmt.Println(line)
 }
 
 // proxyPod is one of the proxy DaemonSet's pods.
@@ -281,5 +371,100 @@ func (l Layout) rollProxy(ctx context.Context, t *testing.T, b Image) error {
 		return err
 	}
 	t.Logf("rolled to %s in %v", b.Ref, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// removeUnrelatedEndpoint deletes pod other-2 and waits until Service
+// other's EndpointSlices name other-1 alone.
+func (l Layout) removeUnrelatedEndpoint(ctx context.Context) error {
+	if _, err := l.kubectl(ctx, "-n", faultsNS, "delete", "pod", "other-2", "--wait=false"); err != nil {
+		return err
+	}
+	return poll(ctx, time.Minute, func() (bool, error) {
+		out, err := l.kubectl(ctx, "-n", faultsNS, "get", "endpointslices", "-l", "kubernetes.io/service-name=other",
+			"-o", `jsonpath={range .items[*].endpoints[*]}{.targetRef.name}{"\n"}{end}`)
+		return err == nil && strings.TrimSpace(out) == "other-1", nil
+	})
+}
+
+// addPort adds a third port (TCP 82) to Service echo and waits until it
+// answers from the client pod.
+func (r *faultRun) addPort(ctx context.Context, t *testing.T) error {
+	patch := `[{"op":"add","path":"/spec/ports/-","value":{"name":"tcp-added","protocol":"TCP","port":82,"targetPort":8080}}]`
+	if _, err := r.l.kubectl(ctx, "-n", faultsNS, "patch", "service", "echo", "--type=json", "-p", patch); err != nil {
+		return err
+	}
+	start := time.Now()
+	added := []target{{"ClusterIP added port", "tcp", r.clusterIP + ":82"}}
+	if err := r.l.waitAnswered(ctx, r.l.clientNetNS(ctx, t), added); err != nil {
+		return fmt.Errorf("the added port never answered: %w", err)
+	}
+	t.Logf("the added port answered after %v", time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// restartDaemon stops one of the cluster's daemons (SIGTERM), starts it
+// again with argv in namespace ns, and polls ready until it says so.
+func (l Layout) restartDaemon(ctx context.Context, t *testing.T, name, ns string, argv []string, ready func() bool) error {
+	start := time.Now()
+	if err := l.stopDaemon(name, 20*time.Second); err != nil {
+		return err
+	}
+	d, err := l.startDaemon(name, ns, argv)
+	if err != nil {
+		return err
+	}
+	err = poll(ctx, 3*time.Minute, func() (bool, error) {
+		if d.exited() {
+			return false, fmt.Errorf("%s exited: see %s", name, l.logFile(name))
+		}
+		return ready(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s after its restart: %w", name, err)
+	}
+	t.Logf("%s restarted and ready in %v", name, time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// restartAPIServer restarts kube-apiserver and waits for its /readyz.
+func (l Layout) restartAPIServer(ctx context.Context, t *testing.T) error {
+	return l.restartDaemon(ctx, t, "kube-apiserver", l.NodeNet, l.controlPlaneArgs(l.etcdBin())["kube-apiserver"], l.apiReady(ctx))
+}
+
+// restartEtcd restarts etcd and waits until the API server is ready again.
+func (l Layout) restartEtcd(ctx context.Context, t *testing.T) error {
+	return l.restartDaemon(ctx, t, "etcd", l.NodeNet, l.controlPlaneArgs(l.etcdBin())["etcd"], l.apiReady(ctx))
+}
+
+func (l Layout) apiReady(ctx context.Context) func() bool {
+	return func() bool {
+		out, _ := l.kubectl(ctx, "get", "--raw", "/readyz")
+		return strings.TrimSpace(out) == "ok"
+	}
+}
+
+// restartKubelets restarts each node's kubelet in turn, waiting until it
+// has renewed its node lease after the restart and its Node is Ready.
+func (l Layout) restartKubelets(ctx context.Context, t *testing.T) error {
+	for _, n := range l.Nodes {
+		since := time.Now()
+		ready := func() bool {
+			renewed, err := l.kubectl(ctx, "-n", "kube-node-lease", "get", "lease", n.Name, "-o", "jsonpath={.spec.renewTime}")
+			if err != nil {
+				return false
+			}
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(renewed))
+			if err != nil || !at.After(since) {
+				return false
+			}
+			status, err := l.kubectl(ctx, "get", "node", n.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return err == nil && strings.TrimSpace(status) == "True"
+		}
+		argv := append([]string{l.K8sBin("kubelet")}, l.KubeletArgs(n)...)
+		if err := l.restartDaemon(ctx, t, "kubelet-"+n.Name, n.Name, argv, ready); err != nil {
+			return err
+		}
+	}
 	return nil
 }

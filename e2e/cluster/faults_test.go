@@ -24,30 +24,43 @@ const (
 	faultsDeletes  = 10
 	faultsSettling = 3 * time.Second  // traffic measured after the last change
 	faultsBaseline = 20 * time.Second // traffic measured with no fault, for comparison
+	// faultsExternalIP is Service echo-local's external IP: on the node
+	// network's subnet but no node's, routed to node2 from the node network.
+	faultsExternalIP = "10.200.0.250"
 )
 
 // TestClusterFaultRestarts brings the cluster up with kube-nftproxy built
-// from this tree (image faults-a) and, with the client pod on node1 sending
-// TCP and UDP requests to the ClusterIP, node1's NodePort and node2's
-// NodePort (backends on node2), deletes our DaemonSet pods on both nodes
-// ten times (each time waiting for both replacements to be Ready), then
-// rolls the DaemonSet to another build (faults-b); a baseline with no
-// fault comes first, for comparison. Each fault prints one
-// FAULT line; any failed request fails the test.
+// from this tree (image faults-a) and, with the client pod on node1
+// sending TCP and UDP requests to the ClusterIP, node1's NodePort and
+// node2's NodePort (backends on node2) and the long-lived flows held open
+// (faults_flows_test.go), runs each fault in turn: our DaemonSet pods
+// deleted on both nodes ten times (each time waiting for both replacements
+// to be Ready), the DaemonSet rolled to another build (faults-b), an
+// unrelated Service's endpoint removed, a port added to the Service, each
+// kubelet restarted, the API server restarted, etcd restarted; a baseline
+// with no fault comes first, for comparison. Each fault prints one FAULT
+// and one FLOWS line; any failed request or exchange fails the test.
 func TestClusterFaultRestarts(t *testing.T) {
 	l, imgs := faultsCluster(t, ProxyOurs)
 	ctx, cancel := testContext(t)
 	defer cancel()
-	tg := l.faultsWorkloads(ctx, t)
-	t.Run("baseline", func(t *testing.T) {
-		l.measureFault(ctx, t, "cluster-baseline", tg, func() error { return wait(ctx, faultsBaseline) })
-	})
-	t.Run("delete-pod", func(t *testing.T) {
-		l.measureFault(ctx, t, "cluster-delete-pod", tg, func() error { return l.deleteProxyPods(ctx, t) })
-	})
-	t.Run("roll-image", func(t *testing.T) {
-		l.measureFault(ctx, t, "cluster-roll-image", tg, func() error { return l.rollProxy(ctx, t, imgs.b) })
-	})
+	r := l.faultsWorkloads(ctx, t)
+	defer r.finish(t)
+	for _, f := range []struct {
+		name  string
+		fault func() error
+	}{
+		{"baseline", func() error { return wait(ctx, faultsBaseline) }},
+		{"delete-pod", func() error { return l.deleteProxyPods(ctx, t) }},
+		{"roll-image", func() error { return l.rollProxy(ctx, t, imgs.b) }},
+		{"unrelated-endpoint-removed", func() error { return l.removeUnrelatedEndpoint(ctx) }},
+		{"port-added", func() error { return r.addPort(ctx, t) }},
+		{"kubelet-restart", func() error { return l.restartKubelets(ctx, t) }},
+		{"apiserver-restart", func() error { return l.restartAPIServer(ctx, t) }},
+		{"etcd-restart", func() error { return l.restartEtcd(ctx, t) }},
+	} {
+		t.Run(f.name, func(t *testing.T) { r.measure(ctx, t, "cluster-"+f.name, f.fault) })
+	}
 }
 
 // faultImages are the two builds' archives, and build A's binary.
