@@ -281,20 +281,22 @@ cluster-test:
 	@if [ -n "$$KNP_CLUSTER_SKIP" ]; then echo "cluster-test skipped: $$KNP_CLUSTER_SKIP"; else \
 		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn|TestClusterLocalhostNodePorts|TestClusterIPVSModeInGuests)$$' ./e2e/cluster/; fi
 
-# The real-cluster faults (e2e/cluster faults_test.go), with a client
+# The real-cluster faults (e2e/cluster faults_*_test.go), with a client
 # pod on node1 sending TCP and UDP requests to a ClusterIP and to both
-# nodes' NodePort (backends on node2): our DaemonSet pods deleted 10 times,
-# the DaemonSet rolled to another build, and the README's "Moving from
-# kube-proxy" steps from upstream kube-proxy (iptables mode). One FAULT line
-# each (requests, failed, longest gap); each brings a cluster up and down,
-# holding /run/knp-cluster.lock for each test alone. FAULTS picks (Restarts,
-# Migration).
-FAULTS ?= Restarts Migration
+# nodes' NodePort (backends on node2), and six long-lived flows held open
+# across every fault: our DaemonSet pods deleted 10 times, the DaemonSet
+# rolled to another build, an unrelated endpoint removed, a port added, the
+# kubelets, the API server and etcd restarted; and docs/migration.md's steps
+# from upstream kube-proxy (iptables mode; nftables mode), the way back and
+# forward again. FAULT and FLOWS lines each; each brings a cluster up and
+# down, holding /run/knp-cluster.lock for each test alone. FAULTS picks
+# (Restarts, Migration, MigrationNFTables).
+FAULTS ?= Restarts Migration MigrationNFTables
 # Like cluster-test it builds nothing itself (its own two proxy images come
 # from this tree; the rest from the cache), so it never rewrites the shared
 # cache's kube-nftproxy image; a cold cache skips.
 cluster-faults:
 	set -e; for f in $(FAULTS); do \
-		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 20m \
+		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 30m \
 			-run "^TestClusterFault$$f\$$" ./e2e/cluster/; \
 	done

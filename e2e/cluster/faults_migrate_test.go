@@ -29,13 +29,23 @@ const switchedLabel = "kube-nftproxy/switched"
 // kube-proxy's rules checked by diff after our --cleanup; then forward
 // again, and the DaemonSets' last step. Each part prints the FAULT and
 // FLOWS lines, and what kube-proxy left in iptables-nft and iptables-legacy.
-func TestClusterFaultMigration(t *testing.T) {
-	l, imgs := faultsCluster(t, ProxyUpstream)
+func TestClusterFaultMigration(t *testing.T) { migrationFaults(t, ProxyUpstream, "iptables") }
+
+// TestClusterFaultMigrationNFTables is the same from kube-proxy's nftables
+// mode: `nft list ruleset` and `diff --nft-ruleset` in steps 1, 2 and 4,
+// deploy/ as it is (nftables mode, least privilege), no iptables-legacy
+// step.
+func TestClusterFaultMigrationNFTables(t *testing.T) {
+	migrationFaults(t, ProxyUpstreamNFT, "nftables")
+}
+
+func migrationFaults(t *testing.T, proxy, mode string) {
+	l, imgs := faultsCluster(t, proxy)
 	ctx, cancel := testContext(t)
 	defer cancel()
 	r := l.faultsWorkloads(ctx, t)
 	defer r.finish(t)
-	m := &migration{l: l, t: t, dir: t.TempDir(), bin: imgs.binA, image: imgs.a.Ref}
+	m := &migration{l: l, t: t, dir: t.TempDir(), bin: imgs.binA, image: imgs.a.Ref, mode: mode}
 	for _, n := range l.Nodes {
 		t.Logf("%s before the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
 	}
@@ -43,20 +53,9 @@ func TestClusterFaultMigration(t *testing.T) {
 	for _, n := range l.Nodes {
 		t.Logf("%s after the switch: kube-proxy's rules in %s", n.Name, m.backends(ctx, n))
 	}
-	// The README's remedy for rules in iptables-legacy, whether or not
-	// there are any: it must not disturb ours.
-	r.measure(ctx, t, "cluster-migrate-kube-proxy-cleanup", func() error {
-		for _, n := range l.Nodes {
-			if err := m.kubeProxyCleanup(ctx, n); err != nil {
-				return err
-			}
-			if err := m.diffLive(ctx, n); err != nil {
-				return err
-			}
-			t.Logf("%s after kube-proxy --cleanup: %s", n.Name, m.backends(ctx, n))
-		}
-		return nil
-	})
+	if mode == "iptables" {
+		m.legacyCleanup(ctx, r)
+	}
 	r.measure(ctx, t, "cluster-rollback", func() error {
 		for _, n := range l.Nodes {
 			if err := m.rollBack(ctx, n); err != nil {
@@ -67,6 +66,25 @@ func TestClusterFaultMigration(t *testing.T) {
 	})
 	r.measure(ctx, t, "cluster-migrate-again", func() error { return m.switchAll(ctx, false) })
 	r.measure(ctx, t, "cluster-migrate-finish", func() error { return m.finish(ctx) })
+}
+
+// legacyCleanup is the README's remedy for rules in iptables-legacy,
+// whether or not there are any: kube-proxy --cleanup with iptables-legacy
+// on each node must not disturb ours.
+func (m *migration) legacyCleanup(ctx context.Context, r *faultRun) {
+	m.t.Helper()
+	r.measure(ctx, m.t, "cluster-migrate-kube-proxy-cleanup", func() error {
+		for _, n := range m.l.Nodes {
+			if err := m.kubeProxyCleanup(ctx, n); err != nil {
+				return err
+			}
+			if err := m.diffLive(ctx, n); err != nil {
+				return err
+			}
+			m.t.Logf("%s after kube-proxy --cleanup: %s", n.Name, m.backends(ctx, n))
+		}
+		return nil
+	})
 }
 
 // switchAll is steps 1 to 4 on every node in turn; prepare runs step 3's
@@ -199,6 +217,7 @@ type migration struct {
 	t        *testing.T
 	dir, bin string
 	image    string
+	mode     string // kube-proxy's and ours: iptables or nftables
 }
 
 // logf logs with the wall clock, to line steps up with failed requests.
@@ -231,15 +250,16 @@ func (m *migration) saveAndDiff(ctx context.Context, n Node) error {
 	return err
 }
 
-// saveAndDiffOnce is steps 1 and 2: iptables-save and ip6tables-save on
-// the node, the objects into state/cluster.yaml, and diff against --state.
+// saveAndDiffOnce is steps 1 and 2: the node's rules (iptables-save and
+// ip6tables-save, or nft list ruleset), the objects into
+// state/cluster.yaml, and diff against --state.
 func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 	dir := m.nodeDir(n)
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		return err
 	}
-	for file, cmd := range map[string]string{"v4.txt": "iptables-save", "v6.txt": "ip6tables-save"} {
-		out, err := output(ctx, nsenter(n.Name, cmd)...)
+	for file, cmd := range m.dumps() {
+		out, err := output(ctx, nsenter(n.Name, cmd...)...)
 		if err != nil {
 			return fmt.Errorf("step 1 on %s: %w", n.Name, err)
 		}
@@ -255,7 +275,7 @@ func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 		return err
 	}
 	out, err := m.diff(ctx, "", n, "--state", filepath.Join(dir, "state"), "--hostname-override", n.Name,
-		"--cluster-cidr", ClusterCIDR, "--proxy-mode", "iptables")
+		"--cluster-cidr", ClusterCIDR, "--proxy-mode", m.mode)
 	m.logf("step 2 on %s, diff --state: %s", n.Name, out)
 	if err != nil {
 		return fmt.Errorf("step 2 on %s: diff against --state: %w", n.Name, err)
@@ -263,11 +283,23 @@ func (m *migration) saveAndDiffOnce(ctx context.Context, n Node) error {
 	return nil
 }
 
+// dumps are step 1's files and the commands that write them, by mode.
+func (m *migration) dumps() map[string][]string {
+	if m.mode == "nftables" {
+		return map[string][]string{"ruleset.txt": {"nft", "list", "ruleset"}}
+	}
+	return map[string][]string{"v4.txt": {"iptables-save"}, "v6.txt": {"ip6tables-save"}}
+}
+
 // diff runs `kube-nftproxy diff` with the node's saved dumps and extra
 // flags, in network namespace ns (none: here), and returns its output.
 func (m *migration) diff(ctx context.Context, ns string, n Node, extra ...string) (string, error) {
-	argv := append([]string{m.bin, "diff", "--iptables-save", filepath.Join(m.nodeDir(n), "v4.txt"),
-		"--iptables-save", filepath.Join(m.nodeDir(n), "v6.txt")}, extra...)
+	argv := []string{m.bin, "diff", "--iptables-save", filepath.Join(m.nodeDir(n), "v4.txt"),
+		"--iptables-save", filepath.Join(m.nodeDir(n), "v6.txt")}
+	if m.mode == "nftables" {
+		argv = []string{m.bin, "diff", "--nft-ruleset", filepath.Join(m.nodeDir(n), "ruleset.txt")}
+	}
+	argv = append(argv, extra...)
 	if ns != "" {
 		argv = nsenter(ns, argv...)
 	}
@@ -312,6 +344,9 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	manifests, err = withNodeSelector(manifests, switchedLabel, "true")
 	if err != nil {
 		return err
+	}
+	if m.mode == "nftables" {
+		return m.l.apply(ctx, "kube-nftproxy-migration", manifests) // deploy/ as it is
 	}
 	if manifests, err = withProxyMode(manifests, "iptables"); err != nil {
 		return err
