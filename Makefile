@@ -290,13 +290,14 @@ cluster-test:
 # from upstream kube-proxy (iptables mode; nftables mode), the way back and
 # forward again. FAULT and FLOWS lines each; each brings a cluster up and
 # down, holding /run/knp-cluster.lock for each test alone. FAULTS picks
-# (Restarts, Migration, MigrationNFTables).
+# (Restarts, Migration, MigrationNFTables; TokenRotation, 35 minutes: our
+# pods on 10-minute tokens through three rotations).
 FAULTS ?= Restarts Migration MigrationNFTables
 # Like cluster-test it builds nothing itself (its own two proxy images come
 # from this tree; the rest from the cache), so it never rewrites the shared
 # cache's kube-nftproxy image; a cold cache skips.
 cluster-faults:
 	set -e; for f in $(FAULTS); do \
-		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 30m \
+		flock /run/knp-cluster.lock env KNP_CLUSTER_FAULTS=1 $(GO) test -count=1 -v -timeout 50m \
 			-run "^TestClusterFault$$f\$$" ./e2e/cluster/; \
 	done

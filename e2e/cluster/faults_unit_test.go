@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -213,5 +214,17 @@ func TestFlowsHoldTheirConnections(t *testing.T) {
 	}
 	if n := accepted.Load(); n != 2 {
 		t.Errorf("the TCP flow opened %d connections in all, want 2", n)
+	}
+}
+
+func TestTokenTimes(t *testing.T) {
+	payload := base64.RawURLEncoding.EncodeToString([]byte(`{"iat":1796011200,"exp":1796011800,"sub":"system:serviceaccount:kube-system:kube-nftproxy"}`))
+	for tok, want := range map[string]string{
+		"h." + payload + ".s": "issued 04:00:00, expires 04:10:00",
+		"not-a-token":         "not a JWT",
+	} {
+		if got := tokenTimes(tok); got != want {
+			t.Errorf("tokenTimes(%.20q) = %q, want %q", tok, got, want)
+		}
 	}
 }
