@@ -15,6 +15,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
@@ -93,8 +94,8 @@ func benchEndToEnd(b *testing.B, n int) {
 // (cmd/kube-nftproxy's OnApplied): nothing here serves a health check
 // node port or is UDP, as in scaleState.
 func newAfterSync() func(*proxier.State) {
-	hc := &proxier.HealthChecks{Host: "127.0.0.1"}
-	m := proxier.NewMetrics()
+	hc := &serve.HealthChecks{Host: "127.0.0.1"}
+	m := serve.NewMetrics()
 	cl := &conntrack.Cleaner{Table: noFlows{}, LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }}
 	return func(st *proxier.State) {
 		hc.Update(st)

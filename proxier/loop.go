@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/errlog"
 )
 
 // Loop owns the current State and calls the backend: at most one sync per
@@ -199,7 +201,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer periodic.Stop()
 	var backoff time.Duration // after a failure: the wait before the retry
 	var pace time.Duration    // the last repair's wait (see Repair)
-	failures := newErrorLog(l.log, l.SyncPeriod)
+	failures := errlog.New(l.log, l.SyncPeriod)
 	for {
 		var wait <-chan time.Time
 		if backoff > 0 {
@@ -250,10 +252,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			backoff = l.retryAfter(backoff, err)
-			failures.failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
+			failures.Failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
 		} else {
 			backoff = 0
-			failures.recovered("sync succeeded again")
+			failures.Recovered("sync succeeded again")
 			l.succeeded(res, st, took)
 		}
 		if l.OnSync != nil {

@@ -1,8 +1,9 @@
 // Package proxier holds what both modes share: the service model, endpoint
-// categorisation, the sync loop, health checks and the Settings both
-// modes read alike (cluster CIDRs, local-traffic detection, the masquerade
-// bit, NodePort addresses). It knows nothing of the kernel: the modes
-// (packages nft and ipvs) implement Backend.
+// categorisation, the sync loop and the Settings both modes read alike
+// (cluster CIDRs, local-traffic detection, the masquerade bit, NodePort
+// addresses). It knows nothing of the kernel: the modes (packages nft and
+// ipvs) implement Backend. It serves nothing either: the health and
+// metrics servers are package serve's.
 package proxier
 
 import (

@@ -27,6 +27,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
@@ -399,7 +400,7 @@ func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
 // conntrackCleaner returns what deletes stale UDP/SCTP conntrack entries
 // after each applied sync, as kube-proxy does. A failed cleanup is logged and
 // retried with the next sync; it never fails the sync.
-func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, metrics *proxier.Metrics) (func(*proxier.State), error) {
+func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, metrics *serve.Metrics) (func(*proxier.State), error) {
 	if o.skipConntrackCleanup {
 		log.Warn("conntrack cleanup is off (--testing-skip-conntrack-cleanup): UDP clients may stay on deleted endpoints")
 		return func(*proxier.State) {}, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/localnodeport"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // gateLocalhostNodePorts is kube-proxy's alpha gate for localhost
@@ -35,7 +36,7 @@ func localhostFamilies(mode string, gates map[string]bool, cfg nft.Config) []net
 // localNodePorts starts a userspace proxy on each loopback address and
 // returns what follows each applied State, and what closes them; nil when
 // none is asked for.
-func localNodePorts(addrs []netip.Addr, metrics *proxier.Metrics, log *slog.Logger) (sync func(*proxier.State), closeAll func()) {
+func localNodePorts(addrs []netip.Addr, metrics *serve.Metrics, log *slog.Logger) (sync func(*proxier.State), closeAll func()) {
 	if len(addrs) == 0 {
 		return nil, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/model"
@@ -42,8 +43,8 @@ type proxyServer struct {
 	upstream *upstreamCleanup
 	backend  *modeBackend
 	loop     *proxier.Loop
-	health   *proxier.Health
-	metrics  *proxier.Metrics
+	health   *serve.Health
+	metrics  *serve.Metrics
 	source   stateSource
 
 	closers []func()
@@ -258,9 +259,9 @@ func (s *proxyServer) buildLoop(context.Context) error {
 
 // observe creates the health and metrics the loop and the backend report to.
 func (s *proxyServer) observe(ctx context.Context) error {
-	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
+	s.health = serve.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
 	s.health.FailTimeout = s.syncPeriod
-	s.metrics = proxier.NewModeMetrics(s.o.modeName())
+	s.metrics = serve.NewModeMetrics(s.o.modeName())
 	// kube-proxy's leftovers go after our first sync (afterSync below).
 	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
 	s.upstream.changes = s.backend.hooks.OtherChanges
@@ -301,9 +302,9 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	// on the node's addresses, as kube-proxy.
 	// Every HTTP server's connections are counted and capped together,
 	// far below the open file limit.
-	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), s.log)
+	guard := serve.NewConnGuard(serve.DefaultLimits(), s.log)
 	guard.OnDropped = s.metrics.CountDroppedConn
-	hc := &proxier.HealthChecks{Log: s.log, Healthy: s.health.Healthy, Addrs: nodePortAddrs(s.cfg), Guard: guard}
+	hc := &serve.HealthChecks{Log: s.log, Healthy: s.health.Healthy, Addrs: nodePortAddrs(s.cfg), Guard: guard}
 	s.onClose(func() { hc.Close(ctx) })
 	cleanConntrack, err := conntrackCleaner(s.o, s.syncPeriod, s.log, s.metrics)
 	if err != nil {
@@ -400,7 +401,7 @@ func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 		return st
 	})
 	// Each informer retries with its own URL in the error: one failure.
-	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
+	status := serve.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
 	a.early.wire(sourceCallbacks{changed: s.loop.Changed, failing: status.Failing, ok: status.OK,
 		ready: func() {
 			// The first listing's decoded objects are garbage now (the
@@ -429,7 +430,7 @@ func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
 	f.files.OnState = s.loop.SetState
 	// A file that could not be read is retried as a failed sync is.
 	f.files.RetryMin, f.files.RetryMax = s.minSyncPeriod, s.syncPeriod
-	status := proxier.NewSourceStatus("file", s.log, s.syncPeriod, s.health, s.metrics)
+	status := serve.NewSourceStatus("file", s.log, s.syncPeriod, s.health, s.metrics)
 	f.files.OnError, f.files.OnRecovered = status.Failing, status.OK
 	go func() {
 		if err := f.files.Run(ctx); err != nil {

@@ -449,7 +449,7 @@ func compareRefs(x, y objectRef) int {
 
 // StateWithTriggers is State, and also hands out the trigger times of the
 // EndpointSlice changes since the previous snapshot (see noteSliceUpdate)
-// for proxier.Metrics.Syncing. Taking a snapshot, with either method,
+// for serve.Metrics.Syncing. Taking a snapshot, with either method,
 // clears the pending changes: a sync has taken them. The extra cost is
 // O(changes).
 func (b *Builder) StateWithTriggers() (*proxier.State, []time.Time) {

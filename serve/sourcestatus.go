@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"log/slog"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/errlog"
 )
 
 // SourceStatus is where a source of Services (the API server, the state
@@ -18,7 +20,7 @@ type SourceStatus struct {
 	health *Health
 
 	mu       sync.Mutex
-	log      *errorLog
+	log      *errlog.Log
 	failures metrics.CounterMetric
 	up       metrics.GaugeMetric
 }
@@ -30,10 +32,10 @@ func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, heal
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &SourceStatus{name: name, health: health, log: newErrorLog(log.With("source", name), logEvery)}
+	s := &SourceStatus{name: name, health: health, log: errlog.New(log.With("source", name), logEvery)}
 	// A source that cannot be read is a warning: the rules keep working
 	// on the last good view (sync failures are errors).
-	s.log.level = slog.LevelWarn
+	s.log.Level = slog.LevelWarn
 	if m != nil {
 		s.failures = m.SourceFailures.WithLabelValues(name)
 		s.up = m.SourceUp.WithLabelValues(name)
@@ -46,7 +48,7 @@ func NewSourceStatus(name string, log *slog.Logger, logEvery time.Duration, heal
 // whatever its text: for a source whose retries each name their own URL.
 // Without it, an error with a new text (another file) is logged at once.
 func (s *SourceStatus) AnyText() *SourceStatus {
-	s.log.anyText = true
+	s.log.AnyText = true
 	return s
 }
 
@@ -54,7 +56,7 @@ func (s *SourceStatus) AnyText() *SourceStatus {
 func (s *SourceStatus) Failing(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.log.failed(err, "cannot read the source of Services; the rules keep its last good view")
+	s.log.Failed(err, "cannot read the source of Services; the rules keep its last good view")
 	if s.failures != nil {
 		s.failures.Inc()
 		s.up.Set(0)
@@ -69,7 +71,7 @@ func (s *SourceStatus) Failing(err error) {
 func (s *SourceStatus) OK() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.log.recovered("the source of Services reads fine again")
+	s.log.Recovered("the source of Services reads fine again")
 	if s.up != nil {
 		s.up.Set(1)
 	}

@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ServeLimits bound what the clients of our HTTP servers (the health
+// Limits bound what the clients of our HTTP servers (the health
 // server, the metrics server, every healthCheckNodePort server) can hold,
 // so that connections left open, or opened by the thousand, never take
 // the file descriptors the proxy needs for its own work (netlink sockets,
 // the state directory, conntrack, the API server).
-type ServeLimits struct {
+type Limits struct {
 	// ReadHeaderTimeout bounds the wait for a request's headers (also
 	// for the first request of a connection that sends nothing);
 	// ReadTimeout the whole request, WriteTimeout the answer.
@@ -32,36 +32,36 @@ type ServeLimits struct {
 	MaxConnsPerServer, MaxConns int
 }
 
-// Defaults of ServeLimits. A prober or a scraper sends a request every few
+// Defaults of Limits. A prober or a scraper sends a request every few
 // seconds (load balancers every 2-10 s, Prometheus every 15-60 s): the idle
 // timeout keeps their keep-alive connection between probes but not an
 // abandoned one for long. Every answer is small and quick, so 10 s bounds
 // a request and its answer with a wide margin.
 const (
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 10 * time.Second
-	DefaultWriteTimeout      = 10 * time.Second
-	DefaultIdleTimeout       = 30 * time.Second
-	DefaultMaxConnsPerServer = 1024
-	DefaultMaxConns          = 8192
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultReadTimeout       = 10 * time.Second
+	defaultWriteTimeout      = 10 * time.Second
+	defaultIdleTimeout       = 30 * time.Second
+	defaultMaxConnsPerServer = 1024
+	defaultMaxConns          = 8192
 	minMaxConns              = 16
 )
 
-// DefaultServeLimits are the defaults, with MaxConns at most half the
+// DefaultLimits are the defaults, with MaxConns at most half the
 // process's open file limit (Go raises the soft limit to the hard one at
 // start): the other half is kept for the proxy's own work. One server gets
 // at most a quarter of MaxConns, so that a flood of one port leaves room
 // for the others.
-func DefaultServeLimits() ServeLimits {
-	maxConns := DefaultMaxConns
+func DefaultLimits() Limits {
+	maxConns := defaultMaxConns
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur/2 < uint64(maxConns) {
 		maxConns = max(int(lim.Cur/2), minMaxConns)
 	}
-	return ServeLimits{
-		ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout,
-		WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
-		MaxConnsPerServer: min(DefaultMaxConnsPerServer, max(maxConns/4, minMaxConns)),
+	return Limits{
+		ReadHeaderTimeout: defaultReadHeaderTimeout, ReadTimeout: defaultReadTimeout,
+		WriteTimeout: defaultWriteTimeout, IdleTimeout: defaultIdleTimeout,
+		MaxConnsPerServer: min(defaultMaxConnsPerServer, max(maxConns/4, minMaxConns)),
 		MaxConns:          maxConns,
 	}
 }
@@ -95,7 +95,7 @@ func DefaultServeLimits() ServeLimits {
 // is answered 413 and its connection closed before a byte of the body is
 // read (OnDropped's reason "body").
 type ConnGuard struct {
-	limits ServeLimits
+	limits Limits
 	log    *slog.Logger
 	// OnDropped, when set, is called for each connection closed for the
 	// caps: reason "evicted" (closed to make room) or "refused" (closed
@@ -123,7 +123,7 @@ const dropLogInterval = time.Minute
 const defaultBusyAtMost = time.Second
 
 // NewConnGuard returns a guard with the given limits.
-func NewConnGuard(limits ServeLimits, log *slog.Logger) *ConnGuard {
+func NewConnGuard(limits Limits, log *slog.Logger) *ConnGuard {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -132,7 +132,7 @@ func NewConnGuard(limits ServeLimits, log *slog.Logger) *ConnGuard {
 }
 
 // Limits returns the guard's limits.
-func (g *ConnGuard) Limits() ServeLimits { return g.limits }
+func (g *ConnGuard) Limits() Limits { return g.limits }
 
 // Open returns the number of open connections of all servers.
 func (g *ConnGuard) Open() int {
@@ -400,16 +400,16 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Serve runs srv on ln until ctx ends (then closes it, with its
+// ServeUntil runs s on ln until ctx ends (then closes it, with its
 // connections); an error other than the server closing is logged.
-func Serve(ctx context.Context, srv *Server, ln net.Listener, log *slog.Logger, what string) {
+func (s *Server) ServeUntil(ctx context.Context, ln net.Listener, log *slog.Logger) {
 	go func() {
 		<-ctx.Done()
-		_ = srv.Close()
+		_ = s.Close()
 	}()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(fmt.Sprintf("%s server stopped", what), "err", err)
+		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(fmt.Sprintf("%s server stopped", s.conns.name), "err", err)
 		}
 	}()
 }

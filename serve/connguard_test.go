@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"bufio"
@@ -14,13 +14,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // testLimits are small caps and a short idle timeout, so that a flood
 // beyond the caps takes a few hundred connections and a fraction of a
 // second.
-func testLimits() ServeLimits {
-	return ServeLimits{
+func testLimits() Limits {
+	return Limits{
 		ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
 		IdleTimeout: 400 * time.Millisecond, MaxConnsPerServer: 20, MaxConns: 50,
 	}
@@ -35,7 +37,7 @@ func serveOn(t *testing.T, g *ConnGuard, name string, h http.Handler) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	Serve(ctx, g.NewServer(name, h), ln, slog.New(slog.DiscardHandler), name)
+	g.NewServer(name, h).ServeUntil(ctx, ln, slog.New(slog.DiscardHandler))
 	return ln.Addr().String()
 }
 
@@ -184,13 +186,13 @@ func (b *lockedBuffer) String() string {
 
 // hcState is a State with one externalTrafficPolicy Local Service with a
 // local endpoint, whose health check node port is port.
-func hcState(port uint16) *State {
-	st := NewState()
-	st.Node = Node{Name: "node-1"}
-	name := ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
-	st.Services = st.Services.With(name, &ServicePort{Name: name, Protocol: TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+func hcState(port uint16) *proxier.State {
+	st := proxier.NewState()
+	st.Node = proxier.Node{Name: "node-1"}
+	name := proxier.ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
+	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
 		ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
-	st.Endpoints = st.Endpoints.With(name, []Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
+	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	return st
 }
 
@@ -260,12 +262,12 @@ func TestConnGuardRefusesWhenAllBusy(t *testing.T) {
 
 // The default limits keep the connections of all servers at most half the
 // open file limit, and one server's at most a quarter of that.
-func TestDefaultServeLimits(t *testing.T) {
-	l := DefaultServeLimits()
+func TestDefaultLimits(t *testing.T) {
+	l := DefaultLimits()
 	if l.IdleTimeout <= 0 || l.ReadTimeout <= 0 || l.WriteTimeout <= 0 || l.ReadHeaderTimeout <= 0 {
 		t.Errorf("a timeout is unset: %+v", l)
 	}
-	if l.MaxConns < minMaxConns || l.MaxConns > DefaultMaxConns || l.MaxConnsPerServer > l.MaxConns {
+	if l.MaxConns < minMaxConns || l.MaxConns > defaultMaxConns || l.MaxConnsPerServer > l.MaxConns {
 		t.Errorf("caps out of range: %+v", l)
 	}
 }

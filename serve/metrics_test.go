@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // scrape returns m's /metrics page.
@@ -108,15 +110,15 @@ func TestNetworkProgrammingBuckets(t *testing.T) {
 // them (kube-proxy's rules).
 func TestNetworkProgrammingMetric(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	ago := func(d ...time.Duration) []Trigger {
-		out := make([]Trigger, len(d))
+	ago := func(d ...time.Duration) []proxier.Trigger {
+		out := make([]proxier.Trigger, len(d))
 		for i, x := range d {
-			out[i] = Trigger{At: now.Add(-x), Family: IPv4}
+			out[i] = proxier.Trigger{At: now.Add(-x), Family: proxier.IPv4}
 		}
 		return out
 	}
 	type sync struct {
-		triggers []Trigger
+		triggers []proxier.Trigger
 		fail     bool
 	}
 	tests := []struct {
@@ -171,7 +173,7 @@ func TestNetworkProgrammingMetric(t *testing.T) {
 				if s.fail {
 					err = errTest
 				}
-				m.Observe(SyncResult{}, time.Millisecond, err)
+				m.Observe(proxier.SyncResult{}, time.Millisecond, err)
 			}
 			const name = "kubeproxy_network_programming_duration_seconds"
 			body := scrape(t, m)
@@ -197,12 +199,12 @@ func TestNetworkProgrammingMetric(t *testing.T) {
 func TestChangeMetrics(t *testing.T) {
 	tests := []struct {
 		name   string
-		source func() ChangeCounts
+		source func() proxier.ChangeCounts
 		want   [4]int // endpoint pending, endpoint total, service pending, service total
 	}{
 		{name: "no source (file mode)", want: [4]int{0, 0, 0, 0}},
-		{name: "a source", source: func() ChangeCounts {
-			return ChangeCounts{ServiceChanges: 7, EndpointChanges: 12, ServicesPending: 2, EndpointChangesPending: 3}
+		{name: "a source", source: func() proxier.ChangeCounts {
+			return proxier.ChangeCounts{ServiceChanges: 7, EndpointChanges: 12, ServicesPending: 2, EndpointChangesPending: 3}
 		}, want: [4]int{3, 12, 2, 7}},
 	}
 	for _, tc := range tests {
@@ -227,8 +229,8 @@ func TestChangeMetrics(t *testing.T) {
 	}
 	// Read at scrape time: a source that moves is followed.
 	m := NewMetrics()
-	n := ChangeCounts{}
-	m.CountChanges(func() ChangeCounts { return n })
+	n := proxier.ChangeCounts{}
+	m.CountChanges(func() proxier.ChangeCounts { return n })
 	n.ServiceChanges, n.ServicesPending = 5, 1
 	wantLines(t, "after the source moved", scrape(t, m), "kubeproxy_sync_proxy_rules_service_changes_total",
 		"kubeproxy_sync_proxy_rules_service_changes_total 5")

@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"net/http"
@@ -11,17 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-)
 
-// IP families, as kube-proxy's ip_family label names them.
-const (
-	IPv4 = "IPv4"
-	IPv6 = "IPv6"
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // families are the IP families every sync programs: one transaction
 // writes both, where kube-proxy runs a proxier per family.
-var families = []string{IPv4, IPv6}
+var families = []string{proxier.IPv4, proxier.IPv6}
 
 // Metrics are kube-proxy's sync metrics, with its names, labels and
 // stability levels (component-base's "[ALPHA] " help prefix), in a
@@ -67,17 +63,9 @@ type Metrics struct {
 	now     func() time.Time
 
 	mu       sync.Mutex
-	triggers []Trigger // of the State being synced, for the next Observe
+	triggers []proxier.Trigger // of the State being synced, for the next Observe
 
 	noLocal noLocalIndex // CountNoLocalEndpoints's counts, kept between calls
-}
-
-// Trigger is when a change that a sync programs happened (an
-// EndpointSlice's last-change-trigger-time) and the IP family of its
-// slice.
-type Trigger struct {
-	At     time.Time
-	Family string // IPv4 or IPv6
 }
 
 // NewMetrics creates and registers the metrics of nftables mode.
@@ -194,7 +182,7 @@ func (m *Metrics) Queued() {
 // Observe records them in NetworkProgramming if that sync succeeded and
 // drops them if it failed: as in kube-proxy, a change whose sync failed is
 // not measured, even once a retry programs it.
-func (m *Metrics) Syncing(triggers []Trigger) {
+func (m *Metrics) Syncing(triggers []proxier.Trigger) {
 	m.mu.Lock()
 	m.triggers = triggers
 	m.mu.Unlock()
@@ -203,7 +191,7 @@ func (m *Metrics) Syncing(triggers []Trigger) {
 // Observe records one sync attempt. One transaction programs both IP
 // families, so each family's series records it, as kube-proxy's two
 // proxiers would.
-func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
+func (m *Metrics) Observe(res proxier.SyncResult, took time.Duration, err error) {
 	m.mu.Lock()
 	triggers := m.triggers
 	m.triggers = nil
@@ -237,7 +225,7 @@ func (m *Metrics) Observe(res SyncResult, took time.Duration, err error) {
 // proxier of each family counts them, per policy). Called with each
 // applied State, from one goroutine; it looks at the service ports changed
 // since the last call only.
-func (m *Metrics) CountNoLocalEndpoints(st *State) {
+func (m *Metrics) CountNoLocalEndpoints(st *proxier.State) {
 	m.noLocal.update(st, noLocalBuckets)
 	for fi, fam := range families {
 		m.NoLocalEndpoints.WithLabelValues(fam, "internal").Set(float64(m.noLocal.counts[2*fi]))
@@ -246,8 +234,8 @@ func (m *Metrics) CountNoLocalEndpoints(st *State) {
 }
 
 // endpointsOf are the endpoints of one IP family.
-func endpointsOf(eps []Endpoint, v6 bool) []Endpoint {
-	var out []Endpoint
+func endpointsOf(eps []proxier.Endpoint, v6 bool) []proxier.Endpoint {
+	var out []proxier.Endpoint
 	for _, e := range eps {
 		if e.Addr.Unmap().Is6() == v6 {
 			out = append(out, e)
@@ -256,24 +244,10 @@ func endpointsOf(eps []Endpoint, v6 bool) []Endpoint {
 	return out
 }
 
-// ChangeCounts are the Service and EndpointSlice events a source has seen,
-// for kube-proxy's change metrics.
-type ChangeCounts struct {
-	// ServiceChanges and EndpointChanges count every event since the
-	// source started, whether or not it changed anything
-	// (kubeproxy_sync_proxy_rules_{service,endpoint}_changes_total).
-	ServiceChanges, EndpointChanges uint64
-	// ServicesPending is the number of Services that differ from what the
-	// last sync took; EndpointChangesPending the number of EndpointSlice
-	// events since then that changed a slice
-	// (kubeproxy_sync_proxy_rules_{service,endpoint}_changes_pending).
-	ServicesPending, EndpointChangesPending int
-}
-
 // CountChanges makes the four change metrics read source at every scrape
 // (informers.Builder.ChangeCounts). Without a source, as with the file
 // source, they stay 0.
-func (m *Metrics) CountChanges(source func() ChangeCounts) {
+func (m *Metrics) CountChanges(source func() proxier.ChangeCounts) {
 	m.changes.source.Store(&source)
 }
 
@@ -281,7 +255,7 @@ func (m *Metrics) CountChanges(source func() ChangeCounts) {
 // change metrics, read when scraped.
 type changeCollector struct {
 	metrics.BaseStableCollector
-	source                                                           atomic.Pointer[func() ChangeCounts]
+	source                                                           atomic.Pointer[func() proxier.ChangeCounts]
 	endpointsPending, endpointsTotal, servicesPending, servicesTotal *metrics.Desc
 }
 
@@ -305,7 +279,7 @@ func (c *changeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 func (c *changeCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	var n ChangeCounts
+	var n proxier.ChangeCounts
 	if f := c.source.Load(); f != nil {
 		n = (*f)()
 	}

@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 func TestHealth(t *testing.T) {
@@ -91,23 +93,23 @@ func TestHealthBodyUpstreamFields(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	code, b := body()
 	want := familyHealth{LastUpdated: synced, Healthy: true}
-	if code != 200 || !b.LastUpdated.Equal(now) || !b.CurrentTime.Equal(now) || b.Status[IPv4] != want || b.Status[IPv6] != want {
+	if code != 200 || !b.LastUpdated.Equal(now) || !b.CurrentTime.Equal(now) || b.Status[proxier.IPv4] != want || b.Status[proxier.IPv6] != want {
 		t.Errorf("healthy: %d %+v, want lastUpdated now and status %+v per family", code, b, want)
 	}
 	h.Queued()
 	now = now.Add(2 * time.Minute)
 	code, b = body()
 	want.Healthy = false
-	if code != 503 || b.Healthy || !b.LastUpdated.Equal(synced) || b.Status[IPv4] != want || b.Status[IPv6] != want {
+	if code != 503 || b.Healthy || !b.LastUpdated.Equal(synced) || b.Status[proxier.IPv4] != want || b.Status[proxier.IPv6] != want {
 		t.Errorf("late sync: %d %+v, want 503, lastUpdated the last sync, status %+v", code, b, want)
 	}
 }
 
 func TestMetrics(t *testing.T) {
 	m := NewMetrics()
-	m.Observe(SyncResult{Full: true}, 2*time.Second, nil)
-	m.Observe(SyncResult{}, time.Millisecond, nil)
-	m.Observe(SyncResult{}, 0, errTest)
+	m.Observe(proxier.SyncResult{Full: true}, 2*time.Second, nil)
+	m.Observe(proxier.SyncResult{}, time.Millisecond, nil)
+	m.Observe(proxier.SyncResult{}, 0, errTest)
 	srv := httptest.NewServer(m.Handler("nftables"))
 	defer srv.Close()
 	body := fetch(t, srv.URL+"/metrics")
@@ -132,12 +134,12 @@ func TestMetrics(t *testing.T) {
 var errTest = io.ErrUnexpectedEOF
 
 func TestNoLocalEndpointsMetric(t *testing.T) {
-	st := NewState()
-	st.Node = Node{Name: "node-1"}
+	st := proxier.NewState()
+	st.Node = proxier.Node{Name: "node-1"}
 	add := func(name string, itp, etp bool, node string) {
-		n := ServicePortName{Namespace: "ns", Name: name}
-		st.Services = st.Services.With(n, &ServicePort{Name: n, Protocol: TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp})
-		st.Endpoints = st.Endpoints.With(n, []Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}})
+		n := proxier.ServicePortName{Namespace: "ns", Name: name}
+		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp})
+		st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}})
 	}
 	add("itp-remote", true, false, "node-2")
 	add("etp-remote", false, true, "node-2")

@@ -1,4 +1,4 @@
-package proxier
+package serve
 
 import (
 	"bufio"
