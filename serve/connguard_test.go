@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // testLimits are small caps and a short idle timeout, so that a flood
@@ -186,13 +186,13 @@ func (b *lockedBuffer) String() string {
 
 // hcState is a State with one externalTrafficPolicy Local Service with a
 // local endpoint, whose health check node port is port.
-func hcState(port uint16) *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
-	name := proxier.ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
-	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+func hcState(port uint16) *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
+	name := model.ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
+	st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
 		ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
-	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
+	st.Endpoints = st.Endpoints.With(name, []model.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	return st
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -93,14 +94,14 @@ func TestHealthBodyUpstreamFields(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	code, b := body()
 	want := familyHealth{LastUpdated: synced, Healthy: true}
-	if code != 200 || !b.LastUpdated.Equal(now) || !b.CurrentTime.Equal(now) || b.Status[proxier.IPv4] != want || b.Status[proxier.IPv6] != want {
+	if code != 200 || !b.LastUpdated.Equal(now) || !b.CurrentTime.Equal(now) || b.Status[model.IPv4] != want || b.Status[model.IPv6] != want {
 		t.Errorf("healthy: %d %+v, want lastUpdated now and status %+v per family", code, b, want)
 	}
 	h.Queued()
 	now = now.Add(2 * time.Minute)
 	code, b = body()
 	want.Healthy = false
-	if code != 503 || b.Healthy || !b.LastUpdated.Equal(synced) || b.Status[proxier.IPv4] != want || b.Status[proxier.IPv6] != want {
+	if code != 503 || b.Healthy || !b.LastUpdated.Equal(synced) || b.Status[model.IPv4] != want || b.Status[model.IPv6] != want {
 		t.Errorf("late sync: %d %+v, want 503, lastUpdated the last sync, status %+v", code, b, want)
 	}
 }
@@ -134,12 +135,12 @@ func TestMetrics(t *testing.T) {
 var errTest = io.ErrUnexpectedEOF
 
 func TestNoLocalEndpointsMetric(t *testing.T) {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
 	add := func(name string, itp, etp bool, node string) {
-		n := proxier.ServicePortName{Namespace: "ns", Name: name}
-		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp})
-		st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}})
+		n := model.ServicePortName{Namespace: "ns", Name: name}
+		st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.TCP, Port: 80, NodePort: 30000, InternalPolicyLocal: itp, ExternalPolicyLocal: etp})
+		st.Endpoints = st.Endpoints.With(n, []model.Endpoint{{Port: 80, NodeName: node, Ready: true, Serving: true}})
 	}
 	add("itp-remote", true, false, "node-2")
 	add("etp-remote", false, true, "node-2")

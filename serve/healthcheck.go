@@ -16,8 +16,7 @@ import (
 	"sync"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
-
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // HealthChecks serves the healthCheckNodePort of every externalTrafficPolicy
@@ -31,7 +30,7 @@ type HealthChecks struct {
 	// Addrs, when set, gives the addresses to listen on instead, from the
 	// State being applied (kube-proxy serves health check node ports on
 	// the --nodeport-addresses); none means all of the node's.
-	Addrs func(*proxier.State) []netip.Addr
+	Addrs func(*model.State) []netip.Addr
 	Log   *slog.Logger
 	// Healthy, when set, reports the proxy's own health (answered as
 	// serviceProxyHealthy; a sick proxy answers 503 too).
@@ -49,7 +48,7 @@ type HealthChecks struct {
 
 type hcServer struct {
 	srv   *Server
-	name  proxier.ServicePortName
+	name  model.ServicePortName
 	count int
 }
 
@@ -72,7 +71,7 @@ type hcBody struct {
 // its health check and load balancers drain it. kube-proxy runs one proxier
 // per IP family; the count is that of the family with the most, which for a
 // dual-stack Service is the number of pods, not twice it.
-func (h *HealthChecks) Update(st *proxier.State) {
+func (h *HealthChecks) Update(st *model.State) {
 	want := h.wanted(st)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -93,8 +92,8 @@ func (h *HealthChecks) Update(st *proxier.State) {
 
 // hcWant is what a health check node port answers for.
 type hcWant struct {
-	name  proxier.ServicePortName // the Service's; Port is ""
-	count int                     // its local ready endpoints
+	name  model.ServicePortName // the Service's; Port is ""
+	count int                   // its local ready endpoints
 }
 
 // wanted returns the health check node ports st asks for. They are
@@ -102,9 +101,9 @@ type hcWant struct {
 // (which the API server does not allow; state files might) the same one
 // wins. The cost is the service ports changed since the last call, plus
 // the Services that have a health check node port.
-func (h *HealthChecks) wanted(st *proxier.State) map[uint16]hcWant {
+func (h *HealthChecks) wanted(st *model.State) map[uint16]hcWant {
 	h.index.update(st)
-	names := slices.SortedFunc(maps.Keys(h.index.services), func(a, b proxier.ServicePortName) int {
+	names := slices.SortedFunc(maps.Keys(h.index.services), func(a, b model.ServicePortName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	want := map[uint16]hcWant{}
@@ -121,7 +120,7 @@ func (h *HealthChecks) wanted(st *proxier.State) map[uint16]hcWant {
 
 // serve opens port for w, or sets the count of the server already there.
 // Under h.mu.
-func (h *HealthChecks) serve(st *proxier.State, port uint16, w hcWant) {
+func (h *HealthChecks) serve(st *model.State, port uint16, w hcWant) {
 	if s, ok := h.servers[port]; ok {
 		if s.count != w.count {
 			h.log().Debug("health check node port: local endpoints", "service", w.name.String(), "port", port, "count", w.count)
@@ -155,7 +154,7 @@ func (h *HealthChecks) log() *slog.Logger {
 }
 
 // hosts lists the addresses a new server listens on.
-func (h *HealthChecks) hosts(st *proxier.State) []string {
+func (h *HealthChecks) hosts(st *model.State) []string {
 	if h.Addrs != nil {
 		var out []string
 		for _, a := range h.Addrs(st) {

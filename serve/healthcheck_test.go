@@ -11,7 +11,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 func freePort(t *testing.T) uint16 {
@@ -28,20 +28,20 @@ func freePort(t *testing.T) uint16 {
 // 200 with the local endpoint count, 503 without local endpoints.
 func TestHealthChecks(t *testing.T) {
 	port := freePort(t)
-	name := proxier.ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
-	state := func(local bool, withService bool) *proxier.State {
-		st := proxier.NewState()
-		st.Node = proxier.Node{Name: "node-1"}
+	name := model.ServicePortName{Namespace: "default", Name: "lb", Port: "http"}
+	state := func(local bool, withService bool) *model.State {
+		st := model.NewState()
+		st.Node = model.Node{Name: "node-1"}
 		if !withService {
 			return st
 		}
-		st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+		st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
 			ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
 		node := "node-2"
 		if local {
 			node = "node-1"
 		}
-		st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: node, Ready: true, Serving: true}})
+		st.Endpoints = st.Endpoints.With(name, []model.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: node, Ready: true, Serving: true}})
 		return st
 	}
 	h := &HealthChecks{Host: "127.0.0.1"}
@@ -81,16 +81,16 @@ func TestHealthChecks(t *testing.T) {
 // kube-proxy's, byte for byte.
 func TestHealthChecksCountAndBody(t *testing.T) {
 	port := freePort(t)
-	http1 := proxier.ServicePortName{Namespace: "ns", Name: "lb", Port: "http"}
-	https := proxier.ServicePortName{Namespace: "ns", Name: "lb", Port: "https"}
-	ep := func(addr, node string, ready bool) proxier.Endpoint {
-		return proxier.Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
+	http1 := model.ServicePortName{Namespace: "ns", Name: "lb", Port: "http"}
+	https := model.ServicePortName{Namespace: "ns", Name: "lb", Port: "https"}
+	ep := func(addr, node string, ready bool) model.Endpoint {
+		return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
 	}
-	state := func(eps ...proxier.Endpoint) *proxier.State {
-		st := proxier.NewState()
-		st.Node = proxier.Node{Name: "node-1"}
-		for _, n := range []proxier.ServicePortName{http1, https} {
-			st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
+	state := func(eps ...model.Endpoint) *model.State {
+		st := model.NewState()
+		st.Node = model.Node{Name: "node-1"}
+		for _, n := range []model.ServicePortName{http1, https} {
+			st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.TCP, Port: 80, NodePort: 30080, HealthCheckNodePort: port,
 				ExternalPolicyLocal: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5"), netip.MustParseAddr("fd00::5")}})
 			st.Endpoints = st.Endpoints.With(n, eps)
 		}
@@ -116,17 +116,17 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		eps   []proxier.Endpoint
+		eps   []model.Endpoint
 		code  int
 		want  string
 		count int // the weight header
 	}{
-		{"two dual-stack local pods, two ports, one remote", []proxier.Endpoint{
+		{"two dual-stack local pods, two ports, one remote", []model.Endpoint{
 			ep("10.244.0.10", "node-1", true), ep("10.244.0.11", "node-1", true), ep("10.244.1.10", "node-2", true),
 			ep("fd00:10:244::10", "node-1", true), ep("fd00:10:244::11", "node-1", true),
 		}, 200, body(2, true), 2},
-		{"IPv6 only", []proxier.Endpoint{ep("fd00:10:244::10", "node-1", true)}, 200, body(1, true), 1},
-		{"local ones terminating", []proxier.Endpoint{ep("10.244.0.10", "node-1", false), ep("10.244.1.10", "node-2", true)}, 503, body(0, true), 0},
+		{"IPv6 only", []model.Endpoint{ep("fd00:10:244::10", "node-1", true)}, 200, body(1, true), 1},
+		{"local ones terminating", []model.Endpoint{ep("10.244.0.10", "node-1", false), ep("10.244.1.10", "node-2", true)}, 503, body(0, true), 0},
 		{"none", nil, 503, body(0, true), 0},
 	}
 	for _, tt := range tests {
@@ -156,8 +156,8 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 
 	// Two Services claiming one port: the first by name serves, always.
 	st := state(ep("10.244.0.10", "node-1", true))
-	other := proxier.ServicePortName{Namespace: "ns", Name: "zz", Port: "http"}
-	st.Services = st.Services.With(other, &proxier.ServicePort{Name: other, Protocol: proxier.TCP, Port: 80, NodePort: 30081, HealthCheckNodePort: port, ExternalPolicyLocal: true})
+	other := model.ServicePortName{Namespace: "ns", Name: "zz", Port: "http"}
+	st.Services = st.Services.With(other, &model.ServicePort{Name: other, Protocol: model.TCP, Port: 80, NodePort: 30081, HealthCheckNodePort: port, ExternalPolicyLocal: true})
 	for range 5 {
 		h.Update(st)
 		if _, _, got := get(); got != body(1, true) {
@@ -170,13 +170,13 @@ func TestHealthChecksCountAndBody(t *testing.T) {
 // only, every one of them.
 func TestHealthChecksAddrs(t *testing.T) {
 	port := freePort(t)
-	name := proxier.ServicePortName{Namespace: "default", Name: "lb"}
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
-	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, HealthCheckNodePort: port, ExternalPolicyLocal: true,
+	name := model.ServicePortName{Namespace: "default", Name: "lb"}
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
+	st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, HealthCheckNodePort: port, ExternalPolicyLocal: true,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}})
-	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
-	h := &HealthChecks{Addrs: func(*proxier.State) []netip.Addr {
+	st.Endpoints = st.Endpoints.With(name, []model.Endpoint{{Addr: netip.MustParseAddr("10.244.0.5"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
+	h := &HealthChecks{Addrs: func(*model.State) []netip.Addr {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.3")}
 	}}
 	defer h.Close(context.Background())
@@ -195,38 +195,38 @@ func TestHealthChecksAddrs(t *testing.T) {
 // wanted gives each Local-policy Service with a health check node port
 // its port and local ready endpoint count, without opening anything.
 func TestHealthChecksWanted(t *testing.T) {
-	ep := func(addr, node string, ready bool) proxier.Endpoint {
-		return proxier.Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
+	ep := func(addr, node string, ready bool) model.Endpoint {
+		return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, NodeName: node, Ready: ready, Serving: true, Terminating: !ready}
 	}
-	svc := func(ns, name, port string, hc uint16, local bool) *proxier.ServicePort {
-		return &proxier.ServicePort{Name: proxier.ServicePortName{Namespace: ns, Name: name, Port: port}, Protocol: proxier.TCP, Port: 80,
+	svc := func(ns, name, port string, hc uint16, local bool) *model.ServicePort {
+		return &model.ServicePort{Name: model.ServicePortName{Namespace: ns, Name: name, Port: port}, Protocol: model.TCP, Port: 80,
 			HealthCheckNodePort: hc, ExternalPolicyLocal: local}
 	}
-	lb := proxier.ServicePortName{Namespace: "ns", Name: "lb"}
+	lb := model.ServicePortName{Namespace: "ns", Name: "lb"}
 	tests := []struct {
 		name string
-		svcs []*proxier.ServicePort
-		eps  []proxier.Endpoint // of every Service
+		svcs []*model.ServicePort
+		eps  []model.Endpoint // of every Service
 		want map[uint16]hcWant
 	}{
-		{"dual-stack pods count once, over the Service's ports", []*proxier.ServicePort{svc("ns", "lb", "http", 31000, true), svc("ns", "lb", "https", 31000, true)},
-			[]proxier.Endpoint{ep("10.244.0.1", "node-1", true), ep("10.244.0.2", "node-1", true), ep("fd00::1", "node-1", true)},
+		{"dual-stack pods count once, over the Service's ports", []*model.ServicePort{svc("ns", "lb", "http", 31000, true), svc("ns", "lb", "https", 31000, true)},
+			[]model.Endpoint{ep("10.244.0.1", "node-1", true), ep("10.244.0.2", "node-1", true), ep("fd00::1", "node-1", true)},
 			map[uint16]hcWant{31000: {lb, 2}}},
-		{"remote and terminating endpoints do not count", []*proxier.ServicePort{svc("ns", "lb", "http", 31000, true)},
-			[]proxier.Endpoint{ep("10.244.1.1", "node-2", true), ep("10.244.0.1", "node-1", false)},
+		{"remote and terminating endpoints do not count", []*model.ServicePort{svc("ns", "lb", "http", 31000, true)},
+			[]model.Endpoint{ep("10.244.1.1", "node-2", true), ep("10.244.0.1", "node-1", false)},
 			map[uint16]hcWant{31000: {lb, 0}}},
-		{"IPv6 only", []*proxier.ServicePort{svc("ns", "lb", "http", 31000, true)},
-			[]proxier.Endpoint{ep("fd00::1", "node-1", true), ep("fd00::2", "node-1", true)},
+		{"IPv6 only", []*model.ServicePort{svc("ns", "lb", "http", 31000, true)},
+			[]model.Endpoint{ep("fd00::1", "node-1", true), ep("fd00::2", "node-1", true)},
 			map[uint16]hcWant{31000: {lb, 2}}},
-		{"Cluster policy or no port: none", []*proxier.ServicePort{svc("ns", "a", "", 31000, false), svc("ns", "b", "", 0, true)},
-			[]proxier.Endpoint{ep("10.244.0.1", "node-1", true)}, map[uint16]hcWant{}},
-		{"two Services on one port: the first by name", []*proxier.ServicePort{svc("zz", "a", "", 31000, true), svc("ns", "lb", "", 31000, true)},
+		{"Cluster policy or no port: none", []*model.ServicePort{svc("ns", "a", "", 31000, false), svc("ns", "b", "", 0, true)},
+			[]model.Endpoint{ep("10.244.0.1", "node-1", true)}, map[uint16]hcWant{}},
+		{"two Services on one port: the first by name", []*model.ServicePort{svc("zz", "a", "", 31000, true), svc("ns", "lb", "", 31000, true)},
 			nil, map[uint16]hcWant{31000: {lb, 0}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := proxier.NewState()
-			st.Node = proxier.Node{Name: "node-1"}
+			st := model.NewState()
+			st.Node = model.Node{Name: "node-1"}
 			for _, s := range tt.svcs {
 				st.Services = st.Services.With(s.Name, s)
 				st.Endpoints = st.Endpoints.With(s.Name, tt.eps)

@@ -12,12 +12,13 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // families are the IP families every sync programs: one transaction
 // writes both, where kube-proxy runs a proxier per family.
-var families = []string{proxier.IPv4, proxier.IPv6}
+var families = []string{model.IPv4, model.IPv6}
 
 // Metrics are kube-proxy's sync metrics, with its names, labels and
 // stability levels (component-base's "[ALPHA] " help prefix), in a
@@ -63,7 +64,7 @@ type Metrics struct {
 	now     func() time.Time
 
 	mu       sync.Mutex
-	triggers []proxier.Trigger // of the State being synced, for the next Observe
+	triggers []model.Trigger // of the State being synced, for the next Observe
 
 	noLocal noLocalIndex // CountNoLocalEndpoints's counts, kept between calls
 }
@@ -178,11 +179,11 @@ func (m *Metrics) Queued() {
 }
 
 // Syncing hands over the trigger times of the EndpointSlice changes in the
-// State about to be synced (model.Builder.StateWithFamilyTriggers). The next
+// State about to be synced (kube.Builder.StateWithFamilyTriggers). The next
 // Observe records them in NetworkProgramming if that sync succeeded and
 // drops them if it failed: as in kube-proxy, a change whose sync failed is
 // not measured, even once a retry programs it.
-func (m *Metrics) Syncing(triggers []proxier.Trigger) {
+func (m *Metrics) Syncing(triggers []model.Trigger) {
 	m.mu.Lock()
 	m.triggers = triggers
 	m.mu.Unlock()
@@ -225,7 +226,7 @@ func (m *Metrics) Observe(res proxier.SyncResult, took time.Duration, err error)
 // proxier of each family counts them, per policy). Called with each
 // applied State, from one goroutine; it looks at the service ports changed
 // since the last call only.
-func (m *Metrics) CountNoLocalEndpoints(st *proxier.State) {
+func (m *Metrics) CountNoLocalEndpoints(st *model.State) {
 	m.noLocal.update(st, noLocalBuckets)
 	for fi, fam := range families {
 		m.NoLocalEndpoints.WithLabelValues(fam, "internal").Set(float64(m.noLocal.counts[2*fi]))
@@ -234,8 +235,8 @@ func (m *Metrics) CountNoLocalEndpoints(st *proxier.State) {
 }
 
 // endpointsOf are the endpoints of one IP family.
-func endpointsOf(eps []proxier.Endpoint, v6 bool) []proxier.Endpoint {
-	var out []proxier.Endpoint
+func endpointsOf(eps []model.Endpoint, v6 bool) []model.Endpoint {
+	var out []model.Endpoint
 	for _, e := range eps {
 		if e.Addr.Unmap().Is6() == v6 {
 			out = append(out, e)
@@ -247,7 +248,7 @@ func endpointsOf(eps []proxier.Endpoint, v6 bool) []proxier.Endpoint {
 // CountChanges makes the four change metrics read source at every scrape
 // (informers.Builder.ChangeCounts). Without a source, as with the file
 // source, they stay 0.
-func (m *Metrics) CountChanges(source func() proxier.ChangeCounts) {
+func (m *Metrics) CountChanges(source func() model.ChangeCounts) {
 	m.changes.source.Store(&source)
 }
 
@@ -255,7 +256,7 @@ func (m *Metrics) CountChanges(source func() proxier.ChangeCounts) {
 // change metrics, read when scraped.
 type changeCollector struct {
 	metrics.BaseStableCollector
-	source                                                           atomic.Pointer[func() proxier.ChangeCounts]
+	source                                                           atomic.Pointer[func() model.ChangeCounts]
 	endpointsPending, endpointsTotal, servicesPending, servicesTotal *metrics.Desc
 }
 
@@ -279,7 +280,7 @@ func (c *changeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 func (c *changeCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	var n proxier.ChangeCounts
+	var n model.ChangeCounts
 	if f := c.source.Load(); f != nil {
 		n = (*f)()
 	}

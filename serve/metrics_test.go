@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -110,15 +111,15 @@ func TestNetworkProgrammingBuckets(t *testing.T) {
 // them (kube-proxy's rules).
 func TestNetworkProgrammingMetric(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	ago := func(d ...time.Duration) []proxier.Trigger {
-		out := make([]proxier.Trigger, len(d))
+	ago := func(d ...time.Duration) []model.Trigger {
+		out := make([]model.Trigger, len(d))
 		for i, x := range d {
-			out[i] = proxier.Trigger{At: now.Add(-x), Family: proxier.IPv4}
+			out[i] = model.Trigger{At: now.Add(-x), Family: model.IPv4}
 		}
 		return out
 	}
 	type sync struct {
-		triggers []proxier.Trigger
+		triggers []model.Trigger
 		fail     bool
 	}
 	tests := []struct {
@@ -199,12 +200,12 @@ func TestNetworkProgrammingMetric(t *testing.T) {
 func TestChangeMetrics(t *testing.T) {
 	tests := []struct {
 		name   string
-		source func() proxier.ChangeCounts
+		source func() model.ChangeCounts
 		want   [4]int // endpoint pending, endpoint total, service pending, service total
 	}{
 		{name: "no source (file mode)", want: [4]int{0, 0, 0, 0}},
-		{name: "a source", source: func() proxier.ChangeCounts {
-			return proxier.ChangeCounts{ServiceChanges: 7, EndpointChanges: 12, ServicesPending: 2, EndpointChangesPending: 3}
+		{name: "a source", source: func() model.ChangeCounts {
+			return model.ChangeCounts{ServiceChanges: 7, EndpointChanges: 12, ServicesPending: 2, EndpointChangesPending: 3}
 		}, want: [4]int{3, 12, 2, 7}},
 	}
 	for _, tc := range tests {
@@ -229,8 +230,8 @@ func TestChangeMetrics(t *testing.T) {
 	}
 	// Read at scrape time: a source that moves is followed.
 	m := NewMetrics()
-	n := proxier.ChangeCounts{}
-	m.CountChanges(func() proxier.ChangeCounts { return n })
+	n := model.ChangeCounts{}
+	m.CountChanges(func() model.ChangeCounts { return n })
 	n.ServiceChanges, n.ServicesPending = 5, 1
 	wantLines(t, "after the source moved", scrape(t, m), "kubeproxy_sync_proxy_rules_service_changes_total",
 		"kubeproxy_sync_proxy_rules_service_changes_total 5")

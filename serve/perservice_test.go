@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // randomLineage returns States of one lineage, each from the one before
@@ -18,37 +18,37 @@ import (
 // Changes naming them; every fifth skips a generation, every seventh
 // changes the node, as a consumer that missed States or a Node update
 // sees them.
-func randomLineage(seed uint64, steps int) []*proxier.State {
+func randomLineage(seed uint64, steps int) []*model.State {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	lin := &proxier.Lineage{}
-	st := &proxier.State{Node: proxier.Node{Name: "node-1"}, Changes: proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}}
-	out := []*proxier.State{st}
+	lin := &model.Lineage{}
+	st := &model.State{Node: model.Node{Name: "node-1"}, Changes: model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}}
+	out := []*model.State{st}
 	for step := range steps {
 		next := *st
-		next.Changes = proxier.StateChanges{Lineage: lin, Gen: st.Changes.Gen + 1}
+		next.Changes = model.StateChanges{Lineage: lin, Gen: st.Changes.Gen + 1}
 		if step%5 == 4 {
 			next.Changes.Gen++
 		}
 		if step%7 == 6 {
-			next.Node = proxier.Node{Name: fmt.Sprintf("node-%d", 1+rng.IntN(2))}
+			next.Node = model.Node{Name: fmt.Sprintf("node-%d", 1+rng.IntN(2))}
 			next.Changes.NodeChanged = true
 		}
 		for range 1 + rng.IntN(4) {
 			i := rng.IntN(60)
-			name := proxier.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i/2), Port: fmt.Sprint(i % 2)}
+			name := model.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i/2), Port: fmt.Sprint(i % 2)}
 			next.Changes.Ports = append(next.Changes.Ports, name)
 			if rng.IntN(5) == 0 {
 				next.Services, next.Endpoints = next.Services.Without(name), next.Endpoints.Without(name)
 				continue
 			}
-			svc := &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, ExternalPolicyLocal: rng.IntN(2) == 0,
+			svc := &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, ExternalPolicyLocal: rng.IntN(2) == 0,
 				InternalPolicyLocal: rng.IntN(3) == 0, ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i / 2)})}}
 			if rng.IntN(2) == 0 {
 				svc.HealthCheckNodePort = uint16(31000 + i/2)
 			}
-			var eps []proxier.Endpoint
+			var eps []model.Endpoint
 			for j := range rng.IntN(4) {
-				eps = append(eps, proxier.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 8080,
+				eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 8080,
 					NodeName: fmt.Sprintf("node-%d", 1+rng.IntN(2)), Ready: rng.IntN(3) > 0, Serving: true})
 			}
 			next.Services, next.Endpoints = next.Services.With(name, svc), next.Endpoints.With(name, eps)
@@ -66,8 +66,8 @@ func TestIncrementalMatchesFromScratch(t *testing.T) {
 	for seed := range uint64(20) {
 		var hc HealthChecks
 		var nl noLocalIndex
-		var tracker proxier.ChangeTracker
-		var prev *proxier.State
+		var tracker model.ChangeTracker
+		var prev *model.State
 		for i, st := range randomLineage(seed, 60) {
 			got := hc.wanted(st)
 			if want := wantedFromScratch(st); !maps.Equal(got, want) {
@@ -79,15 +79,15 @@ func TestIncrementalMatchesFromScratch(t *testing.T) {
 			}
 			changed := tracker.Changes(st)
 			if prev != nil {
-				want := map[proxier.ServicePortName]bool{}
-				for _, m := range []*proxier.State{prev, st} {
+				want := map[model.ServicePortName]bool{}
+				for _, m := range []*model.State{prev, st} {
 					for n := range m.Services.Keys() {
 						if !samePort(prev, st, n) {
 							want[n] = true
 						}
 					}
 				}
-				got := map[proxier.ServicePortName]bool{}
+				got := map[model.ServicePortName]bool{}
 				for _, n := range changed {
 					got[n] = true
 				}
@@ -102,23 +102,23 @@ func TestIncrementalMatchesFromScratch(t *testing.T) {
 }
 
 // samePort reports whether a service port is the same in a and b.
-func samePort(a, b *proxier.State, n proxier.ServicePortName) bool {
+func samePort(a, b *model.State, n model.ServicePortName) bool {
 	x, okA := a.Services.Lookup(n)
 	y, okB := b.Services.Lookup(n)
 	if !okA || !okB {
 		return okA == okB
 	}
-	return x.Equal(y) && proxier.EndpointsEqual(a.Endpoints.Get(n), b.Endpoints.Get(n))
+	return x.Equal(y) && model.EndpointsEqual(a.Endpoints.Get(n), b.Endpoints.Get(n))
 }
 
 // wantedFromScratch is HealthChecks.wanted computed from st alone, by
 // the plain definition.
-func wantedFromScratch(st *proxier.State) map[uint16]hcWant {
+func wantedFromScratch(st *model.State) map[uint16]hcWant {
 	type acc struct {
 		port  uint16
 		addrs map[netip.Addr]bool
 	}
-	bySvc := map[proxier.ServicePortName]*acc{}
+	bySvc := map[model.ServicePortName]*acc{}
 	for name, svc := range st.Services.All() {
 		if svc.HealthCheckNodePort == 0 || !svc.ExternalPolicyLocal {
 			continue
@@ -134,7 +134,7 @@ func wantedFromScratch(st *proxier.State) map[uint16]hcWant {
 			}
 		}
 	}
-	names := slices.SortedFunc(maps.Keys(bySvc), func(a, b proxier.ServicePortName) int { return strings.Compare(a.String(), b.String()) })
+	names := slices.SortedFunc(maps.Keys(bySvc), func(a, b model.ServicePortName) int { return strings.Compare(a.String(), b.String()) })
 	want := map[uint16]hcWant{}
 	for _, n := range names {
 		a := bySvc[n]
@@ -154,9 +154,9 @@ func wantedFromScratch(st *proxier.State) map[uint16]hcWant {
 
 // noLocalFromScratch counts the Local-policy service ports of st with
 // endpoints, none local, per policy.
-func noLocalFromScratch(st *proxier.State) (internal, external int) {
+func noLocalFromScratch(st *model.State) (internal, external int) {
 	for name, svc := range st.Services.All() {
-		_, local, _, hasAny := proxier.CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
+		_, local, _, hasAny := model.CategorizeEndpoints(svc, st.Endpoints.Get(name), st.Node)
 		if !hasAny || len(local) > 0 {
 			continue
 		}

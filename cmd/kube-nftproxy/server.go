@@ -15,13 +15,14 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
@@ -314,7 +315,7 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	if closeLocal != nil {
 		s.onClose(closeLocal)
 	}
-	s.loop.OnApplied = func(st *proxier.State) {
+	s.loop.OnApplied = func(st *model.State) {
 		if syncLocal != nil {
 			syncLocal(st)
 		}
@@ -368,8 +369,8 @@ func newStateSource(o *options, node string, log *slog.Logger) (stateSource, err
 
 type apiStateSource struct {
 	client  kubernetes.Interface
-	opts    []model.Option // the Builder's
-	builder *model.Builder
+	opts    []kube.Option // the Builder's
+	builder *kube.Builder
 	early   earlySource
 }
 
@@ -377,7 +378,7 @@ type apiStateSource struct {
 // decoding overlap the kernel's set-up. The Builder fills meanwhile; the
 // loop takes no State from it before start has wired it and it is ready.
 func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
-	a.builder = model.NewBuilder(s.node, a.opts...)
+	a.builder = kube.NewBuilder(s.node, a.opts...)
 	src := &apisource.APISource{Client: a.client, Builder: a.builder, Log: s.log, OnChange: a.early.changed,
 		OnReady: a.early.readyNow, OnError: a.early.failing, OnRecovered: a.early.ok,
 		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period
@@ -394,7 +395,7 @@ func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
 func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	b := a.builder
 	s.metrics.CountChanges(b.ChangeCounts)
-	s.loop.SetSource(func() *proxier.State {
+	s.loop.SetSource(func() *model.State {
 		st, triggers := b.StateWithFamilyTriggers()
 		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
 		s.health.SetNodeEligible(!st.Node.Leaving)
