@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // BenchmarkKernelClean times one cleanup (read the UDP and SCTP tables of
@@ -19,13 +19,13 @@ func BenchmarkKernelClean(b *testing.B) {
 			live := netip.MustParseAddrPort("10.96.0.10:53")   // DNATed to 127.0.0.1:5353, an endpoint
 			doomed := netip.MustParseAddrPort("10.96.0.12:53") // DNATed to 127.0.0.1:5354, no longer one
 			sendUDP(b, ns, live, 10_000, 10_000-stale)
-			st := proxier.NewState()
+			st := model.NewState()
 			for i, svc := range []netip.AddrPort{live, doomed} {
-				name := proxier.ServicePortName{Namespace: "bench", Name: fmt.Sprint("svc", i), Port: "dns"}
-				st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.UDP, Port: svc.Port(),
+				name := model.ServicePortName{Namespace: "bench", Name: fmt.Sprint("svc", i), Port: "dns"}
+				st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.UDP, Port: svc.Port(),
 					ClusterIPs: []netip.Addr{svc.Addr()}})
 			}
-			st.Endpoints = st.Endpoints.With(proxier.ServicePortName{Namespace: "bench", Name: "svc0", Port: "dns"}, []proxier.Endpoint{
+			st.Endpoints = st.Endpoints.With(model.ServicePortName{Namespace: "bench", Name: "svc0", Port: "dns"}, []model.Endpoint{
 				{Addr: netip.MustParseAddr("127.0.0.1"), Port: 5353, Ready: true, Serving: true}})
 			c := &Cleaner{Table: dialIn(b, ns), FullEvery: time.Nanosecond,
 				LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Metrics are kube-proxy's conntrack reconciler metrics, per IP family
@@ -49,9 +49,9 @@ func (m *Metrics) observe(stale []Flow, deleted int, took time.Duration) {
 	// A delete that failed part way reports how many went, not which:
 	// they are counted as IPv4 first (an approximation of an error case).
 	v4 := min(len(stale)-v6, deleted)
-	m.Deleted.WithLabelValues(proxier.IPv4).Add(float64(v4))
-	m.Deleted.WithLabelValues(proxier.IPv6).Add(float64(deleted - v4))
-	for _, fam := range []string{proxier.IPv4, proxier.IPv6} {
+	m.Deleted.WithLabelValues(model.IPv4).Add(float64(v4))
+	m.Deleted.WithLabelValues(model.IPv6).Add(float64(deleted - v4))
+	for _, fam := range []string{model.IPv4, model.IPv6} {
 		m.Duration.WithLabelValues(fam).Observe(took.Seconds())
 	}
 }
@@ -78,8 +78,8 @@ type Cleaner struct {
 
 	// prev are the Targets of prevState, the State judged last.
 	prev      *Targets
-	prevState *proxier.State
-	tracker   proxier.ChangeTracker
+	prevState *model.State
+	tracker   model.ChangeTracker
 	lastScan  time.Time
 }
 
@@ -94,7 +94,7 @@ type Result struct {
 // Clean deletes the flows made stale by the sync that applied st. An
 // error leaves the cleaner where it was, so the next call judges against
 // the same previous State and deletes what this one could not.
-func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
+func (c *Cleaner) Clean(st *model.State) (Result, error) {
 	start := time.Now()
 	cur := c.targets(st)
 	var res Result
@@ -143,7 +143,7 @@ func (c *Cleaner) Clean(st *proxier.State) (Result, error) {
 
 // targets returns the Targets of st: those of the State judged last,
 // updated with the service ports changed since (see Targets.Update).
-func (c *Cleaner) targets(st *proxier.State) *Targets {
+func (c *Cleaner) targets(st *model.State) *Targets {
 	if c.prev == nil || c.prevState == nil || st == nil {
 		return NewTargets(st)
 	}

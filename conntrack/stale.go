@@ -4,7 +4,7 @@ import (
 	"maps"
 	"net/netip"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // IP protocol numbers of the flows the cleaner looks at. TCP flows are never
@@ -41,7 +41,7 @@ type targetKey struct {
 
 // target is what a flow to a targetKey may be DNATed to now.
 type target struct {
-	name      proxier.ServicePortName // the service port it is of
+	name      model.ServicePortName   // the service port it is of
 	endpoints map[netip.AddrPort]bool // serving endpoints of the service port
 }
 
@@ -55,7 +55,7 @@ type Targets struct {
 // NewTargets collects the UDP and SCTP service ports of st. An endpoint is
 // valid when it is ready or serving: flows to a terminating endpoint that
 // still serves are left alone, as kube-proxy does, so they can finish.
-func NewTargets(st *proxier.State) *Targets {
+func NewTargets(st *model.State) *Targets {
 	t := &Targets{byKey: map[targetKey]*target{}}
 	if st == nil {
 		return t
@@ -67,7 +67,7 @@ func NewTargets(st *proxier.State) *Targets {
 }
 
 // add puts the keys of one service port in t (none for TCP).
-func (t *Targets) add(name proxier.ServicePortName, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+func (t *Targets) add(name model.ServicePortName, svc *model.ServicePort, eps []model.Endpoint) {
 	proto := protoNumber(svc.Protocol)
 	if proto == 0 {
 		return
@@ -84,7 +84,7 @@ func (t *Targets) add(name proxier.ServicePortName, svc *proxier.ServicePort, ep
 }
 
 // keysOf lists where a service port listens.
-func keysOf(svc *proxier.ServicePort, proto uint8) []targetKey {
+func keysOf(svc *model.ServicePort, proto uint8) []targetKey {
 	var out []targetKey
 	for _, list := range [][]netip.Addr{svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs} {
 		for _, a := range list {
@@ -99,11 +99,11 @@ func keysOf(svc *proxier.ServicePort, proto uint8) []targetKey {
 
 // Update returns the Targets of st, given that t are those of prev and
 // changed the service ports that differ between the two
-// (proxier.ChangeTracker). t is unchanged: a change that touches no UDP
+// (model.ChangeTracker). t is unchanged: a change that touches no UDP
 // or SCTP service port returns t itself, any other costs a copy of t's
 // keys (UDP and SCTP only) and the changed ports, not the whole State.
-func (t *Targets) Update(prev, st *proxier.State, changed []proxier.ServicePortName) *Targets {
-	var touched []proxier.ServicePortName
+func (t *Targets) Update(prev, st *model.State, changed []model.ServicePortName) *Targets {
+	var touched []model.ServicePortName
 	for _, name := range changed {
 		if isDatagram(prev.Services.Get(name)) || isDatagram(st.Services.Get(name)) {
 			touched = append(touched, name)
@@ -128,13 +128,13 @@ func (t *Targets) Update(prev, st *proxier.State, changed []proxier.ServicePortN
 	return out
 }
 
-func isDatagram(svc *proxier.ServicePort) bool { return svc != nil && protoNumber(svc.Protocol) != 0 }
+func isDatagram(svc *model.ServicePort) bool { return svc != nil && protoNumber(svc.Protocol) != 0 }
 
-func protoNumber(p proxier.Protocol) uint8 {
+func protoNumber(p model.Protocol) uint8 {
 	switch p {
-	case proxier.UDP:
+	case model.UDP:
 		return protoUDP
-	case proxier.SCTP:
+	case model.SCTP:
 		return protoSCTP
 	}
 	return 0

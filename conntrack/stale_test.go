@@ -5,36 +5,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 var (
-	dnsName  = proxier.ServicePortName{Namespace: "kube-system", Name: "dns", Port: "dns"}
-	tcpName  = proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
-	sctpName = proxier.ServicePortName{Namespace: "default", Name: "sig", Port: "sctp"}
+	dnsName  = model.ServicePortName{Namespace: "kube-system", Name: "dns", Port: "dns"}
+	tcpName  = model.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
+	sctpName = model.ServicePortName{Namespace: "default", Name: "sig", Port: "sctp"}
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
-func ep(addr string, port uint16, ready, serving bool) proxier.Endpoint {
-	return proxier.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, Ready: ready, Serving: serving}
+func ep(addr string, port uint16, ready, serving bool) model.Endpoint {
+	return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, Ready: ready, Serving: serving}
 }
 
 // state: a UDP DNS service (cluster IP, external IP, LB IP, NodePort 30053),
 // a TCP service on the same cluster IP port, an SCTP service.
-func state(dnsEndpoints ...proxier.Endpoint) *proxier.State {
-	st := proxier.NewState()
-	st.Services = st.Services.With(dnsName, &proxier.ServicePort{Name: dnsName, Protocol: proxier.UDP, Port: 53, NodePort: 30053,
+func state(dnsEndpoints ...model.Endpoint) *model.State {
+	st := model.NewState()
+	st.Services = st.Services.With(dnsName, &model.ServicePort{Name: dnsName, Protocol: model.UDP, Port: 53, NodePort: 30053,
 		ClusterIPs:      []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::a")},
 		ExternalIPs:     []netip.Addr{netip.MustParseAddr("192.0.2.10")},
 		LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("198.51.100.10")}})
 	st.Endpoints = st.Endpoints.With(dnsName, dnsEndpoints)
-	st.Services = st.Services.With(tcpName, &proxier.ServicePort{Name: tcpName, Protocol: proxier.TCP, Port: 80,
+	st.Services = st.Services.With(tcpName, &model.ServicePort{Name: tcpName, Protocol: model.TCP, Port: 80,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20")}})
-	st.Endpoints = st.Endpoints.With(tcpName, []proxier.Endpoint{ep("10.244.1.9", 8080, true, true)})
-	st.Services = st.Services.With(sctpName, &proxier.ServicePort{Name: sctpName, Protocol: proxier.SCTP, Port: 9,
+	st.Endpoints = st.Endpoints.With(tcpName, []model.Endpoint{ep("10.244.1.9", 8080, true, true)})
+	st.Services = st.Services.With(sctpName, &model.ServicePort{Name: sctpName, Protocol: model.SCTP, Port: 9,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.30")}})
-	st.Endpoints = st.Endpoints.With(sctpName, []proxier.Endpoint{ep("10.244.1.7", 9, true, true)})
+	st.Endpoints = st.Endpoints.With(sctpName, []model.Endpoint{ep("10.244.1.7", 9, true, true)})
 	return st
 }
 
@@ -51,13 +51,13 @@ func TestStale(t *testing.T) {
 	notServing := ep("10.244.4.5", 53, false, false)
 	withAB := state(a, b)
 	none := state()
-	gone := proxier.NewState()
+	gone := model.NewState()
 	portChanged := state(a, b)
 	portChanged.Services.Get(dnsName).Port = 5353
 
 	tests := []struct {
 		name      string
-		prev, cur *proxier.State
+		prev, cur *model.State
 		flow      Flow
 		want      bool
 	}{
@@ -83,7 +83,7 @@ func TestStale(t *testing.T) {
 		{"other UDP traffic", withAB, state(b), udp("10.244.9.9:40000", "10.96.0.99:53", "10.244.1.5:53"), false},
 		{"other port of the cluster IP", none, withAB, udp("10.244.9.9:40000", "10.96.0.10:54", "10.96.0.10:54"), false},
 		{"TCP is never touched", withAB, gone, Flow{Proto: 6, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.20:80"), ReplySrc: ap("10.244.7.7:8080")}, false},
-		{"SCTP to a removed endpoint", withAB, func() *proxier.State { s := state(a, b); s.Endpoints = s.Endpoints.With(sctpName, nil); return s }(), Flow{Proto: protoSCTP, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.30:9"), ReplySrc: ap("10.244.1.7:9")}, true},
+		{"SCTP to a removed endpoint", withAB, func() *model.State { s := state(a, b); s.Endpoints = s.Endpoints.With(sctpName, nil); return s }(), Flow{Proto: protoSCTP, OrigSrc: ap("10.244.9.9:40000"), OrigDst: ap("10.96.0.30:9"), ReplySrc: ap("10.244.1.7:9")}, true},
 		{"first sync: stale against the state alone", nil, state(b), udp("10.244.9.9:40000", "10.96.0.10:53", "10.244.1.5:53"), true},
 	}
 	for _, tt := range tests {
@@ -105,7 +105,7 @@ func TestNeedsScan(t *testing.T) {
 	b := ep("10.244.2.5", 53, true, true)
 	tests := []struct {
 		name      string
-		prev, cur *proxier.State
+		prev, cur *model.State
 		want      bool
 	}{
 		{"first sync", nil, state(a), true},
@@ -113,8 +113,8 @@ func TestNeedsScan(t *testing.T) {
 		{"an endpoint added", state(a), state(a, b), false},
 		{"an endpoint removed", state(a, b), state(a), true},
 		{"first endpoints", state(), state(a), true},
-		{"service deleted", state(a), proxier.NewState(), true},
-		{"only TCP changed", state(a), func() *proxier.State { s := state(a); s.Endpoints = s.Endpoints.With(tcpName, nil); return s }(), false},
+		{"service deleted", state(a), model.NewState(), true},
+		{"only TCP changed", state(a), func() *model.State { s := state(a); s.Endpoints = s.Endpoints.With(tcpName, nil); return s }(), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestCleanerScansOnlyWhenNeeded(t *testing.T) {
 	c := &Cleaner{Table: table, LocalAddrs: func() ([]netip.Addr, error) { return []netip.Addr{nodeIP}, nil }}
 
 	steps := []struct {
-		st      *proxier.State
+		st      *model.State
 		scanned bool
 		deleted int
 	}{

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // The cleaner's Targets, updated from State to State by the changed
@@ -17,8 +17,8 @@ import (
 func TestTargetsUpdateMatchesNewTargets(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 11))
-		lin := &proxier.Lineage{}
-		st := &proxier.State{Changes: proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}}
+		lin := &model.Lineage{}
+		st := &model.State{Changes: model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}}
 		c := &Cleaner{}
 		for step := range 80 {
 			cur := c.targets(st)
@@ -27,29 +27,29 @@ func TestTargetsUpdateMatchesNewTargets(t *testing.T) {
 			}
 			c.prev, c.prevState = cur, st
 			next := *st
-			next.Changes = proxier.StateChanges{Lineage: lin, Gen: st.Changes.Gen + 1 + uint64(step%5/4)}
+			next.Changes = model.StateChanges{Lineage: lin, Gen: st.Changes.Gen + 1 + uint64(step%5/4)}
 			tcpOnly := true
 			for range 1 + rng.IntN(3) {
 				i := rng.IntN(30)
-				name := proxier.ServicePortName{Namespace: "ns", Name: fmt.Sprint("svc-", i)}
+				name := model.ServicePortName{Namespace: "ns", Name: fmt.Sprint("svc-", i)}
 				next.Changes.Ports = append(next.Changes.Ports, name)
-				if old := st.Services.Get(name); old != nil && old.Protocol != proxier.TCP {
+				if old := st.Services.Get(name); old != nil && old.Protocol != model.TCP {
 					tcpOnly = false
 				}
 				if rng.IntN(4) == 0 {
 					next.Services, next.Endpoints = next.Services.Without(name), next.Endpoints.Without(name)
 					continue
 				}
-				proto := []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP}[rng.IntN(3)]
-				tcpOnly = tcpOnly && proto == proxier.TCP
-				svc := &proxier.ServicePort{Name: name, Protocol: proto, Port: uint16(50 + rng.IntN(3)),
+				proto := []model.Protocol{model.TCP, model.UDP, model.SCTP}[rng.IntN(3)]
+				tcpOnly = tcpOnly && proto == model.TCP
+				svc := &model.ServicePort{Name: name, Protocol: proto, Port: uint16(50 + rng.IntN(3)),
 					ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})}} // no two Services share a key
 				if rng.IntN(2) == 0 {
 					svc.NodePort = uint16(30000 + i)
 				}
-				var eps []proxier.Endpoint
+				var eps []model.Endpoint
 				for j := range rng.IntN(3) {
-					eps = append(eps, proxier.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 53, Ready: rng.IntN(2) == 0, Serving: true})
+					eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 53, Ready: rng.IntN(2) == 0, Serving: true})
 				}
 				next.Services, next.Endpoints = next.Services.With(name, svc), next.Endpoints.With(name, eps)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -25,7 +26,7 @@ type BackendConfig struct {
 	// NewHelper returns the Helper for a node: its pod CIDRs shape the
 	// helper table's rules. It is called at the first sync and again
 	// when the node's description changes.
-	NewHelper func(proxier.Node) (Helper, error)
+	NewHelper func(model.Node) (Helper, error)
 	// CleanupHelper, when set, removes what the helpers hold (kube-ipvs0
 	// and the helper tables) for Cleanup; removed is false when there
 	// was nothing.
@@ -66,9 +67,9 @@ type ChangeMonitor interface {
 // Backend is the IPVS mode's proxier.Backend: each sync plans the State
 // (Planner, reusing the fragments of unchanged service ports) and makes the
 // kernel match through a Syncer, which orders its work so that no packet
-// meets a virtual address without a virtual server. Categorisation,
-// health, metrics and conntrack cleanup are the proxier's, as in nftables
-// mode.
+// meets a virtual address without a virtual server. Categorisation is
+// package model's, health and metrics package serve's and conntrack
+// cleanup package conntrack's, as in nftables mode.
 type Backend struct {
 	mon       ChangeMonitor
 	monTried  bool
@@ -78,7 +79,7 @@ type Backend struct {
 	cfg     BackendConfig
 	planner *Planner
 	syncer  *Syncer
-	node    proxier.Node
+	node    model.Node
 	last    *Plan
 }
 
@@ -91,7 +92,7 @@ func NewBackend(k ipvsnl.Kernel, cfg BackendConfig) *Backend {
 
 // Sync programs st. After an error the Syncer retries what failed in the
 // next sync; what did apply stays.
-func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
+func (b *Backend) Sync(ctx context.Context, st *model.State) (proxier.SyncResult, error) {
 	var res proxier.SyncResult
 	if err := ctx.Err(); err != nil {
 		return res, err

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // The userspace side of a one-endpoint change (plan, diff, ops and
@@ -16,14 +16,14 @@ import (
 // the number of Services (the kernel's part is in the VM benchmarks).
 // bulkState10 is bulkState with ten endpoints (on node) per bulk Service,
 // each its own address.
-func bulkState10(n int, node string) *proxier.State {
+func bulkState10(n int, node string) *model.State {
 	st := bulkState(n)
 	k := 0
 	for name := range st.Services.Keys() {
 		if name.Namespace != "bulk" {
 			continue
 		}
-		eps := make([]proxier.Endpoint, 10)
+		eps := make([]model.Endpoint, 10)
 		for j := range eps {
 			eps[j] = ready(netip.AddrFrom4([4]byte{100, 64 + byte(k>>16), byte(k >> 8), byte(k)}).String(), 8080, node)
 			k++
@@ -39,10 +39,10 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 			st := bulkState10(n, "b")
 			be := NewBackend(ipvsnl.NewFakeKernel(), BackendConfig{
 				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
-				NewHelper: func(proxier.Node) (Helper, error) { return NewFakeHelper(), nil },
+				NewHelper: func(model.Node) (Helper, error) { return NewFakeHelper(), nil },
 			})
-			lin := &proxier.Lineage{}
-			st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
+			lin := &model.Lineage{}
+			st.Changes = model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 			if _, err := be.Sync(context.Background(), st); err != nil {
 				b.Fatal(err)
 			}
@@ -53,11 +53,11 @@ func BenchmarkBackendOneEndpointChange(b *testing.B) {
 			for i := range b.N {
 				// Like the informers: a new State sharing every unchanged
 				// Service's objects, one endpoint list replaced.
-				next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints}
-				eps := append([]proxier.Endpoint(nil), orig...)
+				next := &model.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints}
+				eps := append([]model.Endpoint(nil), orig...)
 				eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, byte(i >> 8), byte(i)}).String(), 8080, "b")
 				next.Endpoints = next.Endpoints.With(name, eps)
-				next.Changes = proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}
+				next.Changes = model.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []model.ServicePortName{name}}
 				b.StartTimer()
 				if _, err := be.Sync(context.Background(), next); err != nil {
 					b.Fatal(err)

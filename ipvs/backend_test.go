@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
@@ -32,7 +33,7 @@ func newBackendRig(t *testing.T) *backendRig {
 	r.b = NewBackend(r.k, BackendConfig{
 		Sync:      SyncConfig{Now: r.clk.now, ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.255.0/24")}},
 		NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
-		NewHelper: func(proxier.Node) (Helper, error) { r.helpers++; return r.h, nil },
+		NewHelper: func(model.Node) (Helper, error) { r.helpers++; return r.h, nil },
 		CleanupHelper: func() (bool, error) {
 			r.cleaned++
 			n := len(r.h.Addrs) + len(r.h.Elems)
@@ -44,7 +45,7 @@ func newBackendRig(t *testing.T) *backendRig {
 	return r
 }
 
-func (r *backendRig) sync(t *testing.T, st *proxier.State) proxier.SyncResult {
+func (r *backendRig) sync(t *testing.T, st *model.State) proxier.SyncResult {
 	t.Helper()
 	res, err := r.b.Sync(context.Background(), st)
 	if err != nil {
@@ -76,7 +77,7 @@ func TestBackendSync(t *testing.T) {
 	}
 
 	next := clone(st)
-	next.Endpoints = next.Endpoints.With(dnsUDP, append(append([]proxier.Endpoint(nil), st.Endpoints.Get(dnsUDP)...), ready("10.244.2.5", 53, "node-c")))
+	next.Endpoints = next.Endpoints.With(dnsUDP, append(append([]model.Endpoint(nil), st.Endpoints.Get(dnsUDP)...), ready("10.244.2.5", 53, "node-c")))
 	res = r.sync(t, next)
 	if r.k.Ops-ops != 1 || res.Messages != 1 || r.h.Applies != applies || res.Full {
 		t.Errorf("one new remote endpoint: %d ops, %+v, %d helper applies; want one NEW_DEST", r.k.Ops-ops, res, r.h.Applies-applies)
@@ -97,7 +98,7 @@ func TestBackendDrainCheckScheduled(t *testing.T) {
 	st := demoState()
 	r.sync(t, st)
 	next := clone(st)
-	next.Endpoints = next.Endpoints.With(dnsTCP, []proxier.Endpoint{ready("10.244.0.5", 53, node)}) // 10.244.1.5 goes
+	next.Endpoints = next.Endpoints.With(dnsTCP, []model.Endpoint{ready("10.244.0.5", 53, node)}) // 10.244.1.5 goes
 	r.k.SetConns(dnsVIP, remote, 1, 0)
 	r.sync(t, next)
 	if len(r.asked) != 1 || !r.asked[0].Equal(r.clk.t.Add(time.Minute)) {
@@ -136,7 +137,7 @@ func TestBackendNodeChangeNewHelper(t *testing.T) {
 func TestBackendCleanup(t *testing.T) {
 	r := newBackendRig(t)
 	r.sync(t, demoState())
-	foreign := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+	foreign := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: model.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
 	if errs, _ := r.k.Apply([]ipvsnl.Op{{Cmd: ipvsnl.CmdNewService, Service: foreign}}); errs != nil {
 		t.Fatal(errs)
 	}
@@ -202,7 +203,7 @@ func must(v int, _ error) int { return v }
 // the error.
 func TestDeleteVirtualServers(t *testing.T) {
 	svc := func(addr string) ipvsnl.Service {
-		return ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip(addr), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+		return ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip(addr), Protocol: model.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
 	}
 	k := ipvsnl.NewFakeKernel()
 	var ops []ipvsnl.Op

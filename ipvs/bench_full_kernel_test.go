@@ -13,6 +13,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -64,8 +65,8 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					b.Fatal(err)
 				}
 				st := bulkState10(n, demoState().Node.Name)
-				lin := &proxier.Lineage{}
-				st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
+				lin := &model.Lineage{}
+				st.Changes = model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 				tk := &timedKernel{Kernel: c}
 				var th *timedHelper
 				var addrsTook time.Duration
@@ -79,7 +80,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 						})
 						return addrs, err
 					},
-					NewHelper: func(node proxier.Node) (Helper, error) {
+					NewHelper: func(node model.Node) (Helper, error) {
 						th = &timedHelper{Helper: NewNftHelper(nk, proxier.Settings{}, node, link)}
 						return th, nil
 					},
@@ -98,8 +99,8 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 				// States say it (a delta).
 				name := spn("bulk", "s0", "")
 				for i := range 10 {
-					next := &proxier.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints,
-						Changes: proxier.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []proxier.ServicePortName{name}}}
+					next := &model.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints,
+						Changes: model.StateChanges{Lineage: lin, Gen: uint64(i) + 2, Ports: []model.ServicePortName{name}}}
 					eps := slices.Clone(st.Endpoints.Get(name))
 					eps[0] = ready(netip.AddrFrom4([4]byte{100, 127, 0, byte(i)}).String(), 8080, "b")
 					next.Endpoints = next.Endpoints.With(name, eps)

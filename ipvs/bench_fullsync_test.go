@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // discardKernel and discardHelper apply everything and hold nothing: what
@@ -29,12 +29,12 @@ func BenchmarkBackendFullSyncUserspace(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("services=%dx10", n), func(b *testing.B) {
 			st := bulkState10(n, demoState().Node.Name)
-			st.Changes = proxier.StateChanges{Lineage: &proxier.Lineage{}, Gen: 1, NodeChanged: true}
+			st.Changes = model.StateChanges{Lineage: &model.Lineage{}, Gen: 1, NodeChanged: true}
 			b.ReportAllocs()
 			for b.Loop() {
 				be := NewBackend(discardKernel{}, BackendConfig{
 					NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
-					NewHelper: func(proxier.Node) (Helper, error) { return discardHelper{}, nil },
+					NewHelper: func(model.Node) (Helper, error) { return discardHelper{}, nil },
 				})
 				if _, err := be.Sync(context.Background(), st); err != nil {
 					b.Fatal(err)

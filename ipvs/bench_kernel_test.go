@@ -9,7 +9,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // BenchmarkKernel measures ipvsnl.Conn and the Syncer against the kernel in the
@@ -62,11 +62,11 @@ func BenchmarkKernel(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				c, _ := ipvsnltest.DialNew(b)
-				st := proxier.NewState()
-				st.Node = proxier.Node{Name: node}
+				st := model.NewState()
+				st.Node = model.Node{Name: node}
 				for i := range n {
 					name := spn("bulk", fmt.Sprintf("s%d", i), "")
-					st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+					st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80,
 						ClusterIPs: []netip.Addr{benchVIP(i)}})
 					for j := range 10 {
 						st.Endpoints = st.Endpoints.With(name, append(st.Endpoints.Get(name), ready(benchRS(i, j).Addr().String(), 8080, "b")))
@@ -120,7 +120,7 @@ func benchRS(i, j int) netip.AddrPort {
 func benchTable(n int) []ipvsnl.VirtualServer {
 	vss := make([]ipvsnl.VirtualServer, n)
 	for i := range vss {
-		vss[i].Service = ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: benchVIP(i), Protocol: proxier.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
+		vss[i].Service = ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: benchVIP(i), Protocol: model.TCP, Port: 80}, Scheduler: "rr", Netmask: 0xffffffff}
 		for j := range 10 {
 			vss[i].Dests = append(vss[i].Dests, ipvsnl.Dest{Addr: benchRS(i, j), Weight: 1})
 		}

@@ -1,6 +1,6 @@
 // Package ipvs is the IPVS backend: a Plan of virtual servers, real
 // servers, kube-ipvs0 addresses and helper set elements built from a
-// proxier.State, and a Syncer that makes the kernel match a Plan in steps
+// model.State, and a Syncer that makes the kernel match a Plan in steps
 // proportional to what changed, with graceful termination of removed TCP
 // real servers. It talks to the kernel through package ipvsnl: IPVS
 // through an ipvsnl.Kernel (the generic netlink Conn, or FakeKernel in

@@ -13,8 +13,8 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // memLink is kube-ipvs0 in memory: the host has no dummy links.
@@ -89,7 +89,7 @@ func TestKernelHelperDriftRepaired(t *testing.T) {
 			st := helperState()
 			b := NewBackend(ipvsnl.NewFakeKernel(), BackendConfig{
 				NodeAddrs: func() ([]netip.Addr, error) { return nodeAddrs, nil },
-				NewHelper: func(n proxier.Node) (Helper, error) {
+				NewHelper: func(n model.Node) (Helper, error) {
 					return NewNftHelper(k, helperConfig(), n, &memLink{addrs: map[netip.Addr]bool{}}), nil
 				},
 				CheckEvery: time.Hour, // only the monitor triggers a check here

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // elemKey is an Element packed into 56 bytes instead of 128 (no string
@@ -33,9 +33,9 @@ const (
 
 // keyProtocols are the protocols an element can carry (none, or a
 // service port's).
-var keyProtocols = [...]proxier.Protocol{"", proxier.TCP, proxier.UDP, proxier.SCTP}
+var keyProtocols = [...]model.Protocol{"", model.TCP, model.UDP, model.SCTP}
 
-func protocolIndex(p proxier.Protocol) uint8 {
+func protocolIndex(p model.Protocol) uint8 {
 	for i, q := range keyProtocols {
 		if p == q {
 			return uint8(i)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Every element a plan makes, and the edge cases of each field, packs
@@ -18,10 +18,10 @@ func TestElemKeyRoundTrip(t *testing.T) {
 		Element{Set: SetNodePortTCP, Port: 65535, V6: true},
 		Element{Set: SetIPVSIPs, Addr: netip.MustParseAddr("::ffff:10.0.0.1"), V6: true},
 		Element{Set: SetIPVSIPs, Addr: netip.MustParseAddr("10.0.0.1")},
-		Element{Set: SetLBSourceCIDR, Addr: ip("10.0.0.1"), Protocol: proxier.SCTP, Port: 1, Net: netip.MustParsePrefix("0.0.0.0/0")},
-		Element{Set: SetLBSourceCIDR, Addr: ip("2001:db8::1"), Protocol: proxier.TCP, Port: 1, Net: netip.MustParsePrefix("::/0"), V6: true},
-		Element{Set: SetLBSourceCIDR, Addr: ip("2001:db8::1"), Protocol: proxier.TCP, Port: 1, Net: netip.MustParsePrefix("2001:db8::/128"), V6: true},
-		Element{Set: SetLoopBack, Addr: ip("10.244.0.5"), Protocol: proxier.UDP, Port: 53, Addr2: ip("10.244.0.6")},
+		Element{Set: SetLBSourceCIDR, Addr: ip("10.0.0.1"), Protocol: model.SCTP, Port: 1, Net: netip.MustParsePrefix("0.0.0.0/0")},
+		Element{Set: SetLBSourceCIDR, Addr: ip("2001:db8::1"), Protocol: model.TCP, Port: 1, Net: netip.MustParsePrefix("::/0"), V6: true},
+		Element{Set: SetLBSourceCIDR, Addr: ip("2001:db8::1"), Protocol: model.TCP, Port: 1, Net: netip.MustParsePrefix("2001:db8::/128"), V6: true},
+		Element{Set: SetLoopBack, Addr: ip("10.244.0.5"), Protocol: model.UDP, Port: 53, Addr2: ip("10.244.0.6")},
 	)
 	if len(elems) < 20 {
 		t.Fatalf("only %d elements to check", len(elems))

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -52,7 +53,7 @@ var _ Helper = (*NftHelper)(nil)
 
 // NewNftHelper returns a helper that programs through k and link. cfg and
 // node shape the constant rules (masquerade bit and detect-local).
-func NewNftHelper(k *nftlib.Kernel, cfg proxier.Settings, node proxier.Node, link AddrLink) *NftHelper {
+func NewNftHelper(k *nftlib.Kernel, cfg proxier.Settings, node model.Node, link AddrLink) *NftHelper {
 	return &NftHelper{k: k, tables: HelperTables(cfg, node, nil), link: link}
 }
 

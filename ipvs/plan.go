@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Config is what shapes the plan besides the State: kube-proxy's IPVS flags.
@@ -35,7 +35,7 @@ func (c Config) scheduler() string {
 // port, its virtual servers, its addresses for kube-ipvs0 and its helper
 // set elements. It is a plain value, built without the kernel.
 type Plan struct {
-	Services map[proxier.ServicePortName]*Fragment
+	Services map[model.ServicePortName]*Fragment
 
 	// From a Planner: its identity and generation, the generation this
 	// plan follows (0: none, or unknown) and the service ports whose
@@ -44,7 +44,7 @@ type Plan struct {
 	planner *Planner
 	gen     uint64
 	prevGen uint64
-	changed []proxier.ServicePortName
+	changed []model.ServicePortName
 }
 
 // Fragment is what one service port contributes. Fragments of different
@@ -82,23 +82,23 @@ func (f *Fragment) Equal(o *Fragment) bool {
 // addresses on every interface but kube-ipvs0: NodePorts listen on them
 // (loopback excepted), and external or LB IPs among them are not bound to
 // kube-ipvs0.
-func BuildPlan(st *proxier.State, cfg Config, nodeAddrs []netip.Addr) *Plan {
+func BuildPlan(st *model.State, cfg Config, nodeAddrs []netip.Addr) *Plan {
 	return NewPlanner(cfg).Plan(st, nodeAddrs)
 }
 
 // Planner builds plans and reuses the fragment of every service port whose
 // ServicePort and endpoints are the ones it planned last time (a
-// proxier.ChangeTracker tells which changed), so that an unchanged port
+// model.ChangeTracker tells which changed), so that an unchanged port
 // costs a pointer comparison here and nothing in the Syncer. Its plans
 // share one map of fragments, updated in place: a plan is valid until the
 // next call of Plan (a change of one endpoint costs no copy of every
 // service port).
 type Planner struct {
 	cfg      Config
-	node     proxier.Node
+	node     model.Node
 	addrs    []netip.Addr
-	changes  proxier.ChangeTracker
-	services map[proxier.ServicePortName]*Fragment
+	changes  model.ChangeTracker
+	services map[model.ServicePortName]*Fragment
 	gen      uint64
 }
 
@@ -106,11 +106,11 @@ type Planner struct {
 func NewPlanner(cfg Config) *Planner { return &Planner{cfg: cfg} }
 
 // Plan builds the plan of st; see BuildPlan.
-func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
+func (p *Planner) Plan(st *model.State, nodeAddrs []netip.Addr) *Plan {
 	prevGen := p.gen
 	if p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs) {
 		p.changes.Reset()
-		p.services = make(map[proxier.ServicePortName]*Fragment, st.Services.Len())
+		p.services = make(map[model.ServicePortName]*Fragment, st.Services.Len())
 		prevGen = 0 // nothing to follow: the Syncer compares everything
 	} else if p.changes.Same(st) {
 		// The same State again (a periodic sync): nothing changed.
@@ -121,7 +121,7 @@ func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
 	names := p.changes.Changes(st)
 	p.changes.Record(st, names)
 	b := newBuilder(p.cfg, st.Node, nodeAddrs)
-	var changed []proxier.ServicePortName
+	var changed []model.ServicePortName
 	for _, name := range names {
 		var fr *Fragment
 		if svc, ok := st.Services.Lookup(name); ok {
@@ -137,7 +137,7 @@ func (p *Planner) Plan(st *proxier.State, nodeAddrs []netip.Addr) *Plan {
 // setFragment puts a service port's new fragment (nil: none) in place of
 // its old one and reports whether they differ; an equal one keeps the old
 // fragment, the one the Syncer has.
-func (p *Planner) setFragment(name proxier.ServicePortName, fr *Fragment) bool {
+func (p *Planner) setFragment(name model.ServicePortName, fr *Fragment) bool {
 	old, had := p.services[name]
 	if !had && fr == nil {
 		return false
@@ -156,7 +156,7 @@ func (p *Planner) setFragment(name proxier.ServicePortName, fr *Fragment) bool {
 // builder holds what every fragment of one plan shares.
 type builder struct {
 	cfg  Config
-	node proxier.Node
+	node model.Node
 	// local are the node's addresses (not kube-ipvs0's); nodePort those
 	// NodePorts listen on.
 	local    map[netip.Addr]bool
@@ -165,7 +165,7 @@ type builder struct {
 	elems []Element
 }
 
-func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder {
+func newBuilder(cfg Config, node model.Node, nodeAddrs []netip.Addr) *builder {
 	b := &builder{cfg: cfg, node: node, local: map[netip.Addr]bool{}}
 	for _, a := range nodeAddrs {
 		a = a.WithZone("").Unmap()
@@ -197,7 +197,7 @@ func newBuilder(cfg Config, node proxier.Node, nodeAddrs []netip.Addr) *builder 
 // primaryIP is the node's primary address of a family: the first of the
 // Node object's, as kube-proxy's single node IP per family (loopback
 // counts as none, as upstream's "unknown" node IP).
-func primaryIP(node proxier.Node, v6 bool) (netip.Addr, bool) {
+func primaryIP(node model.Node, v6 bool) (netip.Addr, bool) {
 	for _, a := range node.IPs {
 		if a = a.Unmap(); a.Is6() == v6 {
 			return a, !a.IsLoopback()
@@ -228,7 +228,7 @@ func addrsOfFamily(v6 bool, in []netip.Addr) []netip.Addr {
 
 // fragment builds one service port's fragment, both families; nil when
 // it has no ClusterIP (upstream's per-family proxiers skip such ports).
-func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fragment {
+func (b *builder) fragment(svc *model.ServicePort, eps []model.Endpoint) *Fragment {
 	fr := &Fragment{}
 	b.elems = b.elems[:0]
 	for _, v6 := range []bool{false, true} {
@@ -246,13 +246,13 @@ func (b *builder) fragment(svc *proxier.ServicePort, eps []proxier.Endpoint) *Fr
 }
 
 // family adds one IP family's part of a service port to fr.
-func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []proxier.Endpoint) {
+func (b *builder) family(fr *Fragment, v6 bool, svc *model.ServicePort, all []model.Endpoint) {
 	clusterIPs := addrsOfFamily(v6, svc.ClusterIPs)
 	if len(clusterIPs) == 0 {
 		return
 	}
 	eps := all
-	if slices.ContainsFunc(all, func(ep proxier.Endpoint) bool { return ep.Addr.Unmap().Is6() != v6 }) {
+	if slices.ContainsFunc(all, func(ep model.Endpoint) bool { return ep.Addr.Unmap().Is6() != v6 }) {
 		eps = nil // a copy of this family's only
 		for _, ep := range all {
 			if ep.Addr.Unmap().Is6() == v6 {
@@ -260,7 +260,7 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 			}
 		}
 	}
-	cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, b.node)
+	cluster, local, _, _ := model.CategorizeEndpoints(svc, eps, b.node)
 	fb := &familyBuild{builder: b, fr: fr, v6: v6, svc: svc, base: b.virtualBase(v6, svc),
 		internal: realServers(svc.InternalPolicyLocal, cluster, local),
 		external: realServers(svc.ExternalPolicyLocal, cluster, local)}
@@ -275,7 +275,7 @@ func (b *builder) family(fr *Fragment, v6 bool, svc *proxier.ServicePort, all []
 }
 
 // virtualBase is what every virtual server of a service port shares.
-func (b *builder) virtualBase(v6 bool, svc *proxier.ServicePort) ipvsnl.Service {
+func (b *builder) virtualBase(v6 bool, svc *model.ServicePort) ipvsnl.Service {
 	base := ipvsnl.Service{Scheduler: b.cfg.scheduler(), Netmask: 0xffffffff}
 	if v6 {
 		base.Netmask = 128
@@ -295,7 +295,7 @@ type familyBuild struct {
 	*builder
 	fr                 *Fragment
 	v6                 bool
-	svc                *proxier.ServicePort
+	svc                *model.ServicePort
 	base               ipvsnl.Service
 	internal, external []ipvsnl.Dest
 }
@@ -388,7 +388,7 @@ func (fb *familyBuild) nodePorts() {
 	add := func(set string, a netip.Addr) {
 		fb.elems = append(fb.elems, Element{V6: v6, Set: set, Addr: a, Port: nodePort})
 	}
-	if svc.Protocol == proxier.SCTP {
+	if svc.Protocol == model.SCTP {
 		for _, a := range nodeAddrs {
 			add(SetNodePortSCTP, a)
 			if svc.ExternalPolicyLocal {
@@ -398,7 +398,7 @@ func (fb *familyBuild) nodePorts() {
 		return
 	}
 	set, localSet := SetNodePortTCP, SetNodePortLocalTCP
-	if svc.Protocol == proxier.UDP {
+	if svc.Protocol == model.UDP {
 		set, localSet = SetNodePortUDP, SetNodePortLocalUDP
 	}
 	add(set, netip.Addr{})
@@ -409,7 +409,7 @@ func (fb *familyBuild) nodePorts() {
 
 // hairpin adds the elements of local endpoints that may reach themselves
 // through the service.
-func (fb *familyBuild) hairpin(eps []proxier.Endpoint) {
+func (fb *familyBuild) hairpin(eps []model.Endpoint) {
 	localEps := map[netip.AddrPort]bool{}
 	for _, ep := range eps {
 		if ep.IsLocal(fb.node.Name) {
@@ -431,7 +431,7 @@ func (fb *familyBuild) hairpin(eps []proxier.Endpoint) {
 // endpoints get weight 1. Endpoints not chosen, such as serving
 // terminating ones beside Ready ones, are no real servers, as upstream:
 // one that was drains (weight 0, deleted once its connections are gone).
-func realServers(onlyLocal bool, cluster, local []proxier.Endpoint) []ipvsnl.Dest {
+func realServers(onlyLocal bool, cluster, local []model.Endpoint) []ipvsnl.Dest {
 	chosen := cluster
 	if onlyLocal && len(local) > 0 {
 		chosen = local

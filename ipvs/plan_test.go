@@ -8,23 +8,23 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 const node = "node-a"
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-func spn(ns, name, port string) proxier.ServicePortName {
-	return proxier.ServicePortName{Namespace: ns, Name: name, Port: port}
+func spn(ns, name, port string) model.ServicePortName {
+	return model.ServicePortName{Namespace: ns, Name: name, Port: port}
 }
 
-func ready(a string, port uint16, node string) proxier.Endpoint {
-	return proxier.Endpoint{Addr: ip(a), Port: port, NodeName: node, Ready: true, Serving: true}
+func ready(a string, port uint16, node string) model.Endpoint {
+	return model.Endpoint{Addr: ip(a), Port: port, NodeName: node, Ready: true, Serving: true}
 }
 
-func terminating(a string, port uint16, node string) proxier.Endpoint {
-	return proxier.Endpoint{Addr: ip(a), Port: port, NodeName: node, Serving: true, Terminating: true}
+func terminating(a string, port uint16, node string) model.Endpoint {
+	return model.Endpoint{Addr: ip(a), Port: port, NodeName: node, Serving: true, Terminating: true}
 }
 
 var nodeAddrs = []netip.Addr{ip("10.99.0.1"), ip("127.0.0.1"), ip("::1"), ip("fd00:99::1"), ip("172.17.0.1")}
@@ -33,23 +33,23 @@ var nodeAddrs = []netip.Addr{ip("10.99.0.1"), ip("127.0.0.1"), ip("::1"), ip("fd
 // endpoint, a dual-stack NodePort+external+LB service with eTP Local,
 // source ranges, a health check port and a terminating endpoint, an SCTP
 // NodePort and an external IP that is a node address.
-func demoState() *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: node, IPs: []netip.Addr{ip("10.99.0.1"), ip("fd00:99::1")}}
-	add := func(svc *proxier.ServicePort, eps ...proxier.Endpoint) {
+func demoState() *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: node, IPs: []netip.Addr{ip("10.99.0.1"), ip("fd00:99::1")}}
+	add := func(svc *model.ServicePort, eps ...model.Endpoint) {
 		st.Services = st.Services.With(svc.Name, svc)
 		st.Endpoints = st.Endpoints.With(svc.Name, eps)
 	}
-	add(&proxier.ServicePort{Name: spn("default", "kubernetes", "https"), Protocol: proxier.TCP, Port: 443,
+	add(&model.ServicePort{Name: spn("default", "kubernetes", "https"), Protocol: model.TCP, Port: 443,
 		ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
 		ready("10.99.0.1", 6443, ""))
-	add(&proxier.ServicePort{Name: spn("kube-system", "kube-dns", "dns"), Protocol: proxier.UDP, Port: 53,
+	add(&model.ServicePort{Name: spn("kube-system", "kube-dns", "dns"), Protocol: model.UDP, Port: 53,
 		ClusterIPs: []netip.Addr{ip("10.96.0.10")}},
 		ready("10.244.0.5", 53, node), ready("10.244.1.5", 53, "node-b"))
-	add(&proxier.ServicePort{Name: spn("kube-system", "kube-dns", "dns-tcp"), Protocol: proxier.TCP, Port: 53,
+	add(&model.ServicePort{Name: spn("kube-system", "kube-dns", "dns-tcp"), Protocol: model.TCP, Port: 53,
 		ClusterIPs: []netip.Addr{ip("10.96.0.10")}},
 		ready("10.244.0.5", 53, node), ready("10.244.1.5", 53, "node-b"))
-	add(&proxier.ServicePort{Name: spn("shop", "web", "http"), Protocol: proxier.TCP, Port: 80, NodePort: 30080,
+	add(&model.ServicePort{Name: spn("shop", "web", "http"), Protocol: model.TCP, Port: 80, NodePort: 30080,
 		ClusterIPs:               []netip.Addr{ip("10.96.0.20"), ip("fd00:10:96::20")},
 		ExternalIPs:              []netip.Addr{ip("192.0.2.10"), ip("10.99.0.1")},
 		LoadBalancerIPs:          []netip.Addr{ip("198.51.100.10"), ip("2001:db8::10")},
@@ -57,15 +57,15 @@ func demoState() *proxier.State {
 		ExternalPolicyLocal:      true, HealthCheckNodePort: 32000},
 		ready("10.244.0.10", 8080, node), ready("10.244.1.10", 8080, "node-b"), terminating("10.244.1.11", 8080, "node-b"),
 		ready("fd00:10:244::10", 8080, "node-b"))
-	add(&proxier.ServicePort{Name: spn("telco", "sig", ""), Protocol: proxier.SCTP, Port: 3868, NodePort: 31868,
+	add(&model.ServicePort{Name: spn("telco", "sig", ""), Protocol: model.SCTP, Port: 3868, NodePort: 31868,
 		ClusterIPs: []netip.Addr{ip("10.96.5.5")}},
 		terminating("10.244.0.7", 3868, node))
-	add(&proxier.ServicePort{Name: spn("default", "headless-like", ""), Protocol: proxier.TCP, Port: 1,
+	add(&model.ServicePort{Name: spn("default", "headless-like", ""), Protocol: model.TCP, Port: 1,
 		ExternalIPs: []netip.Addr{ip("192.0.2.99")}}) // no ClusterIP: not programmed
 	return st
 }
 
-func affinityState() *proxier.State {
+func affinityState() *model.State {
 	st := demoState()
 	for name, svc := range st.Services.All() {
 		c := *svc
@@ -81,7 +81,7 @@ func TestGolden(t *testing.T) {
 	npCfg := Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")}}
 	for _, tt := range []struct {
 		file string
-		st   *proxier.State
+		st   *model.State
 		cfg  Config
 	}{
 		{"demo.txt", demoState(), Config{}},
@@ -103,60 +103,60 @@ func rules(p *Plan) string {
 
 func TestPlanRealServers(t *testing.T) {
 	n := spn("ns", "svc", "p")
-	base := proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.1")}}
+	base := model.ServicePort{Name: n, Protocol: model.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.1")}}
 	withNodePort := base
 	withNodePort.NodePort = 30000
 	for _, tt := range []struct {
 		name string
-		svc  proxier.ServicePort
-		eps  []proxier.Endpoint
+		svc  model.ServicePort
+		eps  []model.Endpoint
 		want string
 	}{
 		{"cluster policy: every ready endpoint", base,
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n"},
 		{"terminating beside ready: left out (a real server drains)", base,
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), terminating("10.244.1.2", 8080, "b"),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b"), terminating("10.244.1.2", 8080, "b"),
 				{Addr: ip("10.244.1.3"), Port: 8080, Terminating: true}}, // not serving: left out
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n"},
 		{"only terminating: they serve, weight 1", base,
-			[]proxier.Endpoint{terminating("10.244.1.2", 8080, "b")},
+			[]model.Endpoint{terminating("10.244.1.2", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.2:8080 -m -w 1\n"},
 		{"not ready nor serving: no real server", base,
-			[]proxier.Endpoint{{Addr: ip("10.244.1.2"), Port: 8080}},
+			[]model.Endpoint{{Addr: ip("10.244.1.2"), Port: 8080}},
 			"-A -t 10.96.0.1:80 -s rr\n"},
-		{"iTP Local: local endpoints only", func() proxier.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
+		{"iTP Local: local endpoints only", func() model.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node)},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n"},
-		{"iTP Local without local endpoint, not external: none", func() proxier.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+		{"iTP Local without local endpoint, not external: none", func() model.ServicePort { s := base; s.InternalPolicyLocal = true; return s }(),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n"},
-		{"eTP Local: NodePort local only, ClusterIP all", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node), terminating("10.244.0.2", 8080, node), terminating("10.244.1.2", 8080, "b")},
+		{"eTP Local: NodePort local only, ClusterIP all", func() model.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b"), ready("10.244.0.1", 8080, node), terminating("10.244.0.2", 8080, node), terminating("10.244.1.2", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.0.1:8080 -m -w 1\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
 				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.0.1:8080 -m -w 1\n"},
-		{"eTP and iTP Local without local endpoint, externally accessible: cluster fallback for both", func() proxier.ServicePort {
+		{"eTP and iTP Local without local endpoint, externally accessible: cluster fallback for both", func() model.ServicePort {
 			s := withNodePort
 			s.ExternalPolicyLocal, s.InternalPolicyLocal = true, true
 			return s
 		}(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
 				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
-		{"iTP Local without local endpoint, NodePort with eTP Cluster: cluster fallback", func() proxier.ServicePort { s := withNodePort; s.InternalPolicyLocal = true; return s }(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+		{"iTP Local without local endpoint, NodePort with eTP Cluster: cluster fallback", func() model.ServicePort { s := withNodePort; s.InternalPolicyLocal = true; return s }(),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
 				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
-		{"eTP Local without local endpoint: cluster fallback (#97081)", func() proxier.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
-			[]proxier.Endpoint{ready("10.244.1.1", 8080, "b")},
+		{"eTP Local without local endpoint: cluster fallback (#97081)", func() model.ServicePort { s := withNodePort; s.ExternalPolicyLocal = true; return s }(),
+			[]model.Endpoint{ready("10.244.1.1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.244.1.1:8080 -m -w 1\n" +
 				"-A -t 10.99.0.1:30000 -s rr\n-a -t 10.99.0.1:30000 -r 10.244.1.1:8080 -m -w 1\n"},
 		{"other family's endpoints ignored", base,
-			[]proxier.Endpoint{ready("fd00::1", 8080, "b")},
+			[]model.Endpoint{ready("fd00::1", 8080, "b")},
 			"-A -t 10.96.0.1:80 -s rr\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st := proxier.NewState()
+			st := model.NewState()
 			st.Node.Name = node
 			svc := tt.svc
 			st.Services, st.Endpoints = st.Services.With(n, &svc), st.Endpoints.With(n, tt.eps)
@@ -172,36 +172,36 @@ func TestPlanServices(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		cfg  Config
-		svc  proxier.ServicePort
+		svc  model.ServicePort
 		want string
 	}{
 		{"affinity: persistent with the timeout", Config{},
-			proxier.ServicePort{Protocol: proxier.UDP, Port: 53, ClusterIPs: []netip.Addr{ip("10.96.0.10")}, AffinityTimeout: 90 * time.Second},
+			model.ServicePort{Protocol: model.UDP, Port: 53, ClusterIPs: []netip.Addr{ip("10.96.0.10")}, AffinityTimeout: 90 * time.Second},
 			"-A -u 10.96.0.10:53 -s rr -p 90\n"},
 		{"mh adds its port flag", Config{Scheduler: "mh"},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("fd00::10")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("fd00::10")}},
 			"-A -t [fd00::10]:80 -s mh -b mh-port\n"},
 		{"NodePorts on every node address but loopback", Config{Scheduler: "wrr"},
-			proxier.ServicePort{Protocol: proxier.SCTP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
+			model.ServicePort{Protocol: model.SCTP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
 			"-A --sctp-service 10.96.0.1:80 -s wrr\n-A --sctp-service 10.99.0.1:30001 -s wrr\n-A --sctp-service 172.17.0.1:30001 -s wrr\n"},
 		{"--nodeport-addresses of the family", Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("fd00::/8")}},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
 			"-A -t 10.96.0.1:80 -s rr\n-A -t 172.17.0.1:30001 -s rr\n-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
 		{"no prefix of a family: all of its addresses", Config{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("fd00::1")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("fd00::1")}},
 			"-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
 		{"--nodeport-addresses primary: the Node object's first address of each family", Config{NodePortPrimary: true},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}},
 			"-A -t 10.96.0.1:80 -s rr\n-A -t 172.17.0.1:30001 -s rr\n-A -t [fd00::1]:80 -s rr\n-A -t [fd00:99::1]:30001 -s rr\n"},
 		{"--nodeport-addresses primary, a primary address that is not local: none of that family", Config{NodePortPrimary: true},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30001, ClusterIPs: []netip.Addr{ip("10.96.0.1")}},
 			"-A -t 10.96.0.1:80 -s rr\n"},
 		{"no ClusterIP: nothing", Config{},
-			proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ExternalIPs: []netip.Addr{ip("192.0.2.1")}},
+			model.ServicePort{Protocol: model.TCP, Port: 80, ExternalIPs: []netip.Addr{ip("192.0.2.1")}},
 			""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st := proxier.NewState()
+			st := model.NewState()
 			// The Node object's addresses, primary first (loopback and
 			// ExternalIPs after); fd00:99::1 is local, 192.0.2.1 is not.
 			st.Node.IPs = []netip.Addr{ip("172.17.0.1"), ip("fd00:99::1"), ip("10.99.0.1")}
@@ -234,14 +234,14 @@ func TestPlanAddrsAndElements(t *testing.T) {
 		e    Element
 		want bool
 	}{
-		{Element{Set: SetClusterIP, Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}, true},
-		{Element{Set: SetExternalIPLocal, Addr: ip("192.0.2.10"), Protocol: proxier.TCP, Port: 80}, true},
-		{Element{Set: SetExternalIP, Addr: ip("192.0.2.10"), Protocol: proxier.TCP, Port: 80}, false},
-		{Element{Set: SetLoadBalancerLocal, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80}, true},
-		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("203.0.113.0/24")}, true},
-		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("2001:db8:1::/48")}, false},
-		{Element{Set: SetLBSourceIP, Addr: ip("198.51.100.10"), Protocol: proxier.TCP, Port: 80, Addr2: ip("198.51.100.10")}, true},
-		{Element{Set: SetLBSourceIP, Addr: ip("2001:db8::10"), Protocol: proxier.TCP, Port: 80, Addr2: ip("2001:db8::10"), V6: true}, false}, // no v6 range holds the node
+		{Element{Set: SetClusterIP, Addr: ip("10.96.0.10"), Protocol: model.UDP, Port: 53}, true},
+		{Element{Set: SetExternalIPLocal, Addr: ip("192.0.2.10"), Protocol: model.TCP, Port: 80}, true},
+		{Element{Set: SetExternalIP, Addr: ip("192.0.2.10"), Protocol: model.TCP, Port: 80}, false},
+		{Element{Set: SetLoadBalancerLocal, Addr: ip("198.51.100.10"), Protocol: model.TCP, Port: 80}, true},
+		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: model.TCP, Port: 80, Net: netip.MustParsePrefix("203.0.113.0/24")}, true},
+		{Element{Set: SetLBSourceCIDR, Addr: ip("198.51.100.10"), Protocol: model.TCP, Port: 80, Net: netip.MustParsePrefix("2001:db8:1::/48")}, false},
+		{Element{Set: SetLBSourceIP, Addr: ip("198.51.100.10"), Protocol: model.TCP, Port: 80, Addr2: ip("198.51.100.10")}, true},
+		{Element{Set: SetLBSourceIP, Addr: ip("2001:db8::10"), Protocol: model.TCP, Port: 80, Addr2: ip("2001:db8::10"), V6: true}, false}, // no v6 range holds the node
 		{Element{Set: SetNodePortTCP, Port: 30080}, true},
 		{Element{Set: SetNodePortLocalTCP, Port: 30080}, true},
 		{Element{Set: SetNodePortSCTP, Addr: ip("10.99.0.1"), Port: 31868}, true},
@@ -249,8 +249,8 @@ func TestPlanAddrsAndElements(t *testing.T) {
 		{Element{Set: SetHealthCheckNodePort, Port: 32000}, true},
 		{Element{Set: SetNodePortTCP, Port: 30080, V6: true}, true},
 		{Element{Set: SetNodePortSCTP, Port: 31868, V6: true}, false}, // IPv4-only service
-		{Element{Set: SetLoopBack, Addr: ip("10.244.0.5"), Protocol: proxier.UDP, Port: 53, Addr2: ip("10.244.0.5")}, true},
-		{Element{Set: SetLoopBack, Addr: ip("10.244.1.5"), Protocol: proxier.UDP, Port: 53, Addr2: ip("10.244.1.5")}, false}, // not local
+		{Element{Set: SetLoopBack, Addr: ip("10.244.0.5"), Protocol: model.UDP, Port: 53, Addr2: ip("10.244.0.5")}, true},
+		{Element{Set: SetLoopBack, Addr: ip("10.244.1.5"), Protocol: model.UDP, Port: 53, Addr2: ip("10.244.1.5")}, false}, // not local
 		{Element{Set: SetIPVSIPs, Addr: ip("10.99.0.1")}, false},
 		{Element{Set: SetIPVSIPs, Addr: ip("2001:db8::10"), V6: true}, true},
 	} {
@@ -274,12 +274,12 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	// A plan is valid until the next: keep what is compared.
 	firstWeb, firstDNS := first.Services[web], first.Services[dns]
 
-	next := proxier.NewState()
+	next := model.NewState()
 	next.Node = st.Node
 	for n, s := range st.Services.All() {
 		next.Services, next.Endpoints = next.Services.With(n, s), next.Endpoints.With(n, st.Endpoints.Get(n))
 	}
-	next.Endpoints = next.Endpoints.With(dns, append([]proxier.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
+	next.Endpoints = next.Endpoints.With(dns, append([]model.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
 	second := pl.Plan(next, nodeAddrs)
 	if second.Services[web] != firstWeb {
 		t.Error("unchanged service port got a new fragment")
@@ -300,7 +300,7 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 		t.Error("fragment reused across a change of node addresses")
 	}
 	// Service ports removed are named as changed; the plan equals a fresh one.
-	fourth := proxier.NewState()
+	fourth := model.NewState()
 	fourth.Node = next.Node
 	for n, s := range next.Services.All() {
 		if n != web {
@@ -335,16 +335,16 @@ func TestPlanLBNodeAccess(t *testing.T) {
 		{"the first IPv4 address is the primary one", []string{"172.17.0.0/16"}, []netip.Addr{ip("fd00:99::1"), ip("172.17.0.1"), ip("10.99.0.1")}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st := proxier.NewState()
-			st.Node = proxier.Node{Name: node, IPs: tt.node}
+			st := model.NewState()
+			st.Node = model.Node{Name: node, IPs: tt.node}
 			var ranges []netip.Prefix
 			for _, r := range tt.ranges {
 				ranges = append(ranges, netip.MustParsePrefix(r))
 			}
-			st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.50")},
+			st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.TCP, Port: 80, ClusterIPs: []netip.Addr{ip("10.96.0.50")},
 				LoadBalancerIPs: []netip.Addr{lb}, LoadBalancerSourceRanges: ranges})
 			elems := BuildPlan(st, Config{}, nodeAddrs).Elements()
-			self := Element{Set: SetLBSourceIP, Addr: lb, Protocol: proxier.TCP, Port: 80, Addr2: lb}
+			self := Element{Set: SetLBSourceIP, Addr: lb, Protocol: model.TCP, Port: 80, Addr2: lb}
 			deny := self
 			deny.Set = SetLBNoNodeAccess
 			if got := slices.Contains(elems, self); got != tt.allow {
@@ -354,7 +354,7 @@ func TestPlanLBNodeAccess(t *testing.T) {
 				t.Errorf("%s element present: %v, want %v", SetLBNoNodeAccess, got, !tt.allow)
 			}
 			for _, r := range ranges {
-				if !slices.Contains(elems, Element{Set: SetLBSourceCIDR, Addr: lb, Protocol: proxier.TCP, Port: 80, Net: r}) {
+				if !slices.Contains(elems, Element{Set: SetLBSourceCIDR, Addr: lb, Protocol: model.TCP, Port: 80, Net: r}) {
 					t.Errorf("range %s not in %s", r, SetLBSourceCIDR)
 				}
 			}
@@ -367,23 +367,23 @@ func TestPlanLBNodeAccess(t *testing.T) {
 // Planner would; a gap in the generations or another lineage falls back to
 // comparing every one.
 func TestPlannerFollowsDelta(t *testing.T) {
-	lin := &proxier.Lineage{}
+	lin := &model.Lineage{}
 	st := demoState()
-	st.Changes = proxier.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
+	st.Changes = model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
 	pl := NewPlanner(Config{})
 	pl.Plan(st, nodeAddrs)
 
 	dns := spn("kube-system", "kube-dns", "dns")
 	web := spn("shop", "web", "http")
-	next := proxier.NewState()
+	next := model.NewState()
 	next.Node = st.Node
 	for n, s := range st.Services.All() {
 		if n != web {
 			next.Services, next.Endpoints = next.Services.With(n, s), next.Endpoints.With(n, st.Endpoints.Get(n))
 		}
 	}
-	next.Endpoints = next.Endpoints.With(dns, append([]proxier.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
-	next.Changes = proxier.StateChanges{Lineage: lin, Gen: 2, Ports: []proxier.ServicePortName{dns, web}}
+	next.Endpoints = next.Endpoints.With(dns, append([]model.Endpoint(nil), st.Endpoints.Get(dns)[:1]...))
+	next.Changes = model.StateChanges{Lineage: lin, Gen: 2, Ports: []model.ServicePortName{dns, web}}
 	p := pl.Plan(next, nodeAddrs)
 	if got, want := p.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
 		t.Errorf("plan from the delta differs from a fresh one:\n%s\nfresh:\n%s", got, want)
@@ -395,7 +395,7 @@ func TestPlannerFollowsDelta(t *testing.T) {
 	// why only a source that tracks its changes sets one. A gap in the
 	// generations is not: everything is compared.
 	back := demoState()
-	back.Changes = proxier.StateChanges{Lineage: lin, Gen: 4}
+	back.Changes = model.StateChanges{Lineage: lin, Gen: 4}
 	if got, want := pl.Plan(back, nodeAddrs).String(), BuildPlan(back, Config{}, nodeAddrs).String(); got != want {
 		t.Errorf("after a gap in the generations:\n%s\nfresh:\n%s", got, want)
 	}

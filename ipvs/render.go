@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // WriteRules writes virtual servers as `ipvsadm -Sn` prints them: one -A
@@ -40,9 +40,9 @@ func WriteRules(w io.Writer, vss []ipvsnl.VirtualServer) error {
 func serviceArg(k ipvsnl.ServiceKey) string {
 	opt := "-t"
 	switch k.Protocol {
-	case proxier.UDP:
+	case model.UDP:
 		opt = "-u"
-	case proxier.SCTP:
+	case model.SCTP:
 		opt = "--sctp-service"
 	}
 	return opt + " " + addrPort(k.Addr, k.Port)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // KeyPart is one field of a helper set's key.
@@ -127,7 +127,7 @@ type Element struct {
 	// address to tell).
 	V6       bool
 	Addr     netip.Addr
-	Protocol proxier.Protocol
+	Protocol model.Protocol
 	Port     uint16
 	Addr2    netip.Addr
 	Net      netip.Prefix

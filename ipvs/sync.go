@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // SyncConfig shapes how the Syncer changes the kernel.
@@ -49,7 +49,7 @@ type Syncer struct {
 	read bool // the kernel and helper were read
 	// Desired, by owner: fragments as last synced, and for each key the
 	// service ports that want it.
-	frags    map[proxier.ServicePortName]*Fragment
+	frags    map[model.ServicePortName]*Fragment
 	planner  *Planner // of the last plan, and its generation
 	planGen  uint64
 	vsOwners map[ipvsnl.ServiceKey][]vsOwner
@@ -76,7 +76,7 @@ type Syncer struct {
 // vsOwner is a service port that wants a virtual server, and its
 // settings for it; most virtual servers have one.
 type vsOwner struct {
-	name proxier.ServicePortName
+	name model.ServicePortName
 	v    *ipvsnl.VirtualServer
 }
 
@@ -120,7 +120,7 @@ func NewSyncer(k ipvsnl.Kernel, h Helper, cfg SyncConfig) *Syncer {
 		cfg.Now = time.Now
 	}
 	return &Syncer{k: k, h: h, cfg: cfg,
-		frags: map[proxier.ServicePortName]*Fragment{}, vsOwners: map[ipvsnl.ServiceKey][]vsOwner{},
+		frags: map[model.ServicePortName]*Fragment{}, vsOwners: map[ipvsnl.ServiceKey][]vsOwner{},
 		addrRefs: map[netip.Addr]int{}, elems: newElemSet(),
 		draining: map[ipvsnl.ServiceKey]map[netip.AddrPort]time.Time{},
 		dirtyVS:  map[ipvsnl.ServiceKey]bool{}, dirtyAddrs: map[netip.Addr]bool{},
@@ -368,7 +368,7 @@ func (s *Syncer) updateDesired(p *Plan) {
 }
 
 // updateFragment makes fr (nil: none) name's wanted fragment.
-func (s *Syncer) updateFragment(name proxier.ServicePortName, fr *Fragment) {
+func (s *Syncer) updateFragment(name model.ServicePortName, fr *Fragment) {
 	old := s.frags[name]
 	switch {
 	case old == fr:
@@ -387,7 +387,7 @@ func (s *Syncer) updateFragment(name proxier.ServicePortName, fr *Fragment) {
 	}
 }
 
-func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
+func (s *Syncer) own(name model.ServicePortName, fr *Fragment) {
 	for i := range fr.Virtual {
 		v := &fr.Virtual[i]
 		owners := s.vsOwners[v.ServiceKey]
@@ -405,7 +405,7 @@ func (s *Syncer) own(name proxier.ServicePortName, fr *Fragment) {
 	s.elems.own(fr.elems, 1)
 }
 
-func (s *Syncer) unown(name proxier.ServicePortName, fr *Fragment) {
+func (s *Syncer) unown(name model.ServicePortName, fr *Fragment) {
 	for _, v := range fr.Virtual {
 		owners := slices.DeleteFunc(s.vsOwners[v.ServiceKey], func(o vsOwner) bool { return o.name == name })
 		if len(owners) == 0 {
@@ -487,7 +487,7 @@ func (s *Syncer) diffService(key ipvsnl.ServiceKey, now time.Time) (ops, dels []
 		if hasDest(want.Dests, addr) {
 			continue
 		}
-		if key.Protocol != proxier.TCP {
+		if key.Protocol != model.TCP {
 			// No connection state to wait for: UDP and SCTP clients
 			// would keep sending to a dead server.
 			ops = append(ops, ipvsnl.Op{Cmd: ipvsnl.CmdDelDest, Service: want.Service, Dest: h})

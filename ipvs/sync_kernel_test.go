@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // inNetns runs fn on a thread inside the namespace at path; sockets it
@@ -43,13 +43,13 @@ func inNetns(t testing.TB, path string, fn func() error) {
 }
 
 // bulkState is demoState plus n ClusterIP services of two endpoints.
-func bulkState(n int) *proxier.State {
+func bulkState(n int) *model.State {
 	st := demoState()
 	for i := range n {
 		name := spn("bulk", fmt.Sprintf("s%d", i), "")
-		st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+		st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80,
 			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}})
-		st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
+		st.Endpoints = st.Endpoints.With(name, []model.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
 	}
 	return st
 }
@@ -159,11 +159,11 @@ func TestKernelSyncerDrain(t *testing.T) {
 	clk := &clock{time.Unix(1e9, 0)}
 	s := NewSyncer(c, NewFakeHelper(), SyncConfig{DrainTimeout: 15 * time.Minute, DrainCheck: time.Minute, Now: clk.now})
 	name := spn("default", "web", "http")
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: node}
-	st.Services = st.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: vip.Port(), ClusterIPs: []netip.Addr{vip.Addr()}})
-	st.Endpoints = st.Endpoints.With(name, []proxier.Endpoint{ready(rs[0], 8080, node), ready(rs[1], 8080, node)})
-	key := ipvsnl.ServiceKey{Addr: vip.Addr(), Protocol: proxier.TCP, Port: vip.Port()}
+	st := model.NewState()
+	st.Node = model.Node{Name: node}
+	st.Services = st.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: vip.Port(), ClusterIPs: []netip.Addr{vip.Addr()}})
+	st.Endpoints = st.Endpoints.With(name, []model.Endpoint{ready(rs[0], 8080, node), ready(rs[1], 8080, node)})
+	key := ipvsnl.ServiceKey{Addr: vip.Addr(), Protocol: model.TCP, Port: vip.Port()}
 	pl := NewPlanner(Config{})
 	if _, err := s.Sync(pl.Plan(st, nil)); err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestKernelSyncerDrain(t *testing.T) {
 
 	// The endpoint that holds it goes away: weight 0, still there.
 	next := clone(st)
-	next.Endpoints = next.Endpoints.With(name, []proxier.Endpoint{ready(other, 8080, node)})
+	next.Endpoints = next.Endpoints.With(name, []model.Endpoint{ready(other, 8080, node)})
 	res, err := s.Sync(pl.Plan(next, nil))
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // deepVirtual copies a plan's virtual servers, real servers included.
-func deepVirtual(p *Plan) map[proxier.ServicePortName][]ipvsnl.VirtualServer {
-	out := map[proxier.ServicePortName][]ipvsnl.VirtualServer{}
+func deepVirtual(p *Plan) map[model.ServicePortName][]ipvsnl.VirtualServer {
+	out := map[model.ServicePortName][]ipvsnl.VirtualServer{}
 	for name, fr := range p.Services {
 		for _, v := range fr.Virtual {
 			out[name] = append(out[name], ipvsnl.VirtualServer{Service: v.Service, Dests: slices.Clone(v.Dests)})
@@ -35,7 +35,7 @@ func TestSyncLeavesPlansUnchanged(t *testing.T) {
 	eps := st.Endpoints.Get(dnsTCP)
 	steps := []struct {
 		name string
-		eps  []proxier.Endpoint
+		eps  []model.Endpoint
 	}{
 		{"an endpoint drains", eps[:1]},
 		{"it comes back", eps},
@@ -43,7 +43,7 @@ func TestSyncLeavesPlansUnchanged(t *testing.T) {
 		{"UDP endpoint removed", nil},
 	}
 	plans := []*Plan{first}
-	wants := []map[proxier.ServicePortName][]ipvsnl.VirtualServer{want}
+	wants := []map[model.ServicePortName][]ipvsnl.VirtualServer{want}
 	for _, step := range steps {
 		next := clone(st)
 		if step.eps != nil {

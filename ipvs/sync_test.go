@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 type clock struct{ t time.Time }
@@ -41,7 +41,7 @@ func (r *rig) restart() {
 		ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.255.0/24")}})
 }
 
-func (r *rig) sync(st *proxier.State) SyncResult {
+func (r *rig) sync(st *model.State) SyncResult {
 	r.t.Helper()
 	r.journal = nil
 	res, err := r.s.Sync(BuildPlan(st, Config{}, nodeAddrs))
@@ -52,7 +52,7 @@ func (r *rig) sync(st *proxier.State) SyncResult {
 }
 
 // kernelMatches checks the fake kernel and helper against the plan.
-func (r *rig) kernelMatches(st *proxier.State, draining ...string) {
+func (r *rig) kernelMatches(st *model.State, draining ...string) {
 	r.t.Helper()
 	p := BuildPlan(st, Config{}, nodeAddrs)
 	var want, got strings.Builder
@@ -74,8 +74,8 @@ func (r *rig) kernelMatches(st *proxier.State, draining ...string) {
 	}
 }
 
-func clone(st *proxier.State) *proxier.State {
-	out := proxier.NewState()
+func clone(st *model.State) *model.State {
+	out := model.NewState()
 	out.Node = st.Node
 	for n, s := range st.Services.All() {
 		out.Services, out.Endpoints = out.Services.With(n, s), out.Endpoints.With(n, st.Endpoints.Get(n))
@@ -86,7 +86,7 @@ func clone(st *proxier.State) *proxier.State {
 var (
 	dnsTCP = spn("kube-system", "kube-dns", "dns-tcp")
 	dnsUDP = spn("kube-system", "kube-dns", "dns")
-	dnsVIP = ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.TCP, Port: 53}
+	dnsVIP = ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: model.TCP, Port: 53}
 	remote = netip.MustParseAddrPort("10.244.1.5:53")
 )
 
@@ -121,9 +121,9 @@ func TestSyncCostsWhatChanged(t *testing.T) {
 	st := demoState()
 	for i := range 300 {
 		n := spn("bulk", fmt.Sprintf("s%d", i), "")
-		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.UDP, Port: 80,
+		st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.UDP, Port: 80,
 			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})}})
-		st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
+		st.Endpoints = st.Endpoints.With(n, []model.Endpoint{ready("10.244.2.1", 80, "b"), ready("10.244.2.2", 80, "b")})
 	}
 	pl := NewPlanner(Config{})
 	if _, err := r.s.Sync(pl.Plan(st, nodeAddrs)); err != nil {
@@ -227,7 +227,7 @@ func TestSyncUDPRemovedAtOnce(t *testing.T) {
 	r := newRig(t)
 	st := demoState()
 	r.sync(st)
-	udpVIP := ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53}
+	udpVIP := ipvsnl.ServiceKey{Addr: ip("10.96.0.10"), Protocol: model.UDP, Port: 53}
 	r.k.SetConns(udpVIP, remote, 0, 5)
 	next := clone(st)
 	next.Endpoints = next.Endpoints.With(dnsUDP, st.Endpoints.Get(dnsUDP)[:1])
@@ -267,8 +267,8 @@ func TestSyncRestartAdopts(t *testing.T) {
 	next.Endpoints = next.Endpoints.With(dnsTCP, st.Endpoints.Get(dnsTCP)[:1])
 	r.sync(next) // draining
 	// Someone else's virtual servers: one inside --ipvs-exclude-cidrs.
-	stray := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("10.96.99.99"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
-	kept := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: proxier.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
+	stray := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("10.96.99.99"), Protocol: model.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
+	kept := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: ip("192.168.255.1"), Protocol: model.TCP, Port: 1}, Scheduler: "rr", Netmask: 0xffffffff}
 	_, _ = r.k.Apply([]ipvsnl.Op{{Cmd: ipvsnl.CmdNewService, Service: stray}, {Cmd: ipvsnl.CmdNewService, Service: kept}})
 
 	r.restart()
@@ -296,7 +296,7 @@ func TestSyncPerOpErrors(t *testing.T) {
 	st := demoState()
 	bad := netip.MustParseAddrPort("10.244.1.5:53")
 	r.k.Fail = func(op ipvsnl.Op) error {
-		if op.Cmd == ipvsnl.CmdNewDest && op.Dest.Addr == bad && op.Service.Protocol == proxier.UDP {
+		if op.Cmd == ipvsnl.CmdNewDest && op.Dest.Addr == bad && op.Service.Protocol == model.UDP {
 			return syscall.ENOMEM
 		}
 		if op.Cmd == ipvsnl.CmdNewService && op.Service.Addr == ip("198.51.100.10") {
@@ -311,7 +311,7 @@ func TestSyncPerOpErrors(t *testing.T) {
 	if r.h.Addrs[ip("198.51.100.10")] {
 		t.Error("an address was bound though its virtual server failed")
 	}
-	if _, err := r.k.Dests(ipvsnl.ServiceKey{Addr: ip("10.96.0.1"), Protocol: proxier.TCP, Port: 443}); err != nil {
+	if _, err := r.k.Dests(ipvsnl.ServiceKey{Addr: ip("10.96.0.1"), Protocol: model.TCP, Port: 443}); err != nil {
 		t.Error("the rest of the batch did not apply")
 	}
 	r.k.Fail = nil

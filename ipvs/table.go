@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
@@ -65,7 +66,7 @@ func keyFields(def SetDef) ([]nftlib.Field, bool) {
 // rules are constant: every per-service fact is a set element. cfg gives
 // the masquerade bit, --masquerade-all and how to tell pod traffic
 // (--cluster-cidr / --detect-local-mode), as for the nftables mode.
-func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node proxier.Node) *nftlib.Table {
+func BuildHelperTable(f nftlib.Family, cfg proxier.Settings, node model.Node) *nftlib.Table {
 	t := &nftlib.Table{
 		Family:  f,
 		Name:    HelperTableName,
@@ -120,7 +121,7 @@ func baseChains() []*nftlib.Chain {
 }
 
 // natChains mark what is masqueraded and masquerade it.
-func natChains(f nftlib.Family, cfg proxier.Settings, node proxier.Node, mark uint32) []*nftlib.Chain {
+func natChains(f nftlib.Family, cfg proxier.Settings, node model.Node, mark uint32) []*nftlib.Chain {
 	R := nftlib.R
 	ret := nftlib.Verdict{Kind: nftlib.Return}
 	return []*nftlib.Chain{
@@ -143,7 +144,7 @@ func natChains(f nftlib.Family, cfg proxier.Settings, node proxier.Node, mark ui
 // servicesRules are KUBE-SERVICES: ClusterIP traffic is masqueraded when
 // it does not come from a pod (or always, with --masquerade-all); without
 // a way to tell, not at all.
-func servicesRules(f nftlib.Family, cfg proxier.Settings, node proxier.Node) []nftlib.Rule {
+func servicesRules(f nftlib.Family, cfg proxier.Settings, node model.Node) []nftlib.Rule {
 	R := nftlib.R
 	var services []nftlib.Rule
 	const clusterComment = "Kubernetes service cluster ip + port for masquerade purpose"
@@ -222,7 +223,7 @@ func filterChains(mark uint32) []*nftlib.Chain {
 }
 
 // HelperTables returns both families' helper tables holding elems.
-func HelperTables(cfg proxier.Settings, node proxier.Node, elems []Element) []*nftlib.Table {
+func HelperTables(cfg proxier.Settings, node model.Node, elems []Element) []*nftlib.Table {
 	v4 := BuildHelperTable(nftlib.IPv4, cfg, node)
 	v6 := BuildHelperTable(nftlib.IPv6, cfg, node)
 	for _, e := range elems {
@@ -276,8 +277,8 @@ func fromSetElement(set string, v6 bool, se nftlib.Element) Element {
 
 // protocolNumbered is the protocol of IP protocol number n; "" for one
 // that no Service uses.
-func protocolNumbered(n uint8) proxier.Protocol {
-	for _, p := range []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP} {
+func protocolNumbered(n uint8) model.Protocol {
+	for _, p := range []model.Protocol{model.TCP, model.UDP, model.SCTP} {
 		if p.Number() == n {
 			return p
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -20,21 +21,21 @@ import (
 // helperState is demoState plus what it lacks for the helper sets: a
 // Cluster-policy UDP NodePort with an external and an LB IP, and a
 // Local-policy SCTP and UDP NodePort.
-func helperState() *proxier.State {
+func helperState() *model.State {
 	st := demoState()
-	add := func(svc *proxier.ServicePort, eps ...proxier.Endpoint) {
+	add := func(svc *model.ServicePort, eps ...model.Endpoint) {
 		st.Services = st.Services.With(svc.Name, svc)
 		st.Endpoints = st.Endpoints.With(svc.Name, eps)
 	}
-	add(&proxier.ServicePort{Name: spn("games", "udp", "play"), Protocol: proxier.UDP, Port: 7777, NodePort: 30777,
+	add(&model.ServicePort{Name: spn("games", "udp", "play"), Protocol: model.UDP, Port: 7777, NodePort: 30777,
 		ClusterIPs:      []netip.Addr{ip("10.96.7.7")},
 		ExternalIPs:     []netip.Addr{ip("192.0.2.77")},
 		LoadBalancerIPs: []netip.Addr{ip("198.51.100.77")}},
 		ready("10.244.0.77", 7777, node))
-	add(&proxier.ServicePort{Name: spn("telco", "sig-local", ""), Protocol: proxier.SCTP, Port: 3869, NodePort: 31869,
+	add(&model.ServicePort{Name: spn("telco", "sig-local", ""), Protocol: model.SCTP, Port: 3869, NodePort: 31869,
 		ClusterIPs: []netip.Addr{ip("10.96.5.6")}, ExternalPolicyLocal: true},
 		ready("10.244.0.8", 3869, node))
-	add(&proxier.ServicePort{Name: spn("games", "udp-local", "play"), Protocol: proxier.UDP, Port: 7778, NodePort: 30778,
+	add(&model.ServicePort{Name: spn("games", "udp-local", "play"), Protocol: model.UDP, Port: 7778, NodePort: 30778,
 		ClusterIPs: []netip.Addr{ip("10.96.7.8")}, ExternalPolicyLocal: true},
 		ready("10.244.0.78", 7778, node))
 	return st
@@ -121,7 +122,7 @@ func TestHelperGolden(t *testing.T) {
 // What the rules must say, whatever the layout: a change that loses one
 // of these fails here and not only in the golden diff.
 func TestHelperRules(t *testing.T) {
-	tbl := BuildHelperTable(nftlib.IPv4, helperConfig(), proxier.Node{})
+	tbl := BuildHelperTable(nftlib.IPv4, helperConfig(), model.Node{})
 	text := (&nftlib.Ruleset{Tables: []*nftlib.Table{tbl}}).String()
 	for _, want := range []string{
 		"type nat hook prerouting priority dstnat; policy accept;",
@@ -163,15 +164,15 @@ func TestSetElementRoundTrip(t *testing.T) {
 }
 
 func TestHelperElementChanges(t *testing.T) {
-	h := NewNftHelper(nil, helperConfig(), proxier.Node{}, nil)
+	h := NewNftHelper(nil, helperConfig(), model.Node{}, nil)
 	c := HelperChange{
 		AddElems: []Element{
-			{Set: SetClusterIP, Addr: ip("10.96.0.1"), Protocol: proxier.TCP, Port: 443},
+			{Set: SetClusterIP, Addr: ip("10.96.0.1"), Protocol: model.TCP, Port: 443},
 			{Set: SetNodePortUDP, Port: 30053},
-			{Set: SetClusterIP, Addr: ip("10.96.0.10"), Protocol: proxier.UDP, Port: 53},
-			{Set: SetClusterIP, V6: true, Addr: ip("fd00::1"), Protocol: proxier.TCP, Port: 80},
+			{Set: SetClusterIP, Addr: ip("10.96.0.10"), Protocol: model.UDP, Port: 53},
+			{Set: SetClusterIP, V6: true, Addr: ip("fd00::1"), Protocol: model.TCP, Port: 80},
 		},
-		DelElems: []Element{{Set: SetLBSourceCIDR, Addr: ip("198.51.100.1"), Protocol: proxier.TCP, Port: 80, Net: netip.MustParsePrefix("10.0.0.0/8")}},
+		DelElems: []Element{{Set: SetLBSourceCIDR, Addr: ip("198.51.100.1"), Protocol: model.TCP, Port: 80, Net: netip.MustParsePrefix("10.0.0.0/8")}},
 	}
 	got := elementChangesText(h.elementChanges(c))
 	want := `add element ip kube-nftproxy-ipvs KUBE-CLUSTER-IP { 10.96.0.1 . tcp . 443 }

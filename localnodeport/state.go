@@ -3,7 +3,7 @@ package localnodeport
 import (
 	"net/netip"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Ports are a State's TCP NodePorts in one IP family, each with the
@@ -11,20 +11,20 @@ import (
 // the cluster-wide ones, or with externalTrafficPolicy Local the node's
 // own. A Service port without a ClusterIP of the family is not served in
 // it.
-func Ports(st *proxier.State, ipv6 bool) []Port {
+func Ports(st *model.State, ipv6 bool) []Port {
 	var out []Port
 	for name, svc := range st.Services.All() {
 		np := svc.NodePortIn(ipv6)
-		if svc.Protocol != proxier.TCP || np == 0 || !hasFamily(svc.ClusterIPs, ipv6) {
+		if svc.Protocol != model.TCP || np == 0 || !hasFamily(svc.ClusterIPs, ipv6) {
 			continue
 		}
-		var eps []proxier.Endpoint
+		var eps []model.Endpoint
 		for _, ep := range st.Endpoints.Get(name) {
 			if ep.Addr.Is6() == ipv6 {
 				eps = append(eps, ep)
 			}
 		}
-		cluster, local, _, _ := proxier.CategorizeEndpoints(svc, eps, st.Node)
+		cluster, local, _, _ := model.CategorizeEndpoints(svc, eps, st.Node)
 		if svc.ExternalPolicyLocal {
 			cluster = local
 		}

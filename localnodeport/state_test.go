@@ -7,32 +7,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 func TestPorts(t *testing.T) {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
-	add := func(name string, svc proxier.ServicePort, eps ...proxier.Endpoint) {
-		n := proxier.ServicePortName{Namespace: "default", Name: name, Port: "http"}
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
+	add := func(name string, svc model.ServicePort, eps ...model.Endpoint) {
+		n := model.ServicePortName{Namespace: "default", Name: name, Port: "http"}
 		svc.Name = n
 		st.Services = st.Services.With(n, &svc)
 		st.Endpoints = st.Endpoints.With(n, eps)
 	}
 	ip := netip.MustParseAddr
-	ep := func(addr, node string, ready bool) proxier.Endpoint {
-		return proxier.Endpoint{Addr: ip(addr), Port: 8080, NodeName: node, Ready: ready, Serving: ready}
+	ep := func(addr, node string, ready bool) model.Endpoint {
+		return model.Endpoint{Addr: ip(addr), Port: 8080, NodeName: node, Ready: ready, Serving: ready}
 	}
 	dual := []netip.Addr{ip("10.96.0.1"), ip("fd00::1")}
-	add("web", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30080, ClusterIPs: dual},
+	add("web", model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30080, ClusterIPs: dual},
 		ep("10.244.0.1", "node-1", true), ep("10.244.1.1", "node-2", true), ep("10.244.1.2", "node-2", false), ep("fd00:10:244::1", "node-1", true))
 	// externalTrafficPolicy Local: the node's own endpoints only (none).
-	add("local", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30081, ClusterIPs: dual[:1], ExternalPolicyLocal: true, AffinityTimeout: time.Hour},
+	add("local", model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30081, ClusterIPs: dual[:1], ExternalPolicyLocal: true, AffinityTimeout: time.Hour},
 		ep("10.244.1.1", "node-2", true))
-	add("dns", proxier.ServicePort{Protocol: proxier.UDP, Port: 53, NodePort: 30053, ClusterIPs: dual}, ep("10.244.0.1", "node-1", true))
-	add("clusterip", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, ClusterIPs: dual}, ep("10.244.0.1", "node-1", true))
-	add("held", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30082, NodePortHeldV4: true, ClusterIPs: dual}, ep("fd00:10:244::1", "node-1", true))
-	add("empty", proxier.ServicePort{Protocol: proxier.TCP, Port: 80, NodePort: 30083, ClusterIPs: dual})
+	add("dns", model.ServicePort{Protocol: model.UDP, Port: 53, NodePort: 30053, ClusterIPs: dual}, ep("10.244.0.1", "node-1", true))
+	add("clusterip", model.ServicePort{Protocol: model.TCP, Port: 80, ClusterIPs: dual}, ep("10.244.0.1", "node-1", true))
+	add("held", model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30082, NodePortHeldV4: true, ClusterIPs: dual}, ep("fd00:10:244::1", "node-1", true))
+	add("empty", model.ServicePort{Protocol: model.TCP, Port: 80, NodePort: 30083, ClusterIPs: dual})
 
 	show := func(ports []Port) string {
 		var lines []string

@@ -1,11 +1,13 @@
 package migrate
 
-import "github.com/kube-nftproxy/kube-nftproxy/proxier"
+import (
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+)
 
 // ExpectFromState is what the objects say beyond our rendered ruleset:
 // each Service port's health check node port (Services with
 // externalTrafficPolicy Local that have one).
-func ExpectFromState(st *proxier.State) Expect {
+func ExpectFromState(st *model.State) Expect {
 	want := Expect{HealthCheckNodePorts: map[string]uint16{}}
 	for name, svc := range st.Services.All() {
 		if svc.ExternalPolicyLocal && svc.HealthCheckNodePort != 0 {

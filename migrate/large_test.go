@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
 
@@ -43,16 +43,16 @@ func nthAddr(base uint32, n int) string {
 }
 
 func newLargeService(s, endpoints int) largeService {
-	spn := proxier.ServicePortName{Namespace: fmt.Sprintf("ns-%d", s/100), Name: fmt.Sprintf("svc-%d", s), Port: "http"}
-	ls := largeService{name: spn.String(), ip: nthAddr(0x0a600000, s), svc: nft.ServiceChain(spn, proxier.TCP)}
+	spn := model.ServicePortName{Namespace: fmt.Sprintf("ns-%d", s/100), Name: fmt.Sprintf("svc-%d", s), Port: "http"}
+	ls := largeService{name: spn.String(), ip: nthAddr(0x0a600000, s), svc: nft.ServiceChain(spn, model.TCP)}
 	if s < largeNodePorts {
-		ls.nodePort, ls.ext = 30000+s, nft.ExternalChain(spn, proxier.TCP)
+		ls.nodePort, ls.ext = 30000+s, nft.ExternalChain(spn, model.TCP)
 	}
 	for e := range endpoints {
 		addr := nthAddr(0x0a800000, s*endpoints+e)
 		ls.podAddresses = append(ls.podAddresses, addr)
 		ls.pods = append(ls.pods, addr+":8080")
-		ls.seps = append(ls.seps, nft.EndpointChain(spn, proxier.TCP, addr+":8080"))
+		ls.seps = append(ls.seps, nft.EndpointChain(spn, model.TCP, addr+":8080"))
 	}
 	return ls
 }

@@ -11,11 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
-func affinityState() *proxier.State {
+func affinityState() *model.State {
 	st := demoState()
 	for name, svc := range st.Services.All() {
 		svc := *svc
@@ -26,7 +26,7 @@ func affinityState() *proxier.State {
 }
 
 func webSEP(ep string) string {
-	return EndpointChain(proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}, proxier.TCP, ep)
+	return EndpointChain(model.ServicePortName{Namespace: "default", Name: "web", Port: "http"}, model.TCP, ep)
 }
 
 // The tracer follows the affinity set: a first connection may go to either
@@ -106,10 +106,10 @@ func TestKernelAffinityKept(t *testing.T) {
 	}
 	// A change elsewhere, a fold (a sync with nothing to do), a full sync.
 	changed := shallowCopy(st)
-	plain := proxier.ServicePortName{Namespace: "default", Name: "plain", Port: "p"}
-	changed.Services = changed.Services.With(plain, &proxier.ServicePort{Name: plain, Protocol: proxier.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}})
-	changed.Endpoints = changed.Endpoints.With(plain, []proxier.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}})
-	for i, s := range []*proxier.State{changed, changed, changed} {
+	plain := model.ServicePortName{Namespace: "default", Name: "plain", Port: "p"}
+	changed.Services = changed.Services.With(plain, &model.ServicePort{Name: plain, Protocol: model.TCP, Port: 81, ClusterIPs: []netip.Addr{mustAddr("10.96.0.81")}})
+	changed.Endpoints = changed.Endpoints.With(plain, []model.Endpoint{{Addr: mustAddr("10.244.0.12"), Port: 80, Ready: true, Serving: true}})
+	for i, s := range []*model.State{changed, changed, changed} {
 		if i == 2 {
 			b.ForceFull()
 		}

@@ -1,8 +1,8 @@
 package nft
 
 import (
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // The backend keeps of the applied tables their fixed parts only. What a
@@ -16,7 +16,7 @@ import (
 
 // appliedPort is a service port as the last sync left it: the kind of table
 // holding it, and its recorded service port and endpoints (ok false: none).
-func (b *Backend) appliedPort(name proxier.ServicePortName) (kind TableKind, svc *proxier.ServicePort, eps []proxier.Endpoint, ok bool) {
+func (b *Backend) appliedPort(name model.ServicePortName) (kind TableKind, svc *model.ServicePort, eps []model.Endpoint, ok bool) {
 	st := b.changes.State()
 	if st == nil {
 		return 0, nil, nil, false
@@ -29,7 +29,7 @@ func (b *Backend) appliedPort(name proxier.ServicePortName) (kind TableKind, svc
 
 // appliedKind is the kind of table that holds a service port since the
 // last sync.
-func (b *Backend) appliedKind(name proxier.ServicePortName, svc *proxier.ServicePort) TableKind {
+func (b *Backend) appliedKind(name model.ServicePortName, svc *model.ServicePort) TableKind {
 	if b.inDelta[name] {
 		return DeltaTable
 	}

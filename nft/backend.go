@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -37,7 +38,7 @@ type Backend struct {
 	tx     *committer
 	stale  staleChains
 	// changes knows the service ports applied, to tell which changed.
-	changes proxier.ChangeTracker
+	changes model.ChangeTracker
 
 	// applied is what the kernel holds since the last successful sync,
 	// the tables' fixed parts: the fragments are rebuilt from the State
@@ -45,8 +46,8 @@ type Backend struct {
 	applied map[tableID]*nftlib.Table
 	// inDelta holds the service ports that live in the delta tables (only
 	// those: its size is the delta's).
-	inDelta map[proxier.ServicePortName]bool
-	node    proxier.Node
+	inDelta map[model.ServicePortName]bool
+	node    model.Node
 	// clusterIPs and serviceCIDRs are those of the applied State, for
 	// Config.ClusterIPChecks (see clusterips.go).
 	clusterIPs   clusterIPIndex
@@ -168,8 +169,8 @@ func tableIDs() []tableID { return allTableIDs }
 
 // Sync programs st. The first sync and the one after a failure rewrite
 // everything; the others send only what changed, and cost time in
-// proportion to what changed (see proxier.ChangeTracker).
-func (b *Backend) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
+// proportion to what changed (see model.ChangeTracker).
+func (b *Backend) Sync(ctx context.Context, st *model.State) (proxier.SyncResult, error) {
 	if err := ctx.Err(); err != nil {
 		return proxier.SyncResult{}, err
 	}
@@ -273,7 +274,7 @@ func rulesOf(txs []*nftlib.Tx) int {
 
 // wantsFull reports whether st must be a full sync: the first, the one
 // after a failure, a new node, or the kernel found to hold something else.
-func (b *Backend) wantsFull(st *proxier.State) bool {
+func (b *Backend) wantsFull(st *model.State) bool {
 	if b.needFull || b.applied == nil || !b.node.Equal(st.Node) {
 		return true
 	}
@@ -363,7 +364,7 @@ func (b *Backend) Settle() {
 
 // record makes a successful sync's plan the applied state; it returns
 // when the next stale chain is due for deletion (zero: none).
-func (b *Backend) record(st *proxier.State, p *syncPlan, d *syncDiff) time.Time {
+func (b *Backend) record(st *model.State, p *syncPlan, d *syncDiff) time.Time {
 	b.replace = nil
 	b.applied = make(map[tableID]*nftlib.Table, len(p.want))
 	for id, t := range p.want {
@@ -418,7 +419,7 @@ func (b *Backend) markReplace(err error, want map[tableID]*nftlib.Table) {
 // homeTable is where a full sync puts a service port: the affinity table
 // for those with session affinity, whose clients' affinities are entries of
 // that table's set and would be lost on a move; the main table otherwise.
-func homeTable(svc *proxier.ServicePort) TableKind {
+func homeTable(svc *model.ServicePort) TableKind {
 	if svc != nil && svc.AffinityTimeout > 0 {
 		return AffinityTable
 	}
@@ -426,7 +427,7 @@ func homeTable(svc *proxier.ServicePort) TableKind {
 }
 
 // homeKind is homeTable as placeAll asks for it.
-func homeKind(_ proxier.ServicePortName, svc *proxier.ServicePort) TableKind { return homeTable(svc) }
+func homeKind(_ model.ServicePortName, svc *model.ServicePort) TableKind { return homeTable(svc) }
 
 // Cleanup deletes all our tables in one transaction.
 func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
@@ -435,7 +436,7 @@ func (b *Backend) Cleanup(ctx context.Context) (bool, error) {
 	}
 	tables := map[tableID]*nftlib.Table{}
 	for _, id := range tableIDs() {
-		tables[id] = BuildTable(id.f, b.cfg, proxier.Node{}, id.kind)
+		tables[id] = BuildTable(id.f, b.cfg, model.Node{}, id.kind)
 	}
 	kts, err := b.readKernel(tables)
 	if err != nil {

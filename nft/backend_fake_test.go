@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // These tests run Backend.Sync against FakeKernel: no privileges needed.
@@ -36,17 +36,17 @@ func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, nftlib.FakeKernel, 
 
 // tinyState is one IPv4 Service port per name, one endpoint each, all in
 // generation gen of lineage lin (nil: no delta), Changed listing changed.
-func tinyState(eps map[string]string) *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
+func tinyState(eps map[string]string) *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
 	i := 0
 	for _, name := range sortedKeys(eps) {
 		i++
 		n := proxierName("ns", name, "p")
-		st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80,
+		st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.TCP, Port: 80,
 			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})}})
 		if eps[name] != "" {
-			st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{{Addr: mustAddr(eps[name]), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
+			st.Endpoints = st.Endpoints.With(n, []model.Endpoint{{Addr: mustAddr(eps[name]), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 		}
 	}
 	return st
@@ -70,8 +70,8 @@ func sortedKeys(m map[string]string) []string {
 // fakeStep is one sync of a scenario and what it must do.
 type fakeStep struct {
 	what string
-	st   *proxier.State // nil: the State of the step before
-	wait time.Duration  // the stale-chain clock moves on before the sync
+	st   *model.State  // nil: the State of the step before
+	wait time.Duration // the stale-chain clock moves on before the sync
 	// The sync's result: full, a transaction sent (tx, when not "", is
 	// the whole of it, as nft commands), only stale chains deleted.
 	full, changed, cleanupOnly bool
@@ -84,9 +84,9 @@ type fakeStep struct {
 // what a full sync of the last State writes (the delta folded, stale
 // chains deleted) when the scenario ends with an idle sync and its
 // follow-up.
-func runFakeSteps(t *testing.T, b *Backend, k nftlib.FakeKernel, advance func(time.Duration), steps []fakeStep) *proxier.State {
+func runFakeSteps(t *testing.T, b *Backend, k nftlib.FakeKernel, advance func(time.Duration), steps []fakeStep) *model.State {
 	t.Helper()
-	var st *proxier.State
+	var st *model.State
 	for _, s := range steps {
 		if s.st != nil {
 			st = s.st
@@ -124,7 +124,7 @@ func runFakeSteps(t *testing.T, b *Backend, k nftlib.FakeKernel, advance func(ti
 }
 
 // holdsFullSync checks that the fake holds what a full sync of st writes.
-func holdsFullSync(t *testing.T, k nftlib.FakeKernel, st *proxier.State, cfg Config) {
+func holdsFullSync(t *testing.T, k nftlib.FakeKernel, st *model.State, cfg Config) {
 	t.Helper()
 	if got, want := testutil.SortedText(k.String()), testutil.SortedText(Build(st, cfg).String()); got != want {
 		t.Errorf("the kernel holds\n%s\nwant what a full sync writes\n%s", k.String(), Build(st, cfg).String())
@@ -132,8 +132,8 @@ func holdsFullSync(t *testing.T, k nftlib.FakeKernel, st *proxier.State, cfg Con
 }
 
 // withChanges makes st generation gen of lin, changed naming its changes.
-func withChanges(st *proxier.State, lin *proxier.Lineage, gen uint64, changed ...string) *proxier.State {
-	st.Changes = proxier.StateChanges{Lineage: lin, Gen: gen}
+func withChanges(st *model.State, lin *model.Lineage, gen uint64, changed ...string) *model.State {
+	st.Changes = model.StateChanges{Lineage: lin, Gen: gen}
 	for _, c := range changed {
 		st.Changes.Ports = append(st.Changes.Ports, proxierName("ns", c, "p"))
 	}
@@ -146,7 +146,7 @@ func withChanges(st *proxier.State, lin *proxier.Lineage, gen uint64, changed ..
 // deletes what the fold left, after which the kernel holds what a full
 // sync writes. Each transaction is given whole.
 func TestBackendFakeDeltaFoldStale(t *testing.T) {
-	lin := &proxier.Lineage{}
+	lin := &model.Lineage{}
 	two := func(a, b string) map[string]string { return map[string]string{"a": a, "b": b} }
 	steps := []fakeStep{
 		{what: "first sync", st: withChanges(tinyState(two("10.244.0.1", "10.244.0.9")), lin, 1), full: true, changed: true},
@@ -190,7 +190,7 @@ delete chain ip kube-nftproxy-delta KUBE-SVC-ZOE7WQMSI2YE7I74`},
 }
 
 // withAffinityOn gives the named service ports session affinity.
-func withAffinityOn(st *proxier.State, names ...string) *proxier.State {
+func withAffinityOn(st *model.State, names ...string) *model.State {
 	for _, n := range names {
 		name := proxierName("ns", n, "p")
 		svc := *st.Services.Get(name)
@@ -203,7 +203,7 @@ func withAffinityOn(st *proxier.State, names ...string) *proxier.State {
 // Scenarios of delta, fold and stale chains, each ending with the kernel
 // holding what a full sync of the last State writes.
 func TestBackendFakeScenarios(t *testing.T) {
-	lin := &proxier.Lineage{}
+	lin := &model.Lineage{}
 	eps := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -265,7 +265,7 @@ flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 		{name: "a new node description rewrites everything", steps: []fakeStep{
 			{what: "first", st: withChanges(tinyState(base), lin, 1), full: true, changed: true},
 			{what: "a moves", st: withChanges(tinyState(moved), lin, 2, "a"), changed: true, followUp: true, delta: []string{"a"}},
-			{what: "new node", st: func() *proxier.State {
+			{what: "new node", st: func() *model.State {
 				st := withChanges(tinyState(moved), lin, 3)
 				st.Changes.NodeChanged = true
 				st.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24")}
@@ -303,7 +303,7 @@ func TestBackendFakeMatchesBuild(t *testing.T) {
 // a refused full sync makes the next one replace the table it names, or
 // all of them when it names none of ours.
 func TestBackendFakeRefused(t *testing.T) {
-	lin := &proxier.Lineage{}
+	lin := &model.Lineage{}
 	base := map[string]string{"a": "10.244.0.1", "b": "10.244.0.9"}
 	moved := map[string]string{"a": "10.244.0.2", "b": "10.244.0.9"}
 	refuse := func(prefix string) func(string) error {
@@ -441,7 +441,7 @@ func TestBackendFakeCleanup(t *testing.T) {
 }
 
 // followUp runs the follow-up sync that deletes the stale chains.
-func followUp(t *testing.T, b *Backend, advance func(time.Duration), st *proxier.State) {
+func followUp(t *testing.T, b *Backend, advance func(time.Duration), st *model.State) {
 	t.Helper()
 	advance(staleChainAge)
 	if _, err := b.Sync(context.Background(), st); err != nil {

@@ -13,9 +13,10 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // BenchmarkKernelEndToEndChange is one endpoint change along the proxy's
@@ -34,7 +35,7 @@ func BenchmarkKernelEndToEndChange(b *testing.B) {
 }
 
 func benchEndToEnd(b *testing.B, n int) {
-	bl := model.NewBuilder("node-1")
+	bl := kube.NewBuilder("node-1")
 	for i := range n {
 		if err := bl.UpsertService(e2eService(i)); err != nil {
 			b.Fatal(err)
@@ -92,11 +93,11 @@ func benchEndToEnd(b *testing.B, n int) {
 // newAfterSync returns what the proxy runs with each applied State
 // (cmd/kube-nftproxy's OnApplied): nothing here serves a health check
 // node port or is UDP, as in scaleState.
-func newAfterSync() func(*proxier.State) {
-	hc := &proxier.HealthChecks{Host: "127.0.0.1"}
-	m := proxier.NewMetrics()
+func newAfterSync() func(*model.State) {
+	hc := &serve.HealthChecks{Host: "127.0.0.1"}
+	m := serve.NewMetrics()
 	cl := &conntrack.Cleaner{Table: noFlows{}, LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }}
-	return func(st *proxier.State) {
+	return func(st *model.State) {
 		hc.Update(st)
 		m.CountNoLocalEndpoints(st)
 		if _, err := cl.Clean(st); err != nil {

@@ -16,26 +16,26 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // scaleState is n ClusterIP+NodePort services with m endpoints each.
-func scaleState(n, m int) *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
+func scaleState(n, m int) *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
 	services, endpoints := st.Services.Edit(), st.Endpoints.Edit()
 	for i := 0; i < n; i++ {
-		name := proxier.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
+		name := model.ServicePortName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
 		ip := netip.AddrFrom4([4]byte{10, 96 + byte(i>>16), byte(i >> 8), byte(i)})
-		svc := &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, ClusterIPs: []netip.Addr{ip}}
+		svc := &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, ClusterIPs: []netip.Addr{ip}}
 		if i < 2000 { // the NodePort range holds 2768
 			svc.NodePort = uint16(30000 + i)
 		}
 		services.Set(name, svc)
-		eps := make([]proxier.Endpoint, m)
+		eps := make([]model.Endpoint, m)
 		for j := range eps {
-			eps[j] = proxier.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 128 + byte(i>>14), byte(i >> 6), byte(i&63)<<2 | byte(j&3)}),
+			eps[j] = model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 128 + byte(i>>14), byte(i >> 6), byte(i&63)<<2 | byte(j&3)}),
 				Port: uint16(8000 + j), NodeName: "node-1", Ready: true, Serving: true}
 		}
 		endpoints.Set(name, eps)
@@ -45,8 +45,8 @@ func scaleState(n, m int) *proxier.State {
 }
 
 // shallowCopy returns a State sharing st's service ports and endpoint lists.
-func shallowCopy(st *proxier.State) *proxier.State {
-	out := proxier.NewState()
+func shallowCopy(st *model.State) *model.State {
+	out := model.NewState()
 	out.Node = st.Node
 	out.Services = st.Services
 	out.Endpoints = st.Endpoints
@@ -57,22 +57,22 @@ func shallowCopy(st *proxier.State) *proxier.State {
 // endpoint list but one, whose first endpoint moved. When st has a lineage
 // (as a Builder's States do), the copy is its generation gen+1 of it, with
 // Changes naming that service port.
-func withOneEndpointChanged(st *proxier.State, gen int) *proxier.State {
+func withOneEndpointChanged(st *model.State, gen int) *model.State {
 	out := shallowCopy(st)
-	name := proxier.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
-	eps := append([]proxier.Endpoint(nil), st.Endpoints.Get(name)...)
+	name := model.ServicePortName{Namespace: "ns", Name: "svc-7", Port: "p"}
+	eps := append([]model.Endpoint(nil), st.Endpoints.Get(name)...)
 	eps[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(gen >> 8), byte(gen)})
 	out.Endpoints = out.Endpoints.With(name, eps)
 	if st.Changes.Lineage != nil {
-		out.Changes = proxier.StateChanges{Lineage: st.Changes.Lineage, Gen: st.Changes.Gen + uint64(gen), Ports: []proxier.ServicePortName{name}}
+		out.Changes = model.StateChanges{Lineage: st.Changes.Lineage, Gen: st.Changes.Gen + uint64(gen), Ports: []model.ServicePortName{name}}
 	}
 	return out
 }
 
 // withLineage makes st generation 1 of a source's States, as the
 // Builder's first.
-func withLineage(st *proxier.State) *proxier.State {
-	st.Changes = proxier.StateChanges{Lineage: &proxier.Lineage{}, Gen: 1, NodeChanged: true}
+func withLineage(st *model.State) *model.State {
+	st.Changes = model.StateChanges{Lineage: &model.Lineage{}, Gen: 1, NodeChanged: true}
 	return st
 }
 
@@ -142,7 +142,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 	}
 }
 
-func benchFullSync(b *testing.B, st *proxier.State, monitor bool) {
+func benchFullSync(b *testing.B, st *model.State, monitor bool) {
 	for b.Loop() {
 		b.StopTimer()
 		// Each iteration in a namespace of its own, deleted before the
@@ -216,7 +216,7 @@ func benchSizes(tb testing.TB, def ...int) []int {
 }
 
 // withAffinity gives session affinity to the service ports pick selects.
-func withAffinity(st *proxier.State, pick func(name proxier.ServicePortName) bool) {
+func withAffinity(st *model.State, pick func(name model.ServicePortName) bool) {
 	for name, svc := range st.Services.All() {
 		if pick(name) {
 			svc := *svc
@@ -229,7 +229,7 @@ func withAffinity(st *proxier.State, pick func(name proxier.ServicePortName) boo
 // benchChanges programs st, then times syncs that each move one endpoint
 // of svc-7 (with the caches evicted first when cold), and reports the
 // medians of the whole sync and of its kernel part.
-func benchChanges(b *testing.B, st *proxier.State, cold bool) {
+func benchChanges(b *testing.B, st *model.State, cold bool) {
 	benchChangesWith(b, st, cold, false)
 }
 
@@ -237,15 +237,15 @@ func benchChanges(b *testing.B, st *proxier.State, cold bool) {
 // listening when monitor is set (as the proxy runs): small transactions are
 // sent with it in the notification group, so the kernel builds their
 // notifications.
-func benchChangesWith(b *testing.B, st *proxier.State, cold, monitor bool) {
-	benchSteps(b, st, cold, monitor, func(_ *proxier.State, gen int) *proxier.State {
+func benchChangesWith(b *testing.B, st *model.State, cold, monitor bool) {
+	benchSteps(b, st, cold, monitor, func(_ *model.State, gen int) *model.State {
 		return withOneEndpointChanged(st, gen)
 	})
 }
 
 // benchSteps programs st, then times the syncs of the States step makes,
 // each from the one before (st first) and its number from 1.
-func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(prev *proxier.State, gen int) *proxier.State) {
+func benchSteps(b *testing.B, st *model.State, cold, monitor bool, step func(prev *model.State, gen int) *model.State) {
 	ns := testns.New(b, "knp-nft-")
 	be := openTestBackend(b, ns, demoConfig())
 	if monitor {
@@ -293,7 +293,7 @@ func benchSteps(b *testing.B, st *proxier.State, cold, monitor bool, step func(p
 func BenchmarkKernelAffinity(b *testing.B) {
 	for _, n := range []int{1000, 2000} {
 		st := scaleState(n, 10)
-		withAffinity(st, func(proxier.ServicePortName) bool { return true })
+		withAffinity(st, func(model.ServicePortName) bool { return true })
 		b.Run(fmt.Sprintf("full/services=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
@@ -316,7 +316,7 @@ func BenchmarkKernelAffinity(b *testing.B) {
 // affinity table is not touched, so the change costs what it does without.
 func BenchmarkKernelAffinityMixed(b *testing.B) {
 	st := scaleState(5000, 10)
-	withAffinity(st, func(name proxier.ServicePortName) bool {
+	withAffinity(st, func(name model.ServicePortName) bool {
 		var i int
 		fmt.Sscanf(name.Name, "svc-%d", &i)
 		return i%10 == 0
@@ -359,14 +359,14 @@ func BenchmarkKernelServiceAdded(b *testing.B) {
 
 // withServiceAdded returns a copy of prev with one more Service, the
 // gen-th added, as the next generation of prev's lineage.
-func withServiceAdded(prev *proxier.State, gen int) *proxier.State {
+func withServiceAdded(prev *model.State, gen int) *model.State {
 	out := shallowCopy(prev)
-	name := proxier.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}
-	out.Services = out.Services.With(name, &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80,
+	name := model.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}
+	out.Services = out.Services.With(name, &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80,
 		ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}})
-	out.Endpoints = out.Endpoints.With(name, []proxier.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
+	out.Endpoints = out.Endpoints.With(name, []model.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 201, byte(gen >> 8), byte(gen)}),
 		Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
-	out.Changes = proxier.StateChanges{Lineage: prev.Changes.Lineage, Gen: prev.Changes.Gen + 1, Ports: []proxier.ServicePortName{name}}
+	out.Changes = model.StateChanges{Lineage: prev.Changes.Lineage, Gen: prev.Changes.Gen + 1, Ports: []model.ServicePortName{name}}
 	return out
 }
 

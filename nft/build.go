@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
@@ -117,14 +118,14 @@ func (c Config) Validate() error {
 }
 
 // localMatch is nftlocal.Match of cfg's shared settings.
-func localMatch(f nftlib.Family, cfg Config, node proxier.Node, negate bool) (nftlib.Term, bool) {
+func localMatch(f nftlib.Family, cfg Config, node model.Node, negate bool) (nftlib.Term, bool) {
 	return nftlocal.Match(f, cfg.Settings, node, negate)
 }
 
 // Build returns the whole Ruleset for a State as a full sync programs it:
 // per family, a main table holding every service port but those with
 // session affinity, which the affinity table holds, and an empty delta table.
-func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
+func Build(st *model.State, cfg Config) *nftlib.Ruleset {
 	rs := &nftlib.Ruleset{}
 	for _, f := range nftlib.Families {
 		tables := map[TableKind]*nftlib.Table{}
@@ -147,7 +148,7 @@ func Build(st *proxier.State, cfg Config) *nftlib.Ruleset {
 
 // BuildTable returns a main or delta table with its fixed chains and maps and
 // no services.
-func BuildTable(f nftlib.Family, cfg Config, node proxier.Node, kind TableKind) *nftlib.Table {
+func BuildTable(f nftlib.Family, cfg Config, node model.Node, kind TableKind) *nftlib.Table {
 	mark := cfg.MasqueradeMark()
 	notLoopback := loopbackExclusion(f, cfg)
 	t := &nftlib.Table{
@@ -262,7 +263,7 @@ func earlierTable(t *nftlib.Table, cfg Config, kind TableKind) {
 // nodePortMatches are the matches that send a packet to KUBE-NODEPORTS:
 // a local destination, not loopback (notLoopback, empty with localhost
 // NodePorts), and within --nodeport-addresses.
-func nodePortMatches(f nftlib.Family, cfg Config, node proxier.Node, notLoopback []nftlib.Term) [][]nftlib.Term {
+func nodePortMatches(f nftlib.Family, cfg Config, node model.Node, notLoopback []nftlib.Term) [][]nftlib.Term {
 	base := append([]nftlib.Term{nftlib.FibLocal{}}, notLoopback...)
 	given := familyPrefixes(f, cfg.NodePortAddresses)
 	if slices.ContainsFunc(given, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
@@ -325,7 +326,7 @@ func forwardRules(cfg Config, mark uint32) []nftlib.Rule {
 // and their rules follow iptables mode (pkg/proxy/iptables in upstream
 // kube-proxy): KUBE-SVC (cluster policy), KUBE-SVL (local policy), KUBE-EXT
 // (external destinations), KUBE-FW (source ranges), KUBE-SEP (endpoints).
-func BuildFragment(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) *nftlib.Fragment {
+func BuildFragment(f nftlib.Family, cfg Config, node model.Node, svc *model.ServicePort, eps []model.Endpoint) *nftlib.Fragment {
 	clusterIP, ok := firstOfFamily(f, svc.ClusterIPs)
 	if !ok {
 		return nil
@@ -346,8 +347,8 @@ func BuildFragment(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.
 type fragmentBuilder struct {
 	f     nftlib.Family
 	cfg   Config
-	node  proxier.Node
-	svc   *proxier.ServicePort
+	node  model.Node
+	svc   *model.ServicePort
 	name  string
 	proto uint8
 	fr    *nftlib.Fragment
@@ -355,7 +356,7 @@ type fragmentBuilder struct {
 	svcChain, svlChain, extChain, fwChain string
 	// The endpoints each policy uses, and every endpoint some policy can
 	// reach; hasAny: the service has usable endpoints at all.
-	cluster, local, allReachable []proxier.Endpoint
+	cluster, local, allReachable []model.Endpoint
 	hasAny                       bool
 	// Which chain each kind of traffic goes to, and whether it has
 	// endpoints there (upstream's internal/external policy chains).
@@ -372,11 +373,11 @@ type fragmentBuilder struct {
 	epNames            map[netip.AddrPort]endpointNames
 }
 
-func (fb *fragmentBuilder) init(f nftlib.Family, cfg Config, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+func (fb *fragmentBuilder) init(f nftlib.Family, cfg Config, node model.Node, svc *model.ServicePort, eps []model.Endpoint) {
 	*fb = fragmentBuilder{f: f, cfg: cfg, node: node, svc: svc, name: svc.Name.String(), proto: svc.Protocol.Number(), fr: &nftlib.Fragment{},
 		svcChain: ServiceChain(svc.Name, svc.Protocol), svlChain: LocalServiceChain(svc.Name, svc.Protocol),
 		extChain: ExternalChain(svc.Name, svc.Protocol), fwChain: FirewallChain(svc.Name, svc.Protocol)}
-	fb.cluster, fb.local, fb.allReachable, fb.hasAny = proxier.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
+	fb.cluster, fb.local, fb.allReachable, fb.hasAny = model.CategorizeEndpoints(svc, familyEndpoints(f, eps), node)
 	// KUBE-SVC exists when it has endpoints, KUBE-SVL likewise.
 	fb.internalChain, fb.hasInternal = fb.svcChain, len(fb.cluster) > 0
 	if svc.InternalPolicyLocal {
@@ -398,12 +399,12 @@ func (fb *fragmentBuilder) init(f nftlib.Family, cfg Config, node proxier.Node, 
 // familyEndpoints are the endpoints of family f. A repeated ip:port (one
 // endpoint in two slices) would add its KUBE-SEP chain twice, which the
 // kernel refuses; kube-proxy keeps the first.
-func familyEndpoints(f nftlib.Family, eps []proxier.Endpoint) []proxier.Endpoint {
-	var out []proxier.Endpoint
+func familyEndpoints(f nftlib.Family, eps []model.Endpoint) []model.Endpoint {
+	var out []model.Endpoint
 	for i, ep := range eps {
-		if f.Has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o proxier.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
+		if f.Has(ep.Addr) && !slices.ContainsFunc(eps[:i], func(o model.Endpoint) bool { return o.Addr == ep.Addr && o.Port == ep.Port }) {
 			if out == nil {
-				out = make([]proxier.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
+				out = make([]model.Endpoint, 0, len(eps)-i) // grown by append, the largest garbage of a full sync
 			}
 			out = append(out, ep)
 		}
@@ -553,7 +554,7 @@ func (fb *fragmentBuilder) policyChains(clusterIP netip.Addr) {
 }
 
 // policyChain is one policy's chain, when it has endpoints.
-func (fb *fragmentBuilder) policyChain(chain string, eps []proxier.Endpoint, masq *nftlib.Rule) {
+func (fb *fragmentBuilder) policyChain(chain string, eps []model.Endpoint, masq *nftlib.Rule) {
 	if len(eps) == 0 {
 		return
 	}
@@ -602,8 +603,8 @@ var jumpMarkMasq nftlib.Term = nftlib.JumpTo(chainMarkMasq)
 // likely. Sets per service make the kernel's commit time quadratic.
 // It appends the rules to rules; epNames holds the names of the endpoints'
 // chains (see endpointNames).
-func pickEndpoint(rules []nftlib.Rule, svc *proxier.ServicePort, eps []proxier.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []nftlib.Rule {
-	namesOf := func(ep proxier.Endpoint) endpointNames {
+func pickEndpoint(rules []nftlib.Rule, svc *model.ServicePort, eps []model.Endpoint, epNames map[netip.AddrPort]endpointNames, name string) []nftlib.Rule {
+	namesOf := func(ep model.Endpoint) endpointNames {
 		if n, ok := epNames[netip.AddrPortFrom(ep.Addr, ep.Port)]; ok {
 			return n
 		}
@@ -636,7 +637,7 @@ func pickEndpoint(rules []nftlib.Rule, svc *proxier.ServicePort, eps []proxier.E
 }
 
 // pickRules is how many rules pickEndpoint makes.
-func pickRules(svc *proxier.ServicePort, eps []proxier.Endpoint) int {
+func pickRules(svc *model.ServicePort, eps []model.Endpoint) int {
 	if svc.AffinityTimeout > 0 {
 		return 2 * len(eps)
 	}
@@ -654,7 +655,7 @@ type endpointNames struct {
 	pickVerdict nftlib.Term
 }
 
-func newEndpointNames(svc *proxier.ServicePort, ep proxier.Endpoint, name string) endpointNames {
+func newEndpointNames(svc *model.ServicePort, ep model.Endpoint, name string) endpointNames {
 	var addr, buf [128]byte
 	s := netip.AddrPortFrom(ep.Addr, ep.Port).AppendTo(addr[:0])
 	b := appendChainName(buf[:0], prefixSEP, svc.Name, svc.Protocol, s)
@@ -668,7 +669,7 @@ func newEndpointNames(svc *proxier.ServicePort, ep proxier.Endpoint, name string
 // clusterMasquerade is the rule that marks ClusterIP traffic for SNAT:
 // all of it with --masquerade-all, else what does not come from a pod;
 // nil when neither is configured.
-func clusterMasquerade(f nftlib.Family, cfg Config, node proxier.Node, clusterIP netip.Addr, port uint16, name string) *nftlib.Rule {
+func clusterMasquerade(f nftlib.Family, cfg Config, node model.Node, clusterIP netip.Addr, port uint16, name string) *nftlib.Rule {
 	match := []nftlib.Term{nftlib.AddrMatch{Field: nftlib.FieldDaddr, Prefix: netip.PrefixFrom(clusterIP, clusterIP.BitLen())}, nftlib.PortMatch{Port: port}}
 	if cfg.MasqueradeAll {
 		r := nftlib.R(append(match, nftlib.JumpTo(chainMarkMasq))...).WithComment(name + " cluster IP")

@@ -5,26 +5,26 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // demoState is a small dual-stack state: a TCP NodePort service with two
 // endpoints and a UDP ClusterIP service with one.
-func demoState() *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
-	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
-	dns := proxier.ServicePortName{Namespace: "default", Name: "dns-like", Port: "dns"}
-	st.Services = st.Services.With(web, &proxier.ServicePort{Name: web, Protocol: proxier.TCP, Port: 80, NodePort: 30080,
+func demoState() *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
+	web := model.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
+	dns := model.ServicePortName{Namespace: "default", Name: "dns-like", Port: "dns"}
+	st.Services = st.Services.With(web, &model.ServicePort{Name: web, Protocol: model.TCP, Port: 80, NodePort: 30080,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10:96::10")}})
-	st.Services = st.Services.With(dns, &proxier.ServicePort{Name: dns, Protocol: proxier.UDP, Port: 53,
+	st.Services = st.Services.With(dns, &model.ServicePort{Name: dns, Protocol: model.UDP, Port: 53,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.53")}})
-	ep := func(ip string, port uint16) proxier.Endpoint {
-		return proxier.Endpoint{Addr: netip.MustParseAddr(ip), Port: port, NodeName: "node-1", Ready: true, Serving: true}
+	ep := func(ip string, port uint16) model.Endpoint {
+		return model.Endpoint{Addr: netip.MustParseAddr(ip), Port: port, NodeName: "node-1", Ready: true, Serving: true}
 	}
-	st.Endpoints = st.Endpoints.With(web, []proxier.Endpoint{ep("10.244.0.10", 8080), ep("10.244.0.11", 8080), ep("fd00:10:244::10", 8080)})
-	st.Endpoints = st.Endpoints.With(dns, []proxier.Endpoint{ep("10.244.0.10", 5353)})
+	st.Endpoints = st.Endpoints.With(web, []model.Endpoint{ep("10.244.0.10", 8080), ep("10.244.0.11", 8080), ep("fd00:10:244::10", 8080)})
+	st.Endpoints = st.Endpoints.With(dns, []model.Endpoint{ep("10.244.0.10", 5353)})
 	return st
 }
 
@@ -35,8 +35,8 @@ func demoConfig() Config {
 	return cfg
 }
 
-func proxierName(ns, name, port string) proxier.ServicePortName {
-	return proxier.ServicePortName{Namespace: ns, Name: name, Port: port}
+func proxierName(ns, name, port string) model.ServicePortName {
+	return model.ServicePortName{Namespace: ns, Name: name, Port: port}
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -44,10 +44,10 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // A NodePort that another Service holds in one IP family is programmed in
 // the other family only.
 func TestNodePortHeldInOneFamily(t *testing.T) {
-	name := proxier.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"}
-	svc := &proxier.ServicePort{Name: name, Protocol: proxier.TCP, Port: 80, NodePort: 30080, NodePortHeldV4: true,
+	name := model.ServicePortName{Namespace: "default", Name: "newcomer", Port: "http"}
+	svc := &model.ServicePort{Name: name, Protocol: model.TCP, Port: 80, NodePort: 30080, NodePortHeldV4: true,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.11"), netip.MustParseAddr("fd00:10:96::11")}}
-	eps := []proxier.Endpoint{
+	eps := []model.Endpoint{
 		{Addr: netip.MustParseAddr("10.244.0.10"), Port: 8080, Ready: true, Serving: true},
 		{Addr: netip.MustParseAddr("fd00:10:244::10"), Port: 8080, Ready: true, Serving: true},
 	}
@@ -55,7 +55,7 @@ func TestNodePortHeldInOneFamily(t *testing.T) {
 		f    nftlib.Family
 		want bool
 	}{{nftlib.IPv4, false}, {nftlib.IPv6, true}} {
-		fr := BuildFragment(tc.f, demoConfig(), proxier.Node{Name: "node-1"}, svc, eps)
+		fr := BuildFragment(tc.f, demoConfig(), model.Node{Name: "node-1"}, svc, eps)
 		got := slices.ContainsFunc(fr.Elements, func(e nftlib.MapElement) bool {
 			return e.Map == mapServicePorts && e.Key.Port == 30080
 		})

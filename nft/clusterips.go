@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // Checks on ClusterIP traffic (Config.ClusterIPChecks), as upstream's
@@ -81,10 +81,10 @@ func withServiceCIDRs(t *nftlib.Table, cidrs []netip.Prefix) *nftlib.Table {
 // clusterIPIndex holds, per ClusterIP, the service ports that hold it, in
 // the order of their names. A port holds the first ClusterIP of each
 // family, the one its fragment maps.
-type clusterIPIndex map[netip.Addr][]proxier.ServicePortName
+type clusterIPIndex map[netip.Addr][]model.ServicePortName
 
 // newClusterIPIndex indexes every service port of st.
-func newClusterIPIndex(st *proxier.State) clusterIPIndex {
+func newClusterIPIndex(st *model.State) clusterIPIndex {
 	ix := make(clusterIPIndex, st.Services.Len())
 	for name, svc := range st.Services.All() {
 		for _, ip := range portClusterIPs(svc) {
@@ -96,7 +96,7 @@ func newClusterIPIndex(st *proxier.State) clusterIPIndex {
 
 // portClusterIPs are the ClusterIPs a service port's fragments map (nil
 // svc: none).
-func portClusterIPs(svc *proxier.ServicePort) []netip.Addr {
+func portClusterIPs(svc *model.ServicePort) []netip.Addr {
 	var out []netip.Addr
 	if svc == nil {
 		return nil
@@ -110,8 +110,8 @@ func portClusterIPs(svc *proxier.ServicePort) []netip.Addr {
 }
 
 // withHolder adds name to the sorted holders, once.
-func withHolder(holders []proxier.ServicePortName, name proxier.ServicePortName) []proxier.ServicePortName {
-	i, found := slices.BinarySearchFunc(holders, name, proxier.ServicePortName.Compare)
+func withHolder(holders []model.ServicePortName, name model.ServicePortName) []model.ServicePortName {
+	i, found := slices.BinarySearchFunc(holders, name, model.ServicePortName.Compare)
 	if found {
 		return holders
 	}
@@ -120,8 +120,8 @@ func withHolder(holders []proxier.ServicePortName, name proxier.ServicePortName)
 
 // withoutHolder removes name from the sorted holders (a copy: the index's
 // slice stays as applied).
-func withoutHolder(holders []proxier.ServicePortName, name proxier.ServicePortName) []proxier.ServicePortName {
-	i, found := slices.BinarySearchFunc(holders, name, proxier.ServicePortName.Compare)
+func withoutHolder(holders []model.ServicePortName, name model.ServicePortName) []model.ServicePortName {
+	i, found := slices.BinarySearchFunc(holders, name, model.ServicePortName.Compare)
 	if !found {
 		return holders
 	}
@@ -130,7 +130,7 @@ func withoutHolder(holders []proxier.ServicePortName, name proxier.ServicePortNa
 
 // clusterIPFragment is the fragment of ip's element, commented with the
 // Service of its first holder; nil when no port holds it.
-func clusterIPFragment(ip netip.Addr, holders []proxier.ServicePortName) *nftlib.Fragment {
+func clusterIPFragment(ip netip.Addr, holders []model.ServicePortName) *nftlib.Fragment {
 	if len(holders) == 0 {
 		return nil
 	}
@@ -161,7 +161,7 @@ func mainTableOf(ip netip.Addr) tableID {
 // ClusterIPs its changed ports held or hold now: have as applied, want
 // after the sync, and their keys to diff. The holders after the sync go to
 // p.clusterIPs, which record makes the index.
-func (b *Backend) planClusterIPs(p *syncPlan, st *proxier.State) {
+func (b *Backend) planClusterIPs(p *syncPlan, st *model.State) {
 	if !b.cfg.ClusterIPChecks {
 		return
 	}
@@ -171,8 +171,8 @@ func (b *Backend) planClusterIPs(p *syncPlan, st *proxier.State) {
 			p.want[id] = withServiceCIDRs(p.want[id], st.ServiceCIDRs)
 		}
 	}
-	after := map[netip.Addr][]proxier.ServicePortName{}
-	holders := func(ip netip.Addr) []proxier.ServicePortName {
+	after := map[netip.Addr][]model.ServicePortName{}
+	holders := func(ip netip.Addr) []model.ServicePortName {
 		if h, ok := after[ip]; ok {
 			return h
 		}
@@ -180,7 +180,7 @@ func (b *Backend) planClusterIPs(p *syncPlan, st *proxier.State) {
 	}
 	applied := b.changes.State()
 	for _, name := range p.changed {
-		var old *proxier.ServicePort
+		var old *model.ServicePort
 		if applied != nil {
 			old, _ = applied.Services.Lookup(name)
 		}
@@ -203,7 +203,7 @@ func (b *Backend) planClusterIPs(p *syncPlan, st *proxier.State) {
 
 // recordClusterIPs makes the index and the ServiceCIDRs those of the
 // State a sync applied.
-func (b *Backend) recordClusterIPs(st *proxier.State, p *syncPlan) {
+func (b *Backend) recordClusterIPs(st *model.State, p *syncPlan) {
 	if !b.cfg.ClusterIPChecks {
 		return
 	}

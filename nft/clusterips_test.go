@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // cipPort is a service port of the ClusterIP tests: Service svc (in
@@ -21,22 +21,22 @@ type cipPort struct {
 
 // cipState is generation gen of lin with the given ports; changed names
 // the ports changed since the generation before ("svc:port").
-func cipState(lin *proxier.Lineage, gen uint64, changed []string, cidrs []string, ports ...cipPort) *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
+func cipState(lin *model.Lineage, gen uint64, changed []string, cidrs []string, ports ...cipPort) *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
 	for i, p := range ports {
 		n := proxierName("ns", p.svc, p.port)
-		sp := &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: uint16(80 + i)}
+		sp := &model.ServicePort{Name: n, Protocol: model.TCP, Port: uint16(80 + i)}
 		for _, ip := range p.ips {
 			sp.ClusterIPs = append(sp.ClusterIPs, mustAddr(ip))
 		}
 		st.Services = st.Services.With(n, sp)
-		st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{{Addr: mustAddr("10.244.0.10"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
+		st.Endpoints = st.Endpoints.With(n, []model.Endpoint{{Addr: mustAddr("10.244.0.10"), Port: 8080, NodeName: "node-1", Ready: true, Serving: true}})
 	}
 	for _, c := range cidrs {
 		st.ServiceCIDRs = append(st.ServiceCIDRs, netip.MustParsePrefix(c))
 	}
-	st.Changes = proxier.StateChanges{Lineage: lin, Gen: gen}
+	st.Changes = model.StateChanges{Lineage: lin, Gen: gen}
 	for _, c := range changed {
 		svc, port, _ := strings.Cut(c, ":")
 		st.Changes.Ports = append(st.Changes.Ports, proxierName("ns", svc, port))
@@ -51,7 +51,7 @@ func cipState(lin *proxier.Lineage, gen uint64, changed []string, cidrs []string
 // alone. After each sync the kernel holds the elements and the chain a full
 // sync would write, and the backend's index is the State's.
 func TestClusterIPElementsFollowPorts(t *testing.T) {
-	lin := &proxier.Lineage{}
+	lin := &model.Lineage{}
 	a1 := cipPort{"a", "p1", []string{"10.96.0.1", "fd00::1"}}
 	a2 := cipPort{"a", "p2", []string{"10.96.0.1", "fd00::1"}}
 	a3 := cipPort{"a", "p3", []string{"10.96.0.1", "fd00::1"}}
@@ -60,7 +60,7 @@ func TestClusterIPElementsFollowPorts(t *testing.T) {
 	aa := cipPort{"aa", "q", []string{"10.96.0.9"}}
 	steps := []struct {
 		what string
-		st   *proxier.State
+		st   *model.State
 		want []string // the transaction's lines naming the set or chain
 	}{
 		{"first: a full sync", cipState(lin, 1, nil, nil, a1, a2, b), nil},

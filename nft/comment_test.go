@@ -9,18 +9,18 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // unicodeState has a Service whose names are multi-byte UTF-8 (and a quote
 // and a backslash), long enough to push every comment past nft's limit.
-func unicodeState() *proxier.State {
-	st := proxier.NewState()
+func unicodeState() *model.State {
+	st := model.NewState()
 	n := proxierName(strings.Repeat("ñ", 40), strings.Repeat("服务", 10)+`"\`, "ポート-é")
-	st.Services = st.Services.With(n, &proxier.ServicePort{Name: n, Protocol: proxier.TCP, Port: 80, NodePort: 30111,
+	st.Services = st.Services.With(n, &model.ServicePort{Name: n, Protocol: model.TCP, Port: 80, NodePort: 30111,
 		ClusterIPs:  []netip.Addr{mustAddr("10.96.7.7")},
 		ExternalIPs: []netip.Addr{mustAddr("192.0.2.77")}})
-	st.Endpoints = st.Endpoints.With(n, []proxier.Endpoint{
+	st.Endpoints = st.Endpoints.With(n, []model.Endpoint{
 		{Addr: mustAddr("10.244.7.1"), Port: 8080, Ready: true, Serving: true},
 		{Addr: mustAddr("10.244.7.2"), Port: 8080, Ready: true, Serving: true},
 	})

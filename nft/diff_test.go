@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // txScript is a transaction as an nft script, in the order it is sent
@@ -20,7 +20,7 @@ func txScript(what string, x *nftlib.Tx) string {
 }
 
 // ipv4 is the main ip table that st builds.
-func ipv4(st *proxier.State) *nftlib.Table {
+func ipv4(st *model.State) *nftlib.Table {
 	for _, t := range Build(st, demoConfig()).Tables {
 		if t.Family == nftlib.IPv4 && !t.Secondary {
 			return t
@@ -33,7 +33,7 @@ func ipv4(st *proxier.State) *nftlib.Table {
 // testdata/tx/diff-<case>.nft (go test ./nft -run TestDiff -update
 // rewrites them), and the chains it leaves stale for the next sync.
 func TestDiff(t *testing.T) {
-	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
+	web := model.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
 	base := demoState()
 	moved := demoState()
 	moved.Endpoints.Get(web)[1].Addr = netip.MustParseAddr("10.244.0.12")

@@ -3,7 +3,7 @@
 //
 // Config holds the mode's flags (the ones it shares with the IPVS mode are
 // proxier.Settings). Build, BuildTable and BuildFragment turn a
-// proxier.State into nftlib Tables (a main table, a delta table for the
+// model.State into nftlib Tables (a main table, a delta table for the
 // service ports changed lately, an affinity table for those with session
 // affinity) whose chain names are iptables mode's (names.go), each service
 // port's chains and map elements a fragment keyed by its name. Backend is

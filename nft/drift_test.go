@@ -11,8 +11,8 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // readBackDrift reads every table back and compares it with want, whatever
@@ -64,8 +64,8 @@ type tamperCase struct {
 
 func tamperCases() []tamperCase {
 	web := proxierName("default", "web", "http")
-	sep := EndpointChain(web, proxier.TCP, "10.244.0.10:8080")
-	svc := ServiceChain(web, proxier.TCP)
+	sep := EndpointChain(web, model.TCP, "10.244.0.10:8080")
+	svc := ServiceChain(web, model.TCP)
 	tbl := []string{"ip", DefaultTableName}
 	cmd := func(args ...string) []string {
 		// e.g. cmd("delete chain", "X") -> nft delete chain ip kube-nftproxy X
@@ -216,7 +216,7 @@ func containsSub(list []string, sub string) bool {
 
 // assertKernelIsRender compares nft's listing with our render, leaving out
 // chains that are flushed and left for the next sync to delete.
-func assertKernelIsRender(t *testing.T, ns string, st *proxier.State) {
+func assertKernelIsRender(t *testing.T, ns string, st *model.State) {
 	t.Helper()
 	got := testns.NFT(t, ns, "list", "ruleset")
 	var kept []string
@@ -298,7 +298,7 @@ func TestKernelCheckGeneration(t *testing.T) {
 	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
 	ctx := context.Background()
 	st := demoState()
-	sync := func(st *proxier.State, what string, wantDumps bool) {
+	sync := func(st *model.State, what string, wantDumps bool) {
 		t.Helper()
 		dumps, reads := b.kern().Dumps, b.check.readBacks
 		res, err := b.Sync(ctx, st)

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -17,17 +18,17 @@ import (
 //   - itp: internalTrafficPolicy Local, one local and one remote endpoint
 //   - itp-none: internalTrafficPolicy Local, remote endpoints only
 //   - fw: LoadBalancer IP with loadBalancerSourceRanges 192.0.2.0/24 and 10.99.0.1/32
-func featureState() *proxier.State {
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1"}
-	add := func(name string, port uint16, svc proxier.ServicePort, eps ...proxier.Endpoint) {
+func featureState() *model.State {
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1"}
+	add := func(name string, port uint16, svc model.ServicePort, eps ...model.Endpoint) {
 		n := proxierName("feat", name, "p")
-		svc.Name, svc.Protocol, svc.Port = n, proxier.TCP, port
+		svc.Name, svc.Protocol, svc.Port = n, model.TCP, port
 		st.Services = st.Services.With(n, &svc)
 		st.Endpoints = st.Endpoints.With(n, eps)
 	}
-	ep := func(ip, node string) proxier.Endpoint {
-		return proxier.Endpoint{Addr: mustAddr(ip), Port: 8080, NodeName: node, Ready: true, Serving: true}
+	ep := func(ip, node string) model.Endpoint {
+		return model.Endpoint{Addr: mustAddr(ip), Port: 8080, NodeName: node, Ready: true, Serving: true}
 	}
 	ips := func(s ...string) []netip.Addr {
 		var out []netip.Addr
@@ -36,16 +37,16 @@ func featureState() *proxier.State {
 		}
 		return out
 	}
-	add("none", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.1"), NodePort: 30001, ExternalIPs: ips("203.0.113.1")})
-	add("etp", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.2"), NodePort: 30002, LoadBalancerIPs: ips("203.0.113.2"), ExternalPolicyLocal: true},
+	add("none", 80, model.ServicePort{ClusterIPs: ips("10.96.1.1"), NodePort: 30001, ExternalIPs: ips("203.0.113.1")})
+	add("etp", 80, model.ServicePort{ClusterIPs: ips("10.96.1.2"), NodePort: 30002, LoadBalancerIPs: ips("203.0.113.2"), ExternalPolicyLocal: true},
 		ep("10.244.0.10", "node-1"), ep("10.244.9.10", "node-2"))
-	add("etp-none", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.3"), NodePort: 30003, ExternalPolicyLocal: true},
+	add("etp-none", 80, model.ServicePort{ClusterIPs: ips("10.96.1.3"), NodePort: 30003, ExternalPolicyLocal: true},
 		ep("10.244.9.11", "node-2"))
-	add("itp", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.4"), InternalPolicyLocal: true},
+	add("itp", 80, model.ServicePort{ClusterIPs: ips("10.96.1.4"), InternalPolicyLocal: true},
 		ep("10.244.0.12", "node-1"), ep("10.244.9.12", "node-2"))
-	add("itp-none", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.5"), InternalPolicyLocal: true},
+	add("itp-none", 80, model.ServicePort{ClusterIPs: ips("10.96.1.5"), InternalPolicyLocal: true},
 		ep("10.244.9.13", "node-2"))
-	add("fw", 80, proxier.ServicePort{ClusterIPs: ips("10.96.1.6"), LoadBalancerIPs: ips("203.0.113.6"),
+	add("fw", 80, model.ServicePort{ClusterIPs: ips("10.96.1.6"), LoadBalancerIPs: ips("203.0.113.6"),
 		LoadBalancerSourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("10.99.0.1/32")}},
 		ep("10.244.0.14", "node-1"))
 	return st

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -73,7 +74,7 @@ func injectForeign(t *testing.T, ns string, tc foreignCase) {
 }
 
 // syncUntilRepaired syncs st, which repairs the table.
-func syncUntilRepaired(t *testing.T, b *Backend, st *proxier.State) proxier.SyncResult {
+func syncUntilRepaired(t *testing.T, b *Backend, st *model.State) proxier.SyncResult {
 	t.Helper()
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {

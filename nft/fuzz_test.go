@@ -7,8 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // fuzzReader hands out fuzzed bytes as small values; zeros once exhausted.
@@ -51,14 +51,14 @@ func (r *fuzzReader) addr() netip.Addr {
 }
 
 // fuzzState builds a State of up to 8 service ports from fuzzed bytes.
-func fuzzState(data []byte) *proxier.State {
+func fuzzState(data []byte) *model.State {
 	r := &fuzzReader{b: data}
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: "node-1", IPs: []netip.Addr{r.addr()}}
+	st := model.NewState()
+	st.Node = model.Node{Name: "node-1", IPs: []netip.Addr{r.addr()}}
 	for i, n := 0, int(r.byte()%9); i < n; i++ {
-		name := proxier.ServicePortName{Namespace: r.str(), Name: r.str(), Port: r.str()}
+		name := model.ServicePortName{Namespace: r.str(), Name: r.str(), Port: r.str()}
 		flags := r.byte()
-		svc := &proxier.ServicePort{Name: name, Protocol: []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP}[flags%3],
+		svc := &model.ServicePort{Name: name, Protocol: []model.Protocol{model.TCP, model.UDP, model.SCTP}[flags%3],
 			Port: r.u16(), ClusterIPs: []netip.Addr{r.addr(), r.addr()},
 			ExternalPolicyLocal: flags&8 != 0, InternalPolicyLocal: flags&16 != 0}
 		if flags&4 != 0 {
@@ -79,7 +79,7 @@ func fuzzState(data []byte) *proxier.State {
 			if ef&1 != 0 {
 				node = "node-2"
 			}
-			st.Endpoints = st.Endpoints.With(name, append(st.Endpoints.Get(name), proxier.Endpoint{Addr: r.addr(), Port: r.u16(), NodeName: node,
+			st.Endpoints = st.Endpoints.With(name, append(st.Endpoints.Get(name), model.Endpoint{Addr: r.addr(), Port: r.u16(), NodeName: node,
 				Ready: ef&2 == 0, Serving: ef&4 == 0, Terminating: ef&8 != 0}))
 		}
 	}

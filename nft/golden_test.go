@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/golden"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
@@ -23,7 +24,7 @@ const goldenDir = "testdata/golden"
 type goldenCase struct {
 	name string // the case's directory under goldenDir
 	file string // its ruleset, relative to testdata (as golden.Check takes it)
-	st   *proxier.State
+	st   *model.State
 	cfg  Config
 }
 
@@ -151,7 +152,7 @@ func TestGolden(t *testing.T) {
 func TestGoldenGoStates(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		st   *proxier.State
+		st   *model.State
 	}{{"demo", demoState()}, {"features", featureState()}} {
 		t.Run(tt.name, func(t *testing.T) {
 			want, err := os.ReadFile(filepath.Join(goldenDir, tt.name, tt.name+".nft"))

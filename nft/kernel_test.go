@@ -13,8 +13,8 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
@@ -167,9 +167,9 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 		"{ 10.96.0.99 . tcp . 80 : goto KUBE-MARK-MASQ }")
 	next := demoState()
 	extra := proxierName("default", "extra", "http")
-	next.Services = next.Services.With(extra, &proxier.ServicePort{Name: extra, Protocol: proxier.TCP, Port: 80,
+	next.Services = next.Services.With(extra, &model.ServicePort{Name: extra, Protocol: model.TCP, Port: 80,
 		ClusterIPs: []netip.Addr{mustAddr("10.96.0.99")}})
-	next.Endpoints = next.Endpoints.With(extra, []proxier.Endpoint{{Addr: mustAddr("10.244.0.30"), Port: 80, Ready: true, Serving: true}})
+	next.Endpoints = next.Endpoints.With(extra, []model.Endpoint{{Addr: mustAddr("10.244.0.30"), Port: 80, Ready: true, Serving: true}})
 	web := proxierName("default", "web", "http")
 	next.Endpoints = next.Endpoints.With(web, next.Endpoints.Get(web)[:1]) // a second change in the same sync
 
@@ -308,16 +308,16 @@ func TestKernelStateChanges(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	ctx := context.Background()
-	lineage := &proxier.Lineage{}
+	lineage := &model.Lineage{}
 	web, dns := proxierName("default", "web", "http"), proxierName("default", "dns-like", "dns")
-	state := func(gen uint64, webEP, dnsEP string, changed ...proxier.ServicePortName) *proxier.State {
+	state := func(gen uint64, webEP, dnsEP string, changed ...model.ServicePortName) *model.State {
 		st := demoState()
 		st.Endpoints.Get(web)[0].Addr = mustAddr(webEP)
 		st.Endpoints.Get(dns)[0].Addr = mustAddr(dnsEP)
-		st.Changes = proxier.StateChanges{Lineage: lineage, Gen: gen, Ports: changed, NodeChanged: gen == 1}
+		st.Changes = model.StateChanges{Lineage: lineage, Gen: gen, Ports: changed, NodeChanged: gen == 1}
 		return st
 	}
-	sync := func(st *proxier.State) {
+	sync := func(st *model.State) {
 		t.Helper()
 		if res, err := b.Sync(ctx, st); err != nil || res.Full != (st.Changes.Gen == 1) {
 			t.Fatalf("sync of generation %d: %+v, %v", st.Changes.Gen, res, err)

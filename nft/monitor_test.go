@@ -10,8 +10,8 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // foreignWriter commits to a table of its own in the namespace, through
@@ -55,7 +55,7 @@ func (w *foreignWriter) commit(t testing.TB, chains int) {
 
 // checkedSync syncs st with a drift check and returns how many tables the
 // check read back; it fails on drift, errors or a full sync.
-func checkedSync(t *testing.T, b *Backend, st *proxier.State, what string) int {
+func checkedSync(t *testing.T, b *Backend, st *model.State, what string) int {
 	t.Helper()
 	var found []string
 	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
@@ -119,7 +119,7 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 
 // withoutForeign deletes the foreign tables so that the listing holds ours
 // only, and returns st.
-func withoutForeign(t *testing.T, ns string, st *proxier.State) *proxier.State {
+func withoutForeign(t *testing.T, ns string, st *model.State) *model.State {
 	t.Helper()
 	testns.NFT(t, ns, "delete", "table", "ip", "other")
 	testns.NFT(t, ns, "delete", "table", "inet", DefaultTableName)
@@ -376,8 +376,8 @@ func TestKernelChangeRepairedInPlace(t *testing.T) {
 	}
 	const tbl = "ip " + DefaultTableName + " "
 	web := proxierName("default", "web", "http")
-	svc := ServiceChain(web, proxier.TCP)
-	sep := EndpointChain(web, proxier.TCP, "10.244.0.10:8080")
+	svc := ServiceChain(web, model.TCP)
+	sep := EndpointChain(web, model.TCP, "10.244.0.10:8080")
 	for _, tc := range []struct {
 		name     string
 		script   string
@@ -447,7 +447,7 @@ func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 
 // syncedDemo programs demoState in a new namespace, with drift checks
 // only when the monitor asks for one.
-func syncedDemo(t *testing.T) (string, *Backend, *proxier.State) {
+func syncedDemo(t *testing.T) (string, *Backend, *model.State) {
 	t.Helper()
 	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())

@@ -5,7 +5,7 @@ import (
 	"encoding/base32"
 	"unicode/utf8"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Chain-name prefixes of iptables mode, kept so that our rules line up with an
@@ -21,7 +21,7 @@ const (
 // chainName is prefix and the first 16 characters of
 // base32(sha256(name.String() + proto.Lower() + endpoint)), as iptables
 // mode names its per-service and per-endpoint chains.
-func chainName(prefix string, name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
+func chainName(prefix string, name model.ServicePortName, proto model.Protocol, endpoint string) string {
 	var out [32]byte
 	return string(appendChainName(out[:0], prefix, name, proto, endpoint))
 }
@@ -29,7 +29,7 @@ func chainName(prefix string, name proxier.ServicePortName, proto proxier.Protoc
 // appendChainName appends chainName's name to dst. It hashes in stack
 // buffers: a full sync names every chain anew (110k at 10k Services x 10
 // endpoints), and the caller decides where the name lives.
-func appendChainName[E string | []byte](dst []byte, prefix string, name proxier.ServicePortName, proto proxier.Protocol, endpoint E) []byte {
+func appendChainName[E string | []byte](dst []byte, prefix string, name model.ServicePortName, proto model.Protocol, endpoint E) []byte {
 	var in [192]byte
 	s := append(in[:0], name.Namespace...)
 	s = append(s, '/')
@@ -66,37 +66,37 @@ func isASCII(s string) bool {
 }
 
 // ServiceChain is KUBE-SVC-<hash>: cluster traffic of one service port.
-func ServiceChain(name proxier.ServicePortName, proto proxier.Protocol) string {
+func ServiceChain(name model.ServicePortName, proto model.Protocol) string {
 	return chainName(prefixSVC, name, proto, "")
 }
 
 // LocalServiceChain is KUBE-SVL-<hash>: like KUBE-SVC but local endpoints only.
-func LocalServiceChain(name proxier.ServicePortName, proto proxier.Protocol) string {
+func LocalServiceChain(name model.ServicePortName, proto model.Protocol) string {
 	return chainName(prefixSVL, name, proto, "")
 }
 
 // ExternalChain is KUBE-EXT-<hash>: external (NodePort, external IP, LB) traffic.
-func ExternalChain(name proxier.ServicePortName, proto proxier.Protocol) string {
+func ExternalChain(name model.ServicePortName, proto model.Protocol) string {
 	return chainName(prefixEXT, name, proto, "")
 }
 
 // FirewallChain is KUBE-FW-<hash>: loadBalancerSourceRanges.
-func FirewallChain(name proxier.ServicePortName, proto proxier.Protocol) string {
+func FirewallChain(name model.ServicePortName, proto model.Protocol) string {
 	return chainName(prefixFW, name, proto, "")
 }
 
 // EndpointChain is KUBE-SEP-<hash> for one endpoint ("ip:port") of a service port.
-func EndpointChain(name proxier.ServicePortName, proto proxier.Protocol, endpoint string) string {
+func EndpointChain(name model.ServicePortName, proto model.Protocol, endpoint string) string {
 	return chainName(prefixSEP, name, proto, endpoint)
 }
 
 // fragmentKey is the key of a service port's fragment in a Table: its
 // name's String form, so that fragments are listed in the order of
-// proxier.ServicePortName.Compare.
-func fragmentKey(name proxier.ServicePortName) string { return name.String() }
+// model.ServicePortName.Compare.
+func fragmentKey(name model.ServicePortName) string { return name.String() }
 
 // fragmentKeys is fragmentKey of each name.
-func fragmentKeys(names []proxier.ServicePortName) []string {
+func fragmentKeys(names []model.ServicePortName) []string {
 	keys := make([]string, len(names))
 	for i, n := range names {
 		keys[i] = fragmentKey(n)

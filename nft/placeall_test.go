@@ -4,8 +4,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // A full sync's fragments built on several CPUs (three here: three CPUs, and
@@ -14,7 +14,7 @@ import (
 func TestPlaceAllMatchesPlace(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	st := scaleState(3*buildParallelMin+5, 2)
-	withAffinity(st, func(n proxier.ServicePortName) bool { return len(n.Name)%3 == 0 })
+	withAffinity(st, func(n model.ServicePortName) bool { return len(n.Name)%3 == 0 })
 	b, err := NewBackend(nil, BackendConfig{Rules: demoConfig()})
 	if err != nil {
 		t.Fatal(err)

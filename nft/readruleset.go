@@ -1,8 +1,8 @@
 package nft
 
 import (
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // ReadRuleset reads from k our tables (main, delta and affinity, both families) as
@@ -18,7 +18,7 @@ func ReadRuleset(k *nftlib.Kernel, tableName string) (*nftlib.Ruleset, error) {
 		names := map[string]TableKind{tableName: MainTable, tableName + deltaSuffix: DeltaTable, tableName + affinitySuffix: AffinityTable}
 		cfg := DefaultConfig()
 		cfg.ClusterIPChecks = true // knows the nftables mode's set too
-		template := BuildTable(f, cfg, proxier.Node{}, MainTable)
+		template := BuildTable(f, cfg, model.Node{}, MainTable)
 		template.Sticky, template.StickyComment = setAffinity, setAffinityComment // the affinity table's
 		for _, name := range []string{tableName, tableName + deltaSuffix, tableName + affinitySuffix} {
 			kt, err := k.TableInfo(f, name)

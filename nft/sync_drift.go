@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // driftChecker finds out whether the kernel still holds what we applied.
@@ -77,7 +77,7 @@ func (c *driftChecker) start(cfg Config, applied bool) {
 }
 
 func tableNameOf(cfg Config, kind TableKind) string {
-	return BuildTable(nftlib.IPv4, cfg, proxier.Node{}, kind).Name
+	return BuildTable(nftlib.IPv4, cfg, model.Node{}, kind).Name
 }
 
 // due reports whether a sync checks first: every `every`, and at once

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/parallel"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // syncPlan is what one sync wants the kernel to hold: the tables, and,
@@ -25,9 +25,9 @@ type syncPlan struct {
 	// changed are the service ports added, changed or removed since the
 	// applied State; names those the diff must look at: the changed ones
 	// and those a fold moves, each once.
-	changed, names []proxier.ServicePortName
+	changed, names []model.ServicePortName
 	// inDelta are the service ports the delta tables hold after the sync.
-	inDelta map[proxier.ServicePortName]bool
+	inDelta map[model.ServicePortName]bool
 	// now is the stale-chain clock's time of the sync.
 	now time.Time
 	// deferred, for a full plan to stage (see stagesFull), are the
@@ -35,7 +35,7 @@ type syncPlan struct {
 	// staged: the tables then hold their fixed parts only. node is the
 	// Node they are built for.
 	deferred []placedPort
-	node     proxier.Node
+	node     model.Node
 	// extraKeys are the keys of the ClusterIP elements' fragments the diff
 	// must look at besides names'; clusterIPs the holders of those
 	// ClusterIPs after the sync (a full plan's: of every one). See
@@ -45,7 +45,7 @@ type syncPlan struct {
 }
 
 // plan builds the plan of st.
-func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
+func (b *Backend) plan(st *model.State, full bool) *syncPlan {
 	now := b.stale.now()
 	if full {
 		p := b.planFull(st)
@@ -63,8 +63,8 @@ func (b *Backend) plan(st *proxier.State, full bool) *syncPlan {
 // planFull puts every service port of st in the tables of its home, or
 // defers them to the staged transactions that build them (see
 // stagesFull).
-func (b *Backend) planFull(st *proxier.State) *syncPlan {
-	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[proxier.ServicePortName]bool{}, node: st.Node}
+func (b *Backend) planFull(st *model.State) *syncPlan {
+	p := &syncPlan{full: true, want: map[tableID]*nftlib.Table{}, inDelta: map[model.ServicePortName]bool{}, node: st.Node}
 	for _, id := range tableIDs() {
 		p.want[id] = BuildTable(id.f, b.cfg, st.Node, id.kind)
 	}
@@ -96,7 +96,7 @@ func (b *Backend) placeDeferred(p *syncPlan) {
 // (added, changed or removed) to its new table: a changed port goes to the
 // delta table, unless its home is the affinity table. The tables of the
 // plan hold the fragments of those ports only (see appliedPort).
-func (b *Backend) planChanges(st *proxier.State) *syncPlan {
+func (b *Backend) planChanges(st *model.State) *syncPlan {
 	p := &syncPlan{want: map[tableID]*nftlib.Table{}, have: map[tableID]*nftlib.Table{}, inDelta: maps.Clone(b.inDelta)}
 	for _, id := range tableIDs() {
 		p.have[id] = withoutFragments(b.applied[id])
@@ -128,11 +128,11 @@ func (b *Backend) planChanges(st *proxier.State) *syncPlan {
 // ones: those this sync changed with their new fragments, the others with
 // the applied ones (the same, rebuilt once for both tables).
 func (b *Backend) planFold(p *syncPlan) {
-	changed := make(map[proxier.ServicePortName]bool, len(p.names))
+	changed := make(map[model.ServicePortName]bool, len(p.names))
 	for _, name := range p.names {
 		changed[name] = true
 	}
-	names := append([]proxier.ServicePortName(nil), p.names...)
+	names := append([]model.ServicePortName(nil), p.names...)
 	for name := range p.inDelta {
 		if !changed[name] { // a port is diffed once, wherever it goes
 			names = append(names, name)
@@ -152,7 +152,7 @@ func (b *Backend) planFold(p *syncPlan) {
 		}
 	}
 	p.names = names
-	p.inDelta = map[proxier.ServicePortName]bool{}
+	p.inDelta = map[model.ServicePortName]bool{}
 }
 
 // shouldFold folds the delta into the main table when a sync has no change
@@ -160,7 +160,7 @@ func (b *Backend) planFold(p *syncPlan) {
 // chains, which would otherwise fold a second after every change), or when
 // the delta has grown so that validating it costs more than a fold is
 // worth.
-func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.ServicePortName]bool, total int) bool {
+func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[model.ServicePortName]bool, total int) bool {
 	n := len(inDelta)
 	if n == 0 {
 		return false
@@ -175,7 +175,7 @@ func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[proxier.S
 // remember saves, once per sync, what the applied tables hold for a service
 // port before the sync changes or moves it: have[id].Fragments gets its
 // fragment in that table, rebuilt, or nil.
-func (b *Backend) remember(p *syncPlan, name proxier.ServicePortName) {
+func (b *Backend) remember(p *syncPlan, name model.ServicePortName) {
 	key := fragmentKey(name)
 	if _, done := p.have[tableIDs()[0]].Fragments[key]; done {
 		return
@@ -191,7 +191,7 @@ func (b *Backend) remember(p *syncPlan, name proxier.ServicePortName) {
 }
 
 // place builds a service port's fragments into the tables of that kind.
-func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePortName, kind TableKind, node proxier.Node, svc *proxier.ServicePort, eps []proxier.Endpoint) {
+func (b *Backend) place(want map[tableID]*nftlib.Table, name model.ServicePortName, kind TableKind, node model.Node, svc *model.ServicePort, eps []model.Endpoint) {
 	key := fragmentKey(name)
 	for _, f := range nftlib.Families {
 		if fr := BuildFragment(f, b.cfg, node, svc, eps); fr != nil {
@@ -202,13 +202,13 @@ func (b *Backend) place(want map[tableID]*nftlib.Table, name proxier.ServicePort
 
 // placeAll builds every service port of st into the given tables, each in
 // the table kindOf names (ports whose table is not given are skipped).
-func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *proxier.State, node proxier.Node, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) {
+func placeAll(tables map[tableID]*nftlib.Table, cfg Config, st *model.State, node model.Node, kindOf func(model.ServicePortName, *model.ServicePort) TableKind) {
 	placePorts(tables, cfg, node, sortedPorts(st, kindOf))
 }
 
 // sortedPorts lists st's service ports in the order of their keys, each
 // with its endpoints and the table kind kindOf names.
-func sortedPorts(st *proxier.State, kindOf func(proxier.ServicePortName, *proxier.ServicePort) TableKind) []placedPort {
+func sortedPorts(st *model.State, kindOf func(model.ServicePortName, *model.ServicePort) TableKind) []placedPort {
 	ports := make([]placedPort, 0, st.Services.Len())
 	for name, svc := range st.Services.All() {
 		ports = append(ports, placedPort{fragmentKey(name), name, svc, st.Endpoints.Get(name), kindOf(name, svc)})
@@ -222,7 +222,7 @@ func sortedPorts(st *proxier.State, kindOf func(proxier.ServicePortName, *proxie
 // the order in which a transaction writes them: one that lets go of them
 // as it goes (nftlib.Tx.ReleaseRules) then frees whole pages of memory,
 // not a few objects of each.
-func placePorts(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort) {
+func placePorts(tables map[tableID]*nftlib.Table, cfg Config, node model.Node, ports []placedPort) {
 	built := buildFragments(tables, cfg, node, ports, true)
 	for i, p := range ports {
 		for j, f := range nftlib.Families {
@@ -235,7 +235,7 @@ func placePorts(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node,
 
 // buildFragments builds each port's fragment per family (IPv4, IPv6) for
 // the tables given, on all CPUs when onAllCPUs.
-func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node proxier.Node, ports []placedPort, onAllCPUs bool) [][2]*nftlib.Fragment {
+func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node model.Node, ports []placedPort, onAllCPUs bool) [][2]*nftlib.Fragment {
 	built := make([][2]*nftlib.Fragment, len(ports))
 	build := func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {

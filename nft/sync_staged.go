@@ -3,8 +3,8 @@ package nft
 import (
 	"iter"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // A full sync into tables the kernel does not hold yet (a node's first
@@ -35,9 +35,9 @@ const stagedPieces = 8
 // placedPort is a service port and what a full sync places of it.
 type placedPort struct {
 	key  string
-	name proxier.ServicePortName
-	svc  *proxier.ServicePort
-	eps  []proxier.Endpoint
+	name model.ServicePortName
+	svc  *model.ServicePort
+	eps  []model.Endpoint
 	kind TableKind
 }
 

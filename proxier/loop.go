@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/errlog"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Loop owns the current State and calls the backend: at most one sync per
@@ -34,11 +37,11 @@ type Loop struct {
 	// OnQueued, when set, is called when a change asks for a sync.
 	OnQueued func()
 	// OnApplied, when set, is called with each State a sync applied.
-	OnApplied func(*State)
+	OnApplied func(*model.State)
 
 	mu      sync.Mutex
-	state   *State
-	source  func() *State
+	state   *model.State
+	source  func() *model.State
 	ready   bool // the source has a complete view
 	changed chan struct{}
 	at      time.Time     // a sync asked for at this time (SyncAt); zero: none
@@ -90,7 +93,7 @@ func (l *Loop) syncAtTimer() (<-chan time.Time, *time.Timer) {
 }
 
 // SetState hands the loop a new complete snapshot and asks for a sync.
-func (l *Loop) SetState(st *State) {
+func (l *Loop) SetState(st *model.State) {
 	l.mu.Lock()
 	l.state = st
 	l.ready = st != nil
@@ -102,7 +105,7 @@ func (l *Loop) SetState(st *State) {
 // instead of one handed over with SetState: sources with frequent events
 // (the API server) then build a snapshot per sync, not per event. The loop
 // does not call source before SourceReady.
-func (l *Loop) SetSource(source func() *State) {
+func (l *Loop) SetSource(source func() *model.State) {
 	l.mu.Lock()
 	l.source = source
 	l.mu.Unlock()
@@ -174,7 +177,7 @@ func nextRepairPace(cur, since, hi time.Duration) time.Duration {
 }
 
 // current is the State to sync now, nil while there is no complete view.
-func (l *Loop) current() *State {
+func (l *Loop) current() *model.State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ready {
@@ -199,7 +202,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer periodic.Stop()
 	var backoff time.Duration // after a failure: the wait before the retry
 	var pace time.Duration    // the last repair's wait (see Repair)
-	failures := newErrorLog(l.log, l.SyncPeriod)
+	failures := errlog.New(l.log, l.SyncPeriod)
 	for {
 		var wait <-chan time.Time
 		if backoff > 0 {
@@ -250,10 +253,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			backoff = l.retryAfter(backoff, err)
-			failures.failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
+			failures.Failed(err, "sync failed; the kernel keeps the previous rules, retrying with a full sync", "retry_in", backoff, "took", took)
 		} else {
 			backoff = 0
-			failures.recovered("sync succeeded again")
+			failures.Recovered("sync succeeded again")
 			l.succeeded(res, st, took)
 		}
 		if l.OnSync != nil {
@@ -270,7 +273,7 @@ func (l *Loop) Run(ctx context.Context) error {
 
 // succeeded logs a sync that wrote something and asks for the follow-up
 // sync the backend wants.
-func (l *Loop) succeeded(res SyncResult, st *State, took time.Duration) {
+func (l *Loop) succeeded(res SyncResult, st *model.State, took time.Duration) {
 	switch {
 	case res.CleanupOnly:
 		l.log.Info("deleted stale chains", "chains", res.StaleChainsDeleted, "took", took)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // A zero or negative sync period is refused by Run at once: the periodic
@@ -26,7 +28,7 @@ func TestLoopRefusesBadPeriods(t *testing.T) {
 			b := &fakeBackend{}
 			l := NewLoop(b, nil)
 			l.MinSyncPeriod, l.SyncPeriod = tc.minSync, tc.sync
-			l.SetState(NewState())
+			l.SetState(model.NewState())
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			err := l.Run(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // settlingBackend records the order of syncs, the loop's callbacks and
@@ -36,10 +37,10 @@ func (s *settlingBackend) seen() []string {
 func TestLoopSettlesAfterReport(t *testing.T) {
 	b := &settlingBackend{}
 	l := runLoop(t, b, 0, func(SyncResult, time.Duration, error) { b.note("reported") })
-	l.OnApplied = func(*State) { b.note("applied") }
-	l.SetState(NewState())
+	l.OnApplied = func(*model.State) { b.note("applied") }
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "the first settle", func() bool { return len(b.seen()) == 3 })
-	l.SetState(NewState())
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "the second settle", func() bool { return len(b.seen()) == 6 })
 	want := []string{"reported", "applied", "settle", "reported", "applied", "settle"}
 	if got := b.seen(); !slices.Equal(got, want) {

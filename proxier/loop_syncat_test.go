@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // askingBackend asks the loop for a sync 100ms after each of its first
@@ -22,7 +23,7 @@ type askingBackend struct {
 	mu2   sync.Mutex
 }
 
-func (a *askingBackend) Sync(ctx context.Context, st *State) (SyncResult, error) {
+func (a *askingBackend) Sync(ctx context.Context, st *model.State) (SyncResult, error) {
 	a.mu2.Lock()
 	a.times = append(a.times, time.Now())
 	ask := a.asks > 0
@@ -45,7 +46,7 @@ func TestLoopSyncAt(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	l.SetState(NewState())
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "the asked-for syncs", func() bool { return b.count() == 3 })
 	time.Sleep(300 * time.Millisecond)
 	if n := b.count(); n != 3 {
@@ -64,7 +65,7 @@ func TestLoopSyncAt(t *testing.T) {
 func TestLoopSyncAtFromOutside(t *testing.T) {
 	b := &fakeBackend{}
 	l := runLoop(t, b, 0, nil)
-	l.SetState(NewState())
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "the first sync", func() bool { return b.count() == 1 })
 	l.SyncAt(time.Now().Add(50 * time.Millisecond))
 	testutil.WaitFor(t, 5*time.Second, "the asked-for sync", func() bool { return b.count() == 2 })
@@ -79,7 +80,7 @@ type followUpBackend struct {
 	times []time.Time
 }
 
-func (f *followUpBackend) Sync(ctx context.Context, st *State) (SyncResult, error) {
+func (f *followUpBackend) Sync(ctx context.Context, st *model.State) (SyncResult, error) {
 	f.mu2.Lock()
 	f.times = append(f.times, time.Now())
 	n := len(f.times)
@@ -106,7 +107,7 @@ func TestLoopFollowUp(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	l.SetState(NewState())
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "the follow-up sync", func() bool { return b.count() == 2 })
 	time.Sleep(200 * time.Millisecond) // a third sync would come now if one were asked for
 	if n := b.count(); n != 2 {

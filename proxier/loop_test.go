@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // fakeBackend records syncs and fails the ones it is told to.
 type fakeBackend struct {
 	mu     sync.Mutex
-	synced []*State
+	synced []*model.State
 	fail   int // fail this many syncs first
 }
 
-func (f *fakeBackend) Sync(_ context.Context, st *State) (SyncResult, error) {
+func (f *fakeBackend) Sync(_ context.Context, st *model.State) (SyncResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.synced = append(f.synced, st)
@@ -53,12 +54,12 @@ func runLoop(t *testing.T, b Backend, minSync time.Duration, onSync func(SyncRes
 func TestLoopBatchesChanges(t *testing.T) {
 	b := &fakeBackend{}
 	l := runLoop(t, b, 200*time.Millisecond, nil)
-	first := NewState()
+	first := model.NewState()
 	l.SetState(first)
 	testutil.WaitFor(t, 5*time.Second, "the first sync", func() bool { return b.count() == 1 })
-	var last *State
+	var last *model.State
 	for i := 0; i < 10; i++ {
-		last = NewState()
+		last = model.NewState()
 		l.SetState(last)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the batched sync", func() bool { return b.count() >= 2 })
@@ -81,7 +82,7 @@ func TestLoopRetriesFailedSync(t *testing.T) {
 			errs++
 		}
 	})
-	l.SetState(NewState())
+	l.SetState(model.NewState())
 	testutil.WaitFor(t, 5*time.Second, "a successful retry", func() bool { return b.count() == 3 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -99,11 +100,11 @@ func TestLoopWaitsForCompleteView(t *testing.T) {
 	l.MinSyncPeriod, l.SyncPeriod = time.Millisecond, 5*time.Millisecond
 	calls := 0
 	var mu sync.Mutex
-	l.SetSource(func() *State {
+	l.SetSource(func() *model.State {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
-		return NewState()
+		return model.NewState()
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

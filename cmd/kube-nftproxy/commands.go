@@ -24,9 +24,11 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 )
@@ -336,7 +338,7 @@ func newRenderCommand() *cobra.Command {
 
 // loadState reads the state files, logging (not failing on) bad objects:
 // they are skipped and everything else is programmed.
-func loadState(o *options, log *slog.Logger) (*proxier.State, error) {
+func loadState(o *options, log *slog.Logger) (*model.State, error) {
 	node, err := o.nodeName()
 	if err != nil {
 		return nil, err
@@ -371,11 +373,11 @@ func needPrivileges(what string, err error) error {
 // nodePortAddrs picks the addresses health check node ports listen on, as
 // kube-proxy does with --nodeport-addresses: the node's addresses within
 // the CIDRs, or its primary ones; nil (all addresses) without the flag.
-func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
+func nodePortAddrs(cfg nft.Config) func(*model.State) []netip.Addr {
 	if len(cfg.NodePortAddresses) == 0 && !cfg.NodePortPrimary {
 		return nil
 	}
-	return func(st *proxier.State) []netip.Addr {
+	return func(st *model.State) []netip.Addr {
 		var out []netip.Addr
 		if cfg.NodePortPrimary {
 			out = append(out, st.Node.IPs...)
@@ -399,17 +401,17 @@ func nodePortAddrs(cfg nft.Config) func(*proxier.State) []netip.Addr {
 // conntrackCleaner returns what deletes stale UDP/SCTP conntrack entries
 // after each applied sync, as kube-proxy does. A failed cleanup is logged and
 // retried with the next sync; it never fails the sync.
-func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, metrics *proxier.Metrics) (func(*proxier.State), error) {
+func conntrackCleaner(o *options, syncPeriod time.Duration, log *slog.Logger, metrics *serve.Metrics) (func(*model.State), error) {
 	if o.skipConntrackCleanup {
 		log.Warn("conntrack cleanup is off (--testing-skip-conntrack-cleanup): UDP clients may stay on deleted endpoints")
-		return func(*proxier.State) {}, nil
+		return func(*model.State) {}, nil
 	}
 	conn, err := conntrack.Dial("")
 	if err != nil {
 		return nil, err
 	}
 	c := &conntrack.Cleaner{Table: conn, Log: log, Metrics: conntrack.NewMetrics(metrics.Registry), FullEvery: syncPeriod}
-	return func(st *proxier.State) {
+	return func(st *model.State) {
 		res, err := c.Clean(st)
 		if err != nil {
 			log.Error("conntrack cleanup failed; retrying with the next sync", "err", err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // featureGate is one of kube-proxy's feature gates: its stage, its
@@ -44,10 +44,10 @@ func gateEnabled(gates map[string]bool, name string) bool {
 }
 
 // modelOptions are the options the feature gates give the Builder that
-// turns Services into the proxier's model; log gets the notes on what
+// turns Services into the model; log gets the notes on what
 // they leave out.
-func modelOptions(gates map[string]bool, log *slog.Logger) []model.Option {
-	return []model.Option{model.AllowExternalIPs(gateEnabled(gates, gateExternalIPs), log)}
+func modelOptions(gates map[string]bool, log *slog.Logger) []kube.Option {
+	return []kube.Option{kube.AllowExternalIPs(gateEnabled(gates, gateExternalIPs), log)}
 }
 
 // complete resolves the settings as kube-proxy does after reading flags and

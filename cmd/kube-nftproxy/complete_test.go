@@ -13,8 +13,8 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // TestGateAllowServiceExternalIPs: the effective AllowServiceExternalIPs,
@@ -57,11 +57,11 @@ func TestGateAllowServiceExternalIPs(t *testing.T) {
 			if strings.Contains(logged.String(), "no effect") {
 				t.Errorf("noteGates warned: %s", logged.String())
 			}
-			b := model.NewBuilder("node-1", modelOptions(o.gates, log)...)
+			b := kube.NewBuilder("node-1", modelOptions(o.gates, log)...)
 			if err := b.UpsertService(svc); err != nil {
 				t.Fatal(err)
 			}
-			p := b.State().Services.Get(proxier.ServicePortName{Namespace: "default", Name: "ext", Port: "http"})
+			p := b.State().Services.Get(model.ServicePortName{Namespace: "default", Name: "ext", Port: "http"})
 			if p == nil {
 				t.Fatal("default/ext:http is not in the State")
 			}
@@ -80,7 +80,7 @@ func TestGateAllowServiceExternalIPs(t *testing.T) {
 
 // ipvsPlanHas reports whether IPVS mode's plan of st has a virtual server,
 // a kube-ipvs0 address or a helper set element for addr.
-func ipvsPlanHas(st *proxier.State, addr netip.Addr) bool {
+func ipvsPlanHas(st *model.State, addr netip.Addr) bool {
 	for _, fr := range ipvs.BuildPlan(st, ipvs.Config{}, nil).Services {
 		if slices.Contains(fr.Addrs, addr) ||
 			slices.ContainsFunc(fr.Virtual, func(v ipvsnl.VirtualServer) bool { return v.Addr == addr }) ||

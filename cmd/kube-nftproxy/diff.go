@@ -10,9 +10,9 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/iptsave"
 	"github.com/kube-nftproxy/kube-nftproxy/migrate"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
 // Exit codes of `diff`, as diff(1): equal, different, trouble.
@@ -194,7 +194,7 @@ func readDump(path string, stdin io.Reader) (*iptsave.Dump, error) {
 // what its objects say of the Services; else the live tables alone.
 type compared struct {
 	rs   *nftlib.Ruleset
-	st   *proxier.State
+	st   *model.State
 	want migrate.Expect
 }
 
@@ -211,7 +211,7 @@ func oursToCompare(o *options, stderr io.Writer) (compared, error) {
 	return compared{rs: rs, st: st, want: migrate.ExpectFromState(st)}, err
 }
 
-func renderState(o *options, st *proxier.State) (*nftlib.Ruleset, error) {
+func renderState(o *options, st *model.State) (*nftlib.Ruleset, error) {
 	if m := o.modeName(); m != modeNFTables && m != modeIPTables {
 		return nil, fmt.Errorf("--proxy-mode %q: diff renders nftables or iptables", o.proxyMode)
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
@@ -197,7 +197,7 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.C
 		Plan:      planCfg,
 		Sync:      ipvs.SyncConfig{ExcludeCIDRs: exclude, DrainCheck: o.ipvs.drainCheck},
 		NodeAddrs: ipvsNodeAddrs(addrs),
-		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
+		NewHelper: func(node model.Node) (ipvs.Helper, error) {
 			return ipvs.NewNftHelper(k, cfg.Settings, node, link), nil
 		},
 		CleanupHelper: func() (bool, error) { return ipvs.CleanupHelpers(k, "") },
@@ -226,7 +226,7 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.C
 // renderIPVS prints what ipvs mode programs for st: the helper tables,
 // the virtual servers as `ipvsadm -Sn` prints them and kube-ipvs0's
 // addresses. The node's addresses are taken from its Node object.
-func renderIPVS(w io.Writer, o *options, st *proxier.State) error {
+func renderIPVS(w io.Writer, o *options, st *model.State) error {
 	cfg, err := o.nftConfig()
 	if err != nil {
 		return err

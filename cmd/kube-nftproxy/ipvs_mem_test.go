@@ -17,11 +17,11 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/ipvs"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // TestIPVSMemory is IPVS mode's memory at scale, as TestProxyMemory is
@@ -56,7 +56,7 @@ func TestIPVSMemory(t *testing.T) {
 	be := ipvs.NewBackend(kernel, ipvs.BackendConfig{
 		Plan:      ipvs.Config{Scheduler: "rr"},
 		NodeAddrs: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("10.0.2.15")}, nil },
-		NewHelper: func(node proxier.Node) (ipvs.Helper, error) {
+		NewHelper: func(node model.Node) (ipvs.Helper, error) {
 			h := ipvs.NewNftHelper(k, nft.DefaultConfig().Settings, node, &memLink{addrs: map[netip.Addr]bool{}})
 			return &profiledHelper{NftHelper: h, stage: func() { stage("helper-apply") }}, nil
 		},
@@ -67,7 +67,7 @@ func TestIPVSMemory(t *testing.T) {
 	stage("start")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	b := model.NewBuilder(node)
+	b := kube.NewBuilder(node)
 	ready := make(chan struct{})
 	src := &apisource.APISource{Client: client, Builder: b, OnReady: func() { close(ready) }}
 	done := make(chan error, 1)

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/kube-nftproxy/kube-nftproxy/leftover"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // upstreamCleanup removes upstream kube-proxy's leftovers once our first
@@ -28,7 +28,7 @@ type upstreamCleanup struct {
 // it unless we run IPVS mode, which owns them), as kube-proxy does when it
 // changes mode. Its metrics are registered now, so they are exported from
 // the start.
-func newUpstreamCleanup(ipvsMode bool, log *slog.Logger, m *proxier.Metrics) *upstreamCleanup {
+func newUpstreamCleanup(ipvsMode bool, log *slog.Logger, m *serve.Metrics) *upstreamCleanup {
 	return &upstreamCleanup{cfg: leftover.Config{IPVS: !ipvsMode, Legacy: true}, log: log,
 		metrics: leftover.NewMetrics(m.Registry.Registerer())}
 }

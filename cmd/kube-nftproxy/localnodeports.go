@@ -6,8 +6,9 @@ import (
 	"slices"
 
 	"github.com/kube-nftproxy/kube-nftproxy/localnodeport"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // gateLocalhostNodePorts is kube-proxy's alpha gate for localhost
@@ -35,7 +36,7 @@ func localhostFamilies(mode string, gates map[string]bool, cfg nft.Config) []net
 // localNodePorts starts a userspace proxy on each loopback address and
 // returns what follows each applied State, and what closes them; nil when
 // none is asked for.
-func localNodePorts(addrs []netip.Addr, metrics *proxier.Metrics, log *slog.Logger) (sync func(*proxier.State), closeAll func()) {
+func localNodePorts(addrs []netip.Addr, metrics *serve.Metrics, log *slog.Logger) (sync func(*model.State), closeAll func()) {
 	if len(addrs) == 0 {
 		return nil, nil
 	}
@@ -50,7 +51,7 @@ func localNodePorts(addrs []netip.Addr, metrics *proxier.Metrics, log *slog.Logg
 		proxies = append(proxies, localnodeport.New(a, log, localnodeport.Observer{Listeners: func(n int) { g.Set(float64(n)) }, ListenFailed: f.Inc}))
 	}
 	log.Info("answering TCP NodePorts on localhost in userspace, without route_localnet", "gate", gateLocalhostNodePorts, "addresses", addrs)
-	sync = func(st *proxier.State) {
+	sync = func(st *model.State) {
 		for i, p := range proxies {
 			p.Sync(localnodeport.Ports(st, addrs[i].Is6()))
 		}

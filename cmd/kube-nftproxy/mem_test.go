@@ -29,7 +29,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // TestProxyMemory is the proxy's memory at scale without an API server:
@@ -119,7 +119,7 @@ func TestProxyMemory(t *testing.T) {
 	stage("start")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	b := model.NewBuilder(node)
+	b := kube.NewBuilder(node)
 	ready := make(chan struct{})
 	src := &apisource.APISource{Client: client, Builder: b, OnReady: func() { close(ready) }}
 	done := make(chan error, 1)

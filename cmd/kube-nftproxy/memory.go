@@ -8,6 +8,7 @@ import (
 	"runtime/metrics"
 	"sync"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -177,7 +178,7 @@ type leanFirstSync struct {
 	done bool
 }
 
-func (l *leanFirstSync) Sync(ctx context.Context, st *proxier.State) (proxier.SyncResult, error) {
+func (l *leanFirstSync) Sync(ctx context.Context, st *model.State) (proxier.SyncResult, error) {
 	if l.done {
 		return l.Backend.Sync(ctx, st)
 	}

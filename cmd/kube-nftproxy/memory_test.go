@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -117,7 +118,7 @@ type gcRecorder struct {
 	seen []int
 }
 
-func (r *gcRecorder) Sync(context.Context, *proxier.State) (proxier.SyncResult, error) {
+func (r *gcRecorder) Sync(context.Context, *model.State) (proxier.SyncResult, error) {
 	percent, _ := gcSettings()
 	r.seen = append(r.seen, percent)
 	if len(r.seen) <= len(r.fail) && r.fail[len(r.seen)-1] {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/localnodeport"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // updating is -update, the flag internal/golden defines for the
@@ -138,7 +138,7 @@ func touch(c prometheus.Collector) error {
 // registry, as proxyServer.observe and serve do, and gathers it.
 func proxyRegistry(mode string, localhostNodePorts bool) ([]*dto.MetricFamily, error) {
 	rec := &recordingRegistry{KubeRegistry: metrics.NewKubeRegistry()}
-	m := proxier.NewModeMetricsIn(mode, rec)
+	m := serve.NewModeMetricsIn(mode, rec)
 	newUpstreamCleanup(mode == modeIPVS, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	conntrack.NewMetrics(m.Registry)
 	if localhostNodePorts {

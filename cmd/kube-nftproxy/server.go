@@ -15,12 +15,14 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/conntrack"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nft"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
@@ -42,8 +44,8 @@ type proxyServer struct {
 	upstream *upstreamCleanup
 	backend  *modeBackend
 	loop     *proxier.Loop
-	health   *proxier.Health
-	metrics  *proxier.Metrics
+	health   *serve.Health
+	metrics  *serve.Metrics
 	source   stateSource
 
 	closers []func()
@@ -258,9 +260,9 @@ func (s *proxyServer) buildLoop(context.Context) error {
 
 // observe creates the health and metrics the loop and the backend report to.
 func (s *proxyServer) observe(ctx context.Context) error {
-	s.health = proxier.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
+	s.health = serve.NewHealth(2 * s.syncPeriod) // kube-proxy's healthz timeout
 	s.health.FailTimeout = s.syncPeriod
-	s.metrics = proxier.NewModeMetrics(s.o.modeName())
+	s.metrics = serve.NewModeMetrics(s.o.modeName())
 	// kube-proxy's leftovers go after our first sync (afterSync below).
 	s.upstream = newUpstreamCleanup(s.mode == modeIPVS, s.log, s.metrics)
 	s.upstream.changes = s.backend.hooks.OtherChanges
@@ -301,9 +303,9 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	// on the node's addresses, as kube-proxy.
 	// Every HTTP server's connections are counted and capped together,
 	// far below the open file limit.
-	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), s.log)
+	guard := serve.NewConnGuard(serve.DefaultLimits(), s.log)
 	guard.OnDropped = s.metrics.CountDroppedConn
-	hc := &proxier.HealthChecks{Log: s.log, Healthy: s.health.Healthy, Addrs: nodePortAddrs(s.cfg), Guard: guard}
+	hc := &serve.HealthChecks{Log: s.log, Healthy: s.health.Healthy, Addrs: nodePortAddrs(s.cfg), Guard: guard}
 	s.onClose(func() { hc.Close(ctx) })
 	cleanConntrack, err := conntrackCleaner(s.o, s.syncPeriod, s.log, s.metrics)
 	if err != nil {
@@ -313,7 +315,7 @@ func (s *proxyServer) serve(ctx context.Context) error {
 	if closeLocal != nil {
 		s.onClose(closeLocal)
 	}
-	s.loop.OnApplied = func(st *proxier.State) {
+	s.loop.OnApplied = func(st *model.State) {
 		if syncLocal != nil {
 			syncLocal(st)
 		}
@@ -367,8 +369,8 @@ func newStateSource(o *options, node string, log *slog.Logger) (stateSource, err
 
 type apiStateSource struct {
 	client  kubernetes.Interface
-	opts    []model.Option // the Builder's
-	builder *model.Builder
+	opts    []kube.Option // the Builder's
+	builder *kube.Builder
 	early   earlySource
 }
 
@@ -376,7 +378,7 @@ type apiStateSource struct {
 // decoding overlap the kernel's set-up. The Builder fills meanwhile; the
 // loop takes no State from it before start has wired it and it is ready.
 func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
-	a.builder = model.NewBuilder(s.node, a.opts...)
+	a.builder = kube.NewBuilder(s.node, a.opts...)
 	src := &apisource.APISource{Client: a.client, Builder: a.builder, Log: s.log, OnChange: a.early.changed,
 		OnReady: a.early.readyNow, OnError: a.early.failing, OnRecovered: a.early.ok,
 		ResyncPeriod: s.o.configSyncPeriod, // --config-sync-period
@@ -393,14 +395,14 @@ func (a *apiStateSource) begin(ctx context.Context, s *proxyServer) {
 func (a *apiStateSource) start(ctx context.Context, s *proxyServer) {
 	b := a.builder
 	s.metrics.CountChanges(b.ChangeCounts)
-	s.loop.SetSource(func() *proxier.State {
+	s.loop.SetSource(func() *model.State {
 		st, triggers := b.StateWithFamilyTriggers()
 		s.metrics.Syncing(triggers) // observed by OnSync's metrics.Observe if the sync succeeds
 		s.health.SetNodeEligible(!st.Node.Leaving)
 		return st
 	})
 	// Each informer retries with its own URL in the error: one failure.
-	status := proxier.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
+	status := serve.NewSourceStatus("api", s.log, s.syncPeriod, s.health, s.metrics).AnyText()
 	a.early.wire(sourceCallbacks{changed: s.loop.Changed, failing: status.Failing, ok: status.OK,
 		ready: func() {
 			// The first listing's decoded objects are garbage now (the
@@ -429,7 +431,7 @@ func (f *fileStateSource) start(ctx context.Context, s *proxyServer) {
 	f.files.OnState = s.loop.SetState
 	// A file that could not be read is retried as a failed sync is.
 	f.files.RetryMin, f.files.RetryMax = s.minSyncPeriod, s.syncPeriod
-	status := proxier.NewSourceStatus("file", s.log, s.syncPeriod, s.health, s.metrics)
+	status := serve.NewSourceStatus("file", s.log, s.syncPeriod, s.health, s.metrics)
 	f.files.OnError, f.files.OnRecovered = status.Failing, status.OK
 	go func() {
 		if err := f.files.Run(ctx); err != nil {

@@ -25,7 +25,7 @@ import (
 	// kube-proxy has them.
 	_ "k8s.io/component-base/metrics/prometheus/restclient"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // emulatedVersion is the kube-proxy release whose behaviour, flags and
@@ -75,7 +75,7 @@ func serverFields() []configField {
 }
 
 // processMetrics fills the process-wide registry that /metrics serves
-// besides proxier.Metrics' own: kubernetes_build_info and
+// besides serve.Metrics' own: kubernetes_build_info and
 // kubernetes_feature_enabled (component-base's Go and process collectors
 // and meta metrics, and client-go's adapter, register themselves).
 var processMetrics = sync.OnceFunc(func() {
@@ -215,7 +215,7 @@ func (s *proxyServer) serveConfigz(w http.ResponseWriter, _ *http.Request) {
 // it. A port that cannot be bound is fatal with hardFail (the error is
 // returned), else logged and tried again every retryBindEvery, as
 // kube-proxy does without --bind-address-hard-fail.
-func bindServer(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what, addr string, h http.Handler, hardFail bool) error {
+func bindServer(ctx context.Context, log *slog.Logger, guard *serve.ConnGuard, what, addr string, h http.Handler, hardFail bool) error {
 	if addr == "" {
 		return nil
 	}
@@ -239,8 +239,8 @@ func bindServer(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard,
 	return nil
 }
 
-func serveOn(ctx context.Context, log *slog.Logger, guard *proxier.ConnGuard, what string, ln net.Listener, h http.Handler) {
-	proxier.Serve(ctx, guard.NewServer(what, h), ln, log, what)
+func serveOn(ctx context.Context, log *slog.Logger, guard *serve.ConnGuard, what string, ln net.Listener, h http.Handler) {
+	guard.NewServer(what, h).ServeUntil(ctx, ln, log)
 	l := guard.Limits()
 	log.Info(what+" server listening", "address", ln.Addr().String(),
 		"idle_timeout", l.IdleTimeout, "max_conns", l.MaxConnsPerServer, "max_conns_all_servers", l.MaxConns)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/serve"
 )
 
 // A port that is taken: fatal with --bind-address-hard-fail; without it,
@@ -25,7 +25,7 @@ func TestBindAddressHardFail(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	guard := proxier.NewConnGuard(proxier.DefaultServeLimits(), log)
+	guard := serve.NewConnGuard(serve.DefaultLimits(), log)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up")) })
 	if err := bindServer(ctx, log, guard, "metrics", addr, ok, true); err == nil || !strings.Contains(err.Error(), "--bind-address-hard-fail") {
 		t.Fatalf("hard fail: err %v, want the bind error", err)
@@ -68,7 +68,7 @@ func TestMetricsMuxPaths(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &options{proxyMode: modeNFTables, servers: serverOptions{profiling: tc.profiling}}
-			s := &proxyServer{o: o, metrics: proxier.NewMetrics()}
+			s := &proxyServer{o: o, metrics: serve.NewMetrics()}
 			mux := s.metricsMux(tc.gates)
 			for path, want := range tc.want {
 				rec := httptest.NewRecorder()

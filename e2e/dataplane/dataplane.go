@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/echo"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // The shape of the programmed state.
@@ -50,29 +50,29 @@ type Targets struct {
 // 10.96.0.1 on. The endpoints are addresses in 10.128.0.0/9 that nothing
 // answers, except for the two Services in the middle (one of each
 // protocol), whose endpoints are pod:BackendPort+j.
-func State(n int, pod netip.Addr) (*proxier.State, Targets, error) {
+func State(n int, pod netip.Addr) (*model.State, Targets, error) {
 	if n < 2 || n > MaxServices {
 		return nil, Targets{}, fmt.Errorf("%d services: want 2..%d", n, MaxServices)
 	}
 	if !pod.Is4() {
 		return nil, Targets{}, fmt.Errorf("pod address %v: want IPv4", pod)
 	}
-	st := proxier.NewState()
-	st.Node = proxier.Node{Name: NodeName}
+	st := model.NewState()
+	st.Node = model.Node{Name: NodeName}
 	mid := n / 2 &^ 1 // even: TCP; mid+1 is UDP
 	var tg Targets
 	services, endpoints := st.Services.Edit(), st.Endpoints.Edit()
 	for i := range n {
-		name := proxier.ServicePortName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
-		proto := proxier.TCP
+		name := model.ServicePortName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i), Port: "p"}
+		proto := model.TCP
 		if i%2 == 1 {
-			proto = proxier.UDP
+			proto = model.UDP
 		}
 		ip := addr4(10<<24 | 96<<16 | uint32(i+1))
-		services.Set(name, &proxier.ServicePort{Name: name, Protocol: proto, Port: ServicePort, ClusterIPs: []netip.Addr{ip}})
-		eps := make([]proxier.Endpoint, Endpoints)
+		services.Set(name, &model.ServicePort{Name: name, Protocol: proto, Port: ServicePort, ClusterIPs: []netip.Addr{ip}})
+		eps := make([]model.Endpoint, Endpoints)
 		for j := range eps {
-			ep := proxier.Endpoint{Addr: addr4(10<<24 | 128<<16 | uint32(i*Endpoints+j)), Port: 8080,
+			ep := model.Endpoint{Addr: addr4(10<<24 | 128<<16 | uint32(i*Endpoints+j)), Port: 8080,
 				NodeName: NodeName, Ready: true, Serving: true}
 			if i == mid || i == mid+1 {
 				ep.Addr, ep.Port = pod, uint16(BackendPort+j)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 func TestState(t *testing.T) {
@@ -18,7 +18,7 @@ func TestState(t *testing.T) {
 		t.Fatalf("%d services, %d endpoint lists, want 100 each", st.Services.Len(), st.Endpoints.Len())
 	}
 	ips := map[netip.Addr]bool{}
-	real := map[proxier.Protocol]netip.AddrPort{}
+	real := map[model.Protocol]netip.AddrPort{}
 	for name, svc := range st.Services.All() {
 		ip := svc.ClusterIPs[0]
 		if ips[ip] || !netip.MustParsePrefix("10.96.0.0/16").Contains(ip) {
@@ -41,7 +41,7 @@ func TestState(t *testing.T) {
 			}
 		}
 	}
-	if real[proxier.TCP] != tg.TCP || real[proxier.UDP] != tg.UDP {
+	if real[model.TCP] != tg.TCP || real[model.UDP] != tg.UDP {
 		t.Errorf("targets %+v, the Services pointing at the pod %v", tg, real)
 	}
 	for _, n := range []int{1, MaxServices + 1} {

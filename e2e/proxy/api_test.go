@@ -13,7 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // Names and addresses of the API tests' Services.
@@ -65,11 +65,11 @@ func TestAPI(t *testing.T) {
 			t.Logf("MEASURED update -> pod-b only: %v", all.Round(time.Millisecond))
 		}},
 		{"IgnoredServicesNotProgrammed", func(t *testing.T) {
-			other := map[string]string{model.LabelServiceProxyName: "other"}
+			other := map[string]string{kube.LabelServiceProxyName: "other"}
 			a.do(t, "POST", servicesPath, apiService(apiOtherName, apiOtherIP, other), nil)
 			a.do(t, "POST", slicesPath, apiSlice(apiOtherName, other, podA), nil)
 			a.do(t, "POST", servicesPath, apiService(apiHeadless, "None", nil), nil)
-			a.do(t, "POST", slicesPath, apiSlice(apiHeadless, map[string]string{model.LabelHeadless: ""}, podA), nil)
+			a.do(t, "POST", slicesPath, apiSlice(apiHeadless, map[string]string{kube.LabelHeadless: ""}, podA), nil)
 			// A Service of ours created after them: once it is programmed,
 			// the proxy has seen the ignored ones too (one watch stream,
 			// in order).

@@ -10,13 +10,13 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/netns"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Kernel tests: they need IPVS (run them with hack/vm/run.sh ./internal/ipvsnl) and
 // each makes its own network namespace, IPVS state being per netns.
 
-func svc(addr string, p proxier.Protocol, port uint16, sched string) ipvsnl.Service {
+func svc(addr string, p model.Protocol, port uint16, sched string) ipvsnl.Service {
 	a := netip.MustParseAddr(addr)
 	s := ipvsnl.Service{ServiceKey: ipvsnl.ServiceKey{Addr: a, Protocol: p, Port: port}, Scheduler: sched, Netmask: 0xffffffff}
 	if a.Is6() {
@@ -47,7 +47,7 @@ func roundTripTable() []ipvsnl.VirtualServer {
 	var vss []ipvsnl.VirtualServer
 	for i, sched := range allSchedulers {
 		for _, fam := range []struct{ vip, rs string }{{"10.96.0.%d", "10.244.%d.%d"}, {"fd00::%x", "fd00:10:244:%x::%x"}} {
-			for j, p := range []proxier.Protocol{proxier.TCP, proxier.UDP, proxier.SCTP} {
+			for j, p := range []model.Protocol{model.TCP, model.UDP, model.SCTP} {
 				s := svc(fmt.Sprintf(fam.vip, 10+i), p, uint16(80+j), sched)
 				if sched == "mh" {
 					s.Flags |= ipvsnl.FlagSched2
@@ -192,7 +192,7 @@ func TestKernelReadBesideOtherNamespace(t *testing.T) {
 	c, _ := ipvsnltest.DialNew(t)
 	var mine, theirs []ipvsnl.VirtualServer
 	for i := range 400 {
-		s := svc(fmt.Sprintf("10.98.%d.%d", i/200, i%200+1), proxier.TCP, 80, "rr")
+		s := svc(fmt.Sprintf("10.98.%d.%d", i/200, i%200+1), model.TCP, 80, "rr")
 		theirs = append(theirs, ipvsnl.VirtualServer{Service: s, Dests: []ipvsnl.Dest{dest("10.244.9.9:80", 1)}})
 		s.Port = 81
 		mine = append(mine, ipvsnl.VirtualServer{Service: s, Dests: []ipvsnl.Dest{dest("10.244.0.1:80", 1), dest("10.244.0.2:80", 2)}})

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // unhex reads hex with spaces, newlines and "# comments".
@@ -38,7 +38,7 @@ func littleEndian(t *testing.T) {
 // linux/ip_vs.h (family id 0x0024 stands for whatever the kernel gives).
 func TestEncodeServiceMessage(t *testing.T) {
 	littleEndian(t)
-	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: proxier.TCP, Port: 80},
+	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: model.TCP, Port: 80},
 		Scheduler: "rr", Flags: FlagPersistent, Timeout: 10800, Netmask: 0xffffffff}
 	got := appendOp(nil, 0x24, unix.NLM_F_ACK, 7, Op{Cmd: CmdNewService, Service: s})
 	want := unhex(t, `
@@ -61,7 +61,7 @@ func TestEncodeServiceMessage(t *testing.T) {
 
 func TestEncodeDestMessage(t *testing.T) {
 	littleEndian(t)
-	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("fd00::a"), Protocol: proxier.UDP, Port: 53}}
+	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("fd00::a"), Protocol: model.UDP, Port: 53}}
 	d := Dest{Addr: netip.MustParseAddrPort("[fd00:10:244::5]:5353"), Weight: 1, Fwd: FwdMasq}
 	got := appendOp(nil, 0x24, 0, 8, Op{Cmd: CmdSetDest, Service: s, Dest: d})
 	want := unhex(t, `
@@ -87,7 +87,7 @@ func TestEncodeDestMessage(t *testing.T) {
 }
 
 func TestEncodeKeysOnly(t *testing.T) {
-	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.0.0.1"), Protocol: proxier.SCTP, Port: 1}, Scheduler: "rr"}
+	s := Service{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.0.0.1"), Protocol: model.SCTP, Port: 1}, Scheduler: "rr"}
 	d := Dest{Addr: netip.MustParseAddrPort("10.0.0.2:2"), Weight: 5}
 	for _, tt := range []struct {
 		op       Op
@@ -113,8 +113,8 @@ func TestEncodeKeysOnly(t *testing.T) {
 // stands in for a dump message.
 func TestDecodeRoundTrip(t *testing.T) {
 	for _, s := range []Service{
-		{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: proxier.TCP, Port: 80}, Scheduler: "mh", Flags: FlagSched2 | FlagPersistent, Timeout: 30, Netmask: 0xffffff00},
-		{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("fd00::1"), Protocol: proxier.SCTP, Port: 9}, Scheduler: "rr", Netmask: 128},
+		{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: model.TCP, Port: 80}, Scheduler: "mh", Flags: FlagSched2 | FlagPersistent, Timeout: 30, Netmask: 0xffffff00},
+		{ServiceKey: ServiceKey{Addr: netip.MustParseAddr("fd00::1"), Protocol: model.SCTP, Port: 9}, Scheduler: "rr", Netmask: 128},
 	} {
 		var a attrs
 		a.Nest(attrCmdService, func(a *attrs) {
@@ -194,9 +194,9 @@ SCTP  0A600505:0F1C mh
 	if err != nil {
 		t.Fatal(err)
 	}
-	tcp := ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: proxier.TCP, Port: 80}
-	udp := ServiceKey{Addr: netip.MustParseAddr("fd00:10:96::20"), Protocol: proxier.UDP, Port: 53}
-	sctp := ServiceKey{Addr: netip.MustParseAddr("10.96.5.5"), Protocol: proxier.SCTP, Port: 3868}
+	tcp := ServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Protocol: model.TCP, Port: 80}
+	udp := ServiceKey{Addr: netip.MustParseAddr("fd00:10:96::20"), Protocol: model.UDP, Port: 53}
+	sctp := ServiceKey{Addr: netip.MustParseAddr("10.96.5.5"), Protocol: model.SCTP, Port: 3868}
 	want := map[ServiceKey][]Dest{
 		tcp: {{Addr: netip.MustParseAddrPort("10.244.0.10:8080"), Weight: 1, Active: 2, Inactive: 3},
 			{Addr: netip.MustParseAddrPort("10.244.0.11:8080"), Weight: 0, Inactive: 7}},

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // parseProcIPVS reads /proc/net/ip_vs: every real server of every
@@ -49,7 +49,7 @@ func parseProcIPVS(r io.Reader) (map[ServiceKey][]Dest, error) {
 			continue
 		}
 		cur = nil
-		p, err := proxier.ParseProtocol(f[0])
+		p, err := model.ParseProtocol(f[0])
 		if err != nil || len(f) < 2 {
 			continue // FWM, AH, ESP
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl/ipvsnltest"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // The same script runs against FakeKernel here and against the kernel in
@@ -27,14 +27,14 @@ type scriptStep struct {
 }
 
 func scriptSteps() (steps []scriptStep, final []ipvsnl.VirtualServer) {
-	a := svc("10.96.0.1", proxier.TCP, 80, "rr")
-	b := svc("10.96.0.2", proxier.UDP, 53, "wrr")
-	missing := svc("10.96.0.3", proxier.TCP, 80, "rr")
-	a6 := svc("fd00::1", proxier.SCTP, 9000, "sh")
-	badSched := svc("10.96.0.4", proxier.TCP, 80, "nosuch")
-	longSched := svc("10.96.0.7", proxier.TCP, 80, "no-such-scheduler") // over IP_VS_SCHEDNAME_MAXLEN
-	emptySched := svc("10.96.0.5", proxier.TCP, 80, "")
-	none := svc("10.96.0.6", proxier.TCP, 80, "none")
+	a := svc("10.96.0.1", model.TCP, 80, "rr")
+	b := svc("10.96.0.2", model.UDP, 53, "wrr")
+	missing := svc("10.96.0.3", model.TCP, 80, "rr")
+	a6 := svc("fd00::1", model.SCTP, 9000, "sh")
+	badSched := svc("10.96.0.4", model.TCP, 80, "nosuch")
+	longSched := svc("10.96.0.7", model.TCP, 80, "no-such-scheduler") // over IP_VS_SCHEDNAME_MAXLEN
+	emptySched := svc("10.96.0.5", model.TCP, 80, "")
+	none := svc("10.96.0.6", model.TCP, 80, "none")
 	mask0, mask129 := a6, a6
 	mask0.Port, mask0.Netmask = 9001, 0
 	mask129.Port, mask129.Netmask = 9002, 129
@@ -115,7 +115,7 @@ func scriptSteps() (steps []scriptStep, final []ipvsnl.VirtualServer) {
 	// commands across writes.
 	big := scriptStep{name: "errors across writes", errs: map[int]error{}}
 	for i := range 1500 {
-		s := svc(fmt.Sprintf("10.97.%d.%d", i/250, i%250+1), proxier.TCP, 80, "rr")
+		s := svc(fmt.Sprintf("10.97.%d.%d", i/250, i%250+1), model.TCP, 80, "rr")
 		big.ops = append(big.ops, newSvc(s), op(ipvsnl.CmdNewDest, s, rs1))
 		if i%300 == 7 {
 			big.errs[len(big.ops)] = syscall.EEXIST
@@ -137,7 +137,7 @@ func scriptSteps() (steps []scriptStep, final []ipvsnl.VirtualServer) {
 		{Service: a6, Dests: []ipvsnl.Dest{rs6}},
 	}
 	for i := range 10 {
-		s := svc(fmt.Sprintf("10.97.0.%d", i+1), proxier.TCP, 80, "rr")
+		s := svc(fmt.Sprintf("10.97.0.%d", i+1), model.TCP, 80, "rr")
 		final = append(final, ipvsnl.VirtualServer{Service: s, Dests: []ipvsnl.Dest{rs1}})
 	}
 	return steps, final

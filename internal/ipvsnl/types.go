@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Service flags (IP_VS_SVC_F_* in linux/ip_vs.h).
@@ -41,7 +41,7 @@ const (
 // protocol, address and port (we never create firewall-mark services).
 type ServiceKey struct {
 	Addr     netip.Addr
-	Protocol proxier.Protocol
+	Protocol model.Protocol
 	Port     uint16
 }
 
@@ -106,18 +106,18 @@ func family(a netip.Addr) uint16 {
 }
 
 // protoNumber is p's IP protocol number, as IPVS attributes carry it.
-func protoNumber(p proxier.Protocol) uint16 { return uint16(p.Number()) }
+func protoNumber(p model.Protocol) uint16 { return uint16(p.Number()) }
 
 // protocolOf maps a kernel protocol number back; ok is false for the
 // protocols IPVS knows but we never program (AH, ESP).
-func protocolOf(n uint16) (proxier.Protocol, bool) {
+func protocolOf(n uint16) (model.Protocol, bool) {
 	switch n {
 	case unix.IPPROTO_TCP:
-		return proxier.TCP, true
+		return model.TCP, true
 	case unix.IPPROTO_UDP:
-		return proxier.UDP, true
+		return model.UDP, true
 	case unix.IPPROTO_SCTP:
-		return proxier.SCTP, true
+		return model.SCTP, true
 	}
 	return "", false
 }

@@ -5,6 +5,7 @@
 package nftlocal
 
 import (
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
@@ -13,7 +14,7 @@ import (
 // for family f by s.DetectLocal, and false when the mode cannot tell (e.g.
 // no CIDR of that family), in which case, like kube-proxy, nothing is
 // treated as local.
-func Match(f nftlib.Family, s proxier.Settings, node proxier.Node, negate bool) (nftlib.Term, bool) {
+func Match(f nftlib.Family, s proxier.Settings, node model.Node, negate bool) (nftlib.Term, bool) {
 	d := s.DetectLocal
 	switch d.Mode {
 	case proxier.DetectBridgeInterface:

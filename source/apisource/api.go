@@ -1,4 +1,4 @@
-// Package apisource feeds a model.Builder from the API server with
+// Package apisource feeds a kube.Builder from the API server with
 // client-go informers: Services and EndpointSlices (without those
 // kube-proxy ignores) and this node's Node, slimmed to the fields the
 // Builder reads. A watchdog probes the API server and, with an APIClient,
@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -36,7 +36,7 @@ import (
 // Builder sees what changed meanwhile.
 type APISource struct {
 	Client       kubernetes.Interface
-	Builder      *model.Builder
+	Builder      *kube.Builder
 	ResyncPeriod time.Duration // 0: no periodic resync of the caches
 	Log          *slog.Logger
 	// OnChange is called once the caches have filled, then after every
@@ -62,11 +62,11 @@ type APISource struct {
 // ignoredSelector is kube-proxy's: objects of Services handed to another
 // proxy, and headless Services' slices, are not ours.
 func ignoredSelector() (labels.Selector, error) {
-	noProxyName, err := labels.NewRequirement(model.LabelServiceProxyName, selection.DoesNotExist, nil)
+	noProxyName, err := labels.NewRequirement(kube.LabelServiceProxyName, selection.DoesNotExist, nil)
 	if err != nil {
 		return nil, err
 	}
-	noHeadless, err := labels.NewRequirement(model.LabelHeadless, selection.DoesNotExist, nil)
+	noHeadless, err := labels.NewRequirement(kube.LabelHeadless, selection.DoesNotExist, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (s *APISource) informers() (objects, nodes informers.SharedInformerFactory,
 	if err != nil {
 		return nil, nil, in, fmt.Errorf("building label selector: %w", err)
 	}
-	slim := model.NewSlimmer().Slim
+	slim := kube.NewSlimmer().Slim
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
 	objects = informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(tweak), informers.WithTransform(slim))

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // The API source follows creates, updates and deletes, and ignores what
@@ -28,7 +28,7 @@ func TestAPISource(t *testing.T) {
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	other := svc.DeepCopy()
 	other.Name, other.Spec.ClusterIP, other.Spec.ClusterIPs = "other", "10.96.0.11", []string{"10.96.0.11"}
-	other.Labels = map[string]string{model.LabelServiceProxyName: "someone-else"}
+	other.Labels = map[string]string{kube.LabelServiceProxyName: "someone-else"}
 	port, proto := int32(8080), corev1.ProtocolTCP
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
@@ -39,7 +39,7 @@ func TestAPISource(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}}}
 	client := fake.NewSimpleClientset(svc, other, slice, node)
 
-	b := model.NewBuilder("node-1")
+	b := kube.NewBuilder("node-1")
 	changes := make(chan struct{}, 100)
 	src := &APISource{Client: client, Builder: b, OnChange: func() {
 		select {
@@ -58,15 +58,15 @@ func TestAPISource(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("OnChange was never called after the first listing")
 	}
-	web := proxier.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
+	web := model.ServicePortName{Namespace: "default", Name: "web", Port: "http"}
 	if st := b.State(); st.Services.Get(web) == nil || len(st.Endpoints.Get(web)) != 1 || st.Node.Zone != "zone-a" {
 		t.Fatalf("at the first OnChange the Builder lacks listed objects: %+v", st)
 	}
-	waitState(t, b, "the first listing", func(st *proxier.State) bool {
+	waitState(t, b, "the first listing", func(st *model.State) bool {
 		return st.Services.Get(web) != nil && len(st.Endpoints.Get(web)) == 1 && st.Node.Zone == "zone-a"
 	})
-	if st := b.State(); st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "other", Port: "http"}) != nil {
-		t.Errorf("a Service labelled %s was taken", model.LabelServiceProxyName)
+	if st := b.State(); st.Services.Get(model.ServicePortName{Namespace: "default", Name: "other", Port: "http"}) != nil {
+		t.Errorf("a Service labelled %s was taken", kube.LabelServiceProxyName)
 	}
 
 	slice2 := slice.DeepCopy()
@@ -74,19 +74,19 @@ func TestAPISource(t *testing.T) {
 	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, "the endpoint update", func(st *proxier.State) bool {
+	waitState(t, b, "the endpoint update", func(st *model.State) bool {
 		eps := st.Endpoints.Get(web)
 		return len(eps) == 1 && eps[0].Addr.String() == "10.244.0.11"
 	})
 	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, "the deletion", func(st *proxier.State) bool { return st.Services.Get(web) == nil })
+	waitState(t, b, "the deletion", func(st *model.State) bool { return st.Services.Get(web) == nil })
 }
 
 func ptrStr(s string) *string { return &s }
 
-func waitState(t *testing.T, b *model.Builder, what string, ok func(*proxier.State) bool) {
+func waitState(t *testing.T, b *kube.Builder, what string, ok func(*model.State) bool) {
 	t.Helper()
 	testutil.WaitFor(t, 10*time.Second, what, func() bool { return ok(b.State()) })
 }

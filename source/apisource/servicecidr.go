@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // ServiceCIDRs (networking.k8s.io/v1, GA since Kubernetes 1.33) feed the
@@ -40,7 +40,7 @@ func (s *APISource) serviceCIDRInformer(log *slog.Logger) informers.SharedInform
 		return nil
 	}
 	return informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
-		informers.WithTransform(model.NewSlimmer().Slim))
+		informers.WithTransform(kube.NewSlimmer().Slim))
 }
 
 // optionalWatchError logs an optional informer's listing or watch errors,

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // servesServiceCIDRs makes the fake's discovery list the resource.
@@ -28,9 +28,9 @@ func servesServiceCIDRs(c *fake.Clientset) {
 
 // runSource runs an APISource on client until the test ends and returns
 // its Builder once the first OnChange came, and how long that took.
-func runSource(t *testing.T, client *fake.Clientset, onError func(error)) (*model.Builder, time.Duration) {
+func runSource(t *testing.T, client *fake.Clientset, onError func(error)) (*kube.Builder, time.Duration) {
 	t.Helper()
-	b := model.NewBuilder("node-1")
+	b := kube.NewBuilder("node-1")
 	first := make(chan struct{})
 	var once sync.Once
 	src := &APISource{Client: client, Builder: b, OnError: onError, OnChange: func() { once.Do(func() { close(first) }) }}
@@ -70,13 +70,13 @@ func TestAPISourceServiceCIDRs(t *testing.T) {
 	if _, err := client.NetworkingV1().ServiceCIDRs().Update(context.Background(), sc2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, "the update", func(st *proxier.State) bool {
+	waitState(t, b, "the update", func(st *model.State) bool {
 		return slices.Equal(st.ServiceCIDRs, prefixes("10.96.0.0/16", "fd00:10:96::/112"))
 	})
 	if err := client.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "kubernetes", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, "the deletion", func(st *proxier.State) bool { return len(st.ServiceCIDRs) == 0 })
+	waitState(t, b, "the deletion", func(st *model.State) bool { return len(st.ServiceCIDRs) == 0 })
 }
 
 // An API server that does not serve ServiceCIDRs, or does not let us list

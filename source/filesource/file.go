@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 )
 
 // LoadState reads the objects under path (a file, or a directory's *.yaml,
@@ -17,8 +17,8 @@ import (
 // other (see ConflictError); bad objects are skipped and the rest loads.
 // The state is nil when path or one of its files cannot be read or parsed
 // (a *FileError among the problems): that state would be incomplete. opts
-// are the Builder's (see model.Option).
-func LoadState(path, nodeName string, opts ...model.Option) (*proxier.State, []error) {
+// are the Builder's (see kube.Option).
+func LoadState(path, nodeName string, opts ...kube.Option) (*model.State, []error) {
 	s, err := newFileSet(path, nodeName, opts...)
 	if err != nil {
 		return nil, []error{err}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/source/internal/sourcetest"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 func writeFiles(t *testing.T, files map[string]string) string {
@@ -169,8 +169,8 @@ func TestLoadState(t *testing.T) {
 	}
 	sourcetest.MustEqual(t, "services", got, want)
 	sourcetest.MustEqual(t, "web cluster IPs (the later definition wins)", st.Services.Get(sourcetest.WebPortName("http")).ClusterIPs, sourcetest.Addrs("10.96.0.10"))
-	sourcetest.MustEqual(t, "web endpoints", st.Endpoints.Get(sourcetest.WebPortName("http")), []proxier.Endpoint{sourcetest.ReadyEndpoint("10.244.0.10", 8080)})
-	sourcetest.MustEqual(t, "node", st.Node, proxier.Node{Name: "node-1", Zone: "zone-a", PodCIDRs: sourcetest.Prefixes("10.244.0.0/24")})
+	sourcetest.MustEqual(t, "web endpoints", st.Endpoints.Get(sourcetest.WebPortName("http")), []model.Endpoint{sourcetest.ReadyEndpoint("10.244.0.10", 8080)})
+	sourcetest.MustEqual(t, "node", st.Node, model.Node{Name: "node-1", Zone: "zone-a", PodCIDRs: sourcetest.Prefixes("10.244.0.0/24")})
 }
 
 func TestLoadStateSingleFileAnyName(t *testing.T) {
@@ -202,20 +202,20 @@ func TestLoadKubectlOutput(t *testing.T) {
 	if len(problems) > 0 || st == nil {
 		t.Fatalf("problems: %v", problems)
 	}
-	k8s := proxier.ServicePortName{Namespace: "default", Name: "kubernetes", Port: "https"}
-	dns := proxier.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns"}
-	dnsTCP := proxier.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns-tcp"}
-	sourcetest.MustEqual(t, "services", st.SortedNames(), []proxier.ServicePortName{k8s, dns, dnsTCP})
-	if p := st.Services.Get(dns); p.Protocol != proxier.UDP || p.Port != 53 {
+	k8s := model.ServicePortName{Namespace: "default", Name: "kubernetes", Port: "https"}
+	dns := model.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns"}
+	dnsTCP := model.ServicePortName{Namespace: "kube-system", Name: "kube-dns", Port: "dns-tcp"}
+	sourcetest.MustEqual(t, "services", st.SortedNames(), []model.ServicePortName{k8s, dns, dnsTCP})
+	if p := st.Services.Get(dns); p.Protocol != model.UDP || p.Port != 53 {
 		t.Errorf("kube-dns:dns = %+v", p)
 	}
-	coredns := proxier.Endpoint{Addr: sourcetest.Addrs("10.244.0.3")[0], NodeName: "kind-control-plane", Ready: true, Serving: true}
-	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, map[proxier.ServicePortName][]proxier.Endpoint{
+	coredns := model.Endpoint{Addr: sourcetest.Addrs("10.244.0.3")[0], NodeName: "kind-control-plane", Ready: true, Serving: true}
+	sourcetest.MustEqualEntries(t, "endpoints", st.Endpoints, map[model.ServicePortName][]model.Endpoint{
 		k8s:    {{Addr: sourcetest.Addrs("172.18.0.2")[0], Port: 6443, Ready: true, Serving: true}},
-		dns:    {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},
-		dnsTCP: {sourcetest.EndpointWith(coredns, func(e *proxier.Endpoint) { e.Port = 53 })},
+		dns:    {sourcetest.EndpointWith(coredns, func(e *model.Endpoint) { e.Port = 53 })},
+		dnsTCP: {sourcetest.EndpointWith(coredns, func(e *model.Endpoint) { e.Port = 53 })},
 	})
-	sourcetest.MustEqual(t, "node", st.Node, proxier.Node{
+	sourcetest.MustEqual(t, "node", st.Node, model.Node{
 		Name: "kind-control-plane", Zone: "zone-a",
 		PodCIDRs: sourcetest.Prefixes("10.244.0.0/24"), IPs: sourcetest.Addrs("172.18.0.2"),
 	})
@@ -228,12 +228,12 @@ func TestLoadStateBuilderOptions(t *testing.T) {
 	dir := writeFiles(t, map[string]string{"web.yaml": ext + "\n"})
 	for _, tt := range []struct {
 		name string
-		opts []model.Option
+		opts []kube.Option
 		want []netip.Addr
 	}{
 		{"no options", nil, sourcetest.Addrs("192.0.2.50")},
-		{"gate on", []model.Option{model.AllowExternalIPs(true, nil)}, sourcetest.Addrs("192.0.2.50")},
-		{"gate off", []model.Option{model.AllowExternalIPs(false, nil)}, nil},
+		{"gate on", []kube.Option{kube.AllowExternalIPs(true, nil)}, sourcetest.Addrs("192.0.2.50")},
+		{"gate off", []kube.Option{kube.AllowExternalIPs(false, nil)}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st, problems := LoadState(dir, "node-1", tt.opts...)

@@ -1,6 +1,6 @@
 // Package filesource is standalone mode's source: Services, EndpointSlices
 // and Nodes kept in a manifest file or a directory of them, decoded with
-// source/manifest into a model.Builder, reloaded on every change an
+// source/manifest into a kube.Builder, reloaded on every change an
 // inotify watch signals. A file that cannot be read or parsed, that looks
 // cut short while being written, or that gave objects and is now empty,
 // keeps the objects it gave last time, under a new name too if it was
@@ -26,9 +26,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // MaxFileSize is the largest manifest file the file source reads. kubectl's
@@ -56,7 +56,7 @@ const freeMemoryAfterRead = 8 << 20
 // at a time.
 type FileSource struct {
 	// OnState receives each new complete State.
-	OnState func(*proxier.State)
+	OnState func(*model.State)
 	// OnError receives every failure of the source: the path cannot be
 	// listed, or a file cannot be read or parsed (a *FileError naming the
 	// file and line). Each reload reports every failure it meets again.
@@ -76,7 +76,7 @@ type FileSource struct {
 	set   *fileSet
 	watch watchOptions
 
-	published *proxier.State // the last State handed to OnState
+	published *model.State // the last State handed to OnState
 	failing   bool
 	conflicts map[string]bool // the conflicts already logged
 	backoff   time.Duration   // the last retry delay; 0 while nothing fails
@@ -93,7 +93,7 @@ const (
 // nodeName, its Builder made with opts. It fails if path cannot be read
 // now: a proxy started on a mistyped path should stop, not run with
 // nothing programmed.
-func NewFileSource(path, nodeName string, log *slog.Logger, opts ...model.Option) (*FileSource, error) {
+func NewFileSource(path, nodeName string, log *slog.Logger, opts ...kube.Option) (*FileSource, error) {
 	if _, err := manifestFiles(path); err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (s *FileSource) logConflicts() {
 	now := map[string]bool{}
 	for _, err := range s.set.b.ConflictErrors() {
 		// Name where the losing Service is defined, as for other bad input.
-		var ce *model.ConflictError
+		var ce *kube.ConflictError
 		if errors.As(err, &ce) {
 			if o, ok := s.set.current[objectRef{"service", ce.Loser.Namespace, ce.Loser.Name}]; ok {
 				err = fmt.Errorf("%s: %w", o.Source, err)
@@ -305,9 +305,9 @@ func (e *FileError) Unwrap() error { return e.Err }
 // objects that change to a Builder, so a reload costs what changed.
 type fileSet struct {
 	path string
-	b    *model.Builder
+	b    *kube.Builder
 	// dec trims each object it decodes to what the Builder reads
-	// (model.Slimmer): the objects are kept while their file is unchanged.
+	// (kube.Slimmer): the objects are kept while their file is unchanged.
 	dec   *manifest.Decoder
 	files map[string]*fileEntry
 	// current is the definition of every object in the Builder: the one
@@ -369,14 +369,14 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 	}, true
 }
 
-func newFileSet(path, nodeName string, opts ...model.Option) (*fileSet, error) {
+func newFileSet(path, nodeName string, opts ...kube.Option) (*fileSet, error) {
 	dec, err := manifest.NewDecoder()
 	if err != nil {
 		return nil, err
 	}
-	dec.Transform = model.NewSlimmer().SlimObject
+	dec.Transform = kube.NewSlimmer().SlimObject
 	return &fileSet{
-		path: path, b: model.NewBuilder(nodeName, opts...), dec: dec,
+		path: path, b: kube.NewBuilder(nodeName, opts...), dec: dec,
 		files: map[string]*fileEntry{}, current: map[objectRef]manifest.Object{},
 		racyWindow: time.Second, readFile: readManifest,
 	}, nil
@@ -689,7 +689,7 @@ func (s *fileSet) apply(names []string) ([]error, []removedService) {
 			}
 			if first, dup := next[ref]; dup && (s.current[ref].Obj != o.Obj) {
 				problems = append(problems, &manifest.Warning{Err: fmt.Errorf("%s: %s %s is also defined at %s; this later one wins",
-					o.Source, ref.kind, model.ObjectName(ref.namespace, ref.name), first.Source)})
+					o.Source, ref.kind, kube.ObjectName(ref.namespace, ref.name), first.Source)})
 			}
 			next[ref] = o
 		}
@@ -698,7 +698,7 @@ func (s *fileSet) apply(names []string) ([]error, []removedService) {
 		if s.current[ref].Obj == o.Obj {
 			continue
 		}
-		for _, e := range model.SplitErrors(upsert(s.b, o.Obj)) {
+		for _, e := range kube.SplitErrors(upsert(s.b, o.Obj)) {
 			problems = append(problems, fmt.Errorf("%s: %w", o.Source, e))
 		}
 	}
@@ -724,9 +724,9 @@ type objectRef struct{ kind, namespace, name string }
 func refOf(o manifest.Object) (objectRef, bool) {
 	switch obj := o.Obj.(type) {
 	case *corev1.Service:
-		return objectRef{"service", model.NamespaceOrDefault(obj.Namespace), obj.Name}, true
+		return objectRef{"service", kube.NamespaceOrDefault(obj.Namespace), obj.Name}, true
 	case *discoveryv1.EndpointSlice:
-		return objectRef{"endpointslice", model.NamespaceOrDefault(obj.Namespace), obj.Name}, true
+		return objectRef{"endpointslice", kube.NamespaceOrDefault(obj.Namespace), obj.Name}, true
 	case *corev1.Node:
 		return objectRef{"node", "", obj.Name}, true
 	case *networkingv1.ServiceCIDR:
@@ -735,7 +735,7 @@ func refOf(o manifest.Object) (objectRef, bool) {
 	return objectRef{}, false
 }
 
-func upsert(b *model.Builder, obj any) error {
+func upsert(b *kube.Builder, obj any) error {
 	switch obj := obj.(type) {
 	case *corev1.Service:
 		return b.UpsertService(obj)
@@ -749,7 +749,7 @@ func upsert(b *model.Builder, obj any) error {
 	return nil
 }
 
-func remove(b *model.Builder, ref objectRef) {
+func remove(b *kube.Builder, ref objectRef) {
 	switch ref.kind {
 	case "service":
 		b.DeleteService(ref.namespace, ref.name)

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/source/internal/sourcetest"
 )
 
 // sourceRun is a FileSource running on real files, with what it reported.
 type sourceRun struct {
 	src       *FileSource
-	states    chan *proxier.State
+	states    chan *model.State
 	errs      chan error
 	recovered chan struct{}
 	held      chan struct{}
@@ -35,13 +35,13 @@ func startSource(t *testing.T, path string, opts ...func(*FileSource)) *sourceRu
 	}
 	r := &sourceRun{
 		src:       src,
-		states:    make(chan *proxier.State, 1000),
+		states:    make(chan *model.State, 1000),
 		errs:      make(chan error, 1000),
 		recovered: make(chan struct{}, 1000),
 		held:      make(chan struct{}, 1000),
 		done:      make(chan error, 1),
 	}
-	src.OnState = func(st *proxier.State) { r.states <- st }
+	src.OnState = func(st *model.State) { r.states <- st }
 	src.OnError = func(err error) { r.errs <- err }
 	src.OnRecovered = func() { r.recovered <- struct{}{} }
 	src.watch = watchOptions{
@@ -68,7 +68,7 @@ func startSource(t *testing.T, path string, opts ...func(*FileSource)) *sourceRu
 }
 
 // names lists a state's service port names.
-func names(st *proxier.State) []string {
+func names(st *model.State) []string {
 	var out []string
 	for _, n := range st.SortedNames() {
 		out = append(out, n.String())
@@ -77,7 +77,7 @@ func names(st *proxier.State) []string {
 }
 
 // waitState waits for a state whose service ports are want.
-func (r *sourceRun) waitState(t *testing.T, want ...string) *proxier.State {
+func (r *sourceRun) waitState(t *testing.T, want ...string) *model.State {
 	t.Helper()
 	deadline := time.After(waitLimit)
 	var last []string
@@ -452,7 +452,7 @@ spec:
 		"default/alpha:http TCP/80 cluster=10.96.0.2 ext=192.0.2.1 np=30080",
 		"default/zeta:http TCP/80 cluster=10.96.0.1,fd00::1 np=30080",
 	})
-	if sp := st.Services.Get(proxier.ServicePortName{Namespace: "default", Name: "zeta", Port: "http"}); sp.NodePortIn(false) != 0 || sp.NodePortIn(true) != 30080 {
+	if sp := st.Services.Get(model.ServicePortName{Namespace: "default", Name: "zeta", Port: "http"}); sp.NodePortIn(false) != 0 || sp.NodePortIn(true) != 30080 {
 		t.Errorf("zeta's NodePort: IPv4 %d, IPv6 %d; want none and 30080", sp.NodePortIn(false), sp.NodePortIn(true))
 	}
 	loaded, _ := LoadState(dir, "node-1")

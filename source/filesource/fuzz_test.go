@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/source/internal/sourcetest"
+	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
-	"github.com/kube-nftproxy/kube-nftproxy/source/model"
 )
 
 // fuzzMaxInput bounds the inputs FuzzDecodeState works on; larger ones
@@ -40,7 +40,7 @@ func FuzzDecodeState(f *testing.F) {
 			return
 		}
 		objs, _ := dec.Decode(data, "fuzz.yaml")
-		b := model.NewBuilder("node-1")
+		b := kube.NewBuilder("node-1")
 		for _, o := range objs {
 			_ = upsert(b, o.Obj)
 		}
@@ -67,7 +67,7 @@ func FuzzDecodeState(f *testing.F) {
 }
 
 // checkState fails on anything in st a backend could not program.
-func checkState(t *testing.T, st *proxier.State) {
+func checkState(t *testing.T, st *model.State) {
 	t.Helper()
 	for n, sp := range st.Services.All() {
 		switch {
@@ -81,7 +81,7 @@ func checkState(t *testing.T, st *proxier.State) {
 			t.Errorf("%s: port 0", n)
 		}
 		switch sp.Protocol {
-		case proxier.TCP, proxier.UDP, proxier.SCTP:
+		case model.TCP, model.UDP, model.SCTP:
 		default:
 			t.Errorf("%s: protocol %q", n, sp.Protocol)
 		}
@@ -117,7 +117,7 @@ func checkState(t *testing.T, st *proxier.State) {
 
 // validServicePortName is what the API server lets through: DNS labels for
 // the namespace, the name and the port's name (or no port name).
-func validServicePortName(n proxier.ServicePortName) bool {
+func validServicePortName(n model.ServicePortName) bool {
 	return isDNSLabel(n.Namespace) && isDNSLabel(n.Name) && (n.Port == "" || isDNSLabel(n.Port))
 }
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // memChildEnv, when set, makes TestLargeFileMemory the child that loads
@@ -233,8 +233,8 @@ func loadAndReport(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st *proxier.State
-	src.OnState = func(s *proxier.State) { st = s }
+	var st *model.State
+	src.OnState = func(s *model.State) { st = s }
 	t0 := time.Now()
 	src.reload()
 	took := time.Since(t0)

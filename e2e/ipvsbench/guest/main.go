@@ -24,7 +24,7 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/scale"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/ipvsnl"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 )
 
 // Result is what one boot measured; the host prints a table of them.
@@ -198,7 +198,7 @@ func run(c config, r *Result) error {
 	// One endpoint of Service 0 moves to a new address, changes times in
 	// a row (the first change after a full sync is also the first run of
 	// much code; the median is what a change costs).
-	key := ipvsnl.ServiceKey{Addr: vip, Protocol: proxier.TCP, Port: scale.ServicePort}
+	key := ipvsnl.ServiceKey{Addr: vip, Protocol: model.TCP, Port: scale.ServicePort}
 	var walls, syncs []float64
 	for i := range c.changes {
 		wall, took, n, err := changeOne(ctx, c, api, conn, proc, key, netip.AddrFrom4([4]byte{100, 127, 255, byte(i + 1)}))

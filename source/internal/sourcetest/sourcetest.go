@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-nftproxy/kube-nftproxy/proxier"
+	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/source/manifest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -119,14 +119,14 @@ func MustEqual(t *testing.T, what string, got, want any) {
 
 // MustEqualEntries fails unless got holds exactly the entries of want
 // (nil and empty alike).
-func MustEqualEntries[V any](t *testing.T, what string, got proxier.PortMap[V], want map[proxier.ServicePortName]V) {
+func MustEqualEntries[V any](t *testing.T, what string, got model.PortMap[V], want map[model.ServicePortName]V) {
 	t.Helper()
-	entries := map[proxier.ServicePortName]V{}
+	entries := map[model.ServicePortName]V{}
 	for k, v := range got.All() {
 		entries[k] = v
 	}
 	if len(want) == 0 {
-		want = map[proxier.ServicePortName]V{}
+		want = map[model.ServicePortName]V{}
 	}
 	MustEqual(t, what, entries, want)
 }
@@ -146,7 +146,7 @@ func dump(v any) string {
 
 // Summarize prints a state's service ports one a line, with the values
 // conflicts can take away.
-func Summarize(st *proxier.State) []string {
+func Summarize(st *model.State) []string {
 	out := []string{}
 	for _, n := range st.SortedNames() {
 		sp := st.Services.Get(n)
@@ -176,17 +176,17 @@ func joinAddrs(ips []netip.Addr) string {
 }
 
 // WebPortName names port of Service default/web.
-func WebPortName(port string) proxier.ServicePortName {
-	return proxier.ServicePortName{Namespace: "default", Name: "web", Port: port}
+func WebPortName(port string) model.ServicePortName {
+	return model.ServicePortName{Namespace: "default", Name: "web", Port: port}
 }
 
 // ReadyEndpoint is a ready, serving endpoint on node-1.
-func ReadyEndpoint(addr string, port uint16) proxier.Endpoint {
-	return proxier.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, NodeName: "node-1", Ready: true, Serving: true}
+func ReadyEndpoint(addr string, port uint16) model.Endpoint {
+	return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, NodeName: "node-1", Ready: true, Serving: true}
 }
 
 // EndpointWith is e changed by f.
-func EndpointWith(e proxier.Endpoint, f func(*proxier.Endpoint)) proxier.Endpoint {
+func EndpointWith(e model.Endpoint, f func(*model.Endpoint)) model.Endpoint {
 	f(&e)
 	return e
 }
@@ -204,16 +204,16 @@ spec:
 // with: an address, protocol and port, or a NodePort of one family.
 type kernelKey struct {
 	addr  netip.Addr
-	proto proxier.Protocol
+	proto model.Protocol
 	port  uint16
 	ipv6  bool
 }
 
 // CheckUniqueKeys fails if a state holds a kernel map key twice: an
 // address and port, or a NodePort of one family.
-func CheckUniqueKeys(t *testing.T, what string, st *proxier.State) {
+func CheckUniqueKeys(t *testing.T, what string, st *model.State) {
 	t.Helper()
-	seen := map[kernelKey]proxier.ServicePortName{}
+	seen := map[kernelKey]model.ServicePortName{}
 	for _, n := range st.SortedNames() {
 		sp := st.Services.Get(n)
 		var keys []kernelKey
