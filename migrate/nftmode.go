@@ -41,7 +41,8 @@ func roleOf(chain string, roles map[string]string) string {
 }
 
 // upstreamChain reads a per-service chain's name: its role and Service
-// port (namespace/name:port and protocol).
+// port (namespace/name:port, or namespace/name for a port without a name,
+// and protocol).
 var upstreamChain = regexp.MustCompile(`^(service|local|external|firewall|endpoint)-[A-Z0-9]+-([^/]+)/([^/]+)/([a-z]+)/([^_]*)`)
 
 func upstreamKey(chain string, ipv6 bool) (Key, bool) {
@@ -49,7 +50,11 @@ func upstreamKey(chain string, ipv6 bool) (Key, bool) {
 	if m == nil {
 		return Key{}, false
 	}
-	return Key{Service: m[2] + "/" + m[3] + ":" + m[5], Proto: m[4], IPv6: ipv6}, true
+	service := m[2] + "/" + m[3]
+	if m[5] != "" { // a port without a name is the Service's alone
+		service += ":" + m[5]
+	}
+	return Key{Service: service, Proto: m[4], IPv6: ipv6}, true
 }
 
 // modeFacts are one Service port's facts as both nftables modes can say

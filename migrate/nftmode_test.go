@@ -132,3 +132,23 @@ func TestCompareNFTOneFamily(t *testing.T) {
 		t.Error("two IPv6 tables: no error")
 	}
 }
+
+// TestUpstreamKey reads upstream nftables mode's per-service chain names.
+// A port without a name ends the name with "/", and its Service port is
+// namespace/name alone, as iptables mode's comments and ours name it.
+func TestUpstreamKey(t *testing.T) {
+	for chain, want := range map[string]Key{
+		"service-ULMVA6XW-default/web/tcp/http":                  {Service: "default/web:http", Proto: "tcp"},
+		"service-4ZHDTQUV-knp-faults/other/tcp/":                 {Service: "knp-faults/other", Proto: "tcp"},
+		"endpoint-5OJB2KTY-knp-faults/other/tcp/__10.244.1.4/80": {Service: "knp-faults/other", Proto: "tcp"},
+		"external-ABCDEFGH-default/lb/udp/dns":                   {Service: "default/lb:dns", Proto: "udp"},
+	} {
+		got, ok := upstreamKey(chain, false)
+		if !ok || got != want {
+			t.Errorf("upstreamKey(%q) = %+v, %v; want %+v", chain, got, ok, want)
+		}
+	}
+	if _, ok := upstreamKey("services", false); ok {
+		t.Errorf("upstreamKey(services) read a Service port")
+	}
+}
