@@ -142,8 +142,8 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if len(found) > 0 {
 					t.Fatalf("drift reported before any tampering: %q", found)
 				}
-				if (b.kern().Mon != nil) != (mode == "monitor") {
-					t.Fatalf("monitor open: %v", b.kern().Mon != nil)
+				if (b.k.Monitor() != nil) != (mode == "monitor") {
+					t.Fatalf("monitor open: %v", b.k.Monitor() != nil)
 				}
 				for _, args := range tc.nft {
 					testns.NFT(t, ns, args...)
@@ -321,6 +321,8 @@ func TestKernelCheckGeneration(t *testing.T) {
 	sync(next, "after our own change", false)
 	testns.NFT(t, ns, "add", "table", "ip", "someone-else")
 	sync(next, "another table committed", false)
+	testns.NFT(t, ns, "add", "table", "inet", DefaultTableName)
+	sync(next, "a table of our name in another family", false)
 	sync(next, "verified again", false)
 	testns.NFT(t, ns, "delete", "table", "ip", DefaultTableName+deltaSuffix)
 	reads := b.check.readBacks
@@ -364,7 +366,7 @@ func TestKernelOwnedTableTakenOver(t *testing.T) {
 	owner := createOwnedTable(t, ns, nftlib.IPv4, DefaultTableName, true)
 	defer owner.Close()
 	testutil.WaitFor(t, 10*time.Second, "the monitor to see the new table", func() bool {
-		return b.kern().Mon != nil && b.kern().Mon.Pending()
+		return b.k.Monitor() != nil && b.k.Monitor().Pending()
 	})
 	for i := range 3 {
 		if _, err := b.Sync(context.Background(), st); !errors.Is(err, nftlib.ErrTableOwned) {

@@ -24,9 +24,9 @@ type Kernel struct {
 	// Dumps counts the dump requests sent (for tests).
 	Dumps   int
 	dumpBuf []byte
-	// Mon, when open, follows other processes' nftables commits (see
+	// mon, when open, follows other processes' nftables commits (see
 	// monitor); Close closes it.
-	Mon *monitor
+	mon *monitor
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
@@ -62,9 +62,9 @@ func socketIn(netnsPath string) (int, error) {
 
 // Close releases the socket, and the change monitor's if one was opened.
 func (k *Kernel) Close() error {
-	if k.Mon != nil {
-		k.Mon.close()
-		k.Mon = nil
+	if k.mon != nil {
+		k.mon.close()
+		k.mon = nil
 	}
 	return unix.Close(k.fd)
 }
