@@ -164,13 +164,13 @@ func (k *fakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
 		k.reads++
-		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, Stateful: true}
+		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, stateful: true}
 		out[n] = kt
 		t := k.tables[TableRef{f, n}]
 		if t == nil {
 			continue
 		}
-		kt.Exists, kt.Udata = true, commentUdata(0, t.comment)
+		kt.Exists, kt.udata = true, commentUdata(0, t.comment)
 		for name, c := range t.chains {
 			kt.Chains[name] = fakeKChain(c)
 		}

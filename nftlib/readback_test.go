@@ -10,14 +10,14 @@ import (
 // statefulText is what ReadFamily read of kt's stateful objects and
 // flowtables: "" when it read none, else each as "kind name".
 func statefulText(kt *KernelTable) string {
-	if !kt.Stateful {
+	if !kt.stateful {
 		return ""
 	}
 	read := []string{"read:"}
-	for _, o := range kt.Objs {
+	for _, o := range kt.objs {
 		read = append(read, o.kind()+" "+o.Name)
 	}
-	for _, f := range kt.Flowtables {
+	for _, f := range kt.flowtables {
 		read = append(read, "flowtable "+f)
 	}
 	return strings.Join(read, " ")
