@@ -322,7 +322,6 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 			req = append(req, m...)
 		}
 		names = names[n:]
-		k.Dumps++
 		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return fmt.Errorf("asking for chains: %w", err)
 		}
