@@ -449,9 +449,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if be.kern().Mon == nil {
-			b.Fatal("no change monitor")
-		}
+		mon := monitorOf(b, be)
 		w := newForeignWriter(b, ns, nftlib.IPv4, "other")
 		b.Run(fmt.Sprintf("services=%d/generation", n), func(b *testing.B) {
 			for b.Loop() {
@@ -480,7 +478,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					testns.NFTScript(b, ns, tc.tamper)
-					testutil.WaitFor(b, 10*time.Second, "the monitor to see the change", be.kern().Mon.Pending)
+					testutil.WaitFor(b, 10*time.Second, "the monitor to see the change", mon.Pending)
 					be.check.every = time.Nanosecond
 					b.StartTimer()
 					res, err := be.Sync(context.Background(), st)
@@ -535,4 +533,43 @@ func firstServiceIPsKey(b testing.TB, listing string) string {
 		b.Fatalf("no element comment in:\n%s", after[:min(len(after), 200)])
 	}
 	return key
+}
+
+// foreignWriter commits to a table of its own in the namespace, through
+// another netlink socket than the backend's (another port id), as kubelet,
+// a CNI plugin or firewalld would.
+type foreignWriter struct {
+	k     *nftlib.Kernel
+	f     nftlib.Family
+	table string
+	n     int
+}
+
+func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *foreignWriter {
+	t.Helper()
+	k, err := nftlib.OpenKernel(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	w := &foreignWriter{k: k, f: f, table: table}
+	bt := k.NewTx()
+	bt.AddTable(f, table, "")
+	if err := k.CommitTx(bt); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// commit adds chains chains in one transaction.
+func (w *foreignWriter) commit(t testing.TB, chains int) {
+	t.Helper()
+	bt := w.k.NewTx()
+	for i := 0; i < chains; i++ {
+		w.n++
+		bt.AddChains(w.f, w.table, []*nftlib.Chain{{Name: fmt.Sprintf("c%d", w.n)}})
+	}
+	if err := w.k.CommitTx(bt); err != nil {
+		t.Fatal(err)
+	}
 }

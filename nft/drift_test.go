@@ -142,13 +142,13 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if len(found) > 0 {
 					t.Fatalf("drift reported before any tampering: %q", found)
 				}
-				if (b.kern().Mon != nil) != (mode == "monitor") {
-					t.Fatalf("monitor open: %v", b.kern().Mon != nil)
+				if (b.k.Monitor() != nil) != (mode == "monitor") {
+					t.Fatalf("monitor open: %v", b.k.Monitor() != nil)
 				}
 				for _, args := range tc.nft {
 					testns.NFT(t, ns, args...)
 				}
-				before, reads := b.kern().Commits, b.check.readBacks
+				before, reads := b.kern().commits, b.check.readBacks
 				res, err := b.Sync(ctx, st)
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
@@ -156,8 +156,8 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				// The monitor names the chains and sets changed, which
 				// are repaired in place.
 				wantFull := mode == "no-monitor" || !inPlace[tc.name]
-				if res.Full != wantFull || !res.Changed || b.kern().Commits-before != 1 {
-					t.Errorf("repair: full=%v changed=%v transactions=%d, want one transaction, full %v", res.Full, res.Changed, b.kern().Commits-before, wantFull)
+				if res.Full != wantFull || !res.Changed || b.kern().commits-before != 1 {
+					t.Errorf("repair: full=%v changed=%v transactions=%d, want one transaction, full %v", res.Full, res.Changed, b.kern().commits-before, wantFull)
 				}
 				wantReads := len(tableIDs())
 				if mode == "monitor" {
@@ -197,8 +197,8 @@ func TestKernelTamperingRepairedByRestart(t *testing.T) {
 			if _, err := b.Sync(context.Background(), st); err != nil {
 				t.Fatalf("first sync after a restart: %v", err)
 			}
-			if b.kern().Commits != 1 {
-				t.Errorf("restart took %d transactions, want 1", b.kern().Commits)
+			if b.kern().commits != 1 {
+				t.Errorf("restart took %d transactions, want 1", b.kern().commits)
 			}
 			assertKernelIsRender(t, ns, st)
 		})
@@ -281,8 +281,8 @@ func TestKernelOwnedTable(t *testing.T) {
 	if !strings.Contains(err.Error(), "ip6 kube-nftproxy is owned by another process") {
 		t.Errorf("error does not say who holds what: %v", err)
 	}
-	if b.kern().Commits != 0 {
-		t.Errorf("sent %d transactions to an owned table", b.kern().Commits)
+	if b.kern().commits != 0 {
+		t.Errorf("sent %d transactions to an owned table", b.kern().commits)
 	}
 }
 
@@ -298,30 +298,32 @@ func TestKernelCheckGeneration(t *testing.T) {
 	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
 	ctx := context.Background()
 	st := demoState()
-	sync := func(st *model.State, what string, wantDumps bool) {
+	sync := func(st *model.State, what string) {
 		t.Helper()
-		dumps, reads := b.kern().Dumps, b.check.readBacks
+		kernelReads, readBacks := b.kern().reads, b.check.readBacks
 		res, err := b.Sync(ctx, st)
 		if err != nil || res.Full || len(found) > 0 {
 			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 		}
-		if read := b.kern().Dumps > dumps; read != wantDumps || b.check.readBacks != reads {
-			t.Errorf("%s: dumped %v, %d tables read back, want %v and none", what, read, b.check.readBacks-reads, wantDumps)
+		if n := b.kern().reads - kernelReads; n != 0 || b.check.readBacks != readBacks {
+			t.Errorf("%s: %d reads of the kernel, %d tables read back, want none", what, n, b.check.readBacks-readBacks)
 		}
 	}
 	if _, err := b.Sync(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	sync(st, "first check", false)
-	sync(st, "nothing changed", false)
+	sync(st, "first check")
+	sync(st, "nothing changed")
 	next := shallowCopy(st)
 	web := proxierName("default", "web", "http")
 	next.Endpoints = next.Endpoints.With(web, next.Endpoints.Get(web)[1:])
-	sync(next, "our own change", false)
-	sync(next, "after our own change", false)
+	sync(next, "our own change")
+	sync(next, "after our own change")
 	testns.NFT(t, ns, "add", "table", "ip", "someone-else")
-	sync(next, "another table committed", false)
-	sync(next, "verified again", false)
+	sync(next, "another table committed")
+	testns.NFT(t, ns, "add", "table", "inet", DefaultTableName)
+	sync(next, "a table of our name in another family")
+	sync(next, "verified again")
 	testns.NFT(t, ns, "delete", "table", "ip", DefaultTableName+deltaSuffix)
 	reads := b.check.readBacks
 	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.check.readBacks-reads != 1 {
@@ -364,7 +366,7 @@ func TestKernelOwnedTableTakenOver(t *testing.T) {
 	owner := createOwnedTable(t, ns, nftlib.IPv4, DefaultTableName, true)
 	defer owner.Close()
 	testutil.WaitFor(t, 10*time.Second, "the monitor to see the new table", func() bool {
-		return b.kern().Mon != nil && b.kern().Mon.Pending()
+		return b.k.Monitor() != nil && b.k.Monitor().Pending()
 	})
 	for i := range 3 {
 		if _, err := b.Sync(context.Background(), st); !errors.Is(err, nftlib.ErrTableOwned) {

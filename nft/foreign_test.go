@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 	"github.com/kube-nftproxy/kube-nftproxy/model"
-	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
 
@@ -156,36 +153,5 @@ func TestKernelForeignObjectsAtStartup(t *testing.T) {
 				t.Errorf("an anonymous object survived the restart")
 			}
 		})
-	}
-}
-
-// Reading back a table that holds only our chains and sets costs no dump
-// of objects or flowtables (its use count says there are none); one with
-// a foreign object has them read, and only that one.
-func TestKernelReadBackStatefulOnlyWhenCounted(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	if _, err := b.Sync(context.Background(), demoState()); err != nil {
-		t.Fatal(err)
-	}
-	read := func() map[tableID]*nftlib.KernelTable {
-		t.Helper()
-		kts, err := b.readKernel(b.appliedTables(tableIDs()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kts
-	}
-	for id, kt := range read() {
-		if kt.Stateful {
-			t.Errorf("%s %s: objects and flowtables read from a table of ours alone", id.f, b.applied[id].Name)
-		}
-	}
-	testns.NFT(t, ns, "add quota ip "+DefaultTableName+deltaSuffix+" fq { over 1 mbytes }")
-	for id, kt := range read() {
-		foreign := id == tableID{nftlib.IPv4, DeltaTable}
-		if kt.Stateful != foreign || foreign && (len(kt.Objs) != 1 || kt.Objs[0].Type != unix.NFT_OBJECT_QUOTA) {
-			t.Errorf("%s %s: stateful read %v, objects %v", id.f, b.applied[id].Name, kt.Stateful, kt.Objs)
-		}
 	}
 }

@@ -14,43 +14,14 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
-// foreignWriter commits to a table of its own in the namespace, through
-// another netlink socket than the backend's (another port id), as kubelet,
-// a CNI plugin or firewalld would.
-type foreignWriter struct {
-	k     *nftlib.Kernel
-	f     nftlib.Family
-	table string
-	n     int
-}
-
-func newForeignWriter(t testing.TB, ns string, f nftlib.Family, table string) *foreignWriter {
+// monitorOf is b's change monitor; the test fails without one.
+func monitorOf(t testing.TB, b *Backend) nftlib.Watcher {
 	t.Helper()
-	k, err := nftlib.OpenKernel(testns.Path(ns))
-	if err != nil {
-		t.Fatal(err)
+	mon := b.k.Monitor()
+	if mon == nil {
+		t.Fatal("no change monitor")
 	}
-	t.Cleanup(func() { k.Close() })
-	w := &foreignWriter{k: k, f: f, table: table}
-	bt := k.NewTx()
-	bt.AddTable(f, table, "")
-	if err := k.CommitTx(bt); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// commit adds chains chains in one transaction.
-func (w *foreignWriter) commit(t testing.TB, chains int) {
-	t.Helper()
-	bt := w.k.NewTx()
-	for i := 0; i < chains; i++ {
-		w.n++
-		bt.AddChains(w.f, w.table, []*nftlib.Chain{{Name: fmt.Sprintf("c%d", w.n)}})
-	}
-	if err := w.k.CommitTx(bt); err != nil {
-		t.Fatal(err)
-	}
+	return mon
 }
 
 // checkedSync syncs st with a drift check and returns how many tables the
@@ -67,11 +38,11 @@ func checkedSync(t *testing.T, b *Backend, st *model.State, what string) int {
 	return b.check.readBacks - before
 }
 
-// Busy writers of other tables (through another socket, and with nft,
-// including a table of our name in another family) make the generation
-// move before every check, yet no check reads anything back, and our
-// rules stay as they are.
-func TestKernelForeignCommitsNoReadBack(t *testing.T) {
+// Events the monitor lost (it marks every table, as after an overflow of
+// its receive buffer: nftlib's TestKernelMonitorOverflowMarksAll) make
+// the next check read every table back; the one after, with nothing
+// lost, reads none.
+func TestKernelCheckAfterLostEvents(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
 	b.check.every = time.Nanosecond
@@ -79,78 +50,13 @@ func TestKernelForeignCommitsNoReadBack(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().Mon == nil {
-		t.Fatal("no change monitor")
-	}
-	w := newForeignWriter(t, ns, nftlib.IPv4, "other")
-	testns.NFT(t, ns, "add", "table", "inet", DefaultTableName)
-	testns.NFT(t, ns, "add", "chain", "inet", DefaultTableName, "c")
-	gen0, err := b.kern().Generation()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 20; i++ {
-		for j := 0; j < 50; j++ {
-			w.commit(t, 1)
-		}
-		testns.NFT(t, ns, "add", "rule", "inet", DefaultTableName, "c", "counter")
-		if n := checkedSync(t, b, st, fmt.Sprintf("check %d", i)); n != 0 {
-			t.Fatalf("check %d after foreign commits read %d tables back, want 0", i, n)
-		}
-	}
-	gen, err := b.kern().Generation()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gen-gen0 < 1000 {
-		t.Errorf("generation moved by %d, want >= 1000 foreign commits", gen-gen0)
-	}
-	if events, overruns := b.kern().Mon.Counts(); events < 1000 || overruns > 0 {
-		t.Errorf("monitor parsed %d events with %d overruns, want >= 1000 and none", events, overruns)
-	}
-	assertKernelIsRender(t, ns, withoutForeign(t, ns, st))
-	// And it still sees a change to ours.
-	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-	res, err := b.Sync(context.Background(), st)
-	if err != nil || !res.Changed {
-		t.Fatalf("after tampering: changed=%v err=%v, want a repair", res.Changed, err)
-	}
-}
-
-// withoutForeign deletes the foreign tables so that the listing holds ours
-// only, and returns st.
-func withoutForeign(t *testing.T, ns string, st *model.State) *model.State {
-	t.Helper()
-	testns.NFT(t, ns, "delete", "table", "ip", "other")
-	testns.NFT(t, ns, "delete", "table", "inet", DefaultTableName)
-	return st
-}
-
-// Events lost to a full receive buffer mark every table: the next check
-// reads them all back; the one after, with nothing lost, reads none.
-func TestKernelMonitorOverflowMarksAll(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
-	b.check.monitorBuf = 4096 // the kernel doubles it
-	st := demoState()
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
-	w := newForeignWriter(t, ns, nftlib.IPv4, "other")
 	checkedSync(t, b, st, "first check")
-	// Keep the reader out while thousands of notifications come at once.
-	b.kern().Mon.Mu.Lock()
-	w.commit(t, 5000)
-	b.kern().Mon.Mu.Unlock()
-	if n := checkedSync(t, b, st, "after an overflow"); n != len(tableIDs()) {
-		t.Errorf("after an overflow the check read %d tables back, want all %d", n, len(tableIDs()))
+	mon := monitorOf(t, b)
+	mon.MarkAll()
+	if n := checkedSync(t, b, st, "after events were lost"); n != len(tableIDs()) {
+		t.Errorf("after events were lost the check read %d tables back, want all %d", n, len(tableIDs()))
 	}
-	if _, overruns := b.kern().Mon.Counts(); overruns == 0 {
-		t.Fatal("no overrun: the test did not overflow the monitor")
-	}
-	w.commit(t, 1)
-	if n := checkedSync(t, b, st, "after a small foreign commit"); n != 0 {
+	if n := checkedSync(t, b, st, "nothing lost"); n != 0 {
 		t.Errorf("the check read %d tables back, want 0", n)
 	}
 }
@@ -179,26 +85,6 @@ func TestKernelCheckWithoutMonitor(t *testing.T) {
 	}
 }
 
-// The monitor filters our own notifications out in the kernel: a full
-// sync of many objects leaves nothing queued for it.
-func TestKernelMonitorIgnoresOurCommits(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
-	b.check.monitorBuf = 4096
-	for i := 0; i < 3; i++ {
-		b.ForceFull()
-		if _, err := b.Sync(context.Background(), scaleState(200, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	marked, all := b.kern().Mon.Take()
-	events, overruns := b.kern().Mon.Counts()
-	if len(marked) > 0 || all || events > 0 || overruns > 0 {
-		t.Errorf("after our own syncs: marked %v all=%v events=%d overruns=%d, want nothing", marked, all, events, overruns)
-	}
-}
-
 // A large transaction of ours is sent with the monitor out of the
 // notification group; a change to our table made meanwhile goes unseen by
 // the monitor, so the generation must give it away and mark every table.
@@ -210,21 +96,19 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().Mon == nil {
-		t.Fatal("no change monitor")
-	}
+	mon := monitorOf(t, b)
 	gen, err := b.kern().Generation()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// What Sync does around a large transaction, with someone else's
 	// commit to our table where ours would be.
-	if err := b.kern().Mon.SetMember(false); err != nil {
+	if err := mon.SetMember(false); err != nil {
 		t.Fatal(err)
 	}
 	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
-	b.tx.rejoin(b.kern().Mon, commitReport{genBefore: gen})
-	if _, all := b.kern().Mon.Take(); !all {
+	b.tx.rejoin(mon, commitReport{genBefore: gen})
+	if _, all := mon.Take(); !all {
 		t.Fatal("a commit made while the monitor was out of the group left no mark")
 	}
 	// Without the foreign commit, a muted transaction of ours marks nothing.
@@ -232,11 +116,11 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.kern().Mon.SetMember(false); err != nil {
+	if err := mon.SetMember(false); err != nil {
 		t.Fatal(err)
 	}
-	b.tx.rejoin(b.kern().Mon, commitReport{genBefore: gen})
-	if marked, all := b.kern().Mon.Take(); all || len(marked) > 0 {
+	b.tx.rejoin(mon, commitReport{genBefore: gen})
+	if marked, all := mon.Take(); all || len(marked) > 0 {
 		t.Errorf("a quiet muted window marked %v (all: %v), want nothing", marked, all)
 	}
 }
@@ -259,9 +143,7 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if b.kern().Mon == nil {
-		t.Fatal("no change monitor")
-	}
+	monitorOf(t, b)
 	testns.NFT(t, ns, "insert", "rule", "ip", DefaultTableName, "KUBE-SERVICES", "drop")
 	select {
 	case <-told:
@@ -278,42 +160,6 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 		t.Fatalf("the sync after the change: changed %v, drift %q; want a repair within the check period", res.Changed, drift)
 	}
 	assertKernelIsRender(t, ns, st)
-}
-
-// A commit of another process that went unseen (it landed while our own
-// transaction kept the monitor out of the notification group) asks for a
-// check at once, as a notification does, not at the periodic sync: the
-// monitor's MarkAll tells OnForeignChange when nothing was pending.
-func TestKernelUnseenCommitAsksForCheck(t *testing.T) {
-	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
-	told := 0
-	b.check.onForeign = func() { told++ }
-	st := demoState()
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
-	if b.kern().Mon == nil {
-		t.Fatal("no change monitor")
-	}
-	b.kern().Mon.MarkAll() // what rejoin does after an unseen commit
-	if told != 1 {
-		t.Fatalf("MarkAll told OnForeignChange %d times, want 1", told)
-	}
-	b.kern().Mon.MarkAll() // still pending: the check is already asked for
-	if told != 1 {
-		t.Errorf("a second MarkAll while marks are pending told it again (%d)", told)
-	}
-	var drift []string
-	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
-	if _, err := b.Sync(context.Background(), st); err != nil {
-		t.Fatal(err)
-	}
-	b.kern().Mon.MarkAll() // nothing pending after the check: asks again
-	if told != 2 {
-		t.Errorf("after the check, MarkAll told OnForeignChange %d times in all, want 2", told)
-	}
 }
 
 // Another process's change to our table that lands between the
@@ -370,10 +216,7 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 // refuses, makes it a full sync.
 func TestKernelChangeRepairedInPlace(t *testing.T) {
 	ns, b, st := syncedDemo(t)
-	mon := b.kern().Mon
-	if mon == nil {
-		t.Fatal("no change monitor")
-	}
+	mon := monitorOf(t, b)
 	const tbl = "ip " + DefaultTableName + " "
 	web := proxierName("default", "web", "http")
 	svc := ServiceChain(web, model.TCP)
@@ -429,7 +272,7 @@ func TestKernelChangeRepairedInPlace(t *testing.T) {
 func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 	ns, b, st := syncedDemo(t)
 	testns.NFT(t, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
-	testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", b.kern().Mon.Pending)
+	testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", monitorOf(t, b).Pending)
 	var drift []string
 	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
 	res, err := b.Sync(context.Background(), st)

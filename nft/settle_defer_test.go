@@ -52,15 +52,15 @@ func TestKernelFullSyncDefersSettle(t *testing.T) {
 					t.Fatalf("Settle moved the generation to +%d, want +2", moved)
 				}
 			}
-			dumps := b.kern().Dumps
+			reads := b.kern().reads
 			if res, err := b.Sync(ctx, st); err != nil || res.Full || res.Changed {
 				t.Fatalf("check after the settle: full=%v changed=%v err=%v, want nothing to do", res.Full, res.Changed, err)
 			}
 			if moved := gen() - before; moved != 2 {
 				t.Errorf("generation moved by %d, want 2 (the full sync and the settle)", moved)
 			}
-			if b.kern().Dumps != dumps {
-				t.Errorf("the check after the settle read %d dumps back: the settle was taken for drift", b.kern().Dumps-dumps)
+			if b.kern().reads != reads {
+				t.Errorf("the check after the settle read the kernel %d times: the settle was taken for drift", b.kern().reads-reads)
 			}
 			if out := testns.NFT(t, ns, "list", "table", "ip", DefaultTableName); strings.Contains(out, settleChain) {
 				t.Errorf("the settle chain is left:\n%s", out)

@@ -30,9 +30,6 @@ type driftChecker struct {
 	// change monitor; readAll makes the next check read every table (the
 	// monitor was opened after tables were written).
 	monTried, readAll bool
-	// monitorBuf is the monitor's receive buffer (0: nftlib.MonitorRcvBuf), for
-	// tests that make it overflow.
-	monitorBuf int
 	// readBacks counts the tables the checks read back (for tests).
 	readBacks int
 
@@ -63,11 +60,7 @@ func (c *driftChecker) start(cfg Config, applied bool) {
 	for _, id := range tableIDs() {
 		watch = append(watch, nftlib.TableRef{Family: id.f, Name: tableNameOf(cfg, id.kind)})
 	}
-	size := c.monitorBuf
-	if size == 0 {
-		size = nftlib.MonitorRcvBuf
-	}
-	if err := c.k.Watch(watch, size, c.onForeign); err != nil {
+	if err := c.k.Watch(watch, nftlib.MonitorRcvBuf, c.onForeign); err != nil {
 		c.log.Warn("cannot follow nftables changes; each drift check reads all our tables back when another process committed", "err", err)
 		return
 	}

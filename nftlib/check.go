@@ -53,7 +53,7 @@ func metaDrift(t *Table, kt *KernelTable, stale map[string]bool, d *drift) {
 	if kt.Flags != 0 {
 		d.add("table %s: flags 0x%x, want 0", name, kt.Flags)
 	}
-	if !bytes.Equal(kt.Udata, commentUdata(0, t.Comment)) {
+	if !bytes.Equal(kt.udata, commentUdata(0, t.Comment)) {
 		d.add("table %s: comment differs", name)
 	}
 	wanted := make(map[string]bool, t.ChainCount())
@@ -105,10 +105,10 @@ func foreignSet(name string, ks *kernelSet, d *drift) {
 // statefulDrift reports a table's stateful objects and flowtables: we
 // create none, so each is another process's.
 func statefulDrift(kt *KernelTable, d *drift) {
-	for _, o := range kt.Objs {
+	for _, o := range kt.objs {
 		d.add("%s %s: not ours", o.kind(), o.Name)
 	}
-	for _, ft := range kt.Flowtables {
+	for _, ft := range kt.flowtables {
 		d.add("flowtable %s: not ours", ft)
 	}
 }

@@ -110,10 +110,10 @@ func (k *Kernel) CommitTx(tx KernelTx) error {
 }
 
 func (k *Kernel) Monitor() Watcher {
-	if k.Mon == nil {
+	if k.mon == nil {
 		return nil // not a typed nil in the interface
 	}
-	return k.Mon
+	return k.mon
 }
 
 // OtherChanges is signalled when another process than this Kernel
@@ -124,20 +124,20 @@ func (k *Kernel) Monitor() Watcher {
 // of other programs' tables look only when they change, rather than
 // polling; it costs nothing when nobody commits.
 func (k *Kernel) OtherChanges() <-chan struct{} {
-	if k.Mon == nil {
+	if k.mon == nil {
 		return nil
 	}
-	return k.Mon.others
+	return k.mon.others
 }
 
 func (k *Kernel) Watch(tables []TableRef, rcvBuf int, onMark func()) error {
-	if k.Mon != nil {
+	if k.mon != nil {
 		return nil
 	}
 	m, err := k.openMonitor(tables, rcvBuf, onMark)
 	if err != nil {
 		return err
 	}
-	k.Mon = m
+	k.mon = m
 	return nil
 }

@@ -231,7 +231,7 @@ func (e Element) withOwnStrings() Element {
 func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string) {
 	x = newTx(want)
 	x.newTable, x.fresh = true, !have.Exists
-	if have.Exists && (replace || !bytes.Equal(have.Udata, commentUdata(0, want.Comment))) {
+	if have.Exists && (replace || !bytes.Equal(have.udata, commentUdata(0, want.Comment))) {
 		x.delTable = true // a comment is set only when a table is created
 		have = &KernelTable{}
 	}
@@ -239,8 +239,8 @@ func FullTx(want *Table, have *KernelTable, replace bool) (x *Tx, stale []string
 	x.newSticky = want.Sticky != ""
 	keys := want.fragmentKeys()
 	x.fullSets(have, keys)
-	x.delObjs = append(x.delObjs, have.Objs...)
-	x.delFlowtables = append(x.delFlowtables, have.Flowtables...)
+	x.delObjs = append(x.delObjs, have.objs...)
+	x.delFlowtables = append(x.delFlowtables, have.flowtables...)
 	return x, x.fullChains(have, want.chainsOf(keys))
 }
 

@@ -79,7 +79,6 @@ func (k *Kernel) dump(typ uint16, f Family, attrs func(m *batch), fn func(payloa
 // dumps of every family (NFPROTO_UNSPEC).
 func (k *Kernel) dumpFamilies(typ uint16, f Family, attrs func(m *batch), fn func(f Family, payload []byte) error) error {
 	req, seq := k.request(typ, unix.NLM_F_DUMP, f, attrs)
-	k.Dumps++
 	if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sending dump request: %w", err)
 	}

@@ -17,8 +17,8 @@ import (
 // does where our transactions depend on it: ENOENT for an object that does
 // not exist (deleted, flushed, or the target of a jump, goto, map verdict
 // or vmap), EBUSY for deleting a chain or set something still refers to
-// or for adding an element whose key maps to another verdict, EEXIST for
-// a map of another type. It has no change monitor, so drift checks read
+// or for adding an element whose key maps to another verdict (Linux 6.18
+// answers that with EEXIST), EEXIST for a map of another type. It has no change monitor, so drift checks read
 // every table back when the generation moved. The kernel tests prove the
 // same behaviour on the real kernel.
 type FakeKernel interface {
@@ -164,13 +164,13 @@ func (k *fakeKernel) ReadFamily(f Family, names []string, _ map[string][]string)
 	out := make(map[string]*KernelTable, len(names))
 	for _, n := range names {
 		k.reads++
-		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, Stateful: true}
+		kt := &KernelTable{Chains: map[string]*kernelChain{}, Sets: map[string]*kernelSet{}, stateful: true}
 		out[n] = kt
 		t := k.tables[TableRef{f, n}]
 		if t == nil {
 			continue
 		}
-		kt.Exists, kt.Udata = true, commentUdata(0, t.comment)
+		kt.Exists, kt.udata = true, commentUdata(0, t.comment)
 		for name, c := range t.chains {
 			kt.Chains[name] = fakeKChain(c)
 		}

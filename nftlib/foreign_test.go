@@ -218,12 +218,12 @@ func TestKernelAnswersLost(t *testing.T) {
 func TestFullTxForeign(t *testing.T) {
 	want := stageTable(1)
 	have := func() *KernelTable {
-		return &KernelTable{Exists: true, Udata: commentUdata(0, want.Comment),
+		return &KernelTable{Exists: true, udata: commentUdata(0, want.Comment),
 			Chains: map[string]*kernelChain{"KUBE-SERVICES": {}, "__chain0": {Flags: NftChainBinding}, "offload": {Base: true}},
 			Sets: map[string]*kernelSet{"__set0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT},
 				"__map0": {Flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_MAP}, "foreign": {}},
-			Objs:       []kernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
-			Flowtables: []string{"ff"}}
+			objs:       []kernelObject{{Type: 1, Name: "fc"}, {Type: 2, Name: "fq"}, {Type: 3, Name: "fh"}, {Type: 99, Name: "odd"}},
+			flowtables: []string{"ff"}}
 	}
 	for _, tt := range []struct {
 		replace bool

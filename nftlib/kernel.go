@@ -16,17 +16,13 @@ import (
 // and reads back what a full sync needs to know. Everything else in this
 // package works on values.
 type Kernel struct {
-	fd    int
-	netns string // "" for the current network namespace
-	seq   uint32
-	// Commits counts the transactions the kernel accepted (for tests).
-	Commits int
-	// Dumps counts the dump requests sent (for tests).
-	Dumps   int
+	fd      int
+	netns   string // "" for the current network namespace
+	seq     uint32
 	dumpBuf []byte
-	// Mon, when open, follows other processes' nftables commits (see
+	// mon, when open, follows other processes' nftables commits (see
 	// monitor); Close closes it.
-	Mon *monitor
+	mon *monitor
 }
 
 // OpenKernel opens a netfilter netlink socket in the current network
@@ -62,9 +58,9 @@ func socketIn(netnsPath string) (int, error) {
 
 // Close releases the socket, and the change monitor's if one was opened.
 func (k *Kernel) Close() error {
-	if k.Mon != nil {
-		k.Mon.close()
-		k.Mon = nil
+	if k.mon != nil {
+		k.mon.close()
+		k.mon = nil
 	}
 	return unix.Close(k.fd)
 }
@@ -124,7 +120,6 @@ func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 	if first != nil {
 		return first
 	}
-	k.Commits++
 	return nil
 }
 

@@ -35,11 +35,11 @@ type monitor struct {
 	onMark func()
 	// others is signalled (never blocking) when another process changed
 	// a table that is not watched, or events were lost; closed once the
-	// monitor stops (othersClosed, under Mu). See Kernel.OtherChanges.
+	// monitor stops (othersClosed, under mu). See Kernel.OtherChanges.
 	others       chan struct{}
 	othersClosed bool
 
-	Mu sync.Mutex
+	mu sync.Mutex
 	// scopes has, per table another process changed, what it changed.
 	scopes map[TableRef]*ChangeScope
 	all    bool // events were lost or not understood: everything may differ
@@ -123,26 +123,26 @@ func (k *Kernel) openMonitor(watch []TableRef, rcvBuf int, onMark func()) (*moni
 func (m *monitor) run(rc syscall.RawConn) {
 	defer close(m.done)
 	defer func() {
-		m.Mu.Lock()
+		m.mu.Lock()
 		m.othersClosed = true
 		close(m.others)
-		m.Mu.Unlock()
+		m.mu.Unlock()
 	}()
 	err := rc.Read(func(fd uintptr) bool {
-		m.Mu.Lock()
+		m.mu.Lock()
 		before := m.pendingLocked()
 		stop := m.drainLocked(int(fd)) // false: wait for more
 		marked := !before && m.pendingLocked()
-		m.Mu.Unlock()
+		m.mu.Unlock()
 		if marked && m.onMark != nil {
 			m.onMark()
 		}
 		return stop
 	})
 	if err != nil {
-		m.Mu.Lock()
+		m.mu.Lock()
 		m.broken, m.all = true, true
-		m.Mu.Unlock()
+		m.mu.Unlock()
 	}
 }
 
@@ -289,8 +289,8 @@ func (m *monitor) pendingLocked() bool { return m.all || len(m.scopes) > 0 }
 // Pending reports whether another process changed one of our tables since
 // the last take, as far as the events read so far tell.
 func (m *monitor) Pending() bool {
-	m.Mu.Lock()
-	defer m.Mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.pendingLocked()
 }
 
@@ -320,8 +320,8 @@ type ChangeScope struct {
 // TakeScopes is Take with what changed in each marked table.
 func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 	rc, err := m.f.SyscallConn()
-	m.Mu.Lock()
-	defer m.Mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err == nil {
 		err = rc.Control(func(fd uintptr) {
 			if m.drainLocked(int(fd)) {
@@ -343,8 +343,8 @@ func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 
 // Counts returns the events parsed and the overruns seen, for tests.
 func (m *monitor) Counts() (events, overruns int) {
-	m.Mu.Lock()
-	defer m.Mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return m.events, m.overruns
 }
 
@@ -384,12 +384,12 @@ func (m *monitor) SetMember(join bool) error {
 // a commit that went unseen (one during our own) asks for a check at once,
 // not at the periodic sync.
 func (m *monitor) MarkAll() {
-	m.Mu.Lock()
+	m.mu.Lock()
 	before := m.pendingLocked()
 	m.all = true
 	m.otherLocked()
 	marked := !before && m.pendingLocked()
-	m.Mu.Unlock()
+	m.mu.Unlock()
 	if marked && m.onMark != nil {
 		m.onMark()
 	}

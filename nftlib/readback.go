@@ -18,19 +18,19 @@ type KernelTable struct {
 	use    uint32 // the kernel's count of the table's chains, sets, objects and flowtables
 	Flags  uint32
 	Owner  uint32 // the netlink port id of an owner-flagged table's owner
-	Udata  []byte
+	udata  []byte
 	Chains map[string]*kernelChain
 	Sets   map[string]*kernelSet
-	Objs   []kernelObject
-	// Flowtables are the names of the table's flowtables.
-	Flowtables []string
-	// Stateful is set once objs and flowtables were read.
-	Stateful bool
+	objs   []kernelObject
+	// flowtables are the names of the table's flowtables.
+	flowtables []string
+	// stateful is set once objs and flowtables were read.
+	stateful bool
 }
 
 // counted is how many of the objects the table's use count counts were read.
 func (kt *KernelTable) counted() int {
-	return len(kt.Chains) + len(kt.Sets) + len(kt.Objs) + len(kt.Flowtables)
+	return len(kt.Chains) + len(kt.Sets) + len(kt.objs) + len(kt.flowtables)
 }
 
 // kernelChain is a chain's attributes as the kernel reports them.
@@ -118,7 +118,7 @@ func (k *Kernel) ReadFamily(f Family, names []string, expect map[string][]string
 		return nil, err
 	}
 	for name, kt := range out {
-		if kt.Exists && !kt.Stateful {
+		if kt.Exists && !kt.stateful {
 			if err := k.readStatefulIfUncounted(f, name, kt); err != nil {
 				return nil, err
 			}
@@ -138,7 +138,7 @@ func (k *Kernel) TableInfo(f Family, name string) (*KernelTable, error) {
 }
 
 // Comment is the table's comment, "" without one.
-func (kt *KernelTable) Comment() string { return udataComment(kt.Udata) }
+func (kt *KernelTable) Comment() string { return udataComment(kt.udata) }
 
 // readTables reads the attributes of the named tables of family f.
 func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, error) {
@@ -160,11 +160,11 @@ func (k *Kernel) readTables(f Family, names []string) (map[string]*KernelTable, 
 			case nftaTableOwner:
 				t.Owner = a.u32()
 			case nftaTableUserdata:
-				t.Udata = clone(a.data)
+				t.udata = clone(a.data)
 			}
 		})
 		if kt := out[name]; kt != nil {
-			kt.Exists, kt.Flags, kt.use, kt.Owner, kt.Udata = true, t.Flags, t.use, t.Owner, t.Udata
+			kt.Exists, kt.Flags, kt.use, kt.Owner, kt.udata = true, t.Flags, t.use, t.Owner, t.udata
 		}
 		return nil
 	})
@@ -237,7 +237,7 @@ func (k *Kernel) readStatefulIfUncounted(f Family, name string, kt *KernelTable)
 
 // readStateful reads a table's objects and flowtables.
 func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
-	kt.Stateful = true
+	kt.stateful = true
 	err := k.dump(unix.NFT_MSG_GETOBJ, f, func(m *batch) { m.str(unix.NFTA_OBJ_TABLE, name) }, func(p []byte) error {
 		var o kernelObject
 		forAttrs(p, func(a nlAttr) {
@@ -248,7 +248,7 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 				o.Type = a.u32()
 			}
 		})
-		kt.Objs = append(kt.Objs, o)
+		kt.objs = append(kt.objs, o)
 		return nil
 	})
 	if err != nil {
@@ -257,7 +257,7 @@ func (k *Kernel) readStateful(f Family, name string, kt *KernelTable) error {
 	err = k.dump(unix.NFT_MSG_GETFLOWTABLE, f, func(m *batch) { m.str(nftaFlowtableTable, name) }, func(p []byte) error {
 		forAttrs(p, func(a nlAttr) {
 			if a.typ == nftaFlowtableName {
-				kt.Flowtables = append(kt.Flowtables, a.str())
+				kt.flowtables = append(kt.flowtables, a.str())
 			}
 		})
 		return nil
@@ -322,7 +322,6 @@ func (k *Kernel) getChains(f Family, table string, names []string, chains map[st
 			req = append(req, m...)
 		}
 		names = names[n:]
-		k.Dumps++
 		if err := unix.Sendto(k.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return fmt.Errorf("asking for chains: %w", err)
 		}

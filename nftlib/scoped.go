@@ -68,7 +68,7 @@ func (k *Kernel) scopedTable(t *Table, d *drift, r *scopedRepair) error {
 	switch {
 	case kt == nil || !kt.Exists:
 		return errors.New("the table is missing")
-	case !bytes.Equal(kt.Udata, commentUdata(0, t.Comment)):
+	case !bytes.Equal(kt.udata, commentUdata(0, t.Comment)):
 		return errors.New("the table's comment differs")
 	case kt.Flags != 0:
 		d.add("table %s %s: flags 0x%x, want 0", t.Family, t.Name, kt.Flags)
@@ -86,8 +86,8 @@ func (k *Kernel) scopedStateful(t *Table, d *drift, r *scopedRepair) error {
 		return err
 	}
 	statefulDrift(kt, d)
-	r.drop.delObjs = append(r.drop.delObjs, kt.Objs...)
-	r.drop.delFlowtables = append(r.drop.delFlowtables, kt.Flowtables...)
+	r.drop.delObjs = append(r.drop.delObjs, kt.objs...)
+	r.drop.delFlowtables = append(r.drop.delFlowtables, kt.flowtables...)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package nftlib
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
@@ -71,7 +72,39 @@ func TestKernelEveryTermKind(t *testing.T) {
 		for name := range want {
 			t.Errorf("%s: chain %s not read back", f, name)
 		}
+		checkReadBackEqual(t, k, tbl, got)
 	}
+}
+
+// checkReadBackEqual checks that what was read back of want (got, from
+// ReadTable) has its maps' elements, and that the canonical comparison of
+// the kernel's dump with want (TableDrift, what a drift check runs) finds
+// no difference though the dump is not byte-equal to what was sent.
+func checkReadBackEqual(t *testing.T, k *Kernel, want, got *Table) {
+	t.Helper()
+	for _, m := range want.Maps {
+		if g, w := elementTexts(got, m), elementTexts(want, m); !slices.Equal(g, w) {
+			t.Errorf("%s %s: map %s's elements read back as %q, want %q", want.Family, want.Name, m.Name, g, w)
+		}
+	}
+	kts, err := k.ReadFamily(want.Family, []string{want.Name}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := k.TableDrift(want, kts[want.Name], nil)
+	if err != nil || len(diffs) > 0 {
+		t.Errorf("%s %s: the kernel's dump differs from what was written: %q, %v", want.Family, want.Name, diffs, err)
+	}
+}
+
+// elementTexts are map m's elements in t as nft text, sorted.
+func elementTexts(t *Table, m *Map) []string {
+	var out []string
+	for _, e := range t.Elements(m.Name) {
+		out = append(out, e.Text(t.Family, m.Key))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // kernelTakes tells whether the kernel accepts the term in the table: it

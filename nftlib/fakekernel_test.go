@@ -1,0 +1,133 @@
+package nftlib
+
+import (
+	"errors"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
+)
+
+// fakeCaseTable is what each fakeCase starts from:
+//
+//	table ip t {
+//		map m { type ipv4_addr : verdict; elements = { 10.0.0.1 : goto c } }
+//		chain a { jump b }
+//		chain b { }
+//		chain c { }
+//		chain d { }
+//	}
+func fakeCaseTable() *Table {
+	elem := Element{Key: Key{Addr: netip.MustParseAddr("10.0.0.1")}, Verdict: GotoChain("c")}
+	return &Table{Family: IPv4, Name: "t",
+		Maps:   []*Map{{Name: "m", Key: []Field{FieldDaddr}, Elements: []Element{elem}}},
+		Chains: []*Chain{{Name: "a", Rules: []Rule{R(JumpTo("b"))}}, {Name: "b"}, {Name: "c"}, {Name: "d"}}}
+}
+
+// fakeCase is one transaction over fakeCaseTable and the kernel's answer.
+type fakeCase struct {
+	name   string
+	write  func(tx KernelTx)
+	errno  syscall.Errno // 0: committed
+	chains string        // ip t's chains afterwards; "-": no table
+	// kernelErrno, when not 0, is the kernel's other answer to the same
+	// transaction: it refuses it too, with another errno.
+	kernelErrno syscall.Errno
+}
+
+func fakeCases() []fakeCase {
+	const f, tb = IPv4, "t"
+	m := fakeCaseTable().Maps[0]
+	elem := func(chain string) []Element {
+		return []Element{{Key: Key{Addr: netip.MustParseAddr("10.0.0.1")}, Verdict: GotoChain(chain)}}
+	}
+	return []fakeCase{
+		{"add chain ip t e", func(tx KernelTx) { tx.AddChains(f, tb, []*Chain{{Name: "e"}}) }, 0, "a b c d e", 0},
+		{"add table ip t", func(tx KernelTx) { tx.AddTable(f, tb, "") }, 0, "a b c d", 0},
+		{"add rule ip t a jump nope", func(tx KernelTx) { tx.AddRule(f, tb, "a", R(JumpTo("nope"))) }, syscall.ENOENT, "a b c d", 0},
+		{"flush chain ip t nope", func(tx KernelTx) { tx.FlushChain(f, tb, "nope") }, syscall.ENOENT, "a b c d", 0},
+		{"delete chain ip t nope", func(tx KernelTx) { tx.DelChain(f, tb, "nope") }, syscall.ENOENT, "a b c d", 0},
+		{"delete chain ip t d", func(tx KernelTx) { tx.DelChain(f, tb, "d") }, 0, "a b c", 0},
+		{"delete chain ip t b (a jumps to it)", func(tx KernelTx) { tx.DelChain(f, tb, "b") }, syscall.EBUSY, "a b c d", 0},
+		{"delete chain ip t c (an element of m goes to it)", func(tx KernelTx) { tx.DelChain(f, tb, "c") }, syscall.EBUSY, "a b c d", 0},
+		{"flush chain ip t a; delete chain ip t b", func(tx KernelTx) {
+			tx.FlushChain(f, tb, "a")
+			tx.DelChain(f, tb, "b")
+		}, 0, "a c d", 0},
+		{"add chain ip t e; delete chain ip t b: all or nothing", func(tx KernelTx) {
+			tx.AddChains(f, tb, []*Chain{{Name: "e"}})
+			tx.DelChain(f, tb, "b")
+		}, syscall.EBUSY, "a b c d", 0},
+		{"add map ip t m { type ipv4_addr . ipv4_addr : verdict; }", func(tx KernelTx) {
+			tx.addMap(f, tb, &Map{Name: "m", Key: []Field{FieldDaddr, FieldSaddr}}, 1)
+		}, syscall.EEXIST, "a b c d", 0},
+		// Linux 6.18 answers EEXIST here; the fake, EBUSY.
+		{"add element ip t m { 10.0.0.1 : goto d } (it goes to c)", func(tx KernelTx) { tx.Elements(true, f, tb, m, elem("d")) }, syscall.EBUSY, "a b c d", syscall.EEXIST},
+		{"add element ip t m { 10.0.0.1 : goto c } (as it is)", func(tx KernelTx) { tx.Elements(true, f, tb, m, elem("c")) }, 0, "a b c d", 0},
+		{"delete table ip t", func(tx KernelTx) { tx.DelTable(f, tb) }, 0, "-", 0},
+	}
+}
+
+// runFakeCase writes fakeCaseTable into d, then the case's transaction,
+// and compares the answer (errno, or kernelErrno too when d is the
+// kernel) and the chains left with the case's.
+func runFakeCase(t *testing.T, d Dataplane, tc fakeCase) {
+	t.Helper()
+	want := fakeCaseTable()
+	setup := d.NewTx()
+	x, _ := FullTx(want, &KernelTable{}, false)
+	var setID uint32
+	x.Write(setup, &setID)
+	if err := d.CommitTx(setup); err != nil {
+		t.Fatalf("writing the table: %v", err)
+	}
+	tx := d.NewTx()
+	tc.write(tx)
+	err := d.CommitTx(tx)
+	var txErr *TxError
+	switch {
+	case tc.errno == 0 && err != nil:
+		t.Errorf("committing: %v, want no error", err)
+	case tc.errno != 0 && (!errors.As(err, &txErr) || txErr.Errno != tc.errno && !isKernelAnswer(d, txErr.Errno, tc)):
+		t.Errorf("committing: %v, want a TxError with %v", err, tc.errno)
+	}
+	kts, err := d.ReadFamily(IPv4, []string{"t"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := "-"
+	if kt := kts["t"]; kt.Exists {
+		got = strings.Join(slices.Sorted(maps.Keys(kt.Chains)), " ")
+	}
+	if got != tc.chains {
+		t.Errorf("ip t holds chains %q afterwards, want %q", got, tc.chains)
+	}
+}
+
+// isKernelAnswer reports whether errno is the case's other answer, from
+// the kernel.
+func isKernelAnswer(d Dataplane, errno syscall.Errno, tc fakeCase) bool {
+	_, kernel := d.(*Kernel)
+	return kernel && tc.kernelErrno != 0 && errno == tc.kernelErrno
+}
+
+// The FakeKernel answers each transaction as the doc says the kernel
+// does (TestKernelFakeAnswersAsKernel checks the same cases on it).
+func TestFakeKernelAnswers(t *testing.T) {
+	for _, tc := range fakeCases() {
+		t.Run(tc.name, func(t *testing.T) { runFakeCase(t, NewFakeKernel(), tc) })
+	}
+}
+
+// The kernel gives the answers TestFakeKernelAnswers expects of the fake.
+func TestKernelFakeAnswersAsKernel(t *testing.T) {
+	for _, tc := range fakeCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			runFakeCase(t, openTestKernel(t, testns.New(t, "knp-nft-")), tc)
+		})
+	}
+}
