@@ -205,6 +205,27 @@ func TestDeployManifests(t *testing.T) {
 	}
 }
 
+func TestCleanupManifests(t *testing.T) {
+	deploy := filepath.Join("..", "..", "deploy")
+	out, err := CleanupManifests(deploy, "example.org/kube-nftproxy:v1", "example.org/pause:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	splitDocs(t, out)
+	orig, err := os.ReadFile(filepath.Join(deploy, "cleanup", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := strings.NewReplacer("example.org/kube-nftproxy:v1", "kube-nftproxy:latest",
+		"example.org/pause:9", "registry.k8s.io/pause:3.10.2").Replace(out)
+	if back != string(orig) || strings.Count(out, "example.org/") != 2 {
+		t.Error("changed more, or less, than the two images")
+	}
+	if _, err := CleanupManifests(t.TempDir(), "i", "p"); err == nil {
+		t.Error("a directory without deploy/cleanup was taken")
+	}
+}
+
 func TestImages(t *testing.T) {
 	dir := t.TempDir()
 	txt := "# comment\nregistry.k8s.io/pause:3.10.2 pause.tar\n\nlocalhost:5000/kube-nftproxy:dev knp.tar\nregistry.k8s.io/e2e-test-images/agnhost:2.66.1 agnhost.tar\n"

@@ -47,6 +47,23 @@ func KubeadmProxyManifests(deployDir, image, apiServer, xtablesLock string) (str
 	})
 }
 
+// CleanupManifests are deploy/cleanup/daemonset.yaml with only its two
+// images replaced: ours (the init container's --cleanup) and the pause
+// image (the container that keeps the pod once it is done).
+func CleanupManifests(deployDir, image, pause string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "cleanup", "daemonset.yaml"))
+	if err != nil {
+		return "", err
+	}
+	return replaceOnce(string(b), "cleanup manifests", []struct{ old, new string }{
+		{deployImage, "image: " + image},
+		{cleanupPauseImage, "image: " + pause},
+	})
+}
+
+// cleanupPauseImage is the pause image line deploy/cleanup ships.
+const cleanupPauseImage = "image: registry.k8s.io/pause:3.10.2"
+
 // replaceOnce makes each replacement, each old string occurring exactly
 // once in s.
 func replaceOnce(s, what string, rs []struct{ old, new string }) (string, error) {

@@ -64,7 +64,7 @@ func readManifests(t *testing.T, files ...string) []manifest {
 			if !ok {
 				t.Fatalf("%s document %d: no test path for %s", f, i, key)
 			}
-			m := manifest{file: filepath.Base(f), kind: obj.Kind, name: obj.Metadata.Name,
+			m := manifest{file: strings.TrimPrefix(f, "../../"), kind: obj.Kind, name: obj.Metadata.Name,
 				path: strings.Replace(path, "%s", obj.Metadata.Namespace, 1)}
 			if err := yaml.Unmarshal(js, &m.body); err != nil {
 				t.Fatal(err)
@@ -86,10 +86,7 @@ func TestManifestsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob("../../deploy/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests found: %v", err)
-	}
+	files := manifestFiles(t, "../../deploy/*.yaml", "../../deploy/cleanup/*.yaml")
 	kinds := map[string]bool{}
 	for _, m := range readManifests(t, files...) {
 		if err := srv.Do(ctx, "POST", m.path+"?dryRun=All&fieldValidation=Strict", m.body, nil); err != nil {
@@ -102,4 +99,19 @@ func TestManifestsAreValid(t *testing.T) {
 			t.Errorf("deploy/ has no %s", k)
 		}
 	}
+}
+
+// manifestFiles are the files each pattern matches, failing t on a
+// pattern that matches none.
+func manifestFiles(t *testing.T, patterns ...string) []string {
+	t.Helper()
+	var files []string
+	for _, p := range patterns {
+		m, err := filepath.Glob(p)
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no manifests match %s: %v", p, err)
+		}
+		files = append(files, m...)
+	}
+	return files
 }

@@ -10,10 +10,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// daemonSetPod reads deploy/daemonset.yaml's pod spec and its raw lines.
-func daemonSetPod(t *testing.T) (corev1.PodSpec, []string) {
+// The DaemonSets whose privileges are checked: the proxy's and the one
+// that removes its rules.
+const (
+	proxyDaemonSet   = "../../deploy/daemonset.yaml"
+	cleanupDaemonSet = "../../deploy/cleanup/daemonset.yaml"
+)
+
+// daemonSetPod reads a DaemonSet file's pod spec and its raw lines.
+func daemonSetPod(t *testing.T, file string) (corev1.PodSpec, []string) {
 	t.Helper()
-	data, err := os.ReadFile("../../deploy/daemonset.yaml")
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,10 +37,13 @@ func daemonSetPod(t *testing.T) (corev1.PodSpec, []string) {
 	return ds.Spec.Template.Spec, strings.Split(string(data), "\n")
 }
 
-// privileges lists what deploy/'s pod is granted beyond an unprivileged
+// privileges lists what a pod is granted beyond an unprivileged
 // container, each as the YAML line that grants it.
 func privileges(pod corev1.PodSpec) []string {
 	var out []string
+	if pod.HostNetwork {
+		out = append(out, "hostNetwork: true")
+	}
 	if pod.HostPID {
 		out = append(out, "hostPID: true")
 	}
@@ -79,18 +89,20 @@ func reasonAbove(lines []string, grant string) error {
 	return fmt.Errorf("%q not found as a line of its own", grant)
 }
 
-// Every privilege deploy/'s DaemonSet asks for (a capability, privileged,
-// a host path, the host's PID or IPC namespace) carries its reason: adding
-// one without a "# why:" comment fails here.
+// Every privilege deploy/'s DaemonSets ask for (a capability, privileged,
+// a host path, the host's network, PID or IPC namespace) carries its
+// reason: adding one without a "# why:" comment fails here.
 func TestEveryPrivilegeHasAReason(t *testing.T) {
-	pod, lines := daemonSetPod(t)
-	grants := privileges(pod)
-	if len(grants) == 0 {
-		t.Fatal("no privilege found: the init container's privileged and the proxy's NET_ADMIN at least")
-	}
-	for _, g := range grants {
-		if err := reasonAbove(lines, g); err != nil {
-			t.Error(err)
+	for _, file := range []string{proxyDaemonSet, cleanupDaemonSet} {
+		pod, lines := daemonSetPod(t, file)
+		grants := privileges(pod)
+		if len(grants) < 2 {
+			t.Errorf("%s: privileges %v: the host network and NET_ADMIN at least", file, grants)
+		}
+		for _, g := range grants {
+			if err := reasonAbove(lines, g); err != nil {
+				t.Errorf("%s: %v", file, err)
+			}
 		}
 	}
 	if err := reasonAbove([]string{"        privileged: true"}, "privileged: true"); err == nil {
@@ -103,7 +115,7 @@ func TestEveryPrivilegeHasAReason(t *testing.T) {
 // read-only root, the runtime's default seccomp profile, no host path;
 // root's work (the sysctls) is the init container's --init-only.
 func TestProxyContainerLeastPrivilege(t *testing.T) {
-	pod, _ := daemonSetPod(t)
+	pod, _ := daemonSetPod(t, proxyDaemonSet)
 	if len(pod.Containers) != 1 || len(pod.InitContainers) != 1 {
 		t.Fatalf("want one init container and one container, have %d and %d", len(pod.InitContainers), len(pod.Containers))
 	}
@@ -131,5 +143,43 @@ func TestProxyContainerLeastPrivilege(t *testing.T) {
 	}
 	if cmd := strings.Join(pod.InitContainers[0].Command, " "); !strings.Contains(cmd, "--init-only") {
 		t.Errorf("the init container runs %q, not --init-only", cmd)
+	}
+}
+
+// The cleanup DaemonSet runs our image's --cleanup, and nothing else, in
+// its one init container with NET_ADMIN alone; its main container, which
+// only keeps the pod, has no privilege at all; no host path, PID or IPC.
+func TestCleanupDaemonSetRunsCleanupOnly(t *testing.T) {
+	proxy, _ := daemonSetPod(t, proxyDaemonSet)
+	pod, _ := daemonSetPod(t, cleanupDaemonSet)
+	if len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
+		t.Fatalf("want one cleanup container and one container, have %d and %d", len(pod.InitContainers), len(pod.Containers))
+	}
+	cleanup, keep := pod.InitContainers[0], pod.Containers[0]
+	if got := strings.Join(append(cleanup.Command, cleanup.Args...), " "); got != "/kube-nftproxy --cleanup" {
+		t.Errorf("the cleanup container runs %q, want /kube-nftproxy --cleanup", got)
+	}
+	if cleanup.Image != proxy.Containers[0].Image {
+		t.Errorf("the cleanup container's image is %q, the proxy's %q", cleanup.Image, proxy.Containers[0].Image)
+	}
+	if want := []string{"hostNetwork: true", "- NET_ADMIN"}; fmt.Sprint(privileges(pod)) != fmt.Sprint(want) {
+		t.Errorf("privileges %v, want %v", privileges(pod), want)
+	}
+	for _, c := range []corev1.Container{cleanup, keep} {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil || sc.Capabilities == nil || fmt.Sprint(sc.Capabilities.Drop) != "[ALL]":
+			t.Errorf("container %s does not drop every capability", c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("container %s may escalate privileges", c.Name)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("container %s has a writable root", c.Name)
+		}
+	}
+	if !strings.Contains(keep.Image, "/pause:") || len(keep.Command)+len(keep.Args) != 0 {
+		t.Errorf("the keep container is %s %v %v, want the pause image as it is", keep.Image, keep.Command, keep.Args)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the cleanup pod mounts a service account token it never uses")
 	}
 }
