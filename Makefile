@@ -288,11 +288,12 @@ cluster-test:
 # rolled to another build, an unrelated endpoint removed, a port added, the
 # kubelets, the API server and etcd restarted; and docs/migration.md's steps
 # from upstream kube-proxy (iptables mode; nftables mode), the way back and
-# forward again. FAULT and FLOWS lines each; each brings a cluster up and
-# down, holding /run/knp-cluster.lock for each test alone. FAULTS picks
-# (Restarts, Migration, MigrationNFTables; TokenRotation, 35 minutes: our
-# pods on 10-minute tokens through three rotations).
-FAULTS ?= Restarts Migration MigrationNFTables
+# forward again; deploy/cleanup/ after our DaemonSet is deleted. FAULT and
+# FLOWS lines each; each brings a cluster up and down, holding
+# /run/knp-cluster.lock for each test alone. FAULTS picks (Restarts,
+# Migration, MigrationNFTables, Cleanup; TokenRotation, 30 minutes: our pods
+# on 10-minute tokens through three rotations).
+FAULTS ?= Restarts Migration MigrationNFTables Cleanup
 # Like cluster-test it builds nothing itself (its own two proxy images come
 # from this tree; the rest from the cache), so it never rewrites the shared
 # cache's kube-nftproxy image; a cold cache skips.
