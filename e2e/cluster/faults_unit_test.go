@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,9 @@ func TestFlowRecord(t *testing.T) {
 // exchange answered on one kept-alive connection, and a server closing
 // the connection counts as one break.
 func TestFlowsHoldTheirConnections(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: each flow's thread enters a network namespace (setns)")
+	}
 	var accepted atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "echo-1")
