@@ -18,7 +18,7 @@ GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 IMAGE   ?= kube-nftproxy
 
 .PHONY: all build image image-check test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
-.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults
+.PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-faults flakes
 
 all: build
 
@@ -261,6 +261,14 @@ cluster-status:
 PROXY ?= ours
 conformance: cluster-build cluster-images
 	PROXY=$(PROXY) $(call ipvs_guests,$(PROXY)) hack/cluster/conformance.sh
+
+# The same selection RUNS times back to back on one cluster
+# (hack/cluster/flakes.sh): per run the JUnit report, e2e.test's log, the
+# proxy pods' logs and the events, and a table of the failures; the flake
+# rate in docs/cluster.md comes from it.
+RUNS ?= 5
+flakes: cluster-build cluster-images
+	RUNS=$(RUNS) PROXY=$(PROXY) $(call ipvs_guests,$(PROXY)) hack/cluster/flakes.sh
 
 # The cluster tier's CI subset (e2e/cluster TestClusterConformanceSubset):
 # a dual-stack cluster of three nodes in three zones up, the smoke check,
