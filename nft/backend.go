@@ -69,9 +69,9 @@ type Backend struct {
 	largeTx        int
 	largeTxRound   int
 	// stageRules is the least size (rules) of a staged transaction,
-	// stagedRules (tests lower it; 0: never staged): a full sync of at
+	// defaultStageRules (tests lower it; 0: never staged): a full sync of at
 	// least two such over tables the kernel lacks is staged, in about
-	// stagePieces transactions (stagedPieces; tests raise it) of Service
+	// stagePieces transactions (defaultStagePieces; tests raise it) of Service
 	// chains (see stagesFull).
 	stageRules, stagePieces int
 	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
@@ -147,7 +147,7 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		tx:        &committer{k: k, log: log, trace: cfg.Trace},
 		stale:     staleChains{now: time.Now},
 		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules,
-		stageRules: stagedRules, stagePieces: stagedPieces,
+		stageRules: defaultStageRules, stagePieces: defaultStagePieces,
 	}, nil
 }
 
@@ -239,7 +239,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	var r commitReport
 	if p.deferred != nil {
 		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
-			return b.tx.commitStaged(b.stagedPieces(p, d.txs), d.txs, settle, b.onLargeTxRound)
+			return b.tx.commitStaged(b.stagedTxs(p, d.txs), d.txs, settle, b.onLargeTxRound)
 		})
 		ph.staged = r.staged
 	} else {

@@ -8,29 +8,27 @@ import (
 )
 
 // A full sync into tables the kernel does not hold yet (a node's first
-// start) that writes stagedRules*2 rules or more is staged (see
+// start) that writes defaultStageRules*2 rules or more is staged (see
 // nftlib.StageFixed): the plan builds the tables' fixed parts only, and a
 // goroutine builds and encodes the Service ports' chains, about
-// stagedPieces transactions of them, each while the kernel commits the one
+// defaultStagePieces transactions of them, each while the kernel commits the one
 // before; their elements and what makes them reachable go in the last
 // transaction. Only the first piece's build and encoding are on the way
 // to synced, and the process never holds all the fragments, nor all the
 // messages, at once.
 
-// stagedRules is the least number of rules a staged transaction of
+// defaultStageRules is the least number of rules a staged transaction of
 // Service chains carries; a sync of twice that or more is staged (about
 // 700 Services x 10 endpoints). Smaller pieces would each add a commit
-// (a walk of every chain) for little encoding to hide. At 1k Services the
-// staged sync took 5-10 ms more than the kernel's part, one transaction
-// 22-27 ms.
-const stagedRules = 10_000
+// (a walk of every chain) for little encoding to hide.
+const defaultStageRules = 10_000
 
-// stagedPieces is about how many staged transactions of Service chains a
+// defaultStagePieces is about how many staged transactions of Service chains a
 // large sync is cut into: each commit walks every chain of the namespace,
 // so more of them would cost the kernel more (sixteen instead of eight at
 // 50k Services: up to a few tenths of a second), and fewer would put more
 // of the build and encoding before the first commit.
-const stagedPieces = 8
+const defaultStagePieces = 8
 
 // placedPort is a service port and what a full sync places of it.
 type placedPort struct {
@@ -92,13 +90,13 @@ func allFresh(txs []*nftlib.Tx) bool {
 	return true
 }
 
-// stagedPieces is the staged transactions of a full sync whose plan
+// stagedTxs is the staged transactions of a full sync whose plan
 // deferred its fragments, each a list of table transactions to commit as
 // one: first the tables with their sets and regular chains, then the
 // Service ports' chains, built in key order as they are asked for; each
 // fragment's elements go to txs (one per table, in tableIDs order), the
 // sync's last transaction.
-func (b *Backend) stagedPieces(p *syncPlan, txs []*nftlib.Tx) iter.Seq[[]*nftlib.Tx] {
+func (b *Backend) stagedTxs(p *syncPlan, txs []*nftlib.Tx) iter.Seq[[]*nftlib.Tx] {
 	return func(yield func([]*nftlib.Tx) bool) {
 		var first []*nftlib.Tx
 		for _, x := range txs {

@@ -29,7 +29,7 @@ func defaultWatchOptions() watchOptions {
 	return watchOptions{settle: 100 * time.Millisecond, maxDelay: time.Second, retry: time.Second, writeWait: 5 * time.Second}
 }
 
-// The events that can change what LoadInto reads. IN_ONLYDIR guards against
+// The events that can change what LoadState reads. IN_ONLYDIR guards against
 // the directory having been replaced by a file.
 const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MODIFY | unix.IN_ATTRIB |
 	unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
