@@ -172,8 +172,12 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func peakRSS(t *testing.T) float64 { return statusMiB(t, "VmHWM:") }
 
 // statusMiB is a size in /proc/self/status (key with its colon), in MiB.
-func statusMiB(t *testing.T, key string) float64 {
-	data, err := os.ReadFile("/proc/self/status")
+func statusMiB(t *testing.T, key string) float64 { return statusMiBOf(t, "self", key) }
+
+// statusMiBOf is a size in the /proc/<pid>/status of process pid ("self",
+// or a number).
+func statusMiBOf(t *testing.T, pid any, key string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%v/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +190,7 @@ func statusMiB(t *testing.T, key string) float64 {
 			return float64(kb) / 1024
 		}
 	}
-	t.Fatalf("no %s in /proc/self/status", key)
+	t.Fatalf("no %s in /proc/%v/status", key, pid)
 	return 0
 }
 

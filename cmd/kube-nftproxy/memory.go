@@ -2,15 +2,59 @@ package main
 
 import (
 	"context"
+	"io/fs"
+	"log/slog"
 	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
+
+// cgroupMemoryMargin is the share of the cgroup's memory limit kept out
+// of the Go runtime's soft limit (one in cgroupMemoryMargin: half), for
+// what the cgroup is charged beyond the runtime's own memory. The largest
+// part is the kernel's: it charges nftables objects to the memory cgroup
+// of the process that makes them (6.18 does), so the rules the proxy
+// programs count against its limit for as long as they exist (49 MiB at
+// 4000 Services x 10 endpoints, beside a steady process RSS of 44 MiB);
+// during a full sync come its netlink messages, mapped outside the Go
+// heap (38 MiB there; see largeTxMemory). Both grow with the ruleset, as
+// the heap does, hence a share rather than a fixed size. As the kernel's
+// part is about the runtime's own, a proxy that fits its limit at all
+// holds less than half of it in the runtime: a soft limit of half does
+// not leave the collector running without end (it would take up to half
+// the CPU). A smaller margin did not help: under a 100 MiB limit that
+// GOGC's pacing overran at 4000 Services, soft limits of 75 and 55 MiB
+// were OOM-killed too, 50 and below synced (TestCgroupMemoryCeiling).
+const cgroupMemoryMargin = 2
+
+// setCgroupMemoryLimit sets the Go runtime's soft memory limit a margin
+// below the memory limit of the process's cgroup, read through fsys
+// (rooted at "/"), and returns it (0: none set). Paced by GOGC alone, a
+// full sync's heap grows to twice the live one, past a pod's limit that
+// sits a little above the proxy's need: the OOM killer ends it mid-sync,
+// where a soft limit makes the collector work harder and stay under. A
+// GOMEMLIMIT of the user's (userLimit, "off" too) is left alone.
+func setCgroupMemoryLimit(fsys fs.FS, userLimit string, log *slog.Logger) int64 {
+	if userLimit != "" {
+		return 0
+	}
+	hard, file, err := cgroupMemoryLimit(fsys)
+	if err != nil || hard == 0 {
+		log.Log(context.Background(), loglevel.V2, "no cgroup memory limit found; the collector is paced by GOGC", "err", err)
+		return 0
+	}
+	soft := hard - hard/cgroupMemoryMargin
+	debug.SetMemoryLimit(soft)
+	log.Info("memory: the Go runtime's soft limit set below the cgroup's limit; GOMEMLIMIT overrides it",
+		"cgroupLimit", hard, "file", file, "softLimit", soft)
+	return soft
+}
 
 // largeTxHeadroom is how much the Go runtime's memory may grow above
 // what it holds after the collection largeTxMemory starts with, while a
@@ -34,7 +78,8 @@ const largeTxHeadroom = 64 << 20
 // sync's rules as they are written, and twice (OnLargeTxRound, at two and
 // four fifths) the proxy hands their pages back with debug.FreeOSMemory:
 // the rules (about 300 MB at 50k) and their messages are then never
-// resident together.
+// resident together. A limit set before (the user's GOMEMLIMIT, or the
+// cgroup's, setCgroupMemoryLimit) stays a ceiling and is set back.
 func largeTxMemory() (done func()) {
 	debug.FreeOSMemory()
 	held := runtimeHeld()
@@ -74,8 +119,14 @@ const idleHeadroom = 16 << 20
 // runtime caps that at about half the CPU). So the first sync that
 // writes anything, and the first collection after which the live heap
 // has grown by half the headroom, give GOGC back its pacing; a GOGC or
-// GOMEMLIMIT set by the user is left alone.
+// GOMEMLIMIT set by the user is left alone. The cgroup's ceiling
+// (setCgroupMemoryLimit) stays a ceiling: idle pacing never lifts it.
 type idleGC struct {
+	// ceiling is the soft memory limit the proxy set from its cgroup's
+	// (setCgroupMemoryLimit; 0: none): a limit of ours, not the user's,
+	// so idle pacing runs under it and returns to it.
+	ceiling int64
+
 	mu   sync.Mutex
 	idle bool
 	// percent and limit are GOGC and the memory limit before idle;
@@ -99,7 +150,8 @@ func (g *idleGC) synced(changed bool) {
 }
 
 func (g *idleGC) enter() {
-	if percent, limit := gcSettings(); percent < 0 || limit != math.MaxInt64 {
+	percent, limit := gcSettings()
+	if percent < 0 || limit != math.MaxInt64 && (g.ceiling == 0 || limit != g.ceiling) {
 		return // the user's GOGC=off or GOMEMLIMIT: it paces already
 	}
 	// The busy time's garbage (up to the live heap again under GOGC) is
@@ -111,7 +163,7 @@ func (g *idleGC) enter() {
 	g.headroom = max(uint64(held)/16, idleHeadroom)
 	g.live = heapLive()
 	g.percent = debug.SetGCPercent(-1)
-	g.limit = debug.SetMemoryLimit(held + int64(g.headroom))
+	g.limit = debug.SetMemoryLimit(min(held+int64(g.headroom), limit))
 	g.idle = true
 	g.watch()
 }

@@ -1,16 +1,62 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
 )
+
+// TestSetCgroupMemoryLimit checks that the soft memory limit is set a
+// margin below the cgroup's limit, and logged, only when the cgroup has
+// a limit and the user set no GOMEMLIMIT.
+func TestSetCgroupMemoryLimit(t *testing.T) {
+	orig := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetMemoryLimit(orig) })
+	limited := fstest.MapFS{
+		"proc/self/cgroup":             {Data: []byte("0::/pod\n")},
+		"proc/self/mountinfo":          {Data: []byte(mountV2)},
+		"sys/fs/cgroup/pod/memory.max": {Data: []byte("419430400\n")},
+	}
+	tests := []struct {
+		name      string
+		fsys      fstest.MapFS
+		userLimit string
+		want      int64
+	}{
+		{"a cgroup limit", limited, "", 419430400 - 419430400/cgroupMemoryMargin},
+		{"the user's GOMEMLIMIT=off", limited, "off", 0},
+		{"the user's GOMEMLIMIT", limited, "1GiB", 0},
+		{"no memory cgroup", fstest.MapFS{"proc/self/cgroup": {}, "proc/self/mountinfo": {}}, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetMemoryLimit(math.MaxInt64)
+			var logs bytes.Buffer
+			got := setCgroupMemoryLimit(tc.fsys, tc.userLimit, slog.New(slog.NewTextHandler(&logs, nil)))
+			limit := debug.SetMemoryLimit(-1)
+			switch {
+			case got != tc.want:
+				t.Errorf("soft limit %d, want %d", got, tc.want)
+			case tc.want == 0 && limit != math.MaxInt64:
+				t.Errorf("the runtime's limit is %d, want none", limit)
+			case tc.want != 0 && limit != tc.want:
+				t.Errorf("the runtime's limit is %d, want %d", limit, tc.want)
+			case tc.want != 0 && !strings.Contains(logs.String(), "file=/sys/fs/cgroup/pod/memory.max"):
+				t.Errorf("the log does not say where the limit was found: %s", logs.String())
+			}
+		})
+	}
+}
 
 // TestLargeTxMemory checks that largeTxMemory sets a soft memory limit a
 // little above what the runtime holds, never above one already set
@@ -24,6 +70,7 @@ func TestLargeTxMemory(t *testing.T) {
 		lower bool // whether the limit during the transaction is below prior
 	}{
 		{"no limit before", math.MaxInt64, true},
+		{"the cgroup's ceiling paced under", 1 << 40, true},
 		{"a lower limit kept", 1 << 20, false},
 	}
 	for _, tc := range tests {
@@ -49,7 +96,8 @@ func TestLargeTxMemory(t *testing.T) {
 // TestIdleGC checks idleGC's pacing: GOGC off and a limit a little above
 // what the process holds after a sync that wrote nothing, both put back
 // by one that wrote something or by a collection after which the live
-// heap had grown, and a GOGC=off or GOMEMLIMIT of the user's left alone.
+// heap had grown, and a GOGC=off or GOMEMLIMIT of the user's left alone;
+// the cgroup's ceiling (setCgroupMemoryLimit) is paced under and kept.
 func TestIdleGC(t *testing.T) {
 	origPercent, origLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() { debug.SetGCPercent(origPercent); debug.SetMemoryLimit(origLimit) })
@@ -57,24 +105,31 @@ func TestIdleGC(t *testing.T) {
 		name     string
 		percent  int
 		limit    int64
+		ceiling  int64 // idleGC.ceiling: the limit is ours when equal
 		wantIdle bool
+		capped   bool // the idle limit is the ceiling, below what the process holds
 	}{
-		{"defaults", 100, math.MaxInt64, true},
-		{"the user's GOGC=off", -1, 1 << 40, false},
-		{"the user's tight GOMEMLIMIT", 100, 1 << 20, false},
+		{"defaults", 100, math.MaxInt64, 0, true, false},
+		{"the cgroup's ceiling", 100, 1 << 40, 1 << 40, true, false},
+		{"the cgroup's ceiling below the idle limit", 100, 1 << 20, 1 << 20, true, true},
+		{"the user's GOGC=off", -1, 1 << 40, 0, false, false},
+		{"the user's tight GOMEMLIMIT", 100, 1 << 20, 0, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetGCPercent(tc.percent)
 			debug.SetMemoryLimit(tc.limit)
-			var g idleGC
+			g := &idleGC{ceiling: tc.ceiling}
 			g.synced(false)
 			percent, limit := gcSettings()
 			if g.idle != tc.wantIdle {
 				t.Fatalf("idle = %v after a sync that wrote nothing, want %v", g.idle, tc.wantIdle)
 			}
-			if tc.wantIdle && (percent != -1 || limit >= tc.limit || limit < runtimeHeld()) {
-				t.Errorf("idle: GOGC %d, limit %d; want off and a limit above the %d held", percent, limit, runtimeHeld())
+			if tc.wantIdle && !tc.capped && (percent != -1 || limit >= tc.limit || limit < runtimeHeld()) {
+				t.Errorf("idle: GOGC %d, limit %d; want off and a limit above the %d held, below %d", percent, limit, runtimeHeld(), tc.limit)
+			}
+			if tc.capped && (percent != -1 || limit != tc.limit) {
+				t.Errorf("idle: GOGC %d, limit %d; want off and the ceiling %d", percent, limit, tc.limit)
 			}
 			if !tc.wantIdle && (percent != tc.percent || limit != tc.limit) {
 				t.Errorf("GOGC %d, limit %d; want the user's %d, %d", percent, limit, tc.percent, tc.limit)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -38,6 +39,7 @@ type proxyServer struct {
 	mode                      string // modeNFTables or modeIPVS
 	node                      string
 	minSyncPeriod, syncPeriod time.Duration
+	memCeiling                int64 // the soft memory limit set from the cgroup's (0: none)
 
 	ipvsConn *ipvsnl.Conn // IPVS mode only
 	kernel   *nftlib.Kernel
@@ -84,6 +86,7 @@ func (s *proxyServer) prepare(ctx context.Context) error {
 	}
 	s.cfg = cfg
 	applyOOMScoreAdj(oomScoreAdjPath, s.o.oomScoreAdj, s.log)
+	s.memCeiling = setCgroupMemoryLimit(os.DirFS("/"), os.Getenv("GOMEMLIMIT"), s.log)
 	s.minSyncPeriod, s.syncPeriod = s.o.periods()
 	s.mode = modeNFTables
 	if s.o.proxyMode == modeIPVS {
@@ -276,7 +279,7 @@ func (s *proxyServer) observe(ctx context.Context) error {
 		s.metrics.DriftRepairs.WithLabelValues(table).Inc()
 	})
 	var first sync.Once
-	var gc idleGC
+	gc := &idleGC{ceiling: s.memCeiling}
 	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		s.metrics.Observe(res, took, err)
 		gc.synced(res.Changed || err != nil)
