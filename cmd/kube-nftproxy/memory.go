@@ -56,6 +56,33 @@ func setCgroupMemoryLimit(fsys fs.FS, userLimit string, log *slog.Logger) int64 
 	return soft
 }
 
+// memoryPressure tells when the live heap nears the soft limit set from
+// the cgroup's (ceiling): the collector then runs more and more often
+// (up to half the CPU), and a larger ruleset would be OOM-killed. It warns
+// once when the heap a sync leaves reaches nine tenths of the ceiling, and
+// says once when it falls under three quarters again, so that a heap
+// hovering at the mark does not flap.
+type memoryPressure struct {
+	ceiling int64 // 0: no ceiling, nothing to tell
+	high    bool
+}
+
+// synced is told the live heap after a sync.
+func (p *memoryPressure) synced(live uint64, log *slog.Logger) {
+	if p.ceiling <= 0 {
+		return
+	}
+	switch l := int64(live); {
+	case !p.high && l >= p.ceiling/10*9:
+		p.high = true
+		log.Warn("memory: the live heap is near the soft limit set from the cgroup's memory limit; the garbage collector runs more, and more Services may get the proxy OOM-killed: raise the pod's memory limit",
+			"liveHeap", l, "softLimit", p.ceiling)
+	case p.high && l < p.ceiling/4*3:
+		p.high = false
+		log.Info("memory: the live heap is back under three quarters of the soft limit", "liveHeap", l, "softLimit", p.ceiling)
+	}
+}
+
 // largeTxHeadroom is how much the Go runtime's memory may grow above
 // what it holds after the collection largeTxMemory starts with, while a
 // large transaction is encoded and sent.

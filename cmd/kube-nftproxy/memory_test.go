@@ -58,6 +58,45 @@ func TestSetCgroupMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestMemoryPressure follows the live heap after each sync against a
+// soft limit of 100 bytes: a warning at nine tenths, once, and a word
+// when it is back under three quarters.
+func TestMemoryPressure(t *testing.T) {
+	tests := []struct {
+		name    string
+		ceiling int64
+		live    []uint64
+		want    []string // the messages' levels, in order
+	}{
+		{"no ceiling", 0, []uint64{50, 95, 200}, nil},
+		{"under nine tenths", 100, []uint64{10, 89, 60}, nil},
+		{"at nine tenths: warned once", 100, []uint64{50, 90, 99, 120}, []string{"WARN"}},
+		{"between the marks: no flapping", 100, []uint64{95, 80, 91, 76}, []string{"WARN"}},
+		{"back under three quarters", 100, []uint64{95, 74, 92}, []string{"WARN", "INFO", "WARN"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			p := &memoryPressure{ceiling: tc.ceiling}
+			for _, l := range tc.live {
+				p.synced(l, log)
+			}
+			var got []string
+			for line := range strings.Lines(logs.String()) {
+				for _, level := range []string{"WARN", "INFO"} {
+					if strings.Contains(line, "level="+level) {
+						got = append(got, level)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("logged %v, want %v:\n%s", got, tc.want, logs.String())
+			}
+		})
+	}
+}
+
 // TestLargeTxMemory checks that largeTxMemory sets a soft memory limit a
 // little above what the runtime holds, never above one already set
 // (GOMEMLIMIT), and that its done puts the previous limit back.

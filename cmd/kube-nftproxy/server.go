@@ -280,9 +280,11 @@ func (s *proxyServer) observe(ctx context.Context) error {
 	})
 	var first sync.Once
 	gc := &idleGC{ceiling: s.memCeiling}
+	pressure := &memoryPressure{ceiling: s.memCeiling}
 	s.loop.OnSync = func(res proxier.SyncResult, took time.Duration, err error) {
 		s.metrics.Observe(res, took, err)
 		gc.synced(res.Changed || err != nil)
+		pressure.synced(heapLive(), s.log)
 		if err == nil {
 			// The first full sync's garbage (the encoded transaction's
 			// heap part, the build's scratch) is the most the proxy
