@@ -141,6 +141,7 @@ func proxyRegistry(mode string, localhostNodePorts bool) ([]*dto.MetricFamily, e
 	m := serve.NewModeMetricsIn(mode, rec)
 	newUpstreamCleanup(mode == modeIPVS, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	conntrack.NewMetrics(m.Registry)
+	conntrack.NewPressureMetrics(m.Registry).Set(conntrack.Fill{}) // served once read
 	if localhostNodePorts {
 		localnodeport.NewMetrics(m.Registry)
 	}

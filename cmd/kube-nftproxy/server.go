@@ -302,7 +302,8 @@ func (s *proxyServer) observe(ctx context.Context) error {
 }
 
 // serve opens the health check node ports, the conntrack cleanup after
-// each sync, and the health and metrics servers.
+// each sync, the conntrack table's watch, and the health and metrics
+// servers.
 func (s *proxyServer) serve(ctx context.Context) error {
 	// Health check node ports of externalTrafficPolicy Local Services,
 	// on the node's addresses, as kube-proxy.
@@ -328,6 +329,9 @@ func (s *proxyServer) serve(ctx context.Context) error {
 		s.metrics.CountNoLocalEndpoints(st)
 		cleanConntrack(st)
 	}
+	// The conntrack table's fill: gauges, and a warning when it nears
+	// the limit at which the kernel drops new connections.
+	go conntrack.NewPressure(s.log, s.metrics.Registry).Run(ctx, conntrack.PressureEvery)
 	processMetrics()
 	recordFeatureGates(ctx, s.o.gates)
 	s.o.servers.showHiddenMetrics()

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -95,6 +96,8 @@ func runEcho(mode string) int {
 		defer resp.Body.Close()
 		_, _ = io.Copy(os.Stdout, resp.Body)
 		return 0
+	case "fill":
+		return runFill(os.Getenv(echoArgsEnv))
 	case "hold":
 		// One connection to the address in echoArgsEnv, held open: each
 		// line on stdin goes out, each answer (or "ERR ...") to stdout.
@@ -123,7 +126,7 @@ func runEcho(mode string) int {
 		}
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "%s=%q: want serve, client or hold\n", echoEnv, mode)
+	fmt.Fprintf(os.Stderr, "%s=%q: want serve, client, get, hold or fill\n", echoEnv, mode)
 	return 2
 }
 
@@ -207,28 +210,34 @@ type trafficEnv struct {
 	self  string
 	proxy *sandbox.Process
 	syncs *atomic.Int32 // syncs that changed something, as the proxies logged them
+	logs  *logLines     // every line the processes in the sandbox logged
 	state string        // the proxy's --state: a writable copy of testdata/ipvs-traffic
+	// mode are the proxy's flags beyond those startProxy always gives.
+	mode []string
 }
 
 // with returns the environment for a subtest: failures go to t.
 func (e *trafficEnv) with(t *testing.T) *trafficEnv {
-	return &trafficEnv{t: t, sb: e.sb, self: e.self, proxy: e.proxy, syncs: e.syncs, state: e.state}
+	c := *e
+	c.t = t
+	return &c
 }
 
 // Addresses of the topology and of testdata/ipvs-traffic.
 const (
-	clusterIP  = "10.96.0.10"
-	dnsIP      = "10.96.0.53"
-	externalIP = "203.0.113.10"
-	nodeIP     = "10.99.0.1"  // ext0, facing the client
-	bridgeIP   = "10.244.0.1" // kbr0: the source of masqueraded traffic to pods
-	podA       = "10.244.0.10"
-	podB       = "10.244.0.11"
-	clientIP   = "10.99.0.2"
-	client2IP  = "10.99.0.3" // a second off-cluster client, on the client's link
-	strayPort  = "9999"      // a node listener's port that is no Service port
-	syncPeriod = 5 * time.Second
-	metricsURL = "http://127.0.0.1:10249/metrics" // in the node namespace
+	clusterIP   = "10.96.0.10"
+	dnsIP       = "10.96.0.53"
+	externalIP  = "203.0.113.10"
+	nodeIP      = "10.99.0.1"  // ext0, facing the client
+	bridgeIP    = "10.244.0.1" // kbr0: the source of masqueraded traffic to pods
+	podA        = "10.244.0.10"
+	podB        = "10.244.0.11"
+	clientIP    = "10.99.0.2"
+	client2IP   = "10.99.0.3" // a second off-cluster client, on the client's link
+	strayPort   = "9999"      // a node listener's port that is no Service port
+	syncPeriod  = 5 * time.Second
+	metricsAddr = "127.0.0.1:10249" // in the node namespace
+	metricsURL  = "http://" + metricsAddr + "/metrics"
 )
 
 // start runs the test binary in ns as an echo server or (with a JSON
@@ -237,7 +246,7 @@ func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Pro
 	e.t.Helper()
 	cmd := e.sb.Command(e.t.Context(), ns, append([]string{e.self}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	w := logWriter{logf: e.t.Logf, prefix: ns + ": ", syncs: e.syncs}
+	w := logWriter{logf: e.t.Logf, prefix: ns + ": ", syncs: e.syncs, lines: e.logs}
 	cmd.Stdout, cmd.Stderr = w, w
 	p, err := e.sb.StartCmd(ns, cmd)
 	if err != nil {
@@ -246,20 +255,63 @@ func (e *trafficEnv) start(ns string, env []string, args ...string) *sandbox.Pro
 	return p
 }
 
-// logWriter passes output to t.Logf (one call per write) and counts the
-// proxy's syncs that changed something.
+// logWriter passes output to t.Logf (one call per write), keeps it in
+// lines and counts the proxy's syncs that changed something.
 type logWriter struct {
 	logf   func(string, ...any)
 	prefix string
 	syncs  *atomic.Int32
+	lines  *logLines
 }
+
+// syncedLine is how the proxy's log (klog's text format) starts the
+// message of a sync that changed something: `loop.go:281] "synced" full=...`.
+const syncedLine = `] "synced" `
 
 func (w logWriter) Write(b []byte) (int, error) {
 	w.logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
 	if w.syncs != nil {
-		w.syncs.Add(int32(strings.Count(string(b), "msg=synced ")))
+		w.syncs.Add(int32(strings.Count(string(b), syncedLine)))
+	}
+	if w.lines != nil {
+		w.lines.add(w.prefix, string(b))
 	}
 	return len(b), nil
+}
+
+// logLines keeps the lines the sandbox's processes logged, each after the
+// name of its namespace.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(prefix, text string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		l.lines = append(l.lines, prefix+line)
+	}
+}
+
+// mark is where the log is now: since(mark) reads what comes after.
+func (l *logLines) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// since returns the lines logged after mark that contain sub.
+func (l *logLines) since(mark int, sub string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines[min(mark, len(l.lines)):] {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 func (e *trafficEnv) serve(ns string, a serveArgs) {
@@ -345,12 +397,13 @@ func backendsAndSources(n int, want []string, wantSrc string, srcPer map[string]
 	}
 }
 
-// startProxy starts the command in IPVS mode in the node namespace.
+// startProxy starts the command in the node namespace, in standalone
+// mode over the state files, with e.mode's flags.
 func (e *trafficEnv) startProxy() {
-	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, "--proxy-mode", "ipvs", "--state", e.state,
+	e.proxy = e.start(sandbox.Node, []string{mainEnv + "=1"}, append([]string{"--state", e.state,
 		"--hostname-override", "node-1", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
-		"--healthz-bind-address", healthz, "--metrics-bind-address", strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"),
-		"--ipvs-sync-period", syncPeriod.String(), "--testing-ipvs-drain-check-period", "1s")
+		"--healthz-bind-address", healthz, "--metrics-bind-address", metricsAddr},
+		e.mode...)...)
 }
 
 const healthz = "127.0.0.1:10256" // in the node namespace
@@ -468,6 +521,26 @@ func (e *trafficEnv) realServers(vs netip.AddrPort) (dests map[netip.AddrPort]in
 
 func newTrafficEnv(t *testing.T) *trafficEnv {
 	vmguest.RequireIPVS(t)
+	e := newSandboxEnv(t, "testdata/ipvs-traffic")
+	// The client reaches external IPs through the node, like a router
+	// would; its second address is outside the LB source ranges.
+	for _, c := range [][]string{{"ip", "route", "add", "203.0.113.0/24", "via", nodeIP},
+		{"ip", "addr", "add", client2IP + "/24", "dev", sandbox.PodDev, "nodad"}} {
+		if out, err := e.sb.Exec(t.Context(), sandbox.Client, c...); err != nil {
+			t.Fatalf("%v: %v: %s", c, err, out)
+		}
+	}
+	// A node daemon on every address: the port is no Service port.
+	e.serve(sandbox.Node, serveArgs{Name: "node", TCP: "0.0.0.0:" + strayPort})
+	e.mode = []string{"--proxy-mode", "ipvs", "--ipvs-sync-period", syncPeriod.String(), "--testing-ipvs-drain-check-period", "1s"}
+	e.startProxy()
+	return e
+}
+
+// newSandboxEnv is a sandbox (e2e/TOPOLOGY.md) with a writable copy of
+// the state files of dir and echo servers in its pods (TCP 8080, UDP
+// 5353, lines on 8081); the proxy is not started yet.
+func newSandboxEnv(t *testing.T, dir string) *trafficEnv {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -486,11 +559,11 @@ func newTrafficEnv(t *testing.T) *trafficEnv {
 			t.Error(err)
 		}
 	})
-	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32), state: t.TempDir()}
+	e := &trafficEnv{t: t, sb: sb, self: self, syncs: new(atomic.Int32), logs: &logLines{}, state: t.TempDir()}
 	// The state files in a directory the test may change (the share is read-only).
-	files, err := filepath.Glob("testdata/ipvs-traffic/*.yaml")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("testdata/ipvs-traffic: %v", err)
+		t.Fatalf("%s: %v", dir, err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -499,20 +572,9 @@ func newTrafficEnv(t *testing.T) *trafficEnv {
 		}
 		e.writeState(filepath.Base(f), string(b))
 	}
-	// The client reaches external IPs through the node, like a router
-	// would; its second address is outside the LB source ranges.
-	for _, c := range [][]string{{"ip", "route", "add", "203.0.113.0/24", "via", nodeIP},
-		{"ip", "addr", "add", client2IP + "/24", "dev", sandbox.PodDev, "nodad"}} {
-		if out, err := sb.Exec(ctx, sandbox.Client, c...); err != nil {
-			t.Fatalf("%v: %v: %s", c, err, out)
-		}
-	}
 	for _, p := range sb.Pods() {
 		e.serve(p.Name, serveArgs{Name: p.Name, TCP: ":8080", UDP: ":5353", Lines: ":8081"})
 	}
-	// A node daemon on every address: the port is no Service port.
-	e.serve(sandbox.Node, serveArgs{Name: "node", TCP: "0.0.0.0:" + strayPort})
-	e.startProxy()
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, c := range [][]string{{"ipvsadm", "-Ln"}, {"nft", "list", "ruleset"}, {"ip", "addr"}} {

@@ -544,9 +544,14 @@ func (s *fileSet) unchanged(name string, e *fileEntry) bool {
 }
 
 // racy reports whether a file changed so recently that a change in the
-// same timestamp tick could leave its identity unchanged.
+// same timestamp tick could leave its identity unchanged. The timestamps
+// are wall clock time: after the clock was stepped back, a file written
+// before the step is in the future, and no new write can share its tick
+// (racy then would re-read every file at every reload until the clock
+// caught up).
 func (s *fileSet) racy(id fileID) bool {
-	return time.Since(time.Unix(0, id.mtime)) < s.racyWindow || time.Since(time.Unix(0, id.ctime)) < s.racyWindow
+	near := func(ns int64) bool { return time.Since(time.Unix(0, ns)).Abs() < s.racyWindow }
+	return near(id.mtime) || near(id.ctime)
 }
 
 // read reads and parses one file into e. fresh reports whether e's objects

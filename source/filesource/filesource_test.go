@@ -422,6 +422,32 @@ func TestFileSourceRereadsOnlyChanged(t *testing.T) {
 	}
 }
 
+// TestFileSourceRacy: a file is racy while its timestamps are within the
+// racy window of now, on either side; one written before the clock was
+// stepped back (in the future now) is not, or every file would be read
+// again at every reload until the clock caught up.
+func TestFileSourceRacy(t *testing.T) {
+	set := &fileSet{racyWindow: time.Second}
+	now := time.Now()
+	for _, tt := range []struct {
+		name  string
+		mtime time.Time
+		ctime time.Time
+		want  bool
+	}{
+		{"old", now.Add(-time.Hour), now.Add(-time.Hour), false},
+		{"just written", now, now, true},
+		{"chmod just now", now.Add(-time.Hour), now.Add(-100 * time.Millisecond), true},
+		{"a tick ahead", now.Add(500 * time.Millisecond), now.Add(500 * time.Millisecond), true},
+		{"clock stepped back by 2h", now.Add(2 * time.Hour), now.Add(2 * time.Hour), false},
+	} {
+		id := fileID{mtime: tt.mtime.UnixNano(), ctime: tt.ctime.UnixNano()}
+		if got := set.racy(id); got != tt.want {
+			t.Errorf("%s: racy %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestFileSourceDuplicateNodePort: an older Service added with a NodePort
 // another already has takes it, in both families, as LoadState (render, a
 // restart) gives it: a restart never moves it. The newer, dual-stack one
