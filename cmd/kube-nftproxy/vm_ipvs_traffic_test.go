@@ -158,8 +158,17 @@ type heldConn struct {
 // hold opens a connection from ns to addr in a helper process.
 func (e *trafficEnv) hold(ns, addr string) *heldConn {
 	e.t.Helper()
+	_, in, out := e.startHelper(ns, "hold", addr)
+	return &heldConn{in: in, out: bufio.NewReader(out)}
+}
+
+// startHelper starts the test binary in ns as the echo helper of the
+// given mode with arg, and returns it with its stdin (closed when the
+// test ends, which tells the helper to stop) and stdout.
+func (e *trafficEnv) startHelper(ns, mode, arg string) (*sandbox.Process, io.WriteCloser, io.Reader) {
+	e.t.Helper()
 	cmd := e.sb.Command(e.t.Context(), ns, e.self)
-	cmd.Env = append(os.Environ(), echoEnv+"=hold", echoArgsEnv+"="+addr)
+	cmd.Env = append(os.Environ(), echoEnv+"="+mode, echoArgsEnv+"="+arg)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -168,11 +177,12 @@ func (e *trafficEnv) hold(ns, addr string) *heldConn {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.sb.StartCmd(ns, cmd); err != nil {
+	p, err := e.sb.StartCmd(ns, cmd)
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { in.Close() })
-	return &heldConn{in: in, out: bufio.NewReader(out)}
+	return p, in, out
 }
 
 // ask sends msg over the held connection and returns the answering

@@ -233,21 +233,7 @@ type filler struct {
 // client to addr, until a new one fails.
 func (e *trafficEnv) fill(addr string) *filler {
 	e.t.Helper()
-	cmd := e.sb.Command(e.t.Context(), sandbox.Client, e.self)
-	cmd.Env = append(os.Environ(), echoEnv+"=fill", echoArgsEnv+"="+addr)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	p, err := e.sb.StartCmd(sandbox.Client, cmd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { in.Close() })
+	p, in, out := e.startHelper(sandbox.Client, "fill", addr)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		e.t.Fatalf("fill: %v", err)
