@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -137,6 +138,11 @@ func (l Layout) checkBinaries() error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing binaries (run hack/cluster/build.sh): %s", strings.Join(missing, ", "))
+	}
+	// The CNI portmap plugin (hostPort) runs the node's iptables; without
+	// it every pod with a hostPort stays ContainerCreating.
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("no iptables on PATH (apt-get install iptables): the CNI portmap plugin runs it for pods with a hostPort: %w", err)
 	}
 	return nil
 }
