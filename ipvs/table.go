@@ -7,8 +7,8 @@ import (
 
 	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
+	"github.com/kube-nftproxy/kube-nftproxy/nftlocal"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
-	"github.com/kube-nftproxy/kube-nftproxy/proxier/nftlocal"
 )
 
 // HelperTableName is the helper table of each family (ip and ip6).
