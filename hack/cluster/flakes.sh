@@ -9,7 +9,8 @@
 #   RUNS=5 PROXY=upstream hack/cluster/flakes.sh  # kube-proxy v1.37.1, the baseline
 #
 # Every variable of conformance.sh applies (PROXY, KNP_CLUSTER_FAMILY, ...).
-# Reports go to bin/flakes/$PROXY/run-N (FLAKES_OUT replaces bin/flakes/$PROXY).
+# Reports go to bin/flakes/$PROXY/run-N, the logs and events to run-N-logs
+# (FLAKES_OUT replaces bin/flakes/$PROXY).
 # The cluster stays up afterwards (make cluster-down).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -24,22 +25,38 @@ ours | privileged | localhost | ipvs) ds=kube-nftproxy ;;
 esac
 kubectl() { nsenter --net=/run/netns/nodenet -- "$cache/k8s-v1.37.1/bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
 
+# follow_logs keeps every proxy pod's log over a run in DIR/POD.log (each
+# sync that wrote something is a line with its time), following the pods
+# the run deletes and the ones that replace them, until it is killed.
+follow_logs() {
+	followed= pids=
+	trap 'kill $pids 2>/dev/null; exit 0' TERM
+	while :; do
+		for pod in $(kubectl -n kube-system get pods -o name 2>/dev/null | sed -n "s|^pod/\($ds-[a-z0-9]*\)$|\1|p"); do
+			case " $followed " in *" $pod "*) continue ;; esac
+			followed="$followed $pod"
+			kubectl -n kube-system logs --timestamps -f "$pod" >"$1/$pod.log" 2>&1 &
+			pids="$pids $!"
+		done
+		sleep 5
+	done
+}
+
 mkdir -p "$out"
 : >"$out/table"
 i=1
 while [ "$i" -le "$runs" ]; do
 	run=$out/run-$i
-	since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	mkdir -p "$run-logs"
 	start=$(date +%s)
 	status=passed
+	follow_logs "$run-logs" &
+	follower=$!
 	CONFORMANCE_OUT=$run hack/cluster/conformance.sh >"$out/run-$i.log" 2>&1 || status=failed
 	took=$(($(date +%s) - start))
-	# Evidence for each failure: every proxy pod's log (each sync that wrote
-	# something is a line with its time) and the events, over the run.
-	for pod in $(kubectl -n kube-system get pods -o name -l "k8s-app=$ds" 2>/dev/null || kubectl -n kube-system get pods -o name | grep "/$ds-"); do
-		kubectl -n kube-system logs --timestamps --since-time="$since" "$pod" >"$run/${pod#pod/}.log" 2>&1 || true
-	done
-	kubectl get events -A -o wide --sort-by=.lastTimestamp >"$run/events.txt" 2>&1 || true
+	kill "$follower" 2>/dev/null || true
+	wait "$follower" 2>/dev/null || true
+	kubectl get events -A -o wide --sort-by=.lastTimestamp >"$run-logs/events.txt" 2>&1 || true
 	summary=$(go run ./e2e/cluster/cmd junit "$run"/junit_*.xml 2>&1 || true)
 	counts=$(echo "$summary" | head -n 1)
 	failed=$(echo "$summary" | sed -n 's/^  FAILED  //p' | tr '\n' ';')
