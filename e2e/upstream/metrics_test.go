@@ -238,6 +238,8 @@ var knownDifferences = map[string]difference{
 	"kubenftproxy_http_connections_dropped_total": {"ours", "", "ours: connections closed for the HTTP servers' caps"},
 	"kubenftproxy_sync_failing":                   {"ours", "", "ours: 1 while syncs fail"},
 	"kubenftproxy_leftover_removed_total":         {"ours", "", "ours: kube-proxy leftovers removed"},
+	"kubenftproxy_conntrack_entries":              {"ours", "", "ours: the conntrack table's entries (nf_conntrack_count)"},
+	"kubenftproxy_conntrack_entries_limit":        {"ours", "", "ours: the conntrack table's limit (nf_conntrack_max)"},
 
 	"aggregator_discovery_aggregation_count_total":                 {"upstream", "", apiserverLib},
 	"apiserver_audit_event_total":                                  {"upstream", "", apiserverLib},
