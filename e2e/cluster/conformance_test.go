@@ -131,6 +131,7 @@ func TestClusterIPVSModeInGuests(t *testing.T) {
 	l := DefaultLayout()
 	l.Proxy = ProxyIPVS
 	l.NodeKernel = strings.TrimSpace(string(out))
+	l.GuestImages = GuestImagesCore
 	runClusterSubset(t, l, guestsFocus, ciSkip)
 }
 
@@ -164,9 +165,11 @@ func runClusterSubset(t *testing.T, l Layout, focus, skipSpecs string) {
 		t.Logf("down in %v; whole test %v", time.Since(down).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 	})
 	if err := l.Up(ctx, filepath.Join("..", "..", "deploy"), t.Logf); err != nil {
+		l.logPods(t)
 		t.Fatalf("cluster up (%s): %v (logs in %s/logs)", l.Proxy, err, l.Dir)
 	}
 	if _, err := l.Smoke(ctx); err != nil {
+		l.logPods(t)
 		t.Fatalf("smoke: %v", err)
 	}
 	t.Logf("up (%s) and smoke-checked in %v", l.Proxy, time.Since(start).Round(100*time.Millisecond))
@@ -175,6 +178,22 @@ func runClusterSubset(t *testing.T, l Layout, focus, skipSpecs string) {
 	if s.Failed > 0 || s.Ran == 0 {
 		t.Errorf("conformance subset (%s): ran %d, failed %d: %v", l.Proxy, s.Ran, s.Failed, s.Failures)
 	}
+}
+
+// logPods logs every pod's state and kube-system's last warnings, for a
+// cluster that did not come up: Down removes its logs, and CI keeps only
+// the end of the output.
+func (l Layout) logPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := l.kubectl(ctx, "get", "pods", "-A", "-o", "wide")
+	t.Logf("pods (%v):\n%s", err, pods)
+	events, err := l.kubectl(ctx, "-n", "kube-system", "get", "events", "--field-selector=type=Warning",
+		"--sort-by=.lastTimestamp", "-o", "custom-columns=AGE:.lastTimestamp,OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message")
+	if lines := strings.Split(strings.TrimSpace(events), "\n"); len(lines) > 12 {
+		events = strings.Join(lines[len(lines)-12:], "\n")
+	}
+	t.Logf("kube-system warnings (%v):\n%s", err, events)
 }
 
 // testContext ends a minute before the test binary's deadline, leaving

@@ -43,18 +43,24 @@ func ReadImages(dir string) ([]Image, error) {
 // name (kube-nftproxy, coredns, agnhost, pause, flannel), or "".
 func FindImage(imgs []Image, name string) string {
 	for _, im := range imgs {
-		repo := im.Ref
-		if i := strings.LastIndex(repo, "@"); i >= 0 {
-			repo = repo[:i]
-		}
-		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-			repo = repo[:i]
-		}
-		if repo[strings.LastIndex(repo, "/")+1:] == name {
+		if imageName(im.Ref) == name {
 			return im.Ref
 		}
 	}
 	return ""
+}
+
+// imageName is a reference's last path element without tag or digest:
+// "agnhost" for registry.k8s.io/e2e-test-images/agnhost:2.55.
+func imageName(ref string) string {
+	repo := ref
+	if i := strings.LastIndex(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	return repo[strings.LastIndex(repo, "/")+1:]
 }
 
 // importImages loads every archive (once: several references may name the

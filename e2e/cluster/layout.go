@@ -101,6 +101,10 @@ type Layout struct {
 	// NodeKernel, when set, is a user-mode Linux kernel: each node is a
 	// guest running it (vmnode.go); KNP_CLUSTER_NODE_KERNEL sets it.
 	NodeKernel string
+	// GuestImages is which images a guest node imports before its kubelet
+	// starts: GuestImagesAll (the default) or GuestImagesCore (vmnode.go);
+	// KNP_CLUSTER_GUEST_IMAGES sets it.
+	GuestImages string
 }
 
 // DefaultLayout is the cluster `make cluster` brings up: KNP_CACHE and
@@ -135,6 +139,7 @@ func DefaultLayout() Layout {
 	}
 	l.LB = os.Getenv("KNP_CLUSTER_LB")
 	l.NodeKernel = os.Getenv(nodeKernelEnv)
+	l.GuestImages = os.Getenv(guestImagesEnv)
 	return l
 }
 

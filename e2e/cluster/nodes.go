@@ -150,7 +150,7 @@ func (l Layout) waitNodesReady(ctx context.Context, logf func(string, ...any)) e
 // ready on every node, printing each as it does.
 func (l Layout) waitDaemonSet(ctx context.Context, name string, logf func(string, ...any)) error {
 	seen := map[string]bool{}
-	err := poll(ctx, 5*time.Minute, func() (bool, error) {
+	err := poll(ctx, l.rolloutTimeout(), func() (bool, error) {
 		out, _ := l.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", podSelector(name), "-o",
 			`jsonpath={range .items[*]}{.spec.nodeName} {.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 		for _, line := range strings.Split(out, "\n") {
@@ -170,6 +170,17 @@ func (l Layout) waitDaemonSet(ctx context.Context, name string, logf func(string
 
 // waitRollout waits for a workload's rollout.
 func (l Layout) waitRollout(ctx context.Context, ns, what string) error {
-	_, err := l.kubectl(ctx, "-n", ns, "rollout", "status", what, "--timeout=5m")
+	_, err := l.kubectl(ctx, "-n", ns, "rollout", "status", what, "--timeout="+l.rolloutTimeout().String())
 	return err
+}
+
+// rolloutTimeout bounds a rollout: 5 minutes, or 15 on guest nodes, where
+// every container start costs the guest's system calls (user-mode Linux
+// traps each one) and the first pods wait for one another (flannel reaches
+// the API server through the proxy, CoreDNS's sandboxes through flannel).
+func (l Layout) rolloutTimeout() time.Duration {
+	if l.VMNodes() {
+		return 15 * time.Minute
+	}
+	return 5 * time.Minute
 }

@@ -29,6 +29,7 @@ import (
 const (
 	nodeKernelEnv    = "KNP_CLUSTER_NODE_KERNEL"
 	nodeMemEnv       = "KNP_CLUSTER_NODE_MEM"
+	guestImagesEnv   = "KNP_CLUSTER_GUEST_IMAGES"
 	defaultNodeMemMB = 5120
 	guestStarted     = "started" // written in the share once kubelet runs
 )
@@ -76,7 +77,7 @@ func (l Layout) guestScript(n Node, bin string) string {
 	env := [][2]string{
 		{"KNP_CLUSTER_DIR", l.Dir}, {"KNP_CACHE", l.Cache}, {"KNP_CLUSTER_IMAGES", l.Images},
 		{"KNP_CLUSTER_FAMILY", l.Family}, {"KNP_CLUSTER_NODES", strconv.Itoa(len(l.Nodes))},
-		{"KNP_CLUSTER_PROXY", l.Proxy},
+		{"KNP_CLUSTER_PROXY", l.Proxy}, {guestImagesEnv, l.GuestImages},
 	}
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\nexec >\"$1\" 2>&1\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n")
@@ -192,7 +193,7 @@ func (l Layout) RunGuestNode(ctx context.Context, name string, logf func(string,
 	if err != nil {
 		return err
 	}
-	if err := l.startNode(ctx, n, l.nodeImages(imgs), logf); err != nil {
+	if err := l.startNode(ctx, n, l.guestImages(l.nodeImages(imgs)), logf); err != nil {
 		return err
 	}
 	missing, err := l.missingImages(ctx, n, []string{refs.pause, refs.proxy, refs.coredns, refs.agnhost, refs.flannel})
@@ -205,6 +206,31 @@ func (l Layout) RunGuestNode(ctx context.Context, name string, logf func(string,
 	logf("%s: kubelet started", n.Name)
 	<-ctx.Done()
 	return nil
+}
+
+// Which images a guest imports. A guest's import is slow (about a minute
+// for each 100 MB archive in user-mode Linux), so a run whose specs need
+// only the images every cluster runs (the CI subset) imports just those.
+const (
+	GuestImagesAll  = ""
+	GuestImagesCore = "core"
+)
+
+// guestImages is imgs, or with GuestImagesCore only the sandbox, the
+// proxy, CoreDNS, agnhost (the suite's server and client) and flannel.
+func (l Layout) guestImages(imgs []Image) []Image {
+	if l.GuestImages != GuestImagesCore {
+		return imgs
+	}
+	core := map[string]bool{"pause": true, "coredns": true, "agnhost": true,
+		"flannel": true, "flannel-cni-plugin": true, l.proxyImage(): true}
+	var out []Image
+	for _, im := range imgs {
+		if core[imageName(im.Ref)] {
+			out = append(out, im)
+		}
+	}
+	return out
 }
 
 // guestMountSteps put the node's directory on a tmpfs (its files copied

@@ -48,6 +48,7 @@ func TestVMNodeGuestCommand(t *testing.T) {
 	l.NodeKernel = "/cache/vm/linux"
 	l.Proxy = ProxyIPVS
 	l.Family = FamilyDual
+	l.GuestImages = GuestImagesCore
 	n := l.Nodes[1]
 	t.Setenv(nodeMemEnv, "3072")
 	args := strings.Join(l.UMLArgs(n, "/repo/hack/vm/uml-init"), " ")
@@ -66,9 +67,39 @@ func TestVMNodeGuestCommand(t *testing.T) {
 	}
 	text := l.guestScript(n, "/cluster/knp-cluster")
 	for _, want := range []string{"export KNP_CLUSTER_DIR='" + l.Dir + "'", "export KNP_CLUSTER_PROXY='ipvs'",
-		"export KNP_CLUSTER_FAMILY='dual'", "export KNP_CLUSTER_NODES='2'", "exec /cluster/knp-cluster guest-node node2"} {
+		"export KNP_CLUSTER_FAMILY='dual'", "export KNP_CLUSTER_NODES='2'",
+		"export KNP_CLUSTER_GUEST_IMAGES='core'", "exec /cluster/knp-cluster guest-node node2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("guest.sh lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestGuestImages: a guest imports every archive, or with GuestImagesCore
+// only those of the images every cluster runs, the proxy's by mode.
+func TestGuestImages(t *testing.T) {
+	imgs := []Image{
+		{Ref: "registry.k8s.io/pause:3.10.2"}, {Ref: "registry.local/kube-nftproxy:v1"},
+		{Ref: "registry.k8s.io/kube-proxy:v1.37.1"}, {Ref: "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"},
+		{Ref: "registry.k8s.io/e2e-test-images/agnhost:2.55"}, {Ref: "registry.k8s.io/coredns/coredns:v1.14.6"},
+		{Ref: "ghcr.io/flannel-io/flannel:v0.28.10"}, {Ref: "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel3"},
+		{Ref: "quay.io/metallb/speaker:v0.16.1"},
+	}
+	names := func(imgs []Image) string {
+		var out []string
+		for _, im := range imgs {
+			out = append(out, imageName(im.Ref))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct{ proxy, which, want string }{
+		{ProxyIPVS, GuestImagesAll, "pause kube-nftproxy kube-proxy nginx agnhost coredns flannel flannel-cni-plugin speaker"},
+		{ProxyIPVS, GuestImagesCore, "pause kube-nftproxy agnhost coredns flannel flannel-cni-plugin"},
+		{ProxyUpstreamIPVS, GuestImagesCore, "pause kube-proxy agnhost coredns flannel flannel-cni-plugin"},
+	} {
+		l := Layout{Proxy: tc.proxy, GuestImages: tc.which}
+		if got := names(l.guestImages(imgs)); got != tc.want {
+			t.Errorf("%s, %q: imports %q, want %q", tc.proxy, tc.which, got, tc.want)
 		}
 	}
 }
