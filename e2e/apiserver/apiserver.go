@@ -119,6 +119,22 @@ func BinaryPath() string {
 	if p := os.Getenv("KNP_KUBE_APISERVER"); p != "" {
 		return p
 	}
+	return cachedBin("kube-apiserver")
+}
+
+// KubectlPath is where tests find kubectl (e2e/deploy renders deploy/'s
+// kustomizations with it): $KNP_KUBECTL if set, else hack/cluster/build.sh's
+// cache path beside kube-apiserver's, .../bin/kubectl.
+func KubectlPath() string {
+	if p := os.Getenv("KNP_KUBECTL"); p != "" {
+		return p
+	}
+	return cachedBin("kubectl")
+}
+
+// cachedBin is a Kubernetes binary in hack/cluster/build.sh's cache:
+// ${KNP_CACHE:-/var/cache/kube-nftproxy}/k8s-${KNP_K8S_VERSION:-DefaultVersion}/bin/name.
+func cachedBin(name string) string {
 	root := os.Getenv("KNP_CACHE")
 	if root == "" {
 		root = "/var/cache/kube-nftproxy"
@@ -127,7 +143,7 @@ func BinaryPath() string {
 	if v == "" {
 		v = DefaultVersion
 	}
-	return filepath.Join(root, "k8s-"+v, "bin", "kube-apiserver")
+	return filepath.Join(root, "k8s-"+v, "bin", name)
 }
 
 // EtcdPath is where the harness looks for etcd: $KNP_ETCD if set, else etcd

@@ -104,18 +104,6 @@ func TestFamilyAddons(t *testing.T) {
 			l := testLayout(t)
 			l.Family = tc.family
 			checkFlannelNetConf(t, l)
-			for _, proxy := range []string{ProxyOurs, ProxyUpstream} {
-				l.Proxy = proxy
-				m, err := l.proxyManifests(deploy, "img")
-				if err != nil {
-					t.Fatal(err)
-				}
-				splitDocs(t, m)
-				want := map[string]string{ProxyOurs: "- --cluster-cidr=", ProxyUpstream: "clusterCIDR: "}[proxy] + tc.clusterCIDRs + "\n"
-				if !strings.Contains(m, want) {
-					t.Errorf("%s: lacks %q", proxy, want)
-				}
-			}
 			dns := serviceNamed(t, CoreDNSManifests("img", l.DNSServiceIPs()), "kube-dns")
 			if !slices.Equal(dns.Spec.ClusterIPs, l.DNSServiceIPs()) && !(len(l.DNSServiceIPs()) == 1 && dns.Spec.ClusterIP == tc.dns) {
 				t.Errorf("kube-dns ClusterIPs %v / %s, want %v", dns.Spec.ClusterIPs, dns.Spec.ClusterIP, l.DNSServiceIPs())
@@ -127,6 +115,21 @@ func TestFamilyAddons(t *testing.T) {
 			if tc.family == FamilyDual {
 				if s := serviceNamed(t, smoke, "web6"); !slices.Equal(s.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol}) {
 					t.Errorf("web6 families %v", s.Spec.IPFamilies)
+				}
+			}
+			for _, proxy := range []string{ProxyUpstream, ProxyOurs} {
+				l.Proxy = proxy
+				if proxy == ProxyOurs {
+					needKubectl(t) // deploy/ rendered by kubectl kustomize: last, as it may skip
+				}
+				m, err := l.proxyManifests(t.Context(), deploy, "img")
+				if err != nil {
+					t.Fatal(err)
+				}
+				splitDocs(t, m)
+				want := map[string]string{ProxyOurs: "- --cluster-cidr=", ProxyUpstream: "clusterCIDR: "}[proxy] + tc.clusterCIDRs + "\n"
+				if !strings.Contains(m, want) {
+					t.Errorf("%s: lacks %q", proxy, want)
 				}
 			}
 		})

@@ -337,7 +337,11 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 		return fmt.Errorf("step 3, kube-proxy's rollout: %w", err)
 	}
 	m.logf("step 3: kube-proxy's DaemonSet rolled with the nodeAffinity in %v", time.Since(start).Round(100*time.Millisecond))
-	manifests, err := DeployManifests(deployDir(), m.image, m.l.APIServerURL())
+	dir := deployDir() // nftables mode: deploy/ as it is
+	if m.mode != "nftables" {
+		dir = filepath.Join(dir, "iptables") // the overlay: iptables mode in both containers
+	}
+	manifests, err := DeployManifests(ctx, m.l.KubectlBin(), dir, m.image, m.l.APIServerURL())
 	if err != nil {
 		return err
 	}
@@ -345,14 +349,11 @@ func (m *migration) prepareDaemonSets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.mode == "nftables" {
-		return m.l.apply(ctx, "kube-nftproxy-migration", manifests) // deploy/ as it is
-	}
-	if manifests, err = withProxyMode(manifests, "iptables"); err != nil {
-		return err
-	}
 	if err := m.l.apply(ctx, "kube-nftproxy-migration", manifests); err != nil {
 		return err
+	}
+	if m.mode == "nftables" {
+		return nil
 	}
 	// Privileged, as docs/migration.md says for iptables mode: localhost
 	// NodePorts need route_localnet, which /proc/sys read-only refuses.

@@ -47,13 +47,8 @@ func TestStreamStatsGaps(t *testing.T) {
 }
 
 func TestWithNodeSelector(t *testing.T) {
-	deploy, err := DeployManifests(deployDir(), "img", "https://api:6443")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ds = "kind: DaemonSet\nspec:\n  template:\n    metadata:\n      labels:\n        a: b\n    spec:\n"
 	for _, tc := range []struct{ name, in, want string }{
-		{"deploy/", deploy, "        " + switchedLabel + ": \"true\"\n"},
 		{"no nodeSelector", ds + "      hostNetwork: true\n",
 			ds + "      nodeSelector:\n        " + switchedLabel + ": \"true\"\n      hostNetwork: true\n"},
 		{"a nodeSelector", ds + "      nodeSelector:\n        kubernetes.io/os: linux\n      hostNetwork: true\n",
@@ -72,25 +67,19 @@ func TestWithNodeSelector(t *testing.T) {
 	if _, err := withNodeSelector("kind: Service\n", "k", "v"); err == nil {
 		t.Error("a manifest without a pod template: no error")
 	}
-}
-
-// TestWithProxyMode: deploy/'s --proxy-mode=nftables becomes
-// --proxy-mode=iptables in both containers, and a manifest without that flag is refused.
-func TestWithProxyMode(t *testing.T) {
-	m, err := DeployManifests(deployDir(), "img", "https://10.200.0.1:6443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := withProxyMode(m, "iptables")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(got, "        - --proxy-mode=iptables\n") != 2 || strings.Count(got, "--proxy-mode") != 2 {
-		t.Errorf("not --proxy-mode=iptables in both the init container and the proxy:\n%s", got)
-	}
-	if _, err := withProxyMode("kind: DaemonSet\n", "iptables"); err == nil {
-		t.Error("a manifest without --proxy-mode=nftables was taken")
-	}
+	t.Run("deploy/", func(t *testing.T) {
+		deploy, err := DeployManifests(t.Context(), needKubectl(t), deployDir(), "img", "https://api:6443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := withNodeSelector(deploy, switchedLabel, "true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "      nodeSelector:\n        " + switchedLabel + ": \"true\"\n        kubernetes.io/os: linux\n"; !strings.Contains(out, want) {
+			t.Errorf("got\n%s\nwant it to hold\n%s", out, want)
+		}
+	})
 }
 
 func TestFlowRecord(t *testing.T) {

@@ -1,25 +1,22 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 )
 
-// DeployManifests reads deploy/*.yaml (rbac, configmap, daemonset) and
-// changes only the image (of the init container and the proxy) and the API
-// server address.
-func DeployManifests(deployDir, image, apiServer string) (string, error) {
-	var docs []string
-	for _, f := range []string{"rbac.yaml", "configmap.yaml", "daemonset.yaml"} {
-		b, err := os.ReadFile(filepath.Join(deployDir, f))
-		if err != nil {
-			return "", err
-		}
-		docs = append(docs, string(b))
+// DeployManifests renders the kustomization in dir (deploy/, the default
+// install, or an overlay such as deploy/ipvs) with kubectl kustomize, as
+// `kubectl apply -k` does, and changes only the image (of the init
+// container and the proxy) and the API server address.
+func DeployManifests(ctx context.Context, kubectl, dir, image, apiServer string) (string, error) {
+	all, err := output(ctx, kubectl, "kustomize", dir)
+	if err != nil {
+		return "", fmt.Errorf("deploy manifests: %w", err)
 	}
-	all := strings.Join(docs, "\n---\n")
 	if n := strings.Count(all, deployImage); n != 2 {
 		return "", fmt.Errorf("deploy manifests: %q occurs %d times, want 2 (the init container and the proxy)", deployImage, n)
 	}

@@ -97,7 +97,7 @@ func (l Layout) useFlannel(refs imageRefs) bool {
 // its image and API server address changed, or upstream's kube-proxy) and
 // CoreDNS.
 func (l Layout) deployAddons(ctx context.Context, deployDir string, refs imageRefs) error {
-	proxy, err := l.proxyManifests(deployDir, refs.proxy)
+	proxy, err := l.proxyManifests(ctx, deployDir, refs.proxy)
 	if err != nil {
 		return err
 	}

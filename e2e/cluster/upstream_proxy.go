@@ -1,11 +1,10 @@
 package cluster
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // The cluster's Service proxy, by KNP_CLUSTER_PROXY.
@@ -108,7 +107,7 @@ func privilegedPatch(deployDir string) string {
 }
 
 // proxyManifests are the objects that run the cluster's proxy on every node.
-func (l Layout) proxyManifests(deployDir, image string) (string, error) {
+func (l Layout) proxyManifests(ctx context.Context, deployDir, image string) (string, error) {
 	if l.Proxy == ProxyKubeadm {
 		return KubeadmProxyManifests(deployDir, image, l.APIServerURL(), filepath.Join(l.Dir, "xtables.lock"))
 	}
@@ -116,10 +115,11 @@ func (l Layout) proxyManifests(deployDir, image string) (string, error) {
 		return UpstreamProxyManifests(image, l.upstreamMode(), l.APIServerURL(), l.ClusterCIDRs(),
 			filepath.Join(l.Dir, "xtables.lock")), nil
 	}
-	m, err := DeployManifests(deployDir, image, l.APIServerURL())
-	if err == nil && l.Proxy == ProxyIPVS {
-		m, err = withProxyMode(m, "ipvs")
+	dir := deployDir
+	if l.Proxy == ProxyIPVS {
+		dir = filepath.Join(deployDir, "ipvs") // the overlay users apply
 	}
+	m, err := DeployManifests(ctx, l.KubectlBin(), dir, image, l.APIServerURL())
 	if err != nil || l.ClusterCIDRs() == ClusterCIDR {
 		return m, err
 	}
@@ -257,16 +257,4 @@ spec:
         hostPath:
           path: /lib/modules
 `, image, apiServer, clusterCIDRs, xtablesLock, mode)
-}
-
-// withProxyMode turns deploy/'s --proxy-mode=nftables into mode in both
-// containers (the init container sets that mode's sysctls): iptables, as
-// docs/migration.md says to keep kube-proxy's iptables-mode behaviour, or
-// ipvs.
-func withProxyMode(manifests, mode string) (string, error) {
-	const flag = "        - --proxy-mode=nftables\n"
-	if strings.Count(manifests, flag) != 2 {
-		return "", errors.New("deploy manifests: want two --proxy-mode=nftables flags (the init container's and the proxy's)")
-	}
-	return strings.ReplaceAll(manifests, flag, "        - --proxy-mode="+mode+"\n"), nil
 }

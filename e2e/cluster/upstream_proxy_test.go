@@ -55,7 +55,10 @@ func TestProxyChoice(t *testing.T) {
 			if got := l.proxyName(); got != tc.name {
 				t.Errorf("proxyName %q, want %q", got, tc.name)
 			}
-			m, err := l.proxyManifests(deploy, "img")
+			if l.proxyName() == "kube-nftproxy" {
+				needKubectl(t) // deploy/ rendered by kubectl kustomize
+			}
+			m, err := l.proxyManifests(t.Context(), deploy, "img")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +114,7 @@ func TestIPVSNeedsIPVS(t *testing.T) {
 func TestUpstreamProxyLockInClusterDir(t *testing.T) {
 	l := testLayout(t)
 	l.Proxy = ProxyUpstream
-	m, err := l.proxyManifests("", "img")
+	m, err := l.proxyManifests(t.Context(), "", "img")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,19 +124,15 @@ func TestUpstreamProxyLockInClusterDir(t *testing.T) {
 }
 
 // TestPrivilegedPatch applies deploy/privileged/patch.yaml to
-// deploy/daemonset.yaml with kubectl's own strategic merge (kubectl patch
+// deploy/base/daemonset.yaml with kubectl's own strategic merge (kubectl patch
 // --local, no server), as the README tells a user to: the container must
 // come out privileged, without the fields the API server refuses beside it
 // (allowPrivilegeEscalation: false) and with the rest kept.
 func TestPrivilegedPatch(t *testing.T) {
-	l := testLayout(t)
-	kubectl := l.KubectlBin()
-	if _, err := exec.LookPath(kubectl); err != nil {
-		t.Skipf("no kubectl (hack/cluster/build.sh kubectl builds it): %v", err)
-	}
+	kubectl := needKubectl(t)
 	deploy := filepath.Join("..", "..", "deploy")
 	out, err := exec.Command(kubectl, "patch", "--local", "--kubeconfig=/dev/null", "-o", "yaml",
-		"-f", filepath.Join(deploy, "daemonset.yaml"), "--patch-file", privilegedPatch(deploy)).CombinedOutput()
+		"-f", filepath.Join(deploy, "base", "daemonset.yaml"), "--patch-file", privilegedPatch(deploy)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl patch --local: %v\n%s", err, out)
 	}

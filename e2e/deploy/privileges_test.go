@@ -13,7 +13,7 @@ import (
 // The DaemonSets whose privileges are checked: the proxy's and the one
 // that removes its rules.
 const (
-	proxyDaemonSet   = "../../deploy/daemonset.yaml"
+	proxyDaemonSet   = "../../deploy/base/daemonset.yaml"
 	cleanupDaemonSet = "../../deploy/cleanup/daemonset.yaml"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testutil"
 )
 
-// deploySubject is the ServiceAccount deploy/daemonset.yaml runs as.
+// deploySubject is the ServiceAccount deploy/base/daemonset.yaml runs as.
 const deploySubject = "system:serviceaccount:kube-system:kube-nftproxy"
 
 // access is one request the proxy makes (or must not be able to make).
@@ -24,7 +24,7 @@ func (a access) String() string {
 	return fmt.Sprintf("%s %s.%s in %q", a.verb, a.resource, a.group, a.namespace)
 }
 
-// deploy/rbac.yaml, created in a real kube-apiserver, lets the proxy's
+// deploy/base/rbac.yaml, created in a real kube-apiserver, lets the proxy's
 // ServiceAccount do what the proxy does: watch Services, EndpointSlices and
 // its Node and ServiceCIDRs, and record its Starting event (events.k8s.io/v1, namespace
 // default, as kube-proxy's system:node-proxier allows); and nothing it has
@@ -41,7 +41,7 @@ func TestRBACGrantsWhatTheProxyUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range readManifests(t, "../../deploy/rbac.yaml") {
+	for _, m := range readManifests(t, "../../deploy/base/rbac.yaml") {
 		if err := srv.Do(ctx, "POST", m.path, m.body, nil); err != nil {
 			t.Fatalf("%s: creating %s %s: %v", m.file, m.kind, m.name, err)
 		}

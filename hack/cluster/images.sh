@@ -14,7 +14,7 @@
 #
 # Every name is the one its user pulls: e2e.test's (test/utils/image/
 # manifest.go of k8s.io/kubernetes), the kubelet's sandbox image, kubeadm's
-# CoreDNS, the flannel manifest's, deploy/daemonset.yaml's. The nodes have
+# CoreDNS, the flannel manifest's, deploy/base/daemonset.yaml's. The nodes have
 # no network, so a name that differs by a character means a failed pull.
 #
 # Inputs (the other cluster scripts build them; each can be overridden):
