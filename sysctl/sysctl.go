@@ -33,7 +33,8 @@ var ErrReadOnly = errors.New("read-only")
 
 // Sysctl reads and writes the keys under one root directory.
 type Sysctl struct {
-	root string
+	root    string
+	journal *Journal // nil: changes are not remembered
 }
 
 // New returns a Sysctl for the keys under root; "" means DefaultRoot.
@@ -43,6 +44,12 @@ func New(root string) *Sysctl {
 		root = DefaultRoot
 	}
 	return &Sysctl{root: root}
+}
+
+// WithJournal returns a Sysctl for the same keys whose changes j
+// remembers.
+func (s *Sysctl) WithJournal(j *Journal) *Sysctl {
+	return &Sysctl{root: s.root, journal: j}
 }
 
 // Root is the directory the keys are under.
@@ -118,6 +125,20 @@ func (s *Sysctl) Set(key, value string) error {
 		return &Error{Op: "write", Key: key, Path: p, Value: value, kind: ErrReadOnly,
 			Reason: fmt.Sprintf("read-only: the kernel makes this key read-only here (mode %s), as it does for global keys in a network namespace other than the initial one", fi.Mode().Perm())}
 	}
+	// The value before, for the journal: a key we cannot read is not
+	// remembered, as it could not be put back either.
+	before, rerr := os.ReadFile(p)
+	if err := write(p, key, value); err != nil {
+		return err
+	}
+	if s.journal != nil && rerr == nil {
+		s.journal.changed(p, strings.TrimSpace(string(before)), value)
+	}
+	return nil
+}
+
+// write writes value to the file p of key.
+func write(p, key, value string) error {
 	// No O_CREATE: a missing key is an error, never a new file.
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {

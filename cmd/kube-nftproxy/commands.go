@@ -464,6 +464,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 		return needPrivileges("opening nftables", err)
 	}
 	defer k.Close()
+	restored := restoreSysctls(k, out, log)
 	b, err := nft.NewBackend(k, nft.BackendConfig{Rules: nft.DefaultConfig(), Log: log})
 	if err != nil {
 		return err
@@ -486,7 +487,7 @@ func runCleanup(ctx context.Context, o *options, out io.Writer, log *slog.Logger
 	// Upstream kube-proxy's rules stay: on a node rolled back to kube-proxy
 	// (docs/migration.md) they are a running kube-proxy's. Ours removes
 	// them after its first sync, and `kube-proxy --cleanup` otherwise.
-	if !removed && !removedIPVS {
+	if !removed && !removedIPVS && !restored {
 		fmt.Fprintln(out, "nothing to clean up")
 	}
 	return nil

@@ -167,10 +167,10 @@ func ipvsNodeAddrs(c *netns.AddrCache) func() ([]netip.Addr, error) {
 	}
 }
 
-// newIPVSBackend sets IPVS mode's sysctls and timeouts and returns its
+// newIPVSBackend sets IPVS mode's sysctls (through sys) and timeouts and returns its
 // backend over conn, with the helper tables through k and kube-ipvs0;
 // hooks connect it to the loop.
-func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.Conn, log *slog.Logger, hooks *backendHooks) (*ipvs.Backend, error) {
+func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.Conn, sys *sysctl.Sysctl, log *slog.Logger, hooks *backendHooks) (*ipvs.Backend, error) {
 	planCfg, err := ipvsPlanConfig(o, cfg)
 	if err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func newIPVSBackend(o *options, cfg nft.Config, k *nftlib.Kernel, conn *ipvsnl.C
 	if err != nil {
 		return nil, err
 	}
-	if err := ipvs.ApplySysctls(sysctl.New(""), o.ipvs.strictARP, log); err != nil {
+	if err := ipvs.ApplySysctls(sys, o.ipvs.strictARP, log); err != nil {
 		return nil, fmt.Errorf("setting IPVS mode's sysctls: %w", err)
 	}
 	if err := conn.SetTimeouts(o.ipvs.timeouts()); err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/source/apisource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/filesource"
 	"github.com/kube-nftproxy/kube-nftproxy/source/kube"
-	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
 // proxyServer is the running proxy. runProxy builds it in order: the
@@ -42,6 +41,7 @@ type proxyServer struct {
 	memCeiling                int64 // the soft memory limit set from the cgroup's (0: none)
 
 	ipvsConn *ipvsnl.Conn // IPVS mode only
+	sysctls  nodeSysctls
 	kernel   *nftlib.Kernel
 	upstream *upstreamCleanup
 	backend  *modeBackend
@@ -132,10 +132,10 @@ func (s *proxyServer) openKernel(context.Context) error {
 	s.onClose(func() { lock.Release() })
 	// kube-proxy's conntrack sysctls, once, before the first sync. A key
 	// that is missing or read-only here is a warning; other errors stop us.
-	if _, err := conntrack.NewTuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
+	if _, err := s.sysctls.tuner(s.log).Apply(s.o.conntrackTuning()); err != nil {
 		return fmt.Errorf("could not set conntrack parameters: %w", err)
 	}
-	if s.cfg, err = ensureRouteLocalnet(sysctl.New(""), s.cfg, s.log); err != nil {
+	if s.cfg, err = ensureRouteLocalnet(s.sysctls.proc(), s.cfg, s.log); err != nil {
 		return err
 	}
 	k, err := nftlib.OpenKernel("")
@@ -163,6 +163,9 @@ func (s *proxyServer) openKernel(context.Context) error {
 func (s *proxyServer) buildBackend(ctx context.Context) error {
 	b, err := s.newBackend(ctx, s.mode)
 	s.backend = b
+	if err == nil {
+		s.sysctls.record(s.kernel, s.log) // every sysctl is set by now
+	}
 	return err
 }
 
@@ -224,7 +227,7 @@ func (h *backendHooks) Drift(table string, diffs []string) {
 func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend, error) {
 	hooks := &backendHooks{}
 	if mode == modeIPVS {
-		b, err := newIPVSBackend(s.o, s.cfg, s.kernel, s.ipvsConn, s.log, hooks)
+		b, err := newIPVSBackend(s.o, s.cfg, s.kernel, s.ipvsConn, s.sysctls.proc(), s.log, hooks)
 		if err != nil {
 			return nil, err
 		}

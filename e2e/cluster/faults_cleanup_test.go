@@ -16,8 +16,9 @@ const cleanupDaemonSet = "kube-nftproxy-cleanup"
 // our DaemonSet is deleted (its pods gone, the tables still there), then
 // deploy/cleanup is applied with our image and the cluster's pause image;
 // once its pod is Ready on every node (the init container's --cleanup
-// done) no node holds a kube-nftproxy table, and the cleanup DaemonSet is
-// deleted. Each step logs its time.
+// done) no node holds a kube-nftproxy table (the sysctl record included)
+// nor the conntrack timeout our init container set, and the cleanup
+// DaemonSet is deleted. Each step logs its time.
 func TestClusterFaultCleanup(t *testing.T) {
 	l, imgs := faultsCluster(t, ProxyOurs)
 	ctx, cancel := testContext(t)
@@ -59,6 +60,15 @@ func TestClusterFaultCleanup(t *testing.T) {
 	l.logCleanupPods(ctx, t)
 	if err := l.checkOurTables(ctx, false); err != nil {
 		t.Error(err)
+	}
+	for _, n := range l.Nodes {
+		// deploy/ sets kube-proxy's 24 h; a node's namespace starts with
+		// the kernel's 5 days.
+		const key = "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established"
+		out, err := output(ctx, nsenter(n.Name, "cat", key)...)
+		if v := strings.TrimSpace(out); err != nil || v == "86400" {
+			t.Errorf("%s: %s = %q (%v) after the cleanup, want it put back", n.Name, key, v, err)
+		}
 	}
 	start = time.Now()
 	if err := l.deleteDaemonSet(ctx, cleanupDaemonSet); err != nil {

@@ -147,8 +147,9 @@ func TestProxyContainerLeastPrivilege(t *testing.T) {
 }
 
 // The cleanup DaemonSet runs our image's --cleanup, and nothing else, in
-// its one init container with NET_ADMIN alone; its main container, which
-// only keeps the pod, has no privilege at all; no host path, PID or IPC.
+// its one init container, privileged to put sysctls back as the proxy's
+// init container is to set them; its main container, which only keeps the
+// pod, has no privilege at all; no host path, PID or IPC.
 func TestCleanupDaemonSetRunsCleanupOnly(t *testing.T) {
 	proxy, _ := daemonSetPod(t, proxyDaemonSet)
 	pod, _ := daemonSetPod(t, cleanupDaemonSet)
@@ -162,19 +163,20 @@ func TestCleanupDaemonSetRunsCleanupOnly(t *testing.T) {
 	if cleanup.Image != proxy.Containers[0].Image {
 		t.Errorf("the cleanup container's image is %q, the proxy's %q", cleanup.Image, proxy.Containers[0].Image)
 	}
-	if want := []string{"hostNetwork: true", "- NET_ADMIN"}; fmt.Sprint(privileges(pod)) != fmt.Sprint(want) {
+	if want := []string{"hostNetwork: true", "privileged: true"}; fmt.Sprint(privileges(pod)) != fmt.Sprint(want) {
 		t.Errorf("privileges %v, want %v", privileges(pod), want)
 	}
-	for _, c := range []corev1.Container{cleanup, keep} {
-		sc := c.SecurityContext
-		switch {
-		case sc == nil || sc.Capabilities == nil || fmt.Sprint(sc.Capabilities.Drop) != "[ALL]":
-			t.Errorf("container %s does not drop every capability", c.Name)
-		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-			t.Errorf("container %s may escalate privileges", c.Name)
-		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-			t.Errorf("container %s has a writable root", c.Name)
-		}
+	if sc := cleanup.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("the cleanup container has a writable root")
+	}
+	sc := keep.SecurityContext
+	switch {
+	case sc == nil || sc.Capabilities == nil || fmt.Sprint(sc.Capabilities.Drop) != "[ALL]":
+		t.Error("the keep container does not drop every capability")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("the keep container may escalate privileges")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("the keep container has a writable root")
 	}
 	if !strings.Contains(keep.Image, "/pause:") || len(keep.Command)+len(keep.Args) != 0 {
 		t.Errorf("the keep container is %s %v %v, want the pause image as it is", keep.Image, keep.Command, keep.Args)

@@ -10,12 +10,20 @@ import (
 )
 
 // TestCleanup checks that --cleanup removes the proxy's tables, and only
-// them, and that a second --cleanup succeeds with nothing to do.
+// them, puts back the sysctls the proxy changed, and that a second
+// --cleanup succeeds with nothing to do.
 func TestCleanup(t *testing.T) {
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{})
 	state := t.TempDir()
 	copyDir(t, exampleState, state)
+	// kube-proxy's conntrack timeouts (24 h, 1 h), which the node's new
+	// namespace does not have yet.
+	const established = "net/netfilter/nf_conntrack_tcp_timeout_established"
+	before := nodeSysctl(t, sb, established)
+	if before == "86400" {
+		t.Fatalf("%s is already 86400: the test cannot see the proxy change it", established)
+	}
 
 	p := startProxy(t, sb, state)
 	// Like kube-proxy, the proxy leaves its rules in place when it
@@ -24,7 +32,10 @@ func TestCleanup(t *testing.T) {
 		t.Fatalf("proxy on SIGTERM: %v (want exit status 0)", err)
 	}
 	tables := nftTables(t, sb)
-	for _, want := range []string{"table ip kube-nftproxy", "table ip6 kube-nftproxy"} {
+	if got := nodeSysctl(t, sb, established); got != "86400" {
+		t.Fatalf("the proxy left %s = %s, want kube-proxy's 86400", established, got)
+	}
+	for _, want := range []string{"table ip kube-nftproxy", "table ip6 kube-nftproxy", "table ip kube-nftproxy-sysctls"} {
 		if !slices.Contains(tables, want) {
 			t.Fatalf("after the proxy stopped: no %q in %q", want, tables)
 		}
@@ -42,6 +53,9 @@ func TestCleanup(t *testing.T) {
 	}
 	if got := nftTables(t, sb); !slices.Equal(got, []string{foreign}) {
 		t.Errorf("after --cleanup the node has tables %q, want only %q", got, foreign)
+	}
+	if got := nodeSysctl(t, sb, established); got != before || !strings.Contains(out, "put back /proc/sys/"+established) {
+		t.Errorf("after --cleanup %s = %s, want it put back to %s and said so", established, got, before)
 	}
 
 	out = cleanup(t, sb)
@@ -80,4 +94,14 @@ func nftTables(t *testing.T, sb *sandbox.Sandbox) []string {
 	}
 	slices.Sort(tables)
 	return tables
+}
+
+// nodeSysctl reads a sysctl of the node's network namespace.
+func nodeSysctl(t *testing.T, sb *sandbox.Sandbox, key string) string {
+	t.Helper()
+	out, err := sb.Exec(t.Context(), sandbox.Node, "cat", "/proc/sys/"+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }
