@@ -111,13 +111,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./nft/ ./conntrack/
 
 # Upstream kube-proxy v1.37.1 (nftables mode) and ours side by side against
-# a real API server holding N Services x 10 endpoints (every 10th a
-# NodePort), each in a fresh network namespace (root): start to first sync,
-# one Service added and one endpoint changed (sync, and until real traffic
-# reaches the new backend), CPU, peak RSS, rules. One table, also written to
-# KNP_SCALE_OUT; proxy logs kept in KNP_SCALE_LOGS (a directory). Add 50000
-# to the sizes for 50k: upstream's first sync is waited for KNP_SCALE_BOUND
-# at most, then shown as a lower bound.
+# a real API server holding each shape of KNP_SCALE_SIZES: "N" is N
+# Services x 10 endpoints, "NxE" N Services x E (e.g. 5000x50,44000x1);
+# every 10th a NodePort. Each proxy in a fresh network namespace (root):
+# start to first sync (ours: beside the kernel's commit of it), one Service
+# added and one endpoint changed (sync, and until real traffic reaches the
+# new backend, beside the kernel's smallest commit), CPU, peak and steady
+# RSS, kernel objects. One table, also written to KNP_SCALE_OUT; proxy logs
+# kept in KNP_SCALE_LOGS (a directory). Upstream's first sync is waited for
+# KNP_SCALE_BOUND at most, then shown as a lower bound.
 KNP_SCALE_SIZES   ?= 1000,5000,10000
 KNP_SCALE_BOUND   ?= 10m
 KNP_SCALE_PROXIES ?= ours,upstream

@@ -1,12 +1,14 @@
 // Package nftbench runs upstream kube-proxy v1.37.1 in nftables mode and
 // kube-nftproxy side by side against one real API server filled with N
-// Services x 10 endpoints (every 10th a NodePort), each proxy in a fresh
+// Services x E endpoints (every 10th a NodePort), each proxy in a fresh
 // network namespace of its own, one after the other, and prints one table
 // of both and their ratio: `make bench-scale`. Each proxy is measured from
 // its start to its first complete sync, then for one Service added and one
 // endpoint changed, both until real TCP traffic from the node reaches the
 // new backend (a server in a pod namespace the harness creates), and for
-// its CPU time, peak RSS and the rules it wrote.
+// its CPU time, peak and steady RSS and the rules it wrote; for ours, the
+// kernel's part of its first sync, and for both the kernel's smallest
+// commit beside.
 package nftbench
 
 import (
@@ -34,7 +36,9 @@ import (
 )
 
 const (
-	nodeName      = "knp-bench"
+	nodeName = "knp-bench"
+	// perService is the endpoints per Service of every harness but
+	// bench-scale's shapes (KNP_SCALE_SIZES "NxE").
 	perService    = 10
 	nodePortEvery = 10
 	// probeService is the Service each run adds, with one endpoint on the
@@ -46,10 +50,10 @@ const (
 	quiet = 2 * time.Second
 )
 
-// result is one proxy's run at one size; durations in seconds.
+// result is one proxy's run at one shape; durations in seconds.
 type result struct {
-	Proxy    string
-	Services int
+	Proxy string
+	Shape scale.Shape
 	// StartToSynced: process started -> its sync histogram counts a first
 	// sync (which the ruleset then shows complete). FirstSync is that
 	// sync's duration, by the proxy's own histogram.
@@ -74,6 +78,11 @@ type result struct {
 	// last, as a change comes after the caches went cold): the floor of
 	// any change's sync at that size, whoever sends it.
 	SmallestCommit float64
+	// KernelCommit: ours only, the kernel's part of our first sync (its
+	// "synced" log line's kernel=): the kernel's commit of those objects.
+	KernelCommit float64
+	// SteadyMiB is the proxy's VmRSS at the end, after the changes.
+	SteadyMiB float64
 	// Usage at the end, of the proxy process (children: nft for upstream).
 	// Its peak RSS is the proxy's own VmHWM. wait4's figure for a process
 	// includes the RSS of the process that spawned it (a Go program's
@@ -94,7 +103,8 @@ type bench struct {
 	srv      *apiserver.Server
 	api      *scale.Client
 	binaries map[string]string
-	created  int
+	// created Services exist, each with per endpoints.
+	created, per int
 }
 
 // needs skips the test (fails it with KNP_REQUIRE_APISERVER=1) when
@@ -168,31 +178,42 @@ func newBench(t *testing.T, kubeProxy string) *bench {
 	return b
 }
 
-// fill creates Services up to n (the ones before exist already). The
-// API server's data after a fill is kept under seedDir and loaded instead
-// of filling again in later runs (50k took a quarter of an hour).
-func (b *bench) fill(n int) {
-	if n <= b.created {
+// fill creates Services up to n with perService endpoints each.
+func (b *bench) fill(n int) { b.fillShape(scale.Shape{Services: n, PerService: perService}) }
+
+// fillShape makes the API server hold shape's Services: those missing are
+// created; with another number of endpoints per Service, all of them anew.
+// The API server's data after a fill is kept under seedDir and loaded
+// instead of filling again in later runs (50k took a quarter of an hour).
+func (b *bench) fillShape(shape scale.Shape) {
+	n := shape.Services
+	if n <= b.created && shape.PerService == b.per {
 		return
 	}
 	t0 := time.Now()
-	seed := seedDir(n)
+	seed := seedDir(shape)
 	if seed != "" {
 		if err := b.srv.LoadData(b.t.Context(), seed); err == nil {
-			b.t.Logf("loaded the API server's data with %d Services from %s in %v", n, seed, time.Since(t0).Round(time.Millisecond))
-			b.created = n
+			b.t.Logf("loaded the API server's data with %v Services from %s in %v", shape, seed, time.Since(t0).Round(time.Millisecond))
+			b.created, b.per = n, shape.PerService
 			return
 		} else if !errors.Is(err, os.ErrNotExist) {
 			b.t.Logf("not loading %s: %v", seed, err)
 		}
 	}
-	spec := scale.Spec{From: b.created, To: n, PerService: perService, Node: nodeName, NodePortEvery: nodePortEvery}
+	if shape.PerService != b.per && b.created > 0 {
+		if err := scale.Depopulate(b.t.Context(), b.api, 0, b.created, 16); err != nil {
+			b.t.Fatal(err)
+		}
+		b.created = 0
+	}
+	spec := scale.Spec{From: b.created, To: n, PerService: shape.PerService, Node: nodeName, NodePortEvery: nodePortEvery}
 	if err := scale.Populate(b.t.Context(), b.api, spec); err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("created Services %d..%d with %d endpoints each (every %dth a NodePort) in %v",
-		b.created, n-1, perService, nodePortEvery, time.Since(t0).Round(time.Millisecond))
-	b.created = n
+		b.created, n-1, shape.PerService, nodePortEvery, time.Since(t0).Round(time.Millisecond))
+	b.created, b.per = n, shape.PerService
 	if seed != "" {
 		if err := b.srv.SaveData(b.t.Context(), seed); err != nil {
 			b.t.Fatalf("saving the API server's data: %v", err)
@@ -200,10 +221,10 @@ func (b *bench) fill(n int) {
 	}
 }
 
-// seedDir is where the API server's data with n Services of this harness
-// is kept: under $KNP_CACHE/bench-etcd, named for the harness's objects
-// and the API server and etcd binaries; "" with KNP_BENCH_SEED=0.
-func seedDir(n int) string {
+// seedDir is where the API server's data with the Services of shape is
+// kept: under $KNP_CACHE/bench-etcd, named for the harness's objects and
+// the API server and etcd binaries; "" with KNP_BENCH_SEED=0.
+func seedDir(shape scale.Shape) string {
 	if os.Getenv("KNP_BENCH_SEED") == "0" {
 		return ""
 	}
@@ -218,7 +239,7 @@ func seedDir(n int) string {
 		}
 		return fmt.Sprintf("%x-%x", st.Size(), st.ModTime().Unix())
 	}
-	name := fmt.Sprintf("v1-%d-x%d-np%d-%s-api%s-etcd%s", n, perService, nodePortEvery, nodeName,
+	name := fmt.Sprintf("v1-%d-x%d-np%d-%s-api%s-etcd%s", shape.Services, shape.PerService, nodePortEvery, nodeName,
 		id(apiserver.BinaryPath()), id(apiserver.EtcdPath()))
 	return filepath.Join(cache, "bench-etcd", name)
 }
@@ -250,16 +271,15 @@ func (b *bench) argv(kind string) []string {
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 		"--proxy-mode=nftables", // both: iptables is kube-proxy's default
 	}
-	if kind == "upstream" {
-		args = append(args, "--v=2")
-	}
-	return args
+	// At -v=2 upstream logs when its sync begins, and ours each sync's
+	// kernel time.
+	return append(args, "--v=2")
 }
 
 // run measures one proxy at the current size; bound limits the wait for
 // its first sync.
 func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
-	r = result{Proxy: kind, Services: b.created}
+	r = result{Proxy: kind, Shape: scale.Shape{Services: b.created, PerService: b.per}}
 	ctx, cancel := context.WithTimeout(b.t.Context(), bound+15*time.Minute)
 	defer cancel()
 	// Each run adds the probe Service anew.
@@ -282,7 +302,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	if d := os.Getenv("KNP_SCALE_LOGS"); d != "" {
 		logDir = d // kept
 	}
-	logPath := filepath.Join(logDir, fmt.Sprintf("%s-%d.log", kind, b.created))
+	logPath := filepath.Join(logDir, fmt.Sprintf("%s-%dx%d.log", kind, b.created, b.per))
 	start := time.Now()
 	p, err := startProxy(n.ns, logPath, b.argv(kind))
 	if err != nil {
@@ -291,7 +311,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	defer p.stop()
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%s at %d Services: %w\nlog tail:\n%s", kind, b.created, err, logTail(logPath, 30))
+			err = fmt.Errorf("%s at %v: %w\nlog tail:\n%s", kind, r.Shape, err, logTail(logPath, 30))
 		}
 	}()
 
@@ -325,7 +345,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	if want := b.created * perService; c.endpoints != want {
+	if want := b.created * b.per; c.endpoints != want {
 		return r, fmt.Errorf("right after the first sync the ruleset holds %d of the %d endpoint addresses", c.endpoints, want)
 	}
 
@@ -390,6 +410,16 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 	b.t.Logf("%s: the kernel's smallest commit in its namespace: %.4fs (the change's sync is %.2f of it)", kind, r.SmallestCommit, r.ChangeSync/r.SmallestCommit)
 	if r.Usage, err = scale.ProcessUsage(p.cmd.Process.Pid); err != nil {
 		return r, err
+	}
+	if r.SteadyMiB, err = vmRSS(p.cmd.Process.Pid); err != nil {
+		return r, err
+	}
+	if kind == "ours" {
+		var first startup
+		if err := parseTimeline(logPath, start, &first); err != nil {
+			return r, err
+		}
+		r.KernelCommit = max(first.kernel, 0)
 	}
 	return r, nil
 }
@@ -542,6 +572,16 @@ func countRules(ctx context.Context, t *testing.T, ns string) (rulesetCount, err
 
 type rulesetCount struct{ chains, rules, elements, endpoints int }
 
+// shapes reads KNP_SCALE_SIZES for bench-scale: "N" (N Services x
+// perService) or "NxE" (N Services x E endpoints), comma-separated.
+func shapes(t *testing.T) []scale.Shape {
+	out, err := scale.Shapes(os.Getenv("KNP_SCALE_SIZES"), perService)
+	if err != nil {
+		t.Fatalf("KNP_SCALE_SIZES: %v", err)
+	}
+	return out
+}
+
 // sizes reads KNP_SCALE_SIZES (default 1000,5000,10000).
 func sizes(t *testing.T) []int {
 	out, err := scale.Sizes(os.Getenv("KNP_SCALE_SIZES"))
@@ -579,8 +619,8 @@ func proxies(t *testing.T) []string {
 	return out
 }
 
-// TestNFTablesSideBySide is `make bench-scale`: KNP_SCALE_BENCH=1, sizes in
-// KNP_SCALE_SIZES, the table also written to KNP_SCALE_OUT.
+// TestNFTablesSideBySide is `make bench-scale`: KNP_SCALE_BENCH=1, shapes
+// in KNP_SCALE_SIZES, the table also written to KNP_SCALE_OUT.
 func TestNFTablesSideBySide(t *testing.T) {
 	if os.Getenv("KNP_SCALE_BENCH") != "1" {
 		t.Skip("the nftables side-by-side benchmark runs with KNP_SCALE_BENCH=1 (make bench-scale): it takes many minutes")
@@ -589,8 +629,8 @@ func TestNFTablesSideBySide(t *testing.T) {
 	b := newBench(t, kubeProxy)
 	limit := bound(t)
 	var rs []result
-	for _, n := range sizes(t) {
-		b.fill(n)
+	for _, shape := range shapes(t) {
+		b.fillShape(shape)
 		for _, kind := range proxies(t) {
 			r, err := b.run(kind, limit)
 			if err != nil {
@@ -609,14 +649,14 @@ func TestNFTablesSideBySide(t *testing.T) {
 	}
 }
 
-// TestNFTablesSideBySideSmoke runs the whole harness at 50 Services: both
+// TestNFTablesSideBySideSmoke runs the whole harness at 50 Services x 3: both
 // proxies sync completely and carry the added Service's and the changed
 // endpoint's traffic. It proves the harness works; its numbers are logged,
 // not judged.
 func TestNFTablesSideBySideSmoke(t *testing.T) {
 	kubeProxy := needs(t)
 	b := newBench(t, kubeProxy)
-	b.fill(50)
+	b.fillShape(scale.Shape{Services: 50, PerService: 3})
 	var rs []result
 	for _, kind := range []string{"ours", "upstream"} {
 		r, err := b.run(kind, 2*time.Minute)
@@ -626,25 +666,25 @@ func TestNFTablesSideBySideSmoke(t *testing.T) {
 		if r.Unfinished {
 			t.Fatalf("%s did not sync 50 Services within 2 minutes", kind)
 		}
-		if r.AddSyncs == 0 || r.ChangeSyncs == 0 || r.Rules == 0 || r.Usage.PeakRSSMiB == 0 {
+		if r.AddSyncs == 0 || r.ChangeSyncs == 0 || r.Rules == 0 || r.Usage.PeakRSSMiB == 0 || r.SteadyMiB == 0 || kind == "ours" && r.KernelCommit == 0 {
 			t.Errorf("%s: incomplete result %+v", kind, r)
 		}
 		rs = append(rs, r)
 	}
-	t.Logf("at 50 Services:\n%s", formatTable(rs))
+	t.Logf("at 50 Services x 3:\n%s", formatTable(rs))
 }
 
 // formatTable prints the results, then upstream's figures over ours.
 func formatTable(rs []result) string {
 	var b bytes.Buffer
-	fmt.Fprintln(&b, "| Services x 10 | proxy | start to synced | first sync | add: sync | add: create to traffic | change: sync | change: to traffic | smallest commit | CPU s | peak RSS MiB | chains / rules / elements |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	by := map[string]map[int]result{}
+	fmt.Fprintln(&b, "| Services x endpoints | proxy | start to synced | first sync | the kernel's commit of it | add: sync | add: create to traffic | change: sync | change: to traffic | smallest commit | CPU s | peak / steady RSS MiB | chains / rules / elements |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	by := map[string]map[scale.Shape]result{}
 	for _, r := range rs {
 		if by[r.Proxy] == nil {
-			by[r.Proxy] = map[int]result{}
+			by[r.Proxy] = map[scale.Shape]result{}
 		}
-		by[r.Proxy][r.Services] = r
+		by[r.Proxy][r.Shape] = r
 		start, first := scale.Secs(r.StartToSynced), scale.Secs(r.FirstSync)
 		if r.Unfinished {
 			start, first = atLeast(start)+" (unfinished)", atLeast(first)
@@ -653,33 +693,50 @@ func formatTable(rs []result) string {
 		if r.Usage.ChildCPUSeconds >= 0.05 {
 			cpu += fmt.Sprintf(" (children %.1f)", r.Usage.ChildCPUSeconds)
 		}
-		rss := fmt.Sprintf("%.0f", r.Usage.PeakRSSMiB)
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services, r.Proxy,
-			start, first, syncs(r.AddSync, r.AddSyncs), scale.Secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
+		rss := fmt.Sprintf("%.0f / %.0f", r.Usage.PeakRSSMiB, r.SteadyMiB)
+		fmt.Fprintf(&b, "| %v | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Shape, r.Proxy,
+			start, first, scale.Secs(r.KernelCommit), syncs(r.AddSync, r.AddSyncs), scale.Secs(r.AddToTraffic), syncs(r.ChangeSync, r.ChangeSyncs),
 			scale.Secs(r.ChangeToTraffic), smallestCell(r.SmallestCommit), cpu, rss, objects(r))
 	}
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| Services x 10 | upstream / ours: start to synced | first sync | add: sync | add: to traffic | change: sync | change: to traffic | CPU | peak RSS |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| Services x endpoints | ours: start to synced / kernel's commit | change: sync / smallest commit | upstream / ours: start to synced | first sync | add: sync | add: to traffic | change: sync | change: to traffic | CPU | peak RSS |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rs {
-		o, u := by["ours"][r.Services], by["upstream"][r.Services]
-		if r.Proxy != "ours" || u.Proxy == "" || o.Unfinished {
+		o, u := by["ours"][r.Shape], by["upstream"][r.Shape]
+		if r.Proxy != "ours" || o.Unfinished {
 			continue
 		}
-		cpuU, cpuO := u.Usage.CPUSeconds+u.Usage.ChildCPUSeconds, o.Usage.CPUSeconds+o.Usage.ChildCPUSeconds
-		if u.Unfinished {
-			fmt.Fprintf(&b, "| %d | %s | %s | - | - | - | - | %s | %s |\n", r.Services,
-				atLeast(scale.Ratio(u.StartToSynced, o.StartToSynced)), atLeast(scale.Ratio(u.FirstSync, o.FirstSync)),
-				atLeast(scale.Ratio(cpuU, cpuO)), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
-			continue
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Services,
-			scale.Ratio(u.StartToSynced, o.StartToSynced), scale.Ratio(u.FirstSync, o.FirstSync),
-			scale.Ratio(u.AddSync, o.AddSync), scale.Ratio(u.AddToTraffic, o.AddToTraffic),
-			scale.Ratio(u.ChangeSync, o.ChangeSync), scale.Ratio(u.ChangeToTraffic, o.ChangeToTraffic),
-			scale.Ratio(cpuU, cpuO), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
+		fmt.Fprintf(&b, "| %v | %s | %s | %s |\n", r.Shape, ratioOf(o.StartToSynced, o.KernelCommit),
+			ratioOf(o.ChangeSync, o.SmallestCommit), upstreamOverOurs(o, u))
 	}
 	return b.String()
+}
+
+// ratioOf is a over b as "1.23" ("-" when either is unknown).
+func ratioOf(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// upstreamOverOurs is the row's upstream-over-ours cells ("-" without an
+// upstream run; lower bounds where upstream did not finish).
+func upstreamOverOurs(o, u result) string {
+	if u.Proxy == "" {
+		return "- | - | - | - | - | - | - | -"
+	}
+	cpuU, cpuO := u.Usage.CPUSeconds+u.Usage.ChildCPUSeconds, o.Usage.CPUSeconds+o.Usage.ChildCPUSeconds
+	if u.Unfinished {
+		return fmt.Sprintf("%s | %s | - | - | - | - | %s | %s",
+			atLeast(scale.Ratio(u.StartToSynced, o.StartToSynced)), atLeast(scale.Ratio(u.FirstSync, o.FirstSync)),
+			atLeast(scale.Ratio(cpuU, cpuO)), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
+	}
+	return fmt.Sprintf("%s | %s | %s | %s | %s | %s | %s | %s",
+		scale.Ratio(u.StartToSynced, o.StartToSynced), scale.Ratio(u.FirstSync, o.FirstSync),
+		scale.Ratio(u.AddSync, o.AddSync), scale.Ratio(u.AddToTraffic, o.AddToTraffic),
+		scale.Ratio(u.ChangeSync, o.ChangeSync), scale.Ratio(u.ChangeToTraffic, o.ChangeToTraffic),
+		scale.Ratio(cpuU, cpuO), scale.Ratio(u.Usage.PeakRSSMiB, o.Usage.PeakRSSMiB))
 }
 
 // atLeast marks a figure as a lower bound.

@@ -170,6 +170,39 @@ func parseStat(s string) (Usage, error) {
 	return Usage{CPUSeconds: t[0] + t[1], ChildCPUSeconds: t[2] + t[3]}, nil
 }
 
+// Shape is a benchmark's API content: Services Services with PerService
+// endpoints each.
+type Shape struct {
+	Services, PerService int
+}
+
+func (s Shape) String() string { return fmt.Sprintf("%d x %d", s.Services, s.PerService) }
+
+// Shapes parses a comma-separated list of shapes, each "N" (N Services of
+// perService endpoints) or "NxE" (N Services of E endpoints); empty: 1k,
+// 5k and 10k of perService.
+func Shapes(spec string, perService int) ([]Shape, error) {
+	if spec == "" {
+		spec = "1000,5000,10000"
+	}
+	var out []Shape
+	for _, f := range strings.Split(spec, ",") {
+		n, e, hasE := strings.Cut(strings.TrimSpace(f), "x")
+		s := Shape{PerService: perService}
+		var err error
+		if s.Services, err = strconv.Atoi(n); err != nil || s.Services <= 0 {
+			return nil, fmt.Errorf("%q: %q is not a positive number of Services", f, n)
+		}
+		if hasE {
+			if s.PerService, err = strconv.Atoi(e); err != nil || s.PerService <= 0 {
+				return nil, fmt.Errorf("%q: %q is not a positive number of endpoints", f, e)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // Sizes parses a comma-separated list of Service counts (empty: 1k, 5k,
 // 10k), for the benchmarks' size settings.
 func Sizes(spec string) ([]int, error) {

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -88,5 +89,24 @@ func TestProcessActivitySelf(t *testing.T) {
 	}
 	if a.Switches <= 0 {
 		t.Errorf("this process has %d context switches", a.Switches)
+	}
+}
+
+func TestShapes(t *testing.T) {
+	for _, tc := range []struct {
+		spec, want string
+		bad        bool
+	}{
+		{spec: "", want: "[1000 x 10 5000 x 10 10000 x 10]"},
+		{spec: "5000x50, 44000x1,100000", want: "[5000 x 50 44000 x 1 100000 x 10]"},
+		{spec: "5000x", bad: true},
+		{spec: "x5", bad: true},
+		{spec: "5000x0", bad: true},
+		{spec: "5k", bad: true},
+	} {
+		got, err := Shapes(tc.spec, 10)
+		if (err != nil) != tc.bad || !tc.bad && fmt.Sprint(got) != tc.want {
+			t.Errorf("Shapes(%q) = %v, %v; want %s (error: %v)", tc.spec, got, err, tc.want, tc.bad)
+		}
 	}
 }
