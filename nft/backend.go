@@ -259,7 +259,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 	res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 	if r.err != nil {
-		return fmt.Errorf("applying nftables generation: %w", r.err)
+		return fmt.Errorf("committing the nftables sync: %w", r.err)
 	}
 	return nil
 }

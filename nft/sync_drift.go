@@ -38,8 +38,8 @@ type driftChecker struct {
 	// rewrite those in place (see Backend.repairInPlace).
 	repairs []*nftlib.Tx
 
-	// verifiedGen is the generation at which the kernel was known to hold
-	// exactly what was applied (valid when verified).
+	// verifiedGen is the ruleset generation at which the kernel was known
+	// to hold exactly what was applied (valid when verified).
 	verifiedGen uint32
 	verified    bool
 }
