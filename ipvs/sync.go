@@ -195,9 +195,10 @@ func (s *Syncer) readIfNeeded() error {
 	return nil
 }
 
-// opsPerApply bounds the commands of step 1 held at once: a full sync at
-// 10k Services has 110k of them (15 MiB); the kernel gets them in
-// batches of batchBytes either way.
+// opsPerApply bounds the commands of step 1 held at once: a full sync has
+// one per virtual and real server, eleven times the Services at ten
+// endpoints each; the kernel gets them in batches of batchBytes either
+// way.
 const opsPerApply = 8192
 
 // serviceStep is what step 1 leaves for the others.
