@@ -12,7 +12,7 @@ import (
 
 // The userspace side of a one-endpoint change (plan, diff, ops and
 // helper elements) over a fake kernel and helper, at sizes, with the
-// State's delta as the API source's Builder sets it: it must not grow with
+// State's changes as the API source's Builder sets them: it must not grow with
 // the number of Services (the kernel's part is in the VM benchmarks).
 // bulkState10 is bulkState with ten endpoints (on node) per bulk Service,
 // each its own address.

@@ -96,7 +96,7 @@ func BenchmarkKernelBackendFullSync(b *testing.B) {
 					n, total.Round(time.Millisecond), tk.took.Round(time.Millisecond), th.took.Round(time.Millisecond),
 					(total - tk.took - th.took).Round(time.Millisecond))
 				// Then one endpoint changed, ten times, as the API source's
-				// States say it (a delta).
+				// States name it (StateChanges).
 				name := spn("bulk", "s0", "")
 				for i := range 10 {
 					next := &model.State{Node: st.Node, Services: st.Services, Endpoints: st.Endpoints,

@@ -30,10 +30,10 @@ func (t *elemTable[K]) set(k K, change func(*elemState)) {
 	t.state[k] = st
 }
 
-// own adds delta owners to each of keys, marking them dirty unless all are.
-func (t *elemTable[K]) own(keys []K, delta int32, allDirty bool) {
+// own adds n owners (n < 0: removes) to each of keys, marking them dirty unless all are.
+func (t *elemTable[K]) own(keys []K, n int32, allDirty bool) {
 	for _, k := range keys {
-		t.set(k, func(st *elemState) { st.refs += delta })
+		t.set(k, func(st *elemState) { st.refs += n })
 		if !allDirty {
 			t.dirty[k] = struct{}{}
 		}
@@ -106,10 +106,10 @@ func newElemSet() elemSet {
 
 func (s *elemSet) len() int { return len(s.v4.state) + len(s.other.state) }
 
-// own adds delta owners to a fragment's elements.
-func (s *elemSet) own(p packedElems, delta int32) {
-	s.v4.own(p.v4, delta, s.allDirty)
-	s.other.own(p.other, delta, s.allDirty)
+// own adds n owners (n < 0: removes) to a fragment's elements.
+func (s *elemSet) own(p packedElems, n int32) {
+	s.v4.own(p.v4, n, s.allDirty)
+	s.other.own(p.other, n, s.allDirty)
 }
 
 // applied records e as held (or not) and no longer dirty.

@@ -37,13 +37,14 @@ func (c Config) scheduler() string {
 type Plan struct {
 	Services map[model.ServicePortName]*Fragment
 
-	// From a Planner: its identity and generation, the generation this
-	// plan follows (0: none, or unknown) and the service ports whose
-	// fragments were added, changed or removed since then, so that the
-	// Syncer touches only those.
+	// From a Planner: its identity and the plan's number (a Planner
+	// numbers its plans from 1), the number of the plan this one follows
+	// (0: none, or unknown) and the service ports whose fragments were
+	// added, changed or removed since then, so that the Syncer touches
+	// only those.
 	planner *Planner
-	gen     uint64
-	prevGen uint64
+	seq     uint64
+	prevSeq uint64
 	changed []model.ServicePortName
 }
 
@@ -99,7 +100,7 @@ type Planner struct {
 	addrs    []netip.Addr
 	changes  model.ChangeTracker
 	services map[model.ServicePortName]*Fragment
-	gen      uint64
+	seq      uint64 // the number of the last plan
 }
 
 // NewPlanner returns a Planner with nothing to reuse.
@@ -107,17 +108,17 @@ func NewPlanner(cfg Config) *Planner { return &Planner{cfg: cfg} }
 
 // Plan builds the plan of st; see BuildPlan.
 func (p *Planner) Plan(st *model.State, nodeAddrs []netip.Addr) *Plan {
-	prevGen := p.gen
+	prevSeq := p.seq
 	if p.services == nil || !p.node.Equal(st.Node) || !slices.Equal(p.addrs, nodeAddrs) {
 		p.changes.Reset()
 		p.services = make(map[model.ServicePortName]*Fragment, st.Services.Len())
-		prevGen = 0 // nothing to follow: the Syncer compares everything
+		prevSeq = 0 // nothing to follow: the Syncer compares everything
 	} else if p.changes.Same(st) {
 		// The same State again (a periodic sync): nothing changed.
-		return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen}
+		return &Plan{Services: p.services, planner: p, seq: p.seq, prevSeq: prevSeq}
 	}
 	p.node, p.addrs = st.Node, slices.Clone(nodeAddrs)
-	p.gen++
+	p.seq++
 	names := p.changes.Changes(st)
 	p.changes.Record(st, names)
 	b := newBuilder(p.cfg, st.Node, nodeAddrs)
@@ -131,7 +132,7 @@ func (p *Planner) Plan(st *model.State, nodeAddrs []netip.Addr) *Plan {
 			changed = append(changed, name)
 		}
 	}
-	return &Plan{Services: p.services, planner: p, gen: p.gen, prevGen: prevGen, changed: changed}
+	return &Plan{Services: p.services, planner: p, seq: p.seq, prevSeq: prevSeq, changed: changed}
 }
 
 // setFragment puts a service port's new fragment (nil: none) in place of

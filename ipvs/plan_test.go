@@ -287,8 +287,8 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	if second.Services[dns] == firstDNS || second.Services[dns].Equal(firstDNS) {
 		t.Error("changed endpoints kept the old fragment")
 	}
-	if len(second.changed) != 1 || second.changed[0] != dns || second.prevGen != first.gen {
-		t.Errorf("second plan names %v as changed since generation %d, want [%s] since %d", second.changed, second.prevGen, dns, first.gen)
+	if len(second.changed) != 1 || second.changed[0] != dns || second.prevSeq != first.seq {
+		t.Errorf("second plan names %v as changed since plan %d, want [%s] since %d", second.changed, second.prevSeq, dns, first.seq)
 	}
 	secondWeb := second.Services[web]
 	if got, want := second.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
@@ -296,7 +296,7 @@ func TestPlannerReusesUnchangedFragments(t *testing.T) {
 	}
 	// New node addresses change NodePort servers: nothing is reused.
 	third := pl.Plan(next, nodeAddrs[:1])
-	if third.Services[web] == secondWeb || third.prevGen != 0 {
+	if third.Services[web] == secondWeb || third.prevSeq != 0 {
 		t.Error("fragment reused across a change of node addresses")
 	}
 	// Service ports removed are named as changed; the plan equals a fresh one.
@@ -364,9 +364,9 @@ func TestPlanLBNodeAccess(t *testing.T) {
 
 // With a State that says what changed since the one planned last, the
 // Planner looks at those service ports alone and still plans what a fresh
-// Planner would; a gap in the generations or another lineage falls back to
-// comparing every one.
-func TestPlannerFollowsDelta(t *testing.T) {
+// Planner would; a gap in the State generations or another lineage falls
+// back to comparing every one.
+func TestPlannerFollowsStateChanges(t *testing.T) {
 	lin := &model.Lineage{}
 	st := demoState()
 	st.Changes = model.StateChanges{Lineage: lin, Gen: 1, NodeChanged: true}
@@ -386,17 +386,17 @@ func TestPlannerFollowsDelta(t *testing.T) {
 	next.Changes = model.StateChanges{Lineage: lin, Gen: 2, Ports: []model.ServicePortName{dns, web}}
 	p := pl.Plan(next, nodeAddrs)
 	if got, want := p.String(), BuildPlan(next, Config{}, nodeAddrs).String(); got != want {
-		t.Errorf("plan from the delta differs from a fresh one:\n%s\nfresh:\n%s", got, want)
+		t.Errorf("plan from the State's changes differs from a fresh one:\n%s\nfresh:\n%s", got, want)
 	}
 	if !slices.Contains(p.changed, dns) || !slices.Contains(p.changed, web) || len(p.changed) != 2 {
 		t.Errorf("changed: %v, want %s and %s", p.changed, dns, web)
 	}
-	// A delta that lies (it leaves web's return out) is believed: which is
-	// why only a source that tracks its changes sets one. A gap in the
-	// generations is not: everything is compared.
+	// Changes that lie (they leave web's return out) are believed: which
+	// is why only a source that tracks its changes sets them. A gap in the
+	// State generations is not: everything is compared.
 	back := demoState()
 	back.Changes = model.StateChanges{Lineage: lin, Gen: 4}
 	if got, want := pl.Plan(back, nodeAddrs).String(), BuildPlan(back, Config{}, nodeAddrs).String(); got != want {
-		t.Errorf("after a gap in the generations:\n%s\nfresh:\n%s", got, want)
+		t.Errorf("after a gap in the State generations:\n%s\nfresh:\n%s", got, want)
 	}
 }

@@ -50,8 +50,8 @@ type Syncer struct {
 	// Desired, by owner: fragments as last synced, and for each key the
 	// service ports that want it.
 	frags    map[model.ServicePortName]*Fragment
-	planner  *Planner // of the last plan, and its generation
-	planGen  uint64
+	planner  *Planner // of the last plan, and its number
+	planSeq  uint64
 	vsOwners map[ipvsnl.ServiceKey][]vsOwner
 	addrRefs map[netip.Addr]int
 	// Applied: what the kernel and helper hold, as far as we know.
@@ -195,9 +195,10 @@ func (s *Syncer) readIfNeeded() error {
 	return nil
 }
 
-// opsPerApply bounds the commands of step 1 held at once: a full sync at
-// 10k Services has 110k of them (15 MiB); the kernel gets them in
-// batches of batchBytes either way.
+// opsPerApply bounds the commands of step 1 held at once: a full sync has
+// one per virtual and real server, eleven times the Services at ten
+// endpoints each; the kernel gets them in batches of batchBytes either
+// way.
 const opsPerApply = 8192
 
 // serviceStep is what step 1 leaves for the others.
@@ -350,8 +351,8 @@ func (s *Syncer) readHelper() error {
 // service ports it names as changed are looked at; otherwise an unchanged
 // fragment costs a pointer comparison.
 func (s *Syncer) updateDesired(p *Plan) {
-	defer func() { s.planner, s.planGen = p.planner, p.gen }()
-	if p.planner != nil && p.planner == s.planner && p.prevGen != 0 && p.prevGen == s.planGen {
+	defer func() { s.planner, s.planSeq = p.planner, p.seq }()
+	if p.planner != nil && p.planner == s.planner && p.prevSeq != 0 && p.prevSeq == s.planSeq {
 		for _, name := range p.changed {
 			s.updateFragment(name, p.Services[name])
 		}
@@ -564,9 +565,9 @@ func (s *Syncer) record(op ipvsnl.Op, err error) bool {
 	return true
 }
 
-// settled reports whether key's applied state is what is wanted (up to
+// converged reports whether key's applied state is what is wanted (up to
 // draining real servers, which the drain step handles).
-func (s *Syncer) settled(key ipvsnl.ServiceKey) bool {
+func (s *Syncer) converged(key ipvsnl.ServiceKey) bool {
 	want, have := s.want(key), s.have[key]
 	if want == nil || have == nil {
 		return want == nil && have == nil
@@ -591,7 +592,7 @@ func (s *Syncer) settled(key ipvsnl.ServiceKey) bool {
 	return true
 }
 
-// shareDests lets a settled virtual server's applied real servers be the
+// shareDests lets a converged virtual server's applied real servers be the
 // wanted ones, when they are equal: one copy of each real server, not
 // two (it is copied again before a change).
 func (s *Syncer) shareDests(key ipvsnl.ServiceKey) {
@@ -734,9 +735,9 @@ func (s *Syncer) drain(now time.Time, fresh []ipvsnl.ServiceKey, res *SyncResult
 	return errors.Join(errs...)
 }
 
-// apply sends ops, records each result, and settles the keys they touched.
-// The error is a transport failure (everything is read again next time);
-// failed ops come back in errs.
+// apply sends ops, records each result, and marks clean the keys they
+// touched that converged. The error is a transport failure (everything is
+// read again next time); failed ops come back in errs.
 func (s *Syncer) apply(ops []ipvsnl.Op, res *SyncResult) (errs []error, err error) {
 	if len(ops) == 0 {
 		return nil, nil
@@ -761,7 +762,7 @@ func (s *Syncer) apply(ops []ipvsnl.Op, res *SyncResult) (errs []error, err erro
 		}
 	}
 	for key := range touched {
-		if s.dirtyVS[key] && s.settled(key) {
+		if s.dirtyVS[key] && s.converged(key) {
 			delete(s.dirtyVS, key)
 			s.shareDests(key)
 		}

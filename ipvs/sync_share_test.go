@@ -19,7 +19,7 @@ func deepVirtual(p *Plan) map[model.ServicePortName][]ipvsnl.VirtualServer {
 	return out
 }
 
-// The Syncer keeps a settled virtual server's applied real servers as the
+// The Syncer keeps a converged virtual server's applied real servers as the
 // plan's own slice (one copy of each real server, not two). Every later
 // change to them, a real server draining (weight 0), one back from
 // draining, one added, one deleted, must copy first: the plans it was

@@ -26,8 +26,8 @@ import (
 // does not join the notification group itself: while anyone listens, the
 // kernel builds a notification for every object of our own transactions
 // too, which the change monitor avoids for large ones by leaving the group
-// (2.5 s of kernel time for a full sync of 10k Services), and tells
-// afterwards if another process committed meanwhile.
+// (see nftlib.Watcher.SetMember), and tells afterwards if another process
+// committed meanwhile.
 type Watcher struct {
 	Config  Config
 	Log     *slog.Logger

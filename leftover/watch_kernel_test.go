@@ -74,9 +74,9 @@ func TestKernelWatchIdleLooksNever(t *testing.T) {
 	// Our removal is another process's commit for the monitor: one more
 	// look at most, then quiet again.
 	time.Sleep(100 * time.Millisecond)
-	settled := looks.Load()
+	quiet := looks.Load()
 	time.Sleep(300 * time.Millisecond)
-	if n := looks.Load() - settled; n > 0 {
+	if n := looks.Load() - quiet; n > 0 {
 		t.Errorf("%d more looks after the removal, with nothing changing", n)
 	}
 }

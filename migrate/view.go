@@ -157,7 +157,7 @@ type Facts struct {
 	externalRejects []string
 	// healthChecks are the health check node ports iptables accepts.
 	healthChecks []uint16
-	// lbRejects are load balancer addresses rejected for lack of endpoints.
+	// rejects are load balancer addresses rejected for lack of endpoints.
 	rejects map[string]bool
 }
 

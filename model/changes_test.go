@@ -36,23 +36,23 @@ func TestChangeTracker(t *testing.T) {
 		want []ServicePortName
 	}{
 		{"same State", func() *State { return base }, nil},
-		{"equal values, new objects, no delta", func() *State {
+		{"equal values, new objects, no changes named", func() *State {
 			return trackerState(nil, 0, map[string]uint16{"a": 80, "b": 81, "c": 82})
 		}, nil},
 		{"changed, added and removed, compared", func() *State {
 			return trackerState(nil, 0, map[string]uint16{"a": 80, "b": 90, "d": 83})
 		}, names("b", "c", "d")},
-		{"delta lists a change twice and an unknown removal", func() *State {
+		{"changes list a change twice and an unknown removal", func() *State {
 			st := trackerState(lin, 2, map[string]uint16{"a": 80, "b": 90, "c": 82})
 			st.Changes.Ports = names("b", "b", "zz")
 			return st
 		}, names("b")},
-		{"delta listing an unchanged port", func() *State {
+		{"changes listing an unchanged port", func() *State {
 			st := trackerState(lin, 2, map[string]uint16{"a": 80, "b": 81, "c": 82})
 			st.Changes.Ports = names("a")
 			return st
 		}, nil},
-		{"delta that skips a generation is compared", func() *State {
+		{"changes that skip a State generation are compared", func() *State {
 			st := trackerState(lin, 3, map[string]uint16{"a": 80, "b": 81})
 			st.Changes.Ports = names("a")
 			return st

@@ -11,8 +11,8 @@ import (
 // ChangeTracker recorded is the one applied; a new node makes the sync a
 // full one. So a fragment is rebuilt from that State when a sync needs it
 // (the ports it changes or folds, a drift check's read-back) instead of
-// being kept: kept, the fragments were about 300 bytes an endpoint, half
-// of the proxy's steady heap at 50k Services.
+// being kept: kept, the fragments were a large part of the proxy's steady
+// heap (docs/benchmarks.md, "Memory").
 
 // appliedPort is a service port as the last sync left it: the kind of table
 // holding it, and its recorded service port and endpoints (ok false: none).

@@ -105,9 +105,9 @@ type BackendConfig struct {
 	OnDrift func(table string, diffs []string)
 	// OnLargeTx, when set, is called before a transaction of at least
 	// largeTxRules rules is encoded, and the function it returns once the
-	// transaction is sent (or failed). The encoded messages (hundreds of
-	// MiB at 50k Services) live outside the Go heap until then: the
-	// process can collect its garbage first and keep the heap from
+	// transaction is sent (or failed). The encoded messages, which grow
+	// with the ruleset, live outside the Go heap until then: the process
+	// can collect its garbage first and keep the heap from
 	// growing on top of them (see cmd/kube-nftproxy's largeTxMemory).
 	OnLargeTx func() (done func())
 	// OnLargeTxRound, when set, is called within OnLargeTx each time
@@ -212,20 +212,18 @@ func (b *Backend) Sync(ctx context.Context, st *model.State) (proxier.SyncResult
 
 // largeTxRules is the size (rules written) from which a transaction is
 // encoded and sent inside BackendConfig.OnLargeTx: about 16k Services x
-// 10 endpoints in the iptables-mode topology (three rules an endpoint),
-// some 150 MiB of messages. The guard costs a full collection (a few per
-// cent of the full sync); at 10k it saved 28 of 290 MiB peak RSS for
-// 0.1-0.2 s more to synced, so smaller transactions go without.
+// 10 endpoints in the iptables-mode topology (three rules an endpoint).
+// The guard costs a full collection; below that size it saved little peak
+// RSS for the time it added to synced, so smaller transactions go without.
 const largeTxRules = 500_000
 
 // releaseRound is how many rules of a large transaction are encoded
 // between two calls of OnLargeTxRound: two fifths, so that it is called
 // twice (the last fifth goes with the transaction). Each call costs a
-// collection of the heap (a fifth of a second at 50k Services), and what
-// counts is what is resident at the end of the encoding: the messages
-// (about 1.6 times the rules' memory) and the rules not yet let go. At
-// 50k through the API server the peak RSS was 1030 MiB with one call (at
-// three fifths), 984 with two, 966 with eleven, 1159 with none.
+// collection of the heap, and what counts is what is resident at the end
+// of the encoding: the messages (larger than the rules) and the rules not
+// yet let go. Two calls lower the peak RSS almost as much as many, one
+// call or none less (docs/benchmarks.md, "Memory").
 func (b *Backend) releaseRound(rules int) int {
 	if b.largeTxRound > 0 {
 		return b.largeTxRound
@@ -259,7 +257,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 	res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 	if r.err != nil {
-		return fmt.Errorf("applying nftables generation: %w", r.err)
+		return fmt.Errorf("committing the nftables sync: %w", r.err)
 	}
 	return nil
 }

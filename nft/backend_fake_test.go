@@ -34,8 +34,8 @@ func fakeBackend(t testing.TB, cfg BackendConfig) (*Backend, nftlib.FakeKernel, 
 	return b, k, fakeClock(b)
 }
 
-// tinyState is one IPv4 Service port per name, one endpoint each, all in
-// generation gen of lineage lin (nil: no delta), Changed listing changed.
+// tinyState is one IPv4 Service port per name with its endpoint (none for
+// ""), naming no changes (see withChanges).
 func tinyState(eps map[string]string) *model.State {
 	st := model.NewState()
 	st.Node = model.Node{Name: "node-1"}
@@ -131,7 +131,7 @@ func holdsFullSync(t *testing.T, k nftlib.FakeKernel, st *model.State, cfg Confi
 	}
 }
 
-// withChanges makes st generation gen of lin, changed naming its changes.
+// withChanges makes st State generation gen of lin, changed naming its changes.
 func withChanges(st *model.State, lin *model.Lineage, gen uint64, changed ...string) *model.State {
 	st.Changes = model.StateChanges{Lineage: lin, Gen: gen}
 	for _, c := range changed {

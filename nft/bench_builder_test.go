@@ -146,7 +146,7 @@ func e2eService(i int) *corev1.Service {
 }
 
 // e2eSlice is the EndpointSlice of Service i: 10 ready endpoints on this
-// node; generation gen moves the first one.
+// node; gen (a round of changes) moves the first one.
 func e2eSlice(i, gen int) *discoveryv1.EndpointSlice {
 	port, proto, name, node, ready := int32(8000), corev1.ProtocolTCP, "p", "node-1", true
 	es := &discoveryv1.EndpointSlice{

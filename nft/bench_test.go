@@ -55,7 +55,7 @@ func shallowCopy(st *model.State) *model.State {
 
 // withOneEndpointChanged returns a copy of st sharing every service and
 // endpoint list but one, whose first endpoint moved. When st has a lineage
-// (as a Builder's States do), the copy is its generation gen+1 of it, with
+// (as a Builder's States do), the copy is its State generation gen+1, with
 // Changes naming that service port.
 func withOneEndpointChanged(st *model.State, gen int) *model.State {
 	out := shallowCopy(st)
@@ -69,7 +69,7 @@ func withOneEndpointChanged(st *model.State, gen int) *model.State {
 	return out
 }
 
-// withLineage makes st generation 1 of a source's States, as the
+// withLineage makes st State generation 1 of a source's, as the
 // Builder's first.
 func withLineage(st *model.State) *model.State {
 	st.Changes = model.StateChanges{Lineage: &model.Lineage{}, Gen: 1, NodeChanged: true}
@@ -325,17 +325,18 @@ func BenchmarkKernelAffinityMixed(b *testing.B) {
 }
 
 // BenchmarkKernelOneEndpointChange times a sync that moves one endpoint of
-// one service while n services are programmed: with the States carrying a
-// delta (delta=true, as the Builder's do: only the changed service port is
-// looked at) and without (every service port compared by pointer).
+// one service while n services are programmed: with the States naming
+// their changes (changes=true, as the Builder's do: only the changed
+// service port is looked at) and without (every service port compared by
+// pointer).
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	for _, n := range benchSizes(b, 1000, 5000, 10000) {
 		for _, cache := range []string{"warm", "cold"} {
 			for _, monitor := range []bool{false, true} {
-				for _, delta := range []bool{true, false} {
-					b.Run(fmt.Sprintf("services=%d/cache=%s/monitor=%v/delta=%v", n, cache, monitor, delta), func(b *testing.B) {
+				for _, changes := range []bool{true, false} {
+					b.Run(fmt.Sprintf("services=%d/cache=%s/monitor=%v/changes=%v", n, cache, monitor, changes), func(b *testing.B) {
 						st := scaleState(n, 10)
-						if delta {
+						if changes {
 							withLineage(st)
 						}
 						benchChangesWith(b, st, cache == "cold", monitor)
@@ -358,7 +359,7 @@ func BenchmarkKernelServiceAdded(b *testing.B) {
 }
 
 // withServiceAdded returns a copy of prev with one more Service, the
-// gen-th added, as the next generation of prev's lineage.
+// gen-th added, as the next State generation of prev's lineage.
 func withServiceAdded(prev *model.State, gen int) *model.State {
 	out := shallowCopy(prev)
 	name := model.ServicePortName{Namespace: "added", Name: fmt.Sprintf("svc-%d", gen), Port: "p"}

@@ -18,7 +18,7 @@ const DefaultTableName = "kube-nftproxy"
 // deltaSuffix names the tables that hold the service ports changed since the
 // last fold. The kernel validates every chain reachable from a table's base
 // chains whenever a transaction adds a jump, goto, dnat or map verdict to
-// that table: 100 ms at 5k services on kernel 6.18, growing with the table.
+// that table, at a cost that grows with the table (docs/benchmarks.md).
 // Changes therefore go to a small delta table whose base chains run just
 // before the main table's; the main table only loses elements and rules
 // (which needs no validation) until a fold moves the delta back into it.
@@ -30,9 +30,8 @@ const DefaultTableName = "kube-nftproxy"
 // map element with a jump/goto marks the whole namespace, and the commit
 // validates every table in it, the main one included, wherever the change
 // went. There a one-endpoint change costs a walk of the whole ruleset
-// (BenchmarkKernelTxShapes: 19 / 122 / 224 ms at 1k / 5k / 10k services
-// under TCG, against a commit floor of 0.6 / 4 / 8 ms); only element deletes and rules
-// without such expressions escape it.
+// (BenchmarkKernelTxShapes; docs/benchmarks.md); only element deletes and
+// rules without such expressions escape it.
 const deltaSuffix = "-delta"
 
 // affinitySuffix names the tables of the service ports with session

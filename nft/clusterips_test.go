@@ -19,8 +19,8 @@ type cipPort struct {
 	ips       []string
 }
 
-// cipState is generation gen of lin with the given ports; changed names
-// the ports changed since the generation before ("svc:port").
+// cipState is State generation gen of lin with the given ports; changed
+// names the ports changed since the one before ("svc:port").
 func cipState(lin *model.Lineage, gen uint64, changed []string, cidrs []string, ports ...cipPort) *model.State {
 	st := model.NewState()
 	st.Node = model.Node{Name: "node-1"}

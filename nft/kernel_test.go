@@ -304,7 +304,7 @@ func TestKernelStaleChainsDeletedOnTime(t *testing.T) {
 // A State whose Changes follow the one applied last is synced by looking at
 // the service ports it names alone (a change it does not name is not seen:
 // the proof that nothing else was compared); a State that does not follow
-// (a generation skipped, another lineage) is compared whole.
+// (a State generation skipped, another lineage) is compared whole.
 func TestKernelStateChanges(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
 	b := openTestBackend(t, ns, demoConfig())
@@ -321,7 +321,7 @@ func TestKernelStateChanges(t *testing.T) {
 	sync := func(st *model.State) {
 		t.Helper()
 		if res, err := b.Sync(ctx, st); err != nil || res.Full != (st.Changes.Gen == 1) {
-			t.Fatalf("sync of generation %d: %+v, %v", st.Changes.Gen, res, err)
+			t.Fatalf("sync of State generation %d: %+v, %v", st.Changes.Gen, res, err)
 		}
 	}
 	expect := func(step string, want, unwanted []string) {
@@ -341,15 +341,15 @@ func TestKernelStateChanges(t *testing.T) {
 	sync(state(1, "10.244.0.20", "10.244.0.30"))
 	// web listed twice, as a Builder lists a Service refreshed twice.
 	sync(state(2, "10.244.0.21", "10.244.0.31", web, web))
-	expect("delta naming web", []string{"dnat to 10.244.0.21:8080", "dnat to 10.244.0.30:5353"},
+	expect("changes naming web", []string{"dnat to 10.244.0.21:8080", "dnat to 10.244.0.30:5353"},
 		[]string{"dnat to 10.244.0.20:8080", "dnat to 10.244.0.31:5353"})
 	sync(state(4, "10.244.0.21", "10.244.0.31"))
-	expect("generation 3 skipped", []string{"dnat to 10.244.0.31:5353"}, []string{"dnat to 10.244.0.30:5353"})
+	expect("State generation 3 skipped", []string{"dnat to 10.244.0.31:5353"}, []string{"dnat to 10.244.0.30:5353"})
 	gone := state(5, "10.244.0.21", "10.244.0.31", dns)
 	gone.Services = gone.Services.Without(dns)
 	gone.Endpoints = gone.Endpoints.Without(dns)
 	sync(gone)
-	expect("delta naming a removed Service", nil, []string{"dnat to 10.244.0.31:5353", "default/dns-like:dns cluster IP"})
+	expect("changes naming a removed Service", nil, []string{"dnat to 10.244.0.31:5353", "default/dns-like:dns cluster IP"})
 }
 
 // A large full sync is followed by a transaction that changes nothing (see

@@ -22,9 +22,9 @@ type committer struct {
 type commitReport struct {
 	messages, bytes int
 	kernel          time.Duration // the kernel's part
-	// genBefore is the generation read just before the commit (genErr:
-	// it could not be read), commits how many transactions of ours
-	// committed since (the sync's, and settle's).
+	// genBefore is the ruleset generation read just before the commit
+	// (genErr: it could not be read), commits how many transactions of
+	// ours committed since (the sync's, and settle's).
 	genBefore uint32
 	genErr    error
 	commits   uint32
@@ -91,8 +91,8 @@ func (c *committer) commit(kt nftlib.KernelTx, settle *nftlib.TableRef) commitRe
 }
 
 // around runs send, which commits a sync's transactions into r, after
-// reading the generation (and leaving the notification group, when mute),
-// then settles a large full sync and rejoins the group.
+// reading the ruleset generation (and leaving the notification group,
+// when mute), then settles a large full sync and rejoins the group.
 func (c *committer) around(mute bool, settle *nftlib.TableRef, send func(r *commitReport)) commitReport {
 	var r commitReport
 	r.genBefore, r.genErr = c.k.Generation()
@@ -122,9 +122,9 @@ func (c *committer) settleIfLarge(r *commitReport, settle *nftlib.TableRef) {
 // settle commits a transaction that changes nothing (a chain added and
 // deleted) right after a full sync. Every commit walks every chain of the
 // namespace, and the first one after a full sync also hands each chain's
-// rules of the generation before to RCU to free: at 10k Services that made
-// the next one-Service change cost 11-17 ms instead of 6 ms. Done here, it
-// is part of the full sync and not of the change that follows.
+// rules of the ruleset generation before to RCU to free, which would slow
+// the next one-Service change. Done here, it is part of the full sync and
+// not of the change that follows.
 func (c *committer) settle(t nftlib.TableRef) error {
 	kt := c.k.NewTx()
 	kt.AddChains(t.Family, t.Name, []*nftlib.Chain{{Name: settleChain}})

@@ -38,8 +38,8 @@ type driftChecker struct {
 	// rewrite those in place (see Backend.repairInPlace).
 	repairs []*nftlib.Tx
 
-	// verifiedGen is the generation at which the kernel was known to hold
-	// exactly what was applied (valid when verified).
+	// verifiedGen is the ruleset generation at which the kernel was known
+	// to hold exactly what was applied (valid when verified).
 	verifiedGen uint32
 	verified    bool
 }
@@ -141,8 +141,7 @@ func (c *driftChecker) drifted(applied map[tableID]*nftlib.Table, rebuild func([
 
 // tablesFor gives the tables ids to compare: whole (rebuilt with their
 // fragments) unless their scope needs only the fixed parts that applied
-// holds (rebuilding the main table at 10k Services costs more than the
-// repair).
+// holds (rebuilding a large main table costs more than the repair).
 func tablesFor(ids []tableID, scoped map[tableID]nftlib.ChangeScope, applied map[tableID]*nftlib.Table, rebuild func([]tableID) map[tableID]*nftlib.Table) map[tableID]*nftlib.Table {
 	out := map[tableID]*nftlib.Table{}
 	var whole []tableID

@@ -255,7 +255,7 @@ func buildFragments(tables map[tableID]*nftlib.Table, cfg Config, node model.Nod
 }
 
 // buildParallelMin is the least number of service ports whose fragments
-// are built on more than one CPU: each costs tens of microseconds (eleven
-// chains at ten endpoints), so a thousand of them, a first sync at 1k
-// Services, is worth splitting.
+// are built on more than one CPU: each is small (eleven chains at ten
+// endpoints), so only some hundreds of them outweigh what splitting the
+// work costs.
 const buildParallelMin = 256

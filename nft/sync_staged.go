@@ -25,8 +25,7 @@ const defaultStageRules = 10_000
 
 // defaultStagePieces is about how many staged transactions of Service chains a
 // large sync is cut into: each commit walks every chain of the namespace,
-// so more of them would cost the kernel more (sixteen instead of eight at
-// 50k Services: up to a few tenths of a second), and fewer would put more
+// so more of them would cost the kernel more, and fewer would put more
 // of the build and encoding before the first commit.
 const defaultStagePieces = 8
 

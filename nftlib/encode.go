@@ -46,7 +46,7 @@ func (b *batch) marshalledElem(f Family, e expr.Any) {
 }
 
 // The expressions, each an NFTA_LIST_ELEM. The terms that fill most of a
-// full sync call them directly (see DirectTerm) with values on the stack.
+// full sync call them directly (see directTerm) with values on the stack.
 
 func (b *batch) payloadLoad(reg uint32, base expr.PayloadBase, off, n uint32) {
 	b.nest(unix.NFTA_LIST_ELEM)

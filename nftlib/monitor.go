@@ -356,11 +356,11 @@ func (m *monitor) close() error {
 }
 
 // SetMember joins or leaves the notification group. While nobody listens
-// the kernel does not even build notifications, which costs a full sync of
-// 10k Services x 10 endpoints 2.5 s of kernel time (1.3 s -> 3.8 s): the
-// filter above drops ours only once they are built. So a large
-// transaction of ours is sent with the monitor out of the group (see
-// Backend.rejoin for what it may miss meanwhile).
+// the kernel does not even build notifications, a large part of a large
+// full sync's kernel time (docs/benchmarks.md): the filter above drops
+// ours only once they are built. So a large transaction of ours is sent
+// with the monitor out of the group (see nft's committer.rejoin for what
+// it may miss meanwhile).
 func (m *monitor) SetMember(join bool) error {
 	rc, err := m.f.SyscallConn()
 	if err != nil {

@@ -249,8 +249,8 @@ func TestKernelMonitorOnMark(t *testing.T) {
 }
 
 // Out of the notification group the monitor hears nothing: a change to
-// the watched table then goes unseen (what Backend.rejoin makes up for
-// with the generation). Back in, it hears changes again.
+// the watched table then goes unseen (what nft's committer.rejoin makes up
+// for with the ruleset generation). Back in, it hears changes again.
 func TestKernelMonitorSetMember(t *testing.T) {
 	ns, k := watchTestTable(t, MonitorRcvBuf, nil)
 	if err := k.mon.SetMember(false); err != nil {

@@ -109,7 +109,7 @@ const minRoom = 4 << 10
 
 // room returns the empty buffer the next message is written into: the
 // free end of the last chunk, or of a new one. Encoding in place saves
-// copying every message of a full sync once more (a fifth of its CPU).
+// copying every message of a full sync once more.
 func (b *batch) room() []byte {
 	n := len(b.chunks)
 	if n == 0 || cap(b.chunks[n-1])-len(b.chunks[n-1]) < minRoom {
@@ -139,8 +139,8 @@ func (b *batch) newChunk(need int) {
 const mapChunksFrom = 1 << 20
 
 // newChunk returns an empty buffer of capacity size. The large chunks of a
-// full sync (97 MiB at 10k Services x 10 endpoints) are anonymous mappings
-// rather than heap memory: on the heap they would raise the garbage
+// full sync, which grow with the ruleset, are anonymous mappings rather
+// than heap memory: on the heap they would raise the garbage
 // collector's goal (twice the live heap) by twice their size while the new
 // rules are alive too, which set the proxy's peak RSS, and their pages
 // would stay with the process until the runtime scavenged them. A mapping
@@ -229,7 +229,7 @@ func (b *batch) unnest() {
 
 // userdata encodes a comment as libnftnl does: one TLV (type 0 is the
 // comment for rules, chains, tables and set elements), NUL-terminated.
-// CommentAttr appends an attribute holding userdataComment(typ, c)
+// commentAttr appends an attribute holding userdataComment(typ, c)
 // without building it apart: every rule and element has one.
 func (b *batch) commentAttr(attr uint16, typ byte, c string) {
 	var h [6]byte
@@ -253,7 +253,7 @@ func userdataComment(typ byte, c string) []byte {
 const MaxComment = 127
 
 // clampComment makes a comment that nft accepts and prints back as it is,
-// the same in render text and netlink userdata: at most maxComment bytes,
+// the same in render text and netlink userdata: at most MaxComment bytes,
 // cut at a rune boundary, and without what nft's quoted strings cannot
 // hold (a quote; nor escapes, so no backslash or unprintable rune).
 func clampComment(c string) string {

@@ -203,8 +203,8 @@ type keptRule struct {
 // scopedRules compares the rules of one of our chains with the kernel's.
 // When the kernel holds ours, in order, and others besides, those others
 // alone are deleted, by handle: rewriting the chain would add our rules
-// again, and a rule that jumps makes the kernel validate the whole table
-// (a third of a second at 10k Services). Else the chain is rewritten.
+// again, and a rule that jumps makes the kernel validate the whole table,
+// which costs in proportion to the table. Else the chain is rewritten.
 func (k *Kernel) scopedRules(f Family, table string, c *Chain, d *drift, r *scopedRepair) error {
 	kept, err := k.chainRules(f, table, c.Name)
 	if err != nil {

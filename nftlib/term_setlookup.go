@@ -51,7 +51,7 @@ func (l SetLookup) exprs(f Family) []expr.Any {
 	return append(out, &expr.Lookup{SourceRegister: unix.NFT_REG_1, SetName: l.Set})
 }
 
-// decode: the protocol match nft folds into `tcp dport`, the key's loads,
+// decode: the protocol match nft merges into `tcp dport`, the key's loads,
 // the lookup. One field without a protocol is left to SetMatch, and a
 // protocol match before a key without a port is a ProtoMatch of its own.
 func (SetLookup) decode(f Family, ex []expr.Any) (Term, int, error) {

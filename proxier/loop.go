@@ -227,7 +227,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			continue // wait again, with the new SyncAt time
 		}
 		// Debounce: changes that arrive within MinSyncPeriod of the last
-		// sync are folded into the next one.
+		// sync are coalesced into the next one.
 		if d := l.pause(last, &pace); d > 0 {
 			select {
 			case <-ctx.Done():
@@ -295,8 +295,8 @@ type Settler interface {
 // WaitsForOther is implemented by sync errors that last as long as another
 // process holds something of ours (a table it owns): their end comes with
 // no notification (the kernel deletes an owned table when its owner exits
-// without a new generation or an event), so the sync is retried every
-// MinSyncPeriod while they last, not backed off to the sync period.
+// without a new ruleset generation or an event), so the sync is retried
+// every MinSyncPeriod while they last, not backed off to the sync period.
 type WaitsForOther interface {
 	WaitsForOtherProcess() bool
 }

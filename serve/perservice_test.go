@@ -15,7 +15,7 @@ import (
 // randomLineage returns States of one lineage, each from the one before
 // by a few random changes (Services with and without Local policies and
 // health check node ports, endpoints local or not, ready or not), with
-// Changes naming them; every fifth skips a generation, every seventh
+// Changes naming them; every fifth skips a State generation, every seventh
 // changes the node, as a consumer that missed States or a Node update
 // sees them.
 func randomLineage(seed uint64, steps int) []*model.State {

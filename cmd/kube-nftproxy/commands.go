@@ -178,7 +178,7 @@ func newRootCommand() *cobra.Command {
 		Use:   "kube-nftproxy",
 		Short: "Kubernetes service proxy programming nftables over netlink (a kube-proxy drop-in)",
 		Long: `kube-nftproxy programs Kubernetes Services into nftables, with kube-proxy's
-flags and iptables mode's chain names, applying each generation atomically.`,
+flags and iptables mode's chain names, applying each change atomically.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,

@@ -139,7 +139,7 @@ func buffered(c *logsapi.LoggingConfiguration) bool {
 // slog handler, against logr's Logger.Info): --vmodule, which klog's text
 // logger applies in Enabled by looking up its caller's file, then names
 // our file. The file:line printed comes from the record's PC, not from
-// this depth. TestVModule checks it.
+// this depth. TestVerbosity checks it.
 const slogCallDepth = 3
 
 // klogSlog is an *slog.Logger writing through klog's logger (as

@@ -20,17 +20,17 @@ import (
 // what the cgroup is charged beyond the runtime's own memory. The largest
 // part is the kernel's: it charges nftables objects to the memory cgroup
 // of the process that makes them (6.18 does), so the rules the proxy
-// programs count against its limit for as long as they exist (49 MiB at
-// 4000 Services x 10 endpoints, beside a steady process RSS of 44 MiB);
-// during a full sync come its netlink messages, mapped outside the Go
-// heap (38 MiB there; see largeTxMemory). Both grow with the ruleset, as
-// the heap does, hence a share rather than a fixed size. As the kernel's
+// programs count against its limit for as long as they exist (about as
+// much as the process's steady RSS); during a full sync come its netlink
+// messages, mapped outside the Go heap (see largeTxMemory). Both grow
+// with the ruleset, as the heap does, hence a share rather than a fixed
+// size. As the kernel's
 // part is about the runtime's own, a proxy that fits its limit at all
 // holds less than half of it in the runtime: a soft limit of half does
 // not leave the collector running without end (it would take up to half
-// the CPU). A smaller margin did not help: under a 100 MiB limit that
-// GOGC's pacing overran at 4000 Services, soft limits of 75 and 55 MiB
-// were OOM-killed too, 50 and below synced (TestCgroupMemoryCeiling).
+// the CPU). A smaller margin did not help: under a limit that GOGC's
+// pacing overran, soft limits above half of it were OOM-killed too, half
+// and below synced (TestCgroupMemoryCeiling).
 const cgroupMemoryMargin = 2
 
 // setCgroupMemoryLimit sets the Go runtime's soft memory limit a margin
@@ -88,10 +88,10 @@ func (p *memoryPressure) synced(live uint64, log *slog.Logger) {
 // large transaction is encoded and sent.
 const largeTxHeadroom = 64 << 20
 
-// largeTxMemory is the backend's OnLargeTx: a full sync at 50k Services
-// encodes about 0.5 GB of netlink messages in anonymous mappings outside
-// the Go heap (nftlib's transaction) and holds them for its one sendmsg,
-// on top of a live heap of about 0.5 GB. The garbage collector does not count
+// largeTxMemory is the backend's OnLargeTx: a large full sync encodes its
+// netlink messages, about the size of its live heap, in anonymous
+// mappings outside the Go heap (nftlib's transaction) and holds them for
+// its one sendmsg, on top of that heap. The garbage collector does not count
 // the mappings: left alone, its goal (twice the live heap) let the
 // build's garbage stay resident beside them, and that sum set the
 // process's peak RSS. So before encoding, the garbage is collected and
@@ -104,9 +104,9 @@ const largeTxHeadroom = 64 << 20
 // nft.largeTxRules). While it is encoded, the backend lets go of the
 // sync's rules as they are written, and twice (OnLargeTxRound, at two and
 // four fifths) the proxy hands their pages back with debug.FreeOSMemory:
-// the rules (about 300 MB at 50k) and their messages are then never
-// resident together. A limit set before (the user's GOMEMLIMIT, or the
-// cgroup's, setCgroupMemoryLimit) stays a ceiling and is set back.
+// the rules and their messages are then never resident together. A
+// limit set before (the user's GOMEMLIMIT, or the cgroup's,
+// setCgroupMemoryLimit) stays a ceiling and is set back.
 func largeTxMemory() (done func()) {
 	debug.FreeOSMemory()
 	held := runtimeHeld()
@@ -132,14 +132,13 @@ const idleHeadroom = 16 << 20
 //
 // Why: with GOGC on, the runtime forces a full collection every two
 // minutes even when nothing was allocated, and marking the live heap (the
-// applied rules, the caches: about 90 MB at 10k Services) was most of an
-// idle proxy's CPU. An idle proxy allocates little (a periodic sync's
-// check), so with GOGC off and a limit of what the process holds when
-// it goes idle (after a collection) plus a small headroom (idleHeadroom
-// or a sixteenth), a collection runs only once that garbage has piled
-// up, and the process never holds more than that limit: steady RSS is
-// the live heap and that headroom (GOGC itself lets the heap reach twice
-// the live one).
+// applied rules, the caches) was most of an idle proxy's CPU. An idle
+// proxy allocates little (a periodic sync's check), so with GOGC off and a
+// limit of what the process holds when it goes idle (after a collection)
+// plus a small headroom (idleHeadroom or a sixteenth), a collection runs
+// only once that garbage has piled up, and the process never holds more
+// than that limit: steady RSS is the live heap and that headroom (GOGC
+// itself lets the heap reach twice the live one).
 //
 // The risk of pacing by a limit is a live heap that outgrows it: every
 // collection then frees too little and the next follows at once (the
@@ -247,9 +246,9 @@ const firstSyncGOGC = 25
 // leanFirstSync runs a backend's syncs with the collector at
 // firstSyncGOGC until one succeeds. IPVS mode's first sync builds its
 // plans and helper elements on top of the informers' caches, and under
-// GOGC 100 the heap grew to twice that live set: the process's peak RSS
-// (136 MiB at 5k Services × 10, 239 at 10k; upstream's IPVS mode peaks
-// at 127 and 214). Its time goes to the kernel's IPVS commands, so the
+// GOGC 100 the heap grew to twice that live set, which set the process's
+// peak RSS above upstream's IPVS mode's (docs/benchmarks.md, "IPVS mode's
+// memory"). Its time goes to the kernel's IPVS commands, so the
 // extra collections cost little of it; later syncs change little and
 // run under GOGC again. A GOGC of the user's lower than this, or off, is kept.
 type leanFirstSync struct {

@@ -18,7 +18,7 @@ const DummyName = "kube-ipvs0"
 // Dummy is kube-ipvs0 over rtnetlink: a dummy link, never set up, whose
 // addresses make the virtual addresses local. Address changes go in
 // batches (many RTM_NEWADDR or RTM_DELADDR in one write, the last one
-// acked): a call per address costs ten times more. This kernel has no
+// acked): a call per address costs a round trip each. This kernel has no
 // dummy links; only the VM tests run it, the encoding is unit tested.
 type Dummy struct {
 	fd    int

@@ -239,10 +239,9 @@ func waitFilled(ctx context.Context, handlersSynced []cache.DoneChecker, factori
 		}
 	}
 	// A filled cache is not enough: the handlers must also have passed
-	// every listed object to the Builder (found by the 5k-Service e2e
-	// test, whose first sync had 70 of 50,000 endpoints). Waited for on
-	// their channels: cache.WaitForCacheSync polls every 100 ms, which
-	// was a quarter of the start-up at 1k Services.
+	// every listed object to the Builder (else a first sync can miss most
+	// endpoints). Waited for on their channels: cache.WaitForCacheSync
+	// polls every 100 ms, a large part of a small cluster's start-up.
 	if !cache.WaitFor(ctx, "", handlersSynced...) {
 		return fmt.Errorf("handling the first listing from the API server did not complete")
 	}

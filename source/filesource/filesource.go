@@ -39,10 +39,10 @@ const MaxFileSize = 64 << 20
 
 // freeMemoryAfterRead is how many bytes of files one reload must read for
 // the memory it freed to be handed back to the kernel at once. Parsing
-// costs about 15 times a file's size in garbage, which Go would otherwise
-// keep for reuse (a 60 MiB file left the process at 985 MiB of RSS for
-// 439 MiB of live heap), and state files are rarely that large, so a
-// forced collection after such a read is cheap next to the read itself.
+// costs many times a file's size in garbage, which Go would otherwise keep
+// for reuse (the RSS staying far above the live heap), and state files
+// are rarely that large, so a forced collection after such a read is
+// cheap next to the read itself.
 const freeMemoryAfterRead = 8 << 20
 
 // FileSource follows Services, EndpointSlices and Nodes kept in a file or a
@@ -317,9 +317,9 @@ type fileSet struct {
 	// again even if its identity looks unchanged: file timestamps advance
 	// in ticks of up to a few milliseconds.
 	racyWindow time.Duration
-	// holdFor is how long a file that looks cut short (see cutShort) is
-	// taken as still being written, keeping its previous contents, before
-	// it is a failure; 0 makes it one at once.
+	// holdFor is how long a file that looks cut short (see
+	// manifest.Tail.CutShort) is taken as still being written, keeping its
+	// previous contents, before it is a failure; 0 makes it one at once.
 	holdFor   time.Duration
 	readFile  func(name string) ([]byte, fileID, error) // readManifest; tests inject errors
 	reads     int                                       // files read so far

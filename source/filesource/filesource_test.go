@@ -45,7 +45,7 @@ func startSource(t *testing.T, path string, opts ...func(*FileSource)) *sourceRu
 	src.OnError = func(err error) { r.errs <- err }
 	src.OnRecovered = func() { r.recovered <- struct{}{} }
 	src.watch = watchOptions{
-		settle: 10 * time.Millisecond, maxDelay: 100 * time.Millisecond, retry: 10 * time.Millisecond,
+		quiet: 10 * time.Millisecond, maxDelay: 100 * time.Millisecond, retry: 10 * time.Millisecond,
 		writeWait: waitLimit, held: func() { r.held <- struct{}{} },
 	}
 	for _, o := range opts {

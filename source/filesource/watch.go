@@ -15,7 +15,7 @@ import (
 
 // watchOptions tune Watch; tests shorten them and learn when the watch is in place.
 type watchOptions struct {
-	settle   time.Duration // quiet time after the last event before onChange
+	quiet    time.Duration // quiet time after the last event before onChange
 	maxDelay time.Duration // longest onChange waits under a steady stream of events
 	retry    time.Duration // how often to re-add the watch while the directory is missing
 	// writeWait is how long onChange waits for a file being written (a
@@ -26,7 +26,7 @@ type watchOptions struct {
 }
 
 func defaultWatchOptions() watchOptions {
-	return watchOptions{settle: 100 * time.Millisecond, maxDelay: time.Second, retry: time.Second, writeWait: 5 * time.Second}
+	return watchOptions{quiet: 100 * time.Millisecond, maxDelay: time.Second, retry: time.Second, writeWait: 5 * time.Second}
 }
 
 // The events that can change what LoadState reads. IN_ONLYDIR guards against
@@ -158,7 +158,7 @@ func (w *watcher) loop(ctx context.Context, path string, onChange func(), d *deb
 }
 
 // debounce coalesces events into onChange calls: one is pending from the
-// first event on, due after the settle time since the last event or the
+// first event on, due after the quiet time since the last event or the
 // longest delay since the first, and not before the files being written
 // (writing, shared with the watcher) are closed or waited for long enough.
 type debounce struct {
@@ -182,14 +182,14 @@ func (d *debounce) ready() {
 	}
 }
 
-// settled is when the pending change is due, files being written aside.
-func (d *debounce) settled() time.Time {
-	return minTime(d.last.Add(d.opt.settle), d.first.Add(d.opt.maxDelay))
+// quietAt is when the pending change is due, files being written aside.
+func (d *debounce) quietAt() time.Time {
+	return minTime(d.last.Add(d.opt.quiet), d.first.Add(d.opt.maxDelay))
 }
 
 // fireAt is when the pending change is due.
 func (d *debounce) fireAt() time.Time {
-	at := d.settled()
+	at := d.quietAt()
 	for _, since := range d.writing {
 		if until := since.Add(d.opt.writeWait); until.After(at) {
 			at = until
@@ -214,7 +214,7 @@ func (d *debounce) due(now time.Time) bool {
 		return false
 	}
 	if at := d.fireAt(); now.Before(at) {
-		if !d.held && at.After(d.settled()) {
+		if !d.held && at.After(d.quietAt()) {
 			d.held = true
 			if d.opt.held != nil {
 				d.opt.held()

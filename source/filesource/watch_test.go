@@ -28,7 +28,7 @@ func startWatch(t *testing.T, path string) *watchRun {
 		cancel:  cancel,
 	}
 	opt := watchOptions{
-		settle: 10 * time.Millisecond, maxDelay: 100 * time.Millisecond, retry: 10 * time.Millisecond,
+		quiet: 10 * time.Millisecond, maxDelay: 100 * time.Millisecond, retry: 10 * time.Millisecond,
 		ready: func() { r.ready <- struct{}{} },
 	}
 	go func() { r.done <- watch(ctx, path, func() { r.changes <- struct{}{} }, opt) }()

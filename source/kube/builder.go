@@ -20,7 +20,7 @@ import (
 // Upsert/Delete methods as objects come and go; the methods are safe for
 // concurrent use (client-go runs one handler goroutine per informer).
 //
-// Work is done per change, not per snapshot: a change settles the keys the
+// Work is done per change, not per snapshot: a change resolves the keys the
 // Service shares with others (see conflicts.go) and marks what it touched,
 // and State only refreshes the marked Services (the state's maps are
 // persistent: a snapshot copies nothing).
@@ -114,7 +114,7 @@ func (b *Builder) NodeName() string { return b.nodeName }
 // UpsertService adds or replaces a Service. The returned error lists what
 // was wrong with it (also kept for Errors); a Service that cannot be
 // programmed, or that kube-proxy ignores, is removed from the state.
-// Conflicts with other Services are settled here and reported by Errors,
+// Conflicts with other Services are resolved here and reported by Errors,
 // not in the returned error: they come and go with the other Services.
 func (b *Builder) UpsertService(svc *corev1.Service) error {
 	if svc == nil {

@@ -31,8 +31,8 @@ func benchService(i int) *corev1.Service {
 }
 
 // benchSlice is the EndpointSlice of Service i: three endpoints, whose
-// addresses move with the generation's parity.
-func benchSlice(i, generation int) *discoveryv1.EndpointSlice {
+// addresses move with round's parity.
+func benchSlice(i, round int) *discoveryv1.EndpointSlice {
 	port, proto, name := int32(8080), corev1.ProtocolTCP, "http"
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -43,7 +43,7 @@ func benchSlice(i, generation int) *discoveryv1.EndpointSlice {
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
 	}
 	for j := range 3 {
-		addr := netip.AddrFrom4([4]byte{10, byte(64 + 2*j + generation%2), byte(i >> 8), byte(i)}).String()
+		addr := netip.AddrFrom4([4]byte{10, byte(64 + 2*j + round%2), byte(i >> 8), byte(i)}).String()
 		node := fmt.Sprintf("node-%d", (i+j)%100)
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{addr}, NodeName: &node})
 	}

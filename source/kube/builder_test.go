@@ -258,7 +258,7 @@ func TestBuilderStateChanges(t *testing.T) {
 	}
 	first := b.State()
 	if d := first.Changes; d.Lineage == nil || d.Gen != 1 || !d.NodeChanged {
-		t.Fatalf("first snapshot's delta: %+v, want generation 1 with the node changed (nothing before)", d)
+		t.Fatalf("first snapshot's changes: %+v, want generation 1 with the node changed (nothing before)", d)
 	}
 	if again := b.State(); again.Changes.Gen != 1 {
 		t.Errorf("the same snapshot again has generation %d", again.Changes.Gen)

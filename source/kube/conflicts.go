@@ -17,7 +17,7 @@ import (
 // Services asking for one key would stop every update. Two kinds of key are
 // shared by all Services: a NodePort with its protocol, and an address with
 // a protocol and port, whether the address is a cluster IP, an external IP
-// or a load balancer IP (any mix collides). The Builder settles each key
+// or a load balancer IP (any mix collides). The Builder resolves each key
 // when a Service comes, changes or goes: the Service that ranks first keeps
 // the value, the others go without that one value and are reported, and a
 // loser gets its value back as soon as the holder lets it go.

@@ -1,7 +1,7 @@
 // Package kube turns Kubernetes Services, EndpointSlices and the Node into
 // the proxy's model (model.State). The conversion of one object is pure
 // (ServicePorts, EndpointsForService, NodeInfo); a Builder keeps the current
-// objects, settles the values Services contend for (NodePorts, external and
+// objects, resolves the values Services contend for (NodePorts, external and
 // load balancer IPs) and hands out State snapshots. The sources
 // (source/apisource, source/filesource) feed a Builder.
 package kube

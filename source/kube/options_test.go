@@ -158,7 +158,7 @@ func (r *recordLog) take() []string {
 
 // TestBuilderExternalIPsGate drives a Builder with the gate off through a
 // Service's life: its external IPs never reach the State, no conflict is
-// settled over them, and the note is logged once per change of the
+// resolved over them, and the note is logged once per change of the
 // Service (or of its external IPs), never for a resync. With the gate on
 // nothing is logged and the external IPs are programmed.
 func TestBuilderExternalIPsGate(t *testing.T) {

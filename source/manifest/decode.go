@@ -316,7 +316,7 @@ type document struct {
 // splitDocuments cuts a YAML stream at "---" lines. JSON has no such lines,
 // so a JSON file comes back whole. Each document's data is a part of data,
 // not a copy (but for one that a "..." line ends before more lines): a
-// 60 MiB file has millions of lines, and a slice per line and a copy of
+// large file has millions of lines, and a slice per line and a copy of
 // each document cost more memory than the file.
 func splitDocuments(data []byte) []document {
 	var docs []document
