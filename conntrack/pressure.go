@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/component-base/metrics"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/errlog"
 	"github.com/kube-nftproxy/kube-nftproxy/sysctl"
 )
 
@@ -73,8 +74,8 @@ type Pressure struct {
 	Metrics *PressureMetrics // may be nil
 
 	mu      sync.Mutex
-	high    bool   // warned, and no room again since
-	lastErr string // the last failure logged, so that it is logged once
+	high    errlog.Mark // warned, and no room again since
+	lastErr string      // the last failure logged, so that it is logged once
 }
 
 // NewPressure watches this network namespace's table, with its gauges in
@@ -115,13 +116,11 @@ func (p *Pressure) Check() {
 	}
 	p.lastErr = ""
 	p.Metrics.Set(f)
-	switch {
-	case !p.high && f.high():
-		p.high = true
+	switch rose, fell := p.high.Update(f.high(), f.low()); {
+	case rose:
 		p.Log.Warn("conntrack table nearly full: at its limit the kernel drops packets of new connections (\"nf_conntrack: table full, dropping packet\"); raise nf_conntrack_max (--conntrack-max-per-core, --conntrack-min) or find what holds so many connections",
 			"entries", f.Entries, "limit", f.Limit)
-	case p.high && f.low():
-		p.high = false
+	case fell:
 		p.Log.Info("conntrack table has room again", "entries", f.Entries, "limit", f.Limit)
 	}
 }

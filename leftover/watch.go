@@ -38,11 +38,11 @@ type Watcher struct {
 	// Changes, when set, is signalled when another process changes
 	// nftables, and closed when it no longer follows changes.
 	Changes <-chan struct{}
-	// OnClean, when set, is called after each cleanup while running (for
-	// tests).
+	// OnClean, when set, is called after each cleanup while running, and
+	// OnLook after each look: how often the Watcher looks and cleans,
+	// which neither logs nor metrics say when nothing is found.
 	OnClean func(Result, error)
-	// OnLook, when set, is called after each look (for tests).
-	OnLook func()
+	OnLook  func()
 
 	lastLegacy, lastErr string
 }

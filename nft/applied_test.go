@@ -82,26 +82,25 @@ func TestKernelAppliedRebuilt(t *testing.T) {
 // still what it holds, and the syncs after it diff against them.
 func TestKernelLargeTxReleasesRules(t *testing.T) {
 	ns := testns.New(t, "knp-release-")
-	b := openTestBackend(t, ns, demoConfig())
-	rounds := 0
-	b.onLargeTx = func() func() { return func() {} }
-	b.onLargeTxRound = func() { rounds++ }
-	b.largeTx, b.largeTxRound = 1, 3
+	large, rounds := 0, 0
+	// The full sync (over a hundred rules) is large; the change after it
+	// (a handful) is small, as in the proxy.
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), Strategy: Strategy{LargeTxRules: 20, LargeTxRound: 3,
+		OnLargeTx: func() func() { large++; return func() {} }, OnLargeTxRound: func() { rounds++ }}})
 	eps := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
 	res, err := b.Sync(context.Background(), tinyState(eps))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rules := res.Messages; rounds < 2 {
-		t.Errorf("%d rounds for a full sync of %d messages, want several", rounds, rules)
+	if rules := res.Messages; large != 1 || rounds < 2 {
+		t.Errorf("%d large transactions, %d rounds for a full sync of %d messages, want one, several", large, rounds, rules)
 	}
 	if b.drifted() {
 		t.Error("after a full sync that released its rules, a drift check found differences")
 	}
-	b.largeTx = 1 << 30 // the change is small, as in the proxy
 	eps["b"] = "10.0.0.7"
-	if _, err := b.Sync(context.Background(), tinyState(eps)); err != nil {
-		t.Fatal(err)
+	if _, err := b.Sync(context.Background(), tinyState(eps)); err != nil || large != 1 {
+		t.Fatalf("the change: err %v, %d large transactions in all, want the full sync's only", err, large)
 	}
 	if b.drifted() {
 		t.Error("after a change, a drift check found differences")
@@ -112,11 +111,9 @@ func TestKernelLargeTxReleasesRules(t *testing.T) {
 // nothing behind that the next sync depends on: that one (full again)
 // writes everything, and a change after it diffs against what it applied.
 func TestLargeTxRefusedThenRetried(t *testing.T) {
-	b, k, _ := fakeBackend(t, BackendConfig{})
-	b.onLargeTx = func() func() { return func() {} }
 	rounds := 0
-	b.onLargeTxRound = func() { rounds++ }
-	b.largeTx, b.largeTxRound = 1, 2
+	b, k, _ := fakeBackend(t, BackendConfig{Strategy: Strategy{LargeTxRules: 1, LargeTxRound: 2,
+		OnLargeTx: func() func() { return func() {} }, OnLargeTxRound: func() { rounds++ }}})
 	refuse := true
 	k.SetRefuse(func(op string) error {
 		if refuse && strings.HasPrefix(op, "add rule") {

@@ -30,13 +30,12 @@ import (
 // and record; a driftChecker decides beforehand whether the kernel still
 // holds what was applied, staleChains when emptied chains may go.
 type Backend struct {
-	cfg    Config
-	foldAt int
-	k      nftlib.Dataplane
-	log    *slog.Logger
-	check  *driftChecker
-	tx     *committer
-	stale  staleChains
+	cfg   Config
+	k     nftlib.Dataplane
+	log   *slog.Logger
+	check *driftChecker
+	tx    *committer
+	stale staleChains
 	// changes knows the service ports applied, to tell which changed.
 	changes model.ChangeTracker
 
@@ -59,24 +58,10 @@ type Backend struct {
 	// full sync deletes and creates them again whole, in its one
 	// transaction, whatever they hold (see markReplace).
 	replace map[tableID]bool
-	// onLargeTx is BackendConfig.OnLargeTx, for transactions of at least
-	// largeTx rules (largeTxRules; tests lower it).
-	// onLargeTxRound is BackendConfig.OnLargeTxRound, called after each
-	// full round of largeTxRound rules (0: two fifths of the
-	// transaction's, see releaseRound; tests set it).
-	onLargeTx      func() (done func())
-	onLargeTxRound func()
-	largeTx        int
-	largeTxRound   int
-	// stageRules is the least size (rules) of a staged transaction,
-	// defaultStageRules (tests lower it; 0: never staged): a full sync of at
-	// least two such over tables the kernel lacks is staged, in about
-	// stagePieces transactions (defaultStagePieces; tests raise it) of Service
-	// chains (see stagesFull).
-	stageRules, stagePieces int
-	// deferSettle: see BackendConfig.DeferSettle; settleAfter is the
-	// table whose settling transaction is due (nil: none).
-	deferSettle bool
+	// strategy is BackendConfig.Strategy with its defaults filled in;
+	// settleAfter is the table whose settling transaction is due (nil:
+	// none; see Strategy.DeferSettle).
+	strategy    Strategy
 	settleAfter *nftlib.TableRef
 }
 
@@ -88,9 +73,9 @@ type BackendConfig struct {
 	Log *slog.Logger
 	// Trace, when set, receives each transaction as nft commands.
 	Trace io.Writer
-	// FoldAt is how many service ports the delta may hold before a sync
-	// folds it, whatever else it does; 0 means max(64, services/16).
-	FoldAt int
+	// Strategy is how syncs cut and send their work (zero: the
+	// product's).
+	Strategy Strategy
 	// CheckEvery is how often a sync first checks that the kernel still
 	// holds what we wrote (0: never); see driftChecker. Any difference
 	// makes the sync a full one, which rewrites it in one transaction.
@@ -103,26 +88,6 @@ type BackendConfig struct {
 	// OnDrift, when set, is called for each table in which a check found
 	// differences, with short descriptions of them.
 	OnDrift func(table string, diffs []string)
-	// OnLargeTx, when set, is called before a transaction of at least
-	// largeTxRules rules is encoded, and the function it returns once the
-	// transaction is sent (or failed). The encoded messages, which grow
-	// with the ruleset, live outside the Go heap until then: the process
-	// can collect its garbage first and keep the heap from
-	// growing on top of them (see cmd/kube-nftproxy's largeTxMemory).
-	OnLargeTx func() (done func())
-	// OnLargeTxRound, when set, is called within OnLargeTx each time
-	// another two fifths of the transaction's rules are encoded and
-	// dropped from the sync's tables, which nothing uses after the sync
-	// (see releaseRound): the process can collect and hand them back, so
-	// that it never holds all the rules beside all the messages.
-	OnLargeTxRound func()
-	// DeferSettle leaves the transaction that settles a large full sync
-	// (see committer.settle) to Settle, which the sync loop calls once it
-	// has reported the sync, instead of doing it within Sync: the rules
-	// are in place (and the proxy reports it) one kernel walk of every
-	// chain earlier, at start-up above all. A Sync before Settle settles
-	// first.
-	DeferSettle bool
 }
 
 type tableID struct {
@@ -142,12 +107,10 @@ func NewBackend(k nftlib.Dataplane, cfg BackendConfig) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Backend{
-		cfg: cfg.Rules, foldAt: cfg.FoldAt, k: k, log: log, needFull: true, deferSettle: cfg.DeferSettle,
-		check:     &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
-		tx:        &committer{k: k, log: log, trace: cfg.Trace},
-		stale:     staleChains{now: time.Now},
-		onLargeTx: cfg.OnLargeTx, onLargeTxRound: cfg.OnLargeTxRound, largeTx: largeTxRules,
-		stageRules: defaultStageRules, stagePieces: defaultStagePieces,
+		cfg: cfg.Rules, k: k, log: log, needFull: true, strategy: cfg.Strategy.withDefaults(),
+		check: &driftChecker{k: k, log: log, every: cfg.CheckEvery, onForeign: cfg.OnForeignChange, onDrift: cfg.OnDrift},
+		tx:    &committer{k: k, log: log, trace: cfg.Trace},
+		stale: staleChains{now: time.Now},
 	}, nil
 }
 
@@ -210,44 +173,23 @@ func (b *Backend) Sync(ctx context.Context, st *model.State) (proxier.SyncResult
 	return res, nil
 }
 
-// largeTxRules is the size (rules written) from which a transaction is
-// encoded and sent inside BackendConfig.OnLargeTx: about 16k Services x
-// 10 endpoints in the iptables-mode topology (three rules an endpoint).
-// The guard costs a full collection; below that size it saved little peak
-// RSS for the time it added to synced, so smaller transactions go without.
-const largeTxRules = 500_000
-
-// releaseRound is how many rules of a large transaction are encoded
-// between two calls of OnLargeTxRound: two fifths, so that it is called
-// twice (the last fifth goes with the transaction). Each call costs a
-// collection of the heap, and what counts is what is resident at the end
-// of the encoding: the messages (larger than the rules) and the rules not
-// yet let go. Two calls lower the peak RSS almost as much as many, one
-// call or none less (docs/benchmarks.md, "Memory").
-func (b *Backend) releaseRound(rules int) int {
-	if b.largeTxRound > 0 {
-		return b.largeTxRound
-	}
-	return rules * 2 / 5
-}
-
 // apply encodes the sync's transactions and commits them, reporting into
 // res.
 func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *syncPhases) error {
 	var r commitReport
 	if p.deferred != nil {
 		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
-			return b.tx.commitStaged(b.stagedTxs(p, d.txs), d.txs, settle, b.onLargeTxRound)
+			return b.tx.commitStaged(b.stagedTxs(p, d.txs), d.txs, settle, b.strategy.OnLargeTxRound)
 		})
 		ph.staged = r.staged
 	} else {
 		rules := rulesOf(d.txs)
 		var release func()
-		if b.onLargeTx != nil && rules >= b.largeTx {
-			defer b.onLargeTx()()
-			release = b.onLargeTxRound
+		if s := b.strategy; s.OnLargeTx != nil && rules >= s.LargeTxRules {
+			defer s.OnLargeTx()()
+			release = s.OnLargeTxRound
 		}
-		kt := b.tx.write(d.txs, b.releaseRound(rules), release)
+		kt := b.tx.write(d.txs, b.strategy.releaseRound(rules), release)
 		if kt == nil {
 			return nil
 		}
@@ -257,7 +199,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	ph.commit, ph.kernel, ph.settle = ph.lap()-r.settle, r.kernel, r.settle
 	res.Changed, res.Messages, res.Bytes, res.Kernel = true, r.messages, r.bytes, r.kernel
 	if r.err != nil {
-		return fmt.Errorf("committing the nftables sync: %w", r.err)
+		return fmt.Errorf("applying nftables generation: %w", r.err)
 	}
 	return nil
 }
@@ -319,7 +261,7 @@ func (b *Backend) commit(p *syncPlan, send func(settle *nftlib.TableRef) commitR
 		id := tableIDs()[0]
 		settle = &nftlib.TableRef{Family: id.f, Name: p.want[id].Name}
 	}
-	if b.deferSettle {
+	if b.strategy.DeferSettle {
 		r := send(nil)
 		if r.err == nil && settle != nil && r.messages >= settleFrom {
 			b.settleAfter = settle
@@ -342,7 +284,7 @@ func (b *Backend) committed(p *syncPlan, r commitReport) commitReport {
 }
 
 // Settle commits the transaction that settles the last full sync, when
-// DeferSettle left it to now (see committer.settle); otherwise it does
+// Strategy.DeferSettle left it to now (see committer.settle); otherwise it does
 // nothing. The sync loop calls it once it has reported the sync.
 func (b *Backend) Settle() {
 	t := b.settleAfter

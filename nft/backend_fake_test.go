@@ -276,7 +276,7 @@ flush chain ip kube-nftproxy KUBE-SVC-M7WRKUUGGLVBVVX5`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, k, advance := fakeBackend(t, BackendConfig{FoldAt: tt.foldAt})
+			b, k, advance := fakeBackend(t, BackendConfig{Strategy: Strategy{FoldAt: tt.foldAt}})
 			st := runFakeSteps(t, b, k, advance, tt.steps)
 			holdsFullSync(t, k, st, demoConfig())
 		})

@@ -45,8 +45,8 @@ func benchEndToEnd(b *testing.B, n int) {
 		}
 	}
 	ns := testns.New(b, "knp-nft-")
-	be := openTestBackend(b, ns, demoConfig())
-	be.check.every = time.Hour // the drift check's monitor listens, as in the proxy
+	// The drift check's monitor listens, as in the proxy.
+	be := openTestBackendWith(b, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Hour})
 	after := newAfterSync()
 	st, _ := bl.StateWithTriggers()
 	if _, err := be.Sync(context.Background(), st); err != nil {

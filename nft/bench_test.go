@@ -156,12 +156,13 @@ func benchFullSync(b *testing.B, st *model.State, monitor bool) {
 		phases := &phaseCapture{}
 		// As the proxy runs: the settling transaction after the loop
 		// reports the sync (timed apart, as settle-ms).
-		be, err := NewBackend(k, BackendConfig{Rules: demoConfig(), Log: slog.New(phases), DeferSettle: true})
+		bc := BackendConfig{Rules: demoConfig(), Log: slog.New(phases), Strategy: Strategy{DeferSettle: true}}
+		if monitor {
+			bc.CheckEvery = time.Hour // opens the monitor at the first Sync
+		}
+		be, err := NewBackend(k, bc)
 		if err != nil {
 			b.Fatal(err)
-		}
-		if monitor {
-			be.check.every = time.Hour // opens the monitor at the first Sync
 		}
 		b.StartTimer()
 		start := time.Now()
@@ -247,10 +248,11 @@ func benchChangesWith(b *testing.B, st *model.State, cold, monitor bool) {
 // each from the one before (st first) and its number from 1.
 func benchSteps(b *testing.B, st *model.State, cold, monitor bool, step func(prev *model.State, gen int) *model.State) {
 	ns := testns.New(b, "knp-nft-")
-	be := openTestBackend(b, ns, demoConfig())
+	bc := BackendConfig{Rules: demoConfig()}
 	if monitor {
-		be.check.every = time.Hour // the monitor opens at the first Sync
+		bc.CheckEvery = time.Hour // the monitor opens at the first Sync
 	}
+	be := openTestBackendWith(b, ns, bc)
 	if _, err := be.Sync(context.Background(), st); err != nil {
 		b.Fatal(err)
 	}
@@ -442,8 +444,7 @@ func median(ds []time.Duration) time.Duration {
 func BenchmarkKernelDriftCheck(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
 		ns := testns.New(b, "knp-nft-")
-		be := openTestBackend(b, ns, demoConfig())
-		be.check.every = time.Nanosecond
+		be := openTestBackendWith(b, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 		st := scaleState(n, 10)
 		for i := 0; i < 2; i++ { // program, then verify
 			if _, err := be.Sync(context.Background(), st); err != nil {
@@ -460,7 +461,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("services=%d/foreign-commits", n), func(b *testing.B) {
-			reads := be.check.readBacks
+			reads := be.kern().readBacks
 			for b.Loop() {
 				b.StopTimer()
 				w.commit(b, 1)
@@ -469,8 +470,8 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 					b.Fatal("drift")
 				}
 			}
-			if be.check.readBacks != reads {
-				b.Fatalf("%d tables read back", be.check.readBacks-reads)
+			if be.kern().readBacks != reads {
+				b.Fatalf("%d tables read back", be.kern().readBacks-reads)
 			}
 		})
 		elem := testns.NFT(b, ns, "-a", "list", "map", "ip", DefaultTableName, "service-ips")
@@ -480,7 +481,6 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 					b.StopTimer()
 					testns.NFTScript(b, ns, tc.tamper)
 					testutil.WaitFor(b, 10*time.Second, "the monitor to see the change", mon.Pending)
-					be.check.every = time.Nanosecond
 					b.StartTimer()
 					res, err := be.Sync(context.Background(), st)
 					if err != nil || res.Full != tc.full || !res.Changed {

@@ -127,11 +127,8 @@ func TestKernelTamperingRepaired(t *testing.T) {
 		for _, tc := range tamperCases() {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
 				ns := testns.New(t, "knp-nft-")
-				b := openTestBackend(t, ns, demoConfig())
-				b.check.every = time.Nanosecond
-				b.check.monTried = mode == "no-monitor"
-				var found []string
-				b.check.onDrift = func(table string, diffs []string) { found = append(found, diffs...) }
+				b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
+				b.kern().noWatch = mode == "no-monitor"
 				ctx := context.Background()
 				st := demoState()
 				for i := 0; i < 2; i++ { // program, then check clean (verified from here)
@@ -139,7 +136,7 @@ func TestKernelTamperingRepaired(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if len(found) > 0 {
+				if found := b.kern().drift; len(found) > 0 {
 					t.Fatalf("drift reported before any tampering: %q", found)
 				}
 				if (b.k.Monitor() != nil) != (mode == "monitor") {
@@ -148,7 +145,7 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				for _, args := range tc.nft {
 					testns.NFT(t, ns, args...)
 				}
-				before, reads := b.kern().commits, b.check.readBacks
+				before, reads := b.kern().commits, b.kern().readBacks
 				res, err := b.Sync(ctx, st)
 				if err != nil {
 					t.Fatalf("repairing sync: %v", err)
@@ -163,16 +160,16 @@ func TestKernelTamperingRepaired(t *testing.T) {
 				if mode == "monitor" {
 					wantReads = 1 // every case changes ip kube-nftproxy only
 				}
-				if n := b.check.readBacks - reads; n != wantReads {
+				if n := b.kern().readBacks - reads; n != wantReads {
 					t.Errorf("the check read %d tables back, want %d", n, wantReads)
 				}
-				if !containsSub(found, tc.want) {
+				if found := b.kern().drift; !containsSub(found, tc.want) {
 					t.Errorf("reported %q, want one containing %q", found, tc.want)
 				}
 				assertKernelIsRender(t, ns, st)
-				found = nil
-				if res, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
-					t.Errorf("check after the repair: full=%v err=%v drift=%q", res.Full, err, found)
+				b.kern().drift = nil
+				if res, err := b.Sync(ctx, st); err != nil || len(b.kern().drift) > 0 {
+					t.Errorf("check after the repair: full=%v err=%v drift=%q", res.Full, err, b.kern().drift)
 				}
 				assertKernelIsRender(t, ns, st)
 			})
@@ -292,21 +289,18 @@ func TestKernelOwnedTable(t *testing.T) {
 // own table).
 func TestKernelCheckGeneration(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
-	var found []string
-	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 	ctx := context.Background()
 	st := demoState()
 	sync := func(st *model.State, what string) {
 		t.Helper()
-		kernelReads, readBacks := b.kern().reads, b.check.readBacks
+		kernelReads, readBacks := b.kern().reads, b.kern().readBacks
 		res, err := b.Sync(ctx, st)
-		if err != nil || res.Full || len(found) > 0 {
+		if found := b.kern().drift; err != nil || res.Full || len(found) > 0 {
 			t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
 		}
-		if n := b.kern().reads - kernelReads; n != 0 || b.check.readBacks != readBacks {
-			t.Errorf("%s: %d reads of the kernel, %d tables read back, want none", what, n, b.check.readBacks-readBacks)
+		if n := b.kern().reads - kernelReads; n != 0 || b.kern().readBacks != readBacks {
+			t.Errorf("%s: %d reads of the kernel, %d tables read back, want none", what, n, b.kern().readBacks-readBacks)
 		}
 	}
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -325,9 +319,9 @@ func TestKernelCheckGeneration(t *testing.T) {
 	sync(next, "a table of our name in another family")
 	sync(next, "verified again")
 	testns.NFT(t, ns, "delete", "table", "ip", DefaultTableName+deltaSuffix)
-	reads := b.check.readBacks
-	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.check.readBacks-reads != 1 {
-		t.Errorf("the delta table deleted: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.check.readBacks-reads)
+	reads := b.kern().readBacks
+	if res, err := b.Sync(ctx, next); err != nil || !res.Full || b.kern().readBacks-reads != 1 {
+		t.Errorf("the delta table deleted: full=%v err=%v, %d tables read back, want a full sync after reading 1", res.Full, err, b.kern().readBacks-reads)
 	}
 }
 

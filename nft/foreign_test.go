@@ -88,10 +88,7 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 	for _, tc := range foreignCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "knp-nft-")
-			b := openTestBackend(t, ns, demoConfig())
-			b.check.every = time.Nanosecond
-			var found []string
-			b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
+			b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 			ctx := context.Background()
 			st := demoState()
 			for i := 0; i < 2; i++ { // program, then check clean
@@ -103,14 +100,15 @@ func TestKernelForeignObjectsRepaired(t *testing.T) {
 			if res := syncUntilRepaired(t, b, st); res.Full == tc.inPlace {
 				t.Errorf("the repair was a full sync: %v, want %v", res.Full, !tc.inPlace)
 			}
+			found := b.kern().drift
 			t.Logf("reported: %q", found)
 			if !containsSub(found, tc.want) {
 				t.Errorf("reported %q, want one containing %q", found, tc.want)
 			}
 			assertKernelIsRender(t, ns, st)
-			found = nil
-			if _, err := b.Sync(ctx, st); err != nil || len(found) > 0 {
-				t.Errorf("check after the repair: err=%v drift=%q", err, found)
+			b.kern().drift = nil
+			if _, err := b.Sync(ctx, st); err != nil || len(b.kern().drift) > 0 {
+				t.Errorf("check after the repair: err=%v drift=%q", err, b.kern().drift)
 			}
 			next := shallowCopy(st)
 			web := proxierName("default", "web", "http")

@@ -17,15 +17,28 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
 )
 
-// openTestBackend opens a Backend on a countingKernel in namespace ns.
+// openTestBackend opens a Backend of rules cfg on a countingKernel in
+// namespace ns.
 func openTestBackend(t testing.TB, ns string, cfg Config) *Backend {
+	t.Helper()
+	return openTestBackendWith(t, ns, BackendConfig{Rules: cfg})
+}
+
+// openTestBackendWith opens a Backend of bc on a countingKernel in
+// namespace ns; the drift its checks report goes to the kernel's drift,
+// unless bc has an OnDrift of its own.
+func openTestBackendWith(t testing.TB, ns string, bc BackendConfig) *Backend {
 	t.Helper()
 	k, err := nftlib.OpenKernel(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
-	b, err := NewBackend(&countingKernel{Kernel: k}, BackendConfig{Rules: cfg})
+	ck := &countingKernel{Kernel: k}
+	if bc.OnDrift == nil {
+		bc.OnDrift = func(_ string, diffs []string) { ck.drift = append(ck.drift, diffs...) }
+	}
+	b, err := NewBackend(ck, bc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +63,11 @@ func TestKernelListingMatchesRender(t *testing.T) {
 // nft's listing with what render prints.
 func kernelListingMatchesRender(t *testing.T, tc goldenCase, staged bool) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, tc.cfg)
+	bc := BackendConfig{Rules: tc.cfg}
 	if staged {
-		b.stageRules, b.stagePieces = 1, 1<<20
+		bc.Strategy.StageRules, bc.Strategy.StagePieces = 1, 1<<20
 	}
+	b := openTestBackendWith(t, ns, bc)
 	res, err := b.Sync(context.Background(), tc.st)
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +217,7 @@ func TestKernelFailedSyncIsAtomic(t *testing.T) {
 // periodic check and rewritten.
 func TestKernelDriftRepaired(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 	ctx := context.Background()
 	st := demoState()
 	if _, err := b.Sync(ctx, st); err != nil {
@@ -228,8 +241,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 // were added twice and stale chains deleted twice).
 func TestKernelFoldWithChanges(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.foldAt = 1
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), Strategy: Strategy{FoldAt: 1}})
 	advance := fakeClock(b)
 	ctx := context.Background()
 	st := demoState()
@@ -359,10 +371,9 @@ func TestKernelFullSyncSettles(t *testing.T) {
 	for _, monitor := range []bool{false, true} {
 		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) {
 			ns := testns.New(t, "knp-nft-")
-			b := openTestBackend(t, ns, demoConfig())
-			b.check.every = time.Nanosecond
+			b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 			if !monitor {
-				b.check.monTried = true // never opened: checks compare generations only
+				b.kern().noWatch = true // checks compare generations only
 			}
 			ctx := context.Background()
 			st := scaleState(400, 10)
@@ -408,11 +419,25 @@ func TestKernelFullSyncSettles(t *testing.T) {
 }
 
 // countingKernel is the kernel tests' Kernel, counting the transactions
-// it committed and the reads of what the kernel holds (a full sync's
-// metadata, a drift check's read-back).
+// it committed, the reads of what the kernel holds (a full sync's
+// metadata, a drift check's read-back) and, of those, the tables a drift
+// check compared (readBacks: a scope that cannot be compared alone counts
+// once, as the whole table). The Backend keeps no such count: it would
+// report it nowhere, and every read-back crosses this boundary. drift
+// collects the differences the Backend reported (see openTestBackendWith).
 type countingKernel struct {
 	*nftlib.Kernel
-	commits, reads int
+	commits, reads, readBacks int
+	drift                     []string
+	// noWatch makes Watch fail: the change monitor cannot be opened.
+	noWatch bool
+}
+
+func (k *countingKernel) Watch(tables []nftlib.TableRef, rcvBuf int, onMark func()) error {
+	if k.noWatch {
+		return errors.New("no change monitor in this test")
+	}
+	return k.Kernel.Watch(tables, rcvBuf, onMark)
 }
 
 func (k *countingKernel) CommitTx(tx nftlib.KernelTx) error {
@@ -435,12 +460,17 @@ func (k *countingKernel) ReadFamily(f nftlib.Family, names []string, expect map[
 
 func (k *countingKernel) TableDrift(t *nftlib.Table, kt *nftlib.KernelTable, stale []string) ([]string, error) {
 	k.reads++
+	k.readBacks++
 	return k.Kernel.TableDrift(t, kt, stale)
 }
 
 func (k *countingKernel) ScopedDrift(t *nftlib.Table, scope nftlib.ChangeScope, stale []string) ([]string, []*nftlib.Tx, error) {
 	k.reads++
-	return k.Kernel.ScopedDrift(t, scope, stale)
+	diffs, repair, err := k.Kernel.ScopedDrift(t, scope, stale)
+	if err == nil {
+		k.readBacks++
+	}
+	return diffs, repair, err
 }
 
 // kern is b's kernel (the kernel tests open one).

@@ -28,14 +28,14 @@ func monitorOf(t testing.TB, b *Backend) nftlib.Watcher {
 // check read back; it fails on drift, errors or a full sync.
 func checkedSync(t *testing.T, b *Backend, st *model.State, what string) int {
 	t.Helper()
-	var found []string
-	b.check.onDrift = func(_ string, diffs []string) { found = append(found, diffs...) }
-	before := b.check.readBacks
+	k := b.kern()
+	k.drift = nil
+	before := k.readBacks
 	res, err := b.Sync(context.Background(), st)
-	if err != nil || res.Full || len(found) > 0 {
-		t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, found)
+	if err != nil || res.Full || len(k.drift) > 0 {
+		t.Fatalf("%s: full=%v err=%v drift=%q", what, res.Full, err, k.drift)
 	}
-	return b.check.readBacks - before
+	return k.readBacks - before
 }
 
 // Events the monitor lost (it marks every table, as after an overflow of
@@ -44,8 +44,7 @@ func checkedSync(t *testing.T, b *Backend, st *model.State, what string) int {
 // lost, reads none.
 func TestKernelCheckAfterLostEvents(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -65,9 +64,8 @@ func TestKernelCheckAfterLostEvents(t *testing.T) {
 // back when another process committed, as before the monitor.
 func TestKernelCheckWithoutMonitor(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
-	b.check.monTried = true // as if opening had failed
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
+	b.kern().noWatch = true
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -90,8 +88,7 @@ func TestKernelCheckWithoutMonitor(t *testing.T) {
 // the monitor, so the generation must give it away and mark every table.
 func TestKernelMutedCommitMissesNothing(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Nanosecond
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond})
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -130,15 +127,13 @@ func TestKernelMutedCommitMissesNothing(t *testing.T) {
 // checks and repairs it without waiting for CheckEvery.
 func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
 	told := make(chan struct{}, 1)
-	b.check.onForeign = func() {
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Hour, OnForeignChange: func() {
 		select {
 		case told <- struct{}{}:
 		default:
 		}
-	}
+	}})
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -150,13 +145,11 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no OnForeignChange within 10 s of a rogue rule in our table")
 	}
-	var drift []string
-	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Changed || len(drift) == 0 {
+	if drift := b.kern().drift; !res.Changed || len(drift) == 0 {
 		t.Fatalf("the sync after the change: changed %v, drift %q; want a repair within the check period", res.Changed, drift)
 	}
 	assertKernelIsRender(t, ns, st)
@@ -168,14 +161,10 @@ func TestKernelForeignChangeRepairedAtOnce(t *testing.T) {
 // ends, and that check repairs it: it used to wait for the periodic one.
 func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
-	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
 	told := 0
-	b.check.onForeign = func() { told++ }
 	testns.NFT(t, ns, "list", "tables") // skips without nft
 	rogue, rogueErr := false, error(nil)
-	b.onLargeTxRound = func() { // on the encoder's goroutine, between commits
+	addRogue := func() { // on the encoder's goroutine, between commits
 		if !rogue {
 			rogue = true
 			cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
@@ -186,6 +175,8 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 			}
 		}
 	}
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Hour, OnForeignChange: func() { told++ },
+		Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20, OnLargeTxRound: addRogue}}) // two rules a piece
 	st := tinyState(fiveServices())
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {
@@ -197,12 +188,10 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 	if told == 0 {
 		t.Fatal("a change made during the staged sync asked for no check")
 	}
-	var drift []string
-	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
-	if !containsSub(drift, "rogue") {
+	if drift := b.kern().drift; !containsSub(drift, "rogue") {
 		t.Errorf("the check after the staged sync found %q, want the rogue chain", drift)
 	}
 	assertKernelIsRender(t, ns, st)
@@ -250,13 +239,12 @@ func TestKernelChangeRepairedInPlace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			testns.NFTScript(t, ns, tc.script)
 			testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", mon.Pending)
-			var drift []string
-			b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
+			b.kern().drift = nil
 			res, err := b.Sync(context.Background(), st)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !containsSub(drift, tc.drift) || !res.Changed || res.Full != tc.whole {
+			if drift := b.kern().drift; !containsSub(drift, tc.drift) || !res.Changed || res.Full != tc.whole {
 				t.Errorf("repair: drift %q, changed %v, full %v; want %q found, full %v", drift, res.Changed, res.Full, tc.drift, tc.whole)
 			}
 			if !tc.whole && res.Messages > tc.messages {
@@ -273,13 +261,11 @@ func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 	ns, b, st := syncedDemo(t)
 	testns.NFT(t, ns, "delete", "element", "ip", DefaultTableName, "service-ips", "{ 10.96.0.10 . tcp . 80 }")
 	testutil.WaitFor(t, 10*time.Second, "the monitor to see the change", monitorOf(t, b).Pending)
-	var drift []string
-	b.check.onDrift = func(_ string, diffs []string) { drift = append(drift, diffs...) }
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !containsSub(drift, "map service-ips: element 10.96.0.10 . tcp . 80 missing") || res.Full || !res.Changed {
+	if drift := b.kern().drift; !containsSub(drift, "map service-ips: element 10.96.0.10 . tcp . 80 missing") || res.Full || !res.Changed {
 		t.Errorf("repair: drift %q, full %v, changed %v; want the element found and repaired in place", drift, res.Full, res.Changed)
 	}
 	if res.Messages != 1 {
@@ -293,8 +279,7 @@ func TestKernelElementChangeRepairedInPlace(t *testing.T) {
 func syncedDemo(t *testing.T) (string, *Backend, *model.State) {
 	t.Helper()
 	ns := testns.New(t, "knp-nft-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.check.every = time.Hour
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Hour})
 	st := demoState()
 	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatal(err)

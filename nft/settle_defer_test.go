@@ -19,9 +19,8 @@ func TestKernelFullSyncDefersSettle(t *testing.T) {
 	for _, settleCalled := range []bool{true, false} {
 		t.Run(fmt.Sprintf("settle-called=%v", settleCalled), func(t *testing.T) {
 			ns := testns.New(t, "knp-nft-")
-			b := openTestBackend(t, ns, demoConfig())
-			b.deferSettle = true
-			b.check.every = time.Nanosecond
+			b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Nanosecond,
+				Strategy: Strategy{DeferSettle: true}})
 			ctx := context.Background()
 			st := scaleState(400, 10)
 			for range 2 { // the first check after the first sync reads everything back

@@ -20,8 +20,7 @@ func fiveServices() map[string]string {
 // writes; a change then diffs against it. A full sync over the tables
 // it left is one transaction again.
 func TestStagedFullSync(t *testing.T) {
-	b, k, _ := fakeBackend(t, BackendConfig{})
-	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
+	b, k, _ := fakeBackend(t, BackendConfig{Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20}}) // two rules a piece
 	eps := fiveServices()
 	gen0, _ := k.Generation()
 	if _, err := b.Sync(t.Context(), tinyState(eps)); err != nil {
@@ -55,8 +54,7 @@ func TestStagedFullSync(t *testing.T) {
 // base chain, no map element), and the full sync after it writes
 // everything.
 func TestStagedRefusedThenRetried(t *testing.T) {
-	b, k, _ := fakeBackend(t, BackendConfig{})
-	b.stageRules, b.stagePieces = 2, 1<<20 // two rules a piece
+	b, k, _ := fakeBackend(t, BackendConfig{Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20}}) // two rules a piece
 	rules := 0
 	k.SetRefuse(func(op string) error {
 		if strings.HasPrefix(op, "add rule") {
@@ -89,8 +87,7 @@ func TestStagedRefusedThenRetried(t *testing.T) {
 // commits), and the kernel then holds what was applied.
 func TestKernelStagedFullSync(t *testing.T) {
 	ns := testns.New(t, "knp-staged-")
-	b := openTestBackend(t, ns, demoConfig())
-	b.stageRules, b.stagePieces = 3, 1<<20
+	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), Strategy: Strategy{StageRules: 3, StagePieces: 1 << 20}})
 	eps := fiveServices()
 	gen0, err := b.k.Generation()
 	if err != nil {
@@ -130,11 +127,10 @@ func TestStagedTablesAppeared(t *testing.T) {
 	k := nftlib.NewFakeKernel()
 	eps := fiveServices()
 	for _, dp := range []nftlib.Dataplane{k, absentKernel{k}} {
-		b, err := NewBackend(dp, BackendConfig{Rules: demoConfig()})
+		b, err := NewBackend(dp, BackendConfig{Rules: demoConfig(), Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.stageRules, b.stagePieces = 2, 1<<20
 		gen0, _ := k.Generation()
 		if _, err := b.Sync(t.Context(), tinyState(eps)); err != nil {
 			t.Fatal(err)

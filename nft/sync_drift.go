@@ -30,8 +30,6 @@ type driftChecker struct {
 	// change monitor; readAll makes the next check read every table (the
 	// monitor was opened after tables were written).
 	monTried, readAll bool
-	// readBacks counts the tables the checks read back (for tests).
-	readBacks int
 
 	// repairs, after a check that found differences only in the chains
 	// and maps whose rules and elements alone another process changed,
@@ -198,7 +196,6 @@ func (c *driftChecker) checkTables(tables map[tableID]*nftlib.Table, scoped map[
 			whole[id] = t
 			continue
 		}
-		c.readBacks++
 		if len(diffs) > 0 {
 			found = true
 			c.report(t, diffs, "rewriting what another process changed")
@@ -220,7 +217,6 @@ func (c *driftChecker) checkWhole(tables map[tableID]*nftlib.Table, pending map[
 	if len(tables) == 0 {
 		return false, nil
 	}
-	c.readBacks += len(tables)
 	kts, err := readKernel(c.k, tables, pending)
 	if err != nil {
 		return false, err

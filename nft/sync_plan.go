@@ -165,11 +165,7 @@ func (b *Backend) shouldFold(changed int, cleanupDue bool, inDelta map[model.Ser
 	if n == 0 {
 		return false
 	}
-	limit := b.foldAt
-	if limit == 0 {
-		limit = max(64, total/16)
-	}
-	return changed == 0 && !cleanupDue || n > limit
+	return changed == 0 && !cleanupDue || n > b.strategy.foldLimit(total)
 }
 
 // remember saves, once per sync, what the applied tables hold for a service

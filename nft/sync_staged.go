@@ -8,26 +8,14 @@ import (
 )
 
 // A full sync into tables the kernel does not hold yet (a node's first
-// start) that writes defaultStageRules*2 rules or more is staged (see
+// start) that writes Strategy.StageRules*2 rules or more is staged (see
 // nftlib.StageFixed): the plan builds the tables' fixed parts only, and a
 // goroutine builds and encodes the Service ports' chains, about
-// defaultStagePieces transactions of them, each while the kernel commits the one
+// Strategy.StagePieces transactions of them, each while the kernel commits the one
 // before; their elements and what makes them reachable go in the last
 // transaction. Only the first piece's build and encoding are on the way
 // to synced, and the process never holds all the fragments, nor all the
 // messages, at once.
-
-// defaultStageRules is the least number of rules a staged transaction of
-// Service chains carries; a sync of twice that or more is staged (about
-// 700 Services x 10 endpoints). Smaller pieces would each add a commit
-// (a walk of every chain) for little encoding to hide.
-const defaultStageRules = 10_000
-
-// defaultStagePieces is about how many staged transactions of Service chains a
-// large sync is cut into: each commit walks every chain of the namespace,
-// so more of them would cost the kernel more, and fewer would put more
-// of the build and encoding before the first commit.
-const defaultStagePieces = 8
 
 // placedPort is a service port and what a full sync places of it.
 type placedPort struct {
@@ -47,14 +35,14 @@ func portRules(pt placedPort) int { return 3*len(pt.eps) + 1 }
 // fixed parts) is staged: large enough, no trace (which prints a sync as
 // one transaction), and none of the tables in the kernel.
 func (b *Backend) stagesFull(ports []placedPort, want map[tableID]*nftlib.Table) bool {
-	if b.stageRules == 0 || b.tx.trace != nil {
+	if b.tx.trace != nil {
 		return false
 	}
 	rules := 0
 	for _, pt := range ports {
 		rules += portRules(pt)
 	}
-	return rules >= 2*b.stageRules && b.tablesAbsent(want)
+	return rules >= 2*b.strategy.StageRules && b.tablesAbsent(want)
 }
 
 // tablesAbsent reports whether the kernel holds none of the tables.
@@ -111,7 +99,7 @@ func (b *Backend) stagedTxs(p *syncPlan, txs []*nftlib.Tx) iter.Seq[[]*nftlib.Tx
 		for _, pt := range ports {
 			total += portRules(pt)
 		}
-		size := max(total/b.stagePieces, b.stageRules)
+		size := max(total/b.strategy.StagePieces, b.strategy.StageRules)
 		for lo := 0; lo < len(ports); {
 			hi, n := lo, 0
 			for hi < len(ports) && n < size {
@@ -186,7 +174,7 @@ func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 
 // encodeStaged writes each piece, then txs, into a transaction of its
 // own and hands it to next, until stop. After every second piece handed
-// over, release (BackendConfig.OnLargeTxRound), when set, collects the
+// over, release (Strategy.OnLargeTxRound), when set, collects the
 // fragments built and encoded so far and hands their pages back: on this
 // goroutine, while the kernel commits, off the way to synced.
 func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}, release func()) {

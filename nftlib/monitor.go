@@ -45,8 +45,9 @@ type monitor struct {
 	all    bool // events were lost or not understood: everything may differ
 	broken bool // the socket failed: no more events will come
 	buf    []byte
-	// events counts the notifications parsed, overruns the ENOBUFS seen
-	// (for tests).
+	// events counts the notifications parsed (our own included, should
+	// the kernel's filter let any through), overruns the ENOBUFS seen:
+	// the monitor's statistics, see Counts.
 	events, overruns int
 }
 
@@ -341,7 +342,10 @@ func (m *monitor) TakeScopes() (scopes map[TableRef]ChangeScope, all bool) {
 	return scopes, all
 }
 
-// Counts returns the events parsed and the overruns seen, for tests.
+// Counts returns the events parsed and the overruns seen. Nothing in the
+// proxy reports them (an overrun already marks every table, which the
+// drift check acts on); they tell the monitor's tests whether the kernel
+// dropped our notifications and whether a test overflowed the buffer.
 func (m *monitor) Counts() (events, overruns int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -65,14 +65,14 @@ func TestProxyMemory(t *testing.T) {
 		defer k.Close()
 		// As the proxy runs it (KNP_MEM_LARGETX=0: without the guard).
 		// Each round of the transaction's rules logged as it is let go.
-		bc := nft.BackendConfig{Rules: cfg, OnLargeTx: largeTxMemory, OnLargeTxRound: func() {
+		bc := nft.BackendConfig{Rules: cfg, Strategy: nft.Strategy{OnLargeTx: largeTxMemory, OnLargeTxRound: func() {
 			debug.FreeOSMemory()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			t.Logf("%-22s heap in use %6.1f MiB  RSS %6.1f MiB  peak RSS %6.1f MiB", "  a round encoded", mib(ms.HeapInuse), statusMiB(t, "VmRSS:"), peakRSS(t))
-		}}
+		}}}
 		if os.Getenv("KNP_MEM_LARGETX") == "0" {
-			bc.OnLargeTx, bc.OnLargeTxRound = nil, nil
+			bc.Strategy = nft.Strategy{}
 		}
 		if be, err = nft.NewBackend(k, bc); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"runtime/metrics"
 	"sync"
 
+	"github.com/kube-nftproxy/kube-nftproxy/internal/errlog"
 	"github.com/kube-nftproxy/kube-nftproxy/internal/loglevel"
 	"github.com/kube-nftproxy/kube-nftproxy/model"
 	"github.com/kube-nftproxy/kube-nftproxy/proxier"
@@ -64,7 +65,7 @@ func setCgroupMemoryLimit(fsys fs.FS, userLimit string, log *slog.Logger) int64 
 // hovering at the mark does not flap.
 type memoryPressure struct {
 	ceiling int64 // 0: no ceiling, nothing to tell
-	high    bool
+	high    errlog.Mark
 }
 
 // synced is told the live heap after a sync.
@@ -72,13 +73,12 @@ func (p *memoryPressure) synced(live uint64, log *slog.Logger) {
 	if p.ceiling <= 0 {
 		return
 	}
-	switch l := int64(live); {
-	case !p.high && l >= p.ceiling/10*9:
-		p.high = true
+	l := int64(live)
+	switch rose, fell := p.high.Update(l >= p.ceiling/10*9, l < p.ceiling/4*3); {
+	case rose:
 		log.Warn("memory: the live heap is near the soft limit set from the cgroup's memory limit; the garbage collector runs more, and more Services may get the proxy OOM-killed: raise the pod's memory limit",
 			"liveHeap", l, "softLimit", p.ceiling)
-	case p.high && l < p.ceiling/4*3:
-		p.high = false
+	case fell:
 		log.Info("memory: the live heap is back under three quarters of the soft limit", "liveHeap", l, "softLimit", p.ceiling)
 	}
 }
@@ -101,7 +101,7 @@ const largeTxHeadroom = 64 << 20
 // one: should the live heap itself outgrow it (a burst of watch events
 // during the send), the collector caps its own CPU rather than spin, and
 // done lifts the limit again. Small syncs never get here (see
-// nft.largeTxRules). While it is encoded, the backend lets go of the
+// nft.Strategy.LargeTxRules). While it is encoded, the backend lets go of the
 // sync's rules as they are written, and twice (OnLargeTxRound, at two and
 // four fifths) the proxy hands their pages back with debug.FreeOSMemory:
 // the rules and their messages are then never resident together. A

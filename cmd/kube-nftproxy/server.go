@@ -235,8 +235,8 @@ func (s *proxyServer) newBackend(ctx context.Context, mode string) (*modeBackend
 		return &modeBackend{Backend: &leanFirstSync{Backend: b}, hooks: hooks}, nil
 	}
 	b, err := nft.NewBackend(s.kernel, nft.BackendConfig{Rules: s.cfg, Log: s.log, CheckEvery: s.syncPeriod,
-		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift, OnLargeTx: largeTxMemory,
-		OnLargeTxRound: debug.FreeOSMemory, DeferSettle: true})
+		OnForeignChange: hooks.Changed, OnDrift: hooks.Drift,
+		Strategy: nft.Strategy{OnLargeTx: largeTxMemory, OnLargeTxRound: debug.FreeOSMemory, DeferSettle: true}})
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,6 @@
 // Package errlog logs a failure that repeats without flooding the log:
-// the sync loop's failed syncs and a source's failed reads.
+// the sync loop's failed syncs and a source's failed reads (Log); and a
+// level that crosses a mark, once per crossing (Mark).
 package errlog
 
 import (

@@ -55,7 +55,8 @@ type APISource struct {
 	// (0: every 30 s); while it does not, more often (every 0.5 s backing
 	// off to at most 5 s or ProbeEvery).
 	ProbeEvery time.Duration
-	// Probe replaces the probe (a GET of /livez), for tests.
+	// Probe asks whether the API server answers (nil: a GET of /livez;
+	// see probe).
 	Probe func(context.Context) error
 }
 
