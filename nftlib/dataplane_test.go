@@ -114,7 +114,16 @@ func TestFakeKernelBookkeeping(t *testing.T) {
 	if err := k.Watch([]TableRef{{IPv4, "t"}}, MonitorRcvBuf, nil); err == nil || k.Monitor() != nil {
 		t.Errorf("Watch: %v, monitor %v; want an error and none", err, k.Monitor())
 	}
-	const listing = `table ip t {
+	if err := k.Commit(func(tx KernelTx) {
+		tx.AddTable(IPv6, "t", "")
+		tx.AddTable(IPv4, "s", "")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// By family, then by name.
+	const listing = `table ip s {
+}
+table ip t {
 	comment "scoped"
 	set allowed {
 		type ipv4_addr
@@ -141,6 +150,8 @@ func TestFakeKernelBookkeeping(t *testing.T) {
 		type filter hook input priority filter; policy accept;
 		ip daddr vmap @m
 	}
+}
+table ip6 t {
 }
 `
 	if got := k.String(); got != listing {
