@@ -75,6 +75,7 @@ func fakeCases() []fakeCase {
 			tx.flushMap(f, tb, m)
 			tx.DelChain(f, tb, "c")
 		}, 0, "a b d", nil},
+		{"flush map ip t nope", func(tx KernelTx) { tx.flushMap(f, tb, &Map{Name: "nope", Key: m.Key}) }, syscall.ENOENT, "a b c d", nil},
 		{"delete map ip t m", func(tx KernelTx) { tx.delSet(f, tb, "m") }, 0, "a b c d", nil},
 		{"delete set ip t nope", func(tx KernelTx) { tx.delSet(f, tb, "nope") }, syscall.ENOENT, "a b c d", nil},
 		{"add rule ip t d ip daddr vmap @m; delete map ip t m (the rule looks it up)", func(tx KernelTx) {
@@ -84,6 +85,9 @@ func fakeCases() []fakeCase {
 		{"add rule ip t d ip daddr vmap @nope", func(tx KernelTx) { tx.AddRule(f, tb, "d", R(Vmap("nope", FieldDaddr))) }, syscall.ENOENT, "a b c d", nil},
 		{"add rule ip t d (a sticky match in a set the table lacks)", func(tx KernelTx) {
 			tx.AddRule(f, tb, "d", R(StickyMatch{Set: "sticky", ID: 1}, Verdict{Kind: Accept}))
+		}, syscall.ENOENT, "a b c d", nil},
+		{"add rule ip t d (a sticky update of a set the table lacks)", func(tx KernelTx) {
+			tx.AddRule(f, tb, "d", R(StickyUpdate{Set: "sticky", ID: 1, Timeout: time.Hour}))
 		}, syscall.ENOENT, "a b c d", nil},
 		{"add set ip t sticky; add rules matching and updating it", func(tx KernelTx) {
 			tx.addStickySet(f, tb, "sticky", "sources", 1)
