@@ -320,3 +320,42 @@ func TestTableOwnedError(t *testing.T) {
 		t.Errorf("%v: not an ErrTableOwned that waits for its owner", err)
 	}
 }
+
+// ReadElements reads the elements of each of the table's maps the kernel
+// holds with their type (the fragments' too), and none of a map of
+// another type or a missing table.
+func TestKernelReadElements(t *testing.T) {
+	ns := testns.New(t, "knp-nft-")
+	k := openTestKernel(t, ns)
+	tbl := scopedTable()
+	full, _ := FullTx(tbl, &KernelTable{}, false)
+	commitTxs(t, k, full)
+	testns.NFTScript(t, ns, "delete set ip t allowed\nadd set ip t allowed { type ipv6_addr; elements = { fd00::1 } }\n")
+	read := func(name string) string {
+		t.Helper()
+		kts, err := k.ReadFamily(IPv4, []string{name}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := k.ReadElements(tbl, kts[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, m := range slices.Sorted(maps.Keys(got)) {
+			var elems []string
+			for _, e := range got[m] {
+				elems = append(elems, tbl.Map(m).elementText(IPv4, e))
+			}
+			slices.Sort(elems)
+			lines = append(lines, m+": "+strings.Join(elems, ", "))
+		}
+		return strings.Join(lines, "\n")
+	}
+	if got, want := read("t"), "m: 10.0.0.1 : goto a, 10.0.0.2 : goto b, 10.0.0.3 : goto f"; got != want {
+		t.Errorf("read back:\n%s\nwant:\n%s", got, want)
+	}
+	if got := read("nope"); got != "" {
+		t.Errorf("read back from a missing table: %q", got)
+	}
+}
