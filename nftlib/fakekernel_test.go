@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/testns"
 )
@@ -69,6 +70,40 @@ func fakeCases() []fakeCase {
 		{"add element ip t m { 10.0.0.1 : goto d } (it goes to c)", func(tx KernelTx) { tx.Elements(true, f, tb, m, elem("d")) }, syscall.EBUSY, "a b c d", []syscall.Errno{syscall.EEXIST}},
 		{"add element ip t m { 10.0.0.1 : goto c } (as it is)", func(tx KernelTx) { tx.Elements(true, f, tb, m, elem("c")) }, 0, "a b c d", nil},
 		{"delete table ip t", func(tx KernelTx) { tx.DelTable(f, tb) }, 0, "-", nil},
+		{"flush map ip t m", func(tx KernelTx) { tx.flushMap(f, tb, m) }, 0, "a b c d", nil},
+		{"flush map ip t m; delete chain ip t c (nothing goes to it now)", func(tx KernelTx) {
+			tx.flushMap(f, tb, m)
+			tx.DelChain(f, tb, "c")
+		}, 0, "a b d", nil},
+		{"flush map ip t nope", func(tx KernelTx) { tx.flushMap(f, tb, &Map{Name: "nope", Key: m.Key}) }, syscall.ENOENT, "a b c d", nil},
+		{"delete map ip t m", func(tx KernelTx) { tx.delSet(f, tb, "m") }, 0, "a b c d", nil},
+		{"delete set ip t nope", func(tx KernelTx) { tx.delSet(f, tb, "nope") }, syscall.ENOENT, "a b c d", nil},
+		{"add rule ip t d ip daddr vmap @m; delete map ip t m (the rule looks it up)", func(tx KernelTx) {
+			tx.AddRule(f, tb, "d", R(Vmap("m", FieldDaddr)))
+			tx.delSet(f, tb, "m")
+		}, syscall.EBUSY, "a b c d", nil},
+		{"add rule ip t d ip daddr vmap @nope", func(tx KernelTx) { tx.AddRule(f, tb, "d", R(Vmap("nope", FieldDaddr))) }, syscall.ENOENT, "a b c d", nil},
+		{"add rule ip t d (a sticky match in a set the table lacks)", func(tx KernelTx) {
+			tx.AddRule(f, tb, "d", R(StickyMatch{Set: "sticky", ID: 1}, Verdict{Kind: Accept}))
+		}, syscall.ENOENT, "a b c d", nil},
+		{"add rule ip t d (a sticky update of a set the table lacks)", func(tx KernelTx) {
+			tx.AddRule(f, tb, "d", R(StickyUpdate{Set: "sticky", ID: 1, Timeout: time.Hour}))
+		}, syscall.ENOENT, "a b c d", nil},
+		{"add set ip t sticky; add rules matching and updating it", func(tx KernelTx) {
+			tx.addStickySet(f, tb, "sticky", "sources", 1)
+			tx.AddRule(f, tb, "d", R(StickyMatch{Set: "sticky", ID: 1}, Verdict{Kind: Accept}))
+			tx.AddRule(f, tb, "d", R(StickyUpdate{Set: "sticky", ID: 1, Timeout: time.Hour}))
+		}, 0, "a b c d", nil},
+		{"add set ip t sticky; add rule matching it; delete set ip t sticky", func(tx KernelTx) {
+			tx.addStickySet(f, tb, "sticky", "sources", 1)
+			tx.AddRule(f, tb, "d", R(StickyMatch{Set: "sticky", ID: 1}, Verdict{Kind: Accept}))
+			tx.delSet(f, tb, "sticky")
+		}, syscall.EBUSY, "a b c d", nil},
+		{"delete rule ip t a handle 9999", func(tx KernelTx) { tx.DelRule(f, tb, "a", 9999) }, syscall.ENOENT, "a b c d", nil},
+		{"delete counter ip t nope", func(tx KernelTx) { tx.delObj(f, tb, kernelObject{Type: 1, Name: "nope"}) }, syscall.ENOENT, "a b c d", nil},
+		{"delete flowtable ip t nope", func(tx KernelTx) { tx.delFlowtable(f, tb, "nope") }, syscall.ENOENT, "a b c d", nil},
+		{"add table ip t, owned (it exists)", func(tx KernelTx) { tx.AddOwnedTable(f, tb, "") }, syscall.EEXIST, "a b c d", nil},
+		{"add table ip u, owned", func(tx KernelTx) { tx.AddOwnedTable(f, "u", "") }, 0, "a b c d", nil},
 	}
 }
 

@@ -361,7 +361,9 @@ func (k *Kernel) scopedSets(t *Table, names []string, d *drift, r *scopedRepair)
 func scopedSticky(t *Table, ks *kernelSet, d *drift, r *scopedRepair) error {
 	if ks == nil {
 		d.add("set %s: missing", t.Sticky)
-		r.fix.newSticky = true
+		// The repair's table holds only what it writes: the set's name
+		// and comment too.
+		r.fix.newSticky, r.fix.table.Sticky, r.fix.table.StickyComment = true, t.Sticky, t.StickyComment
 		return nil
 	}
 	if why := stickyMismatch(t.Family, ks, t.StickyComment); why != "" {
