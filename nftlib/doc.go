@@ -32,9 +32,9 @@
 //   - Dataplane, the interface of all that a sync loop needs, with the
 //     Kernel and an in-memory FakeKernel for unprivileged tests.
 //
-// Its tests use only its own tables: the term kinds, the encoder, the
-// transactions, the feature probe and other programs' tables (the kernel
-// ones as root, each in a network namespace of its own). Tests that take
-// the nftables mode's tables as input (read-back, the change monitor, the
-// drift check, FakeKernel) live in package nft, through the exported API.
+// Its tests use only small tables of their own: the term kinds, the
+// encoder, transactions and the table diff, read-back, drift and its
+// scoped repair, the change monitor, the feature probe, other programs'
+// tables, and the FakeKernel against the kernel on the same cases (the
+// kernel ones as root, each in a network namespace of its own).
 package nftlib
