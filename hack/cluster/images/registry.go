@@ -30,6 +30,9 @@ func writeRegistry(archive, dir, name, tag, platform string) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", archive, err)
 	}
+	if img, err = servedCopy(img, name+":"+tag); err != nil {
+		return fmt.Errorf("%s: %w", archive, err)
+	}
 	plat, err := v1.ParsePlatform(platform)
 	if err != nil {
 		return fmt.Errorf("platform %q: %w", platform, err)
@@ -51,6 +54,27 @@ func writeRegistry(archive, dir, name, tag, platform string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(root, "manifests", tag), []byte(idxDigest.String()+"\n"), 0o644)
+}
+
+// servedCopy is img with a label naming it served (ref), so that its ID
+// differs from the image the nodes hold preloaded. Kubelet records, per
+// image ID, the pull secrets of the pulls it made; once the
+// LocalhostNodePorts spec has pulled pause:testing with its secret, a pod
+// of registry.k8s.io/pause with the same ID and no secret would have to
+// pull again to prove its access, which fails without a registry (as the
+// nodes of a real cluster, which pulled the pause image themselves, do
+// not).
+func servedCopy(img v1.Image, ref string) (v1.Image, error) {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	if cfg.Config.Labels == nil {
+		cfg.Config.Labels = map[string]string{}
+	}
+	cfg.Config.Labels["io.kube-nftproxy.served-as"] = ref
+	return mutate.ConfigFile(img, cfg)
 }
 
 // rawManifester is an image or an index: what has a manifest and a digest.
