@@ -30,24 +30,30 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // LockTable is how `nft list ruleset` opens the table of a running
-// proxy's instance lock (internal/instance: TableFamily, TableName).
-const LockTable = "table ip kube-nftproxy-lock {"
+// proxy's instance lock (internal/instance: TableFamily, TableName), and
+// RecordTable the record of the sysctls it changed (sysctlrecord).
+const (
+	LockTable   = "table ip kube-nftproxy-lock {"
+	RecordTable = "table ip kube-nftproxy-sysctls {"
+)
 
 // SortedListing is an nft listing's lines, trimmed and sorted, with set and
 // map elements one per line: two listings that differ only in the kernel's
 // order (of tables, chains, elements) compare equal. A running proxy's
-// lock table is left out: it holds no rules, render never prints it, and
-// its comment names the pid of the proxy.
+// lock table and its sysctl record are left out: they hold no rules,
+// render never prints them, and they name the proxy's pid and the node's
+// sysctls.
 func SortedListing(listing string) []string {
 	var out []string
-	inLock := false
+	depth := 0 // inside a left-out table: the braces open
 	for l := range strings.Lines(listing) {
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, LockTable) {
-			inLock = true
+		if depth == 0 && (strings.HasPrefix(l, LockTable) || strings.HasPrefix(l, RecordTable)) {
+			depth = 1
+			continue
 		}
-		if inLock {
-			inLock = l != "}"
+		if depth > 0 {
+			depth += strings.Count(l, "{") - strings.Count(l, "}")
 			continue
 		}
 		if strings.HasPrefix(l, "#") {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kube-nftproxy/kube-nftproxy/internal/instance"
+	"github.com/kube-nftproxy/kube-nftproxy/sysctlrecord"
 )
 
 func TestSortedListing(t *testing.T) {
@@ -22,6 +23,10 @@ func TestSortedListing(t *testing.T) {
 	if got := SortedListing(lock + a); !slices.Equal(got, want) {
 		t.Errorf("SortedListing with the lock table = %q, want %q", got, want)
 	}
+	record := "table ip kube-nftproxy-sysctls {\n\tcomment \"sysctls\"\n\tset changed {\n\t\ttype inet_service\n\t\telements = { 1 comment \"/proc/sys/x: 0 -> 1\" }\n\t}\n}\n"
+	if got := SortedListing(a + record + lock); !slices.Equal(got, want) {
+		t.Errorf("SortedListing with the sysctl record = %q, want %q", got, want)
+	}
 }
 
 // LockTable follows the lock's table (testutil cannot import instance,
@@ -29,6 +34,9 @@ func TestSortedListing(t *testing.T) {
 func TestLockTableName(t *testing.T) {
 	if want := "table " + instance.TableFamily.String() + " " + instance.TableName + " {"; LockTable != want {
 		t.Errorf("LockTable = %q, want %q", LockTable, want)
+	}
+	if want := "table ip " + sysctlrecord.TableName + " {"; RecordTable != want {
+		t.Errorf("RecordTable = %q, want %q", RecordTable, want)
 	}
 }
 
