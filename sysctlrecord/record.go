@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kube-nftproxy/kube-nftproxy/nftlib"
@@ -105,7 +106,7 @@ func Save(k *nftlib.Kernel, changes []sysctl.Change) error {
 func merge(have, changes []sysctl.Change) []sysctl.Change {
 	out := append([]sysctl.Change(nil), have...)
 	for _, c := range changes {
-		i := indexOf(out, c.Path)
+		i := slices.IndexFunc(out, func(h sysctl.Change) bool { return h.Path == c.Path })
 		if i < 0 {
 			out = append(out, c)
 			continue
@@ -113,15 +114,6 @@ func merge(have, changes []sysctl.Change) []sysctl.Change {
 		out[i].After = c.After
 	}
 	return out
-}
-
-func indexOf(cs []sysctl.Change, path string) int {
-	for i, c := range cs {
-		if c.Path == path {
-			return i
-		}
-	}
-	return -1
 }
 
 // Restore puts back each recorded key that still holds the value the
