@@ -82,7 +82,7 @@ e2e: build
 # hack/vm/README.md. One kernel: make vm-test-5.10 (or VM_KERNELS=6.1).
 # One package's tests there: hack/vm/run.sh ./nft -run TestKernel -v
 # (KNP_VM_SUITE=bullseye for 5.10).
-VM_PKGS    ?= ./internal/... ./sysctl ./conntrack ./nftlib ./nft ./ipvs
+VM_PKGS    ?= ./internal/... ./sysctl ./sysctlrecord ./conntrack ./nftlib ./nft ./ipvs
 VM_FLAGS   ?=
 # One boot runs every package: the nft package alone takes 380-490 s in
 # the guest (one CPU).

@@ -94,6 +94,11 @@ func (k *Kernel) commit(b *batch) error { return k.apply(b, nil) }
 // NLM_F_ECHO asks for, which come before the final ack).
 func (k *Kernel) apply(b *batch, echo func(msg syscall.NetlinkMessage)) error {
 	defer b.release()
+	if b.Messages() == 0 {
+		// Nothing to change, and nothing to wait for: kernels before 6.10
+		// never acknowledge a batch without messages.
+		return nil
+	}
 	chunks, lastSeq, err := b.finish()
 	if err != nil {
 		return fmt.Errorf("encoding transaction: %w", err)
