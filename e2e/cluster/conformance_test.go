@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,24 +206,48 @@ func testContext(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
 }
 
-// runE2E runs e2e.test serially inside the node network and sums its JUnit
-// report; its output goes to the test log only on failure.
+// runE2E runs e2e.test inside the node network, its specs spread over
+// e2eProcs processes, and sums its JUnit report; its output goes to the
+// test log only on failure.
 func (l Layout) runE2E(ctx context.Context, t *testing.T, focus, skip string) JUnitSummary {
 	t.Helper()
 	dir := t.TempDir()
 	begin := time.Now()
-	out, err := output(ctx, nsenter(l.NodeNet, l.K8sBin("e2e.test"),
-		"--kubeconfig="+l.Kubeconfig(), "--provider=skeleton", fmt.Sprintf("--num-nodes=%d", len(l.Nodes)),
-		"--report-dir="+dir, "--ginkgo.no-color",
-		"--ginkgo.focus="+focus, "--ginkgo.skip="+skip)...)
+	procs := e2eProcs()
+	out, err := output(ctx, nsenter(l.NodeNet, l.e2eArgv(procs, dir, focus, skip)...)...)
 	elapsed := time.Since(begin).Round(time.Second)
 	s, jerr := ReadJUnit(filepath.Join(dir, "junit_01.xml"))
 	if err != nil || jerr != nil {
 		t.Logf("e2e.test output:\n%s", out)
 		t.Fatalf("e2e.test after %v: %v; report: %v", elapsed, err, jerr)
 	}
-	t.Logf("e2e.test ran in %v", elapsed)
+	t.Logf("e2e.test ran in %v (%d processes)", elapsed, procs)
 	return s
+}
+
+// e2eProcs is how many processes run the tier's specs: KNP_CLUSTER_E2E_PROCS,
+// default 3. The specs spend most of their time waiting for pods and
+// polling, so three overlap well on two cores; none of the selected specs
+// is [Serial].
+func e2eProcs() int {
+	if n, err := strconv.Atoi(os.Getenv("KNP_CLUSTER_E2E_PROCS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// e2eArgv is the command that runs e2e.test on focus minus skip with its
+// report in dir: the binary itself for one process, the ginkgo CLI (which
+// starts the processes and merges their reports) for more.
+func (l Layout) e2eArgv(procs int, dir, focus, skip string) []string {
+	common := []string{"--kubeconfig=" + l.Kubeconfig(), "--provider=skeleton",
+		fmt.Sprintf("--num-nodes=%d", len(l.Nodes)), "--report-dir=" + dir}
+	if procs <= 1 {
+		return append(append([]string{l.K8sBin("e2e.test")}, common...),
+			"--ginkgo.no-color", "--ginkgo.focus="+focus, "--ginkgo.skip="+skip)
+	}
+	return append([]string{l.ClusterBin("ginkgo"), "run", fmt.Sprintf("--procs=%d", procs), "--no-color",
+		"--timeout=1h", "--focus=" + focus, "--skip=" + skip, l.K8sBin("e2e.test"), "--"}, common...)
 }
 
 // coldCache names what the cluster needs and the cache lacks: binaries
@@ -234,7 +259,7 @@ func (l Layout) coldCache() []string {
 			missing = append(missing, l.K8sBin(b))
 		}
 	}
-	for _, b := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "ctr", "flanneld", "cni/bridge", "cni/flannel"} {
+	for _, b := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "ctr", "flanneld", "cni/bridge", "cni/flannel", "ginkgo"} {
 		if !executable(l.ClusterBin(b)) {
 			missing = append(missing, l.ClusterBin(b))
 		}
@@ -308,6 +333,21 @@ func TestGroupByDir(t *testing.T) {
 	} {
 		if got := groupByDir(tc.in); got != tc.want {
 			t.Errorf("groupByDir(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestE2EArgv(t *testing.T) {
+	l := Layout{Dir: "/c", Cache: "/cache", Nodes: makeNodes(3)}
+	for _, tc := range []struct {
+		procs int
+		want  string
+	}{
+		{1, "/cache/k8s-v1.37.1/bin/e2e.test --kubeconfig=/c/admin.kubeconfig --provider=skeleton --num-nodes=3 --report-dir=/r --ginkgo.no-color --ginkgo.focus=F --ginkgo.skip=S"},
+		{3, "/cache/cluster/bin/ginkgo run --procs=3 --no-color --timeout=1h --focus=F --skip=S /cache/k8s-v1.37.1/bin/e2e.test -- --kubeconfig=/c/admin.kubeconfig --provider=skeleton --num-nodes=3 --report-dir=/r"},
+	} {
+		if got := strings.Join(l.e2eArgv(tc.procs, "/r", "F", "S"), " "); got != tc.want {
+			t.Errorf("procs %d:\n got %s\nwant %s", tc.procs, got, tc.want)
 		}
 	}
 }

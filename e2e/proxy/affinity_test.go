@@ -111,6 +111,7 @@ func only(t *testing.T, what string, sum *echo.Summary) string {
 // connection, and the affinity ends once the client is idle for the
 // timeout. IPv6 and hairpin traffic on the affinity path too.
 func TestSessionAffinity(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{
 		pods:  []sandbox.Pod{podA, podB, podC},
 		extra: map[string]string{"sticky.yaml": stickyState(int(stickyTimeout / time.Second))},

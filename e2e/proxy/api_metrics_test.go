@@ -43,6 +43,7 @@ const (
 // Service and EndpointSlice change totals move with every event and the
 // pending gauges go back to 0 once a sync took the changes.
 func TestAPIMetrics(t *testing.T) {
+	t.Parallel()
 	a := newAPIEnv(t)
 	scrape := a.metricsScraper(t)
 	addr := hostPort(apiMetricsIP, webPort)

@@ -45,6 +45,7 @@ const (
 // slow, so it runs only with KNP_SCALE=1. Its numbers are the lines
 // starting with MEASURED.
 func TestAPIScale(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("KNP_SCALE") != "1" {
 		t.Skip("skipping the API scale test: set KNP_SCALE=1 to run it")
 	}

@@ -19,6 +19,7 @@ import (
 // --service-cluster-ip-range) once it has synced, follows a ServiceCIDR
 // created later, and rejects a port the kubernetes Service does not define.
 func TestAPIServiceCIDRs(t *testing.T) {
+	t.Parallel()
 	a := newAPIEnv(t)
 	chain := func(ctx context.Context, family string) (string, error) {
 		out, err := a.sb.Exec(ctx, sandbox.Node, "nft", "list", "chain", family, "kube-nftproxy", "cluster-ips-check")

@@ -42,6 +42,7 @@ const (
 // left alone. The steps build on each other, so the first failure ends
 // the test.
 func TestAPI(t *testing.T) {
+	t.Parallel()
 	a := newAPIEnv(t)
 	web := hostPort(apiWebIP, webPort)
 

@@ -20,6 +20,7 @@ import (
 // file that is no YAML, added later, is named in the log and changes
 // nothing; once it is fixed, the proxy picks it up.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{extra: map[string]string{"bad-service.yaml": badService}})
 	writeAtomic(t, e.state, "broken.yaml", brokenYAML)
 
@@ -74,6 +75,7 @@ func TestBadInput(t *testing.T) {
 // cannot be parsed: what it holds is unknown, so nothing is programmed and
 // /readyz says not ready, until the file is fixed.
 func TestBrokenFileHoldsFirstSync(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{podA, podB})
 	state := t.TempDir()

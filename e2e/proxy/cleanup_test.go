@@ -13,6 +13,7 @@ import (
 // them, puts back the sysctls the proxy changed, and that a second
 // --cleanup succeeds with nothing to do.
 func TestCleanup(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{})
 	state := t.TempDir()

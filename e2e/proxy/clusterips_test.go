@@ -21,6 +21,7 @@ import (
 // upstream's, neither check exists: such packets leave by the node's
 // routes (here its default route, to the client, which counts them).
 func TestClusterIPChecks(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {

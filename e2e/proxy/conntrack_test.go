@@ -183,6 +183,7 @@ func backendsOf(rs []echo.Result) map[string]int {
 // to the new one; with the cleanup off, the datagrams keep reaching the
 // removed (still running) pod for as long as the client sends.
 func TestConntrackStaleUDPEndpoint(t *testing.T) {
+	t.Parallel()
 	for _, cleanup := range []bool{true, false} {
 		t.Run(fmt.Sprintf("cleanup=%v", cleanup), func(t *testing.T) {
 			var args []string
@@ -235,6 +236,7 @@ func TestConntrackStaleUDPEndpoint(t *testing.T) {
 // A UDP client is already sending to a Service without endpoints when it
 // gets one: its datagrams are answered from the sync on.
 func TestConntrackServiceGetsEndpoints(t *testing.T) {
+	t.Parallel()
 	e := newConntrackEnv(t)
 	u := udpStream{podC.Name, hostPort(ctEmptyClusterIP, "53"), 40055}
 	if sum := u.run(t, e, 2); sum.OK != 0 {
@@ -281,6 +283,7 @@ func conntrackIn(t *testing.T, sb *sandbox.Sandbox, proto uint8) []conntrack.Flo
 // other endpoints (and their conntrack cleanup): its conntrack entry stays,
 // and the connection still carries data both ways.
 func TestConntrackTCPSurvivesSyncs(t *testing.T) {
+	t.Parallel()
 	e := newConntrackEnv(t)
 	// A UDP flow to the endpoint about to go, so the cleanup has work.
 	u := udpStream{podC.Name, hostPort(ctUDPClusterIP, "53"), 40057}

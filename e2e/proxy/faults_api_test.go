@@ -45,6 +45,7 @@ const apiFaultSyncPeriod = 5 * time.Second
 // (503) once a sync is overdue; when the API server comes back, the proxy
 // must follow a change made through it, and be healthy again.
 func TestFaultAPIServerDownRestart(t *testing.T) {
+	t.Parallel()
 	a := newAPIEnv(t)
 	web, dns := hostPort(apiWebIP, webPort), hostPort(apiDNSIP, "53")
 	a.do(t, "POST", servicesPath, apiService(apiWebName, apiWebIP, nil), nil)

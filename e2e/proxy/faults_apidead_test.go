@@ -67,6 +67,7 @@ type apiGoneFault struct {
 // Service deleted meanwhile (or right then) gone from the kernel within
 // seconds.
 func TestFaultAPIServerGone(t *testing.T) {
+	t.Parallel()
 	faults := []apiGoneFault{
 		{name: "killed", away: apiGoneKill, back: apiGoneRestart},
 		{name: "stopped", away: apiGoneSignal(syscall.SIGSTOP), back: apiGoneSignal(syscall.SIGCONT)},

@@ -40,6 +40,7 @@ const repairServices = 1500
 // group, must be repaired as soon as the transaction ends, not at the
 // periodic sync (30 s here).
 func TestFaultTamperingDuringRepair(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
 		"load-services.yaml":       loadServices(repairServices),
 		"load-endpointslices.yaml": loadSlices(repairServices, loadPortBase),
@@ -242,6 +243,7 @@ func (e *env) ownTable(t *testing.T) (release func()) {
 // once the owner exits (the kernel deletes its table and tells no one)
 // the table is back within about a second, and /readyz is 200 again.
 func TestFaultOwnedTable(t *testing.T) {
+	t.Parallel()
 	args := []string{"--iptables-sync-period", tamperSyncPeriod.String()}
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, proxyArgs: args})
 	e.proxy.expectedErrors = append(e.proxy.expectedErrors, "owned by another process")

@@ -30,6 +30,7 @@ const filesSyncPeriod = 2 * time.Second
 // directory changes: the proxy must read it again by itself, program the
 // Service and report healthy.
 func TestFaultFileTransientReadError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC},
 		proxyArgs: []string{"--iptables-sync-period", filesSyncPeriod.String()}})
 	// Whatever else needs a descriptor meanwhile fails as well (a sync's
@@ -161,6 +162,7 @@ func manyServices(n int) string {
 // take nothing away (held as being written, then refused, with warnings
 // naming the file); the second, valid, must log the Services it removes.
 func TestFaultFileCutShort(t *testing.T) {
+	t.Parallel()
 	const file, count = "many.yaml", 300
 	full := manyServices(count)
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{file: full}})
@@ -234,6 +236,7 @@ func TestFaultFileCutShort(t *testing.T) {
 // new name a second later. Neither may take a Service out of the kernel
 // for a moment: each is held, with a warning naming the file.
 func TestFaultFileEmptiedOrRenamed(t *testing.T) {
+	t.Parallel()
 	example, err := os.ReadFile(filepath.Join(exampleState, "services.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +306,7 @@ func TestFaultFileEmptiedOrRenamed(t *testing.T) {
 // endpoint (pod-a), never the claimant's (pod-b), and the kernel must
 // equal what render prints.
 func TestFaultRestartKeepsContestedClusterIP(t *testing.T) {
+	t.Parallel()
 	const contested = "10.96.2.60"
 	holder := strings.Replace(service{namespace: "default", name: "zz-holder", clusterIP: netip.MustParseAddr(contested),
 		portName: "http", protocol: "TCP", port: 80, targetPort: podTCPPort}.yaml(),

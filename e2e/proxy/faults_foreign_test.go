@@ -132,6 +132,7 @@ func expectNoFailedSync(t *testing.T, before, after metrics) {
 // every sync fail ("delete set __set0": no such file or directory), and
 // stateful objects were never seen.
 func TestFaultForeignObjects(t *testing.T) {
+	t.Parallel()
 	args := []string{"--iptables-sync-period", tamperSyncPeriod.String()}
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, proxyArgs: args})
 	e.waitRendered(t, 10*time.Second, "before tampering")
@@ -168,6 +169,7 @@ func TestFaultForeignObjects(t *testing.T) {
 // Before the fix, every sync of the new process failed (a liveness restart
 // crash-looped), and no Service change reached the kernel.
 func TestFaultForeignObjectsAtRestart(t *testing.T) {
+	t.Parallel()
 	args := []string{"--iptables-sync-period", tamperSyncPeriod.String()}
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, proxyArgs: args})
 	e.waitRendered(t, 10*time.Second, "before the restart")

@@ -49,6 +49,7 @@ const (
 // Before the fix the flood took every descriptor: /healthz and /metrics
 // stopped answering, and the state directory could no longer be read.
 func TestFaultListenFlood(t *testing.T) {
+	t.Parallel()
 	e := newFDLimitedEnv(t, listenFDLimit)
 	e.waitRendered(t, 10*time.Second, "before the flood")
 	f := e.startExampleFlows(t)
@@ -249,6 +250,7 @@ endpoints:
 // goes away with it (unshare --net), so that a proxy that does not exit
 // touches nothing.
 func TestFaultSyncPeriodsRefused(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yaml")

@@ -18,6 +18,7 @@ import (
 // stopped while we start: kube-proxy's rules must stay until our first
 // sync, then go.
 func TestUpstreamRulesStayUntilOurFirstSync(t *testing.T) {
+	t.Parallel()
 	u := newUpstreamEnv(t)
 	kp := u.runKubeProxy(t, "iptables", "jump KUBE-SVC-")
 	if err := kp.Stop(10 * time.Second); err != nil {
@@ -30,8 +31,12 @@ func TestUpstreamRulesStayUntilOurFirstSync(t *testing.T) {
 		"--kubeconfig", u.srv.ProxyKubeconfig, "--hostname-override", nodeName,
 		"--cluster-cidr", clusterCIDRs(), "--iptables-min-sync-period", "100ms")
 	u.proxy = p
-	// The Starting event cannot be written while the API server is down.
-	p.expectedErrors = append(p.expectedErrors, "Unable to write event")
+	// The Starting event cannot be written while the API server is down;
+	// its retry can reach the started API server before its authorizer has
+	// loaded the RBAC objects, which refuses it as forbidden, once (as in
+	// TestFaultAPIServerDownRestart).
+	p.expectedErrors = append(p.expectedErrors, "Unable to write event",
+		`Server rejected event (will not retry!)" err="events.events.k8s.io is forbidden`)
 	// Logged once start-up is done and we wait for the first listing.
 	p.waitLog(t, 30*time.Second, "the proxy waiting for the API server", func(lines []string) bool {
 		return logHas(lines, "kube-nftproxy running")

@@ -32,6 +32,7 @@ var (
 // wait without touching the tables, rather than both rewriting them. The
 // first one's Services must not notice.
 func TestFaultTwoInstances(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	f := e.startExampleFlows(t)
 	second := e.launchSecondProxy(t)
@@ -106,6 +107,7 @@ func (e *env) launchSecondProxy(t *testing.T) *proxy {
 // and a second proxy and --cleanup must still be refused, naming the
 // first one's pid.
 func TestFaultLockSquatted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	e.proxy.stop(t)
 	squatter := e.squat(t)
@@ -214,6 +216,7 @@ func runnableByAnyone(t *testing.T, path string) string {
 // own that goes away with it (unshare --net), so that a proxy that does
 // not exit touches nothing.
 func TestFaultStartupErrors(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.kubeconfig")
@@ -271,6 +274,7 @@ var stoppingRE = regexp.MustCompile(`(?i)\b(stopping|shutting down|exiting|termi
 // stopping and exit 0, and leave its rules in place, as kube-proxy does,
 // so that Services keep working until the next proxy starts.
 func TestFaultSIGTERM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	f := e.startExampleFlows(t)
 	before := len(e.proxy.log.lines())

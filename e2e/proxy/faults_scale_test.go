@@ -130,6 +130,7 @@ func (p *proxy) waitFullSync(t *testing.T, since time.Time, timeout time.Duratio
 // the good Service's rules be missing or its traffic fail, and the
 // restarted proxy must converge on the whole state.
 func TestFaultKillDuringFirstSync(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	e.proxy.stop(t)
 	writeAtomic(t, e.state, "load-services.yaml", loadServices(killSyncServices))
@@ -172,6 +173,7 @@ func TestFaultKillDuringFirstSync(t *testing.T) {
 // grows past its fold threshold along the way), while the good Service
 // carries traffic: not one connection to it may fail.
 func TestFaultEndpointChurn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
 		"load-services.yaml":       loadServices(loadServiceCount),
 		"load-endpointslices.yaml": loadSlices(loadServiceCount, loadPortBase),
@@ -217,6 +219,7 @@ func TestFaultEndpointChurn(t *testing.T) {
 // first sync writes all of them in one full sync: the good Service's
 // traffic must not fail, and its rules must be there throughout.
 func TestFaultFullSyncUnderTraffic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	f := e.startExampleFlows(t)
 	rules := e.sampleRules(t)

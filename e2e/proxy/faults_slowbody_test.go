@@ -36,6 +36,7 @@ const (
 // timeout), the flood filled the cap, and the probes were closed unanswered
 // (20 of 24 failed at 1,100 connections against the default cap of 1,024).
 func TestFaultListenSlowBodies(t *testing.T) {
+	t.Parallel()
 	e := newFDLimitedEnv(t, listenFDLimit)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -20,6 +20,7 @@ const tamperSyncPeriod = 2 * time.Second
 // same state. Some tamperings break the good Service until repaired; their
 // failed connections are reported, not judged.
 func TestFaultTampering(t *testing.T) {
+	t.Parallel()
 	args := []string{"--iptables-sync-period", tamperSyncPeriod.String()}
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, proxyArgs: args})
 	// The comparison must hold before any tampering, or it proves nothing.

@@ -19,6 +19,7 @@ import (
 // TestFeaturesExternalIPs: traffic from the client to an external IP on the
 // Service port is load-balanced like the ClusterIP's and masqueraded.
 func TestFeaturesExternalIPs(t *testing.T) {
+	t.Parallel()
 	e := newEdgeEnv(t)
 	rs, _ := edgeRuleset(t, e)
 	for _, f := range edgeFamilies {
@@ -45,6 +46,7 @@ func TestFeaturesExternalIPs(t *testing.T) {
 // in Proxy mode are not programmed; the NodePort of the Service works on
 // both node addresses.
 func TestFeaturesLoadBalancerIngress(t *testing.T) {
+	t.Parallel()
 	e := newEdgeEnv(t)
 	rs, text := edgeRuleset(t, e)
 	for _, f := range edgeFamilies {
@@ -85,6 +87,7 @@ func TestFeaturesLoadBalancerIngress(t *testing.T) {
 // range holds the node's address; the ClusterIP and the NodePort are not
 // restricted.
 func TestFeaturesLoadBalancerSourceRanges(t *testing.T) {
+	t.Parallel()
 	e := newEdgeEnv(t)
 	rs, _ := edgeRuleset(t, e)
 	spn := edgeSPN("fw", "http")
@@ -156,6 +159,7 @@ func testLocalLBIP(t *testing.T, e *env) {
 // NodePort, its external IP and its LB IP (from the client). A server on the
 // node listens on the NodePort: only the reject keeps the client from it.
 func TestFeaturesNoEndpointsReject(t *testing.T) {
+	t.Parallel()
 	e := newEdgeEnv(t)
 	rs, _ := edgeRuleset(t, e)
 	if _, err := e.sb.Start(t.Context(), sandbox.Node, agentBin, "serve", "--name", edgeNoneListenName,

@@ -23,6 +23,7 @@ import (
 // its way to a ClusterIP; with it, the pod is masqueraded like everyone.
 // The client off the node is masqueraded either way.
 func TestFlagsMasqueradeAll(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	for _, tc := range []struct {
 		name string
@@ -57,6 +58,7 @@ func TestFlagsMasqueradeAll(t *testing.T) {
 // 10.244.0.0/24 and fd00:10:244::/64 of examples/demo/node.yaml, arriving on
 // ext0), which tells ClusterCIDR from the other modes.
 func TestFlagsDetectLocal(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 
 	// ClusterCIDR (the default, here explicit): a source within
@@ -157,6 +159,7 @@ func TestFlagsDetectLocal(t *testing.T) {
 // every node address serves NodePorts: the control that the second
 // address works.
 func TestFlagsNodePortAddresses(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	for _, tc := range []struct {
 		name string
@@ -205,6 +208,7 @@ func TestFlagsNodePortAddresses(t *testing.T) {
 // of ours marks 0x4000 keep their source, those it marks 0x400 are
 // masqueraded.
 func TestFlagsMasqueradeBit(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	e := newFlagsEnv(t, nil, "--iptables-masquerade-bit", "10")
 	const bit, defaultBit = "0x00000400", "0x00004000"
@@ -258,6 +262,7 @@ func TestFlagsMasqueradeBit(t *testing.T) {
 // than 0. Last, the same command line with good values does program the
 // tables: the control that "nothing programmed" can fail.
 func TestFlagsBadValues(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{})
 	state := t.TempDir()

@@ -37,6 +37,7 @@ const (
 // --conntrack-tcp-be-liberal, and that forwarded NodePort traffic carries
 // the mark its accept rule matches.
 func TestFeaturesKubeForward(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	t.Run("Default", func(t *testing.T) {
 		e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})

@@ -30,6 +30,7 @@ const (
 // proxy), the Service's cluster IP still answers, and each of the two
 // Services gets one log line naming its addresses.
 func TestFeatureGateAllowServiceExternalIPs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		args    []string
@@ -74,6 +75,7 @@ func TestFeatureGateAllowServiceExternalIPs(t *testing.T) {
 // change that makes it sync, logs nothing more; a change of its external
 // IPs logs the line again, with the new addresses, which stay unprogrammed.
 func TestFeatureGateExternalIPsLogOncePerChange(t *testing.T) {
+	t.Parallel()
 	e := newEdgeEnv(t, gateExternalIPsOff)
 	v4, v6 := edgeFamilies[0], edgeFamilies[1]
 	first := externalIPsField(v4.extIP, v6.extIP)

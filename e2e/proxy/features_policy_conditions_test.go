@@ -26,6 +26,7 @@ func policyNotReady(p sandbox.Pod) policyEndpoint { return policyEndpoint{pod: p
 // TestPolicyEndpointConditions: every endpoint is on this node, and each pod
 // would answer if traffic reached it.
 func TestPolicyEndpointConditions(t *testing.T) {
+	t.Parallel()
 	svc := func(name, v4, v6 string) policyService {
 		return policyService{
 			name:        name,

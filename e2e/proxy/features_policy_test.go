@@ -44,6 +44,7 @@ func policyAddr(a netip.Addr, port int) string { return hostPort(a.String(), str
 // TestPolicyExternalTrafficLocal: externalTrafficPolicy Local on a
 // dual-stack NodePort Service, over TCP and UDP (items 5 and 12).
 func TestPolicyExternalTrafficLocal(t *testing.T) {
+	t.Parallel()
 	// pod-a is local, pod-b "on node-2".
 	etp := policyService{
 		name: "etp", externalLocal: true,
@@ -114,6 +115,7 @@ func TestPolicyExternalTrafficLocal(t *testing.T) {
 // TestPolicyInternalTrafficLocal: internalTrafficPolicy Local on a
 // dual-stack ClusterIP Service, over TCP and UDP (items 6 and 12).
 func TestPolicyInternalTrafficLocal(t *testing.T) {
+	t.Parallel()
 	itp := policyService{
 		name: "itp", internalLocal: true,
 		clusterIPv4: netip.MustParseAddr("10.96.60.1"), clusterIPv6: netip.MustParseAddr("fd00:10:96::6001"),

@@ -41,6 +41,7 @@ func policyHinted(p sandbox.Pod, zone string, hints ...string) policyEndpoint {
 }
 
 func TestPolicyTopologyHints(t *testing.T) {
+	t.Parallel()
 	svc := func(name, v4 string) policyService {
 		return policyService{
 			name: name, clusterIPv4: netip.MustParseAddr(v4),
@@ -122,6 +123,7 @@ func TestPolicyTopologyHints(t *testing.T) {
 // Incomplete node hints fall back to the zone hints, and with none for this
 // node either to every endpoint.
 func TestPolicyTopologyNodeHints(t *testing.T) {
+	t.Parallel()
 	svc := func(name, v4 string) policyService {
 		return policyService{
 			name: name, clusterIPv4: netip.MustParseAddr(v4),

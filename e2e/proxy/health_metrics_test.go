@@ -16,6 +16,7 @@ import (
 // while a broken state file holds back the first sync; our /readyz
 // answers 503 meanwhile, and is not counted.
 func TestHealthProbeMetrics(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{podA, podB})
 	state := t.TempDir()

@@ -207,6 +207,7 @@ func hcExpectClosed(t *testing.T, e *env, what string) {
 // TestHealthCheckNodePort follows one Service through the changes that
 // open, flip and close its health check port.
 func TestHealthCheckNodePort(t *testing.T) {
+	t.Parallel()
 	local := []hcEndpoint{{podA, nodeName}, {podB, nodeName}, {hcRemote, policyRemoteNode}}
 	e := newEnv(t, envOptions{extra: map[string]string{hcStateFile: documents(hcService(true), hcSlices(local...))}})
 

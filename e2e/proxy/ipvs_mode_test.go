@@ -15,6 +15,7 @@ import (
 // real binary with --proxy-mode ipvs stops at once with a message naming
 // the problem and the fix, exits non-zero, and programs nothing.
 func TestIPVSModeWithoutIPVS(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	if _, err := os.Stat("/proc/net/ip_vs"); err == nil {
 		t.Skip("this kernel has IPVS")

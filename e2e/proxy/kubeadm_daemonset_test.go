@@ -46,6 +46,7 @@ const (
 // reaches its first sync from the API server, warns of no flag, and a
 // Service created then answers on its ClusterIP.
 func TestKubeadmDaemonSet(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	cm, ds := readKubeadmManifest(t)
 	if err := apiserver.Available(); err != nil {

@@ -253,6 +253,7 @@ func withoutOurs(ruleset string) string {
 // kube-proxy (docs/migration.md, step 6), then `kube-nftproxy --cleanup`:
 // it removes nothing of theirs, so the ruleset stays exactly as it was.
 func TestCleanupLeavesUpstreamRules(t *testing.T) {
+	t.Parallel()
 	u := newUpstreamEnv(t)
 	u.leftKubeProxy(t)
 	withKubeProxy := u.ruleset(t)
@@ -268,6 +269,7 @@ func TestCleanupLeavesUpstreamRules(t *testing.T) {
 // when our proxy starts, and kube-proxy rules that appear while it runs (an
 // old kube-proxy still running) are removed with a warning and counted.
 func TestUpstreamLeftoversStartAndWatch(t *testing.T) {
+	t.Parallel()
 	u := newUpstreamEnv(t)
 	u.leftKubeProxy(t)
 	p := startAPIProxy(t, u.sb, u.srv.ProxyKubeconfig)

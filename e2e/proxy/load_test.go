@@ -37,6 +37,7 @@ const (
 // proxy. UDP keeps no such state, so the UDP loop runs in pod-b, half of it
 // hairpinned.
 func TestSyncUnderLoad(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{
 		"load-services.yaml":       loadServices(loadServiceCount),

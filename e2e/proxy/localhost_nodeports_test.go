@@ -24,6 +24,7 @@ const lnpListenPort = "9111"
 var lnpNodePort = hostPort("127.0.0.1", webNodePort)
 
 func TestLocalhostNodePorts(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	t.Run("IPTablesMode", func(t *testing.T) {
 		e := newFlagsEnv(t, nil, "--proxy-mode=iptables")

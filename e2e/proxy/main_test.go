@@ -57,6 +57,12 @@ func proxyBinary(dir string) (string, error) {
 	return testbin.Build(testbin.Module+"/cmd/kube-nftproxy", dir)
 }
 
+// Every test but two calls t.Parallel: each runs in sandbox namespaces of
+// its own, and most of their time is waiting (for an API server to start,
+// for timers, for traffic), so they overlap well. TestFaultBadInput and
+// TestFaultForeignChainsRepairedInPlace stay serial: they time CPU-bound
+// work (a 50 MB input, repairs racing a foreign writer) against limits.
+
 // needRoot skips kernel tests in -short mode and when not root.
 func needRoot(t *testing.T) {
 	t.Helper()

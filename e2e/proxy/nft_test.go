@@ -34,6 +34,7 @@ func sepChain(spn, proto string, ep netip.AddrPort) string {
 
 // The examples from docs/architecture.md, which are kube-proxy's.
 func TestChainNames(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ spn, proto, want string }{
 		{"default/kubernetes:https", "tcp", "KUBE-SVC-NPX46M4PTMTKRN6Y"},
 		{"kube-system/kube-dns:dns", "udp", "KUBE-SVC-TCOU7JCQXEZGVUNU"},
@@ -117,6 +118,7 @@ func (rs ruleset) mapText(family, name string) string {
 }
 
 func TestParseRuleset(t *testing.T) {
+	t.Parallel()
 	text := `table ip kube-nftproxy {
 	comment "rules for kube-nftproxy"
 	map service-ips {

@@ -20,6 +20,7 @@ import (
 // family's NodePorts answer on every node address, as kube-proxy's
 // NodePortAddresses does for a family it has no address for.
 func TestNodePortPrimaryDefault(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	e := newFlagsEnv(t, nil) // --proxy-mode=nftables, no --nodeport-addresses
 	flagsAddNodeAddr2(t, e)

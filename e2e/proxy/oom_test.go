@@ -18,6 +18,7 @@ import (
 // (as in some CI containers, and the DaemonSet in deploy/), the value stays
 // and the proxy says why at --v=2, as kube-proxy does, and runs on.
 func TestOOMScoreAdj(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	sb := newSandbox(t, []sandbox.Pod{podA})
 	state := t.TempDir()

@@ -69,6 +69,7 @@ const loadServiceCount = 1000
 // with many Services; and that the example's rules, loaded by nft, list
 // as the proxy's own do.
 func TestRender(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	for _, tc := range []struct {
 		name   string

@@ -22,6 +22,7 @@ const requestsPerCheck = 40
 // and the ruleset. The subtests share one sandbox and proxy; only the last
 // one changes the state, and it puts it back.
 func TestServices(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}})
 	nodePort4 := hostPort(sandbox.NodeIPv4.Addr().String(), webNodePort)
 

@@ -93,6 +93,7 @@ func soakConfigFromEnv(t *testing.T) soakConfig {
 // beyond a bound, and unless the kernel ends up with exactly what render
 // makes of the API server's objects.
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	cfg := soakConfigFromEnv(t)
 	a := newAPIEnv(t, soakPodD)
 	a.state = t.TempDir() // where checkSoakState puts the API server's objects

@@ -18,6 +18,7 @@ import (
 // sync (30 s): `nft list ruleset` then shows nothing of the Service, and no
 // transaction failed on the way.
 func TestStaleChainsDeleted(t *testing.T) {
+	t.Parallel()
 	svc := policyService{
 		name: "gone", clusterIPv4: netip.MustParseAddr("10.96.91.1"), clusterIPv6: netip.MustParseAddr("fd00:10:96::91:1"),
 		ports: []policyPort{policyHTTP.withNodePort(30091)},

@@ -62,6 +62,7 @@ func (e *env) trace(t *testing.T, args ...string) traceResult {
 // that answer, and the sources the backends see are masqueraded exactly
 // when it says so.
 func TestTraceMatchesTraffic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pods: []sandbox.Pod{podA, podB, podC}, extra: map[string]string{"empty.yaml": traceEmptyService}})
 	backendOf := map[string]string{} // DNAT target -> the pod that answers
 	for _, p := range []sandbox.Pod{podA, podB} {

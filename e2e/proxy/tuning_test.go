@@ -54,6 +54,7 @@ func tuningRead(t *testing.T, sb *sandbox.Sandbox, ns, key string) int {
 // and the test must never write it: the max asked for is chosen so that the
 // hash size is already large enough, and otherwise the max is left alone.
 func TestConntrackTuning(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	if _, err := os.Stat(filepath.Join("/proc/sys", tuningMaxKey)); err != nil {
 		t.Skipf("skipping: no conntrack sysctls on this kernel: %v", err)

@@ -25,6 +25,7 @@ import (
 // Each namespace routes everything to the API server's, which drops what is
 // not for it, so only the proxies' rules answer.
 func TestUpstreamNFTablesClusterIPChecks(t *testing.T) {
+	t.Parallel()
 	kubeProxy := needTools(t)
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skipf("skipping: upstream's nftables mode runs nft: %v", err)

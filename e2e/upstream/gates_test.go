@@ -15,6 +15,7 @@ import (
 // difference about its external IP gone), and neither side's rules name
 // ext's or ext-empty's external IP; ours logs one line for each of the two.
 func TestUpstreamIPTablesDiffNoExternalIPs(t *testing.T) {
+	t.Parallel()
 	pp := startPair(t, "iptables", "--feature-gates=AllowServiceExternalIPs=false")
 	e := pp.env
 	wantPorts := 1 // default/kubernetes:https

@@ -270,6 +270,7 @@ const apiserverLib = "registered at init by k8s.io/apiserver packages kube-proxy
 // fields on /healthz and /livez, the same /configz shape and the metrics
 // server's paths; and both record the same Starting event on their Node.
 func TestUpstreamMetricsFamilies(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {
 			pp := startPair(t, mode)

@@ -19,6 +19,7 @@ import (
 // says equal for every Service port, and names the one Service port whose
 // endpoint is then changed in the listing.
 func TestUpstreamNFTablesDiff(t *testing.T) {
+	t.Parallel()
 	kubeProxy := needTools(t)
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skipf("skipping: %v (apt-get install nftables: the listing of upstream's tables)", err)

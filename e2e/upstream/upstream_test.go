@@ -2,7 +2,9 @@
 // kube-nftproxy side by side against one real API server, each in a network
 // namespace of its own, and checks with `kube-nftproxy diff` that they
 // program the same thing for every Service port; and, both in nftables
-// mode, that they give traffic to ClusterIPs the same verdicts.
+// mode, that they give traffic to ClusterIPs the same verdicts. The tests
+// run in parallel: each has its own API server and namespaces, and most of
+// their time is waiting for the proxies' syncs.
 package upstream
 
 import (
@@ -307,6 +309,7 @@ func newTestEnv(t *testing.T, dir, ours string) *testEnv {
 // and names the one Service port whose endpoint then changes on our side
 // only (and, in the dump text, on upstream's side only).
 func TestUpstreamIPTablesDiff(t *testing.T) {
+	t.Parallel()
 	kubeProxy := needTools(t)
 	dir := t.TempDir()
 	ours, err := testbin.Build(testbin.Module+"/cmd/kube-nftproxy", dir)

@@ -20,6 +20,8 @@
 #   coredns     coredns
 #   flannel     flanneld, and the CNI plugins flannel bridge host-local
 #               loopback portmap in cluster/bin/cni
+#   ginkgo      the ginkgo CLI that runs e2e.test in parallel processes (the
+#               version e2e.test links)
 #   metallb     metallb-controller metallb-speaker (MetalLB, the optional
 #               load balancer: KNP_CLUSTER_LB=metallb), and its CRDs from
 #               the module in cluster/metallb/crds.yaml
@@ -48,6 +50,9 @@ NICE=${KNP_BUILD_NICE:-10}
 # v3.7.0, build/dependencies.yaml says 3.7.0 and kubeadm's DefaultEtcdVersion
 # 3.7.0-0. build_etcd warns when the downloaded go.mod says otherwise.
 ETCD_VERSION=v3.7.0
+# GINKGO_VERSION is the ginkgo k8s.io/kubernetes v1.37.1 (so e2e.test)
+# links: its parallel runner must speak the same protocol.
+GINKGO_VERSION=v2.32.0
 CONTAINERD_VERSION=v2.4.2
 CONTAINERD_TAGS="no_btrfs no_devmapper no_zfs no_aufs"
 COREDNS_VERSION=v1.15.0
@@ -339,6 +344,23 @@ k8s_pinned_etcd() {
 	true
 }
 
+ginkgo_valid() {
+	all_stamped "$(stamp_key "ginkgo $GINKGO_VERSION")" ginkgo &&
+		reports "${GINKGO_VERSION#v}" "$CLUSTER_BIN/ginkgo" version
+}
+
+# build_ginkgo builds the ginkgo CLI, which runs e2e.test's specs in
+# parallel processes (the cluster tier and make conformance).
+build_ginkgo() {
+	local tmp=$CLUSTER_DIR/tmp-ginkgo
+	ginkgo_valid && log "ginkgo: cached $CLUSTER_BIN/ginkgo" && return
+	helper_module "$CLUSTER_DIR/src/ginkgo" ginkgo "github.com/onsi/ginkgo/v2 $GINKGO_VERSION"
+	go_build_into ginkgo "$tmp" -ldflags "-s -w" -o "$tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+	install_outputs "$tmp" "$(stamp_key "ginkgo $GINKGO_VERSION")" ginkgo
+	ginkgo_valid || die "ginkgo: $CLUSTER_BIN/ginkgo does not report $GINKGO_VERSION"
+	log "ginkgo: built $CLUSTER_BIN/ginkgo"
+}
+
 containerd_valid() {
 	local v=${CONTAINERD_VERSION#v}
 	all_stamped "$(stamp_key "containerd $CONTAINERD_VERSION $CONTAINERD_TAGS")" \
@@ -524,7 +546,7 @@ bin_path() {
 	kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl | kube-proxy | agnhost | e2e.test)
 		echo "$K8S_BIN/$1"
 		;;
-	etcd | containerd | containerd-shim-runc-v2 | ctr | coredns | flanneld | metallb-controller | metallb-speaker | cni/*)
+	etcd | containerd | containerd-shim-runc-v2 | ctr | coredns | flanneld | ginkgo | metallb-controller | metallb-speaker | cni/*)
 		echo "$CLUSTER_BIN/$1"
 		;;
 	*) die "--print: unknown binary '$1'" ;;
@@ -558,14 +580,14 @@ main() {
 	for part in "${parts[@]}"; do
 		case $part in
 		all)
-			main k8s etcd containerd coredns flannel
+			main k8s etcd containerd coredns flannel ginkgo
 			if [[ ${KNP_CLUSTER_LB:-} == metallb ]]; then main metallb; fi
 			;;
 		k8s) with_lock "$K8S_DIR" build_k8s "${K8S_ALL[@]}" ;;
 		kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl | kube-proxy | agnhost | e2e.test)
 			with_lock "$K8S_DIR" build_k8s "$part"
 			;;
-		etcd | containerd | coredns | flannel | metallb)
+		etcd | containerd | coredns | flannel | ginkgo | metallb)
 			with_lock "$CLUSTER_DIR/locks/$part" "build_$part"
 			;;
 		*) log "unknown part $part" && usage ;;

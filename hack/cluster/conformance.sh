@@ -68,7 +68,6 @@ metallb) shape=$shape-metallb ;;
 esac
 out=${CONFORMANCE_OUT:-bin/conformance/$proxy$shape}
 e2e=$cache/k8s-v1.37.1/bin/e2e.test
-ginkgo_version=v2.32.0 # the version k8s.io/kubernetes v1.37.1 (so e2e.test) links
 
 case $proxy in
 ours | privileged | localhost | ipvs) ds=kube-nftproxy ;;
@@ -169,16 +168,10 @@ if [ "${1:-}" = --list ]; then
 	exit 0
 fi
 
-# ginkgo CLI (parallel runs), built once into the cache from a helper
-# module, as build.sh builds everything else.
+# ginkgo CLI (parallel runs), built once into the cache by build.sh.
 ginkgo=$cache/cluster/bin/ginkgo
-if [ "$procs" -gt 1 ] && ! "$ginkgo" version 2>/dev/null | grep -q "${ginkgo_version#v}"; then
-	mod=$cache/cluster/ginkgo-module
-	mkdir -p "$mod"
-	printf 'module knp/ginkgo-cli\n\ngo 1.24\n\nrequire github.com/onsi/ginkgo/v2 %s\n' "$ginkgo_version" >"$mod/go.mod"
-	printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/onsi/ginkgo/v2/ginkgo"\n' >"$mod/tools.go"
-	(cd "$mod" && GOCACHE=$cache/gocache GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
-		nice -n 10 go build -trimpath -o "$ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
+if [ "$procs" -gt 1 ]; then
+	hack/cluster/build.sh ginkgo >&2
 fi
 
 kubectl() { nsenter --net=/run/netns/nodenet -- "$cache/k8s-v1.37.1/bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" "$@"; }
