@@ -441,8 +441,12 @@ func formatLatency(rs []latencyResult) string {
 		case "upstream":
 			upstream = p99
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d in %.0f s (%.4g/s) | %s / %s / %s | %d / %d (%d) | %s | %.1f | %.1f | %s |\n",
-			r.Proxy, r.Nodes, r.Services, r.Changes, r.Window.Seconds(), r.Rate,
+		written := fmt.Sprintf("%d in %.0f s (%.4g/s)", r.Changes, r.Window.Seconds(), r.Rate)
+		if r.Skipped+r.WriteErrs > 0 {
+			written += fmt.Sprintf(", %d skipped, %d failed", r.Skipped, r.WriteErrs)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s / %s / %s | %d / %d (%d) | %s | %.1f | %.1f | %s |\n",
+			r.Proxy, r.Nodes, r.Services, written,
 			scale.Secs(percentile(r.Latencies, 0.5).Seconds()), scale.Secs(p99.Seconds()), scale.Secs(percentile(r.Latencies, 1).Seconds()),
 			r.NotSeen, r.Lost, r.LostHeld, histCell(r.Programming), r.APICPU, float64(r.APIBytes)/(1<<20), r.Load)
 	}

@@ -21,8 +21,8 @@ import (
 // a Service created; the others replace an endpoint.
 const serviceEvery = 5
 
-// maxInFlight bounds the workload's writes in flight: past it a tick is
-// skipped (and counted) rather than queued, so the rate never bursts.
+// maxInFlight bounds the workload's writes in flight: past it a change is
+// skipped (and counted) rather than queued behind a stalled API server.
 const maxInFlight = 32
 
 // workload writes the latency benchmark's changes at a fixed rate: every
@@ -52,19 +52,17 @@ func newWorkload(api *scale.Client, services, per int) *workload {
 }
 
 // run writes one change every 1/rate for window, registering each in
-// want, and returns when the last write has returned.
+// want, and returns when the last write has returned. Change k is due at
+// k/rate from the start: a late one (the machine busy) is written at
+// once, so the count holds.
 func (w *workload) run(ctx context.Context, want *awaited, rate float64, window time.Duration) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	end := time.Now().Add(window)
+	start := time.Now()
+	total := int(window.Seconds() * rate)
 	var wg sync.WaitGroup
 	inflight := make(chan struct{}, maxInFlight)
-	for k := 0; ; k++ {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-		if ctx.Err() != nil || time.Now().After(end) {
+	for k := range total {
+		due := start.Add(time.Duration(float64(k) * float64(time.Second) / rate))
+		if pause(ctx, time.Until(due)) != nil {
 			break
 		}
 		select {
