@@ -387,6 +387,7 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 			t.Errorf("%s: %v", kind, err)
 			continue
 		}
+		t.Logf("%s:\n%s", kind, formatLatency([]latencyResult{r}))
 		rs = append(rs, r)
 	}
 	table := formatLatency(rs)
