@@ -24,6 +24,7 @@ type change struct {
 	service bool // a Service created, else an endpoint replaced
 	ip      [4]byte
 	at      time.Time // just before the write; zero until then
+	done    time.Time // when the write returned
 	failed  bool      // the write failed: not measured
 }
 
@@ -54,6 +55,13 @@ func (a *awaited) start(i int) time.Time {
 	a.changes[i].at = now
 	a.mu.Unlock()
 	return now
+}
+
+// finish records that change i's write returned successfully.
+func (a *awaited) finish(i int) {
+	a.mu.Lock()
+	a.changes[i].done = time.Now()
+	a.mu.Unlock()
 }
 
 // fail marks change i as not written.

@@ -143,6 +143,7 @@ func (w *workload) replaceEndpoint(ctx context.Context, want *awaited) error {
 		want.fail(c)
 		return fmt.Errorf("replacing an endpoint of %s: %w", scale.Name(i), err)
 	}
+	want.finish(c)
 	w.mu.Lock()
 	w.endpoints[i] = addrs
 	w.mu.Unlock()
@@ -174,6 +175,7 @@ func (w *workload) createService(ctx context.Context, want *awaited) error {
 		want.start(c)
 		err := w.api.Do(ctx, http.MethodPost, scale.ServicesPath, svc, nil)
 		if err == nil {
+			want.finish(c)
 			return nil
 		}
 		want.fail(c)
