@@ -17,7 +17,7 @@ LDFLAGS := -X main.release=$(VERSION) -X main.commit=$(COMMIT)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 IMAGE   ?= kube-nftproxy
 
-.PHONY: all build image image-check test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-ipvs bench-dataplane soak demo clean
+.PHONY: all build image image-check test unit e2e vm-test lint fuzz bench bench-scale bench-idle bench-latency bench-ipvs bench-dataplane soak demo clean
 .PHONY: cluster cluster-down cluster-status cluster-build cluster-images cluster-images-test conformance cluster-test cluster-test-ipvs cluster-faults flakes
 
 all: build
@@ -159,6 +159,30 @@ bench-idle:
 		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(KNP_IDLE_OUT) KNP_IDLE_PROFILE=$(KNP_IDLE_PROFILE) KNP_IDLE_BASELINE=$(KNP_IDLE_BASELINE) \
 		KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesIdle$$' ./e2e/nftbench/
+
+# Network programming latency across many nodes: one real API server holding
+# KNP_LATENCY_SERVICES Services x 10 endpoints and KNP_LATENCY_NODES proxies
+# of one kind at a time (ours, then upstream v1.37.1 in nftables mode), each
+# in its own node namespace; after their first syncs, KNP_LATENCY_RATE
+# changes a second for KNP_LATENCY_WINDOW (an endpoint replaced by a fresh
+# address; every 5th a Service created). For each change and node, the
+# time from the API write to its address read back from the node's kernel
+# (nf_tables notifications), p50/p99/max; beside it the proxies' own
+# network_programming_duration histograms merged, the API server's CPU and
+# the bytes it sent the nodes over the window (root). One table, also
+# written to KNP_LATENCY_OUT; first syncs waited for KNP_SCALE_BOUND.
+KNP_LATENCY_NODES    ?= 50
+KNP_LATENCY_SERVICES ?= 5000
+KNP_LATENCY_RATE     ?= 5
+KNP_LATENCY_WINDOW   ?= 60s
+KNP_LATENCY_PROXIES  ?= ours,upstream
+KNP_LATENCY_OUT      ?=
+bench-latency:
+	hack/kube-proxy/build.sh
+	KNP_LATENCY_BENCH=1 KNP_LATENCY_NODES=$(KNP_LATENCY_NODES) KNP_LATENCY_SERVICES=$(KNP_LATENCY_SERVICES) \
+		KNP_LATENCY_RATE=$(KNP_LATENCY_RATE) KNP_LATENCY_WINDOW=$(KNP_LATENCY_WINDOW) \
+		KNP_LATENCY_PROXIES=$(KNP_LATENCY_PROXIES) KNP_LATENCY_OUT=$(KNP_LATENCY_OUT) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
+		$(GO) test -count=1 -v -timeout 4h -run '^TestNetworkProgrammingLatency$$' ./e2e/nftbench/
 
 # The same in IPVS mode, each proxy in a fresh QEMU VM with real IPVS (root;
 # about an hour): e2e/ipvsbench, KNP_IPVS_BENCH_SIZES, KNP_IPVS_BENCH_BOUND.

@@ -510,6 +510,17 @@ func (s *Server) APIServerRunning() bool {
 	return s.api != nil && !s.api.exited()
 }
 
+// APIServerPID is the running kube-apiserver's process id (0 if it is not
+// running), for reading its CPU time from /proc.
+func (s *Server) APIServerPID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.api == nil || s.api.exited() {
+		return 0
+	}
+	return s.api.cmd.Process.Pid
+}
+
 // Stop kills kube-apiserver and etcd and removes Dir (kept, and its path
 // printed to stderr, when KNP_APISERVER_KEEP=1). It may be called more than once.
 func (s *Server) Stop() error {

@@ -77,16 +77,20 @@ func (ip *idleProxy) close() {
 }
 
 // idleNode makes node namespace i: a veth to the API server's namespace
-// with addresses of its own (10.123.1.4i+1/30 there, +2 here), so that
-// several proxies run at once. It returns the namespace and the API
-// server's address seen from it.
+// with addresses of its own (10.123.1.4i+1/30 there, +2 here; 64 nodes to
+// each third byte from 1 up), so that many proxies run at once. It returns
+// the namespace and the API server's address seen from it.
 func idleNode(apiNS string, i int) (string, netip.Addr, func(), error) {
 	ns, del, err := newNetNS("knp-ni-")
 	if err != nil {
 		return "", netip.Addr{}, nil, err
 	}
-	apiSide := netip.AddrFrom4([4]byte{10, 123, 1, byte(4*i + 1)})
-	nodeSide := netip.AddrFrom4([4]byte{10, 123, 1, byte(4*i + 2)})
+	if i < 0 || i >= 64*254 {
+		del()
+		return "", netip.Addr{}, nil, fmt.Errorf("node %d: no addresses for it", i)
+	}
+	apiSide := netip.AddrFrom4([4]byte{10, 123, byte(1 + i/64), byte(4*(i%64) + 1)})
+	nodeSide := netip.AddrFrom4([4]byte{10, 123, byte(1 + i/64), byte(4*(i%64) + 2)})
 	if err := veth(apiNS, "ni-"+ns[len(ns)-6:], []string{apiSide.String() + "/30"},
 		ns, "api0", []string{nodeSide.String() + "/30"}); err != nil {
 		del()
@@ -147,7 +151,7 @@ func (b *bench) startIdle(kind string, i int) (*idleProxy, error) {
 		logDir = d
 	}
 	ip.start = time.Now()
-	ip.p, err = startProxy(ns, filepath.Join(logDir, fmt.Sprintf("idle-%s-%d.log", kind, b.created)), argv)
+	ip.p, err = startProxy(ns, filepath.Join(logDir, fmt.Sprintf("idle-%s-%d-node%d.log", kind, b.created, i)), argv)
 	if err != nil {
 		ip.close()
 		return nil, err
@@ -159,29 +163,35 @@ func (b *bench) startIdle(kind string, i int) (*idleProxy, error) {
 // from its start; those that do not make it are marked unsynced.
 func waitSynced(ctx context.Context, t *testing.T, ps []*idleProxy, bound time.Duration) error {
 	for {
-		pending := 0
-		for _, ip := range ps {
-			if ip.synced || time.Since(ip.start) > bound {
-				continue
-			}
-			if err := ip.p.exited(); err != nil {
-				return err
-			}
-			if h, err := ip.hist(ctx); err == nil && h.Count > 0 {
-				ip.synced = true
-				ip.toSynced, _ = scale.ProcessActivity(ip.p.cmd.Process.Pid)
-				t.Logf("%s: first sync %.1fs after start", ip.kind, time.Since(ip.start).Seconds())
-				continue
-			}
-			pending++
-		}
-		if pending == 0 {
-			return nil
+		pending, err := checkSynced(ctx, t, ps, bound)
+		if err != nil || pending == 0 {
+			return err
 		}
 		if err := pause(ctx, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for the first syncs: %w", err)
 		}
 	}
+}
+
+// checkSynced marks the proxies whose first sync is now done, and returns
+// how many are still within bound of their start without one.
+func checkSynced(ctx context.Context, t *testing.T, ps []*idleProxy, bound time.Duration) (pending int, err error) {
+	for _, ip := range ps {
+		if ip.synced || time.Since(ip.start) > bound {
+			continue
+		}
+		if err := ip.p.exited(); err != nil {
+			return 0, err
+		}
+		if h, err := ip.hist(ctx); err == nil && h.Count > 0 {
+			ip.synced = true
+			ip.toSynced, _ = scale.ProcessActivity(ip.p.cmd.Process.Pid)
+			t.Logf("%s %s: first sync %.1fs after start", ip.kind, ip.ns, time.Since(ip.start).Seconds())
+			continue
+		}
+		pending++
+	}
+	return pending, nil
 }
 
 // measureIdle starts the proxies at once, each in its own node namespace,
