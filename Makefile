@@ -47,18 +47,18 @@ image-check:
 		echo "image-check: the same digest twice, no build path in the binaries"
 
 # Everything CI runs: lint, unit tests, and the kernel tests (root) in
-# network namespaces the tests create and delete; the kernel tests again on
-# Debian's 6.1 and 5.10 kernels in a QEMU VM (root: it installs and caches
-# what it needs); the cluster tier's subset on a real cluster (root; it
+# network namespaces the tests create and delete; then, side by side
+# (hack/lanes.sh), the kernel tests again on Debian's 6.1 and 5.10 kernels
+# in a QEMU VM (root: it installs and caches what it needs) followed by a
+# short fuzz run, and the cluster tier's subset on a real cluster (root; it
 # skips, saying so, while the cluster cache is cold, unless
-# KNP_REQUIRE_CLUSTER=1 as CI sets); then a short fuzz run. The tiers run
-# one after the other: on two cores, the VM's emulated CPU beside the
-# cluster tier ran two to three times slower, and gained nothing.
+# KNP_REQUIRE_CLUSTER=1 as CI sets).
 test: build lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) vm-test; else echo "vm-test skipped: it needs root"; fi
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) cluster-test; else echo "cluster-test skipped: it needs root"; fi
-	$(MAKE) fuzz
+	@if [ "$$(id -u)" = 0 ]; then \
+		hack/lanes.sh $(BIN)/lanes "vm-test-then-fuzz=$(MAKE) --no-print-directory vm-test fuzz" \
+			"cluster-test=$(MAKE) --no-print-directory cluster-test"; \
+	else echo "vm-test and cluster-test skipped: they need root"; $(MAKE) fuzz; fi
 
 # A short run of each fuzz target beyond its seed corpus (the corpus itself
 # runs with the unit tests). Budgets are execution counts, not durations: Go
