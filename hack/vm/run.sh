@@ -104,7 +104,9 @@ for line in "${listed[@]}"; do
 	name=$(printf '%02d-%s' "$n" "${rel//\//_}")
 	n=$((n + 1))
 	mkdir -p "$share/tests/$name"
-	if ! CGO_ENABLED=0 "$GO" test -c -o "$share/tests/$name/test" "$ipath"; then
+	# -trimpath: the build cache then serves any checkout of the same
+	# sources, wherever it is (CI clones anew each time).
+	if ! CGO_ENABLED=0 "$GO" test -trimpath -c -o "$share/tests/$name/test" "$ipath"; then
 		echo "run.sh: building the tests of $ipath failed" >&2
 		exit 2
 	fi
