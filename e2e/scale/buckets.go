@@ -26,23 +26,12 @@ type Buckets map[float64]int
 
 // ReadBuckets reads histogram metric's buckets from the /metrics page at url.
 func ReadBuckets(ctx context.Context, hc *http.Client, url, metric string) (Buckets, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
-	}
-	b, err := ParseBuckets(resp.Body, metric)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
-	}
-	return b, nil
+	var b Buckets
+	err := readMetrics(ctx, hc, url, func(r io.Reader) (err error) {
+		b, err = ParseBuckets(r, metric)
+		return err
+	})
+	return b, err
 }
 
 // ParseBuckets reads histogram metric's buckets from a Prometheus text

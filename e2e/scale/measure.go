@@ -40,23 +40,32 @@ func (h Histogram) Since(before Histogram) (mean float64, n int) {
 // SyncHistogram reads the histogram metric (SyncMetric, FullSyncMetric)
 // from the /metrics page at url.
 func SyncHistogram(ctx context.Context, hc *http.Client, url, metric string) (Histogram, error) {
+	var h Histogram
+	err := readMetrics(ctx, hc, url, func(r io.Reader) (err error) {
+		h, err = ParseHistogram(r, metric)
+		return err
+	})
+	return h, err
+}
+
+// readMetrics GETs the /metrics page at url and hands its body to parse.
+func readMetrics(ctx context.Context, hc *http.Client, url string, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return Histogram{}, err
+		return err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return Histogram{}, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Histogram{}, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
+		return fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
 	}
-	h, err := ParseHistogram(resp.Body, metric)
-	if err != nil {
-		return h, fmt.Errorf("%s: %w", url, err)
+	if err := parse(resp.Body); err != nil {
+		return fmt.Errorf("%s: %w", url, err)
 	}
-	return h, nil
+	return nil
 }
 
 // ParseHistogram reads histogram metric from a Prometheus text page: the
