@@ -155,6 +155,7 @@ func client(ctx context.Context, args []string, loop bool, stdout, stderr io.Wri
 	fs.BoolVar(&cfg.UntilFail, "until-fail", false, "stop at the first failure")
 	fs.BoolVar(&cfg.UntilOK, "until-ok", false, "stop at the first reply")
 	fs.StringVar(&cfg.Results, "results", echo.ResultsNone, "per-request results to list: none, failed or all")
+	announce := fs.Int("announce", 0, "print \"N replies\" on stderr when the Nth reply arrives (0: never)")
 	if loop {
 		cfg.Count = 0
 		cfg.Results = echo.ResultsFailed
@@ -187,6 +188,13 @@ func client(ctx context.Context, args []string, loop bool, stdout, stderr io.Wri
 	if loop && cfg.Duration <= 0 {
 		fmt.Fprintf(stderr, "e2e-agent loop: need --duration\n")
 		return 2
+	}
+	if *announce > 0 {
+		cfg.OnReply = func(ok int) {
+			if ok == *announce {
+				fmt.Fprintf(stderr, "%d replies\n", ok)
+			}
+		}
 	}
 	sum, err := echo.Run(ctx, cfg)
 	if err != nil {

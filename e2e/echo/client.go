@@ -43,6 +43,9 @@ type ClientConfig struct {
 	// UntilFail stops at the first failure, UntilOK at the first success.
 	UntilFail, UntilOK bool
 	Results            string // ResultsNone (default), ResultsFailed or ResultsAll
+	// OnReply, if set, is called after each reply with the replies so far:
+	// how a harness learns that a long run is under way.
+	OnReply func(ok int)
 }
 
 func (c *ClientConfig) validate() error {
@@ -192,6 +195,9 @@ func Run(ctx context.Context, cfg ClientConfig) (*Summary, error) {
 				sum.OK++
 				sum.Backend[name]++
 				sum.Sources[src.Addr().String()]++
+				if cfg.OnReply != nil {
+					cfg.OnReply(sum.OK)
+				}
 			}
 		}
 		if err != nil {

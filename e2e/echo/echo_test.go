@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,6 +154,17 @@ func TestUntilOK(t *testing.T) {
 	sum, err := Run(t.Context(), ClientConfig{Network: "tcp", Addr: srv.TCPAddr().String(), Count: 10, Timeout: time.Second, UntilOK: true})
 	if err != nil || sum.OK != 1 || !sum.Success(true) {
 		t.Errorf("%+v %v", sum, err)
+	}
+}
+
+func TestOnReplyCounts(t *testing.T) {
+	srv := serve(t, "pod-a")
+	var seen []int
+	cfg := ClientConfig{Network: "udp", Addr: srv.UDPAddr().String(), Count: 4, Timeout: time.Second,
+		OnReply: func(ok int) { seen = append(seen, ok) }}
+	sum, err := Run(t.Context(), cfg)
+	if err != nil || sum.OK != 4 || !slices.Equal(seen, []int{1, 2, 3, 4}) {
+		t.Errorf("summary %+v, error %v, OnReply saw %v; want 1, 2, 3, 4", sum, err, seen)
 	}
 }
 

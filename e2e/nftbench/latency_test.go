@@ -44,7 +44,11 @@ type latencyResult struct {
 	// APIBytes: bytes received by the nodes' veths from it.
 	APICPU   float64
 	APIBytes int64
-	Load     string
+	// StartAPICPU and StartBytes are the same from the first start to the
+	// window (the first lists and watches of every node, and the settle).
+	StartAPICPU float64
+	StartBytes  int64
+	Load        string
 	// StartToSynced is the time from the first start to the last first
 	// sync (or to giving up, when Synced < Nodes: nothing else measured).
 	StartToSynced time.Duration
@@ -110,6 +114,10 @@ func (b *bench) startNodes(kind string, n int, bound time.Duration) ([]*idleProx
 func (b *bench) measureLatency(w *workload, kind string, s latencySettings) (r latencyResult, err error) {
 	r = latencyResult{Proxy: kind, Nodes: s.nodes, Services: b.created + w.created, Rate: s.rate}
 	t0 := time.Now()
+	initial, err := b.costs(b.t.Context(), nil, false)
+	if err != nil {
+		return r, err
+	}
 	ps, err := b.startNodes(kind, s.nodes, s.bound)
 	defer stopAll(ps)
 	if err != nil {
@@ -162,6 +170,7 @@ func (b *bench) measureLatency(w *workload, kind string, s latencySettings) (r l
 	b.t.Logf("%s: window %v, drained in %v", kind, r.Window.Round(time.Millisecond), drained.Round(time.Millisecond))
 	r.Load = loadAverage()
 	r.APICPU, r.APIBytes = after.apiCPU-before.apiCPU, after.bytes-before.bytes
+	r.StartAPICPU, r.StartBytes = before.apiCPU-initial.apiCPU, before.bytes
 	r.Programming = after.programming.Minus(before.programming)
 	skipped, errs := w.outcome()
 	r.Skipped, r.WriteErrs = skipped, len(errs)
@@ -422,20 +431,21 @@ func TestNetworkProgrammingLatencySmoke(t *testing.T) {
 	if r.NotSeen > 0 || r.Lost > 0 || len(r.Latencies) != 2*r.Changes {
 		t.Errorf("%d node x change pairs seen of %d: %d not seen, %d lost", len(r.Latencies), 2*r.Changes, r.NotSeen, r.Lost)
 	}
-	if r.Programming.Count() == 0 || r.APIBytes == 0 || r.APICPU == 0 {
-		t.Errorf("no cost measured: %d programming observations, %d bytes, %.2f API CPU s", r.Programming.Count(), r.APIBytes, r.APICPU)
+	if r.Programming.Count() == 0 || r.APIBytes == 0 || r.APICPU == 0 || r.StartBytes == 0 {
+		t.Errorf("no cost measured: %d programming observations, %d bytes (%d at the start), %.2f API CPU s",
+			r.Programming.Count(), r.APIBytes, r.StartBytes, r.APICPU)
 	}
 }
 
 // formatLatency prints one row per proxy kind, and upstream's p99 over ours.
 func formatLatency(rs []latencyResult) string {
 	var b bytes.Buffer
-	fmt.Fprintln(&b, "| proxy | nodes | Services | changes (rate) | API write p50 / p99 | write to kernel p50 / p99 / max | not seen / lost (held at end) | proxies' histogram p50 / p99 (n) | API server CPU s | MiB to the nodes | load average |")
-	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(&b, "| proxy | nodes | Services | changes (rate) | API write p50 / p99 | write to kernel p50 / p99 / max | not seen / lost (held at end) | proxies' histogram p50 / p99 (n) | API server CPU s | MiB to the nodes | start: API server CPU s, MiB per node | load average |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	var ours, upstream time.Duration
 	for _, r := range rs {
 		if r.Synced < r.Nodes {
-			fmt.Fprintf(&b, "| %s | %d of %d synced after %.0f s | %d | - | - | - | - | - | - | - | %s |\n",
+			fmt.Fprintf(&b, "| %s | %d of %d synced after %.0f s | %d | - | - | - | - | - | - | - | - | %s |\n",
 				r.Proxy, r.Synced, r.Nodes, r.StartToSynced.Seconds(), r.Services, r.Load)
 			continue
 		}
@@ -450,11 +460,12 @@ func formatLatency(rs []latencyResult) string {
 		if r.Skipped+r.WriteErrs > 0 {
 			written += fmt.Sprintf(", %d skipped, %d failed", r.Skipped, r.WriteErrs)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s / %s | %s / %s / %s | %d / %d (%d) | %s | %.1f | %.1f | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s / %s | %s / %s / %s | %d / %d (%d) | %s | %.1f | %.1f | %.1f, %.2f | %s |\n",
 			r.Proxy, r.Nodes, r.Services, written,
 			scale.Secs(percentile(r.Writes, 0.5).Seconds()), scale.Secs(percentile(r.Writes, 0.99).Seconds()),
 			scale.Secs(percentile(r.Latencies, 0.5).Seconds()), scale.Secs(p99.Seconds()), scale.Secs(percentile(r.Latencies, 1).Seconds()),
-			r.NotSeen, r.Lost, r.LostHeld, histCell(r.Programming), r.APICPU, float64(r.APIBytes)/(1<<20), r.Load)
+			r.NotSeen, r.Lost, r.LostHeld, histCell(r.Programming), r.APICPU, float64(r.APIBytes)/(1<<20),
+			r.StartAPICPU, float64(r.StartBytes)/float64(r.Nodes)/(1<<20), r.Load)
 	}
 	if ours > 0 && upstream > 0 {
 		fmt.Fprintf(&b, "\nupstream's p99 over ours: %s\n", scale.Ratio(upstream.Seconds(), ours.Seconds()))

@@ -34,6 +34,9 @@ const (
 	flowTimeout  = time.Second
 	flowLimit    = 5 * time.Minute
 	flowCount    = 200_000
+	// flowMinReplies is what each flow must have answered before it is
+	// stopped and judged.
+	flowMinReplies = 5
 )
 
 // flows is the background traffic of a fault scenario: a steady flow of
@@ -50,6 +53,7 @@ func (e *env) startFlows(t *testing.T, tcpAddr, udpAddr string) *flows {
 	extra := []string{
 		"--duration", flowLimit.String(), "--count", strconv.Itoa(flowCount),
 		"--interval", flowInterval.String(), "--timeout", flowTimeout.String(),
+		"--announce", strconv.Itoa(flowMinReplies),
 	}
 	f := &flows{
 		tcp: e.startLoop(t, podC.Name, "tcp", tcpAddr, extra...),
@@ -76,10 +80,13 @@ type flowResult struct {
 	started  [2]time.Time // of tcp and udp, to put results on the clock
 }
 
-// stop ends both flows and returns their summaries. Both must still have
-// been running (a flow that ended early had hit its bounds).
+// stop ends both flows, once each has had flowMinReplies replies, and
+// returns their summaries. Both must still have been running (a flow that
+// ended early had hit its bounds).
 func (f *flows) stop(t *testing.T) flowResult {
 	t.Helper()
+	f.tcp.awaitReplies(t, flowMinReplies)
+	f.udp.awaitReplies(t, flowMinReplies)
 	f.tcp.stop(t)
 	f.udp.stop(t)
 	return flowResult{tcp: f.tcp.wait(t), udp: f.udp.wait(t), started: [2]time.Time{f.tcp.started, f.udp.started}}
@@ -125,7 +132,7 @@ func (r flowResult) expectFailuresAtMost(t *testing.T, what string, n int) {
 				t.Logf("  request at %s, after %.0f ms: %s", at.UTC().Format("15:04:05.000"), res.RTTMS, res.Error)
 			}
 		}
-		if s.OK < 5 {
+		if s.OK < flowMinReplies {
 			t.Errorf("%s: %s: only %d requests answered: not much of a flow", what, s.Target, s.OK)
 		}
 	}

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -121,6 +124,7 @@ type trafficLoop struct {
 	target  string
 	proc    *sandbox.Process
 	stdout  bytes.Buffer
+	stderr  *lineLog
 	started time.Time
 }
 
@@ -132,7 +136,8 @@ func (e *env) startLoop(t *testing.T, ns, proto, addr string, extra ...string) *
 	args := append([]string{agentBin, "loop", "--" + proto, addr, "--duration", loopLimit.String()}, extra...)
 	cmd := e.sb.Command(t.Context(), ns, args...)
 	cmd.Stdout = &l.stdout
-	cmd.Stderr = &lineLog{prefix: ns + "/loop: ", logf: t.Logf}
+	l.stderr = &lineLog{prefix: ns + "/loop: ", logf: t.Logf}
+	cmd.Stderr = l.stderr
 	proc, err := e.sb.StartCmd(ns, cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +155,26 @@ func (l *trafficLoop) stop(t *testing.T) {
 	}
 	if err := l.proc.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// awaitReplies waits until the loop, started with --announce n, has had n
+// replies: a flow judged by its replies must have carried some first, which
+// on a loaded machine can take longer than the fault it surrounds.
+func (l *trafficLoop) awaitReplies(t *testing.T, n int) {
+	t.Helper()
+	want := fmt.Sprintf("%d replies", n)
+	err := sandbox.Poll(t.Context(), 30*time.Second, 20*time.Millisecond, func(context.Context) error {
+		if slices.Contains(l.stderr.lines(), want) {
+			return nil
+		}
+		if l.proc.Exited() {
+			return fmt.Errorf("the loop ended: %v", l.proc.Wait())
+		}
+		return errors.New("fewer replies so far")
+	})
+	if err != nil {
+		t.Errorf("%s: waiting for %s: %v", l.target, want, err)
 	}
 }
 
