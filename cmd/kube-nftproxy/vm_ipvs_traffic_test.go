@@ -338,7 +338,10 @@ func (e *trafficEnv) client(ctx context.Context, ns string, cfg echo.ClientConfi
 	if cfg.Results == "" {
 		cfg.Results = echo.ResultsAll
 	}
-	js, _ := json.Marshal(cfg)
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client in %s: %w", ns, err)
+	}
 	cmd := e.sb.Command(ctx, ns, e.self)
 	cmd.Env = append(os.Environ(), echoEnv+"=client", echoArgsEnv+"="+string(js))
 	out, err := cmd.Output()

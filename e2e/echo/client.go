@@ -45,7 +45,7 @@ type ClientConfig struct {
 	Results            string // ResultsNone (default), ResultsFailed or ResultsAll
 	// OnReply, if set, is called after each reply with the replies so far:
 	// how a harness learns that a long run is under way.
-	OnReply func(ok int)
+	OnReply func(ok int) `json:"-"`
 }
 
 func (c *ClientConfig) validate() error {

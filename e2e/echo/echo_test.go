@@ -2,6 +2,7 @@ package echo
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -165,6 +166,20 @@ func TestOnReplyCounts(t *testing.T) {
 	sum, err := Run(t.Context(), cfg)
 	if err != nil || sum.OK != 4 || !slices.Equal(seen, []int{1, 2, 3, 4}) {
 		t.Errorf("summary %+v, error %v, OnReply saw %v; want 1, 2, 3, 4", sum, err, seen)
+	}
+}
+
+// TestClientConfigJSON: a configuration travels to a client in another
+// namespace as JSON (the VM tier's tests), callbacks left behind.
+func TestClientConfigJSON(t *testing.T) {
+	in := ClientConfig{Network: "tcp", Addr: "10.96.0.10:80", Count: 3, Timeout: time.Second, OnReply: func(int) {}}
+	js, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out ClientConfig
+	if err := json.Unmarshal(js, &out); err != nil || out.Addr != in.Addr || out.Count != in.Count || out.Timeout != in.Timeout {
+		t.Errorf("%s came back as %+v (%v)", js, out, err)
 	}
 }
 
