@@ -186,7 +186,8 @@ bench-idle:
 # time from the API write to its address read back from the node's kernel
 # (nf_tables notifications), p50/p99/max; beside it the proxies' own
 # network_programming_duration histograms merged, the API server's CPU and
-# the bytes it sent the nodes over the window (root). One table, also
+# the bytes it sent the nodes over the window, and over the start (their
+# lists and watches, per node) (root). One table, also
 # written to KNP_LATENCY_OUT; first syncs waited for KNP_SCALE_BOUND.
 KNP_LATENCY_NODES    ?= 50
 KNP_LATENCY_SERVICES ?= 5000

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,7 +100,12 @@ func (l Layout) bringUpNodes(ctx context.Context, deployDir string, imgs []Image
 		}
 		return l.startVMNodes(ctx, repo, refs, logf)
 	}
-	if err := l.startNodes(ctx, l.nodeImages(imgs), logf); err != nil {
+	seed, rest, err := l.imageSeed(ctx, imgs, logf)
+	if err != nil {
+		logf("%v: every node imports every archive", err)
+		seed, rest = "", l.nodeImages(imgs)
+	}
+	if err := l.startNodes(ctx, seed, rest, logf); err != nil {
 		return err
 	}
 	for _, n := range l.Nodes {
@@ -302,12 +308,13 @@ func (l Layout) startControlPlane(ctx context.Context) error {
 	return nil
 }
 
-// startNodes starts each node's containerd, imports the images into it,
-// and starts its kubelet.
-func (l Layout) startNodes(ctx context.Context, imgs []Image, logf func(string, ...any)) error {
+// startNodes starts each node's containerd on a root linked to the image
+// seed (none: an empty root), imports the other images into it, and
+// starts its kubelet.
+func (l Layout) startNodes(ctx context.Context, seed string, imgs []Image, logf func(string, ...any)) error {
 	errs := make(chan error, len(l.Nodes))
 	for _, n := range l.Nodes {
-		go func() { errs <- l.startNode(ctx, n, imgs, logf) }()
+		go func() { errs <- l.startNode(ctx, n, seed, imgs, logf) }()
 	}
 	var all []error
 	for range l.Nodes {
@@ -316,7 +323,12 @@ func (l Layout) startNodes(ctx context.Context, imgs []Image, logf func(string, 
 	return errors.Join(all...)
 }
 
-func (l Layout) startNode(ctx context.Context, n Node, imgs []Image, logf func(string, ...any)) error {
+func (l Layout) startNode(ctx context.Context, n Node, seed string, imgs []Image, logf func(string, ...any)) error {
+	if seed != "" {
+		if err := linkSeed(ctx, seed, l.containerdRoot(n)); err != nil {
+			return fmt.Errorf("%s: the image seed: %w", n.Name, err)
+		}
+	}
 	cd, err := l.startDaemon("containerd-"+n.Name, n.Name,
 		[]string{l.containerdBin(), "--config", l.nodeFile(n, "containerd.toml")})
 	if err != nil {
@@ -336,7 +348,7 @@ func (l Layout) startNode(ctx context.Context, n Node, imgs []Image, logf func(s
 	if err != nil {
 		return err
 	}
-	logf("%s: %d image archives imported in %v", n.Name, count, time.Since(start).Round(100*time.Millisecond))
+	logf("%s: %d image archives imported in %v (seed: %s)", n.Name, count, time.Since(start).Round(100*time.Millisecond), cmp.Or(seed, "none"))
 	_, err = l.startDaemon("kubelet-"+n.Name, n.Name, append([]string{l.K8sBin("kubelet")}, l.KubeletArgs(n)...))
 	return err
 }

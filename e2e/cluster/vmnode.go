@@ -193,7 +193,7 @@ func (l Layout) RunGuestNode(ctx context.Context, name string, logf func(string,
 	if err != nil {
 		return err
 	}
-	if err := l.startNode(ctx, n, l.guestImages(l.nodeImages(imgs)), logf); err != nil {
+	if err := l.startNode(ctx, n, "", l.guestImages(l.nodeImages(imgs)), logf); err != nil {
 		return err
 	}
 	missing, err := l.missingImages(ctx, n, []string{refs.pause, refs.proxy, refs.coredns, refs.agnhost, refs.flannel})
