@@ -131,6 +131,7 @@ func pruneSeeds(dir, keep string) error {
 	}
 	return nil
 }
+
 // makeSeed runs a containerd of its own on dir/root (no CRI, no NRI, no
 // network), imports the archives into the CRI's namespace and stops it.
 func (l Layout) makeSeed(ctx context.Context, dir string, seeded []Image) (int, error) {
