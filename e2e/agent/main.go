@@ -4,7 +4,7 @@
 //	e2e-agent serve --name NAME [--tcp :8080] [--udp :5353]
 //	e2e-agent client (--tcp | --udp) HOST:PORT [--count N] [--timeout D]
 //	          [--interval D] [--duration D] [--src-port P] [--src ADDR]
-//	          [--until-fail | --until-ok] [--results none|failed|all]
+//	          [--until-fail | --until-ok] [--results none|failed|all] [--announce N]
 //	e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [...client flags]
 //	e2e-agent squat @NAME
 //
@@ -50,6 +50,7 @@ const usage = `usage:
   e2e-agent serve --name NAME [--tcp :8080] [--udp :5353]
   e2e-agent client (--tcp | --udp) HOST:PORT [--count N] [--timeout D] [--interval D]
             [--duration D] [--src-port P] [--src ADDR] [--until-fail | --until-ok] [--results none|failed|all]
+            [--announce N]
   e2e-agent loop (--tcp | --udp) HOST:PORT --duration D [client flags]
   e2e-agent squat @NAME
 `
