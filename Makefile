@@ -163,7 +163,8 @@ bench-scale:
 # seconds per hour and wakeups per minute (root). One table, also written
 # to KNP_IDLE_OUT; ours' CPU profile of a second window in KNP_IDLE_PROFILE
 # (a directory) when set. KNP_IDLE_BASELINE=path runs another build of
-# kube-nftproxy alongside (e.g. main's, to compare a change).
+# kube-nftproxy alongside (e.g. main's, to compare a change). KNP_IDLE_ARGS
+# (split at spaces) is added to every proxy's flags.
 KNP_IDLE_SIZES   ?= 10000
 KNP_IDLE_WINDOW  ?= 120s
 KNP_IDLE_SETTLE  ?= 45s
@@ -189,6 +190,8 @@ bench-idle:
 # the bytes it sent the nodes over the window, and over the start (their
 # lists and watches, per node) (root). One table, also
 # written to KNP_LATENCY_OUT; first syncs waited for KNP_SCALE_BOUND.
+# KNP_IDLE_ARGS adds flags to every proxy (as for bench-idle), e.g.
+# KNP_IDLE_ARGS=--iptables-min-sync-period=500ms KNP_LATENCY_PROXIES=ours.
 KNP_LATENCY_NODES    ?= 50
 KNP_LATENCY_SERVICES ?= 5000
 KNP_LATENCY_RATE     ?= 5

@@ -101,7 +101,8 @@ func idleNode(apiNS string, i int) (string, netip.Addr, func(), error) {
 
 // idleArgv is the bench's argv for kind, pointed at the API server through
 // apiSide, with the default verbosity (as deployed), and ours serving pprof
-// (unused unless KNP_IDLE_PROFILE is set: the flag alone costs nothing).
+// (unused unless KNP_IDLE_PROFILE is set: the flag alone costs nothing);
+// KNP_IDLE_ARGS (split at spaces) comes last, for every kind.
 func (b *bench) idleArgv(kind string, apiSide netip.Addr, i int) ([]string, error) {
 	data, err := os.ReadFile(b.kubeconfig())
 	if err != nil {
@@ -125,7 +126,7 @@ func (b *bench) idleArgv(kind string, apiSide netip.Addr, i int) ([]string, erro
 	if kind != "upstream" {
 		argv = append(argv, "--profiling")
 	}
-	return argv, nil
+	return append(argv, strings.Fields(os.Getenv("KNP_IDLE_ARGS"))...), nil
 }
 
 // startIdle starts proxy kind in node namespace i.
