@@ -113,6 +113,17 @@ func (l Layout) imageSeed(ctx context.Context, imgs []Image, logf func(string, .
 	return filepath.Join(dir, "root"), rest, nil
 }
 
+// linkable reports why the seed's files cannot be hard-linked into dir
+// (another filesystem), or nil.
+func linkable(seedRoot, dir string) error {
+	probe := filepath.Join(dir, ".seed-link-probe")
+	_ = os.Remove(probe)
+	if err := os.Link(filepath.Join(seedRoot, "io.containerd.metadata.v1.bolt", "meta.db"), probe); err != nil {
+		return fmt.Errorf("the image seed cannot be linked into %s: %w", dir, err)
+	}
+	return os.Remove(probe)
+}
+
 // pruneSeeds removes everything in dir but keep (the cache keeps one seed).
 func pruneSeeds(dir, keep string) error {
 	entries, err := os.ReadDir(dir)

@@ -124,3 +124,24 @@ func TestPruneSeeds(t *testing.T) {
 		t.Errorf("no seeds directory yet: %v", err)
 	}
 }
+
+func TestLinkable(t *testing.T) {
+	seed := t.TempDir()
+	db := filepath.Join(seed, "io.containerd.metadata.v1.bolt", "meta.db")
+	if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, []byte("meta"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := linkable(seed, dir); err != nil {
+		t.Errorf("a seed on the same filesystem: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the probe left %v behind", left)
+	}
+	if err := linkable(filepath.Join(seed, "absent"), dir); err == nil {
+		t.Error("a seed without its database: no error")
+	}
+}

@@ -101,6 +101,9 @@ func (l Layout) bringUpNodes(ctx context.Context, deployDir string, imgs []Image
 		return l.startVMNodes(ctx, repo, refs, logf)
 	}
 	seed, rest, err := l.imageSeed(ctx, imgs, logf)
+	if err == nil {
+		err = linkable(seed, l.Dir)
+	}
 	if err != nil {
 		logf("%v: every node imports every archive", err)
 		seed, rest = "", l.nodeImages(imgs)
