@@ -67,16 +67,24 @@ func imageName(ref string) string {
 // same file, which carries them all) into the node's containerd, in the
 // namespace the CRI uses. It returns how many archives it imported.
 func (l Layout) importImages(ctx context.Context, n Node, imgs []Image) (int, error) {
+	count, err := l.importArchives(ctx, l.ContainerdSocket(n), imgs)
+	if err != nil {
+		return count, fmt.Errorf("%s: %w", n.Name, err)
+	}
+	return count, nil
+}
+
+// importArchives is importImages for the containerd at socket: a node's
+// or the image seed's.
+func (l Layout) importArchives(ctx context.Context, socket string, imgs []Image) (int, error) {
 	done := map[string]bool{}
 	for _, im := range imgs {
 		if done[im.File] {
 			continue
 		}
 		done[im.File] = true
-		err := run(ctx, l.ctrBin(), "--address", l.ContainerdSocket(n), "-n", "k8s.io",
-			"images", "import", im.File)
-		if err != nil {
-			return len(done), fmt.Errorf("import %s into %s: %w", im.File, n.Name, err)
+		if err := run(ctx, l.ctrBin(), "--address", socket, "-n", "k8s.io", "images", "import", im.File); err != nil {
+			return len(done), fmt.Errorf("import %s: %w", im.File, err)
 		}
 	}
 	return len(done), nil

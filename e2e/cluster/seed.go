@@ -152,7 +152,7 @@ func (l Layout) makeSeed(ctx context.Context, dir string, seeded []Image) (int, 
 		return 0, err
 	}
 	cfg := filepath.Join(dir, "containerd.toml")
-	if err := os.WriteFile(cfg, []byte(l.seedConfig(dir, state)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(l.seedConfig(ctx, dir, state)), 0o600); err != nil {
 		return 0, err
 	}
 	logFile, err := os.Create(filepath.Join(dir, "containerd.log"))
@@ -173,17 +173,11 @@ func (l Layout) makeSeed(ctx context.Context, dir string, seeded []Image) (int, 
 	if err != nil {
 		return 0, fmt.Errorf("the seed's containerd (log %s): %w", logFile.Name(), err)
 	}
-	done := map[string]bool{}
-	for _, im := range seeded {
-		if done[im.File] {
-			continue
-		}
-		done[im.File] = true
-		if err := run(ctx, l.ctrBin(), "--address", sock, "-n", "k8s.io", "images", "import", im.File); err != nil {
-			return 0, err
-		}
+	n, err := l.importArchives(ctx, sock, seeded)
+	if err != nil {
+		return 0, err
 	}
-	return len(done), stopSeedContainerd(cmd)
+	return n, stopSeedContainerd(cmd)
 }
 
 // stopSeedContainerd ends the seed's containerd: SIGTERM, then SIGKILL
@@ -205,9 +199,9 @@ func stopSeedContainerd(cmd *exec.Cmd) error {
 // its state and socket in state, the CRI and NRI plugins off (the images
 // go in with ctr, into the CRI's namespace and the default snapshotter,
 // overlayfs, which the nodes' CRI uses).
-func (l Layout) seedConfig(dir, state string) string {
+func (l Layout) seedConfig(ctx context.Context, dir, state string) string {
 	version, off := 2, `"io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"`
-	if containerdMajor(context.Background(), l.containerdBin()) >= 2 {
+	if containerdMajor(ctx, l.containerdBin()) >= 2 {
 		version = 3
 		off += `, "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime", "io.containerd.podsandbox.controller.v1.podsandbox"`
 	}
