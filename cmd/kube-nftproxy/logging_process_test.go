@@ -218,9 +218,7 @@ func (b *lockedBuffer) String() string {
 // The logging flags are kube-proxy's: the same names, types, defaults and
 // help as upstream's --help shows them.
 func TestLoggingFlagsAsUpstream(t *testing.T) {
-	if _, err := os.Stat(upstreamKubeProxy); err != nil {
-		t.Skipf("no upstream kube-proxy binary (hack/cluster/build.sh caches it): %v", err)
-	}
+	kubeProxy := upstreamKubeProxy(t)
 	loggingFlags := func(help string) []string {
 		var out []string
 		for _, l := range strings.Split(help, "\n") {
@@ -231,7 +229,7 @@ func TestLoggingFlagsAsUpstream(t *testing.T) {
 		}
 		return out
 	}
-	want, err := exec.Command(upstreamKubeProxy, "--help").Output()
+	want, err := exec.Command(kubeProxy, "--help").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

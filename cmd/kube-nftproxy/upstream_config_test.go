@@ -14,14 +14,26 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// upstreamKubeProxy is kube-proxy v1.37.1, as hack/cluster/build.sh caches it.
-const upstreamKubeProxy = "/var/cache/kube-nftproxy/kube-proxy-v1.37.1/kube-proxy"
-
-func needUpstream(t *testing.T) {
+// upstreamKubeProxy is kube-proxy v1.37.1 as hack/kube-proxy/build.sh
+// caches it ($KNP_KUBE_PROXY overrides), or "" with why there is none. CI
+// (KNP_REQUIRE_APISERVER=1) builds it, so there a missing one fails.
+func upstreamKubeProxy(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(upstreamKubeProxy); err != nil {
-		t.Skipf("no upstream kube-proxy at %s (make cluster-build caches it): %v", upstreamKubeProxy, err)
+	p := os.Getenv("KNP_KUBE_PROXY")
+	if p == "" {
+		cache := os.Getenv("KNP_CACHE")
+		if cache == "" {
+			cache = "/var/cache/kube-nftproxy"
+		}
+		p = filepath.Join(cache, "k8s-v1.37.1", "bin", "kube-proxy")
 	}
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("KNP_REQUIRE_APISERVER") == "1" {
+			t.Fatalf("KNP_REQUIRE_APISERVER=1 but no upstream kube-proxy: %v", err)
+		}
+		t.Skipf("no upstream kube-proxy (hack/kube-proxy/build.sh builds it): %v", err)
+	}
+	return p
 }
 
 // kubeadmConfig is the config.conf kubeadm 1.37 writes in the kube-proxy
@@ -51,7 +63,7 @@ func undefaultedKubeadmConfig(t *testing.T) string {
 // The same config file (and flags) give the same --write-config-to from
 // kube-proxy and from us, field by field.
 func TestWriteConfigAsUpstream(t *testing.T) {
-	needUpstream(t)
+	kubeProxy := upstreamKubeProxy(t)
 	const nftablesConfig = configHead + "mode: nftables\nnftables: {masqueradeAll: true, syncPeriod: 40s}\nclusterCIDR: 10.244.0.0/16\n"
 	for _, tc := range []struct {
 		name, config string
@@ -91,17 +103,17 @@ func TestWriteConfigAsUpstream(t *testing.T) {
 			if tc.config != "" {
 				args = append([]string{"--config", writeFile(t, []byte(tc.config))}, args...)
 			}
-			theirs := upstreamWriteConfig(t, args...)
+			theirs := upstreamWriteConfig(t, kubeProxy, args...)
 			ours := decodeYAMLMap(t, writeEffective(t, args...))
 			compareMaps(t, "", theirs, ours)
 		})
 	}
 }
 
-func upstreamWriteConfig(t *testing.T, args ...string) map[string]any {
+func upstreamWriteConfig(t *testing.T, kubeProxy string, args ...string) map[string]any {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "upstream.yaml")
-	cmd := exec.Command(upstreamKubeProxy, append(args, "--write-config-to", out)...)
+	cmd := exec.Command(kubeProxy, append(args, "--write-config-to", out)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kube-proxy %v: %v\n%s", args, err, b)
 	}
@@ -147,7 +159,7 @@ func compareMaps(t *testing.T, path string, want, got map[string]any) {
 
 // What kube-proxy refuses, we refuse: both exit non-zero and write nothing.
 func TestValidationAsUpstream(t *testing.T) {
-	needUpstream(t)
+	kubeProxy := upstreamKubeProxy(t)
 	for _, tc := range []struct {
 		name, config string
 		args         []string
@@ -175,7 +187,7 @@ func TestValidationAsUpstream(t *testing.T) {
 			}
 			dir := t.TempDir()
 			theirs, ours := filepath.Join(dir, "theirs.yaml"), filepath.Join(dir, "ours.yaml")
-			b, err := exec.Command(upstreamKubeProxy, append(args, "--write-config-to", theirs)...).CombinedOutput()
+			b, err := exec.Command(kubeProxy, append(args, "--write-config-to", theirs)...).CombinedOutput()
 			if err == nil {
 				t.Fatalf("kube-proxy accepts %v (the case is wrong):\n%s", args, b)
 			}
@@ -196,8 +208,8 @@ func lastLine(b []byte) string {
 
 // Every flag of kube-proxy's --help is one of ours.
 func TestEveryUpstreamFlag(t *testing.T) {
-	needUpstream(t)
-	help, _ := exec.Command(upstreamKubeProxy, "--help").CombinedOutput()
+	kubeProxy := upstreamKubeProxy(t)
+	help, _ := exec.Command(kubeProxy, "--help").CombinedOutput()
 	re := regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)`)
 	root := newRootCommand()
 	n := 0
