@@ -172,7 +172,12 @@ func (a *apiEnv) startingEvents(ctx context.Context, node string) ([]eventsv1.Ev
 // probe sends n TCP requests from pod-c to addr with short timeouts and
 // returns nil when all were answered by exactly the pods named.
 func (a *env) probe(ctx context.Context, addr string, n int, pods ...string) error {
-	sum, err := a.client(ctx, podC.Name, "tcp", addr, n, "--timeout", "300ms", "--until-fail", "--results", "failed")
+	return a.probeFrom(ctx, podC.Name, addr, n, pods...)
+}
+
+// probeFrom is probe from namespace ns.
+func (a *env) probeFrom(ctx context.Context, ns, addr string, n int, pods ...string) error {
+	sum, err := a.client(ctx, ns, "tcp", addr, n, "--timeout", "300ms", "--until-fail", "--results", "failed")
 	if sum == nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -82,6 +83,56 @@ func TestKubeadmDaemonSet(t *testing.T) {
 	a.do(t, "POST", slicesPath, apiSlice(kubeadmWebName, nil, podA, podB), nil)
 	first, all := e.waitTraffic(t, time.Now(), 30*time.Second, hostPort(kubeadmWebIP, "80"), podA.Name, podB.Name)
 	t.Logf("ClusterIP answered after %v (both endpoints after %v)", first, all)
+	a.nodePortCycles(t, kubeadmNodePortCycles)
+}
+
+// kubeadmNodePortCycles is how often TestKubeadmDaemonSet creates and
+// deletes a NodePort Service.
+const kubeadmNodePortCycles = 8
+
+// nodePortCycles does what upstream's "should update nodePort: http" spec
+// does, cycles times: a NodePort Service and its slice are created, the
+// node dials its own address on the NodePort until both endpoints have
+// answered, then both are deleted (in either order, as the EndpointSlice
+// controller may lag the Service or not) and the node dials until the
+// port is refused. A change the proxy missed would be repaired only by
+// the periodic sync (kubeadm's syncPeriod, 30 s), so the port answering
+// for 10 s after its deletion fails the test.
+func (a *apiEnv) nodePortCycles(t *testing.T, cycles int) {
+	t.Helper()
+	node := sandbox.NodeIPv4.Addr().String()
+	var created, deleted []time.Duration
+	for i := range cycles {
+		name, port := fmt.Sprintf("kubeadm-np-%d", i), int32(30400+i)
+		svc := apiService(name, fmt.Sprintf("10.96.21.%d", 10+i), nil)
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.Ports[0].NodePort = port
+		addr := hostPort(node, fmt.Sprint(port))
+		start := time.Now()
+		a.do(t, "POST", servicesPath, svc, nil)
+		a.do(t, "POST", slicesPath, apiSlice(name, nil, podA, podB), nil)
+		a.proxy.poll(t, 30*time.Second, addr+" answered by both endpoints from the node", func(ctx context.Context) error {
+			return a.probeFrom(ctx, sandbox.Node, addr, 16, podA.Name, podB.Name)
+		})
+		created = append(created, time.Since(start))
+		paths := []string{servicesPath + "/" + name, slicesPath + "/" + name + "-ipv4"}
+		if i%2 == 1 {
+			slices.Reverse(paths)
+		}
+		start = time.Now()
+		for _, p := range paths {
+			a.do(t, "DELETE", p, nil, nil)
+		}
+		a.proxy.poll(t, 10*time.Second, addr+" refused after its Service was deleted", func(ctx context.Context) error {
+			sum, _ := a.client(ctx, sandbox.Node, "tcp", addr, 1, "--timeout", "200ms")
+			if sum == nil || sum.OK > 0 {
+				return fmt.Errorf("%s still answers", addr)
+			}
+			return nil
+		})
+		deleted = append(deleted, time.Since(start))
+	}
+	t.Logf("NodePort answering from the node after creation: %v; refused after deletion: %v", created, deleted)
 }
 
 // readKubeadmManifest reads the kube-proxy ConfigMap and DaemonSet of
