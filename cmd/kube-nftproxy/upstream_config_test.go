@@ -12,21 +12,16 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kube-nftproxy/kube-nftproxy/e2e/apiserver"
 )
 
-// upstreamKubeProxy is kube-proxy v1.37.1 as hack/kube-proxy/build.sh
-// caches it ($KNP_KUBE_PROXY overrides), or "" with why there is none. CI
-// (KNP_REQUIRE_APISERVER=1) builds it, so there a missing one fails.
+// upstreamKubeProxy is kube-proxy v1.37.1 (apiserver.KubeProxyPath), or the
+// test skips. CI (KNP_REQUIRE_APISERVER=1) builds it, so there a missing one
+// fails.
 func upstreamKubeProxy(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("KNP_KUBE_PROXY")
-	if p == "" {
-		cache := os.Getenv("KNP_CACHE")
-		if cache == "" {
-			cache = "/var/cache/kube-nftproxy"
-		}
-		p = filepath.Join(cache, "k8s-v1.37.1", "bin", "kube-proxy")
-	}
+	p := apiserver.KubeProxyPath()
 	if _, err := os.Stat(p); err != nil {
 		if os.Getenv("KNP_REQUIRE_APISERVER") == "1" {
 			t.Fatalf("KNP_REQUIRE_APISERVER=1 but no upstream kube-proxy: %v", err)

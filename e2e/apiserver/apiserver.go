@@ -132,6 +132,16 @@ func KubectlPath() string {
 	return cachedBin("kubectl")
 }
 
+// KubeProxyPath is where tests find upstream kube-proxy, run beside ours:
+// $KNP_KUBE_PROXY if set, else hack/kube-proxy/build.sh's cache path
+// beside kube-apiserver's, .../bin/kube-proxy.
+func KubeProxyPath() string {
+	if p := os.Getenv("KNP_KUBE_PROXY"); p != "" {
+		return p
+	}
+	return cachedBin("kube-proxy")
+}
+
 // cachedBin is a Kubernetes binary in hack/cluster/build.sh's cache:
 // ${KNP_CACHE:-/var/cache/kube-nftproxy}/k8s-${KNP_K8S_VERSION:-DefaultVersion}/bin/name.
 func cachedBin(name string) string {

@@ -21,10 +21,7 @@ import (
 // kube-proxy ($KNP_KUBE_PROXY overrides).
 func upstreamKubeProxy(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("KNP_KUBE_PROXY")
-	if p == "" {
-		p = "/var/cache/kube-nftproxy/k8s-v1.37.1/bin/kube-proxy"
-	}
+	p := apiserver.KubeProxyPath()
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no upstream kube-proxy (build it with hack/kube-proxy/build.sh): %v", err)
 	}

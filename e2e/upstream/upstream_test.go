@@ -29,18 +29,6 @@ import (
 	"github.com/kube-nftproxy/kube-nftproxy/e2e/internal/testbin"
 )
 
-// kubeProxyPath is where hack/kube-proxy/build.sh caches upstream kube-proxy.
-func kubeProxyPath() string {
-	if p := os.Getenv("KNP_KUBE_PROXY"); p != "" {
-		return p
-	}
-	cache := os.Getenv("KNP_CACHE")
-	if cache == "" {
-		cache = "/var/cache/kube-nftproxy"
-	}
-	return filepath.Join(cache, "k8s-v1.37.1", "bin", "kube-proxy")
-}
-
 // legacyTools are the iptables-legacy binaries kube-proxy runs under their
 // plain names (iptables, iptables-save, ...): this kernel has ip_tables.
 var legacyTools = []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"}
@@ -59,7 +47,7 @@ func needTools(t *testing.T) (kubeProxy string) {
 		}
 		t.Skipf("skipping: %v", err)
 	}
-	kubeProxy = kubeProxyPath()
+	kubeProxy = apiserver.KubeProxyPath()
 	if _, err := os.Stat(kubeProxy); err != nil {
 		if os.Getenv("KNP_REQUIRE_APISERVER") == "1" {
 			t.Fatalf("upstream kube-proxy: %v (build it with hack/kube-proxy/build.sh)", err)
