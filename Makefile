@@ -340,16 +340,14 @@ flakes: cluster-build cluster-images
 # and 2 Services specs); then deploy/ in nftables mode with the
 # KubeProxyNFTablesLocalhostNodePorts gate (TestClusterLocalhostNodePorts:
 # the same 3 specs, answered in userspace); about 8 minutes with a warm
-# cache; it skips,
-# saying what is missing, when the binaries or images are not cached. It
-# waits its turn on /run/knp-cluster.lock: one cluster on a machine at a time.
-# KNP_CLUSTER_SKIP (set by .ci/run only when a cold cache's builds took
-# too long) skips it, printing why.
-# KNP_CLUSTER_AWAIT (set by .ci/run on a cold cache): the builds' status
-# file to wait for, until KNP_CLUSTER_AWAIT_UNTIL (hack/cluster/await-build.sh).
+# cache; it skips, saying what is missing, when the binaries or images are
+# not cached. It waits its turn on /run/knp-cluster.lock: one cluster on a
+# machine at a time. KNP_CLUSTER_AWAIT (set by .ci/run on a cold cache) is
+# the status file of the builds to wait for, until KNP_CLUSTER_AWAIT_UNTIL
+# (hack/cluster/await-build.sh); past that the tier is skipped, saying why.
 cluster-test:
-	@skip=$$KNP_CLUSTER_SKIP; \
-	if [ -z "$$skip" ] && [ -n "$$KNP_CLUSTER_AWAIT" ]; then \
+	@skip=; \
+	if [ -n "$$KNP_CLUSTER_AWAIT" ]; then \
 		skip=$$(hack/cluster/await-build.sh "$$KNP_CLUSTER_AWAIT" "$$KNP_CLUSTER_AWAIT_UNTIL") || exit 1; fi; \
 	if [ -n "$$skip" ]; then echo "cluster-test skipped: $$skip"; else \
 		flock /run/knp-cluster.lock env KNP_CLUSTER_TIER=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestClusterConformanceSubset|TestClusterKubeadmDropIn|TestClusterLocalhostNodePorts)$$' ./e2e/cluster/; fi
