@@ -154,10 +154,13 @@ KNP_SCALE_SIZES   ?= 1000,5000,10000
 KNP_SCALE_BOUND   ?= 10m
 KNP_SCALE_PROXIES ?= ours,upstream
 KNP_SCALE_OUT     ?=
+# abs: a path the benchmarks' tests (run in their package's directory) can
+# write to when it was given relative to this one; empty stays empty.
+abs = $(if $(1),$(abspath $(1)))
 bench-scale:
 	hack/kube-proxy/build.sh
 	KNP_SCALE_BENCH=1 KNP_SCALE_SIZES=$(KNP_SCALE_SIZES) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
-		KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) KNP_SCALE_OUT=$(KNP_SCALE_OUT) \
+		KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) KNP_SCALE_OUT=$(call abs,$(KNP_SCALE_OUT)) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesSideBySide$$' ./e2e/nftbench/
 
 # Idle cost: upstream kube-proxy v1.37.1 (nftables mode) and ours started at
@@ -179,7 +182,7 @@ KNP_IDLE_BASELINE ?=
 bench-idle:
 	hack/kube-proxy/build.sh
 	KNP_IDLE_BENCH=1 KNP_IDLE_SIZES=$(KNP_IDLE_SIZES) KNP_IDLE_WINDOW=$(KNP_IDLE_WINDOW) \
-		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(KNP_IDLE_OUT) KNP_IDLE_PROFILE=$(KNP_IDLE_PROFILE) KNP_IDLE_BASELINE=$(KNP_IDLE_BASELINE) \
+		KNP_IDLE_SETTLE=$(KNP_IDLE_SETTLE) KNP_IDLE_OUT=$(call abs,$(KNP_IDLE_OUT)) KNP_IDLE_PROFILE=$(call abs,$(KNP_IDLE_PROFILE)) KNP_IDLE_BASELINE=$(KNP_IDLE_BASELINE) \
 		KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) KNP_SCALE_PROXIES=$(KNP_SCALE_PROXIES) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNFTablesIdle$$' ./e2e/nftbench/
 
@@ -207,7 +210,7 @@ bench-latency:
 	hack/kube-proxy/build.sh
 	KNP_LATENCY_BENCH=1 KNP_LATENCY_NODES=$(KNP_LATENCY_NODES) KNP_LATENCY_SERVICES=$(KNP_LATENCY_SERVICES) \
 		KNP_LATENCY_RATE=$(KNP_LATENCY_RATE) KNP_LATENCY_WINDOW=$(KNP_LATENCY_WINDOW) \
-		KNP_LATENCY_PROXIES=$(KNP_LATENCY_PROXIES) KNP_LATENCY_OUT=$(KNP_LATENCY_OUT) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
+		KNP_LATENCY_PROXIES=$(KNP_LATENCY_PROXIES) KNP_LATENCY_OUT=$(call abs,$(KNP_LATENCY_OUT)) KNP_SCALE_BOUND=$(KNP_SCALE_BOUND) \
 		$(GO) test -count=1 -v -timeout 4h -run '^TestNetworkProgrammingLatency$$' ./e2e/nftbench/
 
 # The same in IPVS mode, each proxy in a fresh QEMU VM with real IPVS (root;
