@@ -298,10 +298,7 @@ func (b *bench) run(kind string, bound time.Duration) (r result, err error) {
 		return scale.SyncHistogram(ctx, metrics, "http://"+metricsAddr+"/metrics", scale.SyncMetric)
 	}
 
-	logDir := b.dir
-	if d := os.Getenv("KNP_SCALE_LOGS"); d != "" {
-		logDir = d // kept
-	}
+	logDir := keptLogs(b.t, b.dir)
 	logPath := filepath.Join(logDir, fmt.Sprintf("%s-%dx%d.log", kind, b.created, b.per))
 	start := time.Now()
 	p, err := startProxy(n.ns, logPath, b.argv(kind))
@@ -589,6 +586,19 @@ func sizes(t *testing.T) []int {
 		t.Fatalf("KNP_SCALE_SIZES: %v", err)
 	}
 	return out
+}
+
+// keptLogs is where the proxies' logs go: KNP_SCALE_LOGS, created if
+// missing (a missing one failed every run of a shape), else dflt.
+func keptLogs(t *testing.T, dflt string) string {
+	d := os.Getenv("KNP_SCALE_LOGS")
+	if d == "" {
+		return dflt
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatalf("KNP_SCALE_LOGS: %v", err)
+	}
+	return d
 }
 
 // bound reads KNP_SCALE_BOUND: how long a proxy's first sync may take

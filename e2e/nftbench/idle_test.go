@@ -147,10 +147,7 @@ func (b *bench) startIdle(kind string, i int) (*idleProxy, error) {
 	ip.hist = func(ctx context.Context) (scale.Histogram, error) {
 		return scale.SyncHistogram(ctx, ip.metrics, "http://"+metricsAddr+"/metrics", scale.SyncMetric)
 	}
-	logDir := b.dir
-	if d := os.Getenv("KNP_SCALE_LOGS"); d != "" {
-		logDir = d
-	}
+	logDir := keptLogs(b.t, b.dir)
 	ip.start = time.Now()
 	ip.p, err = startProxy(ns, filepath.Join(logDir, fmt.Sprintf("idle-%s-%d-node%d.log", kind, b.created, i)), argv)
 	if err != nil {

@@ -107,10 +107,7 @@ func (b *bench) startup(kind string, round int) (r startup, err error) {
 	httpc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		Proxy: nil, DialContext: apiserver.DialerInNetNS(n.ns), DisableKeepAlives: true,
 	}}
-	logDir := b.dir
-	if d := os.Getenv("KNP_SCALE_LOGS"); d != "" {
-		logDir = d // kept
-	}
+	logDir := keptLogs(b.t, b.dir)
 	logPath := filepath.Join(logDir, fmt.Sprintf("startup-%s-%d-%d.log", kind, b.created, round))
 	start := time.Now()
 	p, err := startProxy(n.ns, logPath, startupArgv(kind, b.argv(kind)))
