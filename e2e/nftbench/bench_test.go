@@ -103,8 +103,21 @@ type bench struct {
 	srv      *apiserver.Server
 	api      *scale.Client
 	binaries map[string]string
+	// serviceRange is the API server's IPv4 Service range, where the
+	// fill asks for each Service's address.
+	serviceRange netip.Prefix
 	// created Services exist, each with per endpoints.
 	created, per int
+}
+
+// ranges are the API server's Service range and NodePort range for a
+// bench that holds up to services Services (every 10th a NodePort): the
+// defaults' /16 and 10,000 ports fit 60,000; beyond, a /15 and 20,000.
+func ranges(services int) (serviceRange netip.Prefix, nodePorts string) {
+	if services <= 60000 {
+		return netip.MustParsePrefix("10.96.0.0/16"), "30000-39999"
+	}
+	return netip.MustParsePrefix("10.96.0.0/15"), "30000-49999"
 }
 
 // needs skips the test (fails it with KNP_REQUIRE_APISERVER=1) when
@@ -143,10 +156,13 @@ func needs(t *testing.T) string {
 }
 
 // newBench starts the API server in a namespace of its own (reachable
-// from each node namespace over a veth) and builds our proxy.
-func newBench(t *testing.T, kubeProxy string) *bench {
+// from each node namespace over a veth), with room for up to services
+// Services (see ranges), and builds our proxy.
+func newBench(t *testing.T, kubeProxy string, services int) *bench {
 	t.Helper()
 	b := &bench{t: t, dir: t.TempDir()}
+	serviceRange, nodePorts := ranges(services)
+	b.serviceRange = serviceRange
 	ours, err := testbin.Build(testbin.Module+"/cmd/kube-nftproxy", b.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -162,9 +178,10 @@ func newBench(t *testing.T, kubeProxy string) *bench {
 	defer cancel()
 	// Every 10th of 50k Services is a NodePort: more than the default
 	// range's 2768 ports.
-	b.srv, err = apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: ns, ExtraArgs: []string{
-		"--bind-address=0.0.0.0", "--service-node-port-range=30000-39999",
-	}})
+	b.srv, err = apiserver.StartWithOptions(ctx, t, apiserver.Options{NetNS: ns,
+		ServiceCIDR: serviceRange.String() + ",fd00:10:96::/112",
+		ExtraArgs:   []string{"--bind-address=0.0.0.0", "--service-node-port-range=" + nodePorts},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +224,8 @@ func (b *bench) fillShape(shape scale.Shape) {
 		}
 		b.created = 0
 	}
-	spec := scale.Spec{From: b.created, To: n, PerService: shape.PerService, Node: nodeName, NodePortEvery: nodePortEvery}
+	spec := scale.Spec{From: b.created, To: n, PerService: shape.PerService, Node: nodeName, NodePortEvery: nodePortEvery,
+		ClusterIPs: b.serviceRange}
 	if err := scale.Populate(b.t.Context(), b.api, spec); err != nil {
 		b.t.Fatal(err)
 	}
@@ -636,7 +654,11 @@ func TestNFTablesSideBySide(t *testing.T) {
 		t.Skip("the nftables side-by-side benchmark runs with KNP_SCALE_BENCH=1 (make bench-scale): it takes many minutes")
 	}
 	kubeProxy := needs(t)
-	b := newBench(t, kubeProxy)
+	most := 0
+	for _, shape := range shapes(t) {
+		most = max(most, shape.Services)
+	}
+	b := newBench(t, kubeProxy, most)
 	limit := bound(t)
 	var rs []result
 	for _, shape := range shapes(t) {
@@ -665,7 +687,7 @@ func TestNFTablesSideBySide(t *testing.T) {
 // not judged.
 func TestNFTablesSideBySideSmoke(t *testing.T) {
 	kubeProxy := needs(t)
-	b := newBench(t, kubeProxy)
+	b := newBench(t, kubeProxy, 0)
 	b.fillShape(scale.Shape{Services: 50, PerService: 3})
 	var rs []result
 	for _, kind := range []string{"ours", "upstream"} {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,7 +367,7 @@ func TestNFTablesIdle(t *testing.T) {
 	}
 	kubeProxy := needs(t)
 	sizes, window, settle := idleSettings(t)
-	b := newBench(t, kubeProxy)
+	b := newBench(t, kubeProxy, slices.Max(sizes))
 	limit := bound(t)
 	kinds := proxies(t)
 	if base := os.Getenv("KNP_IDLE_BASELINE"); base != "" {

@@ -390,7 +390,7 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 	}
 	kubeProxy := needs(t)
 	s := latencySettingsFromEnv(t)
-	b := newBench(t, kubeProxy)
+	b := newBench(t, kubeProxy, s.services)
 	b.fill(s.services)
 	w := newWorkload(b.api, b.created, b.per)
 	var rs []latencyResult
@@ -417,7 +417,7 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 // both kernels and both proxies' histograms.
 func TestNetworkProgrammingLatencySmoke(t *testing.T) {
 	kubeProxy := needs(t)
-	b := newBench(t, kubeProxy)
+	b := newBench(t, kubeProxy, 0)
 	b.fillShape(scale.Shape{Services: 20, PerService: 3})
 	w := newWorkload(b.api, b.created, b.per)
 	r, err := b.measureLatency(w, "ours", latencySettings{nodes: 2, rate: 5, window: 2 * time.Second, bound: 2 * time.Minute})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestStartup(t *testing.T) {
 		t.Skip("the start-up benchmark runs with KNP_STARTUP_BENCH=1")
 	}
 	kubeProxy := needs(t)
-	b := newBench(t, kubeProxy)
+	b := newBench(t, kubeProxy, slices.Max(sizes(t)))
 	kinds := []string{"ours"}
 	if base := os.Getenv("KNP_STARTUP_BASE"); base != "" {
 		b.binaries["base"] = base

@@ -231,6 +231,10 @@ type Spec struct {
 	// (0: none).
 	NodePortEvery int
 	Workers       int // concurrent requests (default 16)
+	// ClusterIPs, when set, is the Service range: Service i asks for its
+	// address 256+i (StaticClusterIP), which the API server grants about
+	// twice as fast as one it must pick at random in a filling range.
+	ClusterIPs netip.Prefix
 }
 
 // Populate creates the Services of spec and their slices, each slice
@@ -239,7 +243,7 @@ type Spec struct {
 func Populate(ctx context.Context, c *Client, spec Spec) error {
 	return forEach(ctx, spec.From, spec.To, spec.Workers, func(ctx context.Context, i int) error {
 		nodePort := spec.NodePortEvery > 0 && i%spec.NodePortEvery == 0
-		if err := createRetrying(ctx, c, ServicesPath, Service(i, nodePort)); err != nil {
+		if err := createService(ctx, c, Service(i, nodePort), StaticClusterIP(spec.ClusterIPs, i)); err != nil {
 			return fmt.Errorf("creating Service %d: %w", i, err)
 		}
 		if err := createRetrying(ctx, c, SlicesPath, Slice(i, spec.PerService, spec.Node)); err != nil {
@@ -247,6 +251,44 @@ func Populate(ctx context.Context, c *Client, spec Spec) error {
 		}
 		return nil
 	})
+}
+
+// StaticClusterIP is the address Populate asks for Service i in the
+// Service range prefix: its 256+i-th, after the low addresses that the API
+// server's own Services take; invalid when prefix is (the API server picks).
+func StaticClusterIP(prefix netip.Prefix, i int) netip.Addr {
+	if !prefix.IsValid() || !prefix.Addr().Is4() {
+		return netip.Addr{}
+	}
+	b := prefix.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + 256 + uint32(i)
+	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	if !prefix.Contains(a) {
+		return netip.Addr{}
+	}
+	return a
+}
+
+// createService creates svc asking for the address ip when it is valid;
+// if a Service created without one took ip already, the API server picks.
+func createService(ctx context.Context, c *Client, svc *corev1.Service, ip netip.Addr) error {
+	if ip.IsValid() {
+		asked := *svc
+		asked.Spec.ClusterIP, asked.Spec.ClusterIPs = ip.String(), []string{ip.String()}
+		err := createRetrying(ctx, c, ServicesPath, &asked)
+		var status *StatusError
+		if !errors.As(err, &status) || status.Code != http.StatusUnprocessableEntity || !strings.Contains(status.Body, "already allocated") {
+			return err
+		}
+		// An overloaded server may have created it while answering
+		// otherwise: then the name is taken too.
+		err = createRetrying(ctx, c, ServicesPath, svc)
+		if errors.As(err, &status) && status.Code == http.StatusConflict {
+			return nil
+		}
+		return err
+	}
+	return createRetrying(ctx, c, ServicesPath, svc)
 }
 
 // overloaded reports whether an answer says the server or its etcd could
