@@ -179,7 +179,7 @@ func (b *Backend) apply(p *syncPlan, d *syncDiff, res *proxier.SyncResult, ph *s
 	var r commitReport
 	if p.deferred != nil {
 		r = b.commit(p, func(settle *nftlib.TableRef) commitReport {
-			return b.tx.commitStaged(b.stagedTxs(p, d.txs), d.txs, settle, b.strategy.OnLargeTxRound)
+			return b.tx.commitStaged(b.stagedTxs(p, d.txs), d.txs, settle, b.strategy.OnLargeTxRound, b.strategy.StageReleaseBytes)
 		})
 		ph.staged = r.staged
 	} else {

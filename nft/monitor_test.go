@@ -176,7 +176,7 @@ func TestKernelForeignChangeDuringStagedSync(t *testing.T) {
 		}
 	}
 	b := openTestBackendWith(t, ns, BackendConfig{Rules: demoConfig(), CheckEvery: time.Hour, OnForeignChange: func() { told++ },
-		Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20, OnLargeTxRound: addRogue}}) // two rules a piece
+		Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20, StageReleaseBytes: 1, OnLargeTxRound: addRogue}}) // two rules a piece
 	st := tinyState(fiveServices())
 	res, err := b.Sync(context.Background(), st)
 	if err != nil {

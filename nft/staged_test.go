@@ -50,6 +50,34 @@ func TestStagedFullSync(t *testing.T) {
 	}
 }
 
+// A staged sync releases (OnLargeTxRound) after every second piece once
+// StageReleaseBytes more were sent: small pieces are not worth a
+// collection of the heap each.
+func TestStagedReleaseEveryBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		releaseBytes int
+		want         func(releases, pieces int) bool
+	}{
+		{"every second piece", 1, func(r, p int) bool { return r >= 2 && r <= p/2 }},
+		{"pieces smaller than the bytes", 1 << 30, func(r, _ int) bool { return r == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			releases := 0
+			b, k, _ := fakeBackend(t, BackendConfig{Strategy: Strategy{StageRules: 2, StagePieces: 1 << 20,
+				StageReleaseBytes: tc.releaseBytes, OnLargeTxRound: func() { releases++ }}})
+			gen0, _ := k.Generation()
+			if _, err := b.Sync(t.Context(), tinyState(fiveServices())); err != nil {
+				t.Fatal(err)
+			}
+			gen1, _ := k.Generation()
+			if pieces := int(gen1 - gen0); !tc.want(releases, pieces) {
+				t.Errorf("%d releases over %d transactions", releases, pieces)
+			}
+		})
+	}
+}
+
 // A staged full sync refused half way leaves chains nothing reaches (no
 // base chain, no map element), and the full sync after it writes
 // everything.

@@ -148,11 +148,11 @@ func (b *Backend) buildPiece(p *syncPlan, txs []*nftlib.Tx, ports []placedPort, 
 // the next. A refused one ends it: the chains the pieces before created
 // are not reachable, and the full sync that follows a failure rewrites
 // the tables (see Backend.markReplace). After the last, a large one is
-// settled.
-func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef, release func()) commitReport {
+// settled. release and releaseBytes: see encodeStaged.
+func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, settle *nftlib.TableRef, release func(), releaseBytes int) commitReport {
 	return c.around(true, settle, func(r *commitReport) {
 		next, stop := make(chan nftlib.KernelTx), make(chan struct{})
-		go c.encodeStaged(pieces, txs, next, stop, release)
+		go c.encodeStaged(pieces, txs, next, stop, release, releaseBytes)
 		for kt := range next {
 			if r.err != nil {
 				c.k.DiscardTx(kt)
@@ -174,14 +174,15 @@ func (c *committer) commitStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 
 // encodeStaged writes each piece, then txs, into a transaction of its
 // own and hands it to next, until stop. After every second piece handed
-// over, release (Strategy.OnLargeTxRound), when set, collects the
-// fragments built and encoded so far and hands their pages back: on this
-// goroutine, while the kernel commits, off the way to synced.
-func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}, release func()) {
+// over, once releaseBytes more were, release
+// (Strategy.OnLargeTxRound), when set, collects the fragments built and
+// encoded so far and hands their pages back: on this goroutine, while the
+// kernel commits.
+func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx, next chan<- nftlib.KernelTx, stop <-chan struct{}, release func(), releaseBytes int) {
 	defer close(next)
 	var setID uint32
 	kt := c.k.NewTx()
-	sent := 0
+	sent, unreleased := 0, 0
 	for piece := range pieces {
 		for _, x := range piece {
 			x.Write(kt, &setID)
@@ -190,13 +191,15 @@ func (c *committer) encodeStaged(pieces iter.Seq[[]*nftlib.Tx], txs []*nftlib.Tx
 			continue
 		}
 		following := c.k.NextTx(kt)
+		unreleased += kt.Size()
 		if !handOver(next, stop, kt) {
 			c.k.DiscardTx(following)
 			return
 		}
 		kt = following
-		if sent++; release != nil && sent%2 == 0 {
+		if sent++; release != nil && sent >= 2 && unreleased >= releaseBytes {
 			release()
+			sent, unreleased = 0, 0
 		}
 	}
 	for _, x := range txs {
