@@ -146,8 +146,8 @@ bench:
 # every 10th a NodePort. Each proxy in a fresh network namespace (root):
 # start to first sync (ours: beside the kernel's commit of it), one Service
 # added and one endpoint moved five times (sync, and until real traffic
-# reaches the new backend; medians, beside the kernel's smallest commit), CPU, peak and steady
-# RSS, kernel objects. One table, also written to KNP_SCALE_OUT; proxy logs
+# reaches the new backend; medians, beside the kernel's smallest commit),
+# CPU, peak and steady RSS, kernel objects. One table, also written to KNP_SCALE_OUT; proxy logs
 # kept in KNP_SCALE_LOGS (a directory). Upstream's first sync is waited for
 # KNP_SCALE_BOUND at most, then shown as a lower bound.
 KNP_SCALE_SIZES   ?= 1000,5000,10000

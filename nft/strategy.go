@@ -38,8 +38,8 @@ type Strategy struct {
 	// another LargeTxRound rules are encoded and dropped from the sync's
 	// tables, which nothing uses after the sync, and in a staged sync after
 	// every second piece once StageReleaseBytes more were sent: the process
-	// can collect and hand them back, so
-	// that it never holds all the rules beside all the messages.
+	// can collect and hand them back, so that it never holds all the rules
+	// beside all the messages.
 	OnLargeTxRound func()
 	// DeferSettle leaves the transaction that settles a large full sync
 	// (see committer.settle) to Settle, which the sync loop calls once it

@@ -682,14 +682,15 @@ func TestNFTablesSideBySide(t *testing.T) {
 		t.Skip("the nftables side-by-side benchmark runs with KNP_SCALE_BENCH=1 (make bench-scale): it takes many minutes")
 	}
 	kubeProxy := needs(t)
+	all := shapes(t)
 	most := 0
-	for _, shape := range shapes(t) {
+	for _, shape := range all {
 		most = max(most, shape.Services)
 	}
 	b := newBench(t, kubeProxy, most)
 	limit := bound(t)
 	var rs []result
-	for _, shape := range shapes(t) {
+	for _, shape := range all {
 		b.fillShape(shape)
 		for _, kind := range proxies(t) {
 			r, err := b.run(kind, limit)

@@ -182,8 +182,12 @@ var endpointBase = netip.MustParseAddr("100.64.0.0")
 
 // EndpointAddr is the address of endpoint j of Service i.
 func EndpointAddr(i, j, perService int) netip.Addr {
-	n := uint32(i*perService + j)
-	b := endpointBase.As4()
+	return addr4Plus(endpointBase, uint32(i*perService+j))
+}
+
+// addr4Plus is the IPv4 address n after a.
+func addr4Plus(a netip.Addr, n uint32) netip.Addr {
+	b := a.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + n
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
@@ -260,9 +264,7 @@ func StaticClusterIP(prefix netip.Prefix, i int) netip.Addr {
 	if !prefix.IsValid() || !prefix.Addr().Is4() {
 		return netip.Addr{}
 	}
-	b := prefix.Masked().Addr().As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + 256 + uint32(i)
-	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	a := addr4Plus(prefix.Masked().Addr(), 256+uint32(i))
 	if !prefix.Contains(a) {
 		return netip.Addr{}
 	}
